@@ -1,0 +1,74 @@
+# Developer entry points. `make test` is what CI runs (.ci/run).
+
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+# The first Python >= 3.11 on PATH (evaluated only when the venv has to be made).
+PYTHON = $(shell for p in python3.13 python3.12 python3.11 python3; do \
+	$$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1 && { echo $$p; break; }; \
+	done)
+
+# Root runs apt-get as is; anyone else through sudo when there is one.
+SUDO = $(shell [ "$$(id -u)" = 0 ] || ! command -v sudo >/dev/null 2>&1 || echo sudo)
+
+.PHONY: help venv redis run test lint fmt bench clean distclean
+
+help:
+	@echo "make venv       create $(VENV) and install relay with its dev tools"
+	@echo "make redis      install redis-server when it is missing (apt-get)"
+	@echo "make run        relay dev: API, worker and detector on a private Redis"
+	@echo "make test       lint, type-check and run the tests (what CI runs)"
+	@echo "make lint       ruff check, ruff format --check, mypy"
+	@echo "make fmt        ruff format, then ruff check --fix"
+	@echo "make bench      the benchmarks"
+	@echo "make clean      remove .relay and caches (keeps $(VENV))"
+	@echo "make distclean  clean, and remove $(VENV)"
+
+venv: $(STAMP)
+
+$(BIN)/python:
+	@py="$(PYTHON)"; \
+	if [ -z "$$py" ]; then echo "error: Python >= 3.11 not found on PATH" >&2; exit 1; fi; \
+	echo "$$py -m venv $(VENV)"; $$py -m venv $(VENV)
+
+# Reinstall only when pyproject.toml changed since the last install.
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -e '.[dev]'
+	touch $(STAMP)
+
+redis:
+	@command -v redis-server >/dev/null 2>&1 || { \
+		echo "installing redis-server"; \
+		$(SUDO) apt-get update && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server; \
+	}
+
+run: venv redis
+	$(BIN)/relay dev
+
+test: venv redis
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/pytest
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+fmt: venv
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+# Placeholder until bench/ has its entry point.
+bench: venv redis
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf .relay .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)

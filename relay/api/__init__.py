@@ -1,0 +1,1 @@
+"""The HTTP API v1 (Starlette). ``create_app(settings)`` builds it."""

@@ -1,0 +1,81 @@
+"""The Starlette application: routes, error handlers and the per-process resources.
+
+``create_app(settings)`` builds everything; the lifespan opens the Redis clients (an asyncio
+one for the handlers, a synchronous one for RQ enqueueing in a thread) and closes them on
+shutdown. Starting does not need Redis to be up: the clients connect on first use, the API
+answers 503 while Redis is unreachable and recovers by itself when it is back.
+
+No middleware is installed: the status endpoints are the hot path (``relay.api.gate``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from starlette.applications import Starlette
+from starlette.routing import BaseRoute, Mount, Route
+
+from relay.api import batches, documents, health, openapi, webhooks
+from relay.api.context import STATE_KEY, AppState
+from relay.api.errors import exception_handlers
+from relay.auth import KeyCache
+from relay.blobs import BlobStore
+from relay.config import Settings
+from relay.ratelimit import SlidingWindow
+from relay.redis_conn import async_client, sync_client
+from relay.store import AsyncStore
+
+API_PREFIX = "/api/v1"
+
+
+def api_routes() -> list[BaseRoute]:
+    """The routes under ``/api/v1`` (paths relative to it)."""
+    return [
+        Route("/documents", documents.upload_document, methods=["POST"]),
+        Route("/documents/{id}", documents.get_document, methods=["GET"]),
+        Route("/batches", batches.list_batches, methods=["GET"]),
+        Route("/batches/{name}", batches.get_batch, methods=["GET"]),
+        Route("/batches/{name}", batches.delete_batch, methods=["DELETE"]),
+        Route("/batches/{name}/process", batches.process_batch, methods=["POST"]),
+        Route("/batches/{name}/results", batches.batch_results, methods=["GET"]),
+        Route("/openapi.json", openapi.openapi_json, methods=["GET"]),
+        *webhooks.routes,
+    ]
+
+
+def create_app(settings: Settings) -> Starlette:
+    """The API for ``settings``; serve it with uvicorn (``relay serve``)."""
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        client = async_client(settings.redis_url)
+        sync = sync_client(settings.redis_url)
+        store = AsyncStore(client, BlobStore(settings.blob_dir))
+        setattr(
+            app.state,
+            STATE_KEY,
+            AppState(
+                settings=settings,
+                redis=client,
+                sync_redis=sync,
+                store=store,
+                scripts=store.scripts,
+                key_cache=KeyCache(),
+                status_limit=SlidingWindow(settings.status_rate_limit),
+            ),
+        )
+        try:
+            yield
+        finally:
+            await client.aclose()
+            sync.close()
+
+    routes: list[BaseRoute] = [
+        Mount(API_PREFIX, routes=api_routes()),
+        Route("/openapi.json", openapi.openapi_json, methods=["GET"]),
+        Route("/healthz", health.healthz, methods=["GET"]),
+        Route("/readyz", health.readyz, methods=["GET"]),
+        Route("/metrics", health.metrics, methods=["GET"]),
+    ]
+    return Starlette(routes=routes, exception_handlers=exception_handlers(), lifespan=lifespan)

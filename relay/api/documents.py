@@ -1,0 +1,162 @@
+"""``POST /documents`` (multipart upload) and ``GET /documents/{id}`` (status endpoint).
+
+Uploads never hold more than the limit in memory: a ``Content-Length`` past
+``max_upload_bytes + MULTIPART_OVERHEAD`` is refused before the body is read; otherwise the
+body streams through a counter that stops it (413) as soon as it passes the same bound, into
+Starlette's ``MultiPartParser``, which spools file parts to a temporary file past 1 MiB. The
+file part itself must then be at most ``max_upload_bytes``.
+"""
+
+from __future__ import annotations
+
+import mimetypes
+import re
+import secrets
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+from starlette.datastructures import FormData, UploadFile
+from starlette.formparsers import MultiPartException, MultiPartParser
+from starlette.requests import Request
+from starlette.responses import Response
+
+from relay import keys
+from relay.api.context import (
+    authenticate,
+    declared_length,
+    json_response,
+    state,
+    valid_batch_name,
+)
+from relay.api.gate import serve_status
+from relay.exceptions import (
+    BadRequest,
+    NotFound,
+    PayloadTooLarge,
+    Unprocessable,
+    UnsupportedMediaType,
+)
+from relay.model import Document
+from relay.store import BatchRef
+
+# Room for boundaries, part headers and the batch_name field around the file's bytes.
+MULTIPART_OVERHEAD = 64 * 1024
+MAX_FILENAME = 255
+_PARTS = frozenset({"file", "batch_name"})
+_GENERATED_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_MEDIA_TYPE = re.compile(r"[A-Za-z0-9][\w.+-]*/[\w.+-]+(\s*;[ -~]*)?", re.ASCII)
+
+
+async def _bounded(stream: AsyncIterator[bytes], max_bytes: int) -> AsyncGenerator[bytes, None]:
+    """Pass the body through, raising PayloadTooLarge once it passes ``max_bytes``."""
+    seen = 0
+    async for chunk in stream:
+        seen += len(chunk)
+        if seen > max_bytes:
+            raise PayloadTooLarge(f"upload larger than {max_bytes - MULTIPART_OVERHEAD} bytes")
+        yield chunk
+
+
+def clean_filename(raw: str | None) -> str:
+    """The last path component (``/`` or ``\\``), control characters removed, at most 255
+    characters; ``upload`` when nothing is left."""
+    name = _CONTROL.sub("", (raw or "").replace("\\", "/").rsplit("/", 1)[-1]).strip()
+    if name in {"", ".", ".."}:
+        return "upload"
+    return name[:MAX_FILENAME]
+
+
+def content_type_of(upload: UploadFile, filename: str) -> str:
+    """The part's declared type when it is specific and well formed, else a guess from the
+    filename, else ``application/octet-stream``."""
+    declared = (upload.headers.get("content-type") or "").strip()
+    specific = declared.split(";", 1)[0].strip().lower() != "application/octet-stream"
+    if specific and len(declared) <= 255 and _MEDIA_TYPE.fullmatch(declared):
+        return declared
+    guessed, _ = mimetypes.guess_type(filename, strict=False)
+    return guessed or "application/octet-stream"
+
+
+async def _parse_form(request: Request, max_body: int) -> FormData:
+    media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media_type != "multipart/form-data":
+        raise UnsupportedMediaType("expected Content-Type: multipart/form-data")
+    length = declared_length(request)
+    if length is not None and length > max_body:
+        raise PayloadTooLarge(f"upload larger than {max_body - MULTIPART_OVERHEAD} bytes")
+    parser = MultiPartParser(
+        request.headers,
+        _bounded(request.stream(), max_body),
+        max_files=2,
+        max_fields=4,
+        max_part_size=4096,
+    )
+    try:
+        return await parser.parse()
+    except MultiPartException as exc:
+        raise BadRequest(f"invalid multipart body: {exc.message}") from exc
+
+
+def _single(form: FormData, name: str) -> Any:
+    values = form.getlist(name)
+    if len(values) > 1:
+        raise Unprocessable(f"part {name!r} given more than once")
+    return values[0] if values else None
+
+
+async def upload_document(request: Request) -> Response:
+    """Store one uploaded file as a queued document of a batch (created if new): 201."""
+    account = await authenticate(request)
+    st = state(request)
+    limit = st.settings.max_upload_bytes
+    form = await _parse_form(request, limit + MULTIPART_OVERHEAD)
+    try:
+        unknown = sorted(set(form.keys()) - _PARTS)
+        if unknown:
+            raise Unprocessable(f"unexpected form part(s): {', '.join(unknown)[:200]}")
+        upload = _single(form, "file")
+        if not isinstance(upload, UploadFile):
+            raise Unprocessable("part 'file' is required and must be a file (with a filename)")
+        if upload.size is not None and upload.size > limit:
+            raise PayloadTooLarge(f"upload larger than {limit} bytes")
+        batch_name = _single(form, "batch_name")
+        if batch_name is None:
+            batch_name = "batch_" + "".join(secrets.choice(_GENERATED_ALPHABET) for _ in range(12))
+        elif not isinstance(batch_name, str) or not valid_batch_name(batch_name):
+            raise Unprocessable(
+                "batch_name must match [A-Za-z0-9][A-Za-z0-9._-]{0,127}",
+                error_type="invalid_batch_name",
+            )
+        filename = clean_filename(upload.filename)
+        content_type = content_type_of(upload, filename)
+        content = await upload.read()
+    finally:
+        await form.close()
+    if len(content) > limit:
+        raise PayloadTooLarge(f"upload larger than {limit} bytes")
+    doc = await st.store.upload(
+        BatchRef(account, batch_name),
+        filename=filename,
+        content_type=content_type,
+        content=content,
+    )
+    return json_response(doc.to_json(), 201, headers={"Location": f"/api/v1/documents/{doc.id}"})
+
+
+async def get_document(request: Request) -> Response:
+    """The document (rate-limited status endpoint; another account's is a 404)."""
+    doc_id: str = request.path_params["id"]
+    shard = keys.shard_of_id("doc", doc_id)
+
+    def reads(account: str, pipe: Any) -> None:
+        if shard is not None:
+            pipe.hgetall(keys.doc(shard, doc_id))
+
+    async def render(account: str, replies: list[Any]) -> Any:
+        h = replies[0] if replies else None
+        if not h or h.get(b"account", b"").decode() != account:
+            raise NotFound("no such document")
+        return Document.from_hash(h).to_json()
+
+    return await serve_status(request, reads, render)

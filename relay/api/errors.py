@@ -1,0 +1,107 @@
+"""Every error the API answers, as ``{"error": {"type", "message"}}``.
+
+- :class:`ApiError` and its subclasses: their status and type (401 adds
+  ``WWW-Authenticate: Bearer``);
+- Redis unreachable, timing out, loading its dataset or read-only after a failover, and
+  :class:`StoreUnavailable`: 503 ``store_unavailable`` with ``Retry-After: 1``; the clients
+  reconnect by themselves, so the next request after Redis is back succeeds;
+- Starlette's ``HTTPException`` (unknown route, wrong method): the same JSON shape;
+- a client that hangs up mid-body: 400 (nobody reads it; it just must not be a 500);
+- anything else: 500 ``internal_error``, logged. No client input is meant to get there.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from redis.exceptions import BusyLoadingError, ReadOnlyError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+
+from relay.exceptions import ApiError, StoreUnavailable
+
+logger = logging.getLogger("relay.api")
+
+_HTTP_TYPES = {
+    400: "bad_request",
+    401: "unauthorized",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "validation_error",
+    429: "rate_limited",
+}
+
+
+def error_json(
+    status_code: int, error_type: str, message: str, headers: dict[str, str] | None = None
+) -> Response:
+    body = json.dumps({"error": {"type": error_type, "message": message}}, ensure_ascii=False)
+    return Response(body.encode(), status_code, headers, media_type="application/json")
+
+
+def error_response(exc: ApiError, headers: dict[str, str] | None = None) -> Response:
+    """The response for an ApiError, with extra ``headers`` (e.g. the rate-limit ones)."""
+    if exc.status_code == 401:
+        headers = {**(headers or {}), "WWW-Authenticate": 'Bearer realm="relay"'}
+    return error_json(exc.status_code, exc.error_type, exc.message, headers)
+
+
+async def on_api_error(request: Request, exc: Exception) -> Response:
+    if not isinstance(exc, ApiError):  # pragma: no cover - registered for ApiError only
+        raise exc
+    return error_response(exc)
+
+
+async def on_store_unavailable(request: Request, exc: Exception) -> Response:
+    logger.warning("store unavailable on %s %s: %r", request.method, request.url.path, exc)
+    return error_json(
+        503,
+        "store_unavailable",
+        "the data store is unreachable; retry shortly",
+        {"Retry-After": "1"},
+    )
+
+
+async def on_http_exception(request: Request, exc: Exception) -> Response:
+    if not isinstance(exc, HTTPException):  # pragma: no cover - registered for it only
+        raise exc
+    error_type = _HTTP_TYPES.get(exc.status_code, "http_error")
+    message = {404: "no such route", 405: "method not allowed"}.get(exc.status_code, exc.detail)
+    headers = dict(exc.headers) if exc.headers else None
+    return error_json(exc.status_code, error_type, message, headers)
+
+
+async def on_client_disconnect(request: Request, exc: Exception) -> Response:
+    return error_json(400, "bad_request", "the client disconnected before the body ended")
+
+
+async def on_internal_error(request: Request, exc: Exception) -> Response:
+    logger.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_json(500, "internal_error", "internal error")
+
+
+def exception_handlers() -> dict[Any, Any]:
+    """The handlers to pass to ``Starlette(exception_handlers=...)``.
+
+    The specific ones run in Starlette's ExceptionMiddleware (response sent, done); the
+    ``Exception`` one runs in ServerErrorMiddleware, which re-raises after answering so
+    the server logs it too and a test client surfaces it.
+    """
+    return {
+        ApiError: on_api_error,
+        StoreUnavailable: on_store_unavailable,
+        RedisConnectionError: on_store_unavailable,  # BusyLoadingError is a subclass
+        BusyLoadingError: on_store_unavailable,
+        RedisTimeoutError: on_store_unavailable,
+        ReadOnlyError: on_store_unavailable,
+        HTTPException: on_http_exception,
+        ClientDisconnect: on_client_disconnect,
+        Exception: on_internal_error,
+    }

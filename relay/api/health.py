@@ -1,0 +1,113 @@
+"""``/healthz``, ``/readyz`` and ``/metrics`` (no authentication).
+
+``/metrics`` renders a small registry of gauges in the Prometheus text format. A gauge is an
+async function of the app state returning samples; add one with :func:`gauge`. A gauge that
+cannot reach Redis is left out of that scrape and ``relay_redis_up`` reads 0, so the scrape
+itself still succeeds while Redis is down.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from starlette.requests import Request
+from starlette.responses import Response
+
+from relay import queues
+from relay.api.context import AppState, json_response, state
+
+# (labels, value) pairs of one gauge.
+Samples = list[tuple[dict[str, str], float]]
+
+
+@dataclass(frozen=True)
+class Gauge:
+    name: str
+    help: str
+    collect: Callable[[AppState], Awaitable[Samples]]
+
+
+REGISTRY: list[Gauge] = []
+
+
+def gauge(
+    name: str, help: str
+) -> Callable[[Callable[[AppState], Awaitable[Samples]]], Callable[[AppState], Awaitable[Samples]]]:
+    """Register ``collect`` as the gauge ``name`` (decorator)."""
+
+    def register(
+        collect: Callable[[AppState], Awaitable[Samples]],
+    ) -> Callable[[AppState], Awaitable[Samples]]:
+        REGISTRY.append(Gauge(name, help, collect))
+        return collect
+
+    return register
+
+
+@gauge("relay_up", "1 while the API process runs")
+async def _up(st: AppState) -> Samples:
+    return [({}, 1.0)]
+
+
+@gauge("relay_queue_depth", "Jobs waiting in each RQ queue")
+async def _queue_depth(st: AppState) -> Samples:
+    names = (queues.PROCESSING, queues.DELIVERY)
+    async with st.redis.pipeline(transaction=False) as pipe:
+        for name in names:
+            pipe.llen(f"rq:queue:{name}")
+        lengths = await pipe.execute()
+    return [({"queue": name}, float(n)) for name, n in zip(names, lengths, strict=True)]
+
+
+# Documents by status are not cheaply countable across all batches (counters live per
+# batch); the lead adds that gauge (and the delivery metrics) here with @gauge.
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _line(name: str, labels: dict[str, str], value: float) -> str:
+    text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+    return f"{name}{{{text}}} {value:g}" if text else f"{name} {value:g}"
+
+
+async def render_metrics(st: AppState) -> str:
+    """The registry as Prometheus text (version 0.0.4)."""
+    lines: list[str] = []
+    redis_up = 1.0
+    for g in REGISTRY:
+        try:
+            samples = await g.collect(st)
+        except (RedisConnectionError, RedisTimeoutError):
+            redis_up = 0.0
+            continue
+        lines += [f"# HELP {g.name} {g.help}", f"# TYPE {g.name} gauge"]
+        lines += [_line(g.name, labels, value) for labels, value in samples]
+    lines += [
+        "# HELP relay_redis_up 1 when every gauge could read Redis in this scrape",
+        "# TYPE relay_redis_up gauge",
+        _line("relay_redis_up", {}, redis_up),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+async def healthz(request: Request) -> Response:
+    """The process is up (no Redis access)."""
+    return json_response({"status": "ok"})
+
+
+async def readyz(request: Request) -> Response:
+    """Redis answers PING; otherwise the 503 ``store_unavailable`` error."""
+    await state(request).redis.ping()
+    return json_response({"status": "ready"})
+
+
+async def metrics(request: Request) -> Response:
+    return Response(
+        await render_metrics(state(request)),
+        media_type="text/plain; version=0.0.4; charset=utf-8",
+    )

@@ -1,0 +1,278 @@
+"""The OpenAPI 3.1 document of the whole API, built in code and served as JSON.
+
+Starlette's ``SchemaGenerator`` answers YAML and knows nothing of bodies or responses, so the
+document is written out here: every route, parameter, request body, response code and schema
+(``openapi_schemas``), with the rate-limit headers (``openapi_parts``). The tests check that
+its operations are exactly the app's routes, and schemathesis checks the responses against it.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+import relay
+from relay.api.context import json_response
+from relay.api.openapi_parts import (
+    DELIVERY_ID,
+    DOC_ID,
+    NAME,
+    PAGE,
+    errors,
+    int_header,
+    json_body,
+    operation,
+    status_operation,
+)
+from relay.api.openapi_parts import json_response as response
+from relay.api.openapi_schemas import SCHEMAS
+
+V1 = "/api/v1"
+
+# The operations relay.api.webhooks serves (documented here, implemented there).
+WEBHOOK_OPERATIONS = frozenset(
+    {
+        ("PUT", f"{V1}/batches/{{name}}/webhook"),
+        ("GET", f"{V1}/batches/{{name}}/webhook"),
+        ("DELETE", f"{V1}/batches/{{name}}/webhook"),
+        ("GET", f"{V1}/batches/{{name}}/webhook/deliveries"),
+        ("POST", f"{V1}/batches/{{name}}/webhook/deliveries/{{id}}/retry"),
+        ("GET", f"{V1}/webhook-signing"),
+        ("POST", f"{V1}/webhook-signing/rotate"),
+    }
+)
+
+
+def _document_paths() -> dict[str, Any]:
+    upload = {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {"$ref": "#/components/schemas/Upload"},
+                "encoding": {"file": {"contentType": "application/octet-stream"}},
+            }
+        },
+    }
+    return {
+        f"{V1}/documents": {
+            "post": operation(
+                "uploadDocument",
+                "Upload a document into a batch (created if new). Does not process it.",
+                "documents",
+                {
+                    "201": response("Document", "The queued document."),
+                    **errors(400, 401, 409, 413, 415, 422),
+                },
+                body=upload,
+            )
+        },
+        f"{V1}/documents/{{id}}": {
+            "get": status_operation("getDocument", "The document.", "Document", [DOC_ID])
+        },
+    }
+
+
+def _batch_paths() -> dict[str, Any]:
+    return {
+        f"{V1}/batches": {
+            "get": operation(
+                "listBatches",
+                "The account's batches, newest first.",
+                "batches",
+                {"200": response("BatchList", "A page of batches."), **errors(401, 422)},
+                params=PAGE,
+            )
+        },
+        f"{V1}/batches/{{name}}": {
+            "get": status_operation(
+                "getBatch", "The batch with all_done and counts.", "Batch", [NAME]
+            ),
+            "delete": operation(
+                "deleteBatch",
+                "Cancel queued documents; the batch stays readable and accepts no uploads.",
+                "batches",
+                {"202": response("Batch", "The batch (idempotent)."), **errors(401, 404)},
+                params=[NAME],
+            ),
+        },
+        f"{V1}/batches/{{name}}/process": {
+            "post": operation(
+                "processBatch",
+                "Hand every queued, not yet handed document to the workers (idempotent).",
+                "batches",
+                {
+                    "202": response("Batch", "The batch."),
+                    **errors(400, 401, 404, 409, 413, 415, 422),
+                },
+                params=[NAME],
+                body=json_body("ProcessRequest", required=False),
+            )
+        },
+        f"{V1}/batches/{{name}}/results": {
+            "get": status_operation(
+                "getBatchResults",
+                "The batch plus a page of its documents with line_items.",
+                "BatchResults",
+                [NAME, *PAGE],
+                422,
+            )
+        },
+    }
+
+
+def _webhook_paths() -> dict[str, Any]:
+    webhook = f"{V1}/batches/{{name}}/webhook"
+    return {
+        webhook: {
+            "put": operation(
+                "putWebhook",
+                "Register or replace the batch's callback URL. A completion that was never "
+                "delivered is delivered now.",
+                "webhooks",
+                {
+                    "200": response("Webhook", "Replaced."),
+                    "201": response("Webhook", "Created."),
+                    **errors(400, 401, 404, 409, 413, 415, 422),
+                },
+                params=[NAME],
+                body=json_body("WebhookRequest"),
+            ),
+            "get": operation(
+                "getWebhook",
+                "The batch's callback registration.",
+                "webhooks",
+                {"200": response("Webhook", "The webhook."), **errors(401, 404)},
+                params=[NAME],
+            ),
+            "delete": operation(
+                "deleteWebhook",
+                "Remove the callback; pending deliveries of the batch become canceled.",
+                "webhooks",
+                {"200": response("Webhook", "The removed webhook."), **errors(401, 404)},
+                params=[NAME],
+            ),
+        },
+        f"{webhook}/deliveries": {
+            "get": operation(
+                "listDeliveries",
+                "The batch's deliveries, newest first, each with its attempts.",
+                "webhooks",
+                {"200": response("DeliveryList", "A page of deliveries."), **errors(401, 404, 422)},
+                params=[NAME, *PAGE],
+            )
+        },
+        f"{webhook}/deliveries/{{id}}/retry": {
+            "post": operation(
+                "retryDelivery",
+                "Deliver a failed, canceled or succeeded delivery again now (same webhook-id).",
+                "webhooks",
+                {"202": response("Delivery", "Scheduled now."), **errors(401, 404, 409)},
+                params=[NAME, DELIVERY_ID],
+            )
+        },
+        f"{V1}/webhook-signing": {
+            "get": operation(
+                "getSigningMaterial",
+                "The account's signing material (secret whsec_..., public key whpk_...).",
+                "webhooks",
+                {"200": response("SigningMaterial", "The current material."), **errors(401)},
+            )
+        },
+        f"{V1}/webhook-signing/rotate": {
+            "post": operation(
+                "rotateSigningMaterial",
+                "New secret and key pair; the previous ones keep signing for a grace period.",
+                "webhooks",
+                {"200": response("SigningMaterial", "The new material."), **errors(401)},
+            )
+        },
+    }
+
+
+def _ops_paths() -> dict[str, Any]:
+    status = {
+        "type": "object",
+        "required": ["status"],
+        "properties": {"status": {"type": "string"}},
+    }
+
+    def plain(description: str, schema: dict[str, Any]) -> dict[str, Any]:
+        return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+    spec = operation(
+        "getOpenApi",
+        "This document (JSON).",
+        "meta",
+        {"200": plain("The OpenAPI document.", {"type": "object"})},
+        public=True,
+    )
+    unavailable = {
+        **response("Error", "Redis is unreachable."),
+        "headers": {"Retry-After": int_header("Seconds to wait before retrying.", 1)},
+    }
+    return {
+        f"{V1}/openapi.json": {"get": spec},
+        "/openapi.json": {"get": {**spec, "operationId": "getOpenApiRoot"}},
+        "/healthz": {
+            "get": operation(
+                "healthz", "The process is up.", "ops", {"200": plain("Up.", status)}, public=True
+            )
+        },
+        "/readyz": {
+            "get": operation(
+                "readyz",
+                "Redis is reachable.",
+                "ops",
+                {"200": plain("Ready.", status), "503": unavailable},
+                public=True,
+            )
+        },
+        "/metrics": {
+            "get": operation(
+                "metrics",
+                "Prometheus metrics (text format 0.0.4).",
+                "ops",
+                {
+                    "200": {
+                        "description": "The metrics.",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    }
+                },
+                public=True,
+            )
+        },
+    }
+
+
+@cache
+def document() -> dict[str, Any]:
+    """The OpenAPI document (built once per process)."""
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "relay",
+            "version": relay.__version__,
+            "description": "Asynchronous document processing with batch-completion webhooks. "
+            'Errors are {"error": {"type", "message"}}.',
+        },
+        "security": [{"bearerAuth": []}],
+        "paths": {**_document_paths(), **_batch_paths(), **_webhook_paths(), **_ops_paths()},
+        "components": {
+            "securitySchemes": {
+                "bearerAuth": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "An API key rk_<prefix>_<secret> (`relay keys create`).",
+                }
+            },
+            "schemas": SCHEMAS,
+        },
+    }
+
+
+async def openapi_json(request: Request) -> Response:
+    """``GET /openapi.json`` and ``GET /api/v1/openapi.json``: the document as JSON."""
+    return json_response(document())

@@ -1,0 +1,149 @@
+"""Building blocks of the OpenAPI document: responses, headers, parameters, operations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from relay.api.openapi_schemas import (
+    BATCH_NAME_PATTERN,
+    DELIVERY_ID_PATTERN,
+    DOCUMENT_ID_PATTERN,
+    ref,
+)
+
+ERROR_TEXT = {
+    400: "Malformed request (invalid JSON or multipart).",
+    401: "Missing, malformed, unknown or revoked API key.",
+    404: "No such batch, document or route (another account's resources are 404 too).",
+    409: "The batch was deleted.",
+    413: "The body is too large.",
+    415: "Wrong Content-Type.",
+    422: "Validation failed (body, parameters, cursor).",
+    429: "Rate limit exceeded; see Retry-After.",
+    503: "The data store is unreachable; retry shortly.",
+}
+
+_RATE_HEADERS = {
+    "RateLimit-Limit": ("Requests allowed per window for this API key.", 1),
+    "RateLimit-Remaining": ("Requests left in the current window.", 0),
+    "RateLimit-Reset": ("Seconds until the oldest counted request leaves the window.", 0),
+}
+
+
+def int_header(description: str, minimum: int) -> dict[str, Any]:
+    return {
+        "description": description,
+        "required": True,
+        "schema": {"type": "integer", "minimum": minimum},
+    }
+
+
+def rate_headers(*, retry_after: bool = False) -> dict[str, Any]:
+    """The RateLimit-* headers of a status endpoint's response (and Retry-After on 429)."""
+    headers = {name: int_header(text, low) for name, (text, low) in _RATE_HEADERS.items()}
+    if retry_after:
+        headers["Retry-After"] = int_header("Seconds to wait before retrying.", 1)
+    return headers
+
+
+def json_response(schema: str, description: str, headers: dict[str, Any] | None = None) -> Any:
+    out: dict[str, Any] = {
+        "description": description,
+        "content": {"application/json": {"schema": ref(schema)}},
+    }
+    if headers:
+        out["headers"] = headers
+    return out
+
+
+def errors(*codes: int, rate_limited: bool = False) -> dict[str, Any]:
+    """Error responses for ``codes`` plus 503 (every route that reads Redis can answer it).
+
+    With ``rate_limited`` every error after authentication carries the rate-limit headers.
+    """
+    out: dict[str, Any] = {}
+    for code in sorted({*codes, 503}):
+        headers = None
+        if code == 503:
+            headers = {"Retry-After": int_header("Seconds to wait before retrying.", 1)}
+        elif rate_limited and code != 401:
+            headers = rate_headers(retry_after=code == 429)
+        out[str(code)] = json_response("Error", ERROR_TEXT[code], headers)
+    return out
+
+
+def path_param(name: str, pattern: str, description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "description": description,
+        "schema": {"type": "string", "pattern": pattern},
+    }
+
+
+NAME = path_param("name", BATCH_NAME_PATTERN, "The batch name.")
+DOC_ID = path_param("id", DOCUMENT_ID_PATTERN, "The document id.")
+DELIVERY_ID = path_param("id", DELIVERY_ID_PATTERN, "The delivery id (its webhook-id).")
+PAGE = [
+    {
+        "name": "limit",
+        "in": "query",
+        "required": False,
+        "description": "Items per page (default 50).",
+        "schema": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50},
+    },
+    {
+        "name": "cursor",
+        "in": "query",
+        "required": False,
+        "description": "The next_cursor of the previous page (opaque).",
+        "schema": {"type": "string", "maxLength": 512},
+    },
+]
+
+
+def json_body(schema: str, *, required: bool = True) -> dict[str, Any]:
+    return {"required": required, "content": {"application/json": {"schema": ref(schema)}}}
+
+
+def operation(
+    op_id: str,
+    summary: str,
+    tag: str,
+    responses: dict[str, Any],
+    *,
+    params: list[dict[str, Any]] | None = None,
+    body: dict[str, Any] | None = None,
+    public: bool = False,
+) -> dict[str, Any]:
+    """One operation; ``public`` ones need no API key."""
+    out: dict[str, Any] = {
+        "operationId": op_id,
+        "summary": summary,
+        "tags": [tag],
+        "responses": responses,
+    }
+    if params:
+        out["parameters"] = params
+    if body is not None:
+        out["requestBody"] = body
+    if public:
+        out["security"] = []
+    return out
+
+
+def status_operation(
+    op_id: str, summary: str, schema: str, params: list[dict[str, Any]], *codes: int
+) -> dict[str, Any]:
+    """A rate-limited status endpoint: every answer after authentication has the headers."""
+    return operation(
+        op_id,
+        f"{summary} Rate-limited status endpoint.",
+        "status",
+        {
+            "200": json_response(schema, summary, rate_headers()),
+            **errors(401, 404, 429, *codes, rate_limited=True),
+        },
+        params=params,
+    )

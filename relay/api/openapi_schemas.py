@@ -1,0 +1,205 @@
+"""The JSON Schemas of the OpenAPI document (``components``), OpenAPI 3.1 / JSON Schema.
+
+Every response object is closed (``additionalProperties: false``, all listed fields
+required), so a field that drifts from the contract (SPEC section 3) fails the schemathesis
+conformance test.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+BATCH_NAME_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+DOCUMENT_ID_PATTERN = "^doc_[0-9a-f][a-z2-7]{20}$"
+DELIVERY_ID_PATTERN = "^msg_[0-9a-f][a-z2-7]{20}$"
+
+STATUSES = ["queued", "processing", "succeeded", "failed", "canceled"]
+DELIVERY_STATUSES = ["pending", "succeeded", "failed", "superseded", "canceled"]
+
+
+def ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _obj(props: dict[str, Any]) -> dict[str, Any]:
+    """A closed object schema whose listed properties are all required."""
+    return {
+        "type": "object",
+        "required": list(props),
+        "properties": props,
+        "additionalProperties": False,
+    }
+
+
+_TIME = {
+    "type": "string",
+    "format": "date-time",
+    "description": "RFC 3339 UTC with milliseconds, e.g. 2026-11-30T04:00:00.123Z",
+    "pattern": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$",
+}
+_TIME_OR_NULL = {**_TIME, "type": ["string", "null"]}
+_COUNT = {"type": "integer", "minimum": 0}
+
+_DOCUMENT_PROPS: dict[str, Any] = {
+    "id": {"type": "string", "pattern": DOCUMENT_ID_PATTERN},
+    "batch_name": {"type": "string", "pattern": BATCH_NAME_PATTERN},
+    "filename": {"type": "string", "maxLength": 255},
+    "content_type": {"type": "string"},
+    "size": _COUNT,
+    "status": ref("Status"),
+    "created_at": _TIME,
+    "started_at": _TIME_OR_NULL,
+    "completed_at": _TIME_OR_NULL,
+    "processing_error": {
+        "oneOf": [{"type": "null"}, ref("ProcessingError")],
+        "description": "Set when the document failed.",
+    },
+}
+
+_BATCH_PROPS: dict[str, Any] = {
+    "batch_name": {"type": "string", "pattern": BATCH_NAME_PATTERN},
+    "status": ref("Status"),
+    "all_done": {"type": "boolean", "description": "True exactly when completed_at is set."},
+    "document_count": _COUNT,
+    "counts": ref("Counts"),
+    "created_at": _TIME,
+    "started_at": _TIME_OR_NULL,
+    "completed_at": _TIME_OR_NULL,
+    "deleted_at": _TIME_OR_NULL,
+    "completion_seq": {**_COUNT, "description": "How many times the batch has completed."},
+}
+
+_SIGNING_KEY_PROPS: dict[str, Any] = {
+    "secret": {"type": "string", "pattern": "^whsec_", "description": "HMAC key (v1)."},
+    "public_key": {"type": "string", "pattern": "^whpk_", "description": "Ed25519 key (v1a)."},
+    "created_at": _TIME,
+}
+
+_NEXT_CURSOR = {
+    "type": ["string", "null"],
+    "description": "Pass as `cursor` for the next page; null on the last page.",
+}
+
+SCHEMAS: dict[str, Any] = {
+    "Error": _obj(
+        {
+            "error": _obj(
+                {
+                    "type": {"type": "string", "examples": ["not_found", "rate_limited"]},
+                    "message": {"type": "string"},
+                }
+            )
+        }
+    ),
+    "Status": {"type": "string", "enum": STATUSES},
+    "Counts": _obj({s: _COUNT for s in STATUSES}),
+    "ProcessingError": _obj({"code": {"type": "string"}, "message": {"type": "string"}}),
+    "Document": _obj(_DOCUMENT_PROPS),
+    "ResultDocument": _obj(
+        {
+            **_DOCUMENT_PROPS,
+            "line_items": {
+                "type": ["array", "null"],
+                "items": {"type": "object"},
+                "description": "The extracted rows; null unless the document succeeded.",
+            },
+        }
+    ),
+    "Batch": _obj(_BATCH_PROPS),
+    "BatchResults": _obj(
+        {
+            **_BATCH_PROPS,
+            "documents": {"type": "array", "items": ref("ResultDocument")},
+            "next_cursor": _NEXT_CURSOR,
+        }
+    ),
+    "BatchList": _obj(
+        {"batches": {"type": "array", "items": ref("Batch")}, "next_cursor": _NEXT_CURSOR}
+    ),
+    "ProcessRequest": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "fields": {
+                "type": "array",
+                "maxItems": 100,
+                "description": "Keys every row keeps (missing ones null); names are unique.",
+                "items": _obj({"name": {"type": "string", "minLength": 1, "maxLength": 128}}),
+            }
+        },
+    },
+    "Upload": {
+        "type": "object",
+        "required": ["file"],
+        "additionalProperties": False,
+        "properties": {
+            "file": {"type": "string", "format": "binary", "contentMediaType": "*/*"},
+            "batch_name": {
+                "type": "string",
+                "pattern": BATCH_NAME_PATTERN,
+                "description": "A new batch named batch_<12 characters> when absent.",
+            },
+        },
+    },
+    "WebhookRequest": _obj(
+        {
+            "url": {
+                "type": "string",
+                "format": "uri",
+                "maxLength": 2048,
+                "description": "https only, no userinfo, resolving only to public addresses.",
+            }
+        }
+    ),
+    "Webhook": _obj(
+        {
+            "batch_name": {"type": "string"},
+            "url": {"type": "string"},
+            "disabled": {"type": "boolean"},
+            "disabled_reason": {"type": ["string", "null"]},
+            "created_at": _TIME,
+            "updated_at": _TIME,
+        }
+    ),
+    "Attempt": _obj(
+        {
+            "number": {"type": "integer", "minimum": 1},
+            "at": _TIME,
+            "duration_ms": {"type": ["integer", "number"], "minimum": 0},
+            "status_code": {"type": ["integer", "null"]},
+            "error": {
+                "type": ["string", "null"],
+                "description": "timeout, connection, dns, blocked_destination, http_status",
+            },
+            "response_excerpt": {"type": ["string", "null"], "description": "First 1 KiB."},
+        }
+    ),
+    "Delivery": _obj(
+        {
+            "id": {"type": "string", "description": "The webhook-id header of every attempt."},
+            "batch_name": {"type": "string"},
+            "completion_seq": {"type": "integer", "minimum": 1},
+            "url": {"type": "string"},
+            "status": {"type": "string", "enum": DELIVERY_STATUSES},
+            "created_at": _TIME,
+            "next_attempt_at": _TIME_OR_NULL,
+            "attempts": {"type": "array", "items": ref("Attempt")},
+        }
+    ),
+    "DeliveryList": _obj(
+        {"deliveries": {"type": "array", "items": ref("Delivery")}, "next_cursor": _NEXT_CURSOR}
+    ),
+    "SigningMaterial": _obj(
+        {
+            **_SIGNING_KEY_PROPS,
+            "previous": {
+                "oneOf": [
+                    {"type": "null"},
+                    _obj({**_SIGNING_KEY_PROPS, "expires_at": _TIME_OR_NULL}),
+                ],
+                "description": "The material replaced by the last rotation while it still "
+                "signs alongside (grace period); null otherwise.",
+            },
+        }
+    ),
+}

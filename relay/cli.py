@@ -1,0 +1,223 @@
+"""``relay``: one command, one sub-command per process or ops task.
+
+relay serve [--host H] [--port P]     the API (uvicorn)
+relay worker [--burst]                an RQ worker: delivery and processing queues
+relay detector                        the completion detector and the sweepers
+relay dev                             all of the above on a private Redis
+relay keys create|list|revoke         API keys
+relay deliveries list|show|retry      ops view of webhook deliveries
+relay config example                  print .env.example
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+from relay import __version__
+from relay.config import Settings, env_example, explicitly_set, load_settings
+from relay.exceptions import ConfigError, RelayError
+
+log = logging.getLogger("relay")
+
+
+def _logging(settings: Settings) -> None:
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from relay.api.app import create_app
+
+    uvicorn.run(
+        create_app(settings),
+        host=args.host or settings.host,
+        port=args.port or settings.port,
+        log_level=settings.log_level,
+        access_log=False,
+        server_header=False,
+    )
+    return 0
+
+
+def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
+    from rq.serializers import JSONSerializer
+    from rq.worker import SimpleWorker
+
+    # Imported before work starts so no job pays for the import.
+    import relay.delivery.send
+    import relay.processing  # noqa: F401
+    from relay import queues, runtime
+
+    rt = runtime.configure(settings)
+    backoff = 1.0
+    while True:
+        worker = SimpleWorker(
+            [queues.queue(rt.redis, queues.DELIVERY), queues.queue(rt.redis, queues.PROCESSING)],
+            connection=rt.redis,
+            serializer=JSONSerializer,
+        )
+        try:
+            worker.work(
+                burst=args.burst, with_scheduler=True, logging_level=settings.log_level.upper()
+            )
+        except Exception:
+            log.exception("worker stopped on an error")
+        if args.burst or worker._stop_requested:
+            return 0
+        # RQ quits on some Redis errors outside its dequeue loop; come back by ourselves.
+        log.warning("worker loop ended unexpectedly; starting again in %.0fs", backoff)
+        time.sleep(backoff)
+        backoff = min(backoff * 2, 30.0)
+
+
+def cmd_detector(settings: Settings, args: argparse.Namespace) -> int:
+    from relay import runtime
+    from relay.detector import Detector
+
+    detector = Detector(runtime.configure(settings))
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        detector.stop.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    log.info("detector %s started", detector.consumer)
+    detector.run()
+    return 0
+
+
+def cmd_dev(settings: Settings, args: argparse.Namespace) -> int:
+    from relay.dev import run_dev
+
+    return run_dev(
+        settings,
+        host=args.host or "127.0.0.1",
+        port=args.port or settings.port,
+        state_dir=Path(args.state_dir),
+        redis_url_explicit=args.redis_url_explicit,
+    )
+
+
+def cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
+    from relay import auth
+    from relay.redis_conn import sync_client
+
+    client = sync_client(settings.redis_url)
+    if args.keys_cmd == "create":
+        print(f"API key for account {args.account} (shown once, stored hashed):", file=sys.stderr)
+        print(auth.create_key(client, args.account))
+    elif args.keys_cmd == "list":
+        for info in auth.list_keys(client):
+            state = "revoked" if info.revoked_at else "active"
+            print(f"{info.prefix}\t{info.account}\t{state}")
+    else:
+        if not auth.revoke_key(client, args.prefix):
+            print(f"no key with prefix {args.prefix!r}", file=sys.stderr)
+            return 1
+        print(f"revoked {args.prefix}")
+    return 0
+
+
+_DURATION = re.compile(r"^(\d+)([smhd])$")
+
+
+def parse_duration(text: str) -> float:
+    """``90s``, ``15m``, ``2h``, ``7d`` -> seconds."""
+    m = _DURATION.match(text.strip())
+    if m is None:
+        raise argparse.ArgumentTypeError(f"expected a duration like 30m, 2h or 7d, got {text!r}")
+    return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+def cmd_deliveries(settings: Settings, args: argparse.Namespace) -> int:
+    from relay import ops
+
+    return ops.run(settings, args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="relay", description="relay " + __version__)
+    p.add_argument("--version", action="version", version=f"relay {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the API")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.set_defaults(func=cmd_serve)
+
+    worker = sub.add_parser("worker", help="run an RQ worker (processing + delivery)")
+    worker.add_argument("--burst", action="store_true", help="quit when the queues are empty")
+    worker.set_defaults(func=cmd_worker)
+
+    sub.add_parser("detector", help="run the completion detector and sweepers").set_defaults(
+        func=cmd_detector
+    )
+
+    dev = sub.add_parser("dev", help="everything on a private Redis, for local work")
+    dev.add_argument("--host")
+    dev.add_argument("--port", type=int)
+    dev.add_argument("--state-dir", default=".relay")
+    dev.set_defaults(func=cmd_dev)
+
+    keys = sub.add_parser("keys", help="manage API keys")
+    ksub = keys.add_subparsers(dest="keys_cmd", required=True)
+    kc = ksub.add_parser("create", help="create a key; printed on the last line")
+    kc.add_argument("--account", required=True)
+    ksub.add_parser("list", help="list keys (prefix, account, state)")
+    kr = ksub.add_parser("revoke", help="revoke a key by its prefix (or the whole key)")
+    kr.add_argument("prefix")
+    keys.set_defaults(func=cmd_keys)
+
+    dl = sub.add_parser("deliveries", help="inspect and retry webhook deliveries")
+    dsub = dl.add_subparsers(dest="deliveries_cmd", required=True)
+    dlist = dsub.add_parser("list", help="a line per delivery, newest first")
+    dlist.add_argument("--status")
+    dlist.add_argument("--account")
+    dlist.add_argument("--batch")
+    dlist.add_argument("--since", type=parse_duration)
+    dlist.add_argument("--limit", type=int, default=100)
+    dshow = dsub.add_parser("show", help="one delivery with its attempts as a table")
+    dshow.add_argument("id")
+    dretry = dsub.add_parser("retry", help="deliver again now (one id, or --status/--since)")
+    dretry.add_argument("id", nargs="?")
+    dretry.add_argument("--status")
+    dretry.add_argument("--since", type=parse_duration)
+    dretry.add_argument("--account")
+    dretry.add_argument("--batch")
+    dl.set_defaults(func=cmd_deliveries)
+
+    config = sub.add_parser("config", help="configuration helpers")
+    csub = config.add_subparsers(dest="config_cmd", required=True)
+    csub.add_parser("example", help="print .env.example")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "config":
+            print(env_example(), end="")
+            return 0
+        settings = load_settings()
+        args.redis_url_explicit = "RELAY_REDIS_URL" in explicitly_set()
+        _logging(settings)
+        result: int = args.func(settings, args)
+        return result
+    except ConfigError as exc:
+        print(f"relay: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except RelayError as exc:
+        print(f"relay: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,293 @@
+"""Settings: read once at the edge from ``RELAY_*`` environment variables and ``.env``.
+
+``os.environ`` is read here and nowhere else. Every setting is declared in ``_FIELDS`` with
+its default and one line of meaning; ``.env.example`` is generated from the same table
+(``relay config example``), so the two cannot drift. An unknown ``RELAY_`` variable is an
+error at start, not silently ignored.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from relay.exceptions import ConfigError
+
+PREFIX = "RELAY_"
+
+
+class Secret:
+    """A string that never prints itself (``repr``/``str`` show a mask)."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+    def __repr__(self) -> str:
+        return "Secret('**********')" if self._value else "Secret('')"
+
+    __str__ = __repr__
+
+
+def _bool(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off", ""}:
+        return False
+    raise ValueError(f"expected true/false, got {raw!r}")
+
+
+def _positive_float(raw: str) -> float:
+    value = float(raw)
+    if value <= 0:
+        raise ValueError("must be > 0")
+    return value
+
+
+def _positive_int(raw: str) -> int:
+    value = int(raw)
+    if value <= 0:
+        raise ValueError("must be > 0")
+    return value
+
+
+def _schedule(raw: str) -> tuple[float, ...]:
+    parts = tuple(float(p) for p in raw.split(",") if p.strip())
+    if not parts or any(p < 0 for p in parts):
+        raise ValueError("a comma-separated list of seconds >= 0")
+    return parts
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """``N/second|minute|hour``: at most ``limit`` requests in any ``window_ms``."""
+
+    limit: int
+    window_ms: int
+
+    @classmethod
+    def parse(cls, raw: str) -> RateLimit:
+        count, _, unit = raw.strip().partition("/")
+        windows = {"second": 1_000, "minute": 60_000, "hour": 3_600_000}
+        if unit not in windows:
+            raise ValueError("expected N/second, N/minute or N/hour")
+        return cls(limit=_positive_int(count), window_ms=windows[unit])
+
+
+@dataclass(frozen=True)
+class _Field:
+    name: str
+    default: str
+    parse: Callable[[str], Any]
+    doc: str
+
+
+_FIELDS: tuple[_Field, ...] = (
+    _Field("redis_url", "redis://127.0.0.1:6379/0", str, "Redis holding all state and queues"),
+    _Field("public_url", "http://127.0.0.1:8000", str, "Base URL of the API, used in results_url"),
+    _Field("host", "127.0.0.1", str, "Address `relay serve` binds"),
+    _Field("port", "8000", _positive_int, "Port `relay serve` binds"),
+    _Field(
+        "extractor",
+        "relay.extract:extract",
+        str,
+        "package.module:callable that turns a document into line_items",
+    ),
+    _Field("max_upload_bytes", str(20 * 1024 * 1024), _positive_int, "Largest upload (else 413)"),
+    _Field(
+        "blob_dir",
+        "",
+        str,
+        "Keep uploaded bytes in this directory (shared by API and workers); empty = in Redis",
+    ),
+    _Field(
+        "status_rate_limit",
+        "120/minute",
+        RateLimit.parse,
+        "Sliding-window limit per API key over the status endpoints",
+    ),
+    _Field(
+        "lease_seconds",
+        "60",
+        _positive_float,
+        "A worker's claim on a document lasts this long without renewal",
+    ),
+    _Field(
+        "max_document_attempts",
+        "3",
+        _positive_int,
+        "Claims of one document before it fails with worker_lost",
+    ),
+    _Field("sweep_interval", "1.0", _positive_float, "Seconds between detector sweeps"),
+    _Field(
+        "retry_schedule",
+        "5,300,1800,7200,18000,36000,36000",
+        _schedule,
+        "Seconds to wait after each failed attempt (len+1 attempts in all)",
+    ),
+    _Field("retry_jitter", "0.1", float, "Up to this fraction is added to each retry delay"),
+    _Field("delivery_timeout", "15", _positive_float, "Seconds a receiver has to answer 2xx"),
+    _Field(
+        "delivery_batch",
+        "64",
+        _positive_int,
+        "Due deliveries one delivery job claims and sends concurrently",
+    ),
+    _Field(
+        "delivery_concurrency",
+        "16",
+        _positive_int,
+        "Requests in flight per worker process",
+    ),
+    _Field(
+        "allow_http_targets",
+        "false",
+        _bool,
+        "Allow http:// callback URLs (local work only)",
+    ),
+    _Field(
+        "allow_private_targets",
+        "false",
+        _bool,
+        "Allow callbacks to loopback/private addresses (local work only)",
+    ),
+    _Field(
+        "encryption_key",
+        "",
+        Secret,
+        "Fernet key(s) encrypting signing secrets at rest; comma-separated, first encrypts",
+    ),
+    _Field(
+        "signing_grace_seconds",
+        "86400",
+        _positive_float,
+        "After a rotation the previous signing material keeps signing this long",
+    ),
+    _Field("log_level", "info", str, "debug, info, warning or error"),
+)
+
+_BY_ENV = {PREFIX + f.name.upper(): f for f in _FIELDS}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """All configuration, built once by :func:`load_settings` and passed in."""
+
+    redis_url: str
+    public_url: str
+    host: str
+    port: int
+    extractor: str
+    max_upload_bytes: int
+    blob_dir: str
+    status_rate_limit: RateLimit
+    lease_seconds: float
+    max_document_attempts: int
+    sweep_interval: float
+    retry_schedule: tuple[float, ...]
+    retry_jitter: float
+    delivery_timeout: float
+    delivery_batch: int
+    delivery_concurrency: int
+    allow_http_targets: bool
+    allow_private_targets: bool
+    encryption_key: Secret = field(repr=True)
+    signing_grace_seconds: float
+    log_level: str
+
+    def to_env(self) -> dict[str, str]:
+        """The settings as ``RELAY_*`` variables, for child processes."""
+        out: dict[str, str] = {}
+        for f in _FIELDS:
+            value = getattr(self, f.name)
+            if isinstance(value, Secret):
+                text = value.reveal()
+            elif isinstance(value, RateLimit):
+                unit = {1_000: "second", 60_000: "minute", 3_600_000: "hour"}[value.window_ms]
+                text = f"{value.limit}/{unit}"
+            elif isinstance(value, tuple):
+                text = ",".join(f"{v:g}" for v in value)
+            elif isinstance(value, bool):
+                text = "true" if value else "false"
+            else:
+                text = str(value)
+            out[PREFIX + f.name.upper()] = text
+        return out
+
+
+def read_dotenv(path: Path) -> dict[str, str]:
+    """``KEY=VALUE`` lines; ``#`` comments and blank lines skipped; quotes stripped."""
+    values: dict[str, str] = {}
+    if not path.is_file():
+        return values
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        key, sep, value = text.partition("=")
+        if not sep:
+            raise ConfigError(f"{path}:{lineno}: expected KEY=VALUE")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        values[key.strip().removeprefix("export ").strip()] = value
+    return values
+
+
+def load_settings(
+    environ: Mapping[str, str] | None = None,
+    dotenv: Path | None = Path(".env"),
+    **overrides: Any,
+) -> Settings:
+    """Build the settings: defaults < ``.env`` < environment < ``overrides``.
+
+    Raises :class:`ConfigError` naming the variable for an unknown ``RELAY_`` name or a
+    value that does not parse.
+    """
+    env = dict(os.environ) if environ is None else dict(environ)
+    merged = read_dotenv(dotenv) if dotenv is not None else {}
+    merged.update(env)
+    unknown = sorted(k for k in merged if k.startswith(PREFIX) and k not in _BY_ENV)
+    if unknown:
+        raise ConfigError(f"unknown setting(s): {', '.join(unknown)} (see .env.example)")
+    values: dict[str, Any] = {}
+    for env_name, f in _BY_ENV.items():
+        raw = merged.get(env_name, f.default)
+        try:
+            values[f.name] = f.parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{env_name}={raw!r}: {exc}") from exc
+    bad = set(overrides) - set(values)
+    if bad:
+        raise ConfigError(f"unknown override(s): {sorted(bad)}")
+    values.update(overrides)
+    return Settings(**values)
+
+
+def env_example() -> str:
+    """The text of ``.env.example``: every setting, its default, one line of meaning."""
+    lines = ["# relay configuration: every RELAY_ variable, its default and meaning.", ""]
+    for f in _FIELDS:
+        lines.append(f"# {f.doc}")
+        lines.append(f"{PREFIX}{f.name.upper()}={f.default}")
+    return "\n".join(lines) + "\n"
+
+
+def explicitly_set(
+    environ: Mapping[str, str] | None = None, dotenv: Path | None = Path(".env")
+) -> set[str]:
+    """The ``RELAY_`` names set in the environment or ``.env`` (not left to defaults)."""
+    env = os.environ if environ is None else environ
+    names = {k for k in env if k.startswith(PREFIX)}
+    return names | (set(read_dotenv(dotenv)) if dotenv is not None else set())

@@ -1,0 +1,313 @@
+"""Webhook registrations and deliveries: their transitions (Lua scripts) and reads.
+
+A delivery is created once per batch completion (idempotent on batch + completion_seq),
+lives in its batch's shard, and is *due* while its id sits in the shard's ``due`` sorted set.
+Workers claim due deliveries with a lease; an attempt's outcome moves the delivery on.
+``AsyncWebhooks`` serves the API; ``Deliveries`` serves the detector, workers and the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+import redis.asyncio
+from redis.exceptions import ResponseError
+
+from relay import keys
+from relay.exceptions import ApiError, Conflict, NotFound
+from relay.model import Attempt, Batch, Delivery, DeliveryStatus, Webhook
+from relay.queues import enqueue_drain
+from relay.scripts import AsyncScripts, Scripts
+from relay.store import BatchRef
+from relay.timefmt import now_ms, rfc3339
+
+EVENT_TYPE = "batch.completed"
+WAKE_TTL_MS = 30_000
+
+
+def notification_body(batch: Batch, public_url: str) -> bytes:
+    """The exact bytes POSTed for one completion (identical on every attempt)."""
+    data = batch.to_json()
+    data["results_url"] = f"{public_url.rstrip('/')}/api/v1/batches/{batch.name}/results"
+    event = {"type": EVENT_TYPE, "timestamp": rfc3339(batch.completed_at), "data": data}
+    return json.dumps(event, separators=(",", ":")).encode()
+
+
+def _create_call(ref: BatchRef, seq: int, body: bytes) -> tuple[list[str], list[Any]]:
+    s, a, n = ref.shard, ref.account, ref.name
+    new_id = keys.new_id("msg", s)
+    return (
+        [
+            keys.webhook(s, a, n),
+            keys.batch_delivery_by_seq(s, a, n),
+            keys.batch_deliveries(s, a, n),
+            keys.due(s),
+            keys.shard_deliveries(s),
+            keys.delivery(s, new_id),
+        ],
+        [new_id, a, n, seq, now_ms(), body, keys.delivery(s, "")],
+    )
+
+
+def _retry_call(shard: int, delivery_id: str, ref: BatchRef) -> tuple[list[str], list[Any]]:
+    return (
+        [
+            keys.delivery(shard, delivery_id),
+            keys.due(shard),
+            keys.webhook(shard, ref.account, ref.name),
+            keys.delivery_attempts(shard, delivery_id),
+        ],
+        [delivery_id, now_ms()],
+    )
+
+
+_RETRY_ERRORS = {
+    "missing": (NotFound, "no such delivery"),
+    "superseded": (Conflict, "a newer completion of the batch replaced this delivery"),
+    "no_webhook": (Conflict, "the batch has no webhook; register one first"),
+    "disabled": (Conflict, "the batch's webhook is disabled; register it again to enable it"),
+}
+
+
+def _retry_error(exc: ResponseError) -> ApiError | None:
+    """The API error for a script's refusal to retry (None: not a refusal, re-raise)."""
+    for word, (cls, message) in _RETRY_ERRORS.items():
+        if word in str(exc):
+            if cls is Conflict:
+                return Conflict(message, error_type="delivery_not_retryable")
+            return NotFound(message)
+    return None
+
+
+def wake(client: redis.Redis, shard: int, *, timeout: int) -> bool:
+    """Enqueue a drain job for the shard unless one is already waiting in the queue."""
+    if client.set(keys.shard_prefix(shard) + "wake", b"1", nx=True, px=WAKE_TTL_MS):
+        enqueue_drain(client, shard, timeout=timeout)
+        return True
+    return False
+
+
+@dataclass(frozen=True)
+class ClaimedDelivery:
+    """One delivery claimed for one attempt."""
+
+    id: str
+    shard: int
+    account: str
+    batch: str
+    url: str
+    body: bytes
+    number: int  # this attempt's number (1-based, over the delivery's life)
+    round_attempts: int  # failed attempts since creation or the last manual retry
+    created_at: int
+    seq: int
+
+
+class Deliveries:
+    """Delivery state for the detector, the delivery workers and ``relay deliveries``."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.redis = client
+        self.scripts = Scripts(client)
+
+    def create(self, ref: BatchRef, seq: int, body: bytes) -> tuple[bool, str]:
+        """Create the delivery of completion ``seq``: (created, id); id '' = no webhook."""
+        k, a = _create_call(ref, seq, body)
+        created, ident = self.scripts("create_delivery", k, a)
+        return int(created) == 1, ident.decode() if isinstance(ident, bytes) else str(ident)
+
+    def claim(self, shard: int, *, limit: int, lease_ms: int, token: str) -> list[ClaimedDelivery]:
+        flat = self.scripts(
+            "claim_deliveries",
+            [keys.due(shard)],
+            [now_ms(), lease_ms, limit, token, keys.shard_prefix(shard)],
+        )
+        out = []
+        for i in range(0, len(flat), 9):
+            r = flat[i : i + 9]
+            out.append(
+                ClaimedDelivery(
+                    id=r[0].decode(),
+                    shard=shard,
+                    account=r[1].decode(),
+                    batch=r[2].decode(),
+                    url=r[3].decode(),
+                    body=bytes(r[4]),
+                    number=int(r[5]),
+                    round_attempts=int(r[6]),
+                    created_at=int(r[7]),
+                    seq=int(r[8]),
+                )
+            )
+        return out
+
+    def record(
+        self,
+        d: ClaimedDelivery,
+        token: str,
+        attempt: Attempt,
+        *,
+        outcome: str,
+        next_at: int = 0,
+        reason: str = "",
+    ) -> bool:
+        """Append the attempt; move the delivery on while the lease is still ours."""
+        s = d.shard
+        moved = self.scripts(
+            "record_attempt",
+            [
+                keys.delivery(s, d.id),
+                keys.delivery_attempts(s, d.id),
+                keys.due(s),
+                keys.webhook(s, d.account, d.batch),
+            ],
+            [d.id, token, attempt.at, outcome, next_at, attempt.encode(), reason],
+        )
+        return int(moved) == 1
+
+    def get(self, delivery_id: str) -> Delivery | None:
+        shard = keys.shard_of_id("msg", delivery_id)
+        if shard is None:
+            return None
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(keys.delivery(shard, delivery_id))
+            pipe.lrange(keys.delivery_attempts(shard, delivery_id), 0, -1)
+            h, attempts = pipe.execute()
+        return Delivery.from_hash(h, attempts) if h else None
+
+    def retry(self, delivery_id: str) -> Delivery:
+        """Deliver again now, same webhook-id (ops). Raises NotFound / Conflict."""
+        current = self.get(delivery_id)
+        if current is None:
+            raise NotFound(f"no delivery {delivery_id!r}")
+        shard = keys.shard_of_id("msg", delivery_id)
+        assert shard is not None
+        k, a = _retry_call(shard, delivery_id, BatchRef(current.account, current.batch_name))
+        try:
+            self.scripts("retry_delivery", k, a)
+        except ResponseError as exc:
+            raise (_retry_error(exc) or exc) from exc
+        updated = self.get(delivery_id)
+        assert updated is not None
+        return updated
+
+    def list(self, *, limit: int = 100, since_ms: int = 0) -> list[Delivery]:
+        """The newest deliveries over all shards (created at or after ``since_ms``)."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            for s in range(keys.SHARDS):
+                pipe.zrevrangebyscore(
+                    keys.shard_deliveries(s),
+                    "+inf",
+                    since_ms,
+                    start=0,
+                    num=limit,
+                    withscores=True,
+                )
+            per_shard = pipe.execute()
+        rows = sorted(
+            ((int(score), ident.decode()) for rows in per_shard for ident, score in rows),
+            reverse=True,
+        )
+        found = [self.get(ident) for _, ident in rows]
+        return [d for d in found if d is not None]
+
+    def due_count(self, shard: int) -> int:
+        return int(self.redis.zcount(keys.due(shard), "-inf", now_ms()))
+
+
+class AsyncWebhooks:
+    """The API's view: register, read, remove webhooks; list and retry deliveries."""
+
+    def __init__(self, client: redis.asyncio.Redis) -> None:
+        self.redis = client
+        self.scripts = AsyncScripts(client)
+
+    async def register(self, ref: BatchRef, url: str, public_url: str) -> tuple[bool, bool]:
+        """Register or replace the URL. Returns (created, a delivery became due now)."""
+        s = ref.shard
+        try:
+            created, seq, dlv, status = await self.scripts(
+                "register_webhook",
+                [
+                    ref.key,
+                    keys.webhook(s, ref.account, ref.name),
+                    keys.batch_delivery_by_seq(s, ref.account, ref.name),
+                ],
+                [url, now_ms(), keys.delivery(s, "")],
+            )
+        except ResponseError as exc:
+            if "missing" in str(exc):
+                raise NotFound(f"no batch named {ref.name!r}") from exc
+            raise
+        due = False
+        seq, dlv, status = int(seq), dlv.decode(), status.decode()
+        if seq and not dlv:
+            # The batch is done and its latest completion was never delivered: deliver it.
+            h = await self.redis.hgetall(ref.key)
+            batch = Batch.from_hash(h)
+            if batch.completed_at is not None and batch.completion_seq == seq:
+                k, a = _create_call(ref, seq, notification_body(batch, public_url))
+                made, _ = await self.scripts("create_delivery", k, a)
+                due = int(made) == 1
+        elif seq and status in (DeliveryStatus.FAILED, DeliveryStatus.CANCELED):
+            k, a = _retry_call(s, dlv, ref)
+            await self.scripts("retry_delivery", k, a)
+            due = True
+        elif status == DeliveryStatus.PENDING:
+            due = True
+        return int(created) == 1, due
+
+    async def get(self, ref: BatchRef) -> Webhook | None:
+        h = await self.redis.hgetall(keys.webhook(ref.shard, ref.account, ref.name))
+        return Webhook.from_hash(ref.name, h) if h else None
+
+    async def delete(self, ref: BatchRef) -> bool:
+        s = ref.shard
+        removed = await self.scripts(
+            "cancel_deliveries",
+            [keys.webhook(s, ref.account, ref.name), keys.due(s)],
+            [now_ms(), keys.delivery(s, "")],
+        )
+        return int(removed) == 1
+
+    async def deliveries(
+        self, ref: BatchRef, *, start: int, limit: int
+    ) -> tuple[list[Delivery], int | None]:
+        """The batch's deliveries, newest first, from position ``start``."""
+        s = ref.shard
+        ids = await self.redis.zrevrange(
+            keys.batch_deliveries(s, ref.account, ref.name), start, start + limit
+        )
+        next_start = start + limit if len(ids) > limit else None
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for raw in ids[:limit]:
+                pipe.hgetall(keys.delivery(s, raw.decode()))
+                pipe.lrange(keys.delivery_attempts(s, raw.decode()), 0, -1)
+            replies = await pipe.execute()
+        out = [
+            Delivery.from_hash(h, attempts)
+            for h, attempts in zip(replies[::2], replies[1::2], strict=True)
+            if h
+        ]
+        return out, next_start
+
+    async def retry(self, ref: BatchRef, delivery_id: str) -> Delivery:
+        shard = keys.shard_of_id("msg", delivery_id)
+        if shard is None or shard != ref.shard:
+            raise NotFound(f"no delivery {delivery_id!r} for this batch")
+        h = await self.redis.hmget(keys.delivery(shard, delivery_id), ["account", "batch"])
+        if h[0] is None or h[0].decode() != ref.account or h[1].decode() != ref.name:
+            raise NotFound(f"no delivery {delivery_id!r} for this batch")
+        k, a = _retry_call(shard, delivery_id, ref)
+        try:
+            await self.scripts("retry_delivery", k, a)
+        except ResponseError as exc:
+            raise (_retry_error(exc) or exc) from exc
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(keys.delivery(shard, delivery_id))
+            pipe.lrange(keys.delivery_attempts(shard, delivery_id), 0, -1)
+            dh, attempts = await pipe.execute()
+        return Delivery.from_hash(dh, attempts)

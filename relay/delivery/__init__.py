@@ -1,0 +1,1 @@
+"""Outbound webhook delivery: URL safety (:mod:`.ssrf`) and signatures (:mod:`.signing`)."""

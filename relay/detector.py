@@ -1,0 +1,199 @@
+"""The completion detector and the sweepers (``relay detector``).
+
+Detector: every batch completion is appended to its shard's outbox stream by the same script
+that completes the batch. Detectors read the outboxes through one consumer group, so several
+can run at once and each entry goes to one of them; an entry is acknowledged only after its
+delivery exists, and entries left unacknowledged by a dead detector are claimed by a live one
+after ``RECLAIM_IDLE_MS``. Creating the delivery is idempotent on (batch, completion_seq):
+one completion, one delivery, whatever crashes in between.
+
+Sweepers, every ``RELAY_SWEEP_INTERVAL``:
+- document leases that expired (worker lost) -> queued again, or failed ``worker_lost``;
+- documents handed out whose RQ job no longer exists -> enqueued again;
+- due deliveries in no queue (a lost worker's lease ran out, a retry came due, Redis was
+  restarted) -> the shard is woken.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+
+import redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from rq.job import Job
+
+from relay import keys
+from relay.deliveries import notification_body, wake
+from relay.delivery.send import job_timeout
+from relay.model import Batch
+from relay.queues import document_job_id, enqueue_documents
+from relay.runtime import Runtime
+from relay.store import BatchRef
+
+log = logging.getLogger("relay.detector")
+
+GROUP = "relay-detector"
+RECLAIM_IDLE_MS = 10_000
+READ_COUNT = 200
+STALE_READY_MS = 30_000
+LIVE_JOB_STATUSES = {b"queued", b"started", b"scheduled", b"deferred"}
+
+
+def ensure_groups(client: redis.Redis) -> None:
+    for s in range(keys.SHARDS):
+        try:
+            # From id 0: completions recorded before the group existed are not lost.
+            client.xgroup_create(keys.outbox(s), GROUP, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+
+class Detector:
+    """Turns outbox entries into deliveries; sweeps leases, hand-outs and due deliveries."""
+
+    def __init__(self, rt: Runtime, consumer: str | None = None) -> None:
+        self.rt = rt
+        self.redis = rt.redis
+        self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
+        self.stop = threading.Event()
+
+    # -- completions -----------------------------------------------------------------------
+
+    def handle(self, shard: int, entry_id: bytes, fields: dict[bytes, bytes]) -> None:
+        """Create the delivery for one completion entry, then acknowledge it."""
+        account = fields[b"account"].decode()
+        name = fields[b"batch"].decode()
+        seq = int(fields[b"seq"])
+        snapshot = {k.encode(): str(v).encode() for k, v in json.loads(fields[b"snapshot"]).items()}
+        body = notification_body(Batch.from_hash(snapshot), self.rt.settings.public_url)
+        created, _ = self.rt.deliveries.create(BatchRef(account, name), seq, body)
+        if created:
+            wake(self.redis, shard, timeout=job_timeout(self.rt))
+        self.redis.xack(keys.outbox(shard), GROUP, entry_id)
+
+    def read_once(self, block_ms: int) -> int:
+        streams = {keys.outbox(s): ">" for s in range(keys.SHARDS)}
+        replies = self.redis.xreadgroup(
+            GROUP, self.consumer, streams, count=READ_COUNT, block=block_ms
+        )
+        handled = 0
+        for stream, entries in replies or []:
+            shard = int(stream.decode().split("{r", 1)[1].split("}", 1)[0])
+            for entry_id, fields in entries:
+                self.handle(shard, entry_id, fields)
+                handled += 1
+        return handled
+
+    def reclaim(self) -> int:
+        """Take over entries another (dead) detector read but never acknowledged."""
+        handled = 0
+        for s in range(keys.SHARDS):
+            reply = self.redis.xautoclaim(
+                keys.outbox(s), GROUP, self.consumer, RECLAIM_IDLE_MS, "0-0", count=100
+            )
+            for entry_id, fields in reply[1]:
+                if fields:  # None when the entry was trimmed away
+                    self.handle(s, entry_id, fields)
+                    handled += 1
+                else:
+                    self.redis.xack(keys.outbox(s), GROUP, entry_id)
+        return handled
+
+    # -- sweepers --------------------------------------------------------------------------
+
+    def sweep_leases(self) -> int:
+        store = self.rt.store
+        requeued: list[tuple[str, str, str]] = []
+        for s in range(keys.SHARDS):
+            for doc_id in store.expired_leases(s):
+                ref = store.doc_batch(s, doc_id)
+                if ref is None:
+                    self.redis.zrem(keys.leases(s), doc_id)
+                    continue
+                outcome = store.requeue(ref, doc_id, self.rt.settings.max_document_attempts)
+                if outcome == "requeued":
+                    requeued.append((doc_id, ref.account, ref.name))
+                log.info("lease of %s expired: %s", doc_id, outcome)
+        if requeued:
+            enqueue_documents(self.redis, requeued, timeout=self._doc_timeout())
+        return len(requeued)
+
+    def sweep_ready(self) -> int:
+        """Hand out again documents whose job vanished (a crash between hand-out and
+        enqueue, a Redis restart, an RQ job lost with its worker)."""
+        store = self.rt.store
+        lost: list[tuple[str, str, str]] = []
+        for s in range(keys.SHARDS):
+            stale = store.stale_ready(s, STALE_READY_MS)
+            if not stale:
+                continue
+            with self.redis.pipeline(transaction=False) as pipe:
+                for doc_id in stale:
+                    pipe.hget(Job.key_for(document_job_id(doc_id)), "status")
+                statuses = pipe.execute()
+            for doc_id, status in zip(stale, statuses, strict=True):
+                if status in LIVE_JOB_STATUSES:
+                    continue
+                ref = store.doc_batch(s, doc_id)
+                if ref is not None:
+                    lost.append((doc_id, ref.account, ref.name))
+                self.redis.zadd(keys.ready(s), {doc_id: time.time() * 1000})
+        if lost:
+            enqueue_documents(self.redis, lost, timeout=self._doc_timeout())
+        return len(lost)
+
+    def sweep_due(self) -> int:
+        woken = 0
+        for s in range(keys.SHARDS):
+            if self.rt.deliveries.due_count(s) and wake(
+                self.redis, s, timeout=job_timeout(self.rt)
+            ):
+                woken += 1
+        return woken
+
+    def sweep(self) -> None:
+        self.reclaim()
+        self.sweep_leases()
+        self.sweep_ready()
+        self.sweep_due()
+
+    def _doc_timeout(self) -> int:
+        return int(self.rt.settings.lease_seconds * 10) + 60
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Until ``stop`` is set: read completions, sweep on schedule, ride out Redis outages."""
+        interval = self.rt.settings.sweep_interval
+        next_sweep = 0.0
+        backoff = 0.1
+        groups_ready = False
+        while not self.stop.is_set():
+            try:
+                if not groups_ready:
+                    ensure_groups(self.redis)
+                    groups_ready = True
+                now = time.monotonic()
+                if now >= next_sweep:
+                    self.sweep()
+                    next_sweep = now + interval
+                block = max(1, int((next_sweep - time.monotonic()) * 1000))
+                self.read_once(min(block, 1000))
+                backoff = 0.1
+            except (RedisConnectionError, RedisTimeoutError, ConnectionError) as exc:
+                log.warning("redis unavailable (%s); retrying in %.1fs", exc, backoff)
+                self.stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+            except ResponseError as exc:
+                if "NOGROUP" in str(exc):  # Redis restarted without our groups
+                    groups_ready = False
+                    continue
+                raise

@@ -1,0 +1,604 @@
+"""``relay dev``: the whole service in one terminal, for local work.
+
+One supervisor process owns everything: a private ``redis-server`` (AOF on, data under
+``.relay/redis``) unless an explicitly configured Redis answers, and the three processes —
+``relay serve``, ``relay worker``, ``relay detector`` — whose output it prints line by line
+behind their names. A child that dies is started again (backoff, at most 5 times a minute).
+Ctrl-C or SIGTERM stops the children first, then Redis, gracefully, so the AOF holds everything.
+
+State that must survive a restart of ``relay dev`` lives in the state directory: the Fernet key
+that encrypts signing secrets (without it the data in Redis could not be decrypted), the dev API
+key, and the pids of the processes, so children orphaned by a killed supervisor are stopped at
+the next start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import IO, Protocol
+
+import redis
+from cryptography.fernet import Fernet
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from relay.config import Settings, load_settings
+from relay.exceptions import RelayError
+from relay.redis_conn import sync_client
+from relay.redis_server import RedisServer, RedisServerError, port_is_free
+
+DEV_REDIS_PORT = 6390
+HEALTH_TIMEOUT = 20.0  # seconds the API has to answer /healthz before the banner anyway
+STOP_TIMEOUT = 10.0  # seconds a child has between SIGTERM and SIGKILL
+RESTARTS_PER_MINUTE = 5
+_TICK = 0.2
+
+
+class DevError(RelayError):
+    """``relay dev`` cannot start (no redis-server, state directory in use, bad key file)."""
+
+
+class CreateKey(Protocol):
+    def __call__(self, client: redis.Redis, *, account: str) -> str: ...
+
+
+class LookupKey(Protocol):
+    def __call__(self, client: redis.Redis, key: str) -> object | None: ...
+
+
+# -- small pieces, each testable on its own -------------------------------------------------
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by the owner only (0600), atomically."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text + "\n")
+    os.chmod(tmp, 0o600)  # O_CREAT's mode does not apply to a file left by a crash
+    os.replace(tmp, path)
+
+
+def ensure_encryption_key(state_dir: Path) -> str:
+    """The dev Fernet key: made once and kept in ``state_dir/encryption.key`` (0600).
+
+    A file that holds no valid key is an error, never overwritten: the data in Redis was
+    encrypted with whatever it held.
+    """
+    path = state_dir / "encryption.key"
+    if path.exists():
+        key = path.read_text().strip()
+        try:
+            Fernet(key.encode())
+        except ValueError as exc:
+            raise DevError(f"{path} holds no valid Fernet key; fix or remove it") from exc
+        if path.stat().st_mode & 0o077:
+            path.chmod(0o600)
+        return key
+    state_dir.mkdir(parents=True, exist_ok=True)
+    key = Fernet.generate_key().decode()
+    write_private(path, key)
+    return key
+
+
+def ensure_dev_api_key(
+    client: redis.Redis, state_dir: Path, *, create_key: CreateKey, lookup_key: LookupKey
+) -> str:
+    """The API key of account ``dev``: the one in ``state_dir/dev_api_key`` while Redis still
+    knows it, else a new one (kept there, 0600)."""
+    path = state_dir / "dev_api_key"
+    if path.exists():
+        key = path.read_text().strip()
+        if key and lookup_key(client, key) is not None:
+            return key
+    key = create_key(client, account="dev")
+    write_private(path, key)
+    return key
+
+
+def redis_reachable(url: str, timeout: float = 1.0) -> bool:
+    """Whether the Redis at ``url`` answers PING within ``timeout`` seconds."""
+    try:
+        client = redis.Redis.from_url(
+            url,
+            socket_connect_timeout=timeout,
+            socket_timeout=timeout,
+            retry=Retry(NoBackoff(), 0),
+        )
+    except ValueError:  # not a redis:// URL
+        return False
+    try:
+        return bool(client.ping())
+    except (redis.RedisError, OSError):
+        return False
+    finally:
+        client.close()
+
+
+def browse_host(host: str) -> str:
+    """The address a browser uses for a server bound to ``host``."""
+    if host in {"", "0.0.0.0", "::"}:
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host
+
+
+def child_commands(host: str, port: int) -> dict[str, list[str]]:
+    """The processes ``relay dev`` runs, by the short name that prefixes their output."""
+    relay = [sys.executable, "-m", "relay"]
+    return {
+        "api": [*relay, "serve", "--host", host, "--port", str(port)],
+        "worker": [*relay, "worker"],
+        "detector": [*relay, "detector"],
+    }
+
+
+def dev_environment(
+    settings: Settings, *, host: str, port: int, redis_url: str, encryption_key: str
+) -> dict[str, str]:
+    """The environment of every child: ours, the settings as ``RELAY_*``, the dev overrides."""
+    env = {**os.environ, **settings.to_env()}
+    env.update(
+        RELAY_REDIS_URL=redis_url,
+        RELAY_HOST=host,
+        RELAY_PORT=str(port),
+        RELAY_ALLOW_HTTP_TARGETS="true",
+        RELAY_ALLOW_PRIVATE_TARGETS="true",
+        RELAY_ENCRYPTION_KEY=encryption_key,
+        PYTHONUNBUFFERED="1",
+    )
+    if settings.public_url == load_settings(environ={}, dotenv=None).public_url:
+        env["RELAY_PUBLIC_URL"] = f"http://{browse_host(host)}:{port}"
+    return env
+
+
+def banner(
+    *, base_url: str, api_key: str, redis_url: str, state_dir: Path, api_up: bool = True
+) -> str:
+    """What ``relay dev`` prints once the API answers: where things are and a first run."""
+    auth = '-H "Authorization: Bearer $DEV_KEY"'
+    api = f"{base_url}/api/v1"
+    headline = "relay dev is up" if api_up else "relay dev is running (the API is not up yet)"
+    return f"""
+  {headline}
+    API       {base_url}   (OpenAPI: {api}/openapi.json)
+    API key   {api_key}   (account "dev", kept in {state_dir / "dev_api_key"})
+    Redis     {redis_url}
+    Callbacks http:// and private addresses allowed (dev only)
+
+  Try it:
+    DEV_KEY={api_key}
+    printf 'sku,qty,unit_price\\nA-100,2,9.90\\nB-200,1,24.00\\n' > items.csv
+    curl -sS {auth} -F file=@items.csv -F batch_name=demo {api}/documents
+    curl -sS {auth} -X POST {api}/batches/demo/process
+    curl -sS {auth} {api}/batches/demo
+    curl -sS {auth} {api}/batches/demo/results
+
+  Ctrl-C stops everything.
+"""
+
+
+@dataclass
+class RestartBudget:
+    """Backoff for a crashing child: 0.5 s doubling to 10 s, and at most ``limit`` restarts in
+    any ``window`` seconds (after that it waits until the oldest one leaves the window)."""
+
+    limit: int = RESTARTS_PER_MINUTE
+    window: float = 60.0
+    times: deque[float] = field(default_factory=deque)
+
+    def delay(self, now: float) -> float:
+        while self.times and now - self.times[0] >= self.window:
+            self.times.popleft()
+        backoff = min(0.5 * 2.0 ** len(self.times), 10.0)
+        if len(self.times) >= self.limit:
+            backoff = max(backoff, self.times[0] + self.window - now)
+        return backoff
+
+    def record(self, now: float) -> None:
+        self.times.append(now)
+
+
+def healthy(url: str, timeout: float = 1.0) -> bool:
+    """Whether ``url`` answers 200 (no proxy: it is our own local server)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=timeout) as response:
+            return int(response.status) == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+# -- console, children ----------------------------------------------------------------------
+
+
+class Console:
+    """Lines from many threads, each behind a padded name: ``worker   | ...``."""
+
+    def __init__(self, out: IO[str], width: int = 8) -> None:
+        self._out = out
+        self._width = width
+        self._lock = threading.Lock()
+
+    def say(self, name: str, text: str) -> None:
+        with self._lock:
+            for line in text.splitlines() or [""]:
+                self._out.write(f"{name:<{self._width}} | {line}\n")
+            self._out.flush()
+
+    def write(self, text: str) -> None:
+        with self._lock:
+            self._out.write(text)
+            self._out.flush()
+
+
+class Child:
+    """One supervised process, its output pumped to the console by a thread."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], console: Console) -> None:
+        self.name = name
+        self.argv = argv
+        self.env = env
+        self.console = console
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.budget = RestartBudget()
+        self.restart_at: float | None = None
+        self._pump: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            self.argv,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # Ctrl-C reaches the supervisor only; it stops us in order
+        )
+        self._pump = threading.Thread(
+            target=self._copy_output, args=(self.proc,), name=f"dev-{self.name}", daemon=True
+        )
+        self._pump.start()
+
+    def _copy_output(self, proc: subprocess.Popen[bytes]) -> None:
+        if proc.stdout is None:
+            return
+        with proc.stdout:
+            for raw in iter(proc.stdout.readline, b""):
+                self.console.say(self.name, raw.decode(errors="replace").rstrip("\r\n"))
+
+    def send(self, sig: signal.Signals, *, group: bool = False) -> None:
+        """Send ``sig`` to the process, or to its whole process group (its own forks too)."""
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if group:
+                os.killpg(self.proc.pid, sig)
+            elif self.proc.poll() is None:
+                self.proc.send_signal(sig)
+
+    def join_output(self, timeout: float = 2.0) -> None:
+        if self._pump is not None:
+            self._pump.join(timeout)
+
+
+def stop_children(children: list[Child], timeout: float = STOP_TIMEOUT) -> None:
+    """SIGTERM every child, wait up to ``timeout`` seconds for all, SIGKILL what is left."""
+    for child in children:
+        child.send(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for child in children:
+        if child.proc is None:
+            continue
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.proc.wait(max(0.0, deadline - time.monotonic()))
+    for child in children:
+        if child.proc is not None and child.proc.poll() is None:
+            child.console.say("dev", f"{child.name} did not stop within {timeout:g} s; killing it")
+        child.send(signal.SIGKILL, group=True)  # the stragglers and any forks they left
+        if child.proc is not None:
+            child.proc.wait()
+        child.join_output()
+
+
+# -- state directory: one supervisor at a time, orphans of a killed one ----------------------
+
+
+def lock_state_dir(state_dir: Path) -> IO[str]:
+    """Hold ``state_dir/dev.lock`` for as long as the returned file stays open."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    fh = (state_dir / "dev.lock").open("a+")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.close()
+        raise DevError(f"another `relay dev` is running on {state_dir}") from None
+    return fh
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, exited but not yet reaped, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def stop_orphans(state_dir: Path, console: Console) -> None:
+    """Stop the processes a killed supervisor left behind (listed in ``state_dir/dev.pids``).
+
+    A pid counts only while ``/proc/PID/cmdline`` still shows relay or redis-server, so a pid
+    reused by something else is left alone (and without ``/proc`` nothing is touched).
+    """
+    path = state_dir / "dev.pids"
+    try:
+        pids: dict[str, int] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    orphans: dict[str, int] = {}
+    for name, pid in pids.items():
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if (b"redis-server" if name == "redis" else b"relay") in cmdline:
+            orphans[name] = pid
+    for name, pid in orphans.items():
+        console.say("dev", f"stopping {name} (pid {pid}) left over from an earlier run")
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT
+    while any(_pid_alive(p) for p in orphans.values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in orphans.values():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _on_stop_signals(handler: Callable[[], None]) -> Iterator[None]:
+    """Route SIGINT, SIGTERM and SIGHUP to ``handler`` (main thread only; restored after)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        handler()
+
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.getsignal(sig) for sig in sigs}
+    for sig in sigs:
+        signal.signal(sig, on_signal)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)
+
+
+# -- the supervisor -------------------------------------------------------------------------
+
+
+class Supervisor:
+    """Redis, the dev keys, the children; watches them until :meth:`request_stop`.
+
+    ``commands`` (default :func:`child_commands`) and ``redis_port`` are parameters so a test
+    can supervise processes of its own on ports of its own.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        host: str,
+        port: int,
+        state_dir: Path,
+        redis_url_explicit: bool,
+        console: Console,
+        commands: dict[str, list[str]] | None = None,
+        redis_port: int = DEV_REDIS_PORT,
+    ) -> None:
+        self.settings = settings
+        self.commands = commands if commands is not None else child_commands(host, port)
+        self.redis_port = redis_port
+        self.host = host
+        self.port = port
+        self.state_dir = state_dir
+        self.redis_url_explicit = redis_url_explicit
+        self.console = console
+        self.base_url = f"http://{browse_host(host)}:{port}"
+        self.redis: RedisServer | None = None
+        self.redis_budget = RestartBudget()
+        self.redis_restart_at: float | None = None
+        self.children: list[Child] = []
+        self.stopping = threading.Event()
+
+    def say(self, text: str) -> None:
+        self.console.say("dev", text)
+
+    def request_stop(self) -> None:
+        if not self.stopping.is_set():
+            self.say("stopping...")
+        self.stopping.set()
+
+    def run(self) -> int:
+        try:
+            try:
+                redis_url = self._redis_url()
+                env = dev_environment(
+                    self.settings,
+                    host=self.host,
+                    port=self.port,
+                    redis_url=redis_url,
+                    encryption_key=self.settings.encryption_key.reveal()
+                    or ensure_encryption_key(self.state_dir),
+                )
+                api_key = self._dev_api_key(redis_url)
+            except (RelayError, redis.RedisError, OSError) as exc:
+                self.say(f"cannot start: {exc}")
+                return 1
+            for name, argv in self.commands.items():
+                child = Child(name, argv, env, self.console)
+                child.start()
+                self.children.append(child)
+            self._write_pids()
+            announce = functools.partial(
+                banner,
+                base_url=self.base_url,
+                api_key=api_key,
+                redis_url=redis_url,
+                state_dir=self.state_dir,
+            )
+            self._supervise(announce)
+            return 0
+        finally:
+            self._shutdown()
+
+    def _redis_url(self) -> str:
+        url = self.settings.redis_url
+        if self.redis_url_explicit:
+            if redis_reachable(url):
+                self.say(f"using Redis at {url} (RELAY_REDIS_URL)")
+                return url
+            self.say(f"RELAY_REDIS_URL={url} does not answer; starting a private Redis instead")
+        port = self.redis_port if port_is_free(self.redis_port) else None
+        self.redis = RedisServer(self.state_dir / "redis", port=port, appendonly=True)
+        self.redis.start()
+        if port is None:
+            self.say(f"port {self.redis_port} is taken; private Redis on {self.redis.port}")
+        self.say(f"private Redis {self.redis.url} (pid {self.redis.pid}, data in {self.redis.dir})")
+        return self.redis.url
+
+    def _dev_api_key(self, redis_url: str) -> str:
+        from relay import auth  # when used: the supervisor needs little of the package
+
+        client = sync_client(redis_url)
+        try:
+            return ensure_dev_api_key(
+                client, self.state_dir, create_key=auth.create_key, lookup_key=auth.lookup_key
+            )
+        finally:
+            client.close()
+
+    def _write_pids(self) -> None:
+        pids = {c.name: c.proc.pid for c in self.children if c.proc is not None}
+        if self.redis is not None and self.redis.pid is not None:
+            pids["redis"] = self.redis.pid
+        write_private(self.state_dir / "dev.pids", json.dumps(pids))
+
+    def _supervise(self, announce: Callable[..., str]) -> None:
+        """Watch until asked to stop; print the banner once the API answers (or gave up)."""
+        announce_by = time.monotonic() + HEALTH_TIMEOUT
+        announced = False
+        while not self.stopping.is_set():
+            now = time.monotonic()
+            self._watch_redis(now)
+            for child in self.children:
+                self._watch(child, now)
+            if not announced:
+                if healthy(f"{self.base_url}/healthz"):
+                    self.console.write(announce(api_up=True))
+                    announced = True
+                elif now >= announce_by:
+                    self.say(
+                        f"the API did not answer {self.base_url}/healthz within "
+                        f"{HEALTH_TIMEOUT:g} s; see its lines above"
+                    )
+                    self.console.write(announce(api_up=False))
+                    announced = True
+            self.stopping.wait(_TICK)
+
+    def _watch(self, child: Child, now: float) -> None:
+        if child.proc is None:
+            return
+        if child.restart_at is None:
+            code = child.proc.poll()
+            if code is None:
+                return
+            delay = child.budget.delay(now)
+            child.restart_at = now + delay
+            self.say(f"{child.name} exited with code {code}; restarting in {delay:.1f} s")
+        elif now >= child.restart_at:
+            child.send(signal.SIGKILL, group=True)  # whatever its forks left running
+            child.join_output(0.5)
+            child.budget.record(now)
+            child.restart_at = None
+            child.start()
+            self._write_pids()
+
+    def _watch_redis(self, now: float) -> None:
+        server = self.redis
+        if server is None or server.running:
+            return
+        if self.redis_restart_at is None:
+            delay = self.redis_budget.delay(now)
+            self.redis_restart_at = now + delay
+            self.say(f"private Redis exited; restarting it in {delay:.1f} s")
+        elif now >= self.redis_restart_at:
+            self.redis_budget.record(now)
+            self.redis_restart_at = None
+            try:
+                server.restart()
+            except RedisServerError as exc:
+                self.say(f"private Redis did not come back: {exc}")
+                return
+            self.say(f"private Redis is back (pid {server.pid})")
+            self._write_pids()
+
+    def _shutdown(self) -> None:
+        stop_children(self.children)
+        if self.redis is not None and self.redis.running:
+            self.say("stopping the private Redis (the AOF is flushed)")
+            if not self.redis.stop(STOP_TIMEOUT):
+                self.say("the private Redis did not stop in time and was killed")
+        (self.state_dir / "dev.pids").unlink(missing_ok=True)
+
+
+def run_dev(
+    settings: Settings,
+    *,
+    host: str,
+    port: int,
+    state_dir: Path = Path(".relay"),
+    redis_url_explicit: bool = False,
+) -> int:
+    """Run the API, a worker and the detector on a local Redis until Ctrl-C; the exit code.
+
+    ``redis_url_explicit`` says the user set ``RELAY_REDIS_URL``: only then is that Redis used
+    (when it answers), so ``relay dev`` never writes into a Redis it merely found by default.
+    """
+    console = Console(sys.stdout)
+    state_dir = state_dir.resolve()
+    try:
+        lock = lock_state_dir(state_dir)
+    except DevError as exc:
+        console.say("dev", str(exc))
+        return 1
+    with lock:
+        stop_orphans(state_dir, console)
+        supervisor = Supervisor(
+            settings,
+            host=host,
+            port=port,
+            state_dir=state_dir,
+            redis_url_explicit=redis_url_explicit,
+            console=console,
+        )
+        with _on_stop_signals(supervisor.request_stop):
+            return supervisor.run()

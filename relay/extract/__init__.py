@@ -1,0 +1,131 @@
+"""Turning an uploaded document into rows (``line_items``): the default extractor and the
+plug-in contract.
+
+The extractor is pluggable: ``RELAY_EXTRACTOR=package.module:callable`` names a callable
+``callable(content: bytes, *, filename: str, content_type: str, fields: list[str]) ->
+list[dict]``. Raising ``ExtractionError(code, message)`` fails the document with that code;
+any other exception fails it with code ``extraction_error`` (``loader.run_extractor``).
+
+``extract`` (``relay.extract:extract``) is the default. It reads real tables: CSV and TSV
+(``csv_tsv``), JSON (``json_``) and PDF tables (``pdf``); anything else is
+``unsupported_format``. When ``fields`` is non-empty each row keeps exactly those keys, in
+that order, missing ones ``None``.
+
+The format is decided, first match wins, by:
+
+1. content: ``%PDF-`` at the start is a PDF whatever it was declared as (the magic cannot
+   be wrong, a declared type can);
+2. the declared content type (``text/csv``, ``text/tab-separated-values``,
+   ``application/json`` and ``+json`` types, ``application/pdf``, and common aliases);
+3. the filename extension (``.csv .tsv .tab .json .pdf``), which also rescues CSVs that
+   Windows browsers upload as ``application/vnd.ms-excel``;
+4. when the declared type is generic (none, ``application/octet-stream``, ``text/plain``):
+   sniffing the text, JSON if it parses, else CSV/TSV if ``csv.Sniffer`` finds a credible
+   delimiter. A specific type that is none of ours (``text/html``, ``image/png``) with no
+   known extension is ``unsupported_format`` without sniffing.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePath
+
+from relay.extract.csv_tsv import choose_dialect, decode_text, extract_delimited, sniff_dialect
+from relay.extract.errors import ExtractionError
+from relay.extract.json_ import extract_json, parse_json, rows_from_json
+from relay.extract.loader import Extractor, load_extractor, run_extractor
+from relay.extract.pdf import extract_pdf
+
+__all__ = [
+    "ExtractionError",
+    "Extractor",
+    "detect_format",
+    "extract",
+    "load_extractor",
+    "run_extractor",
+]
+
+_BY_CONTENT_TYPE = {
+    "text/csv": "csv",
+    "application/csv": "csv",
+    "text/x-csv": "csv",
+    "application/x-csv": "csv",
+    "text/comma-separated-values": "csv",
+    "text/tab-separated-values": "tsv",
+    "text/tsv": "tsv",
+    "application/json": "json",
+    "text/json": "json",
+    "application/pdf": "pdf",
+    "application/x-pdf": "pdf",
+}
+_BY_EXTENSION = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".json": "json", ".pdf": "pdf"}
+# Types that say "some bytes" rather than what they are: the content has to tell.
+_GENERIC_TYPES = frozenset(
+    {"", "application/octet-stream", "binary/octet-stream", "application/unknown", "text/plain"}
+)
+_UNSUPPORTED = "unsupported format: expected CSV, TSV, JSON or PDF"
+
+
+def _media_type(content_type: str) -> str:
+    return content_type.split(";", 1)[0].strip().lower()
+
+
+def detect_format(content: bytes, *, filename: str, content_type: str) -> str | None:
+    """``"pdf"``, ``"json"``, ``"csv"`` or ``"tsv"`` from magic, type or extension (module
+    docstring, steps 1-3); ``None`` when only sniffing the text can tell.
+
+    Raises ``unsupported_format`` for a specific type that is none of ours.
+    """
+    if content[:1024].lstrip()[:5] == b"%PDF-":
+        return "pdf"
+    media_type = _media_type(content_type)
+    declared = _BY_CONTENT_TYPE.get(media_type)
+    if declared is None and media_type.endswith("+json"):
+        declared = "json"
+    if declared is None:
+        declared = _BY_EXTENSION.get(PurePath(filename).suffix.lower())
+    if declared is None and media_type not in _GENERIC_TYPES:
+        raise ExtractionError("unsupported_format", f"{_UNSUPPORTED}, got {media_type}")
+    return declared
+
+
+def _sniff(text: str) -> list[dict[str, object]]:
+    """Step 4 of the module docstring: rows from text whose format nobody declared."""
+    json_error: ExtractionError | None = None
+    if text.lstrip()[:1] in ("[", "{"):
+        try:
+            value = parse_json(text)
+        except ExtractionError as exc:
+            json_error = exc  # a CSV may start with "[" too: try that first
+        else:
+            return rows_from_json(value)
+    dialect = sniff_dialect(text)
+    if dialect is not None:
+        return extract_delimited(text, dialect)
+    if json_error is not None:
+        raise json_error  # looked like JSON and is not a table either: say why it is not JSON
+    raise ExtractionError("unsupported_format", f"{_UNSUPPORTED}, got text that is none of them")
+
+
+def extract(
+    content: bytes, *, filename: str, content_type: str, fields: list[str]
+) -> list[dict[str, object]]:
+    """The default extractor: the rows of the one table in ``content`` (module docstring).
+
+    Raises ``ExtractionError`` with one of the codes listed in ``relay.extract.errors``.
+    """
+    if not content or content.isspace():
+        raise ExtractionError("empty_document", "the document is empty")
+    kind = detect_format(content, filename=filename, content_type=content_type)
+    if kind == "pdf":
+        rows = extract_pdf(content)
+    else:
+        text = decode_text(content)
+        if kind == "json":
+            rows = extract_json(text)
+        elif kind is None:
+            rows = _sniff(text)
+        else:
+            rows = extract_delimited(text, choose_dialect(text, prefer_tab=kind == "tsv"))
+    if fields:
+        return [{field: row.get(field) for field in fields} for row in rows]
+    return rows

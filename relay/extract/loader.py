@@ -1,0 +1,129 @@
+"""Loading the configured extractor and running it under the plug-in contract.
+
+``load_extractor("package.module:callable")`` imports the module and returns the callable
+(a dotted attribute path such as ``module:Class.method`` works too); anything that cannot
+work is a ``ConfigError`` at start, not a failure of every document later.
+
+``run_extractor`` is the only place an extractor is called. It never raises for a document's
+sake; it returns ``(rows, None)`` or ``(None, (code, message))``:
+
+* ``ExtractionError(code, message)`` -> that code and message;
+* any other ``Exception`` -> ``extraction_error`` with ``"TypeName: text"``;
+* a result that is not a list of dicts with string keys, or that ``json.dumps`` cannot
+  serialise as strict JSON -> ``extraction_error`` with ``"extractor returned ..."``.
+
+Messages are cut to 500 characters and codes to 64: they are stored and sent in webhooks.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from typing import Protocol, cast
+
+from relay.exceptions import ConfigError
+from relay.extract.errors import ExtractionError, shorten
+
+__all__ = ["Extractor", "load_extractor", "run_extractor"]
+
+MAX_MESSAGE = 500
+MAX_CODE = 64
+_SPEC_SHAPE = "expected 'package.module:callable'"
+
+Rows = list[dict[str, object]]
+
+
+class Extractor(Protocol):
+    """An extractor: document bytes and what is known about them in, rows out.
+
+    ``content`` is positional-only so that a plug-in may name its first parameter freely.
+    """
+
+    def __call__(
+        self, content: bytes, /, *, filename: str, content_type: str, fields: list[str]
+    ) -> Rows: ...
+
+
+def _import(spec: str, module_name: str) -> object:
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or module_name
+        if module_name == missing or module_name.startswith(f"{missing}."):
+            raise ConfigError(f"extractor {spec!r}: no module named {module_name!r}") from exc
+        # The module exists but one of its own imports does not: name the real culprit.
+        message = f"extractor {spec!r}: importing {module_name!r} failed: no module {missing!r}"
+        raise ConfigError(message) from exc
+    except Exception as exc:  # a broken plug-in must stop start-up with a readable reason
+        reason = shorten(f"{type(exc).__name__}: {exc}", 200)
+        raise ConfigError(
+            f"extractor {spec!r}: importing {module_name!r} failed: {reason}"
+        ) from exc
+
+
+def load_extractor(spec: str) -> Extractor:
+    """The callable that ``spec`` (``package.module:callable``) names.
+
+    Raises ``ConfigError`` when the spec is malformed, the module cannot be imported, the
+    attribute does not exist, or it is not callable. The signature is not checked: a
+    mismatch shows as an ``extraction_error`` on the first document.
+    """
+    module_name, colon, attr_path = spec.strip().partition(":")
+    parts = attr_path.split(".")
+    names_ok = all(name.isidentifier() for name in [*module_name.split("."), *parts])
+    if not colon or not names_ok:
+        raise ConfigError(f"extractor {spec!r}: {_SPEC_SHAPE}")
+    target = _import(spec, module_name)
+    for depth, name in enumerate(parts, start=1):
+        try:
+            target = getattr(target, name)
+        except AttributeError:
+            where = ".".join([module_name, *parts[: depth - 1]])
+            raise ConfigError(f"extractor {spec!r}: {where!r} has no attribute {name!r}") from None
+    if not callable(target):
+        kind = type(target).__name__
+        raise ConfigError(f"extractor {spec!r}: {attr_path!r} is a {kind}, not a callable")
+    return cast(Extractor, target)
+
+
+def _problem_with(result: object) -> str | None:
+    """Why ``result`` breaks the contract's return type, or ``None`` if it does not."""
+    if not isinstance(result, list):
+        return f"extractor returned {type(result).__name__}, expected a list of dicts"
+    for index, row in enumerate(result):
+        if not isinstance(row, dict):
+            kind = type(row).__name__
+            return f"extractor returned a list whose item {index} is {kind}, expected a dict"
+        # json.dumps would quietly turn 1 into "1" and fail on a tuple key: refuse both.
+        if not all(isinstance(key, str) for key in row):
+            return f"extractor returned a row (item {index}) with a key that is not a string"
+    try:
+        json.dumps(result, allow_nan=False, default=None)
+    except (TypeError, ValueError, RecursionError) as exc:
+        return f"extractor returned rows that are not JSON-serialisable: {exc}"
+    return None
+
+
+def run_extractor(
+    extractor: Extractor,
+    content: bytes,
+    *,
+    filename: str,
+    content_type: str,
+    fields: list[str],
+) -> tuple[Rows | None, tuple[str, str] | None]:
+    """Call ``extractor`` and map every outcome to rows or a failure (module docstring)."""
+    try:
+        # A copy of fields: a plug-in that mutates it must not change the batch's settings.
+        result = extractor(
+            content, filename=filename, content_type=content_type, fields=list(fields)
+        )
+    except ExtractionError as exc:
+        code = shorten(str(exc.code), MAX_CODE) or "extraction_error"
+        return None, (code, shorten(str(exc.message), MAX_MESSAGE))
+    except Exception as exc:  # the contract: any other failure is the document's, not ours
+        return None, ("extraction_error", shorten(f"{type(exc).__name__}: {exc}", MAX_MESSAGE))
+    problem = _problem_with(result)
+    if problem is not None:
+        return None, ("extraction_error", shorten(problem, MAX_MESSAGE))
+    return result, None

@@ -1,0 +1,180 @@
+"""Every Redis key relay uses, one function each.
+
+Naming: ``relay:`` then, for state that scripts touch together, a hash tag ``{rN}`` naming one
+of ``SHARDS`` shards. A batch, its documents, their blobs, its webhook and deliveries all live
+in the batch's shard, together with the shard-wide indexes (leases, ready documents, due
+deliveries, the outbox) that the same scripts update. So every script touches keys of a single
+slot and the state can move to Redis Cluster. Ids carry their shard as one hex digit after
+the prefix (``doc_3…``, ``msg_3…``), so a key follows from an id without a lookup.
+
+Account-wide records (API keys, rate-limit windows, signing material) are not touched by
+scripts together with batch state and carry no shard tag.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import zlib
+
+SHARDS = 16
+PREFIX = "relay"
+
+_ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz234567"
+_ID_RE = re.compile(r"^(doc|msg)_([0-9a-f])([a-z2-7]{20})$")
+
+
+def shard_for_batch(account: str, batch_name: str) -> int:
+    """The shard of a batch: stable, spread evenly, computable by any process."""
+    return zlib.crc32(f"{account}\x00{batch_name}".encode()) % SHARDS
+
+
+def tag(shard: int) -> str:
+    return f"{{r{shard}}}"
+
+
+def new_id(kind: str, shard: int) -> str:
+    """``doc_`` or ``msg_`` + the shard (one hex digit) + 100 random bits."""
+    token = "".join(secrets.choice(_ID_ALPHABET) for _ in range(20))
+    return f"{kind}_{shard:x}{token}"
+
+
+def shard_of_id(kind: str, ident: str) -> int | None:
+    """The shard encoded in an id, or None when the id is not well formed."""
+    m = _ID_RE.match(ident)
+    if m is None or m.group(1) != kind:
+        return None
+    return int(m.group(2), 16)
+
+
+def shard_prefix(shard: int) -> str:
+    """The common prefix of a shard's keys, for scripts that derive keys from ids."""
+    return f"{PREFIX}:{tag(shard)}:"
+
+
+# -- batch state (shard-tagged) ---------------------------------------------------------
+
+
+def batch(shard: int, account: str, name: str) -> str:
+    """Hash: the batch record and its per-status counters."""
+    return f"{PREFIX}:{tag(shard)}:batch:{account}:{name}"
+
+
+def batch_docs(shard: int, account: str, name: str) -> str:
+    """List: every document id of the batch in upload order (results pagination)."""
+    return batch(shard, account, name) + ":docs"
+
+
+def batch_pending(shard: int, account: str, name: str) -> str:
+    """List: queued documents not yet handed to the workers."""
+    return batch(shard, account, name) + ":pending"
+
+
+def batch_started(shard: int, account: str, name: str) -> str:
+    """Sorted set: documents that have a ``started_at`` (score), for the batch minimum."""
+    return batch(shard, account, name) + ":started"
+
+
+def account_batches(shard: int, account: str) -> str:
+    """Sorted set: the account's batches in this shard, scored by creation time."""
+    return f"{PREFIX}:{tag(shard)}:account:{account}:batches"
+
+
+def doc(shard: int, doc_id: str) -> str:
+    """Hash: one document record."""
+    return f"{PREFIX}:{tag(shard)}:doc:{doc_id}"
+
+
+def doc_items(shard: int, doc_id: str) -> str:
+    """String: the document's ``line_items`` as JSON (succeeded documents only)."""
+    return doc(shard, doc_id) + ":items"
+
+
+def blob(shard: int, doc_id: str) -> str:
+    """String: the uploaded bytes while the document waits (Redis blob store)."""
+    return doc(shard, doc_id) + ":blob"
+
+
+def leases(shard: int) -> str:
+    """Sorted set: documents being processed, scored by lease expiry (ms)."""
+    return f"{PREFIX}:{tag(shard)}:leases"
+
+
+def ready(shard: int) -> str:
+    """Sorted set: queued documents handed to the workers, scored by hand-out time (ms)."""
+    return f"{PREFIX}:{tag(shard)}:ready"
+
+
+def outbox(shard: int) -> str:
+    """Stream: one entry per batch completion, read by the detector's consumer group."""
+    return f"{PREFIX}:{tag(shard)}:outbox"
+
+
+# -- webhooks and deliveries (shard-tagged, same shard as the batch) ---------------------
+
+
+def webhook(shard: int, account: str, name: str) -> str:
+    """Hash: the batch's callback registration."""
+    return batch(shard, account, name) + ":webhook"
+
+
+def batch_deliveries(shard: int, account: str, name: str) -> str:
+    """Sorted set: the batch's delivery ids scored by creation time."""
+    return batch(shard, account, name) + ":deliveries"
+
+
+def batch_delivery_by_seq(shard: int, account: str, name: str) -> str:
+    """Hash: completion_seq -> delivery id (one delivery per completion)."""
+    return batch(shard, account, name) + ":delivery_by_seq"
+
+
+def delivery(shard: int, delivery_id: str) -> str:
+    """Hash: one delivery record."""
+    return f"{PREFIX}:{tag(shard)}:delivery:{delivery_id}"
+
+
+def delivery_attempts(shard: int, delivery_id: str) -> str:
+    """List: the delivery's attempts as JSON, oldest first."""
+    return delivery(shard, delivery_id) + ":attempts"
+
+
+def due(shard: int) -> str:
+    """Sorted set: pending deliveries scored by when they may be attempted (ms).
+
+    A claimed delivery stays here with its score moved to the claim's lease expiry, so a
+    worker lost mid-attempt leaves it due again: one index serves both due and leased.
+    """
+    return f"{PREFIX}:{tag(shard)}:due"
+
+
+def shard_deliveries(shard: int) -> str:
+    """Sorted set: every delivery of the shard by creation time (ops listing)."""
+    return f"{PREFIX}:{tag(shard)}:deliveries"
+
+
+# -- account-wide records (no shard) -------------------------------------------------------
+
+
+def api_key(prefix: str) -> str:
+    """Hash: an API key's hash, account and timestamps, by its public prefix."""
+    return f"{PREFIX}:apikey:{prefix}"
+
+
+def api_keys() -> str:
+    """Set: every API key prefix (``relay keys list``)."""
+    return f"{PREFIX}:apikeys"
+
+
+def rate_window(prefix: str) -> str:
+    """Sorted set: the sliding window of one API key's status requests."""
+    return f"{PREFIX}:ratelimit:{prefix}"
+
+
+def signing(account: str) -> str:
+    """Hash: the account's signing material, encrypted at rest."""
+    return f"{PREFIX}:signing:{account}"
+
+
+def accounts() -> str:
+    """Set: every account name that owns a key."""
+    return f"{PREFIX}:accounts"

@@ -1,0 +1,43 @@
+-- Shared helpers, prepended to every script by relay/scripts.py.
+
+-- Close the batch when its last open document has reached a terminal status:
+-- completed_at = the latest document completion, completion_seq += 1, and one outbox entry
+-- (the completion event the detector turns into a delivery). O(1): counters, no scan.
+local function complete_if_done(batch_key, outbox_key)
+  local c = redis.call('HMGET', batch_key, 'queued', 'processing', 'total', 'completed_at',
+                       'last_completed_at', 'account', 'name')
+  local open = tonumber(c[1] or '0') + tonumber(c[2] or '0')
+  if open ~= 0 or tonumber(c[3] or '0') == 0 or (c[4] and c[4] ~= '') then
+    return 0
+  end
+  local seq = redis.call('HINCRBY', batch_key, 'completion_seq', 1)
+  redis.call('HSET', batch_key, 'completed_at', c[5])
+  -- The entry carries the batch as it is at this completion: the notification's body must
+  -- describe this completion even if the batch is reopened before the detector reads it.
+  local flat = redis.call('HGETALL', batch_key)
+  local snapshot = {}
+  for i = 1, #flat, 2 do
+    snapshot[flat[i]] = flat[i + 1]
+  end
+  redis.call('XADD', outbox_key, 'MAXLEN', '~', '100000', '*',
+             'account', c[6], 'batch', c[7], 'seq', seq, 'snapshot', cjson.encode(snapshot))
+  return seq
+end
+
+-- Record a document's completion time on the batch (the batch's completed_at is the latest).
+local function note_completion(batch_key, now)
+  local last = tonumber(redis.call('HGET', batch_key, 'last_completed_at') or '0')
+  if tonumber(now) > last then
+    redis.call('HSET', batch_key, 'last_completed_at', now)
+  end
+end
+
+-- Keep the batch's started_at equal to the earliest started_at of its documents.
+local function refresh_started(batch_key, started_key)
+  local first = redis.call('ZRANGE', started_key, 0, 0, 'WITHSCORES')
+  if first[2] then
+    redis.call('HSET', batch_key, 'started_at', first[2])
+  else
+    redis.call('HSET', batch_key, 'started_at', '')
+  end
+end

@@ -1,0 +1,42 @@
+-- Claim up to N due deliveries of one shard for one attempt each: each gets a lease token
+-- and its score in `due` moves to the lease expiry, so a worker lost mid-attempt leaves it
+-- due again once the lease runs out.
+-- KEYS: 1 due
+-- ARGV: 1 now (ms), 2 lease (ms), 3 max count, 4 lease token,
+--       5 key prefix of the shard ('relay:{rN}:')
+-- Returns: a flat list, 9 values per claimed delivery:
+--   id, account, batch, url, body, attempt number, attempts in this round, created_at, seq
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[3])
+local out = {}
+local expiry = tonumber(ARGV[1]) + tonumber(ARGV[2])
+for _, id in ipairs(ids) do
+  local dk = ARGV[5] .. 'delivery:' .. id
+  local d = redis.call('HMGET', dk, 'status', 'account', 'batch', 'body', 'round_start',
+                       'created_at', 'seq')
+  if d[1] ~= 'pending' then
+    redis.call('ZREM', KEYS[1], id)
+  else
+    local wk = ARGV[5] .. 'batch:' .. d[2] .. ':' .. d[3] .. ':webhook'
+    local w = redis.call('HMGET', wk, 'url', 'disabled')
+    if not w[1] or w[2] == '1' then
+      redis.call('HSET', dk, 'status', 'canceled', 'next_attempt_at', '', 'lease', '',
+                 'updated_at', ARGV[1])
+      redis.call('ZREM', KEYS[1], id)
+    else
+      local done = redis.call('LLEN', dk .. ':attempts')
+      redis.call('HSET', dk, 'lease', ARGV[4], 'url', w[1])
+      redis.call('ZADD', KEYS[1], expiry, id)
+      local n = #out
+      out[n + 1] = id
+      out[n + 2] = d[2]
+      out[n + 3] = d[3]
+      out[n + 4] = w[1]
+      out[n + 5] = d[4]
+      out[n + 6] = done + 1
+      out[n + 7] = done - tonumber(d[5] or '0')
+      out[n + 8] = d[6]
+      out[n + 9] = d[7]
+    end
+  end
+end
+return out

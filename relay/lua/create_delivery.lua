@@ -1,0 +1,34 @@
+-- Turn one batch completion into exactly one delivery (idempotent on batch + seq), supersede
+-- the batch's older delivery if it is still pending, and make the new one due now.
+-- KEYS: 1 webhook, 2 delivery_by_seq, 3 batch_deliveries, 4 due, 5 shard_deliveries,
+--       6 new delivery
+-- ARGV: 1 new delivery id, 2 account, 3 batch name, 4 completion_seq, 5 now (ms),
+--       6 body (exact JSON bytes), 7 delivery key prefix ('relay:{rN}:delivery:')
+-- Returns: {1, id} created; {0, id} already exists for this seq; {0, ''} no usable webhook.
+local existing = redis.call('HGET', KEYS[2], ARGV[4])
+if existing then
+  return {0, existing}
+end
+local w = redis.call('HMGET', KEYS[1], 'url', 'disabled', 'pending')
+if not w[1] or w[2] == '1' then
+  return {0, ''}
+end
+if w[3] and w[3] ~= '' then
+  local older = ARGV[7] .. w[3]
+  local o = redis.call('HMGET', older, 'status', 'seq')
+  if o[1] == 'pending' and tonumber(o[2]) < tonumber(ARGV[4]) then
+    redis.call('HSET', older, 'status', 'superseded', 'next_attempt_at', '', 'lease', '',
+               'updated_at', ARGV[5])
+    redis.call('ZREM', KEYS[4], w[3])
+  end
+end
+redis.call('HSET', KEYS[6], 'id', ARGV[1], 'account', ARGV[2], 'batch', ARGV[3],
+           'seq', ARGV[4], 'url', w[1], 'status', 'pending', 'created_at', ARGV[5],
+           'updated_at', ARGV[5], 'next_attempt_at', ARGV[5], 'lease', '', 'round_start', 0,
+           'body', ARGV[6])
+redis.call('HSET', KEYS[2], ARGV[4], ARGV[1])
+redis.call('HSET', KEYS[1], 'pending', ARGV[1])
+redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
+redis.call('ZADD', KEYS[5], ARGV[5], ARGV[1])
+redis.call('ZADD', KEYS[4], ARGV[5], ARGV[1])
+return {1, ARGV[1]}

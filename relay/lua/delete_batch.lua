@@ -1,0 +1,33 @@
+-- Delete a batch: queued documents -> canceled; processing ones finish; no more uploads.
+-- KEYS: 1 batch, 2 batch_docs, 3 batch_pending, 4 ready, 5 outbox
+-- ARGV: 1 now (ms), 2 key prefix of documents in this shard ('relay:{rN}:doc:')
+-- Returns: {found (1/0), canceled document ids...}
+-- Documents' keys are derived from ARGV[2] (same hash tag as KEYS) because a batch may hold
+-- any number of them; each cancellation is O(1).
+local b = redis.call('HMGET', KEYS[1], 'created_at', 'deleted_at')
+if not b[1] then
+  return {0}
+end
+if b[2] and b[2] ~= '' then
+  return {1}
+end
+redis.call('HSET', KEYS[1], 'deleted_at', ARGV[1])
+redis.call('DEL', KEYS[3])
+local canceled = {1}
+local ids = redis.call('LRANGE', KEYS[2], 0, -1)
+for _, id in ipairs(ids) do
+  local dk = ARGV[2] .. id
+  if redis.call('HGET', dk, 'status') == 'queued' then
+    redis.call('HSET', dk, 'status', 'canceled', 'completed_at', ARGV[1], 'blob', '')
+    redis.call('DEL', dk .. ':blob')
+    redis.call('ZREM', KEYS[4], id)
+    redis.call('HINCRBY', KEYS[1], 'queued', -1)
+    redis.call('HINCRBY', KEYS[1], 'canceled', 1)
+    canceled[#canceled + 1] = id
+  end
+end
+if #canceled > 1 then
+  note_completion(KEYS[1], ARGV[1])
+end
+complete_if_done(KEYS[1], KEYS[5])
+return canceled

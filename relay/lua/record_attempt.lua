@@ -1,0 +1,34 @@
+-- Record one delivery attempt and move the delivery on.
+-- KEYS: 1 delivery, 2 delivery attempts, 3 due, 4 webhook
+-- ARGV: 1 id, 2 lease token, 3 now (ms), 4 outcome: 'succeeded' | 'retry' | 'failed' | 'gone',
+--       5 next attempt (ms, for 'retry'), 6 attempt JSON, 7 reason (for 'gone')
+-- The attempt is always appended: it happened. The delivery moves on only while this
+-- worker still holds its lease (a late answer after the lease passed on changes nothing
+-- but the record). Returns 1 when the delivery moved on, 0 otherwise.
+redis.call('RPUSH', KEYS[2], ARGV[6])
+local d = redis.call('HMGET', KEYS[1], 'status', 'lease')
+if d[1] ~= 'pending' or d[2] ~= ARGV[2] then
+  return 0
+end
+local outcome = ARGV[4]
+redis.call('HSET', KEYS[1], 'lease', '', 'updated_at', ARGV[3])
+if outcome == 'retry' then
+  redis.call('HSET', KEYS[1], 'next_attempt_at', ARGV[5])
+  redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
+  return 1
+end
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('HSET', KEYS[1], 'next_attempt_at', '')
+if redis.call('HGET', KEYS[4], 'pending') == ARGV[1] then
+  redis.call('HSET', KEYS[4], 'pending', '')
+end
+if outcome == 'succeeded' then
+  redis.call('HSET', KEYS[1], 'status', 'succeeded', 'succeeded_at', ARGV[3])
+elseif outcome == 'gone' then
+  redis.call('HSET', KEYS[1], 'status', 'failed')
+  redis.call('HSET', KEYS[4], 'disabled', '1', 'disabled_reason', ARGV[7],
+             'updated_at', ARGV[3])
+else
+  redis.call('HSET', KEYS[1], 'status', 'failed')
+end
+return 1

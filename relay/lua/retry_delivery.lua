@@ -1,0 +1,27 @@
+-- Make a failed, canceled or succeeded delivery (or a pending one) due again now, with the
+-- same webhook-id and a fresh retry schedule. A superseded delivery cannot be retried.
+-- KEYS: 1 delivery, 2 due, 3 webhook, 4 delivery attempts
+-- ARGV: 1 id, 2 now (ms)
+-- Returns: 'ok' or an error reply: 'missing' | 'superseded' | 'no_webhook' | 'disabled'
+local d = redis.call('HMGET', KEYS[1], 'status')
+if not d[1] then
+  return redis.error_reply('missing')
+end
+if d[1] == 'superseded' then
+  return redis.error_reply('superseded')
+end
+local w = redis.call('HMGET', KEYS[3], 'url', 'disabled')
+if not w[1] then
+  return redis.error_reply('no_webhook')
+end
+if w[2] == '1' then
+  return redis.error_reply('disabled')
+end
+if d[1] ~= 'pending' then
+  redis.call('HSET', KEYS[1], 'status', 'pending', 'lease', '',
+             'round_start', redis.call('LLEN', KEYS[4]))
+end
+redis.call('HSET', KEYS[1], 'next_attempt_at', ARGV[2], 'updated_at', ARGV[2])
+redis.call('HSET', KEYS[3], 'pending', ARGV[1])
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+return 'ok'

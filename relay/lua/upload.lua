@@ -1,0 +1,31 @@
+-- Add one queued document to a batch, creating the batch on its first upload.
+-- KEYS: 1 batch, 2 batch_docs, 3 batch_pending, 4 doc, 5 account_batches, 6 blob
+-- ARGV: 1 account, 2 batch name, 3 doc id, 4 filename, 5 content_type, 6 size, 7 now (ms),
+--       8 blob bytes, 9 '1' when the bytes go to KEYS[6] (Redis blob store) else '0',
+--       10 blob reference (directory store path, or '')
+-- Returns: 1, or an error reply 'deleted' when the batch was deleted.
+local batch = redis.call('HMGET', KEYS[1], 'created_at', 'deleted_at')
+if batch[2] and batch[2] ~= '' then
+  return redis.error_reply('deleted')
+end
+if not batch[1] then
+  redis.call('HSET', KEYS[1], 'account', ARGV[1], 'name', ARGV[2], 'created_at', ARGV[7],
+             'started_at', '', 'completed_at', '', 'last_completed_at', '0', 'deleted_at', '',
+             'completion_seq', 0, 'total', 0, 'queued', 0, 'processing', 0, 'succeeded', 0,
+             'failed', 0, 'canceled', 0, 'fields', '[]')
+  redis.call('ZADD', KEYS[5], ARGV[7], ARGV[2])
+end
+redis.call('HSET', KEYS[4], 'id', ARGV[3], 'account', ARGV[1], 'batch', ARGV[2],
+           'filename', ARGV[4], 'content_type', ARGV[5], 'size', ARGV[6], 'status', 'queued',
+           'created_at', ARGV[7], 'started_at', '', 'completed_at', '', 'claims', 0,
+           'blob', ARGV[10])
+if ARGV[9] == '1' then
+  redis.call('SET', KEYS[6], ARGV[8])
+end
+redis.call('RPUSH', KEYS[2], ARGV[3])
+redis.call('RPUSH', KEYS[3], ARGV[3])
+redis.call('HINCRBY', KEYS[1], 'total', 1)
+redis.call('HINCRBY', KEYS[1], 'queued', 1)
+-- An upload into a finished batch makes it not done again until the new document finishes.
+redis.call('HSET', KEYS[1], 'completed_at', '')
+return 1

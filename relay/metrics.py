@@ -1,0 +1,111 @@
+"""Prometheus metrics shared by every process through Redis.
+
+Workers count in memory and flush to one Redis hash (``relay:metrics``) at the end of each job,
+one pipelined round trip, so counting costs no Redis call per delivery. ``GET /metrics``
+renders the hash plus live gauges (queue depths, due deliveries). Histograms use fixed
+buckets; field names are ``name|labels``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, defaultdict
+from datetime import datetime
+from typing import Any
+
+import redis
+
+KEY = "relay:metrics"
+
+ATTEMPT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+LAG_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 300.0, 3600.0)
+
+HELP = {
+    "relay_delivery_attempts_total": ("counter", "Delivery attempts by outcome"),
+    "relay_deliveries_succeeded_total": ("counter", "Deliveries accepted by their receiver"),
+    "relay_delivery_attempt_seconds": ("histogram", "Duration of one delivery attempt"),
+    "relay_notification_lag_seconds": (
+        "histogram",
+        "From a batch's completed_at to its receiver accepting the notification",
+    ),
+    "relay_documents_processed_total": ("counter", "Documents finished by workers, by status"),
+}
+
+
+class Metrics:
+    """In-process counters; thread-safe; ``flush`` moves them to Redis."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+        self._sums: defaultdict[str, float] = defaultdict(float)
+
+    def _observe(self, name: str, buckets: tuple[float, ...], seconds: float) -> None:
+        for le in buckets:
+            if seconds <= le:
+                self._counts[f"{name}_bucket|le={le:g}"] += 1
+        self._counts[f"{name}_bucket|le=+Inf"] += 1
+        self._counts[f"{name}_count|"] += 1
+        self._sums[f"{name}_sum|"] += seconds
+
+    def attempted(self, outcome: str, duration_ms: float) -> None:
+        with self._lock:
+            self._counts[f"relay_delivery_attempts_total|outcome={outcome}"] += 1
+            self._observe("relay_delivery_attempt_seconds", ATTEMPT_BUCKETS, duration_ms / 1000)
+
+    def delivered(self, body: bytes, accepted_ms: int) -> None:
+        """A receiver accepted a notification; its lag runs from the batch's completed_at."""
+        completed = _completed_ms(body)
+        with self._lock:
+            self._counts["relay_deliveries_succeeded_total|"] += 1
+            if completed is not None:
+                lag = max(0.0, (accepted_ms - completed) / 1000)
+                self._observe("relay_notification_lag_seconds", LAG_BUCKETS, lag)
+
+    def document(self, status: str) -> None:
+        with self._lock:
+            self._counts[f"relay_documents_processed_total|status={status}"] += 1
+
+    def flush(self, client: redis.Redis) -> None:
+        with self._lock:
+            counts, sums = self._counts, self._sums
+            self._counts, self._sums = Counter(), defaultdict(float)
+        if not counts and not sums:
+            return
+        with client.pipeline(transaction=False) as pipe:
+            for field, n in counts.items():
+                pipe.hincrby(KEY, field, n)
+            for field, total in sums.items():
+                pipe.hincrbyfloat(KEY, field, total)
+            pipe.execute()
+
+
+def _completed_ms(body: bytes) -> int | None:
+    import json
+
+    try:
+        stamp = json.loads(body)["data"]["completed_at"]
+        return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def render(stored: dict[bytes, bytes], gauges: dict[str, tuple[str, Any]]) -> str:
+    """Prometheus text from the stored counters plus ``gauges`` (name -> (help, value))."""
+    lines: list[str] = []
+    by_name: dict[str, list[str]] = {}
+    for raw_field, raw_value in sorted(stored.items()):
+        field = raw_field.decode()
+        series, _, labels = field.partition("|")
+        base = series.removesuffix("_bucket").removesuffix("_count").removesuffix("_sum")
+        label_text = ""
+        if labels:
+            k, _, v = labels.partition("=")
+            label_text = f'{{{k}="{v}"}}'
+        by_name.setdefault(base, []).append(f"{series}{label_text} {raw_value.decode()}")
+    for base, samples in by_name.items():
+        kind, text = HELP.get(base, ("untyped", base))
+        lines += [f"# HELP {base} {text}", f"# TYPE {base} {kind}", *samples]
+    for name, (text, value) in gauges.items():
+        lines += [f"# HELP {name} {text}", f"# TYPE {name} gauge", f"{name} {value}"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,285 @@
+"""Statuses, records and their public JSON shapes.
+
+Redis hashes come back as ``dict[bytes, bytes]``; the ``from_hash`` constructors turn them
+into records and ``to_json`` into the public v1 shapes. The five public statuses are a
+closed contract: internal states never leak into a response.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from relay.timefmt import rfc3339
+
+
+class Status(StrEnum):
+    QUEUED = "queued"  # uploaded and/or waiting for a worker
+    PROCESSING = "processing"  # a worker claimed it and is extracting
+    SUCCEEDED = "succeeded"  # extraction finished; line_items filled
+    FAILED = "failed"  # extraction could not finish; processing_error says why
+    CANCELED = "canceled"  # removed from the queue before processing began
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({Status.SUCCEEDED, Status.FAILED, Status.CANCELED})
+
+
+class DeliveryStatus(StrEnum):
+    PENDING = "pending"  # waiting for its next attempt (or in one)
+    SUCCEEDED = "succeeded"  # the receiver answered 2xx
+    FAILED = "failed"  # the retry schedule is exhausted; kept and retryable
+    SUPERSEDED = "superseded"  # a newer completion of the batch replaced it first
+    CANCELED = "canceled"  # the webhook was removed or disabled
+
+
+def _s(h: dict[bytes, bytes], field: str, default: str = "") -> str:
+    value = h.get(field.encode())
+    return default if value is None else value.decode()
+
+
+def _ms(h: dict[bytes, bytes], field: str) -> int | None:
+    value = h.get(field.encode())
+    return int(value) if value else None
+
+
+def _int(h: dict[bytes, bytes], field: str) -> int:
+    value = h.get(field.encode())
+    return int(value) if value else 0
+
+
+@dataclass(frozen=True)
+class Document:
+    id: str
+    account: str
+    batch_name: str
+    filename: str
+    content_type: str
+    size: int
+    status: Status
+    created_at: int
+    started_at: int | None
+    completed_at: int | None
+    error_code: str
+    error_message: str
+
+    @classmethod
+    def from_hash(cls, h: dict[bytes, bytes]) -> Document:
+        return cls(
+            id=_s(h, "id"),
+            account=_s(h, "account"),
+            batch_name=_s(h, "batch"),
+            filename=_s(h, "filename"),
+            content_type=_s(h, "content_type"),
+            size=_int(h, "size"),
+            status=Status(_s(h, "status")),
+            created_at=_int(h, "created_at"),
+            started_at=_ms(h, "started_at"),
+            completed_at=_ms(h, "completed_at"),
+            error_code=_s(h, "error_code"),
+            error_message=_s(h, "error_message"),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        error = (
+            {"code": self.error_code, "message": self.error_message}
+            if self.status is Status.FAILED and self.error_code
+            else None
+        )
+        return {
+            "id": self.id,
+            "batch_name": self.batch_name,
+            "filename": self.filename,
+            "content_type": self.content_type,
+            "size": self.size,
+            "status": self.status.value,
+            "created_at": rfc3339(self.created_at),
+            "started_at": rfc3339(self.started_at),
+            "completed_at": rfc3339(self.completed_at),
+            "processing_error": error,
+        }
+
+
+@dataclass(frozen=True)
+class Batch:
+    account: str
+    name: str
+    counts: dict[Status, int]
+    created_at: int
+    started_at: int | None
+    completed_at: int | None
+    deleted_at: int | None
+    completion_seq: int
+    fields: list[str]
+
+    @classmethod
+    def from_hash(cls, h: dict[bytes, bytes]) -> Batch:
+        return cls(
+            account=_s(h, "account"),
+            name=_s(h, "name"),
+            counts={s: _int(h, s.value) for s in Status},
+            created_at=_int(h, "created_at"),
+            started_at=_ms(h, "started_at"),
+            completed_at=_ms(h, "completed_at"),
+            deleted_at=_ms(h, "deleted_at"),
+            completion_seq=_int(h, "completion_seq"),
+            fields=list(json.loads(_s(h, "fields", "[]"))),
+        )
+
+    @property
+    def document_count(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def all_done(self) -> bool:
+        return self.completed_at is not None
+
+    @property
+    def status(self) -> Status:
+        """The aggregate status (spec section 2)."""
+        c = self.counts
+        if c[Status.QUEUED] or c[Status.PROCESSING] or not self.document_count:
+            if c[Status.PROCESSING] or any(c[s] for s in TERMINAL):
+                return Status.PROCESSING
+            return Status.QUEUED
+        for s in (Status.SUCCEEDED, Status.FAILED):
+            if c[s]:
+                return s
+        return Status.CANCELED
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "batch_name": self.name,
+            "status": self.status.value,
+            "all_done": self.all_done,
+            "document_count": self.document_count,
+            "counts": {s.value: n for s, n in self.counts.items()},
+            "created_at": rfc3339(self.created_at),
+            "started_at": rfc3339(self.started_at),
+            "completed_at": rfc3339(self.completed_at),
+            "deleted_at": rfc3339(self.deleted_at),
+            "completion_seq": self.completion_seq,
+        }
+
+
+@dataclass(frozen=True)
+class Webhook:
+    batch_name: str
+    url: str
+    disabled: bool
+    disabled_reason: str
+    created_at: int
+    updated_at: int
+
+    @classmethod
+    def from_hash(cls, batch_name: str, h: dict[bytes, bytes]) -> Webhook:
+        return cls(
+            batch_name=batch_name,
+            url=_s(h, "url"),
+            disabled=_s(h, "disabled") == "1",
+            disabled_reason=_s(h, "disabled_reason"),
+            created_at=_int(h, "created_at"),
+            updated_at=_int(h, "updated_at"),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "batch_name": self.batch_name,
+            "url": self.url,
+            "disabled": self.disabled,
+            "disabled_reason": self.disabled_reason or None,
+            "created_at": rfc3339(self.created_at),
+            "updated_at": rfc3339(self.updated_at),
+        }
+
+
+@dataclass(frozen=True)
+class Attempt:
+    number: int
+    at: int
+    duration_ms: float
+    status_code: int | None
+    error: str | None
+    response_excerpt: str
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> Attempt:
+        d = json.loads(raw)
+        return cls(
+            number=int(d["number"]),
+            at=int(d["at"]),
+            duration_ms=float(d["duration_ms"]),
+            status_code=d.get("status_code"),
+            error=d.get("error"),
+            response_excerpt=d.get("response_excerpt") or "",
+        )
+
+    def encode(self) -> str:
+        return json.dumps(
+            {
+                "number": self.number,
+                "at": self.at,
+                "duration_ms": self.duration_ms,
+                "status_code": self.status_code,
+                "error": self.error,
+                "response_excerpt": self.response_excerpt,
+            },
+            separators=(",", ":"),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "number": self.number,
+            "at": rfc3339(self.at),
+            "duration_ms": round(self.duration_ms, 1),
+            "status_code": self.status_code,
+            "error": self.error,
+            "response_excerpt": self.response_excerpt,
+        }
+
+
+@dataclass(frozen=True)
+class Delivery:
+    id: str
+    account: str
+    batch_name: str
+    completion_seq: int
+    url: str
+    status: DeliveryStatus
+    created_at: int
+    next_attempt_at: int | None
+    succeeded_at: int | None
+    attempts: list[Attempt]
+
+    @classmethod
+    def from_hash(cls, h: dict[bytes, bytes], attempts: list[bytes]) -> Delivery:
+        status = DeliveryStatus(_s(h, "status"))
+        return cls(
+            id=_s(h, "id"),
+            account=_s(h, "account"),
+            batch_name=_s(h, "batch"),
+            completion_seq=_int(h, "seq"),
+            url=_s(h, "url"),
+            status=status,
+            created_at=_int(h, "created_at"),
+            next_attempt_at=_ms(h, "next_attempt_at") if status is DeliveryStatus.PENDING else None,
+            succeeded_at=_ms(h, "succeeded_at"),
+            attempts=[Attempt.from_json(a) for a in attempts],
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "batch_name": self.batch_name,
+            "completion_seq": self.completion_seq,
+            "url": self.url,
+            "status": self.status.value,
+            "created_at": rfc3339(self.created_at),
+            "next_attempt_at": rfc3339(self.next_attempt_at),
+            "attempts": [a.to_json() for a in self.attempts],
+        }

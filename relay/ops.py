@@ -1,0 +1,111 @@
+"""``relay deliveries list|show|retry``: the operator's view of webhook deliveries."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from relay.config import Settings
+from relay.deliveries import Deliveries, wake
+from relay.delivery.send import job_timeout
+from relay.exceptions import ApiError
+from relay.keys import shard_of_id
+from relay.model import Delivery
+from relay.redis_conn import sync_client
+from relay.runtime import configure
+from relay.timefmt import rfc3339
+
+RETRYABLE = {"failed", "canceled", "succeeded"}
+
+
+def _line(d: Delivery) -> str:
+    nxt = rfc3339(d.next_attempt_at) or "-"
+    return (
+        f"{d.id}  {d.account:<12} {d.batch_name:<24} {d.status.value:<10} "
+        f"attempts={len(d.attempts):<2} next={nxt}"
+    )
+
+
+def _table(d: Delivery) -> str:
+    head = (
+        f"delivery {d.id}\n  account {d.account}  batch {d.batch_name}  "
+        f"completion_seq {d.completion_seq}\n  url {d.url}\n  status {d.status.value}  "
+        f"created {rfc3339(d.created_at)}  next attempt {rfc3339(d.next_attempt_at) or '-'}\n"
+    )
+    rows = [("#", "at", "ms", "status", "error", "response")]
+    for a in d.attempts:
+        rows.append(
+            (
+                str(a.number),
+                rfc3339(a.at) or "",
+                f"{a.duration_ms:.0f}",
+                str(a.status_code or "-"),
+                a.error or "-",
+                a.response_excerpt.replace("\n", " ")[:60],
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return head + "\n".join(lines) + ("\n  (no attempts yet)" if not d.attempts else "")
+
+
+def _select(store: Deliveries, args: argparse.Namespace, *, limit: int) -> list[Delivery]:
+    since_ms = int((time.time() - args.since) * 1000) if args.since else 0
+    out = []
+    for d in store.list(limit=limit, since_ms=since_ms):
+        if args.status and d.status.value != args.status:
+            continue
+        if args.account and d.account != args.account:
+            continue
+        if args.batch and d.batch_name != args.batch:
+            continue
+        out.append(d)
+    return out
+
+
+def run(settings: Settings, args: argparse.Namespace) -> int:
+    client = sync_client(settings.redis_url)
+    store = Deliveries(client)
+    cmd = args.deliveries_cmd
+    if cmd == "list":
+        for d in _select(store, args, limit=args.limit):
+            print(_line(d))
+        return 0
+    if cmd == "show":
+        found = store.get(args.id)
+        if found is None:
+            print(f"no delivery {args.id!r}", file=sys.stderr)
+            return 1
+        print(_table(found))
+        return 0
+    # retry: one id, or every delivery matching --status/--since/--account/--batch
+    if args.id:
+        targets = [args.id]
+    elif args.status or args.since:
+        if args.status and args.status not in RETRYABLE:
+            print(f"--status must be one of {sorted(RETRYABLE)}", file=sys.stderr)
+            return 2
+        targets = [d.id for d in _select(store, args, limit=100_000) if d.status.value in RETRYABLE]
+    else:
+        print("give a delivery id, or --status and/or --since for bulk recovery", file=sys.stderr)
+        return 2
+    rt = configure(settings)
+    failures = 0
+    shards = set()
+    for ident in targets:
+        try:
+            d = store.retry(ident)
+        except ApiError as exc:
+            print(f"{ident}: not retried: {exc.message}", file=sys.stderr)
+            failures += 1
+            continue
+        shard = shard_of_id("msg", ident)
+        if shard is not None:
+            shards.add(shard)
+        print(f"{d.id}: pending again (due now)")
+    for shard in shards:
+        wake(client, shard, timeout=job_timeout(rt))
+    print(f"{len(targets) - failures} delivery(ies) retried, {failures} not retryable")
+    return 1 if failures and len(targets) == failures else 0

@@ -1,0 +1,66 @@
+"""The Lua scripts in ``relay/lua/``: loaded once, each prefixed with ``_lib.lua``.
+
+Every state transition that touches more than one key is one of these scripts, so nothing
+is half-written when a process dies. Each script's header comment lists its KEYS and ARGV.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import redis
+import redis.asyncio
+
+NAMES = (
+    "upload",
+    "process",
+    "claim",
+    "renew",
+    "finish",
+    "requeue",
+    "delete_batch",
+    "ratelimit",
+    "create_delivery",
+    "claim_deliveries",
+    "record_attempt",
+    "cancel_deliveries",
+    "retry_delivery",
+    "register_webhook",
+    "rotate_signing",
+)
+
+
+@cache
+def source(name: str) -> str:
+    lua = resources.files("relay") / "lua"
+    return (lua / "_lib.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
+
+
+class Scripts:
+    """The scripts registered on one synchronous client (``scripts.claim(keys, args)``)."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._scripts = {name: client.register_script(source(name)) for name in NAMES}
+
+    def __call__(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        return self._scripts[name](keys=keys, args=args)
+
+    def run(self, name: str, keys: list[str], args: list[Any], client: Any) -> Any:
+        """Run on another client or a pipeline (the script is queued, not sent)."""
+        return self._scripts[name](keys=keys, args=args, client=client)
+
+
+class AsyncScripts:
+    """The scripts registered on one asyncio client."""
+
+    def __init__(self, client: redis.asyncio.Redis) -> None:
+        self._scripts = {name: client.register_script(source(name)) for name in NAMES}
+
+    async def __call__(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        return await self._scripts[name](keys=keys, args=args)
+
+    def run(self, name: str, keys: list[str], args: list[Any], client: Any) -> Any:
+        """Queue on a pipeline (returns the pipeline's awaitable, not the result)."""
+        return self._scripts[name](keys=keys, args=args, client=client)

@@ -1,0 +1,90 @@
+"""Each account's signing material in Redis, encrypted at rest, and its rotation.
+
+The hash ``keys.signing(account)`` holds ``current`` and, for a grace period after a rotation,
+``previous`` (each a Fernet token of :class:`SigningMaterial` JSON) with ``previous_until``.
+Material is created on first use (``HSETNX``, so concurrent first uses agree on one). Decrypted
+material is cached per process by its ciphertext, so a rotation is seen at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+import redis.asyncio
+
+from relay import keys
+from relay.crypto import Encryptor, SigningMaterial
+from relay.scripts import AsyncScripts
+from relay.timefmt import now_ms
+
+FIELDS = ["current", "previous", "previous_until"]
+
+
+class SigningKeys:
+    """Decrypts (with a per-process cache) and orders an account's signing material."""
+
+    def __init__(self, encryptor: Encryptor) -> None:
+        self.encryptor = encryptor
+        self._cache: dict[bytes, SigningMaterial] = {}
+
+    def _open(self, token: bytes) -> SigningMaterial:
+        material = self._cache.get(token)
+        if material is None:
+            material = SigningMaterial.from_json(self.encryptor.decrypt(token))
+            if len(self._cache) > 10_000:
+                self._cache.clear()
+            self._cache[token] = material
+        return material
+
+    def new_token(self) -> bytes:
+        return self.encryptor.encrypt(SigningMaterial.generate(now_ms()).to_json().encode())
+
+    def from_fields(self, values: list[Any]) -> list[SigningMaterial] | None:
+        """``HMGET`` of FIELDS -> [current, previous while in grace], or None if none yet."""
+        current, previous, until = values
+        if current is None:
+            return None
+        out = [self._open(bytes(current))]
+        if previous is not None and until is not None and int(until) > now_ms():
+            out.append(self._open(bytes(previous)))
+        return out
+
+    def for_accounts(
+        self, client: redis.Redis, accounts: set[str]
+    ) -> dict[str, list[SigningMaterial]]:
+        """Material for several accounts in one round trip (created where missing)."""
+        ordered = sorted(accounts)
+        with client.pipeline(transaction=False) as pipe:
+            for account in ordered:
+                pipe.hmget(keys.signing(account), FIELDS)
+            replies = pipe.execute()
+        out: dict[str, list[SigningMaterial]] = {}
+        for account, values in zip(ordered, replies, strict=True):
+            found = self.from_fields(values)
+            if found is None:
+                client.hsetnx(keys.signing(account), "current", self.new_token())
+                found = self.from_fields(client.hmget(keys.signing(account), FIELDS))
+                assert found is not None
+            out[account] = found
+        return out
+
+    async def get(self, client: redis.asyncio.Redis, account: str) -> list[SigningMaterial]:
+        found = self.from_fields(await client.hmget(keys.signing(account), FIELDS))
+        if found is None:
+            await client.hsetnx(keys.signing(account), "current", self.new_token())
+            found = self.from_fields(await client.hmget(keys.signing(account), FIELDS))
+            assert found is not None
+        return found
+
+    async def rotate(
+        self, client: redis.asyncio.Redis, scripts: AsyncScripts, account: str, grace_s: float
+    ) -> list[SigningMaterial]:
+        await self.get(client, account)  # rotating before first use still keeps a previous
+        now = now_ms()
+        await scripts(
+            "rotate_signing",
+            [keys.signing(account)],
+            [self.new_token(), now, now + int(grace_s * 1000)],
+        )
+        return await self.get(client, account)

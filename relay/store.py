@@ -1,0 +1,328 @@
+"""Document and batch state: the transitions (Lua scripts) and the reads, nothing else.
+
+``AsyncStore`` serves the API (redis.asyncio, never blocking the event loop); ``Store``
+serves the worker, the detector's sweeper and the CLI. Each operation exists once, in the
+class of the processes that perform it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+import redis.asyncio
+from redis.exceptions import ResponseError
+
+from relay import keys
+from relay.blobs import BlobStore
+from relay.exceptions import Conflict, NotFound
+from relay.model import Batch, Document
+from relay.scripts import AsyncScripts, Scripts
+from relay.timefmt import now_ms
+
+
+@dataclass(frozen=True)
+class BatchRef:
+    """A batch's identity (account, name) and the keys that follow from it."""
+
+    account: str
+    name: str
+
+    @property
+    def shard(self) -> int:
+        return keys.shard_for_batch(self.account, self.name)
+
+    @property
+    def key(self) -> str:
+        return keys.batch(self.shard, self.account, self.name)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a worker needs after claiming a document."""
+
+    doc_id: str
+    batch: BatchRef
+    token: str
+    fields: list[str]
+    filename: str
+    content_type: str
+    blob_kind: str
+    claims: int
+
+
+def _doc_keys(ref: BatchRef, doc_id: str) -> dict[str, str]:
+    s = ref.shard
+    return {
+        "doc": keys.doc(s, doc_id),
+        "batch": ref.key,
+        "started": keys.batch_started(s, ref.account, ref.name),
+        "leases": keys.leases(s),
+        "ready": keys.ready(s),
+        "outbox": keys.outbox(s),
+        "items": keys.doc_items(s, doc_id),
+        "blob": keys.blob(s, doc_id),
+    }
+
+
+class AsyncStore:
+    """The API's view: uploads, hand-outs, deletes and reads."""
+
+    def __init__(self, client: redis.asyncio.Redis, blobs: BlobStore) -> None:
+        self.redis = client
+        self.scripts = AsyncScripts(client)
+        self.blobs = blobs
+
+    async def upload(
+        self, ref: BatchRef, *, filename: str, content_type: str, content: bytes
+    ) -> Document:
+        """Create a queued document; raises Conflict when the batch was deleted."""
+        s = ref.shard
+        doc_id = keys.new_id("doc", s)
+        in_redis = self.blobs.kind == "redis"
+        if not in_redis:
+            self.blobs.write_file(doc_id, content)
+        try:
+            await self.scripts(
+                "upload",
+                [
+                    ref.key,
+                    keys.batch_docs(s, ref.account, ref.name),
+                    keys.batch_pending(s, ref.account, ref.name),
+                    keys.doc(s, doc_id),
+                    keys.account_batches(s, ref.account),
+                    keys.blob(s, doc_id),
+                ],
+                [
+                    ref.account,
+                    ref.name,
+                    doc_id,
+                    filename,
+                    content_type,
+                    len(content),
+                    now_ms(),
+                    content if in_redis else b"",
+                    "1" if in_redis else "0",
+                    self.blobs.kind,
+                ],
+            )
+        except ResponseError as exc:
+            self.blobs.discard(doc_id, self.blobs.kind)
+            if "deleted" in str(exc):
+                raise Conflict(
+                    f"batch {ref.name!r} was deleted and accepts no uploads",
+                    error_type="batch_deleted",
+                ) from exc
+            raise
+        doc = await self.get_document(ref.account, doc_id)
+        assert doc is not None
+        return doc
+
+    async def process(self, ref: BatchRef, fields: Sequence[str] | None) -> list[str]:
+        """Hand every queued, not yet handed document to the workers; returns their ids."""
+        s = ref.shard
+        try:
+            ids = await self.scripts(
+                "process",
+                [ref.key, keys.batch_pending(s, ref.account, ref.name), keys.ready(s)],
+                [json.dumps(list(fields or [])), now_ms(), "1" if fields is not None else "0"],
+            )
+        except ResponseError as exc:
+            if "missing" in str(exc):
+                raise NotFound(f"no batch named {ref.name!r}") from exc
+            if "deleted" in str(exc):
+                raise Conflict(
+                    f"batch {ref.name!r} was deleted", error_type="batch_deleted"
+                ) from exc
+            raise
+        return [i.decode() for i in ids]
+
+    async def delete_batch(self, ref: BatchRef) -> list[str]:
+        """Cancel the batch's queued documents and refuse further uploads."""
+        s = ref.shard
+        result = await self.scripts(
+            "delete_batch",
+            [
+                ref.key,
+                keys.batch_docs(s, ref.account, ref.name),
+                keys.batch_pending(s, ref.account, ref.name),
+                keys.ready(s),
+                keys.outbox(s),
+            ],
+            [now_ms(), keys.doc(s, "")],
+        )
+        if not result or int(result[0]) == 0:
+            raise NotFound(f"no batch named {ref.name!r}")
+        canceled = [i.decode() for i in result[1:]]
+        for doc_id in canceled:
+            self.blobs.discard(doc_id, self.blobs.kind)
+        return canceled
+
+    async def get_batch(self, ref: BatchRef) -> Batch | None:
+        h = await self.redis.hgetall(ref.key)
+        return Batch.from_hash(h) if h else None
+
+    async def get_document(self, account: str, doc_id: str) -> Document | None:
+        shard = keys.shard_of_id("doc", doc_id)
+        if shard is None:
+            return None
+        h = await self.redis.hgetall(keys.doc(shard, doc_id))
+        if not h or h.get(b"account", b"").decode() != account:
+            return None
+        return Document.from_hash(h)
+
+    async def results(
+        self, ref: BatchRef, *, start: int, limit: int
+    ) -> tuple[Batch | None, list[tuple[Document, Any]], int | None]:
+        """The batch, ``limit`` documents from position ``start`` with their line_items,
+        and the next position (None on the last page)."""
+        s = ref.shard
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(ref.key)
+            pipe.lrange(keys.batch_docs(s, ref.account, ref.name), start, start + limit)
+            batch_hash, ids = await pipe.execute()
+        if not batch_hash:
+            return None, [], None
+        next_start = start + limit if len(ids) > limit else None
+        ids = ids[:limit]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for raw in ids:
+                pipe.hgetall(keys.doc(s, raw.decode()))
+                pipe.get(keys.doc_items(s, raw.decode()))
+            replies = await pipe.execute()
+        docs: list[tuple[Document, Any]] = []
+        for h, items in zip(replies[::2], replies[1::2], strict=True):
+            if h:
+                docs.append((Document.from_hash(h), json.loads(items) if items else None))
+        return Batch.from_hash(batch_hash), docs, next_start
+
+    async def list_batches(
+        self, account: str, *, before: tuple[int, str] | None, limit: int
+    ) -> tuple[list[Batch], tuple[int, str] | None]:
+        """The account's batches, newest first, from just after ``before`` (created, name)."""
+        top = "+inf" if before is None else f"{before[0]}"
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for s in range(keys.SHARDS):
+                # limit + 1 per shard leaves room to skip the ties of the cursor itself.
+                pipe.zrevrangebyscore(
+                    keys.account_batches(s, account),
+                    top,
+                    "-inf",
+                    start=0,
+                    num=limit + 64,
+                    withscores=True,
+                )
+            per_shard = await pipe.execute()
+        candidates: list[tuple[int, str]] = []
+        for rows in per_shard:
+            for name, score in rows:
+                item = (int(score), name.decode())
+                if before is None or (item[0], item[1]) < before:
+                    candidates.append(item)
+        candidates.sort(reverse=True)
+        page = candidates[: limit + 1]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for _, name in page[:limit]:
+                pipe.hgetall(BatchRef(account, name).key)
+            hashes = await pipe.execute()
+        batches = [Batch.from_hash(h) for h in hashes if h]
+        cursor = page[limit - 1] if len(page) > limit else None
+        return batches, cursor
+
+
+class Store:
+    """The workers' and sweepers' view: claim, renew, finish, requeue."""
+
+    def __init__(self, client: redis.Redis, blobs: BlobStore) -> None:
+        self.redis = client
+        self.scripts = Scripts(client)
+        self.blobs = blobs
+
+    def claim(self, ref: BatchRef, doc_id: str, token: str, lease_ms: int) -> Claim | None:
+        k = _doc_keys(ref, doc_id)
+        reply = self.scripts(
+            "claim",
+            [k["doc"], k["batch"], k["started"], k["leases"], k["ready"]],
+            [doc_id, now_ms(), lease_ms, token],
+        )
+        if int(reply[0]) != 1:
+            return None
+        return Claim(
+            doc_id=doc_id,
+            batch=ref,
+            token=token,
+            fields=list(json.loads(reply[1])),
+            filename=reply[2].decode(),
+            content_type=reply[3].decode(),
+            blob_kind=reply[4].decode(),
+            claims=int(reply[5]),
+        )
+
+    def read_blob(self, claim: Claim) -> bytes | None:
+        return self.blobs.read(self.redis, claim.batch.shard, claim.doc_id, claim.blob_kind)
+
+    def renew(self, claim: Claim, lease_ms: int) -> bool:
+        k = _doc_keys(claim.batch, claim.doc_id)
+        reply = self.scripts(
+            "renew", [k["doc"], k["leases"]], [claim.doc_id, claim.token, now_ms() + lease_ms]
+        )
+        return int(reply) == 1
+
+    def finish(
+        self,
+        claim: Claim,
+        *,
+        line_items: list[dict[str, Any]] | None,
+        error: tuple[str, str] | None,
+    ) -> tuple[bool, int]:
+        """Store the outcome. Returns (stored, completion_seq or 0); not stored when the
+        lease was lost meanwhile (another worker owns the document now)."""
+        k = _doc_keys(claim.batch, claim.doc_id)
+        outcome = "failed" if error is not None else "succeeded"
+        code, message = error if error is not None else ("", "")
+        reply = self.scripts(
+            "finish",
+            [k["doc"], k["batch"], k["leases"], k["outbox"], k["items"], k["blob"]],
+            [
+                claim.doc_id,
+                claim.token,
+                now_ms(),
+                outcome,
+                json.dumps(line_items, separators=(",", ":")) if line_items is not None else "",
+                code,
+                message,
+            ],
+        )
+        stored = int(reply[0]) == 1
+        if stored:
+            self.blobs.discard(claim.doc_id, claim.blob_kind)
+        return stored, int(reply[1]) if stored else 0
+
+    def expired_leases(self, shard: int, limit: int = 500) -> list[str]:
+        ids = self.redis.zrangebyscore(keys.leases(shard), "-inf", now_ms(), start=0, num=limit)
+        return [i.decode() for i in ids]
+
+    def stale_ready(self, shard: int, older_than_ms: int, limit: int = 500) -> list[str]:
+        ids = self.redis.zrangebyscore(
+            keys.ready(shard), "-inf", now_ms() - older_than_ms, start=0, num=limit
+        )
+        return [i.decode() for i in ids]
+
+    def doc_batch(self, shard: int, doc_id: str) -> BatchRef | None:
+        account, batch = self.redis.hmget(keys.doc(shard, doc_id), ["account", "batch"])
+        if account is None or batch is None:
+            return None
+        return BatchRef(account.decode(), batch.decode())
+
+    def requeue(self, ref: BatchRef, doc_id: str, max_claims: int) -> str:
+        """Return an expired lease's document to the queue (or fail it with worker_lost)."""
+        k = _doc_keys(ref, doc_id)
+        reply = self.scripts(
+            "requeue",
+            [k["doc"], k["batch"], k["started"], k["leases"], k["ready"], k["outbox"], k["blob"]],
+            [doc_id, now_ms(), max_claims],
+        )
+        return str(reply.decode() if isinstance(reply, bytes) else reply)

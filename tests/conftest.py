@@ -1,0 +1,93 @@
+"""Fixtures shared by every test. One section per concern; add new ones as new sections.
+
+Redis: the tests run against real ``redis-server`` processes of their own (``make test`` installs
+it), never the machine's Redis on 6379.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from relay.redis_server import AppendFsync, RedisServer, find_redis_server
+
+# -- Redis ----------------------------------------------------------------------------------
+
+
+def _require_redis_server() -> None:
+    if find_redis_server() is None:
+        pytest.fail(
+            "redis-server is not installed: the tests need a real Redis. "
+            "Run `make redis` (or `apt-get install redis-server`), or `make test`.",
+            pytrace=False,
+        )
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """One private Redis (AOF on, a free port) for the whole session."""
+    _require_redis_server()
+    server = RedisServer(tmp_path_factory.mktemp("redis"), appendonly=True)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """The session Redis, emptied (FLUSHALL) for this test: its URL."""
+    if not redis_server.running:  # a test stopped it: bring it back for the next ones
+        redis_server.restart()
+    client = redis.Redis.from_url(redis_server.url)
+    try:
+        client.flushall()
+    finally:
+        client.close()
+    return redis_server.url
+
+
+@pytest.fixture(name="redis")
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    """A client (bytes in, bytes out) of the emptied session Redis, closed after the test."""
+    client = redis.Redis.from_url(redis_url, decode_responses=False)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def redis_factory(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
+    """Make extra Redis servers of the test's own (to kill, restart, cut away...).
+
+    ``redis_factory(appendonly=True, appendfsync="everysec", password=None, port=None)``
+    returns a started :class:`RedisServer` in a new directory under ``tmp_path``; all are
+    stopped after the test. Typed as ``tests/helpers.py``'s ``RedisFactory``.
+    """
+    _require_redis_server()
+    servers: list[RedisServer] = []
+
+    def make(
+        *,
+        appendonly: bool = True,
+        appendfsync: AppendFsync = "everysec",
+        password: str | None = None,
+        port: int | None = None,
+    ) -> RedisServer:
+        server = RedisServer(
+            tmp_path / f"redis-{len(servers)}",
+            port=port,
+            appendonly=appendonly,
+            password=password,
+            appendfsync=appendfsync,
+        )
+        servers.append(server)
+        server.start()
+        return server
+
+    yield make
+    for server in servers:
+        server.stop()

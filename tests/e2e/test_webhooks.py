@@ -1,0 +1,227 @@
+"""End to end: completion -> detector -> RQ delivery -> a real receiver, with real processes."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+from tests.e2e.client import Api
+from tests.e2e.verify import verify_both, verify_v1, verify_v1a
+from tests.helpers import free_port, wait_until
+from tests.procs import Stack
+from tests.receiver import Receiver, Reply
+
+CSV = b"sku,qty\nA-1,2\nB-7,5\n"
+
+
+def _start(stack: Stack, workers: int = 1, detectors: int = 1) -> Api:
+    stack.api()
+    for _ in range(workers):
+        stack.worker()
+    for _ in range(detectors):
+        stack.detector()
+    return Api(stack.api_url, stack.create_key("acme"))
+
+
+def test_completion_is_delivered_signed_and_verifiable(stack: Stack, receiver: Receiver) -> None:
+    api = _start(stack)
+    api.upload("b1", CSV)
+    api.upload("b1", CSV)
+    assert api.register("b1", receiver.url()).status_code == 201
+    api.process("b1")
+    got = wait_until(receiver.received, 20, message="no delivery arrived")
+    assert len(got) == 1
+    signing = api.signing()
+    payload = verify_both(got[0], signing)
+    assert payload["type"] == "batch.completed"
+    data = payload["data"]
+    assert data["batch_name"] == "b1" and data["all_done"] is True
+    assert data["completion_seq"] == 1 and data["counts"]["succeeded"] == 2
+    assert data["results_url"].endswith("/api/v1/batches/b1/results")
+    assert got[0].headers["webhook-id"].startswith("msg_")
+    assert got[0].headers["user-agent"].startswith("relay/")
+    assert got[0].headers["content-type"] == "application/json"
+    # The delivery is recorded with its attempt.
+    deliveries = wait_until(
+        lambda: [d for d in api.deliveries("b1") if d["status"] == "succeeded"], 5
+    )
+    assert deliveries[0]["id"] == got[0].headers["webhook-id"]
+    assert deliveries[0]["attempts"][0]["status_code"] == 200
+    api.close()
+
+
+def test_renotification_after_more_uploads(stack: Stack, receiver: Receiver) -> None:
+    api = _start(stack)
+    api.upload("b2", CSV)
+    api.register("b2", receiver.url())
+    api.process("b2")
+    first = wait_until(receiver.received, 20, message="first delivery")
+    api.upload("b2", CSV)
+    assert api.batch("b2")["all_done"] is False
+    api.process("b2")
+    wait_until(lambda: len(receiver.received()) >= 2, 20, message="second delivery")
+    both = receiver.received()
+    signing = api.signing()
+    p1, p2 = (verify_both(r, signing) for r in both[:2])
+    assert p1["data"]["completion_seq"] == 1 and p2["data"]["completion_seq"] == 2
+    assert p2["data"]["document_count"] == 2
+    assert first[0].headers["webhook-id"] != both[1].headers["webhook-id"]
+    time.sleep(0.5)
+    assert len(receiver.received()) == 2
+    api.close()
+
+
+def test_registering_on_a_done_batch_delivers_its_completion(
+    stack: Stack, receiver: Receiver
+) -> None:
+    api = _start(stack)
+    api.upload("b3", CSV)
+    api.process("b3")
+    wait_until(lambda: api.batch("b3")["all_done"], 20, message="batch not done")
+    assert api.register("b3", receiver.url()).status_code == 201
+    got = wait_until(receiver.received, 20, message="late registration not delivered")
+    assert verify_both(got[0], api.signing())["data"]["completion_seq"] == 1
+    # Registering again (same URL) does not deliver the same completion twice.
+    assert api.register("b3", receiver.url()).status_code == 200
+    time.sleep(1.0)
+    assert len(receiver.received()) == 1
+    api.close()
+
+
+def test_rotation_signs_with_both_materials(stack: Stack, receiver: Receiver) -> None:
+    api = _start(stack)
+    old = api.signing()
+    rotated = api.http.post("/webhook-signing/rotate").json()
+    assert rotated["secret"] != old["secret"]
+    assert rotated["previous"]["secret"] == old["secret"]
+    api.upload("b4", CSV)
+    api.register("b4", receiver.url())
+    api.process("b4")
+    got = wait_until(receiver.received, 20, message="no delivery")
+    verify_both(got[0], rotated)
+    assert verify_v1(got[0], old["secret"])["data"]["batch_name"] == "b4"
+    assert verify_v1a(got[0], old["public_key"])
+    assert len(got[0].headers["webhook-signature"].split()) == 4
+    api.close()
+
+
+def test_one_delivery_per_completion_with_three_detectors(stack: Stack, receiver: Receiver) -> None:
+    api = _start(stack, workers=2, detectors=3)
+    names = [f"m{i}" for i in range(20)]
+    for name in names:
+        api.upload(name, CSV)
+        api.register(name, receiver.url(f"/{name}"))
+    for name in names:
+        api.process(name)
+    wait_until(lambda: len(receiver.received()) >= len(names), 30, message="missing deliveries")
+    time.sleep(1.5)
+    ids = [r.headers["webhook-id"] for r in receiver.received()]
+    assert len(ids) == len(names) == len(set(ids))
+    for name in names:
+        assert len(api.deliveries(name)) == 1
+    api.close()
+
+
+@pytest.mark.parametrize(
+    ("replies", "final", "codes"),
+    [
+        ([Reply(500), Reply(500), Reply(200)], "succeeded", [500, 500, 200]),
+        ([Reply(410)], "failed", [410]),
+        ([Reply(302, {"location": "https://example.com/"})], "failed", [302, 302, 302, 302]),
+        ([Reply(404)], "failed", [404, 404, 404, 404]),
+    ],
+    ids=["500-500-200", "410", "redirect", "404-exhausted"],
+)
+def test_receiver_answers(
+    stack: Stack, receiver: Receiver, replies: list[Reply], final: str, codes: list[int]
+) -> None:
+    api = _start(stack)
+    receiver.script("/r", replies)
+    api.upload("r1", CSV)
+    api.register("r1", receiver.url("/r"))
+    api.process("r1")
+    done = wait_until(
+        lambda: [d for d in api.deliveries("r1") if d["status"] == final],
+        30,
+        message=f"delivery never {final}",
+    )
+    attempts = done[0]["attempts"]
+    assert [a["status_code"] for a in attempts] == codes
+    assert all(a["error"] == "http_status" for a in attempts if a["status_code"] != 200)
+    assert len(receiver.received("/r")) == len(codes)
+    if codes == [410]:
+        hook = api.http.get("/batches/r1/webhook").json()
+        assert hook["disabled"] is True and "410" in hook["disabled_reason"]
+    api.close()
+
+
+def test_retry_after_is_honoured(stack: Stack, receiver: Receiver) -> None:
+    api = _start(stack)
+    receiver.script("/ra", [Reply(429, {"retry-after": "1"}), Reply(200)])
+    api.upload("ra", CSV)
+    api.register("ra", receiver.url("/ra"))
+    api.process("ra")
+    wait_until(lambda: len(receiver.received("/ra")) >= 2, 20, message="no second attempt")
+    first, second = receiver.received("/ra")[:2]
+    # The schedule says 0.2 s; Retry-After says 1 s (capped at 10 x 0.2 s = 2 s).
+    assert second.at - first.at >= 0.95
+    assert first.headers["webhook-id"] == second.headers["webhook-id"]
+    api.close()
+
+
+def test_timeout_and_refused_connection_are_retried(stack: Stack, receiver: Receiver) -> None:
+    api = _start(stack)
+    receiver.script("/slow", [Reply(200, delay=3.0), Reply(200)])
+    api.upload("t1", CSV)
+    api.register("t1", receiver.url("/slow"))
+    closed = f"http://127.0.0.1:{free_port()}/nobody"
+    api.upload("t2", CSV)
+    api.register("t2", closed)
+    api.process("t1")
+    api.process("t2")
+    slow = wait_until(lambda: [d for d in api.deliveries("t1") if d["status"] == "succeeded"], 30)
+    assert slow[0]["attempts"][0]["error"] == "timeout"
+    assert slow[0]["attempts"][1]["status_code"] == 200
+    refused = wait_until(lambda: [d for d in api.deliveries("t2") if d["status"] == "failed"], 30)
+    assert [a["error"] for a in refused[0]["attempts"]] == ["connection"] * 4
+    api.close()
+
+
+def test_attempt_time_ssrf_check_blocks_a_private_address(stack: Stack, receiver: Receiver) -> None:
+    # The API may register a loopback URL (as if DNS said "public" then), but the worker
+    # vets the address again at the attempt and refuses it: no request reaches the receiver.
+    stack.api()
+    stack.worker(RELAY_ALLOW_PRIVATE_TARGETS="false")
+    stack.detector()
+    api = Api(stack.api_url, stack.create_key("acme"))
+    api.upload("s1", CSV)
+    assert api.register("s1", f"http://localhost:{receiver.port}/hook").status_code == 201
+    api.process("s1")
+    failed = wait_until(lambda: [d for d in api.deliveries("s1") if d["status"] == "failed"], 30)
+    assert {a["error"] for a in failed[0]["attempts"]} == {"blocked_destination"}
+    assert receiver.received() == []
+    api.close()
+
+
+def test_worker_killed_mid_attempt_delivery_is_made_again(
+    stack: Stack, receiver: Receiver, redis: redis.Redis
+) -> None:
+    stack.api()
+    victim = stack.worker()
+    stack.detector()
+    api = Api(stack.api_url, stack.create_key("acme"))
+    receiver.script("/k", [Reply(200, delay=1.5), Reply(200)])
+    api.upload("k1", CSV)
+    api.register("k1", receiver.url("/k"))
+    api.process("k1")
+    wait_until(lambda: receiver.received("/k"), 20, message="first attempt never started")
+    victim.kill()
+    stack.worker()
+    wait_until(lambda: len(receiver.received("/k")) >= 2, 30, message="no second attempt")
+    got = receiver.received("/k")
+    assert got[0].headers["webhook-id"] == got[1].headers["webhook-id"]
+    done = wait_until(lambda: [d for d in api.deliveries("k1") if d["status"] == "succeeded"], 10)
+    assert done
+    api.close()

@@ -1,0 +1,100 @@
+"""A real HTTP receiver on 127.0.0.1 that records every request and answers from a script.
+
+``Receiver.script(path, [Reply(...), ...])`` sets the answers for a path, consumed in order
+(the last one repeats); unscripted paths answer 200. Each request is recorded with its
+headers, exact body bytes and arrival time (``time.time()``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    body: bytes = b"ok"
+
+
+@dataclass(frozen=True)
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    at: float
+
+
+class Receiver:
+    def __init__(self) -> None:
+        self.requests: list[Received] = []
+        self._scripts: dict[str, list[Reply]] = {}
+        self._lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length", "0"))
+                body = self.rfile.read(length)
+                at = time.time()
+                reply = receiver._next(self.path)
+                with receiver._lock:
+                    receiver.requests.append(
+                        Received(
+                            self.path, {k.lower(): v for k, v in self.headers.items()}, body, at
+                        )
+                    )
+                if reply.delay:
+                    time.sleep(reply.delay)
+                try:
+                    self.send_response(reply.status)
+                    for k, v in reply.headers.items():
+                        self.send_header(k, v)
+                    self.send_header("content-length", str(len(reply.body)))
+                    self.end_headers()
+                    self.wfile.write(reply.body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def url(self, path: str = "/hook") -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def script(self, path: str, replies: list[Reply]) -> None:
+        with self._lock:
+            self._scripts[path] = list(replies)
+
+    def _next(self, path: str) -> Reply:
+        with self._lock:
+            replies = self._scripts.get(path)
+            if not replies:
+                return Reply()
+            return replies.pop(0) if len(replies) > 1 else replies[0]
+
+    def received(self, path: str | None = None) -> list[Received]:
+        with self._lock:
+            return [r for r in self.requests if path is None or r.path == path]
+
+    def __enter__(self) -> Receiver:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.server.shutdown()
+        self.server.server_close()

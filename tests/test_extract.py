@@ -1,0 +1,459 @@
+"""The default extractor, the extractor loader and the plug-in contract (``relay.extract``).
+
+Every document is built in the test, PDFs included: ``_pdf`` writes a minimal PDF by hand
+(ruling lines plus Helvetica text) so that pdfplumber's real table finder is exercised
+without a PDF-writing dependency or binary fixtures.
+"""
+
+from __future__ import annotations
+
+import pickle
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import cast
+
+import pytest
+
+from relay.exceptions import ConfigError
+from relay.extract import ExtractionError, Extractor, extract, load_extractor, run_extractor
+
+Rows = list[dict[str, object]]
+
+
+def _rows(
+    content: bytes, filename: str, content_type: str = "", fields: Sequence[str] = ()
+) -> Rows:
+    return extract(content, filename=filename, content_type=content_type, fields=list(fields))
+
+
+def _code(content: bytes, filename: str, content_type: str = "") -> str:
+    with pytest.raises(ExtractionError) as caught:
+        _rows(content, filename, content_type)
+    assert caught.value.message, "every failure carries a human message"
+    return caught.value.code
+
+
+# --- a hand-written PDF -------------------------------------------------------------------
+
+
+def _pdf_text(text: str) -> str:
+    return "(" + text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)") + ")"
+
+
+def _table_ops(rows: Sequence[Sequence[str]], *, top: float = 720.0) -> str:
+    """Content-stream operators drawing ``rows`` as a ruled grid of 120x20 pt cells."""
+    left, width, height = 72.0, 120.0, 20.0
+    n_cols = max(len(row) for row in rows)
+    bottom, right = top - len(rows) * height, left + n_cols * width
+    ops = ["0.5 w"]
+    ops += [
+        f"{left} {top - i * height} m {right} {top - i * height} l S" for i in range(len(rows) + 1)
+    ]
+    ops += [
+        f"{left + j * width} {top} m {left + j * width} {bottom} l S" for j in range(n_cols + 1)
+    ]
+    for i, row in enumerate(rows):
+        for j, cell in enumerate(row):
+            x, y = left + j * width + 4, top - (i + 1) * height + 6
+            ops.append(f"BT /F1 10 Tf {x} {y} Td {_pdf_text(cell)} Tj ET")
+    return "\n".join(ops)
+
+
+def _text_ops(lines: Sequence[str]) -> str:
+    return "\n".join(
+        f"BT /F1 12 Tf 72 {720 - 16 * i} Td {_pdf_text(line)} Tj ET" for i, line in enumerate(lines)
+    )
+
+
+def _pdf(pages: Sequence[str]) -> bytes:
+    """A valid PDF 1.4 (correct xref offsets) with one content stream per page."""
+    page_ids = [4 + 2 * i for i in range(len(pages))]
+    kids = " ".join(f"{pid} 0 R" for pid in page_ids)
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        f"<< /Type /Pages /Kids [{kids}] /Count {len(pages)} >>".encode(),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    for pid, ops in zip(page_ids, pages, strict=True):
+        page = (
+            "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792]"
+            f" /Resources << /Font << /F1 3 0 R >> >> /Contents {pid + 1} 0 R >>"
+        )
+        data = ops.encode("latin-1")
+        objects += [page.encode(), b"<< /Length %d >>\nstream\n%b\nendstream" % (len(data), data)]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%b\nendobj\n" % (number, body)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
+        len(objects) + 1,
+        xref,
+    )
+    return bytes(out)
+
+
+HEADER = ["SKU", "Description", "Qty"]
+
+
+# --- CSV and TSV --------------------------------------------------------------------------
+
+
+def test_csv_with_comma() -> None:
+    rows = _rows(b"sku,qty,price\nA1,2,9.50\nB2,10,0.99\n", "items.csv", "text/csv")
+    assert rows == [
+        {"sku": "A1", "qty": "2", "price": "9.50"},
+        {"sku": "B2", "qty": "10", "price": "0.99"},
+    ]
+
+
+def test_semicolon_csv_with_decimal_commas_is_sniffed() -> None:
+    content = b"sku;price;note\nA1;1,50;x\nB2;2,25;y\nC3;3,00;z\n"
+    rows = _rows(content, "export.csv", "text/csv; charset=utf-8")
+    assert rows[0] == {"sku": "A1", "price": "1,50", "note": "x"}
+    assert [row["price"] for row in rows] == ["1,50", "2,25", "3,00"]
+
+
+def test_a_sniffed_delimiter_missing_from_the_header_is_overruled() -> None:
+    # csv.Sniffer answers "," for this (quotes beside commas); the header has only ";".
+    content = b'sku;description\nA1;Shirt,"L",red\nB2;Shirt,"M",blue\n'
+    rows = _rows(content, "export.csv", "text/csv")
+    assert rows == [
+        {"sku": "A1", "description": 'Shirt,"L",red'},
+        {"sku": "B2", "description": 'Shirt,"M",blue'},
+    ]
+
+
+def test_tsv_by_content_type_and_by_extension() -> None:
+    content = b"sku\tname\nA1\tWidget, large\nB2\tGadget\n"
+    expected = [{"sku": "A1", "name": "Widget, large"}, {"sku": "B2", "name": "Gadget"}]
+    assert _rows(content, "upload", "text/tab-separated-values") == expected
+    assert _rows(content, "items.tab", "application/octet-stream") == expected
+
+
+def test_quoted_fields_keep_embedded_commas_quotes_and_newlines() -> None:
+    content = b'sku,description\r\nA1,"Bolt, M6\r\nzinc plated"\r\nB2,"He said ""hi"""\r\n'
+    rows = _rows(content, "items.csv", "text/csv")
+    assert rows == [
+        {"sku": "A1", "description": "Bolt, M6\r\nzinc plated"},
+        {"sku": "B2", "description": 'He said "hi"'},
+    ]
+
+
+def test_utf8_bom_is_not_part_of_the_first_key() -> None:
+    rows = _rows("\ufeffsku,name\nA1,Crème\n".encode(), "items.csv", "text/csv")
+    assert rows == [{"sku": "A1", "name": "Crème"}]
+
+
+def test_latin1_bytes_fall_back_to_latin1() -> None:
+    rows = _rows("name,city\nJosé,Orléans\n".encode("latin-1"), "people.csv", "text/csv")
+    assert rows == [{"name": "José", "city": "Orléans"}]
+
+
+def test_utf16_tsv_from_excel_is_read() -> None:
+    rows = _rows("sku\tqty\nA1\t3\n".encode("utf-16"), "unicode.txt", "text/plain")
+    assert rows == [{"sku": "A1", "qty": "3"}]
+
+
+@pytest.mark.parametrize("content", [b"sku,qty\n", b"sku,qty\n\n  \n,,\n", b"\n\n", b"   "])
+def test_header_only_or_blank_is_empty_document(content: bytes) -> None:
+    assert _code(content, "items.csv", "text/csv") == "empty_document"
+
+
+def test_headers_are_stripped_and_disambiguated_rows_are_padded() -> None:
+    content = b"\n , \n sku , name,,name,name_2\nA1,x,y,z,w,EXTRA1,EXTRA2\n\nB2\n"
+    rows = _rows(content, "items.csv", "text/csv")
+    assert rows == [
+        {
+            "sku": "A1",
+            "name": "x",
+            "column_3": "y",
+            "name_2": "z",
+            "name_2_2": "w",
+            "column_6": "EXTRA1",
+            "column_7": "EXTRA2",
+        },
+        {"sku": "B2", "name": None, "column_3": None, "name_2": None, "name_2_2": None},
+    ]
+
+
+def test_values_stay_strings() -> None:
+    rows = _rows(b"zip,id\n02134,007\n", "a.csv", "text/csv")
+    assert rows == [{"zip": "02134", "id": "007"}]
+
+
+def test_fields_select_exactly_those_keys_in_order() -> None:
+    content = b"sku,qty,price\nA1,2,9.50\n"
+    rows = _rows(content, "items.csv", "text/csv", fields=["price", "missing", "sku"])
+    assert rows == [{"price": "9.50", "missing": None, "sku": "A1"}]
+    assert list(rows[0]) == ["price", "missing", "sku"]
+
+
+# --- JSON ---------------------------------------------------------------------------------
+
+
+def test_json_list_keeps_json_values() -> None:
+    content = b'[{"sku": "A1", "qty": 2, "price": 9.5, "tags": ["a"], "gift": false, "note": null}]'
+    rows = _rows(content, "items.json", "application/json")
+    assert rows == [
+        {"sku": "A1", "qty": 2, "price": 9.5, "tags": ["a"], "gift": False, "note": None}
+    ]
+
+
+def test_json_line_items_and_fields() -> None:
+    content = b'{"invoice": "X-1", "line_items": [{"sku": "A1", "qty": 2}, {"sku": "B2"}]}'
+    rows = _rows(content, "invoice.json", "", fields=["sku", "qty"])
+    assert rows == [{"sku": "A1", "qty": 2}, {"sku": "B2", "qty": None}]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b'[{"sku": "A1"}',
+        b"{'sku': 'A1'}",
+        b'[{"price": NaN}]',
+        b'[{"price": 1e999}]',
+        b"[" * 50_000,
+    ],
+)
+def test_invalid_json(content: bytes) -> None:
+    assert _code(content, "items.json", "application/json") == "invalid_json"
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b'"just a string"', "the document is a string"),
+        (b'{"items": []}', 'without "line_items"'),
+        (b'{"line_items": {"sku": "A1"}}', '"line_items" is an object'),
+        (b'[{"sku": "A1"}, 42]', "item 2 is a number"),
+    ],
+)
+def test_json_of_the_wrong_shape_says_the_expected_shape(content: bytes, said: str) -> None:
+    with pytest.raises(ExtractionError) as caught:
+        _rows(content, "items.json", "application/json")
+    assert caught.value.code == "invalid_json"
+    assert 'expected a list of objects or {"line_items": [...]}' in caught.value.message
+    assert said in caught.value.message
+
+
+@pytest.mark.parametrize("content", [b"[]", b'{"line_items": []}'])
+def test_json_without_rows_is_empty_document(content: bytes) -> None:
+    assert _code(content, "items.json", "application/json") == "empty_document"
+
+
+# --- PDF ----------------------------------------------------------------------------------
+
+
+def test_pdf_table_spanning_two_pages_with_repeated_header() -> None:
+    page1 = _table_ops([HEADER, ["A1", "Bolt (M6)", "10"], ["B2", "Nut", "20"]])
+    page2 = _table_ops([HEADER, ["C3", "Washer", "30"]])
+    rows = _rows(_pdf([page1, page2]), "invoice.pdf", "application/pdf")
+    assert rows == [
+        {"SKU": "A1", "Description": "Bolt (M6)", "Qty": "10"},
+        {"SKU": "B2", "Description": "Nut", "Qty": "20"},
+        {"SKU": "C3", "Description": "Washer", "Qty": "30"},
+    ]
+
+
+def test_pdf_continuation_without_header_is_appended_and_fields_apply() -> None:
+    page1 = _table_ops([HEADER, ["A1", "Bolt", "10"]])
+    page2 = _table_ops([["B2", "Nut", ""], ["C3", "Washer", "30"]])
+    rows = _rows(_pdf([page1, page2]), "scan", "application/octet-stream", fields=["Qty", "SKU"])
+    assert rows == [
+        {"Qty": "10", "SKU": "A1"},
+        {"Qty": "", "SKU": "B2"},
+        {"Qty": "30", "SKU": "C3"},
+    ]
+
+
+def test_pdf_without_a_table_is_no_table_found() -> None:
+    content = _pdf([_text_ops(["Dear customer,", "no table on this page."])])
+    assert _code(content, "letter.pdf", "application/pdf") == "no_table_found"
+
+
+def test_pdf_with_header_only_is_empty_document() -> None:
+    assert _code(_pdf([_table_ops([HEADER])]), "empty.pdf", "application/pdf") == "empty_document"
+
+
+@pytest.mark.parametrize("content", [bytes(range(256)) * 4, b"%PDF-1.4\nnot really a pdf\n"])
+def test_bytes_declared_pdf_that_pdfplumber_cannot_open_are_invalid_pdf(content: bytes) -> None:
+    assert _code(content, "broken.pdf", "application/pdf") == "invalid_pdf"
+
+
+# --- format detection ---------------------------------------------------------------------
+
+
+def test_pdf_magic_wins_over_a_wrong_declared_type() -> None:
+    content = _pdf([_table_ops([HEADER, ["A1", "Bolt", "1"]])])
+    assert _rows(content, "items.csv", "text/csv") == [
+        {"SKU": "A1", "Description": "Bolt", "Qty": "1"}
+    ]
+
+
+def test_octet_stream_is_sniffed() -> None:
+    assert _rows(b'[{"a": 1}]', "upload", "application/octet-stream") == [{"a": 1}]
+    assert _rows(b"a;b\n1;2\n3;4\n", "upload", "application/octet-stream") == [
+        {"a": "1", "b": "2"},
+        {"a": "3", "b": "4"},
+    ]
+    assert _code(b'[{"a": 1}', "upload", "application/octet-stream") == "invalid_json"
+
+
+def test_extension_rescues_a_csv_sent_as_vnd_ms_excel() -> None:
+    rows = _rows(b"a,b\n1,2\n", "export.CSV", "application/vnd.ms-excel")
+    assert rows == [{"a": "1", "b": "2"}]
+
+
+@pytest.mark.parametrize(
+    ("content", "filename", "content_type"),
+    [
+        (bytes(range(256)) * 4, "blob.bin", "application/octet-stream"),
+        (b"PK\x03\x04\x14\x00\x06\x00" + bytes(64), "sheet.xlsx", ""),
+        (b"<html><body>a, b</body></html>", "page.html", "text/html"),
+        (b"Just a sentence without any table.\n", "notes.txt", "text/plain"),
+        (b"\x00\x01\x02garbage", "items.csv", "text/csv"),
+    ],
+)
+def test_anything_else_is_unsupported_format(
+    content: bytes, filename: str, content_type: str
+) -> None:
+    assert _code(content, filename, content_type) == "unsupported_format"
+
+
+# --- the error type -----------------------------------------------------------------------
+
+
+def test_extraction_error_carries_code_and_message_and_pickles() -> None:
+    error = ExtractionError("bad_total", "totals do not add up")
+    assert (error.code, error.message, str(error)) == (
+        "bad_total",
+        "totals do not add up",
+        "bad_total: totals do not add up",
+    )
+    copy = pickle.loads(pickle.dumps(error))  # noqa: S301 - bytes made two calls earlier
+    assert (copy.code, copy.message) == ("bad_total", "totals do not add up")
+
+
+# --- loader -------------------------------------------------------------------------------
+
+
+def test_load_extractor_resolves_the_default_and_dotted_attributes() -> None:
+    assert load_extractor("relay.extract:extract") is extract
+    loaded = load_extractor("json:JSONDecoder.decode")
+    assert loaded is cast(object, __import__("json").JSONDecoder.decode)
+
+
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        ("relay.extract", "expected 'package.module:callable'"),
+        ("relay.extract:", "expected 'package.module:callable'"),
+        (":extract", "expected 'package.module:callable'"),
+        ("a:b:c", "expected 'package.module:callable'"),
+        ("relay_no_such_module_x:extract", "no module named 'relay_no_such_module_x'"),
+        ("relay.extract:no_such_thing", "has no attribute 'no_such_thing'"),
+        ("math:pi", "'pi' is a float, not a callable"),
+    ],
+)
+def test_load_extractor_rejects_bad_specs_with_a_clear_config_error(spec: str, said: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_extractor(spec)
+    assert said in str(caught.value)
+    assert repr(spec) in str(caught.value)
+
+
+def test_load_extractor_reports_a_plugin_that_fails_to_import(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "relay_test_plugin_broken.py").write_text("import relay_test_missing_dependency\n")
+    (tmp_path / "relay_test_plugin_raises.py").write_text("raise RuntimeError('no licence key')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("relay_test_plugin_broken", "relay_test_plugin_raises"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    with pytest.raises(ConfigError, match="no module 'relay_test_missing_dependency'"):
+        load_extractor("relay_test_plugin_broken:extract")
+    with pytest.raises(ConfigError, match="RuntimeError: no licence key"):
+        load_extractor("relay_test_plugin_raises:extract")
+
+
+def test_loaded_plugin_runs_under_the_contract(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "relay_test_plugin_ok.py").write_text(
+        "from relay.extract import ExtractionError\n"
+        "def upper(data, *, filename, content_type, fields):\n"
+        "    if not data:\n"
+        "        raise ExtractionError('nothing_here', 'no bytes')\n"
+        "    return [{'text': data.decode().upper(), 'name': filename, 'fields': fields}]\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "relay_test_plugin_ok", raising=False)
+    plugin = load_extractor("relay_test_plugin_ok:upper")
+    ok = run_extractor(plugin, b"abc", filename="a.txt", content_type="text/plain", fields=["x"])
+    assert ok == ([{"text": "ABC", "name": "a.txt", "fields": ["x"]}], None)
+    failed = run_extractor(plugin, b"", filename="a.txt", content_type="text/plain", fields=[])
+    assert failed == (None, ("nothing_here", "no bytes"))
+
+
+# --- run_extractor ------------------------------------------------------------------------
+
+
+def _raises_plain(
+    content: bytes, /, *, filename: str, content_type: str, fields: list[str]
+) -> Rows:
+    raise KeyError("price" * 200)
+
+
+def _returns(value: object) -> Extractor:
+    def extractor(
+        content: bytes, /, *, filename: str, content_type: str, fields: list[str]
+    ) -> Rows:
+        return cast(Rows, value)
+
+    return extractor
+
+
+def _run(
+    extractor: Extractor, content: bytes = b"a,b\n1,2\n"
+) -> tuple[Rows | None, tuple[str, str] | None]:
+    return run_extractor(extractor, content, filename="a.csv", content_type="text/csv", fields=[])
+
+
+def test_run_extractor_passes_rows_through_and_maps_extraction_errors() -> None:
+    assert _run(extract) == ([{"a": "1", "b": "2"}], None)
+    assert _run(extract, b"a,b\n") == (
+        None,
+        ("empty_document", "the table has a header row but no data rows"),
+    )
+
+
+def test_run_extractor_maps_any_other_exception_to_extraction_error() -> None:
+    rows, failure = _run(_raises_plain)
+    assert rows is None and failure is not None
+    code, message = failure
+    assert code == "extraction_error"
+    assert message.startswith("KeyError: 'pricepriceprice")
+    assert len(message) == 500
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        (None, "extractor returned NoneType, expected a list of dicts"),
+        (({"a": 1},), "extractor returned tuple, expected a list of dicts"),
+        ([{"a": 1}, "b"], "extractor returned a list whose item 1 is str, expected a dict"),
+        ([{1: "a"}], "with a key that is not a string"),
+        ([{"a": object()}], "not JSON-serialisable"),
+        ([{"a": float("nan")}], "not JSON-serialisable"),
+    ],
+)
+def test_run_extractor_rejects_a_bad_return_value(value: object, said: str) -> None:
+    rows, failure = _run(_returns(value))
+    assert rows is None
+    assert failure is not None and failure[0] == "extraction_error"
+    assert said in failure[1]

@@ -1,0 +1,315 @@
+"""The document and batch state machine on a real Redis: every allowed and forbidden move,
+the timestamp chain, the batch aggregate, completion and reopening."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
+
+import pytest
+import redis
+import redis.asyncio
+
+from relay import keys
+from relay.blobs import BlobStore
+from relay.exceptions import Conflict, NotFound
+from relay.model import Batch, Document, Status
+from relay.store import AsyncStore, BatchRef, Claim, Store
+
+T = TypeVar("T")
+LEASE_MS = 60_000
+
+
+class Harness:
+    """The API's async store and the workers' sync store on one Redis."""
+
+    def __init__(self, url: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.aclient = redis.asyncio.Redis.from_url(url)
+        self.client = redis.Redis.from_url(url)
+        self.api = AsyncStore(self.aclient, BlobStore(""))
+        self.worker = Store(self.client, BlobStore(""))
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.loop.run_until_complete(coro)
+
+    def upload(self, ref: BatchRef, content: bytes = b"a,b\n1,2\n") -> Document:
+        return self.run(
+            self.api.upload(ref, filename="x.csv", content_type="text/csv", content=content)
+        )
+
+    def batch(self, ref: BatchRef) -> Batch:
+        found = self.run(self.api.get_batch(ref))
+        assert found is not None
+        return found
+
+    def doc(self, ref: BatchRef, doc_id: str) -> Document:
+        found = self.run(self.api.get_document(ref.account, doc_id))
+        assert found is not None
+        return found
+
+    def claim(self, ref: BatchRef, doc_id: str, token: str = "t1") -> Claim | None:
+        return self.worker.claim(ref, doc_id, token, LEASE_MS)
+
+    def outbox(self, ref: BatchRef) -> list[dict[bytes, bytes]]:
+        return [fields for _, fields in self.client.xrange(keys.outbox(ref.shard))]
+
+    def close(self) -> None:
+        self.run(self.aclient.aclose())
+        self.client.close()
+        self.loop.close()
+
+
+@pytest.fixture
+def h(redis_url: str) -> Iterator[Harness]:
+    harness = Harness(redis_url)
+    yield harness
+    harness.close()
+
+
+REF = BatchRef("acme", "batch-1")
+
+
+def test_upload_creates_a_queued_document_and_batch(h: Harness) -> None:
+    before = int(time.time() * 1000)
+    doc = h.upload(REF)
+    assert doc.status is Status.QUEUED
+    assert doc.created_at >= before and doc.started_at is None and doc.completed_at is None
+    b = h.batch(REF)
+    assert b.status is Status.QUEUED and not b.all_done and b.document_count == 1
+    assert b.created_at == doc.created_at and b.started_at is None and b.completion_seq == 0
+    js = doc.to_json()
+    assert js["created_at"].endswith("Z") and len(js["created_at"]) == 24
+
+
+def test_empty_batch_is_queued_and_not_done() -> None:
+    b = Batch.from_hash({b"account": b"a", b"name": b"n", b"created_at": b"1"})
+    assert b.status is Status.QUEUED and b.all_done is False and b.document_count == 0
+
+
+def test_process_hands_out_each_queued_document_once(h: Harness) -> None:
+    d1, d2 = h.upload(REF), h.upload(REF)
+    assert sorted(h.run(h.api.process(REF, None))) == sorted([d1.id, d2.id])
+    assert h.run(h.api.process(REF, None)) == []  # idempotent
+    d3 = h.upload(REF)
+    assert h.run(h.api.process(REF, ["sku"])) == [d3.id]
+    assert h.batch(REF).fields == ["sku"]
+
+
+def test_process_unknown_batch_is_not_found(h: Harness) -> None:
+    with pytest.raises(NotFound):
+        h.run(h.api.process(BatchRef("acme", "nope"), None))
+
+
+def test_full_chain_to_succeeded_and_batch_completion(h: Harness) -> None:
+    doc = h.upload(REF)
+    h.run(h.api.process(REF, None))
+    claim = h.claim(REF, doc.id)
+    assert claim is not None and claim.claims == 1
+    processing = h.doc(REF, doc.id)
+    assert processing.status is Status.PROCESSING and processing.started_at is not None
+    assert processing.completed_at is None
+    b = h.batch(REF)
+    assert b.status is Status.PROCESSING and b.started_at == processing.started_at
+    stored, seq = h.worker.finish(claim, line_items=[{"a": "1"}], error=None)
+    assert stored and seq == 1
+    done = h.doc(REF, doc.id)
+    assert done.status is Status.SUCCEEDED and done.to_json()["processing_error"] is None
+    assert done.completed_at is not None and done.completed_at >= processing.started_at
+    b = h.batch(REF)
+    assert b.status is Status.SUCCEEDED and b.all_done and b.completion_seq == 1
+    assert b.completed_at == done.completed_at
+    events = h.outbox(REF)
+    assert len(events) == 1 and events[0][b"seq"] == b"1"
+    snapshot = json.loads(events[0][b"snapshot"])
+    assert snapshot["succeeded"] == "1" and snapshot["completed_at"] == str(done.completed_at)
+    # The blob is gone once processed; the line items are kept.
+    assert h.client.get(keys.blob(REF.shard, doc.id)) is None
+    assert json.loads(h.client.get(keys.doc_items(REF.shard, doc.id)) or b"null") == [{"a": "1"}]
+
+
+def test_failed_document_carries_processing_error(h: Harness) -> None:
+    doc = h.upload(REF)
+    claim = h.claim(REF, doc.id)
+    assert claim is not None
+    h.worker.finish(claim, line_items=None, error=("unsupported_format", "not a table"))
+    d = h.doc(REF, doc.id)
+    assert d.status is Status.FAILED
+    assert d.to_json()["processing_error"] == {
+        "code": "unsupported_format",
+        "message": "not a table",
+    }
+    assert h.batch(REF).status is Status.FAILED
+
+
+def test_forbidden_moves_change_nothing(h: Harness) -> None:
+    doc = h.upload(REF)
+    # queued -> succeeded without a claim: refused.
+    fake = Claim(doc.id, REF, "nobody", [], "x.csv", "text/csv", "redis", 1)
+    assert h.worker.finish(fake, line_items=[], error=None) == (False, 0)
+    assert h.doc(REF, doc.id).status is Status.QUEUED
+    claim = h.claim(REF, doc.id)
+    assert claim is not None
+    # processing -> processing (a second claim): refused.
+    assert h.claim(REF, doc.id, "t2") is None
+    # finishing with another worker's token: refused.
+    other = Claim(doc.id, REF, "t2", [], "x.csv", "text/csv", "redis", 1)
+    assert h.worker.finish(other, line_items=[], error=None) == (False, 0)
+    h.worker.finish(claim, line_items=[], error=None)
+    # succeeded -> anything: refused.
+    assert h.worker.finish(claim, line_items=None, error=("x", "y")) == (False, 0)
+    assert h.claim(REF, doc.id, "t3") is None
+    assert h.worker.requeue(REF, doc.id, 3) == "skip"
+    assert h.doc(REF, doc.id).status is Status.SUCCEEDED
+    assert h.batch(REF).completion_seq == 1
+
+
+def test_lost_worker_requeues_then_fails_with_worker_lost(h: Harness) -> None:
+    doc = h.upload(REF)
+    for attempt in range(1, 4):
+        claim = h.worker.claim(REF, doc.id, f"t{attempt}", 1)  # 1 ms lease: expires at once
+        assert claim is not None and claim.claims == attempt
+        time.sleep(0.005)
+        assert doc.id in h.worker.expired_leases(REF.shard)
+        outcome = h.worker.requeue(REF, doc.id, 3)
+        if attempt < 3:
+            assert outcome == "requeued"
+            d = h.doc(REF, doc.id)
+            assert d.status is Status.QUEUED and d.started_at is None
+            b = h.batch(REF)
+            assert b.started_at is None and b.counts[Status.QUEUED] == 1
+        else:
+            assert outcome == "failed"
+    d = h.doc(REF, doc.id)
+    assert d.status is Status.FAILED and d.error_code == "worker_lost"
+    assert h.batch(REF).all_done and h.batch(REF).completion_seq == 1
+
+
+def test_requeue_skips_a_renewed_lease(h: Harness) -> None:
+    doc = h.upload(REF)
+    claim = h.claim(REF, doc.id)
+    assert claim is not None
+    assert h.worker.renew(claim, LEASE_MS)
+    assert h.worker.requeue(REF, doc.id, 3) == "skip"
+    assert h.doc(REF, doc.id).status is Status.PROCESSING
+
+
+def test_batch_started_at_is_the_earliest_remaining_start(h: Harness) -> None:
+    d1, d2 = h.upload(REF), h.upload(REF)
+    c1 = h.worker.claim(REF, d1.id, "a", 1)
+    time.sleep(0.01)
+    c2 = h.claim(REF, d2.id, "b")
+    assert c1 and c2
+    first = h.doc(REF, d1.id).started_at
+    assert h.batch(REF).started_at == first
+    time.sleep(0.005)
+    assert h.worker.requeue(REF, d1.id, 3) == "requeued"
+    assert h.batch(REF).started_at == h.doc(REF, d2.id).started_at
+
+
+def test_mixed_outcomes_and_aggregate_status(h: Harness) -> None:
+    docs = [h.upload(REF) for _ in range(3)]
+    claims = [h.claim(REF, d.id, f"t{i}") for i, d in enumerate(docs)]
+    assert all(claims)
+    h.worker.finish(claims[0], line_items=None, error=("bad", "x"))  # type: ignore[arg-type]
+    b = h.batch(REF)
+    assert b.status is Status.PROCESSING and not b.all_done and b.completed_at is None
+    h.worker.finish(claims[1], line_items=[], error=None)  # type: ignore[arg-type]
+    h.worker.finish(claims[2], line_items=None, error=("bad", "y"))  # type: ignore[arg-type]
+    b = h.batch(REF)
+    assert b.status is Status.SUCCEEDED  # any succeeded wins
+    assert b.counts == {
+        Status.QUEUED: 0,
+        Status.PROCESSING: 0,
+        Status.SUCCEEDED: 1,
+        Status.FAILED: 2,
+        Status.CANCELED: 0,
+    }
+    assert b.completed_at == max(h.doc(REF, d.id).completed_at or 0 for d in docs)
+
+
+def test_delete_cancels_queued_lets_processing_finish(h: Harness) -> None:
+    queued, running = h.upload(REF), h.upload(REF)
+    claim = h.claim(REF, running.id)
+    assert claim is not None
+    canceled = h.run(h.api.delete_batch(REF))
+    assert canceled == [queued.id]
+    q = h.doc(REF, queued.id)
+    assert q.status is Status.CANCELED and q.completed_at is not None and q.started_at is None
+    assert h.claim(REF, queued.id) is None  # canceled -> processing: refused
+    b = h.batch(REF)
+    assert b.deleted_at is not None and b.status is Status.PROCESSING and not b.all_done
+    with pytest.raises(Conflict):
+        h.upload(REF)
+    h.worker.finish(claim, line_items=[], error=None)
+    b = h.batch(REF)
+    assert b.all_done and b.status is Status.SUCCEEDED and b.completion_seq == 1
+    assert h.run(h.api.delete_batch(REF)) == []  # deleting again is idempotent
+
+
+def test_deleting_an_all_queued_batch_completes_it_as_canceled(h: Harness) -> None:
+    h.upload(REF)
+    h.run(h.api.delete_batch(REF))
+    b = h.batch(REF)
+    assert b.status is Status.CANCELED and b.all_done and b.completion_seq == 1
+
+
+def test_upload_reopens_a_finished_batch_then_completes_again(h: Harness) -> None:
+    d1 = h.upload(REF)
+    c1 = h.claim(REF, d1.id)
+    assert c1 is not None
+    h.worker.finish(c1, line_items=[], error=None)
+    assert h.batch(REF).all_done
+    d2 = h.upload(REF)
+    b = h.batch(REF)
+    assert not b.all_done and b.completed_at is None and b.status is Status.PROCESSING
+    assert h.run(h.api.process(REF, None)) == [d1.id, d2.id]  # d1 was claimed directly
+    c2 = h.claim(REF, d2.id)
+    assert c2 is not None
+    stored, seq = h.worker.finish(c2, line_items=[], error=None)
+    assert stored and seq == 2
+    b = h.batch(REF)
+    assert b.all_done and b.completion_seq == 2 and b.completed_at == h.doc(REF, d2.id).completed_at
+    assert [e[b"seq"] for e in h.outbox(REF)] == [b"1", b"2"]
+
+
+def test_documents_of_other_accounts_are_invisible(h: Harness) -> None:
+    doc = h.upload(REF)
+    assert h.run(h.api.get_document("other", doc.id)) is None
+    assert h.run(h.api.get_document("acme", "doc_0aaaaaaaaaaaaaaaaaaaa")) is None
+    assert h.run(h.api.get_document("acme", "garbage")) is None
+
+
+def test_results_pages_through_documents_in_upload_order(h: Harness) -> None:
+    ids = [h.upload(REF).id for _ in range(5)]
+    seen: list[str] = []
+    start: int | None = 0
+    while start is not None:
+        batch, docs, start = h.run(h.api.results(REF, start=start, limit=2))
+        assert batch is not None
+        seen += [d.id for d, _ in docs]
+    assert seen == ids
+
+
+def test_transition_cost_does_not_grow_with_the_batch(h: Harness) -> None:
+    # A claim and a finish in a batch of 2,000 documents run the same commands as in a
+    # batch of 1: counters, no scans. Measured as Redis commands processed, not time.
+    big = BatchRef("acme", "big")
+    ids = [h.upload(big).id for _ in range(2000)]
+    small_doc, _ = h.upload(REF), h.upload(REF)  # neither batch completes below
+
+    def commands() -> int:
+        stats = h.client.info("commandstats")
+        return sum(int(v["calls"]) for v in stats.values())
+
+    def cost(ref: BatchRef, doc_id: str) -> int:
+        before = commands()
+        claim = h.claim(ref, doc_id)
+        assert claim is not None
+        h.worker.finish(claim, line_items=[], error=None)
+        return commands() - before
+
+    assert cost(big, ids[-1]) == cost(REF, small_doc.id)
