@@ -28,9 +28,10 @@ import redis.asyncio
 from relay import keys
 from relay.timefmt import now_ms
 
-ACCOUNT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
-_KEY_RE = re.compile(r"^rk_([a-z0-9]{8})_([A-Za-z0-9_-]{43})$")
-_PREFIX_RE = re.compile(r"^(?:rk_)?([a-z0-9]{8})$")
+# Used with fullmatch only: a `$` anchor would also accept a trailing newline.
+ACCOUNT_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+_KEY_RE = re.compile(r"rk_([a-z0-9]{8})_([A-Za-z0-9_-]{43})")
+_PREFIX_RE = re.compile(r"(?:rk_)?([a-z0-9]{8})")
 _PREFIX_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 
 # The fields of a key record the API reads on every request, in this order.
@@ -57,7 +58,7 @@ class KeyInfo:
 
 def parse_key(key: str) -> PresentedKey | None:
     """The prefix and digest of a well-formed key; None for anything else."""
-    m = _KEY_RE.match(key)
+    m = _KEY_RE.fullmatch(key)
     if m is None:
         return None
     return PresentedKey(m.group(1), hashlib.sha256(key.encode()).hexdigest())
@@ -84,7 +85,7 @@ def create_key(client: redis.Redis, account: str) -> str:
 
     Raises ValueError for an account name outside ``[a-z0-9][a-z0-9_-]{0,63}``.
     """
-    if not ACCOUNT_RE.match(account):
+    if not ACCOUNT_RE.fullmatch(account):
         raise ValueError(
             f"invalid account name {account!r}: 1-64 of a-z 0-9 _ -, starting with a letter or "
             "digit"
@@ -159,7 +160,7 @@ def revoke_key(client: redis.Redis, prefix_or_key: str) -> bool:
     if presented is not None:
         prefix = presented.prefix
     else:
-        m = _PREFIX_RE.match(prefix_or_key)
+        m = _PREFIX_RE.fullmatch(prefix_or_key)
         if m is None:
             return False
         prefix = m.group(1)

@@ -74,7 +74,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
             )
         except Exception:
             log.exception("worker stopped on an error")
-        if args.burst or worker._stop_requested:
+        if args.burst or worker._shutdown_requested_date is not None:
             return 0
         # RQ quits on some Redis errors outside its dequeue loop; come back by ourselves.
         log.warning("worker loop ended unexpectedly; starting again in %.0fs", backoff)

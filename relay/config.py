@@ -8,6 +8,7 @@ error at start, not silently ignored.
 
 from __future__ import annotations
 
+import hmac
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -32,6 +33,14 @@ class Secret:
 
     def __bool__(self) -> bool:
         return bool(self._value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and hmac.compare_digest(
+            self._value.encode(), other._value.encode()
+        )
+
+    def __hash__(self) -> int:
+        return hash(Secret)
 
     def __repr__(self) -> str:
         return "Secret('**********')" if self._value else "Secret('')"

@@ -1,24 +1,34 @@
-"""Fixtures for the HTTP API tests: the real app (lifespan and all) on the test's real Redis.
+"""Fixtures for the HTTP API tests: the real app served by uvicorn on the test's real Redis.
 
-Import the fixtures a test module uses (``from tests.api_fixtures import api, api_factory``);
-``Api`` bundles a Starlette ``TestClient``, a sync Redis client for setup and inspection, and
-helpers to make API keys and upload documents.
+A test module imports both fixture functions (``from tests.api_fixtures import
+api_factory_fixture, api_fixture  # noqa: F401``): pytest registers imported fixtures under
+their ``name`` (``api_factory``, ``api``), and the distinct function names keep the test
+parameters from shadowing the imports. ``Api`` bundles an ``httpx.Client`` pointed at a
+uvicorn server running the app (lifespan and all) in a thread, a sync Redis client for setup
+and inspection, and helpers to make API keys and upload documents. Starlette's ``TestClient`` is not used:
+with httpx it warns (deprecated in favour of ``httpx2``), and a real server also exercises
+real ``Content-Length`` and chunked bodies.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import pytest
 import redis
-from starlette.testclient import TestClient
+import uvicorn
+from cryptography.fernet import Fernet
+from starlette.applications import Starlette
 
 from relay.api.app import create_app
 from relay.auth import create_key
-from relay.config import Settings, load_settings
+from relay.config import Secret, Settings, load_settings
+from tests.helpers import free_port, wait_until
 
 V1 = "/api/v1"
 CSV = b"sku,qty\nA-1,2\nB-2,5\n"
@@ -29,25 +39,46 @@ TEST_MAX_UPLOAD = 100_000
 def make_settings(redis_url: str, **overrides: Any) -> Settings:
     """Settings from defaults only (the machine's RELAY_ variables and .env are ignored)."""
     overrides.setdefault("max_upload_bytes", TEST_MAX_UPLOAD)
+    overrides.setdefault("encryption_key", Secret(Fernet.generate_key().decode()))
     return load_settings(environ={}, dotenv=None, redis_url=redis_url, **overrides)
+
+
+@contextmanager
+def serve(app: Starlette) -> Iterator[str]:
+    """Run ``app`` on uvicorn in a thread; yields its base URL; stops it (lifespan shutdown)."""
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=free_port(), log_level="warning", lifespan="on"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started or not thread.is_alive(), 10, message="uvicorn start")
+        if not server.started:
+            raise RuntimeError("uvicorn did not start")
+        yield f"http://127.0.0.1:{config.port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
 
 
 @dataclass
 class Api:
-    client: TestClient
+    client: httpx.Client
     redis: redis.Redis
     settings: Settings
+    base_url: str
+    app: Starlette
     _keys: dict[str, str] = field(default_factory=dict)
 
-    def auth(self, account: str) -> dict[str, str]:
-        """``Authorization`` headers for ``account`` (one key per account, made on first use)."""
+    def key(self, account: str) -> str:
+        """The API key of ``account`` (one per account, made on first use)."""
         if account not in self._keys:
             self._keys[account] = create_key(self.redis, account)
-        return {"Authorization": f"Bearer {self._keys[account]}"}
-
-    def key(self, account: str) -> str:
-        self.auth(account)
         return self._keys[account]
+
+    def auth(self, account: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key(account)}"}
 
     def upload(
         self,
@@ -59,7 +90,9 @@ class Api:
         content_type: str | None = "text/csv",
     ) -> httpx.Response:
         data = {} if batch_name is None else {"batch_name": batch_name}
-        file: Any = (filename, content) if content_type is None else (filename, content, content_type)
+        file: Any = (
+            (filename, content) if content_type is None else (filename, content, content_type)
+        )
         return self.client.post(
             f"{V1}/documents", headers=self.auth(account), data=data, files={"file": file}
         )
@@ -74,26 +107,29 @@ class Api:
 ApiFactory = Callable[..., Api]
 
 
-@pytest.fixture
-def api_factory(redis_url: str) -> Iterator[ApiFactory]:
-    """``api_factory(**settings_overrides)``: a started app on the test's Redis."""
-    opened: list[tuple[TestClient, redis.Redis]] = []
+@pytest.fixture(name="api_factory")
+def api_factory_fixture(redis_url: str) -> Iterator[ApiFactory]:
+    """``api_factory(**settings_overrides)``: the app served on the test's Redis."""
+    stack: list[Callable[[], None]] = []
 
     def make(**overrides: Any) -> Api:
         settings = make_settings(overrides.pop("redis_url", redis_url), **overrides)
-        client = TestClient(create_app(settings))
-        client.__enter__()  # runs the lifespan
+        app = create_app(settings)
+        server = serve(app)
+        base_url = server.__enter__()
+        stack.append(lambda: server.__exit__(None, None, None))
+        client = httpx.Client(base_url=base_url, timeout=30)
+        stack.append(client.close)
         sync = redis.Redis.from_url(settings.redis_url)
-        opened.append((client, sync))
-        return Api(client, sync, settings)
+        stack.append(sync.close)
+        return Api(client, sync, settings, base_url, app)
 
     yield make
-    for client, sync in opened:
-        client.__exit__(None, None, None)
-        sync.close()
+    for close in reversed(stack):
+        close()
 
 
-@pytest.fixture
-def api(api_factory: ApiFactory) -> Api:
+@pytest.fixture(name="api")
+def api_fixture(api_factory: ApiFactory) -> Api:
     """The app with the default settings (upload limit ``TEST_MAX_UPLOAD``)."""
     return api_factory()

@@ -68,7 +68,8 @@ class Stack:
                 "RELAY_DELIVERY_TIMEOUT": "2",
                 "RELAY_RETRY_SCHEDULE": "0.2,0.2,0.2",
                 "RELAY_RETRY_JITTER": "0",
-                "RELAY_LOG_LEVEL": "warning",
+                "RELAY_LOG_LEVEL": "info",
+                "RELAY_STATUS_RATE_LIMIT": "100000/minute",
                 "PYTHONUNBUFFERED": "1",
                 "PYTHONPATH": str(ROOT),
             }

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
-from starlette.routing import BaseRoute, Mount, Route
+from starlette.routing import BaseRoute, Mount, Route, Router
 
 from relay.api import batches, documents, health, openapi, webhooks
 from relay.api.context import STATE_KEY, AppState
@@ -72,10 +72,13 @@ def create_app(settings: Settings) -> Starlette:
             sync.close()
 
     routes: list[BaseRoute] = [
-        Mount(API_PREFIX, routes=api_routes()),
+        Mount(API_PREFIX, app=Router(api_routes(), redirect_slashes=False)),
         Route("/openapi.json", openapi.openapi_json, methods=["GET"]),
         Route("/healthz", health.healthz, methods=["GET"]),
         Route("/readyz", health.readyz, methods=["GET"]),
         Route("/metrics", health.metrics, methods=["GET"]),
     ]
-    return Starlette(routes=routes, exception_handlers=exception_handlers(), lifespan=lifespan)
+    app = Starlette(routes=routes, exception_handlers=exception_handlers(), lifespan=lifespan)
+    # An API answers a stray trailing slash with a JSON 404, not a redirect.
+    app.router.redirect_slashes = False
+    return app

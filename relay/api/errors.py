@@ -42,7 +42,8 @@ _HTTP_TYPES = {
 def error_json(
     status_code: int, error_type: str, message: str, headers: dict[str, str] | None = None
 ) -> Response:
-    body = json.dumps({"error": {"type": error_type, "message": message}}, ensure_ascii=False)
+    error = {"error": {"type": error_type, "message": message}}
+    body = json.dumps(error, separators=(",", ":"), ensure_ascii=False)
     return Response(body.encode(), status_code, headers, media_type="application/json")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mimetypes
 from typing import Any
 
 import httpx
@@ -14,9 +15,10 @@ class Api:
         )
 
     def upload(self, batch: str, content: bytes, filename: str = "doc.csv") -> dict[str, Any]:
+        content_type = mimetypes.guess_type(filename)[0] or "application/octet-stream"
         r = self.http.post(
             "/documents",
-            files={"file": (filename, content, "text/csv")},
+            files={"file": (filename, content, content_type)},
             data={"batch_name": batch},
         )
         assert r.status_code == 201, r.text

@@ -1,0 +1,198 @@
+"""``POST /documents``: the document it returns, size limits, content checks (real app, Redis)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator, Iterator
+
+import httpx
+import redis
+
+from relay.api.app import create_app
+from relay.api.documents import MULTIPART_OVERHEAD
+from relay.auth import create_key
+from relay.queues import PROCESSING
+from tests.api_fixtures import (  # noqa: F401
+    CSV,
+    TEST_MAX_UPLOAD,
+    V1,
+    Api,
+    api_factory_fixture,
+    api_fixture,
+    make_settings,
+)
+
+RFC3339_MS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
+QUEUE = f"rq:queue:{PROCESSING}"
+HEAD = (
+    b'--BOUNDARY\r\nContent-Disposition: form-data; name="file"; filename="big.csv"\r\n'
+    b"Content-Type: text/csv\r\n\r\n"
+)
+TAIL = b"\r\n--BOUNDARY--\r\n"
+FIELD_NOT_FILE = (
+    b'--B\r\nContent-Disposition: form-data; name="file"\r\n\r\nnot a file\r\n--B--\r\n'
+)
+
+
+def test_upload_returns_the_queued_document(api: Api) -> None:
+    response = api.upload("acme", "invoices-2026.q1")
+    assert response.status_code == 201
+    doc = response.json()
+    assert response.headers["location"] == f"{V1}/documents/{doc['id']}"
+    assert set(doc) == {
+        "id", "batch_name", "filename", "content_type", "size", "status",
+        "created_at", "started_at", "completed_at", "processing_error",
+    }  # fmt: skip
+    assert re.fullmatch(r"doc_[0-9a-f][a-z2-7]{20}", doc["id"])
+    assert doc["batch_name"] == "invoices-2026.q1"
+    assert (doc["filename"], doc["content_type"], doc["size"]) == (
+        "items.csv",
+        "text/csv",
+        len(CSV),
+    )
+    assert doc["status"] == "queued"
+    assert RFC3339_MS.match(doc["created_at"])
+    assert doc["started_at"] is None and doc["completed_at"] is None
+    assert doc["processing_error"] is None
+    # Uploading does not process: nothing is enqueued.
+    assert api.redis.llen(QUEUE) == 0
+    again = api.client.get(f"{V1}/documents/{doc['id']}", headers=api.auth("acme"))
+    assert again.status_code == 200
+    assert again.json() == doc
+
+
+def test_upload_generates_a_batch_name_and_cleans_the_filename(api: Api) -> None:
+    doc = api.upload_ok("acme", None, filename="C:\\Users\\me\\..\\report.json", content_type=None)  # type: ignore[arg-type]
+    assert re.fullmatch(r"batch_[a-z0-9]{12}", doc["batch_name"])
+    assert doc["filename"] == "report.json"
+    assert doc["content_type"] == "application/json"  # guessed from the name
+    long_name = "d/" + "x" * 300 + ".csv"
+    doc = api.upload_ok("acme", "b1", filename=long_name, content_type="application/octet-stream")
+    assert doc["filename"] == ("x" * 300 + ".csv")[:255]
+    assert doc["content_type"] == "application/octet-stream"
+    doc = api.upload_ok("acme", "b1", filename="notes", content_type=None)
+    assert doc["content_type"] == "application/octet-stream"
+    batch = api.client.get(f"{V1}/batches/b1", headers=api.auth("acme")).json()
+    assert batch["document_count"] == 2
+
+
+def test_upload_exactly_the_limit_is_accepted(api: Api) -> None:
+    doc = api.upload_ok("acme", content=b"x" * TEST_MAX_UPLOAD)
+    assert doc["size"] == TEST_MAX_UPLOAD
+
+
+def test_upload_too_large_with_content_length(api: Api) -> None:
+    # Past the limit plus the multipart allowance: refused on the header alone.
+    response = api.upload("acme", content=b"x" * (TEST_MAX_UPLOAD + 200_000))
+    assert response.status_code == 413
+    assert response.json()["error"]["type"] == "payload_too_large"
+    # Within the allowance but the file part itself is over the limit: refused after parsing.
+    response = api.upload("acme", content=b"x" * (TEST_MAX_UPLOAD + 1))
+    assert response.status_code == 413
+    listing = api.client.get(f"{V1}/batches", headers=api.auth("acme")).json()
+    assert listing["batches"] == []
+
+
+def _multipart_stream(file_bytes: int, chunk: int = 32 * 1024) -> Iterator[bytes]:
+    yield HEAD
+    sent = 0
+    while sent < file_bytes:
+        yield b"x" * min(chunk, file_bytes - sent)
+        sent += chunk
+    yield TAIL
+
+
+def test_upload_too_large_chunked(api: Api) -> None:
+    headers = {**api.auth("acme"), "Content-Type": "multipart/form-data; boundary=BOUNDARY"}
+    response = api.client.post(
+        f"{V1}/documents", headers=headers, content=_multipart_stream(2_000_000)
+    )
+    assert "content-length" not in response.request.headers  # it really was chunked
+    assert response.status_code == 413
+    # The same stream under the limit is a normal upload.
+    response = api.client.post(f"{V1}/documents", headers=headers, content=_multipart_stream(9))
+    assert response.status_code == 201, response.text
+
+
+def test_upload_errors(api: Api) -> None:
+    auth = api.auth("acme")
+    url = f"{V1}/documents"
+    as_json = api.client.post(url, headers=auth, json={"file": "x"})
+    assert as_json.status_code == 415
+    assert as_json.json()["error"]["type"] == "unsupported_media_type"
+    multipart = {**auth, "Content-Type": "multipart/form-data; boundary=B"}
+    no_file = api.client.post(url, headers=multipart, content=ONLY_BATCH_NAME)
+    assert no_file.status_code == 422
+    assert "'file' is required" in no_file.json()["error"]["message"]
+    no_content_type = api.client.post(url, headers=auth, content=FIELD_NOT_FILE)
+    assert no_content_type.status_code == 415
+    field_not_file = api.client.post(url, headers=multipart, content=FIELD_NOT_FILE)
+    assert field_not_file.status_code == 422
+    broken = api.client.post(
+        url,
+        headers={**auth, "Content-Type": "multipart/form-data; boundary=B"},
+        content=b"this is not multipart at all",
+    )
+    assert broken.status_code == 400
+    no_boundary = api.client.post(
+        url, headers={**auth, "Content-Type": "multipart/form-data"}, content=b"x"
+    )
+    assert no_boundary.status_code == 400
+    for name in ["", "-x", "a" * 129, "a/b", "naïve", "x\n"]:
+        bad = api.client.post(url, headers=auth, data={"batch_name": name}, files={"file": CSV})
+        assert bad.status_code == 422, name
+        assert bad.json()["error"]["type"] == "invalid_batch_name"
+    two_files = api.client.post(
+        url, headers=auth, files=[("file", ("a.csv", CSV)), ("file", ("b.csv", CSV))]
+    )
+    assert two_files.status_code == 422
+    extra = api.client.post(url, headers=auth, data={"batchname": "x"}, files={"file": CSV})
+    assert extra.status_code == 422
+    assert api.client.get(f"{V1}/batches", headers=auth).json()["batches"] == []
+
+
+def test_upload_into_a_deleted_batch_is_409(api: Api) -> None:
+    api.upload_ok("acme", "gone")
+    assert api.client.delete(f"{V1}/batches/gone", headers=api.auth("acme")).status_code == 202
+    response = api.upload("acme", "gone")
+    assert response.status_code == 409
+    assert response.json()["error"]["type"] == "batch_deleted"
+    process = api.client.post(f"{V1}/batches/gone/process", headers=api.auth("acme"))
+    assert process.status_code == 409
+
+
+def test_upload_stream_is_cut_at_the_limit(redis_url: str, redis: redis.Redis) -> None:
+    """The app stops reading a chunked body as soon as it passes the limit (plus the
+    multipart allowance): a 32 MB stream is consumed only up to about 164 kB."""
+    app = create_app(make_settings(redis_url))
+    key = create_key(redis, "acme")
+    chunk = 16 * 1024
+    consumed = 0
+
+    async def body() -> AsyncIterator[bytes]:
+        nonlocal consumed
+        yield HEAD
+        for _ in range(2048):
+            consumed += chunk
+            yield b"x" * chunk
+        yield TAIL
+
+    async def main() -> httpx.Response:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://relay") as c:
+                return await c.post(
+                    f"{V1}/documents",
+                    headers={
+                        "Authorization": f"Bearer {key}",
+                        "Content-Type": "multipart/form-data; boundary=BOUNDARY",
+                    },
+                    content=body(),
+                )
+
+    response = asyncio.run(main())
+    assert response.status_code == 413
+    assert consumed <= TEST_MAX_UPLOAD + MULTIPART_OVERHEAD + chunk
+    assert consumed >= TEST_MAX_UPLOAD
+    assert redis.llen(QUEUE) == 0

@@ -1,0 +1,62 @@
+"""Settings: defaults, .env, environment precedence, unknown names, bad values, secrets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from relay.config import RateLimit, env_example, load_settings
+from relay.exceptions import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_defaults_match_the_spec() -> None:
+    s = load_settings({}, dotenv=None)
+    assert s.redis_url == "redis://127.0.0.1:6379/0"
+    assert s.retry_schedule == (5, 300, 1800, 7200, 18000, 36000, 36000)
+    assert s.delivery_timeout == 15
+    assert s.status_rate_limit == RateLimit(120, 60_000)
+    assert s.allow_http_targets is False and s.allow_private_targets is False
+
+
+def test_env_beats_dotenv(tmp_path: Path) -> None:
+    dotenv = tmp_path / ".env"
+    dotenv.write_text("# comment\nRELAY_DELIVERY_TIMEOUT=3\nRELAY_PORT='9000'\n")
+    s = load_settings({"RELAY_DELIVERY_TIMEOUT": "4"}, dotenv=dotenv)
+    assert s.delivery_timeout == 4 and s.port == 9000
+
+
+def test_unknown_setting_is_an_error() -> None:
+    with pytest.raises(ConfigError, match="RELAY_DELIVERY_TIMOUT"):
+        load_settings({"RELAY_DELIVERY_TIMOUT": "3"}, dotenv=None)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("RELAY_PORT", "-1"),
+        ("RELAY_RETRY_SCHEDULE", "5,x"),
+        ("RELAY_STATUS_RATE_LIMIT", "120/fortnight"),
+        ("RELAY_ALLOW_HTTP_TARGETS", "maybe"),
+    ],
+)
+def test_bad_values_name_the_variable(name: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=name):
+        load_settings({name: value}, dotenv=None)
+
+
+def test_secret_never_prints() -> None:
+    s = load_settings({"RELAY_ENCRYPTION_KEY": "super-secret-value"}, dotenv=None)
+    assert "super-secret-value" not in repr(s) and "super-secret-value" not in str(s)
+    assert s.encryption_key.reveal() == "super-secret-value"
+
+
+def test_to_env_round_trips() -> None:
+    s = load_settings({"RELAY_RETRY_SCHEDULE": "1,2.5", "RELAY_ENCRYPTION_KEY": "k"}, dotenv=None)
+    assert load_settings(s.to_env(), dotenv=None) == s
+
+
+def test_env_example_lists_every_setting() -> None:
+    assert (ROOT / ".env.example").read_text() == env_example()
