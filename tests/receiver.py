@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -31,8 +32,13 @@ class Received:
 
 
 class Receiver:
-    def __init__(self) -> None:
+    """``chooser``, when given, picks the reply of every request from its sequence number
+    (1-based, over all paths); scripts are then ignored."""
+
+    def __init__(self, chooser: Callable[[int], Reply] | None = None) -> None:
         self.requests: list[Received] = []
+        self.replies: list[int] = []  # the status answered to each request, in order
+        self._chooser = chooser
         self._scripts: dict[str, list[Reply]] = {}
         self._lock = threading.Lock()
         receiver = self
@@ -44,13 +50,11 @@ class Receiver:
                 length = int(self.headers.get("content-length", "0"))
                 body = self.rfile.read(length)
                 at = time.time()
-                reply = receiver._next(self.path)
+                headers = {k.lower(): v for k, v in self.headers.items()}
                 with receiver._lock:
-                    receiver.requests.append(
-                        Received(
-                            self.path, {k.lower(): v for k, v in self.headers.items()}, body, at
-                        )
-                    )
+                    receiver.requests.append(Received(self.path, headers, body, at))
+                    reply = receiver._next(self.path, len(receiver.requests))
+                    receiver.replies.append(reply.status)
                 if reply.delay:
                     time.sleep(reply.delay)
                 try:
@@ -66,8 +70,13 @@ class Receiver:
             def log_message(self, format: str, *args: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request: object, client_address: object) -> None:
+                pass  # a sender killed mid-request (the chaos tests do that) is not news
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -78,12 +87,18 @@ class Receiver:
         with self._lock:
             self._scripts[path] = list(replies)
 
-    def _next(self, path: str) -> Reply:
+    def _next(self, path: str, number: int) -> Reply:
+        if self._chooser is not None:
+            return self._chooser(number)
+        replies = self._scripts.get(path)
+        if not replies:
+            return Reply()
+        return replies.pop(0) if len(replies) > 1 else replies[0]
+
+    def accepted(self) -> list[Received]:
+        """The requests answered with a 2xx."""
         with self._lock:
-            replies = self._scripts.get(path)
-            if not replies:
-                return Reply()
-            return replies.pop(0) if len(replies) > 1 else replies[0]
+            return [r for r, s in zip(self.requests, self.replies, strict=False) if s < 300]
 
     def received(self, path: str | None = None) -> list[Received]:
         with self._lock:
