@@ -59,10 +59,13 @@ def ensure_groups(client: redis.Redis) -> None:
 class Detector:
     """Turns outbox entries into deliveries; sweeps leases, hand-outs and due deliveries."""
 
-    def __init__(self, rt: Runtime, consumer: str | None = None) -> None:
+    def __init__(
+        self, rt: Runtime, consumer: str | None = None, *, reclaim_idle_ms: int = RECLAIM_IDLE_MS
+    ) -> None:
         self.rt = rt
         self.redis = rt.redis
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
+        self.reclaim_idle_ms = reclaim_idle_ms
         self.stop = threading.Event()
 
     # -- completions -----------------------------------------------------------------------
@@ -97,7 +100,7 @@ class Detector:
         handled = 0
         for s in range(keys.SHARDS):
             reply = self.redis.xautoclaim(
-                keys.outbox(s), GROUP, self.consumer, RECLAIM_IDLE_MS, "0-0", count=100
+                keys.outbox(s), GROUP, self.consumer, self.reclaim_idle_ms, "0-0", count=100
             )
             for entry_id, fields in reply[1]:
                 if fields:  # None when the entry was trimmed away

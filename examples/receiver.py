@@ -1,0 +1,164 @@
+"""A receiver for relay's batch-completion webhooks: verify, deduplicate, answer fast, work after.
+
+    WEBHOOK_SECRET=whsec_... python examples/receiver.py --port 9000
+
+Configuration (environment; the values come from relay's ``GET /api/v1/webhook-signing``):
+
+    WEBHOOK_SECRET               "secret" (whsec_...): check the v1 (HMAC-SHA256) signature
+    WEBHOOK_PREVIOUS_SECRET      "previous.secret", while a rotation's grace period lasts
+    WEBHOOK_PUBLIC_KEY           "public_key" (whpk_...): check the v1a (Ed25519) signature too
+    WEBHOOK_PREVIOUS_PUBLIC_KEY  "previous.public_key", while a rotation's grace period lasts
+
+Set a secret, a public key or both; every kind you set must verify. The names do not start with
+RELAY_ because relay refuses unknown RELAY_* settings and you may run both in one shell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import json
+import os
+import sys
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+import uvicorn
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+
+TOLERANCE_S = 5 * 60  # Standard Webhooks: refuse a webhook-timestamp more than 5 minutes off
+MAX_BODY = 1 << 20  # relay's notifications are ~1 KB; refuse anything absurd
+SEEN_MAX = 100_000  # webhook-ids remembered (oldest forgotten first)
+
+
+class Verifier:
+    def __init__(self, secrets: list[str], public_keys: list[str]) -> None:
+        self.webhooks = [Webhook(secret) for secret in secrets]
+        self.keys = [
+            Ed25519PublicKey.from_public_bytes(
+                base64.b64decode(k.removeprefix("whpk_"), validate=True)
+            )
+            for k in public_keys
+        ]
+
+    def verify(self, body: bytes, headers: Mapping[str, str]) -> bool:
+        """Whether ``body`` is signed by relay: every configured kind must have a matching entry."""
+        if self.webhooks and not any(self._v1(wh, body, headers) for wh in self.webhooks):
+            return False
+        return not self.keys or self._v1a(body, headers)
+
+    @staticmethod
+    def _v1(webhook: Webhook, body: bytes, headers: Mapping[str, str]) -> bool:
+        # standardwebhooks checks the timestamp (+-5 min) and skips the v1a entries it does not
+        # know; a malformed entry raises ValueError instead of its own error.
+        try:
+            webhook.verify(body, dict(headers), json_parse=False)
+        except (WebhookVerificationError, ValueError):
+            return False
+        return True
+
+    def _v1a(self, body: bytes, headers: Mapping[str, str]) -> bool:
+        msg_id = headers.get("webhook-id", "")
+        timestamp = headers.get("webhook-timestamp", "")
+        if not msg_id or not (timestamp.isascii() and timestamp.isdigit()):
+            return False
+        if abs(time.time() - int(timestamp)) > TOLERANCE_S:
+            return False
+        signed = f"{msg_id}.{timestamp}.".encode() + body
+        for entry in headers.get("webhook-signature", "").split():
+            version, _, encoded = entry.partition(",")
+            if version != "v1a":
+                continue
+            try:
+                signature = base64.b64decode(encoded, validate=True)
+            except binascii.Error:
+                continue
+            for key in self.keys:
+                try:
+                    key.verify(signature, signed)
+                    return True
+                except InvalidSignature:
+                    pass
+        return False
+
+
+# In production, deduplicate in your database instead: insert the webhook-id into a table with a
+# UNIQUE constraint in the same transaction that records the event (or enqueues the job), and
+# treat a unique violation as "already have it". This in-memory set forgets on restart.
+seen: OrderedDict[str, None] = OrderedDict()
+
+
+def first_time(msg_id: str) -> bool:
+    if msg_id in seen:
+        return False
+    seen[msg_id] = None
+    if len(seen) > SEEN_MAX:
+        seen.popitem(last=False)
+    return True
+
+
+async def process(msg_id: str, event: dict[str, Any]) -> None:
+    """The slow part, run after the answer has gone out (a real app hands it to a job queue)."""
+    data = event["data"]
+    # e.g. GET data["results_url"] with your API key and store the line items.
+    print(f"processed {msg_id} batch={data['batch_name']} seq={data['completion_seq']}", flush=True)
+
+
+async def hook(request: Request) -> PlainTextResponse:
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            return PlainTextResponse("body too large", 413)
+    verifier: Verifier = request.app.state.verifier
+    if not verifier.verify(body, request.headers):
+        print("rejected: invalid signature", flush=True)  # never act on an unverified body
+        return PlainTextResponse("invalid signature", 400)
+    msg_id = request.headers["webhook-id"]
+    if not first_time(msg_id):  # a retry of a delivery we already have: just acknowledge it
+        print(f"duplicate {msg_id}", flush=True)
+        return PlainTextResponse("duplicate")
+    event = json.loads(body)
+    # Answer 200 at once; Starlette runs the background task after the response is sent.
+    return PlainTextResponse("ok", background=BackgroundTask(process, msg_id, event))
+
+
+def _env(*names: str) -> list[str]:
+    return [value for name in names if (value := os.environ.get(name, "").strip())]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Receive relay's batch-completion webhooks.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9000)
+    args = parser.parse_args()
+    secrets = _env("WEBHOOK_SECRET", "WEBHOOK_PREVIOUS_SECRET")
+    public_keys = _env("WEBHOOK_PUBLIC_KEY", "WEBHOOK_PREVIOUS_PUBLIC_KEY")
+    if not secrets and not public_keys:
+        sys.exit("set WEBHOOK_SECRET (whsec_...) and/or WEBHOOK_PUBLIC_KEY (whpk_...)")
+    try:
+        verifier = Verifier(secrets, public_keys)
+    except ValueError as exc:  # binascii.Error is a ValueError
+        sys.exit(f"unusable WEBHOOK_* value: {exc}")
+    app = Starlette(routes=[Route("/hook", hook, methods=["POST"])])
+    app.state.verifier = verifier
+    print(
+        f"listening on http://{args.host}:{args.port}/hook "
+        f"(v1 secrets: {len(secrets)}, v1a keys: {len(public_keys)})",
+        flush=True,
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

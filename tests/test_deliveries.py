@@ -1,0 +1,199 @@
+"""Delivery state on a real Redis: one delivery per completion, supersede, lease, outcomes,
+manual retry, removal of the webhook, late registration."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+import redis.asyncio
+
+from relay import keys
+from relay.deliveries import AsyncWebhooks, ClaimedDelivery, Deliveries
+from relay.exceptions import Conflict
+from relay.model import Attempt, DeliveryStatus
+from relay.store import BatchRef
+from relay.timefmt import now_ms
+
+REF = BatchRef("acme", "b1")
+URL = "https://hooks.example.com/relay"
+
+
+class H:
+    def __init__(self, url: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.aclient = redis.asyncio.Redis.from_url(url)
+        self.client = redis.Redis.from_url(url)
+        self.d = Deliveries(self.client)
+        self.hooks = AsyncWebhooks(self.aclient)
+
+    def batch(self, ref: BatchRef = REF, *, done_seq: int = 0) -> None:
+        """A batch record as the scripts leave it (done at ``done_seq`` when > 0)."""
+        self.client.hset(
+            ref.key,
+            mapping={
+                "account": ref.account,
+                "name": ref.name,
+                "created_at": 1,
+                "completed_at": 2 if done_seq else "",
+                "completion_seq": done_seq,
+                "total": 1,
+                "succeeded": 1 if done_seq else 0,
+                "queued": 0 if done_seq else 1,
+                "fields": "[]",
+            },
+        )
+
+    def register(self, ref: BatchRef = REF, url: str = URL) -> tuple[bool, bool]:
+        return self.loop.run_until_complete(self.hooks.register(ref, url, "http://api"))
+
+    def claim(self, token: str = "t", lease_ms: int = 60_000) -> list[ClaimedDelivery]:
+        return self.d.claim(REF.shard, limit=10, lease_ms=lease_ms, token=token)
+
+    def attempt(self, d: ClaimedDelivery, code: int | None) -> Attempt:
+        return Attempt(d.number, now_ms(), 1.0, code, None if code == 200 else "http_status", "")
+
+    def status(self, ident: str) -> DeliveryStatus:
+        found = self.d.get(ident)
+        assert found is not None
+        return found.status
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.aclient.aclose())
+        self.loop.close()
+        self.client.close()
+
+
+@pytest.fixture
+def h(redis_url: str) -> Iterator[H]:
+    harness = H(redis_url)
+    yield harness
+    harness.close()
+
+
+def test_one_delivery_per_completion(h: H) -> None:
+    h.batch()
+    assert h.d.create(REF, 1, b"{}") == (False, "")  # no webhook yet: nothing to deliver
+    h.register()
+    created, ident = h.d.create(REF, 1, b"{}")
+    assert created and ident.startswith("msg_")
+    assert h.d.create(REF, 1, b"{}") == (False, ident)  # idempotent on (batch, seq)
+    assert keys.shard_of_id("msg", ident) == REF.shard
+
+
+def test_a_newer_completion_supersedes_a_pending_one(h: H) -> None:
+    h.batch()
+    h.register()
+    _, first = h.d.create(REF, 1, b"{}")
+    _, second = h.d.create(REF, 2, b"{}")
+    assert h.status(first) is DeliveryStatus.SUPERSEDED
+    assert h.status(second) is DeliveryStatus.PENDING
+    assert [c.id for c in h.claim()] == [second]
+    with pytest.raises(Conflict):
+        h.d.retry(first)
+
+
+def test_claim_is_a_lease_and_a_lost_lease_makes_it_due_again(h: H) -> None:
+    h.batch()
+    h.register()
+    _, ident = h.d.create(REF, 1, b'{"a":1}')
+    (c,) = h.claim("w1", lease_ms=50)
+    assert c.id == ident and c.number == 1 and c.body == b'{"a":1}' and c.url == URL
+    assert h.claim("w2") == []  # leased
+    time.sleep(0.06)
+    (again,) = h.claim("w2")  # the first worker was lost: due again, same id
+    assert again.id == ident and again.number == 1
+    # The lost worker's late answer is recorded but moves nothing.
+    assert h.d.record(c, "w1", h.attempt(c, 200), outcome="succeeded") is False
+    assert h.status(ident) is DeliveryStatus.PENDING
+    assert h.d.record(again, "w2", h.attempt(again, 200), outcome="succeeded") is True
+    found = h.d.get(ident)
+    assert found is not None and found.status is DeliveryStatus.SUCCEEDED
+    assert len(found.attempts) == 2 and found.next_attempt_at is None
+
+
+def test_retry_outcome_schedules_the_next_attempt(h: H) -> None:
+    h.batch()
+    h.register()
+    _, ident = h.d.create(REF, 1, b"{}")
+    (c,) = h.claim()
+    at = now_ms() + 60_000
+    h.d.record(c, "t", h.attempt(c, 500), outcome="retry", next_at=at)
+    found = h.d.get(ident)
+    assert found is not None and found.next_attempt_at == at
+    assert h.claim() == []  # not due yet
+    assert h.client.zscore(keys.due(REF.shard), ident) == at
+
+
+def test_gone_disables_the_webhook_and_later_completions_make_nothing(h: H) -> None:
+    h.batch()
+    h.register()
+    _, ident = h.d.create(REF, 1, b"{}")
+    (c,) = h.claim()
+    h.d.record(c, "t", h.attempt(c, 410), outcome="gone", reason="the receiver answered 410 Gone")
+    assert h.status(ident) is DeliveryStatus.FAILED
+    hook = h.loop.run_until_complete(h.hooks.get(REF))
+    assert hook is not None and hook.disabled and "410" in hook.disabled_reason
+    assert h.d.create(REF, 2, b"{}") == (False, "")
+    with pytest.raises(Conflict):
+        h.d.retry(ident)
+    h.register()  # registering again enables it
+    assert h.d.retry(ident).status is DeliveryStatus.PENDING
+
+
+def test_manual_retry_restarts_the_schedule_with_the_same_id(h: H) -> None:
+    h.batch()
+    h.register()
+    _, ident = h.d.create(REF, 1, b"{}")
+    for _ in range(2):
+        (c,) = h.claim()
+        h.d.record(c, "t", h.attempt(c, 500), outcome="retry", next_at=now_ms())
+    (c,) = h.claim()
+    assert c.round_attempts == 2 and c.number == 3
+    h.d.record(c, "t", h.attempt(c, 500), outcome="failed")
+    assert h.status(ident) is DeliveryStatus.FAILED
+    retried = h.d.retry(ident)
+    assert retried.status is DeliveryStatus.PENDING and retried.id == ident
+    (c,) = h.claim()
+    assert c.number == 4 and c.round_attempts == 0
+
+
+def test_removing_the_webhook_cancels_the_pending_delivery(h: H) -> None:
+    h.batch()
+    h.register()
+    _, ident = h.d.create(REF, 1, b"{}")
+    assert h.loop.run_until_complete(h.hooks.delete(REF)) is True
+    assert h.status(ident) is DeliveryStatus.CANCELED
+    assert h.claim() == []
+    assert h.loop.run_until_complete(h.hooks.delete(REF)) is False
+    with pytest.raises(Conflict):
+        h.d.retry(ident)  # no webhook to deliver to
+
+
+def test_registration_on_a_done_batch_delivers_its_latest_completion_once(h: H) -> None:
+    h.batch(done_seq=2)
+    assert h.register() == (True, True)
+    (c,) = h.claim()
+    assert c.seq == 2
+    h.d.record(c, "t", h.attempt(c, 200), outcome="succeeded")
+    assert h.register() == (False, False)  # delivered already: not again
+    assert h.claim() == []
+
+
+def test_registration_revives_a_failed_delivery_of_the_latest_completion(h: H) -> None:
+    h.batch(done_seq=1)
+    h.register()
+    (c,) = h.claim()
+    h.d.record(c, "t", h.attempt(c, 500), outcome="failed")
+    assert h.register(url="https://other.example.com/") == (False, True)
+    (again,) = h.claim()
+    assert again.id == c.id and again.url == "https://other.example.com/"
+
+
+def test_not_done_batch_registration_delivers_nothing(h: H) -> None:
+    h.batch()
+    assert h.register() == (True, False)
+    assert h.claim() == []

@@ -1,0 +1,219 @@
+"""The example receivers (examples/receiver.py and receiver.js) as real processes.
+
+Each gets requests signed by relay's own signing code: it must answer 2xx to a genuine delivery,
+process a ``webhook-id`` once however often it arrives, honour the previous material during a
+rotation, and answer 400 to anything tampered, stale, forged or missing a configured signature.
+The Node receiver runs when ``node`` and ``npm`` are present and ``npm install`` works.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from relay.crypto import SigningMaterial
+from relay.deliveries import notification_body
+from relay.delivery.signing import build_headers
+from relay.keys import new_id
+from relay.model import Batch, Status
+from relay.timefmt import now_ms
+from tests.helpers import free_port, wait_until
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+PUBLIC_URL = "https://relay.example.com"
+
+
+@pytest.fixture(scope="module")
+def node_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of receiver.js with its package.json installed (node_modules stays out of git)."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.skip("node and npm are needed for examples/receiver.js and are not on PATH")
+    target = tmp_path_factory.mktemp("node-receiver")
+    for name in ("receiver.js", "package.json"):
+        shutil.copy(EXAMPLES / name, target / name)
+    try:
+        done = subprocess.run(
+            [npm, "install", "--no-audit", "--no-fund", "--loglevel=error"],
+            cwd=target,
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.skip("npm install timed out (is the npm registry reachable?)")
+    if done.returncode != 0:
+        pytest.skip(f"npm install failed (is the npm registry reachable?): {done.stderr[-500:]}")
+    return target
+
+
+@pytest.fixture(params=["python", "node"])
+def command(request: pytest.FixtureRequest) -> list[str]:
+    if request.param == "python":
+        return [sys.executable, str(EXAMPLES / "receiver.py")]
+    node_path: Path = request.getfixturevalue("node_dir")
+    return [str(shutil.which("node")), str(node_path / "receiver.js")]
+
+
+@dataclass
+class Receiver:
+    url: str
+    log: Path
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_processed(self, msg_id: str, batch: str, seq: int) -> None:
+        line = f"processed {msg_id} batch={batch} seq={seq}"
+        wait_until(lambda: line in self.output(), 10, message=f"no {line!r} in the output")
+
+    def processed(self, msg_id: str) -> int:
+        return self.output().count(f"processed {msg_id} ")
+
+
+@contextmanager
+def running(command: list[str], tmp: Path, **settings: str) -> Iterator[Receiver]:
+    port = free_port()
+    log = tmp / f"receiver-{port}.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RELAY_", "WEBHOOK_"))}
+    env.update(settings, PYTHONUNBUFFERED="1")
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [*command, "--port", str(port)],
+            env=env,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    receiver = Receiver(f"http://127.0.0.1:{port}/hook", log)
+
+    def up() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"the receiver exited early:\n{receiver.output()}")
+        try:
+            httpx.get(receiver.url, timeout=1)
+        except httpx.TransportError:
+            return False
+        return True
+
+    try:
+        wait_until(up, 15, 0.05, "the receiver did not start")
+        yield receiver
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def completion(name: str, seq: int) -> bytes:
+    """The exact body relay POSTs when batch ``name`` completes for the ``seq``-th time."""
+    done = now_ms()
+    counts = {status: 0 for status in Status}
+    counts[Status.SUCCEEDED], counts[Status.FAILED] = 2, 1
+    batch = Batch(
+        account="acct_test",
+        name=name,
+        counts=counts,
+        created_at=done - 60_000,
+        started_at=done - 50_000,
+        completed_at=done,
+        deleted_at=None,
+        completion_seq=seq,
+        fields=[],
+    )
+    return notification_body(batch, PUBLIC_URL)
+
+
+def signed(
+    msg_id: str,
+    body: bytes,
+    materials: Sequence[SigningMaterial],
+    *,
+    age: int = 0,
+    keep: str | None = None,
+) -> dict[str, str]:
+    """Headers as relay sends them; ``keep`` drops every signature entry of another version."""
+    headers = build_headers(msg_id, int(time.time()) - age, body, materials, "relay/test")
+    if keep is not None:
+        entries = headers["webhook-signature"].split()
+        headers["webhook-signature"] = " ".join(e for e in entries if e.startswith(keep + ","))
+    return headers
+
+
+def test_receiver_verifies_deduplicates_and_refuses(command: list[str], tmp_path: Path) -> None:
+    current, previous = SigningMaterial.generate(now_ms()), SigningMaterial.generate(now_ms())
+    stranger = SigningMaterial.generate(now_ms())
+    settings = {
+        "WEBHOOK_SECRET": current.whsec,
+        "WEBHOOK_PREVIOUS_SECRET": previous.whsec,
+        "WEBHOOK_PUBLIC_KEY": current.whpk,
+        "WEBHOOK_PREVIOUS_PUBLIC_KEY": previous.whpk,
+    }
+    first, rotated, old_only = (new_id("msg", 0) for _ in range(3))
+    body1, body2, body3 = completion("b1", 1), completion("b1", 2), completion("b2", 1)
+    with running(command, tmp_path, **settings) as receiver, httpx.Client(timeout=5) as client:
+
+        def post(body: bytes, headers: dict[str, str]) -> int:
+            return client.post(receiver.url, content=body, headers=headers).status_code
+
+        assert post(body1, signed(first, body1, [current])) == 200
+        receiver.wait_processed(first, "b1", 1)
+        # A retry: same webhook-id, signed again at a later attempt. Acknowledged, not redone.
+        assert post(body1, signed(first, body1, [current], age=-1)) == 200
+        # During a rotation relay sends four entries (v1/v1a of the new, then of the old).
+        assert post(body2, signed(rotated, body2, [current, previous])) == 200
+        assert post(body3, signed(old_only, body3, [previous])) == 200
+        receiver.wait_processed(rotated, "b1", 2)
+        receiver.wait_processed(old_only, "b2", 1)
+
+        tampered = body1.replace(b'"completion_seq":1', b'"completion_seq":9')
+        assert tampered != body1
+        refused = {
+            "tampered body": (tampered, signed(new_id("msg", 0), body1, [current])),
+            "unknown signer": (body1, signed(new_id("msg", 0), body1, [stranger])),
+            "stale timestamp": (body1, signed(new_id("msg", 0), body1, [current], age=600)),
+            "v1 only": (body1, signed(new_id("msg", 0), body1, [current], keep="v1")),
+            "v1a only": (body1, signed(new_id("msg", 0), body1, [current], keep="v1a")),
+            "no signature": (body1, {"webhook-id": new_id("msg", 0)}),
+        }
+        for case, (body, headers) in refused.items():
+            assert post(body, headers) == 400, case
+
+        assert post(body1, signed(first, body1, [current])) == 200  # still a duplicate
+        output = receiver.output()
+        assert [receiver.processed(i) for i in (first, rotated, old_only)] == [1, 1, 1], output
+        assert output.count("processed ") == 3, output
+
+
+def test_receiver_with_only_the_public_key(command: list[str], tmp_path: Path) -> None:
+    material, other = SigningMaterial.generate(now_ms()), SigningMaterial.generate(now_ms())
+    msg_id, body = new_id("msg", 1), completion("b3", 1)
+    with (
+        running(command, tmp_path, WEBHOOK_PUBLIC_KEY=material.whpk) as receiver,
+        httpx.Client(timeout=5) as client,
+    ):
+
+        def post(content: bytes, headers: dict[str, str]) -> int:
+            return client.post(receiver.url, content=content, headers=headers).status_code
+
+        assert post(body, signed(msg_id, body, [material], keep="v1")) == 400
+        assert post(body, signed(msg_id, body, [other])) == 400
+        assert post(body + b" ", signed(msg_id, body, [material])) == 400
+        assert post(body, signed(msg_id, body, [material], age=400)) == 400
+        assert post(body, signed(msg_id, body, [material], keep="v1a")) == 200
+        receiver.wait_processed(msg_id, "b3", 1)
+        assert receiver.output().count("processed ") == 1
