@@ -1,0 +1,150 @@
+"""The detector and sweepers on a real Redis (no processes): outbox -> exactly one delivery,
+take-over of a dead detector's entries, and the three sweepers."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+import redis.asyncio
+
+from relay import keys
+from relay.blobs import BlobStore
+from relay.config import load_settings
+from relay.crypto import generate_key
+from relay.deliveries import AsyncWebhooks
+from relay.detector import GROUP, Detector, ensure_groups
+from relay.model import DeliveryStatus
+from relay.queues import DELIVERY, PROCESSING
+from relay.runtime import Runtime
+from relay.store import AsyncStore, BatchRef
+
+REF = BatchRef("acme", "b1")
+
+
+class H:
+    def __init__(self, url: str) -> None:
+        self.rt = Runtime(
+            load_settings(
+                {"RELAY_REDIS_URL": url, "RELAY_ENCRYPTION_KEY": generate_key()}, dotenv=None
+            )
+        )
+        self.client = redis.Redis.from_url(url)
+        self.loop = asyncio.new_event_loop()
+        self.aclient = redis.asyncio.Redis.from_url(url)
+        self.api = AsyncStore(self.aclient, BlobStore(""))
+        self.hooks = AsyncWebhooks(self.aclient)
+        ensure_groups(self.client)
+
+    def complete(self, ref: BatchRef = REF, *, register: bool = True) -> None:
+        """Upload, claim and finish one document: the batch completes (one outbox entry).
+        With ``register``, the webhook is registered before the completion."""
+        doc = self.loop.run_until_complete(
+            self.api.upload(ref, filename="a.csv", content_type="text/csv", content=b"a\n1\n")
+        )
+        if register:
+            self.register(ref)
+        claim = self.rt.store.claim(ref, doc.id, "t", 60_000)
+        assert claim is not None
+        self.rt.store.finish(claim, line_items=[], error=None)
+
+    def register(self, ref: BatchRef = REF) -> None:
+        self.loop.run_until_complete(self.hooks.register(ref, "https://x.example/", "http://a"))
+
+    def deliveries(self) -> list[str]:
+        return [
+            i.decode()
+            for i in self.client.zrange(keys.batch_deliveries(REF.shard, "acme", "b1"), 0, -1)
+        ]
+
+    def queued_jobs(self, queue: str) -> int:
+        return int(self.client.llen(f"rq:queue:{queue}"))
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.aclient.aclose())
+        self.loop.close()
+        self.client.close()
+        self.rt.redis.close()
+
+
+@pytest.fixture
+def h(redis_url: str) -> Iterator[H]:
+    harness = H(redis_url)
+    yield harness
+    harness.close()
+
+
+def test_a_completion_becomes_one_delivery_and_a_wake_up(h: H) -> None:
+    h.complete(register=False)  # done before any webhook: read, nothing to deliver yet
+    assert Detector(h.rt, "d1").read_once(10) == 1
+    assert h.deliveries() == []
+    h.register()  # late registration delivers the completion itself
+    assert len(h.deliveries()) == 1
+    h.complete()  # a second completion (seq 2), with the webhook registered
+    d = Detector(h.rt, "d1")
+    assert d.read_once(10) == 1
+    ids = h.deliveries()
+    assert len(ids) == 2
+    assert h.queued_jobs(DELIVERY) >= 1
+    assert h.client.xpending(keys.outbox(REF.shard), GROUP)["pending"] == 0
+
+
+def test_an_entry_read_twice_still_makes_one_delivery(h: H) -> None:
+    h.complete()
+    entry_id, fields = h.client.xrange(keys.outbox(REF.shard))[0]
+    d = Detector(h.rt, "d1")
+    d.handle(REF.shard, entry_id, fields)
+    d.handle(REF.shard, entry_id, fields)
+    assert len(h.deliveries()) == 1
+
+
+def test_a_dead_detectors_entries_are_taken_over(h: H) -> None:
+    h.complete()
+    # Detector A reads the entry and dies before creating the delivery (no ack).
+    streams = {keys.outbox(s): ">" for s in range(keys.SHARDS)}
+    assert h.client.xreadgroup(GROUP, "dead", streams, count=10)
+    assert Detector(h.rt, "live").read_once(10) == 0  # new entries only: nothing
+    assert h.deliveries() == []
+    time.sleep(0.06)
+    assert Detector(h.rt, "live", reclaim_idle_ms=50).reclaim() == 1
+    assert len(h.deliveries()) == 1
+    assert h.client.xpending(keys.outbox(REF.shard), GROUP)["pending"] == 0
+
+
+def test_sweep_leases_requeues_and_enqueues(h: H) -> None:
+    doc = h.loop.run_until_complete(
+        h.api.upload(REF, filename="a.csv", content_type="text/csv", content=b"a\n1\n")
+    )
+    assert h.rt.store.claim(REF, doc.id, "t", 1) is not None
+    time.sleep(0.005)
+    assert Detector(h.rt).sweep_leases() == 1
+    assert h.client.hget(keys.doc(REF.shard, doc.id), "status") == b"queued"
+    assert h.queued_jobs(PROCESSING) == 1
+
+
+def test_sweep_ready_enqueues_documents_whose_job_vanished(h: H) -> None:
+    doc = h.loop.run_until_complete(
+        h.api.upload(REF, filename="a.csv", content_type="text/csv", content=b"a\n1\n")
+    )
+    # Handed out (in `ready`) but the process died before enqueueing the job.
+    h.loop.run_until_complete(h.api.process(REF, None))
+    h.client.zadd(keys.ready(REF.shard), {doc.id: 0})
+    d = Detector(h.rt)
+    assert d.sweep_ready() == 1
+    assert h.queued_jobs(PROCESSING) == 1
+    assert d.sweep_ready() == 0  # its job exists now (and its hand-out time was refreshed)
+
+
+def test_sweep_due_wakes_each_shard_once(h: H) -> None:
+    h.complete()
+    Detector(h.rt).read_once(10)
+    h.client.delete(f"rq:queue:{DELIVERY}", keys.shard_prefix(REF.shard) + "wake")
+    d = Detector(h.rt)
+    assert d.sweep_due() == 1
+    assert d.sweep_due() == 0  # a wake-up is already queued
+    assert h.queued_jobs(DELIVERY) == 1
+    delivery = h.rt.deliveries.get(h.deliveries()[0])
+    assert delivery is not None and delivery.status is DeliveryStatus.PENDING

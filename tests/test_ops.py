@@ -1,0 +1,107 @@
+"""``relay deliveries list|show|retry`` and ``relay keys`` as an operator runs them."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+
+import redis
+import redis.asyncio
+
+from relay.deliveries import AsyncWebhooks, Deliveries
+from relay.model import Attempt, DeliveryStatus
+from relay.store import BatchRef
+from relay.timefmt import now_ms
+
+
+def relay_cli(redis_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
+    env["RELAY_REDIS_URL"] = redis_url
+    return subprocess.run(
+        [sys.executable, "-m", "relay", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def _failed_delivery(redis_url: str, client: redis.Redis, name: str) -> str:
+    ref = BatchRef("acme", name)
+    client.hset(ref.key, mapping={"account": "acme", "name": name, "created_at": 1})
+
+    async def register() -> None:
+        aclient = redis.asyncio.Redis.from_url(redis_url)
+        await AsyncWebhooks(aclient).register(ref, "https://hooks.example.com/x", "http://a")
+        await aclient.aclose()
+
+    asyncio.run(register())
+    d = Deliveries(client)
+    _, ident = d.create(ref, 1, b"{}")
+    (c,) = d.claim(ref.shard, limit=1, lease_ms=60_000, token="t")
+    attempt = Attempt(1, now_ms(), 12.5, 503, "http_status", "busy, try later")
+    d.record(c, "t", attempt, outcome="failed")
+    return ident
+
+
+def test_list_show_and_retry_one(redis_url: str, redis: redis.Redis) -> None:
+    ident = _failed_delivery(redis_url, redis, "b1")
+    listed = relay_cli(redis_url, "deliveries", "list", "--status", "failed")
+    assert listed.returncode == 0, listed.stderr
+    assert ident in listed.stdout and "acme" in listed.stdout and "failed" in listed.stdout
+    assert relay_cli(redis_url, "deliveries", "list", "--status", "pending").stdout == ""
+    shown = relay_cli(redis_url, "deliveries", "show", ident)
+    assert shown.returncode == 0
+    assert "503" in shown.stdout and "http_status" in shown.stdout and "busy" in shown.stdout
+    assert shown.stdout.count("\n") >= 6  # header lines, table head, rule, one row
+    retried = relay_cli(redis_url, "deliveries", "retry", ident)
+    assert retried.returncode == 0, retried.stderr
+    found = Deliveries(redis).get(ident)
+    assert found is not None and found.status is DeliveryStatus.PENDING
+    assert redis.llen("rq:queue:relay-delivery") == 1  # its shard was woken
+
+
+def test_bulk_retry_of_failed_since(redis_url: str, redis: redis.Redis) -> None:
+    ids = [_failed_delivery(redis_url, redis, f"b{i}") for i in range(3)]
+    done = relay_cli(redis_url, "deliveries", "retry", "--status", "failed", "--since", "2h")
+    assert done.returncode == 0, done.stderr
+    assert "3 delivery(ies) retried" in done.stdout
+    d = Deliveries(redis)
+    assert all(d.get(i).status is DeliveryStatus.PENDING for i in ids)  # type: ignore[union-attr]
+    bad = relay_cli(redis_url, "deliveries", "retry", "--status", "failed", "--since", "2 hours")
+    assert bad.returncode == 2 and "duration" in bad.stderr
+
+
+def test_show_unknown_and_retry_without_target(redis_url: str) -> None:
+    assert relay_cli(redis_url, "deliveries", "show", "msg_0nothere").returncode == 1
+    assert relay_cli(redis_url, "deliveries", "retry").returncode == 2
+
+
+def test_keys_create_list_revoke(redis_url: str) -> None:
+    created = relay_cli(redis_url, "keys", "create", "--account", "acme")
+    assert created.returncode == 0, created.stderr
+    key = created.stdout.strip().splitlines()[-1]
+    assert key.startswith("rk_")
+    prefix = key.split("_")[1]
+    listed = relay_cli(redis_url, "keys", "list")
+    assert prefix in listed.stdout and "active" in listed.stdout and key not in listed.stdout
+    assert relay_cli(redis_url, "keys", "revoke", prefix).returncode == 0
+    assert "revoked" in relay_cli(redis_url, "keys", "list").stdout
+    assert relay_cli(redis_url, "keys", "revoke", "zzzzzzzz").returncode == 1
+
+
+def test_unknown_setting_stops_the_command(redis_url: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
+    env["RELAY_NOT_A_SETTING"] = "1"
+    done = subprocess.run(
+        [sys.executable, "-m", "relay", "keys", "list"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 2 and "RELAY_NOT_A_SETTING" in done.stderr
