@@ -15,6 +15,7 @@ from pathlib import Path
 import redis
 
 from relay import keys
+from relay.exceptions import RelayError
 
 REDIS = "redis"
 DIRECTORY = "dir"
@@ -31,7 +32,8 @@ class BlobStore:
         return DIRECTORY if self.directory is not None else REDIS
 
     def path(self, doc_id: str) -> Path:
-        assert self.directory is not None
+        if self.directory is None:
+            raise RelayError("the Redis blob store has no files")
         return self.directory / doc_id[4:6] / doc_id
 
     def write_file(self, doc_id: str, content: bytes) -> None:

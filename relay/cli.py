@@ -35,8 +35,17 @@ def _logging(settings: Settings) -> None:
     )
 
 
+def require_encryption_key(settings: Settings) -> None:
+    """API and workers handle signing secrets: refuse to start without the key."""
+    from relay.crypto import Encryptor
+
+    Encryptor.from_setting(settings.encryption_key).encrypt(b"check")
+
+
 def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     import uvicorn
+
+    require_encryption_key(settings)
 
     from relay.api.app import create_app
 
@@ -60,6 +69,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     import relay.processing  # noqa: F401
     from relay import queues, runtime
 
+    require_encryption_key(settings)
     rt = runtime.configure(settings)
     backoff = 1.0
     while True:

@@ -181,17 +181,17 @@ class Deliveries:
     def retry(self, delivery_id: str) -> Delivery:
         """Deliver again now, same webhook-id (ops). Raises NotFound / Conflict."""
         current = self.get(delivery_id)
-        if current is None:
-            raise NotFound(f"no delivery {delivery_id!r}")
         shard = keys.shard_of_id("msg", delivery_id)
-        assert shard is not None
+        if current is None or shard is None:
+            raise NotFound(f"no delivery {delivery_id!r}")
         k, a = _retry_call(shard, delivery_id, BatchRef(current.account, current.batch_name))
         try:
             self.scripts("retry_delivery", k, a)
         except ResponseError as exc:
             raise (_retry_error(exc) or exc) from exc
         updated = self.get(delivery_id)
-        assert updated is not None
+        if updated is None:  # only if deleted by hand meanwhile
+            raise NotFound(f"no delivery {delivery_id!r}")
         return updated
 
     def list(self, *, limit: int = 100, since_ms: int = 0) -> list[Delivery]:

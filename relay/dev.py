@@ -14,24 +14,16 @@ the next start.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import functools
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
-from collections import deque
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
-from typing import IO, Protocol
+from typing import Protocol
 
 import redis
 from cryptography.fernet import Fernet
@@ -42,16 +34,22 @@ from relay.config import Settings, load_settings
 from relay.exceptions import RelayError
 from relay.redis_conn import sync_client
 from relay.redis_server import RedisServer, RedisServerError, port_is_free
+from relay.supervise import (
+    STOP_TIMEOUT,
+    Child,
+    Console,
+    RestartBudget,
+    healthy,
+    lock_state_dir,
+    on_stop_signals,
+    stop_children,
+    stop_orphans,
+)
+from relay.supervise import DevError as DevError
 
 DEV_REDIS_PORT = 6390
 HEALTH_TIMEOUT = 20.0  # seconds the API has to answer /healthz before the banner anyway
-STOP_TIMEOUT = 10.0  # seconds a child has between SIGTERM and SIGKILL
-RESTARTS_PER_MINUTE = 5
 _TICK = 0.2
-
-
-class DevError(RelayError):
-    """``relay dev`` cannot start (no redis-server, state directory in use, bad key file)."""
 
 
 class CreateKey(Protocol):
@@ -191,205 +189,6 @@ def banner(
 
   Ctrl-C stops everything.
 """
-
-
-@dataclass
-class RestartBudget:
-    """Backoff for a crashing child: 0.5 s doubling to 10 s, and at most ``limit`` restarts in
-    any ``window`` seconds (after that it waits until the oldest one leaves the window)."""
-
-    limit: int = RESTARTS_PER_MINUTE
-    window: float = 60.0
-    times: deque[float] = field(default_factory=deque)
-
-    def delay(self, now: float) -> float:
-        while self.times and now - self.times[0] >= self.window:
-            self.times.popleft()
-        backoff = min(0.5 * 2.0 ** len(self.times), 10.0)
-        if len(self.times) >= self.limit:
-            backoff = max(backoff, self.times[0] + self.window - now)
-        return backoff
-
-    def record(self, now: float) -> None:
-        self.times.append(now)
-
-
-def healthy(url: str, timeout: float = 1.0) -> bool:
-    """Whether ``url`` answers 200 (no proxy: it is our own local server)."""
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(url, timeout=timeout) as response:
-            return int(response.status) == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
-
-
-# -- console, children ----------------------------------------------------------------------
-
-
-class Console:
-    """Lines from many threads, each behind a padded name: ``worker   | ...``."""
-
-    def __init__(self, out: IO[str], width: int = 8) -> None:
-        self._out = out
-        self._width = width
-        self._lock = threading.Lock()
-
-    def say(self, name: str, text: str) -> None:
-        with self._lock:
-            for line in text.splitlines() or [""]:
-                self._out.write(f"{name:<{self._width}} | {line}\n")
-            self._out.flush()
-
-    def write(self, text: str) -> None:
-        with self._lock:
-            self._out.write(text)
-            self._out.flush()
-
-
-class Child:
-    """One supervised process, its output pumped to the console by a thread."""
-
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], console: Console) -> None:
-        self.name = name
-        self.argv = argv
-        self.env = env
-        self.console = console
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.budget = RestartBudget()
-        self.restart_at: float | None = None
-        self._pump: threading.Thread | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            self.argv,
-            env=self.env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # Ctrl-C reaches the supervisor only; it stops us in order
-        )
-        self._pump = threading.Thread(
-            target=self._copy_output, args=(self.proc,), name=f"dev-{self.name}", daemon=True
-        )
-        self._pump.start()
-
-    def _copy_output(self, proc: subprocess.Popen[bytes]) -> None:
-        if proc.stdout is None:
-            return
-        with proc.stdout:
-            for raw in iter(proc.stdout.readline, b""):
-                self.console.say(self.name, raw.decode(errors="replace").rstrip("\r\n"))
-
-    def send(self, sig: signal.Signals, *, group: bool = False) -> None:
-        """Send ``sig`` to the process, or to its whole process group (its own forks too)."""
-        if self.proc is None:
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            if group:
-                os.killpg(self.proc.pid, sig)
-            elif self.proc.poll() is None:
-                self.proc.send_signal(sig)
-
-    def join_output(self, timeout: float = 2.0) -> None:
-        if self._pump is not None:
-            self._pump.join(timeout)
-
-
-def stop_children(children: list[Child], timeout: float = STOP_TIMEOUT) -> None:
-    """SIGTERM every child, wait up to ``timeout`` seconds for all, SIGKILL what is left."""
-    for child in children:
-        child.send(signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    for child in children:
-        if child.proc is None:
-            continue
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            child.proc.wait(max(0.0, deadline - time.monotonic()))
-    for child in children:
-        if child.proc is not None and child.proc.poll() is None:
-            child.console.say("dev", f"{child.name} did not stop within {timeout:g} s; killing it")
-        child.send(signal.SIGKILL, group=True)  # the stragglers and any forks they left
-        if child.proc is not None:
-            child.proc.wait()
-        child.join_output()
-
-
-# -- state directory: one supervisor at a time, orphans of a killed one ----------------------
-
-
-def lock_state_dir(state_dir: Path) -> IO[str]:
-    """Hold ``state_dir/dev.lock`` for as long as the returned file stays open."""
-    state_dir.mkdir(parents=True, exist_ok=True)
-    fh = (state_dir / "dev.lock").open("a+")
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        fh.close()
-        raise DevError(f"another `relay dev` is running on {state_dir}") from None
-    return fh
-
-
-def _pid_alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, exited but not yet reaped, does not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[:1] != ["Z"]
-
-
-def stop_orphans(state_dir: Path, console: Console) -> None:
-    """Stop the processes a killed supervisor left behind (listed in ``state_dir/dev.pids``).
-
-    A pid counts only while ``/proc/PID/cmdline`` still shows relay or redis-server, so a pid
-    reused by something else is left alone (and without ``/proc`` nothing is touched).
-    """
-    path = state_dir / "dev.pids"
-    try:
-        pids: dict[str, int] = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return
-    orphans: dict[str, int] = {}
-    for name, pid in pids.items():
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if (b"redis-server" if name == "redis" else b"relay") in cmdline:
-            orphans[name] = pid
-    for name, pid in orphans.items():
-        console.say("dev", f"stopping {name} (pid {pid}) left over from an earlier run")
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT
-    while any(_pid_alive(p) for p in orphans.values()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    for pid in orphans.values():
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-    path.unlink(missing_ok=True)
-
-
-@contextlib.contextmanager
-def _on_stop_signals(handler: Callable[[], None]) -> Iterator[None]:
-    """Route SIGINT, SIGTERM and SIGHUP to ``handler`` (main thread only; restored after)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        handler()
-
-    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {sig: signal.getsignal(sig) for sig in sigs}
-    for sig in sigs:
-        signal.signal(sig, on_signal)
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old if old is not None else signal.SIG_DFL)
 
 
 # -- the supervisor -------------------------------------------------------------------------
@@ -600,5 +399,5 @@ def run_dev(
             redis_url_explicit=redis_url_explicit,
             console=console,
         )
-        with _on_stop_signals(supervisor.request_stop):
+        with on_stop_signals(supervisor.request_stop):
             return supervisor.run()

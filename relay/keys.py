@@ -21,7 +21,7 @@ SHARDS = 16
 PREFIX = "relay"
 
 _ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz234567"
-_ID_RE = re.compile(r"^(doc|msg)_([0-9a-f])([a-z2-7]{20})$")
+_ID_RE = re.compile(r"(doc|msg)_([0-9a-f])([a-z2-7]{20})")
 
 
 def shard_for_batch(account: str, batch_name: str) -> int:
@@ -41,7 +41,7 @@ def new_id(kind: str, shard: int) -> str:
 
 def shard_of_id(kind: str, ident: str) -> int | None:
     """The shard encoded in an id, or None when the id is not well formed."""
-    m = _ID_RE.match(ident)
+    m = _ID_RE.fullmatch(ident)
     if m is None or m.group(1) != kind:
         return None
     return int(m.group(2), 16)

@@ -15,6 +15,7 @@ import redis.asyncio
 
 from relay import keys
 from relay.crypto import Encryptor, SigningMaterial
+from relay.exceptions import RelayError
 from relay.scripts import AsyncScripts
 from relay.timefmt import now_ms
 
@@ -50,6 +51,12 @@ class SigningKeys:
             out.append(self._open(bytes(previous)))
         return out
 
+    def _require(self, values: list[Any]) -> list[SigningMaterial]:
+        found = self.from_fields(values)
+        if found is None:  # HSETNX just wrote it; only a concurrent DEL could get here
+            raise RelayError("signing material vanished while it was being created")
+        return found
+
     def for_accounts(
         self, client: redis.Redis, accounts: set[str]
     ) -> dict[str, list[SigningMaterial]]:
@@ -64,8 +71,7 @@ class SigningKeys:
             found = self.from_fields(values)
             if found is None:
                 client.hsetnx(keys.signing(account), "current", self.new_token())
-                found = self.from_fields(client.hmget(keys.signing(account), FIELDS))
-                assert found is not None
+                found = self._require(client.hmget(keys.signing(account), FIELDS))
             out[account] = found
         return out
 
@@ -73,8 +79,7 @@ class SigningKeys:
         found = self.from_fields(await client.hmget(keys.signing(account), FIELDS))
         if found is None:
             await client.hsetnx(keys.signing(account), "current", self.new_token())
-            found = self.from_fields(await client.hmget(keys.signing(account), FIELDS))
-            assert found is not None
+            found = self._require(await client.hmget(keys.signing(account), FIELDS))
         return found
 
     async def rotate(

@@ -15,6 +15,7 @@ from typing import Any
 import redis
 import redis.asyncio
 from redis.exceptions import ResponseError
+from starlette.concurrency import run_in_threadpool
 
 from relay import keys
 from relay.blobs import BlobStore
@@ -84,7 +85,7 @@ class AsyncStore:
         doc_id = keys.new_id("doc", s)
         in_redis = self.blobs.kind == "redis"
         if not in_redis:
-            self.blobs.write_file(doc_id, content)
+            await run_in_threadpool(self.blobs.write_file, doc_id, content)
         try:
             await self.scripts(
                 "upload",
@@ -118,7 +119,8 @@ class AsyncStore:
                 ) from exc
             raise
         doc = await self.get_document(ref.account, doc_id)
-        assert doc is not None
+        if doc is None:  # the upload script ran: only a concurrent FLUSHALL gets here
+            raise NotFound(f"document {doc_id} vanished after upload")
         return doc
 
     async def process(self, ref: BatchRef, fields: Sequence[str] | None) -> list[str]:

@@ -5,16 +5,16 @@ api_factory_fixture, api_fixture  # noqa: F401``): pytest registers imported fix
 their ``name`` (``api_factory``, ``api``), and the distinct function names keep the test
 parameters from shadowing the imports. ``Api`` bundles an ``httpx.Client`` pointed at a
 uvicorn server running the app (lifespan and all) in a thread, a sync Redis client for setup
-and inspection, and helpers to make API keys and upload documents. Starlette's ``TestClient`` is not used:
-with httpx it warns (deprecated in favour of ``httpx2``), and a real server also exercises
-real ``Content-Length`` and chunked bodies.
+and inspection, and helpers to make API keys and upload documents. Starlette's
+``TestClient`` is not used: with httpx it warns (deprecated in favour of ``httpx2``), and a
+real server also exercises real ``Content-Length`` and chunked bodies.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,23 +110,18 @@ ApiFactory = Callable[..., Api]
 @pytest.fixture(name="api_factory")
 def api_factory_fixture(redis_url: str) -> Iterator[ApiFactory]:
     """``api_factory(**settings_overrides)``: the app served on the test's Redis."""
-    stack: list[Callable[[], None]] = []
+    with ExitStack() as stack:
 
-    def make(**overrides: Any) -> Api:
-        settings = make_settings(overrides.pop("redis_url", redis_url), **overrides)
-        app = create_app(settings)
-        server = serve(app)
-        base_url = server.__enter__()
-        stack.append(lambda: server.__exit__(None, None, None))
-        client = httpx.Client(base_url=base_url, timeout=30)
-        stack.append(client.close)
-        sync = redis.Redis.from_url(settings.redis_url)
-        stack.append(sync.close)
-        return Api(client, sync, settings, base_url, app)
+        def make(**overrides: Any) -> Api:
+            settings = make_settings(overrides.pop("redis_url", redis_url), **overrides)
+            app = create_app(settings)
+            base_url = stack.enter_context(serve(app))
+            client = stack.enter_context(httpx.Client(base_url=base_url, timeout=30))
+            sync = redis.Redis.from_url(settings.redis_url)
+            stack.callback(sync.close)
+            return Api(client, sync, settings, base_url, app)
 
-    yield make
-    for close in reversed(stack):
-        close()
+        yield make
 
 
 @pytest.fixture(name="api")

@@ -92,7 +92,13 @@ def test_results_paginate(api: Api) -> None:
     assert seen == ids  # upload order, no gaps, no repeats
     default = api.client.get(f"{V1}/batches/b1/results", headers=auth).json()
     assert len(default["documents"]) == 5 and default["next_cursor"] is None
-    for params in [{"limit": 0}, {"limit": 201}, {"limit": "x"}, {"limit": "-1"}]:
+    bad_limits: list[dict[str, Any]] = [
+        {"limit": 0},
+        {"limit": 201},
+        {"limit": "x"},
+        {"limit": "-1"},
+    ]
+    for params in bad_limits:
         r = api.client.get(f"{V1}/batches/b1/results", headers=auth, params=params)
         assert r.status_code == 422, params
         assert "ratelimit-remaining" in r.headers

@@ -91,8 +91,8 @@ def test_accounts_are_isolated_on_every_endpoint(api: Api) -> None:
     api.upload_ok("acme", "acme-only")
     globex = api.auth("globex")
     for method, path in _every_route("acme-only", acme_doc["id"]):
-        kwargs = {"json": {"url": "https://example.com/hook"}} if method == "PUT" else {}
-        response = api.client.request(method, V1 + path, headers=globex, **kwargs)
+        body = {"url": "https://example.com/hook"} if method == "PUT" else None
+        response = api.client.request(method, V1 + path, headers=globex, json=body)
         assert response.status_code == 404, (method, path, response.text)
         assert response.json()["error"]["type"] == "not_found"
     # Same batch name, another account: a different batch.
@@ -205,3 +205,37 @@ def test_redis_outage_answers_503_and_recovers(
     assert batch.json()["document_count"] == 1
     assert api.upload("acme", "b1").status_code == 201
     assert api.client.get(f"{V1}/documents/{doc['id']}", headers=auth).status_code == 200
+
+
+def _command_calls(api: Api) -> dict[str, int]:
+    stats = api.redis.info("commandstats")
+    calls = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+    return {k: v for k, v in calls.items() if k not in {"config|resetstat", "info"}}
+
+
+def test_status_endpoints_cost_one_pipeline_in_steady_state(api: Api) -> None:
+    """With the key cached: HMGET key record + EVALSHA + the read, nothing else (no
+    SCRIPT EXISTS, no separate lookup); the script's own commands run inside Redis."""
+    doc = api.upload_ok("acme", "b1")
+    auth = api.auth("acme")
+    assert api.client.get(f"{V1}/batches/b1", headers=auth).status_code == 200  # warm up
+    api.redis.config_resetstat()
+    for _ in range(5):
+        assert api.client.get(f"{V1}/batches/b1", headers=auth).status_code == 200
+        assert api.client.get(f"{V1}/documents/{doc['id']}", headers=auth).status_code == 200
+    calls = _command_calls(api)
+    top_level = {k: v for k, v in calls.items() if k in {"hmget", "evalsha", "hgetall"}}
+    assert top_level == {"hmget": 10, "evalsha": 10, "hgetall": 10}
+    inside_script = {"time", "zremrangebyscore", "zcard", "zadd", "pexpire", "zrange"}
+    assert set(calls) - set(top_level) <= inside_script, calls
+
+
+def test_starts_while_redis_is_down(api_factory: ApiFactory, redis_factory: RedisFactory) -> None:
+    server = redis_factory()
+    server.kill()
+    api = api_factory(redis_url=server.url)
+    assert api.client.get("/healthz").status_code == 200
+    assert api.client.get("/readyz").status_code == 503
+    server.restart()
+    assert api.client.get("/readyz").status_code == 200
+    assert api.upload("acme", "b1").status_code == 201

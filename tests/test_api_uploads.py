@@ -33,6 +33,7 @@ TAIL = b"\r\n--BOUNDARY--\r\n"
 FIELD_NOT_FILE = (
     b'--B\r\nContent-Disposition: form-data; name="file"\r\n\r\nnot a file\r\n--B--\r\n'
 )
+ONLY_BATCH_NAME = b'--B\r\nContent-Disposition: form-data; name="batch_name"\r\n\r\nb1\r\n--B--\r\n'
 
 
 def test_upload_returns_the_queued_document(api: Api) -> None:

@@ -102,8 +102,9 @@ def test_list_keys(redis: redis.Redis) -> None:
     assert infos[a[3:11]].account == "acme"
     assert infos[a[3:11]].revoked_at is None
     assert infos[b[3:11]].account == "globex"
-    assert infos[b[3:11]].revoked_at is not None
-    assert infos[b[3:11]].created_at <= infos[b[3:11]].revoked_at
+    revoked_at = infos[b[3:11]].revoked_at
+    assert revoked_at is not None
+    assert infos[b[3:11]].created_at <= revoked_at
 
 
 def test_async_lookup(redis_url: str, redis: redis.Redis) -> None:

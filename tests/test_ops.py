@@ -105,3 +105,10 @@ def test_unknown_setting_stops_the_command(redis_url: str) -> None:
         check=False,
     )
     assert done.returncode == 2 and "RELAY_NOT_A_SETTING" in done.stderr
+
+
+def test_api_and_worker_refuse_to_start_without_an_encryption_key(redis_url: str) -> None:
+    for command in (["serve", "--port", "1"], ["worker", "--burst"]):
+        done = relay_cli(redis_url, *command)
+        assert done.returncode == 2, done.stderr
+        assert "RELAY_ENCRYPTION_KEY is not set" in done.stderr

@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from relay.exceptions import ApiError, StoreUnavailable
+from relay.exceptions import ApiError, ConfigError, StoreUnavailable
 
 logger = logging.getLogger("relay.api")
 
@@ -70,6 +70,13 @@ async def on_store_unavailable(request: Request, exc: Exception) -> Response:
     )
 
 
+async def on_config_error(request: Request, exc: Exception) -> Response:
+    # A server-side misconfiguration (e.g. RELAY_ENCRYPTION_KEY lacks the key that encrypted
+    # the signing material): not the client's fault, and nothing it sent is lost.
+    logger.error("configuration error on %s %s: %s", request.method, request.url.path, exc)
+    return error_json(503, "service_misconfigured", str(exc))
+
+
 async def on_http_exception(request: Request, exc: Exception) -> Response:
     if not isinstance(exc, HTTPException):  # pragma: no cover - registered for it only
         raise exc
@@ -98,6 +105,7 @@ def exception_handlers() -> dict[Any, Any]:
     return {
         ApiError: on_api_error,
         StoreUnavailable: on_store_unavailable,
+        ConfigError: on_config_error,
         RedisConnectionError: on_store_unavailable,  # BusyLoadingError is a subclass
         BusyLoadingError: on_store_unavailable,
         RedisTimeoutError: on_store_unavailable,

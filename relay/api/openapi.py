@@ -26,6 +26,7 @@ from relay.api.openapi_parts import (
     json_body,
     operation,
     status_operation,
+    string_header,
 )
 from relay.api.openapi_parts import json_response as response
 from relay.api.openapi_schemas import SCHEMAS
@@ -63,7 +64,11 @@ def _document_paths() -> dict[str, Any]:
                 "Upload a document into a batch (created if new). Does not process it.",
                 "documents",
                 {
-                    "201": response("Document", "The queued document."),
+                    "201": response(
+                        "Document",
+                        "The queued document.",
+                        {"Location": string_header("The document's URL (GET it to poll).")},
+                    ),
                     **errors(400, 401, 409, 413, 415, 422),
                 },
                 body=upload,

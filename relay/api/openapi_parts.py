@@ -38,6 +38,10 @@ def int_header(description: str, minimum: int) -> dict[str, Any]:
     }
 
 
+def string_header(description: str) -> dict[str, Any]:
+    return {"description": description, "required": True, "schema": {"type": "string"}}
+
+
 def rate_headers(*, retry_after: bool = False) -> dict[str, Any]:
     """The RateLimit-* headers of a status endpoint's response (and Retry-After on 429)."""
     headers = {name: int_header(text, low) for name, (text, low) in _RATE_HEADERS.items()}
@@ -63,28 +67,36 @@ def errors(*codes: int, rate_limited: bool = False) -> dict[str, Any]:
     """
     out: dict[str, Any] = {}
     for code in sorted({*codes, 503}):
-        headers = None
+        headers: dict[str, Any] | None = None
         if code == 503:
             headers = {"Retry-After": int_header("Seconds to wait before retrying.", 1)}
-        elif rate_limited and code != 401:
+        elif code == 401:
+            headers = {"WWW-Authenticate": string_header('The scheme: Bearer realm="relay".')}
+        elif rate_limited:
             headers = rate_headers(retry_after=code == 429)
         out[str(code)] = json_response("Error", ERROR_TEXT[code], headers)
     return out
 
 
-def path_param(name: str, pattern: str, description: str) -> dict[str, Any]:
+EXAMPLE_BATCH = "invoices-2026-11"
+
+
+def path_param(name: str, pattern: str, description: str, example: str) -> dict[str, Any]:
     return {
         "name": name,
         "in": "path",
         "required": True,
         "description": description,
         "schema": {"type": "string", "pattern": pattern},
+        "example": example,
     }
 
 
-NAME = path_param("name", BATCH_NAME_PATTERN, "The batch name.")
-DOC_ID = path_param("id", DOCUMENT_ID_PATTERN, "The document id.")
-DELIVERY_ID = path_param("id", DELIVERY_ID_PATTERN, "The delivery id (its webhook-id).")
+NAME = path_param("name", BATCH_NAME_PATTERN, "The batch name.", EXAMPLE_BATCH)
+DOC_ID = path_param("id", DOCUMENT_ID_PATTERN, "The document id.", "doc_3k7q2m5x4b6n8p2r4t6v")
+DELIVERY_ID = path_param(
+    "id", DELIVERY_ID_PATTERN, "The delivery id (its webhook-id).", "msg_3k7q2m5x4b6n8p2r4t6v"
+)
 PAGE = [
     {
         "name": "limit",

@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from relay.api.batches import decode_position
 from relay.api.context import (
     AppState,
     authenticate,
@@ -111,12 +112,7 @@ async def delete_webhook(request: Request) -> Response:
 async def list_deliveries(request: Request) -> Response:
     _, ws, ref = await _batch(request)
     cursor, limit = page_params(request)
-    start = 0
-    if cursor is not None:
-        if not cursor.isdigit() or len(cursor) > 9:
-            raise Unprocessable("invalid cursor", error_type="invalid_cursor")
-        start = int(cursor)
-    found, next_start = await ws.hooks.deliveries(ref, start=start, limit=limit)
+    found, next_start = await ws.hooks.deliveries(ref, start=decode_position(cursor), limit=limit)
     return json_response(
         {
             "deliveries": [d.to_json() for d in found],
