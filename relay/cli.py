@@ -61,6 +61,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
+    from rq.exceptions import StopRequested
     from rq.serializers import JSONSerializer
     from rq.worker import SimpleWorker
 
@@ -73,22 +74,32 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     rt = runtime.configure(settings)
     backoff = 1.0
     while True:
-        worker = SimpleWorker(
-            [queues.queue(rt.redis, queues.DELIVERY), queues.queue(rt.redis, queues.PROCESSING)],
-            connection=rt.redis,
-            serializer=JSONSerializer,
-        )
+        worker: SimpleWorker | None = None
         try:
+            worker = SimpleWorker(
+                [
+                    queues.queue(rt.redis, queues.DELIVERY),
+                    queues.queue(rt.redis, queues.PROCESSING),
+                ],
+                connection=rt.redis,
+                serializer=JSONSerializer,
+            )
             worker.work(
-                burst=args.burst, with_scheduler=True, logging_level=settings.log_level.upper()
+                burst=args.burst,
+                with_scheduler=True,
+                logging_level=settings.log_level.upper(),
             )
         except Exception:
-            log.exception("worker stopped on an error")
-        if args.burst or worker._shutdown_requested_date is not None:
+            # RQ gives up on Redis errors outside its dequeue loop (registering the worker,
+            # heartbeats, maintenance): come back by ourselves rather than need a supervisor.
+            log.warning("worker stopped on an error", exc_info=True)
+        if args.burst or (worker is not None and worker._shutdown_requested_date is not None):
             return 0
-        # RQ quits on some Redis errors outside its dequeue loop; come back by ourselves.
         log.warning("worker loop ended unexpectedly; starting again in %.0fs", backoff)
-        time.sleep(backoff)
+        try:
+            time.sleep(backoff)
+        except (StopRequested, SystemExit, KeyboardInterrupt):  # RQ's handlers still installed
+            return 0
         backoff = min(backoff * 2, 30.0)
 
 

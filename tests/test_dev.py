@@ -1,0 +1,210 @@
+"""The pieces of ``relay dev`` (relay.dev): key files, environment, banner, the supervisor."""
+
+from __future__ import annotations
+
+import io
+import os
+import stat
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import redis
+from cryptography.fernet import Fernet
+from redis import Redis
+
+from relay import dev, redis_server
+from relay.config import load_settings
+from relay.supervise import Console
+
+# -- files in the state directory -----------------------------------------------------------
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_encryption_key_is_made_once_and_kept_private(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    key = dev.ensure_encryption_key(state)
+
+    Fernet(key.encode())  # a valid Fernet key
+    path = state / "encryption.key"
+    assert _mode(path) == 0o600
+    assert dev.ensure_encryption_key(state) == key
+
+    path.chmod(0o644)
+    assert dev.ensure_encryption_key(state) == key
+    assert _mode(path) == 0o600
+
+
+def test_a_broken_encryption_key_file_is_never_overwritten(tmp_path: Path) -> None:
+    path = tmp_path / "encryption.key"
+    path.write_text("not a key\n")
+    with pytest.raises(dev.DevError, match="no valid Fernet key"):
+        dev.ensure_encryption_key(tmp_path)
+    assert path.read_text() == "not a key\n"
+
+
+def test_dev_api_key_is_reused_while_redis_knows_it(redis: Redis, tmp_path: Path) -> None:
+    made: list[str] = []
+
+    def create_key(client: Redis, *, account: str) -> str:
+        key = f"rk_test_{len(made)}"
+        client.set(f"test-key:{key}", account)
+        made.append(key)
+        return key
+
+    def lookup_key(client: Redis, key: str) -> object | None:
+        account: object | None = client.get(f"test-key:{key}")
+        return account
+
+    def ensure() -> str:
+        return dev.ensure_dev_api_key(redis, tmp_path, create_key=create_key, lookup_key=lookup_key)
+
+    first = ensure()
+    assert first == "rk_test_0"
+    assert (tmp_path / "dev_api_key").read_text().strip() == first
+    assert _mode(tmp_path / "dev_api_key") == 0o600
+    assert ensure() == first and made == [first]
+
+    redis.flushall()  # a Redis that lost its data: a new key
+    assert ensure() == "rk_test_1"
+    assert (tmp_path / "dev_api_key").read_text().strip() == "rk_test_1"
+    assert redis.get("test-key:rk_test_1") == b"dev"
+
+
+# -- pure pieces ----------------------------------------------------------------------------
+
+
+def test_redis_reachable(redis_url: str) -> None:
+    assert dev.redis_reachable(redis_url)
+    assert not dev.redis_reachable(f"redis://127.0.0.1:{redis_server.free_port()}/0")
+    assert not dev.redis_reachable("not a url")
+
+
+def test_dev_environment_turns_on_dev_flags() -> None:
+    settings = load_settings(environ={}, dotenv=None)
+    env = dev.dev_environment(
+        settings,
+        host="0.0.0.0",
+        port=8123,
+        redis_url="redis://127.0.0.1:6390/0",
+        encryption_key="k",
+    )
+    assert env["RELAY_REDIS_URL"] == "redis://127.0.0.1:6390/0"
+    assert env["RELAY_ALLOW_HTTP_TARGETS"] == "true"
+    assert env["RELAY_ALLOW_PRIVATE_TARGETS"] == "true"
+    assert env["RELAY_ENCRYPTION_KEY"] == "k"
+    assert env["RELAY_PUBLIC_URL"] == "http://127.0.0.1:8123"
+    assert env["RELAY_PORT"] == "8123"
+    assert env["PATH"] == os.environ["PATH"]
+    # Children load their settings from this environment: it must hold only known names.
+    load_settings(environ=env, dotenv=None)
+
+    custom = load_settings(environ={"RELAY_PUBLIC_URL": "https://relay.example"}, dotenv=None)
+    env = dev.dev_environment(
+        custom, host="127.0.0.1", port=8000, redis_url="redis://x", encryption_key="k"
+    )
+    assert env["RELAY_PUBLIC_URL"] == "https://relay.example"
+
+
+def test_child_commands_and_banner() -> None:
+    commands = dev.child_commands("127.0.0.1", 8123)
+    assert commands == {
+        "api": [sys.executable, "-m", "relay", "serve", "--host", "127.0.0.1", "--port", "8123"],
+        "worker": [sys.executable, "-m", "relay", "worker"],
+        "detector": [sys.executable, "-m", "relay", "detector"],
+    }
+    assert dev.browse_host("::1") == "[::1]"
+    text = dev.banner(
+        base_url="http://127.0.0.1:8123",
+        api_key="rk_abc",
+        redis_url="redis://127.0.0.1:6390/0",
+        state_dir=Path("/s"),
+    )
+    assert "rk_abc" in text and "redis://127.0.0.1:6390/0" in text
+    assert "http://127.0.0.1:8123/api/v1/batches/demo/process" in text
+    assert "RELAY_" not in text  # a RELAY_ shell variable would break the next relay command
+
+
+# -- the supervisor with processes of the test's own ----------------------------------------
+
+
+def _python(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+_HEALTHZ_SERVER = """
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.send_header("content-length", "0"); self.end_headers()
+    def log_message(self, *args):
+        pass
+print("listening", flush=True)
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def _eventually(predicate: Callable[[], bool], timeout: float, message: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(message)
+        time.sleep(0.05)
+
+
+def test_supervisor_starts_restarts_and_stops_everything(tmp_path: Path) -> None:
+    api_port = redis_server.free_port()
+    out = io.StringIO()
+    supervisor = dev.Supervisor(
+        load_settings(environ={}, dotenv=None),
+        host="127.0.0.1",
+        port=api_port,
+        state_dir=tmp_path,
+        redis_url_explicit=False,
+        console=Console(out),
+        commands={
+            "api": [*_python(_HEALTHZ_SERVER), str(api_port)],
+            "crasher": _python("print('boom')"),
+        },
+        redis_port=redis_server.free_port(),
+    )
+    codes: list[int] = []
+    thread = threading.Thread(target=lambda: codes.append(supervisor.run()))
+    thread.start()
+    try:
+        _eventually(lambda: "relay dev is up" in out.getvalue(), 20, out.getvalue())
+        _eventually(lambda: out.getvalue().count("crasher  | boom") >= 3, 20, out.getvalue())
+    finally:
+        supervisor.request_stop()
+        thread.join(30)
+    text = out.getvalue()
+
+    assert codes == [0], text
+    assert "api      | listening" in text
+    assert "crasher exited with code 0; restarting in 0.5 s" in text
+    assert "crasher exited with code 0; restarting in 1.0 s" in text
+    # The private Redis was stopped gracefully and kept the dev API key in its AOF.
+    server = supervisor.redis
+    assert server is not None and not server.running
+    api_key = (tmp_path / "dev_api_key").read_text().strip()
+    assert api_key in text
+    server.restart()
+    try:
+        from relay import auth
+
+        client = redis.Redis.from_url(server.url)
+        try:
+            assert auth.lookup_key(client, api_key) == "dev"
+        finally:
+            client.close()
+    finally:
+        server.stop()
+    assert (tmp_path / "encryption.key").is_file()
+    assert not (tmp_path / "dev.pids").exists()
+    assert all(c.proc is not None and c.proc.poll() is not None for c in supervisor.children)
