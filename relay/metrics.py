@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 from collections import Counter, defaultdict
 from datetime import datetime
-from typing import Any
 
 import redis
 
@@ -90,8 +89,8 @@ def _completed_ms(body: bytes) -> int | None:
         return None
 
 
-def render(stored: dict[bytes, bytes], gauges: dict[str, tuple[str, Any]]) -> str:
-    """Prometheus text from the stored counters plus ``gauges`` (name -> (help, value))."""
+def render(stored: dict[bytes, bytes]) -> str:
+    """Prometheus text of the counters and histograms flushed by every process."""
     lines: list[str] = []
     by_name: dict[str, list[str]] = {}
     for raw_field, raw_value in sorted(stored.items()):
@@ -106,6 +105,4 @@ def render(stored: dict[bytes, bytes], gauges: dict[str, tuple[str, Any]]) -> st
     for base, samples in by_name.items():
         kind, text = HELP.get(base, ("untyped", base))
         lines += [f"# HELP {base} {text}", f"# TYPE {base} {kind}", *samples]
-    for name, (text, value) in gauges.items():
-        lines += [f"# HELP {name} {text}", f"# TYPE {name} gauge", f"{name} {value}"]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + ("\n" if lines else "")

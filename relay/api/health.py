@@ -1,6 +1,7 @@
 """``/healthz``, ``/readyz`` and ``/metrics`` (no authentication).
 
-``/metrics`` renders a small registry of gauges in the Prometheus text format. A gauge is an
+``/metrics`` renders a small registry of gauges in the Prometheus text format, followed by the
+counters and histograms that workers flush to Redis (``relay.metrics``). A gauge is an
 async function of the app state returning samples; add one with :func:`gauge`. A gauge that
 cannot reach Redis is left out of that scrape and ``relay_redis_up`` reads 0, so the scrape
 itself still succeeds while Redis is down.
@@ -16,8 +17,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.requests import Request
 from starlette.responses import Response
 
-from relay import queues
+from relay import keys, queues
+from relay import metrics as counters
 from relay.api.context import AppState, json_response, state
+from relay.timefmt import now_ms
 
 # (labels, value) pairs of one gauge.
 Samples = list[tuple[dict[str, str], float]]
@@ -62,8 +65,28 @@ async def _queue_depth(st: AppState) -> Samples:
     return [({"queue": name}, float(n)) for name, n in zip(names, lengths, strict=True)]
 
 
-# Documents by status are not cheaply countable across all batches (counters live per
-# batch); the lead adds that gauge (and the delivery metrics) here with @gauge.
+@gauge("relay_documents", "Documents waiting for a worker (queued, handed out) or processing")
+async def _documents(st: AppState) -> Samples:
+    # Terminal documents are counted as they finish (relay_documents_processed_total).
+    async with st.redis.pipeline(transaction=False) as pipe:
+        for s in range(keys.SHARDS):
+            pipe.zcard(keys.ready(s))
+            pipe.zcard(keys.leases(s))
+        counts = await pipe.execute()
+    return [
+        ({"status": "queued"}, float(sum(counts[0::2]))),
+        ({"status": "processing"}, float(sum(counts[1::2]))),
+    ]
+
+
+@gauge("relay_deliveries_due", "Pending deliveries whose next attempt time has come")
+async def _due(st: AppState) -> Samples:
+    now = now_ms()
+    async with st.redis.pipeline(transaction=False) as pipe:
+        for s in range(keys.SHARDS):
+            pipe.zcount(keys.due(s), "-inf", now)
+        counts = await pipe.execute()
+    return [({}, float(sum(counts)))]
 
 
 def _escape(value: str) -> str:
@@ -87,6 +110,10 @@ async def render_metrics(st: AppState) -> str:
             continue
         lines += [f"# HELP {g.name} {g.help}", f"# TYPE {g.name} gauge"]
         lines += [_line(g.name, labels, value) for labels, value in samples]
+    try:
+        lines.append(counters.render(await st.redis.hgetall(counters.KEY)).rstrip("\n"))
+    except (RedisConnectionError, RedisTimeoutError):
+        redis_up = 0.0
     lines += [
         "# HELP relay_redis_up 1 when every gauge could read Redis in this scrape",
         "# TYPE relay_redis_up gauge",

@@ -49,6 +49,20 @@ def test_completion_is_delivered_signed_and_verifiable(stack: Stack, receiver: R
     )
     assert deliveries[0]["id"] == got[0].headers["webhook-id"]
     assert deliveries[0]["attempts"][0]["status_code"] == 200
+    # Ops see it in the metrics: outcome, latency, lag, documents.
+    expected = [
+        "relay_deliveries_succeeded_total 1",
+        'relay_delivery_attempts_total{outcome="succeeded"} 1',
+        "relay_notification_lag_seconds_count 1",
+        'relay_documents_processed_total{status="succeeded"} 2',
+        "relay_delivery_attempt_seconds_count 1",
+    ]
+
+    def metrics_show_it() -> bool:
+        text = api.http.get(stack.api_url + "/metrics").text.splitlines()
+        return all(line in text for line in expected)
+
+    wait_until(metrics_show_it, 5, message="metrics did not count the delivery")
     api.close()
 
 
