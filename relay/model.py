@@ -28,6 +28,7 @@ class Status(StrEnum):
 
 
 TERMINAL = frozenset({Status.SUCCEEDED, Status.FAILED, Status.CANCELED})
+_COUNT_FIELDS = tuple((s, s.value.encode()) for s in Status)
 
 
 class DeliveryStatus(StrEnum):
@@ -115,21 +116,27 @@ class Batch:
     completed_at: int | None
     deleted_at: int | None
     completion_seq: int
-    fields: list[str]
+    fields_json: str
 
     @classmethod
     def from_hash(cls, h: dict[bytes, bytes]) -> Batch:
+        # On the status endpoints' hot path: plain lookups, no enum iteration.
         return cls(
             account=_s(h, "account"),
             name=_s(h, "name"),
-            counts={s: _int(h, s.value) for s in Status},
+            counts={s: int(h.get(field) or 0) for s, field in _COUNT_FIELDS},
             created_at=_int(h, "created_at"),
             started_at=_ms(h, "started_at"),
             completed_at=_ms(h, "completed_at"),
             deleted_at=_ms(h, "deleted_at"),
             completion_seq=_int(h, "completion_seq"),
-            fields=list(json.loads(_s(h, "fields", "[]"))),
+            fields_json=_s(h, "fields", "[]"),
         )
+
+    @property
+    def fields(self) -> list[str]:
+        """The field names of the last ``process`` call (empty: every column)."""
+        return list(json.loads(self.fields_json))
 
     @property
     def document_count(self) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from functools import lru_cache
 from datetime import UTC, datetime
 
 
@@ -14,5 +15,11 @@ def rfc3339(ms: int | None) -> str | None:
     """``2026-11-30T04:00:00.123Z`` for a millisecond timestamp; None stays None."""
     if ms is None:
         return None
-    dt = datetime.fromtimestamp(ms / 1000, tz=UTC)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    seconds, millis = divmod(ms, 1000)
+    return f"{_second(seconds)}.{millis:03d}Z"
+
+
+@lru_cache(maxsize=4096)
+def _second(seconds: int) -> str:
+    # Status responses format the same few timestamps over and over: cache by the second.
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")

@@ -19,6 +19,7 @@ from starlette.routing import BaseRoute, Mount, Route, Router
 from relay.api import batches, documents, health, openapi, webhooks
 from relay.api.context import STATE_KEY, AppState
 from relay.api.errors import exception_handlers
+from relay.api.lane import Lane
 from relay.auth import KeyCache
 from relay.blobs import BlobStore
 from relay.config import Settings
@@ -52,6 +53,7 @@ def create_app(settings: Settings) -> Starlette:
         client = async_client(settings.redis_url)
         sync = sync_client(settings.redis_url)
         store = AsyncStore(client, BlobStore(settings.blob_dir))
+        lane = Lane(settings.redis_url)
         setattr(
             app.state,
             STATE_KEY,
@@ -63,11 +65,13 @@ def create_app(settings: Settings) -> Starlette:
                 scripts=store.scripts,
                 key_cache=KeyCache(),
                 status_limit=SlidingWindow(settings.status_rate_limit),
+                lane=lane,
             ),
         )
         try:
             yield
         finally:
+            await lane.close()
             await client.aclose()
             sync.close()
 

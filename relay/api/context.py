@@ -16,6 +16,7 @@ import redis.asyncio
 from starlette.requests import Request
 from starlette.responses import Response
 
+from relay.api.lane import Lane
 from relay.auth import KeyCache, PresentedKey, lookup_key_async, parse_key
 from relay.config import Settings
 from relay.exceptions import (
@@ -47,6 +48,7 @@ class AppState:
     scripts: AsyncScripts
     key_cache: KeyCache
     status_limit: SlidingWindow
+    lane: Lane  # the status endpoints' one round trip (relay.api.gate)
 
 
 def state(request: Request) -> AppState:

@@ -2,7 +2,8 @@
 
 ``GET /documents/{id}``, ``GET /batches/{name}`` and ``GET /batches/{name}/results`` are
 the endpoints clients poll, so each costs one pipelined Redis round trip in the steady
-state. The pipeline (non-transactional) holds:
+state, sent down the lane (``relay.api.lane``: one multiplexed connection, hiredis packing
+and parsing). The round trip holds:
 
 1. ``HMGET api_key(prefix) hash account revoked_at`` - the key record, read fresh;
 2. ``EVALSHA ratelimit`` - the sliding window of this key (``relay.ratelimit``), sent as a
@@ -51,12 +52,11 @@ def no_reads(account: str, pipe: Any) -> None:
 
 
 async def _execute(st: AppState, presented: PresentedKey, account: str, reads: Reads) -> list[Any]:
-    async with st.redis.pipeline(transaction=False) as pipe:
-        pipe.hmget(keys.api_key(presented.prefix), list(RECORD_FIELDS))
-        st.status_limit.queue(pipe, presented.prefix)
-        reads(account, pipe)
-        replies: list[Any] = await pipe.execute(raise_on_error=False)
-    return replies
+    pipe = st.lane.pipeline()
+    pipe.hmget(keys.api_key(presented.prefix), list(RECORD_FIELDS))
+    st.status_limit.queue(pipe, presented.prefix)
+    reads(account, pipe)
+    return await pipe.execute(raise_on_error=False)
 
 
 async def _send(st: AppState, presented: PresentedKey, account: str, reads: Reads) -> list[Any]:
