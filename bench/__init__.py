@@ -1,0 +1,1 @@
+"""relay's benchmarks: ``python -m bench [NAME ...] [--quick]`` (see ``bench/README.md``)."""

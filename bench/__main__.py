@@ -1,0 +1,76 @@
+"""``python -m bench [NAME ...] [--quick] [--profile]``: run relay's benchmarks.
+
+Each benchmark starts its own private Redis and relay processes, runs relay and its baseline
+side by side, prints its tables and writes ``bench/results/NAME.json`` (``NAME.quick.json``
+with ``--quick``). Goals are reported, never asserted: the exit status is 0 unless a
+benchmark could not run to the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+
+from bench._common import Goal, Outcome, fmt, table, write_result
+
+BENCHMARKS = ("processing", "lag", "drain", "status", "memory")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument(
+        "names", nargs="*", metavar="NAME", help=f"default: all of {', '.join(BENCHMARKS)}"
+    )
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run (< 60 s)")
+    parser.add_argument("--profile", action="store_true", help="sample relay processes with py-spy")
+    args = parser.parse_args(argv)
+    names = args.names or list(BENCHMARKS)
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        parser.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {BENCHMARKS}")
+    goals: list[tuple[str, Goal]] = []
+    failed: list[str] = []
+    started = time.monotonic()
+    for name in names:
+        module = importlib.import_module(f"bench.{name}")
+        t0 = time.monotonic()
+        try:
+            outcome: Outcome = module.run(quick=args.quick, profile=args.profile)
+        except Exception:
+            traceback.print_exc()
+            print(f"[{name}] FAILED", flush=True)
+            failed.append(name)
+            continue
+        elapsed = time.monotonic() - t0
+        outcome.data["goals"] = [g.__dict__ for g in outcome.goals]
+        outcome.data["elapsed_s"] = round(elapsed, 1)
+        path = write_result(name, args.quick, outcome.data)
+        print()
+        for text in outcome.tables:
+            print(text, end="\n\n")
+        print(f"[{name}] {elapsed:.1f} s; results in {path}\n", flush=True)
+        goals += [(name, g) for g in outcome.goals]
+    if goals:
+        print(
+            table(
+                "goals (reported, not asserted)" + (" -- quick run, sizes too small" * args.quick),
+                ["benchmark", "measure", "value", "goal", "met"],
+                [
+                    [n, g.what, f"{fmt(g.value)} {g.unit}", g.target, "yes" if g.met else "NO"]
+                    for n, g in goals
+                ],
+            )
+        )
+    print(f"\ntotal {time.monotonic() - started:.1f} s", flush=True)
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,285 @@
+"""Real relay processes on a private Redis, for the benchmarks (a small copy of tests/procs.py).
+
+``Stack`` starts its own ``redis-server`` (127.0.0.1, a free port, AOF everysec as in
+production) in a temporary directory and ``python -m relay serve|worker|detector`` children
+with benchmark settings; ``close()`` stops the children (SIGTERM, then SIGKILL), then Redis,
+and removes the directory. The system Redis on 6379 is never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+import redis
+
+from bench._common import ROOT, BenchError, proc_status_kib, wait_until
+from relay.crypto import generate_key
+from relay.redis_server import RedisServer, free_port
+
+ACCOUNT = "bench"
+
+
+@dataclass
+class Proc:
+    """One child process and its log file."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+    stopping: bool = False  # asked to stop: its exit is not a failure
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def rss_kib(self) -> int | None:
+        return proc_status_kib(self.pid, "VmRSS")
+
+    def hwm_kib(self) -> int | None:
+        return proc_status_kib(self.pid, "VmHWM")
+
+    def terminate(self) -> None:
+        """Ask it to stop (SIGTERM), without waiting."""
+        self.stopping = True
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.popen.send_signal(signal.SIGTERM)
+
+    def stop(self, timeout: float = 10) -> None:
+        """SIGTERM, then SIGKILL if it is still there after ``timeout`` seconds."""
+        if self.popen.poll() is not None:
+            return
+        self.terminate()
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                self.popen.kill()
+            self.popen.wait(5)
+
+    def tail(self, chars: int = 3000) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+
+def spawn(
+    name: str, args: list[str], log_dir: Path, env: dict[str, str], cwd: Path | None = None
+) -> Proc:
+    """Start ``args`` with stdout and stderr in ``log_dir/NAME-PID.log``."""
+    log = log_dir / f"{name}-{time.monotonic_ns()}.log"
+    with log.open("wb") as out:
+        popen = subprocess.Popen(
+            args,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=cwd or ROOT,
+        )
+    return Proc(name, popen, log)
+
+
+def wait_http(url: str, timeout: float = 20, proc: Proc | None = None) -> None:
+    """Until GET ``url`` answers 200 (BenchError if ``proc`` dies or time runs out)."""
+
+    def up() -> bool:
+        if proc is not None and not proc.alive:
+            raise BenchError(f"{proc.name} exited with {proc.popen.poll()}:\n{proc.tail()}")
+        try:
+            return httpx.get(url, timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(up, timeout, 0.05, f"{url} to answer")
+
+
+@dataclass
+class Started:
+    """What ``Stack.start`` started, and the API key it made."""
+
+    api: Proc | None
+    workers: list[Proc]
+    detector: Proc | None
+    key: str
+
+
+@dataclass
+class Stack:
+    """A private Redis plus relay processes sharing one set of ``RELAY_*`` settings."""
+
+    settings: dict[str, str] = field(default_factory=dict)
+    appendonly: bool = True
+    tmp: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="relay-bench-")))
+    procs: list[Proc] = field(default_factory=list)
+    api_url: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    redis_server: RedisServer | None = None
+
+    def __post_init__(self) -> None:
+        self.redis_server = RedisServer(self.tmp / "redis", appendonly=self.appendonly)
+        self.redis_server.start()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
+        env.update(
+            {
+                "RELAY_REDIS_URL": self.redis_server.url,
+                "RELAY_ENCRYPTION_KEY": generate_key(),
+                "RELAY_ALLOW_HTTP_TARGETS": "true",
+                "RELAY_ALLOW_PRIVATE_TARGETS": "true",
+                "RELAY_STATUS_RATE_LIMIT": "1000000/minute",
+                "RELAY_LOG_LEVEL": "warning",
+                "PYTHONUNBUFFERED": "1",
+                "PYTHONPATH": str(ROOT),
+            }
+        )
+        env.update(self.settings)
+        self.env = env
+        self.redis = redis.Redis.from_url(self.redis_server.url)
+
+    @property
+    def redis_url(self) -> str:
+        assert self.redis_server is not None
+        return self.redis_server.url
+
+    @property
+    def redis_pid(self) -> int | None:
+        return self.redis_server.pid if self.redis_server is not None else None
+
+    def _relay(self, name: str, *args: str, env: dict[str, str] | None = None) -> Proc:
+        proc = spawn(
+            name,
+            [sys.executable, "-m", "relay", *args],
+            self.tmp,
+            {**self.env, **(env or {})},
+            self.tmp,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def start(self, *, api: bool = True, workers: int = 1, detector: bool = True) -> Started:
+        """Start the processes at once (their imports overlap), create an API key meanwhile,
+        and return once the API answers and RQ lists every worker."""
+        before = int(self.redis.scard("rq:workers"))
+        api_proc = self.api(wait=False) if api else None
+        worker_procs = [self.worker(wait=False) for _ in range(workers)]
+        detector_proc = self.detector() if detector else None
+        key = self.create_key()
+        if api_proc is not None:
+            wait_http(self.api_url + "/healthz", 30, api_proc)
+        self._wait_workers(before + workers, worker_procs)
+        return Started(api_proc, worker_procs, detector_proc, key)
+
+    def api(self, wait: bool = True) -> Proc:
+        port = free_port()
+        proc = self._relay("api", "serve", "--host", "127.0.0.1", "--port", str(port))
+        self.api_url = f"http://127.0.0.1:{port}"
+        if wait:
+            wait_http(self.api_url + "/healthz", 30, proc)
+        return proc
+
+    def worker(self, wait: bool = True) -> Proc:
+        """Start ``relay worker``; with ``wait``, return once RQ lists it."""
+        before = int(self.redis.scard("rq:workers"))
+        proc = self._relay("worker", "worker")
+        if wait:
+            self._wait_workers(before + 1, [proc])
+        return proc
+
+    def _wait_workers(self, count: int, procs: list[Proc]) -> None:
+        def registered() -> bool:
+            for proc in procs:
+                if not proc.alive:
+                    raise BenchError(f"worker exited:\n{proc.tail()}")
+            return int(self.redis.scard("rq:workers")) >= count
+
+        wait_until(registered, 30, 0.05, "the workers to register with RQ")
+
+    def detector(self, **env: str) -> Proc:
+        """Start ``relay detector`` (``env``: ``RELAY_*`` overrides for this process only)."""
+        return self._relay("detector", "detector", env=env)
+
+    def create_key(self, account: str = ACCOUNT) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "relay", "keys", "create", "--account", account],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=self.tmp,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise BenchError(f"relay keys create failed: {done.stderr}")
+        return done.stdout.strip().splitlines()[-1]
+
+    def pids(self, **extra: int) -> dict[str, int | None]:
+        """Every live child's pid by ``name-N``, Redis's, and ``extra`` (for ``CpuMeter``)."""
+        out: dict[str, int | None] = {"redis": self.redis_pid}
+        counts: dict[str, int] = {}
+        for p in self.procs:
+            counts[p.name] = counts.get(p.name, 0) + 1
+            if p.alive:
+                out[f"{p.name}-{counts[p.name]}"] = p.pid
+        return {**out, **extra}
+
+    def check_alive(self) -> None:
+        for p in self.procs:
+            if not p.alive and not p.stopping:
+                raise BenchError(f"{p.name} (pid {p.pid}) exited:\n{p.tail()}")
+
+    def rss(self) -> dict[str, dict[str, float | None]]:
+        """VmRSS and VmHWM (peak) in MiB of every live process, by ``name-N``."""
+        out: dict[str, dict[str, float | None]] = {}
+        counts: dict[str, int] = {}
+        for p in self.procs:
+            counts[p.name] = counts.get(p.name, 0) + 1
+            if not p.alive:
+                continue
+            rss, hwm = p.rss_kib(), p.hwm_kib()
+            out[f"{p.name}-{counts[p.name]}"] = {
+                "rss_mib": None if rss is None else round(rss / 1024, 1),
+                "peak_mib": None if hwm is None else round(hwm / 1024, 1),
+            }
+        return out
+
+    def close(self) -> None:
+        for p in self.procs:  # all at once: each takes a second or two to shut down
+            p.terminate()
+        for p in reversed(self.procs):
+            p.stop()
+        self.redis.close()
+        if self.redis_server is not None:
+            self.redis_server.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def __enter__(self) -> Stack:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is not None:
+            for p in self.procs:
+                text = p.tail(1500).strip()
+                if text:
+                    print(f"--- {p.name} (pid {p.pid}) log tail ---\n{text}", file=sys.stderr)
+        self.close()

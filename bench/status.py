@@ -1,0 +1,220 @@
+"""Status endpoint throughput under ``wrk`` (issue 4).
+
+``wrk -t1 -c32 -d10s --latency`` against, in the same run and on the same private Redis:
+
+1. a bare Starlette JSON endpoint on uvicorn, served with ``relay serve``'s settings
+   (``bench/bare_app.py`` ``/bare``);
+2. the same app doing one pipelined Redis round trip (``/redis``): the floor for any endpoint
+   that reads Redis;
+3. relay's ``GET /api/v1/batches/{name}`` with ``Authorization: Bearer`` and the rate limit
+   on (raised to 1,000,000/minute so nothing is refused).
+
+Each gets a short warm-up run first, then the three are measured in interleaved rounds
+(default 2) and the best round of each is reported (all rounds are in the JSON): the machine
+may be shared, and a burst of someone else's load should not land on one target only.
+``wrk``'s "Non-2xx or 3xx responses" line shows whether every answer was a success (every
+round of every target is checked). Goal: relay at least half the bare endpoint's requests/s.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from typing import Any
+
+import httpx
+
+from bench._common import BenchError, CpuMeter, Outcome, progress, ratio, table
+from bench._profile import Profiler, render
+from bench._seed import upload_http
+from bench._stack import ACCOUNT, Stack, spawn, wait_http
+from relay import keys
+from relay.auth import parse_key
+from relay.redis_server import free_port
+from relay.store import BatchRef
+
+NAME = "status"
+CONNECTIONS = 32
+THREADS = 1
+
+_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1000.0}
+
+
+def _ms(text: str) -> float:
+    m = re.fullmatch(r"([\d.]+)(us|ms|s)", text.strip())
+    if m is None:
+        raise BenchError(f"cannot read wrk latency {text!r}")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def parse_wrk(output: str) -> dict[str, Any]:
+    """Requests/s, totals, latency percentiles (ms), non-2xx and socket errors."""
+
+    def find(pattern: str) -> re.Match[str] | None:
+        return re.search(pattern, output, re.MULTILINE)
+
+    rps = find(r"^Requests/sec:\s+([\d.]+)")
+    total = find(r"^\s+(\d+) requests in ([\d.]+)(\w+)")
+    if rps is None or total is None:
+        raise BenchError(f"cannot read wrk's output:\n{output}")
+    non2xx = find(r"Non-2xx or 3xx responses:\s+(\d+)")
+    sock = find(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)")
+    latency = {
+        f"p{m.group(1)}_ms": round(_ms(m.group(2)), 3)
+        for m in re.finditer(r"^\s+(50|75|90|99)%\s+(\S+)", output, re.MULTILINE)
+    }
+    avg = find(r"^\s+Latency\s+(\S+)")
+    return {
+        "requests_per_s": float(rps.group(1)),
+        "requests": int(total.group(1)),
+        "non_2xx": int(non2xx.group(1)) if non2xx else 0,
+        "socket_errors": sum(int(x) for x in sock.groups()) if sock else 0,
+        "latency_avg_ms": round(_ms(avg.group(1)), 3) if avg else None,
+        **latency,
+    }
+
+
+def run_wrk(wrk: str, url: str, seconds: int, headers: dict[str, str]) -> dict[str, Any]:
+    args = [wrk, f"-t{THREADS}", f"-c{CONNECTIONS}", f"-d{seconds}s", "--latency"]
+    for k, v in headers.items():
+        args += ["-H", f"{k}: {v}"]
+    done = subprocess.run(
+        [*args, url], capture_output=True, text=True, timeout=seconds + 60, check=False
+    )
+    if done.returncode != 0:
+        raise BenchError(f"wrk failed ({done.returncode}): {done.stderr}")
+    return {**parse_wrk(done.stdout), "output": done.stdout}
+
+
+def run(quick: bool = False, profile: bool = False) -> Outcome:
+    out = Outcome()
+    wrk = shutil.which("wrk")
+    if wrk is None:
+        progress(NAME, "wrk not found (apt-get install wrk): skipped")
+        out.data = {"skipped": "wrk not installed"}
+        out.tables.append("status: skipped, wrk is not installed (apt-get install wrk)")
+        return out
+    seconds, warm, rounds = (1, 0, 1) if quick else (10, 2, 2)
+    with Stack() as st:
+        started = st.start(workers=0, detector=False)
+        api, key = started.api, started.key
+        assert api is not None
+        presented = parse_key(key)
+        assert presented is not None
+        auth = {"Authorization": f"Bearer {key}"}
+        with httpx.Client(base_url=st.api_url, headers=auth, timeout=30) as http:
+            upload_http(http, "status", 3, threads=1)
+        port = free_port()
+        bare = spawn(
+            "bare",
+            [
+                sys.executable, "-m", "bench.bare_app", "--port", str(port),
+                "--redis-url", st.redis_url, "--batch-key", BatchRef(ACCOUNT, "status").key,
+                "--apikey-key", keys.api_key(presented.prefix),
+            ],
+            st.tmp,
+            st.env,
+        )  # fmt: skip
+        st.procs.append(bare)
+        bare_url = f"http://127.0.0.1:{port}"
+        wait_http(bare_url + "/bare", 30, bare)
+        relay_url = f"{st.api_url}/api/v1/batches/status"
+        targets: list[tuple[str, str, dict[str, str], int]] = [
+            ("bare Starlette JSON endpoint", bare_url + "/bare", {}, bare.pid),
+            ("Starlette + 1 pipelined Redis round trip", bare_url + "/redis", {}, bare.pid),
+            ("relay GET /api/v1/batches/{name}", relay_url, auth, api.pid),
+        ]
+        runs: dict[str, list[dict[str, Any]]] = {label: [] for label, *_ in targets}
+        profiles: dict[str, Any] = {}
+        for _label, url, headers, _ in targets:
+            if warm:
+                run_wrk(wrk, url, warm, headers)
+        # Interleaved rounds: a burst of foreign load hits one round of each, not one target.
+        for n in range(rounds):
+            for label, url, headers, pid in targets:
+                progress(NAME, f"round {n + 1}/{rounds}, wrk -t{THREADS} -c{CONNECTIONS} "
+                         f"-d{seconds}s: {label}")  # fmt: skip
+                profiler = Profiler({"api": pid}, NAME)
+                profiling = profile and pid == api.pid and n == rounds - 1
+                if profiling:
+                    profiler.start()
+                meter = CpuMeter(st.pids())
+                result = run_wrk(wrk, url, seconds, headers)
+                result["cpu"] = meter.stop()
+                runs[label].append(result)
+                if profiling:
+                    profiles = profiler.stop()
+        # The best round of each: the one least disturbed by anything else on the machine.
+        results = {label: max(rs, key=lambda r: r["requests_per_s"]) for label, rs in runs.items()}
+        window = int(st.redis.zcard(keys.rate_window(presented.prefix)))
+        check = httpx.get(relay_url, headers=auth, timeout=10)
+        limit_headers = {
+            k: v for k, v in check.headers.items() if k.lower().startswith("ratelimit")
+        }
+        rss = st.rss()
+
+    bare_r = results[targets[0][0]]
+    redis_r = results[targets[1][0]]
+    relay_r = results[targets[2][0]]
+    vs_bare = ratio(relay_r["requests_per_s"], bare_r["requests_per_s"])
+    vs_redis = ratio(relay_r["requests_per_s"], redis_r["requests_per_s"])
+    all_ok = all(r["non_2xx"] == 0 and r["socket_errors"] == 0 for rs in runs.values() for r in rs)
+    out.data = {
+        "wrk": {"threads": THREADS, "connections": CONNECTIONS, "seconds": seconds},
+        "rounds": rounds,
+        "results": results,
+        "all_rounds_requests_per_s": {
+            label: [r["requests_per_s"] for r in rs] for label, rs in runs.items()
+        },
+        "ratio_relay_over_bare": vs_bare,
+        "ratio_relay_over_one_round_trip": vs_redis,
+        "all_answers_2xx": all_ok,
+        "rate_limit_window_size_after": window,
+        "rate_limit_headers": limit_headers,
+        "rss": rss,
+        "profiles": profiles,
+    }
+    rows = [
+        [
+            label,
+            r["requests_per_s"],
+            r["requests"],
+            r.get("p50_ms"),
+            r.get("p99_ms"),
+            r["non_2xx"],
+            r["socket_errors"],
+            ratio(r["requests_per_s"], bare_r["requests_per_s"]),
+            f"{r['cpu']['ours_cores']:.2f} / {r['cpu']['foreign_cores']:.2f}",
+        ]
+        for label, r in results.items()
+    ]
+    out.tables.append(
+        table(
+            f"status endpoint under wrk -t{THREADS} -c{CONNECTIONS} -d{seconds}s "
+            f"(best of {rounds} interleaved rounds)",
+            [
+                "server",
+                "req/s",
+                "requests",
+                "p50 ms",
+                "p99 ms",
+                "non-2xx",
+                "sock err",
+                "vs bare",
+                "cores ours/foreign",
+            ],
+            rows,
+        )
+    )
+    out.tables.append(
+        f"all rounds, req/s: {out.data['all_rounds_requests_per_s']}\n"
+        f"relay / one-round-trip floor: {vs_redis}; every answer 2xx: {all_ok}; "
+        f"rate-limit window after the run: {window} entries; headers {limit_headers}"
+    )
+    if profiles:
+        out.tables.append(render(profiles))
+    out.goal("status req/s, relay / bare Starlette", vs_bare, "x", ">= 0.5", vs_bare >= 0.5)
+    out.goal("status answers all 2xx", float(all_ok), "", "1 (yes)", all_ok)
+    return out
