@@ -36,7 +36,9 @@ def notification_body(batch: Batch, public_url: str) -> bytes:
     return json.dumps(event, separators=(",", ":")).encode()
 
 
-def _create_call(ref: BatchRef, seq: int, body: bytes) -> tuple[list[str], list[Any]]:
+def _create_call(
+    ref: BatchRef, seq: int, body: bytes, completed_ms: int
+) -> tuple[list[str], list[Any]]:
     s, a, n = ref.shard, ref.account, ref.name
     new_id = keys.new_id("msg", s)
     return (
@@ -48,7 +50,7 @@ def _create_call(ref: BatchRef, seq: int, body: bytes) -> tuple[list[str], list[
             keys.shard_deliveries(s),
             keys.delivery(s, new_id),
         ],
-        [new_id, a, n, seq, now_ms(), body, keys.delivery(s, "")],
+        [new_id, a, n, seq, now_ms(), body, keys.delivery(s, ""), completed_ms],
     )
 
 
@@ -104,6 +106,7 @@ class ClaimedDelivery:
     round_attempts: int  # failed attempts since creation or the last manual retry
     created_at: int
     seq: int
+    completed_ms: int  # the batch's completed_at for this completion (0: unknown)
 
 
 class Deliveries:
@@ -113,9 +116,12 @@ class Deliveries:
         self.redis = client
         self.scripts = Scripts(client)
 
-    def create(self, ref: BatchRef, seq: int, body: bytes) -> tuple[bool, str]:
-        """Create the delivery of completion ``seq``: (created, id); id '' = no webhook."""
-        k, a = _create_call(ref, seq, body)
+    def create(
+        self, ref: BatchRef, seq: int, body: bytes, completed_ms: int = 0
+    ) -> tuple[bool, str]:
+        """Create the delivery of completion ``seq``: (created, id); id '' = no webhook.
+        ``completed_ms`` (the batch's completed_at) lets workers measure notification lag."""
+        k, a = _create_call(ref, seq, body, completed_ms)
         created, ident = self.scripts("create_delivery", k, a)
         return int(created) == 1, ident.decode() if isinstance(ident, bytes) else str(ident)
 
@@ -126,8 +132,8 @@ class Deliveries:
             [now_ms(), lease_ms, limit, token, keys.shard_prefix(shard)],
         )
         out = []
-        for i in range(0, len(flat), 9):
-            r = flat[i : i + 9]
+        for i in range(0, len(flat), 10):
+            r = flat[i : i + 10]
             out.append(
                 ClaimedDelivery(
                     id=r[0].decode(),
@@ -140,6 +146,7 @@ class Deliveries:
                     round_attempts=int(r[6]),
                     created_at=int(r[7]),
                     seq=int(r[8]),
+                    completed_ms=int(r[9] or 0),
                 )
             )
         return out
@@ -249,7 +256,9 @@ class AsyncWebhooks:
             h = await self.redis.hgetall(ref.key)
             batch = Batch.from_hash(h)
             if batch.completed_at is not None and batch.completion_seq == seq:
-                k, a = _create_call(ref, seq, notification_body(batch, public_url))
+                k, a = _create_call(
+                    ref, seq, notification_body(batch, public_url), batch.completed_at
+                )
                 made, _ = await self.scripts("create_delivery", k, a)
                 due = int(made) == 1
         elif seq and status in (DeliveryStatus.FAILED, DeliveryStatus.CANCELED):

@@ -76,8 +76,11 @@ class Detector:
         name = fields[b"batch"].decode()
         seq = int(fields[b"seq"])
         snapshot = {k.encode(): str(v).encode() for k, v in json.loads(fields[b"snapshot"]).items()}
-        body = notification_body(Batch.from_hash(snapshot), self.rt.settings.public_url)
-        created, _ = self.rt.deliveries.create(BatchRef(account, name), seq, body)
+        batch = Batch.from_hash(snapshot)
+        body = notification_body(batch, self.rt.settings.public_url)
+        created, _ = self.rt.deliveries.create(
+            BatchRef(account, name), seq, body, batch.completed_at or 0
+        )
         if created:
             wake(self.redis, shard, timeout=job_timeout(self.rt))
         self.redis.xack(keys.outbox(shard), GROUP, entry_id)

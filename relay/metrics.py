@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, defaultdict
-from datetime import datetime
 
 import redis
 
@@ -52,13 +51,13 @@ class Metrics:
             self._counts[f"relay_delivery_attempts_total|outcome={outcome}"] += 1
             self._observe("relay_delivery_attempt_seconds", ATTEMPT_BUCKETS, duration_ms / 1000)
 
-    def delivered(self, body: bytes, accepted_ms: int) -> None:
-        """A receiver accepted a notification; its lag runs from the batch's completed_at."""
-        completed = _completed_ms(body)
+    def delivered(self, completed_ms: int, accepted_ms: int) -> None:
+        """A receiver accepted a notification; its lag runs from the batch's completed_at
+        (``completed_ms``; 0 when unknown)."""
         with self._lock:
             self._counts["relay_deliveries_succeeded_total|"] += 1
-            if completed is not None:
-                lag = max(0.0, (accepted_ms - completed) / 1000)
+            if completed_ms:
+                lag = max(0.0, (accepted_ms - completed_ms) / 1000)
                 self._observe("relay_notification_lag_seconds", LAG_BUCKETS, lag)
 
     def document(self, status: str) -> None:
@@ -77,16 +76,6 @@ class Metrics:
             for field, total in sums.items():
                 pipe.hincrbyfloat(KEY, field, total)
             pipe.execute()
-
-
-def _completed_ms(body: bytes) -> int | None:
-    import json
-
-    try:
-        stamp = json.loads(body)["data"]["completed_at"]
-        return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000)
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return None
 
 
 def render(stored: dict[bytes, bytes]) -> str:

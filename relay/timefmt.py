@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import time
-from functools import lru_cache
 from datetime import UTC, datetime
+from functools import lru_cache
 
 
 def now_ms() -> int:

@@ -17,6 +17,7 @@ import logging
 import secrets
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
+from functools import lru_cache
 
 import httpx
 
@@ -25,7 +26,7 @@ from relay.crypto import SigningMaterial
 from relay.deliveries import ClaimedDelivery, Deliveries, wake
 from relay.delivery import schedule
 from relay.delivery.signing import build_headers
-from relay.delivery.ssrf import classify_error, validate_url
+from relay.delivery.ssrf import TargetPolicy, TargetUrl, classify_error, validate_url
 from relay.exceptions import UnsafeTarget
 from relay.model import Attempt
 from relay.runtime import USER_AGENT, Runtime, current
@@ -39,6 +40,13 @@ DRAIN_BYTES = 64 * 1024  # read this much of a response so its connection can be
 LEASE_MARGIN_MS = 5_000
 
 
+@lru_cache(maxsize=4096)
+def checked_url(url: str, policy: TargetPolicy) -> TargetUrl:
+    """``validate_url`` once per URL and policy (a refusal raises and is not cached); the
+    addresses are still vetted at every connection by the pinned transport."""
+    return validate_url(url, policy)
+
+
 def lease_ms(rt: Runtime) -> int:
     return int(rt.settings.delivery_timeout * 1000) + LEASE_MARGIN_MS
 
@@ -48,11 +56,17 @@ def job_timeout(rt: Runtime) -> int:
 
 
 def _read_excerpt(response: httpx.Response) -> str:
-    data = b""
-    for chunk in response.iter_raw():
-        data += chunk
-        if len(data) >= DRAIN_BYTES:
-            break
+    """The first KiB of the body; reads at most DRAIN_BYTES so the connection is reusable
+    after a normal answer and a huge one cannot hold the worker."""
+    length = response.headers.get("content-length", "")
+    if length.isdigit() and int(length) <= DRAIN_BYTES:
+        data = response.read()
+    else:
+        data = b""
+        for chunk in response.iter_raw():
+            data += chunk
+            if len(data) >= DRAIN_BYTES:
+                break
     return data[:EXCERPT_BYTES].decode("utf-8", "replace")
 
 
@@ -67,7 +81,7 @@ def attempt_once(
     error: str | None = None
     excerpt = ""
     try:
-        validate_url(d.url, rt.policy)
+        checked_url(d.url, rt.policy)
         headers = build_headers(d.id, int(time.time()), d.body, materials, USER_AGENT)
         with rt.http.stream("POST", d.url, content=d.body, headers=headers) as response:
             status_code = response.status_code
@@ -106,29 +120,53 @@ def attempt_once(
         reason="the receiver answered 410 Gone" if decision.outcome == schedule.GONE else "",
     )
     if decision.outcome == schedule.SUCCEEDED:
-        rt.metrics.delivered(d.body, now_ms())
+        rt.metrics.delivered(d.completed_ms, now_ms())
     rt.metrics.attempted(decision.outcome, duration_ms)
     return decision.outcome
 
 
+def _due_shards(rt: Runtime, first: int) -> list[int]:
+    """Shards with deliveries due now, ``first`` first (one pipelined round trip)."""
+    now = now_ms()
+    with rt.redis.pipeline(transaction=False) as pipe:
+        for s in range(keys.SHARDS):
+            pipe.zcount(keys.due(s), "-inf", now)
+        counts = pipe.execute()
+    order = sorted(range(keys.SHARDS), key=lambda s: (s != first, s))
+    return [s for s in order if counts[s]]
+
+
 def drain(rt: Runtime, shard: int, *, budget: float = DRAIN_BUDGET) -> int:
-    """Send the shard's due deliveries for up to ``budget`` seconds; returns attempts made."""
+    """Send due deliveries for up to ``budget`` seconds, this shard's first, then any other
+    shard's (one job serves a backlog spread over shards). Returns the attempts made.
+
+    Keeps up to twice ``RELAY_DELIVERY_CONCURRENCY`` claimed (half of them queued behind the
+    senders) and claims again only when fewer than the concurrency remain, so claims come
+    in batches rather than one per finished attempt.
+    """
     store: Deliveries = rt.deliveries
     token = secrets.token_hex(8)
     concurrency = rt.settings.delivery_concurrency
     deadline = time.monotonic() + budget
     inflight: set[Future[str]] = set()
+    shards = [shard]
+    scanned = False
     made = 0
     while True:
-        room = concurrency - len(inflight)
-        if room > 0 and time.monotonic() < deadline:
-            claimed = store.claim(
-                shard,
-                limit=min(room, rt.settings.delivery_batch),
-                lease_ms=lease_ms(rt),
-                token=token,
-            )
-            if claimed:
+        if len(inflight) < concurrency and time.monotonic() < deadline:
+            if not shards and not scanned:
+                shards = [s for s in _due_shards(rt, shard) if s != shard]
+                scanned = True
+            if shards:
+                claimed = store.claim(
+                    shards[0],
+                    limit=min(2 * concurrency - len(inflight), rt.settings.delivery_batch),
+                    lease_ms=lease_ms(rt),
+                    token=token,
+                )
+                if not claimed:
+                    shards.pop(0)
+                    continue
                 materials = rt.signing.for_accounts(rt.redis, {d.account for d in claimed})
                 for d in claimed:
                     inflight.add(
@@ -145,11 +183,11 @@ def drain(rt: Runtime, shard: int, *, budget: float = DRAIN_BUDGET) -> int:
 
 
 def run_due(shard: int) -> str:
-    """RQ job: drain one shard's due deliveries; wake it again if some are still due."""
+    """RQ job: drain due deliveries, this shard's first; wake what is still due after."""
     rt = current()
     rt.redis.delete(keys.shard_prefix(shard) + "wake")
     made = drain(rt, shard)
     rt.metrics.flush(rt.redis)
-    if rt.deliveries.due_count(shard):
-        wake(rt.redis, shard, timeout=job_timeout(rt))
+    for due_shard in _due_shards(rt, shard):  # the budget ran out: hand the rest on
+        wake(rt.redis, due_shard, timeout=job_timeout(rt))
     return f"{made} attempt(s)"

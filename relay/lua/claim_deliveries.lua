@@ -4,15 +4,15 @@
 -- KEYS: 1 due
 -- ARGV: 1 now (ms), 2 lease (ms), 3 max count, 4 lease token,
 --       5 key prefix of the shard ('relay:{rN}:')
--- Returns: a flat list, 9 values per claimed delivery:
---   id, account, batch, url, body, attempt number, attempts in this round, created_at, seq
+-- Returns: a flat list, 10 values per claimed delivery: id, account, batch, url, body,
+--   attempt number, attempts in this round, created_at, seq, the batch's completed_at
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[3])
 local out = {}
 local expiry = tonumber(ARGV[1]) + tonumber(ARGV[2])
 for _, id in ipairs(ids) do
   local dk = ARGV[5] .. 'delivery:' .. id
   local d = redis.call('HMGET', dk, 'status', 'account', 'batch', 'body', 'round_start',
-                       'created_at', 'seq')
+                       'created_at', 'seq', 'completed_at')
   if d[1] ~= 'pending' then
     redis.call('ZREM', KEYS[1], id)
   else
@@ -36,6 +36,7 @@ for _, id in ipairs(ids) do
       out[n + 7] = done - tonumber(d[5] or '0')
       out[n + 8] = d[6]
       out[n + 9] = d[7]
+      out[n + 10] = d[8] or '0'
     end
   end
 end

@@ -3,7 +3,8 @@
 -- KEYS: 1 webhook, 2 delivery_by_seq, 3 batch_deliveries, 4 due, 5 shard_deliveries,
 --       6 new delivery
 -- ARGV: 1 new delivery id, 2 account, 3 batch name, 4 completion_seq, 5 now (ms),
---       6 body (exact JSON bytes), 7 delivery key prefix ('relay:{rN}:delivery:')
+--       6 body (exact JSON bytes), 7 delivery key prefix ('relay:{rN}:delivery:'),
+--       8 the batch's completed_at (ms) for this completion
 -- Returns: {1, id} created; {0, id} already exists for this seq; {0, ''} no usable webhook.
 local existing = redis.call('HGET', KEYS[2], ARGV[4])
 if existing then
@@ -25,7 +26,7 @@ end
 redis.call('HSET', KEYS[6], 'id', ARGV[1], 'account', ARGV[2], 'batch', ARGV[3],
            'seq', ARGV[4], 'url', w[1], 'status', 'pending', 'created_at', ARGV[5],
            'updated_at', ARGV[5], 'next_attempt_at', ARGV[5], 'lease', '', 'round_start', 0,
-           'body', ARGV[6])
+           'body', ARGV[6], 'completed_at', ARGV[8])
 redis.call('HSET', KEYS[2], ARGV[4], ARGV[1])
 redis.call('HSET', KEYS[1], 'pending', ARGV[1])
 redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
