@@ -133,7 +133,7 @@ def completion(name: str, seq: int) -> bytes:
         completed_at=done,
         deleted_at=None,
         completion_seq=seq,
-        fields=[],
+        fields_json="[]",
     )
     return notification_body(batch, PUBLIC_URL)
 

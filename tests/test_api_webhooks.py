@@ -1,0 +1,124 @@
+"""Webhook registration, deliveries and signing over HTTP (no workers): URL safety at
+registration, replacing, removing, listing, retry, and the signing material."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
+
+HOOK = "https://hooks.example.com/relay"
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("http://93.184.215.14/hook", "https"),
+        ("https://user:pw@93.184.215.14/hook", "credentials"),
+        ("https://93.184.215.14/" + "a" * 2100, "2048"),
+        ("https://127.0.0.1/hook", "127.0.0.1"),
+        ("https://localhost/hook", "127.0.0.1"),
+        ("https://10.0.0.8/hook", "10.0.0.8"),
+        ("https://169.254.169.254/latest/meta-data", "169.254.169.254"),
+        ("https://100.64.0.1/hook", "100.64.0.1"),
+        ("https://[::1]/hook", "::1"),
+        ("https://[::ffff:127.0.0.1]/hook", "127.0.0.1"),
+        ("https://[2002:7f00:1::]/hook", "127.0.0.1"),
+        ("https://[64:ff9b::7f00:1]/hook", "127.0.0.1"),
+        ("https://[2001:0:4136:e378:8000:63bf:80ff:fffe]/hook", "127.0.0.1"),
+        ("https://2130706433/hook", "127.0.0.1"),
+        ("https://[ff02::1]/hook", "ff02::1"),
+        ("https://224.0.0.1/hook", "224.0.0.1"),
+    ],
+)
+def test_unsafe_callback_urls_are_refused_with_the_reason(api: Api, url: str, reason: str) -> None:
+    api.upload_ok("acme", "b1")
+    r = api.client.put(f"{V1}/batches/b1/webhook", headers=api.auth("acme"), json={"url": url})
+    assert r.status_code == 422, r.text
+    error = r.json()["error"]
+    assert error["type"] == "invalid_webhook_url"
+    assert reason in error["message"], error["message"]
+    assert api.client.get(f"{V1}/batches/b1/webhook", headers=api.auth("acme")).status_code == 404
+
+
+@pytest.mark.parametrize(
+    "body", [{}, {"url": 5}, {"url": "https://x.example/", "extra": 1}, [], "url"]
+)
+def test_malformed_registration_bodies_are_422(api: Api, body: object) -> None:
+    api.upload_ok("acme", "b1")
+    r = api.client.put(f"{V1}/batches/b1/webhook", headers=api.auth("acme"), json=body)
+    assert r.status_code == 422 and r.json()["error"]["type"] == "validation_error"
+
+
+def test_register_replace_read_remove(api_factory: object) -> None:
+    # Local-work flags on, so a loopback URL can stand for a receiver.
+    api = api_factory(allow_http_targets=True, allow_private_targets=True)  # type: ignore[operator]
+    api.upload_ok("acme", "b1")
+    h = api.auth("acme")
+    first = api.client.put(
+        f"{V1}/batches/b1/webhook", headers=h, json={"url": "http://127.0.0.1:9/a"}
+    )
+    assert first.status_code == 201
+    assert first.json()["url"] == "http://127.0.0.1:9/a" and first.json()["disabled"] is False
+    again = api.client.put(
+        f"{V1}/batches/b1/webhook", headers=h, json={"url": "http://127.0.0.1:9/b"}
+    )
+    assert again.status_code == 200 and again.json()["url"] == "http://127.0.0.1:9/b"
+    assert again.json()["created_at"] == first.json()["created_at"]
+    assert api.client.get(f"{V1}/batches/b1/webhook", headers=h).json()["url"].endswith("/b")
+    # Another account sees none of it.
+    other = api.auth("other")
+    assert api.client.get(f"{V1}/batches/b1/webhook", headers=other).status_code == 404
+    assert (
+        api.client.put(
+            f"{V1}/batches/b1/webhook", headers=other, json={"url": "http://127.0.0.1:9/x"}
+        ).status_code
+        == 404
+    )
+    assert api.client.delete(f"{V1}/batches/b1/webhook", headers=h).status_code == 200
+    assert api.client.delete(f"{V1}/batches/b1/webhook", headers=h).status_code == 404
+    listed = api.client.get(f"{V1}/batches/b1/webhook/deliveries", headers=h)
+    assert listed.status_code == 200 and listed.json() == {"deliveries": [], "next_cursor": None}
+
+
+def test_webhook_routes_for_a_missing_batch_are_404(api: Api) -> None:
+    h = api.auth("acme")
+    assert (
+        api.client.put(f"{V1}/batches/nope/webhook", headers=h, json={"url": HOOK}).status_code
+        == 404
+    )
+    assert api.client.get(f"{V1}/batches/nope/webhook/deliveries", headers=h).status_code == 404
+    retry = api.client.post(
+        f"{V1}/batches/nope/webhook/deliveries/msg_0aaaaaaaaaaaaaaaaaaaa/retry", headers=h
+    )
+    assert retry.status_code == 404
+
+
+def test_retry_of_an_unknown_delivery_is_404(api: Api) -> None:
+    api.upload_ok("acme", "b1")
+    r = api.client.post(
+        f"{V1}/batches/b1/webhook/deliveries/msg_0aaaaaaaaaaaaaaaaaaaa/retry",
+        headers=api.auth("acme"),
+    )
+    assert r.status_code == 404 and r.json()["error"]["type"] == "not_found"
+    bad = api.client.get(
+        f"{V1}/batches/b1/webhook/deliveries?cursor=%C2%B2", headers=api.auth("acme")
+    )
+    assert bad.status_code == 422
+
+
+def test_signing_material_is_per_account_and_rotates_with_a_grace_period(api: Api) -> None:
+    a = api.client.get(f"{V1}/webhook-signing", headers=api.auth("acme")).json()
+    assert a["secret"].startswith("whsec_") and a["public_key"].startswith("whpk_")
+    assert a["previous"] is None
+    assert api.client.get(f"{V1}/webhook-signing", headers=api.auth("acme")).json() == a
+    b = api.client.get(f"{V1}/webhook-signing", headers=api.auth("other")).json()
+    assert b["secret"] != a["secret"]
+    rotated = api.client.post(f"{V1}/webhook-signing/rotate", headers=api.auth("acme")).json()
+    assert rotated["secret"] != a["secret"]
+    assert rotated["previous"]["secret"] == a["secret"]
+    assert rotated["previous"]["public_key"] == a["public_key"]
+    assert rotated["previous"]["expires_at"] > rotated["created_at"]
+    # At rest the material is encrypted: no secret appears in Redis in the clear.
+    raw = b"".join(v for v in api.redis.hgetall("relay:signing:acme").values())
+    assert a["secret"].encode() not in raw and a["secret"][6:].encode() not in raw
