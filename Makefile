@@ -62,7 +62,7 @@ fmt: venv
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-# Placeholder until bench/ has its entry point.
+# The benchmarks (bench/README.md); wrk is needed by `status` only.
 bench: venv redis
 	$(BIN)/python -m bench
 
