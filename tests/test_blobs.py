@@ -16,49 +16,45 @@ from relay.store import AsyncStore, BatchRef, Store
 REF = BatchRef("acme", "b1")
 
 
-def _stores(redis_url: str, blob_dir: str) -> tuple[AsyncStore, Store, redis.asyncio.Redis]:
-    aclient = redis.asyncio.Redis.from_url(redis_url)
-    return (
-        AsyncStore(aclient, BlobStore(blob_dir)),
-        Store(redis.Redis.from_url(redis_url), BlobStore(blob_dir)),
-        aclient,
-    )
+def test_directory_store_round_trip(redis_url: str, redis: redis.Redis, tmp_path: Path) -> None:
+    worker = Store(redis, BlobStore(str(tmp_path)))
+
+    async def run() -> None:
+        aclient = redis_asyncio(redis_url)
+        api = AsyncStore(aclient, BlobStore(str(tmp_path)))
+        kept = await api.upload(REF, filename="a.csv", content_type="text/csv", content=b"a\n1\n")
+        dropped = await api.upload(REF, filename="b.csv", content_type="text/csv", content=b"b")
+        path = api.blobs.path(kept.id)
+        assert path.read_bytes() == b"a\n1\n"
+        assert redis.get(keys.blob(REF.shard, kept.id)) is None  # not in Redis
+        claim = worker.claim(REF, kept.id, "t", 60_000)
+        assert claim is not None and claim.blob_kind == "dir"
+        assert worker.read_blob(claim) == b"a\n1\n"
+        worker.finish(claim, line_items=[], error=None)
+        assert not path.exists()
+        await api.delete_batch(REF)  # the other one was still queued: canceled
+        assert not api.blobs.path(dropped.id).exists()
+        await aclient.aclose()
+
+    asyncio.run(run())
 
 
-def test_directory_store_round_trip(redis_url: str, tmp_path: Path) -> None:
-    api, worker, aclient = _stores(redis_url, str(tmp_path))
+def test_redis_store_keeps_bytes_only_until_processed(redis_url: str, redis: redis.Redis) -> None:
+    worker = Store(redis, BlobStore(""))
 
-    async def upload(content: bytes) -> str:
-        doc = await api.upload(REF, filename="a.csv", content_type="text/csv", content=content)
-        return doc.id
-
-    kept, dropped = asyncio.run(upload(b"a\n1\n")), asyncio.run(upload(b"b\n2\n"))
-    path = api.blobs.path(kept)
-    assert path.read_bytes() == b"a\n1\n"
-    assert worker.redis.get(keys.blob(REF.shard, kept)) is None  # not in Redis
-    claim = worker.claim(REF, kept, "t", 60_000)
-    assert claim is not None and claim.blob_kind == "dir"
-    assert worker.read_blob(claim) == b"a\n1\n"
-    worker.finish(claim, line_items=[], error=None)
-    assert not path.exists()
-    asyncio.run(api.delete_batch(REF))  # the other one was still queued: canceled
-    assert not api.blobs.path(dropped).exists()
-    asyncio.run(aclient.aclose())
-    worker.redis.close()
-
-
-def test_redis_store_keeps_bytes_only_until_processed(redis_url: str) -> None:
-    api, worker, aclient = _stores(redis_url, "")
-
-    async def upload() -> str:
+    async def run() -> None:
+        aclient = redis_asyncio(redis_url)
+        api = AsyncStore(aclient, BlobStore(""))
         doc = await api.upload(REF, filename="a.csv", content_type="text/csv", content=b"x\n1\n")
-        return doc.id
+        await aclient.aclose()
+        assert redis.get(keys.blob(REF.shard, doc.id)) == b"x\n1\n"
+        claim = worker.claim(REF, doc.id, "t", 60_000)
+        assert claim is not None and worker.read_blob(claim) == b"x\n1\n"
+        worker.finish(claim, line_items=None, error=("bad", "no"))
+        assert redis.get(keys.blob(REF.shard, doc.id)) is None
 
-    doc_id = asyncio.run(upload())
-    assert worker.redis.get(keys.blob(REF.shard, doc_id)) == b"x\n1\n"
-    claim = worker.claim(REF, doc_id, "t", 60_000)
-    assert claim is not None and worker.read_blob(claim) == b"x\n1\n"
-    worker.finish(claim, line_items=None, error=("bad", "no"))
-    assert worker.redis.get(keys.blob(REF.shard, doc_id)) is None
-    asyncio.run(aclient.aclose())
-    worker.redis.close()
+    asyncio.run(run())
+
+
+def redis_asyncio(url: str) -> redis.asyncio.Redis:
+    return redis.asyncio.Redis.from_url(url)
