@@ -22,10 +22,6 @@ class Status(StrEnum):
     FAILED = "failed"  # extraction could not finish; processing_error says why
     CANCELED = "canceled"  # removed from the queue before processing began
 
-    @property
-    def terminal(self) -> bool:
-        return self in TERMINAL
-
 
 TERMINAL = frozenset({Status.SUCCEEDED, Status.FAILED, Status.CANCELED})
 _COUNT_FIELDS = tuple((s, s.value.encode()) for s in Status)

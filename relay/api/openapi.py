@@ -33,19 +33,6 @@ from relay.api.openapi_schemas import SCHEMAS
 
 V1 = "/api/v1"
 
-# The operations relay.api.webhooks serves (documented here, implemented there).
-WEBHOOK_OPERATIONS = frozenset(
-    {
-        ("PUT", f"{V1}/batches/{{name}}/webhook"),
-        ("GET", f"{V1}/batches/{{name}}/webhook"),
-        ("DELETE", f"{V1}/batches/{{name}}/webhook"),
-        ("GET", f"{V1}/batches/{{name}}/webhook/deliveries"),
-        ("POST", f"{V1}/batches/{{name}}/webhook/deliveries/{{id}}/retry"),
-        ("GET", f"{V1}/webhook-signing"),
-        ("POST", f"{V1}/webhook-signing/rotate"),
-    }
-)
-
 
 def _document_paths() -> dict[str, Any]:
     upload = {
