@@ -33,13 +33,14 @@ API_PREFIX = "/api/v1"
 def api_routes() -> list[BaseRoute]:
     """The routes under ``/api/v1`` (paths relative to it)."""
     return [
-        Route("/documents", documents.upload_document, methods=["POST"]),
-        Route("/documents/{id}", documents.get_document, methods=["GET"]),
-        Route("/batches", batches.list_batches, methods=["GET"]),
+        # The polled status endpoints first: Starlette tries routes in order.
         Route("/batches/{name}", batches.get_batch, methods=["GET"]),
+        Route("/documents/{id}", documents.get_document, methods=["GET"]),
+        Route("/batches/{name}/results", batches.batch_results, methods=["GET"]),
+        Route("/documents", documents.upload_document, methods=["POST"]),
+        Route("/batches", batches.list_batches, methods=["GET"]),
         Route("/batches/{name}", batches.delete_batch, methods=["DELETE"]),
         Route("/batches/{name}/process", batches.process_batch, methods=["POST"]),
-        Route("/batches/{name}/results", batches.batch_results, methods=["GET"]),
         Route("/openapi.json", openapi.openapi_json, methods=["GET"]),
         *webhooks.routes,
     ]
