@@ -25,7 +25,9 @@ from relay.store import BatchRef
 from relay.timefmt import now_ms, rfc3339
 
 EVENT_TYPE = "batch.completed"
-WAKE_TTL_MS = 30_000
+# A wake-up marker outlives its job only when the worker that took the job died before
+# starting it; the shard is then woken again by the sweeper after this long.
+WAKE_TTL_MS = 10_000
 
 
 def notification_body(batch: Batch, public_url: str) -> bytes:

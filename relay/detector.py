@@ -43,7 +43,10 @@ GROUP = "relay-detector"
 RECLAIM_IDLE_MS = 10_000
 READ_COUNT = 200
 STALE_READY_MS = 30_000
-LIVE_JOB_STATUSES = {b"queued", b"started", b"scheduled", b"deferred"}
+# A job still waiting to run. Not "started": a document still in `ready` long after its job
+# started was never claimed, so that job died with its worker (RQ itself would notice only
+# after ~14 minutes); a second job for a document that does get claimed is a no-op.
+LIVE_JOB_STATUSES = {b"queued", b"scheduled", b"deferred"}
 
 
 def ensure_groups(client: redis.Redis) -> None:

@@ -49,6 +49,8 @@ class Receiver:
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length", "0"))
                 body = self.rfile.read(length)
+                if len(body) < length:
+                    return  # the sender died mid-request: nothing was delivered
                 at = time.time()
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 with receiver._lock:

@@ -95,12 +95,16 @@ def test_every_completion_is_delivered_through_chaos(
             def delivered() -> set[str]:
                 return {json.loads(r.body)["data"]["batch_name"] for r in receiver.accepted()}
 
-            wait_until(
-                lambda: len(delivered()) == BATCHES,
-                150,
-                0.5,
-                f"completions missing: {sorted(set(names) - delivered())[:10]} ...",
-            )
+            try:
+                wait_until(lambda: len(delivered()) == BATCHES, 150, 0.5, "completions missing")
+            except AssertionError:
+                missing = sorted(set(names) - delivered())
+                for name in missing[:3]:  # what the API knows of them, for the failure report
+                    print(name, api.batch(name), api.deliveries(name))
+                print(stack.logs())
+                raise AssertionError(
+                    f"{len(missing)} completions missing: {missing[:10]}"
+                ) from None
             # Every delivered payload was the batch's completion, all done.
             for r in receiver.accepted():
                 data = json.loads(r.body)["data"]
