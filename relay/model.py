@@ -256,7 +256,6 @@ class Delivery:
     status: DeliveryStatus
     created_at: int
     next_attempt_at: int | None
-    succeeded_at: int | None
     attempts: list[Attempt]
 
     @classmethod
@@ -271,7 +270,6 @@ class Delivery:
             status=status,
             created_at=_int(h, "created_at"),
             next_attempt_at=_ms(h, "next_attempt_at") if status is DeliveryStatus.PENDING else None,
-            succeeded_at=_ms(h, "succeeded_at"),
             attempts=[Attempt.from_json(a) for a in attempts],
         )
 

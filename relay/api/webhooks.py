@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from relay import keys
 from relay.api.batches import decode_position
 from relay.api.context import (
     AppState,
@@ -147,8 +148,6 @@ def _signing_json(materials: list[SigningMaterial], previous_until: int | None) 
 
 
 async def _previous_until(st: AppState, account: str) -> int | None:
-    from relay import keys
-
     raw = await st.redis.hget(keys.signing(account), "previous_until")
     return int(raw) if raw else None
 
