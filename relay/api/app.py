@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
-from starlette.routing import BaseRoute, Mount, Route, Router
+from starlette.routing import BaseRoute, Route
 
 from relay.api import batches, documents, health, openapi, webhooks
 from relay.api.context import STATE_KEY, AppState
@@ -77,7 +77,14 @@ def create_app(settings: Settings) -> Starlette:
             sync.close()
 
     routes: list[BaseRoute] = [
-        Mount(API_PREFIX, app=Router(api_routes(), redirect_slashes=False)),
+        # Full paths rather than a Mount: a Mount matches its rest with ``.*``, which stops at
+        # a newline, so an id holding one would miss the route (and its JSON 404 with the
+        # rate-limit headers); it also spares the status endpoints a level of routing.
+        *(
+            Route(API_PREFIX + r.path, r.endpoint, methods=r.methods)
+            for r in api_routes()
+            if isinstance(r, Route)
+        ),
         Route("/openapi.json", openapi.openapi_json, methods=["GET"]),
         Route("/healthz", health.healthz, methods=["GET"]),
         Route("/readyz", health.readyz, methods=["GET"]),
