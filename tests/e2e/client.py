@@ -7,12 +7,15 @@ from typing import Any
 
 import httpx
 
+OPEN: list[Api] = []  # closed by the e2e fixtures' teardown, also when a test fails
+
 
 class Api:
     def __init__(self, base_url: str, key: str) -> None:
         self.http = httpx.Client(
             base_url=base_url + "/api/v1", headers={"authorization": f"Bearer {key}"}, timeout=10
         )
+        OPEN.append(self)
 
     def upload(self, batch: str, content: bytes, filename: str = "doc.csv") -> dict[str, Any]:
         content_type = mimetypes.guess_type(filename)[0] or "application/octet-stream"
@@ -55,3 +58,8 @@ class Api:
 
     def close(self) -> None:
         self.http.close()
+
+
+def close_all() -> None:
+    while OPEN:
+        OPEN.pop().close()

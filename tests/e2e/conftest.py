@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.client import close_all
 from tests.procs import Stack
 from tests.receiver import Receiver
 
@@ -17,6 +18,7 @@ def stack(redis_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> Ite
     when the test fails."""
     s = Stack(redis_url=redis_url, tmp=tmp_path)
     yield s
+    close_all()
     s.close()
     rep = getattr(request.node, "rep_call", None)
     if rep is not None and rep.failed:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.client import Api
+from tests.e2e.client import Api, close_all
 from tests.helpers import RedisFactory, wait_until
 from tests.procs import Proc, Stack
 from tests.receiver import Receiver, Reply
@@ -121,6 +121,7 @@ def test_every_completion_is_delivered_through_chaos(
             assert len(set(ids)) == BATCHES
             api.close()
         finally:
+            close_all()
             stack.close()
             crashed = [p for p in stack.procs if p.popen.returncode not in (0, -9, -15)]
             if crashed:
