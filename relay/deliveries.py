@@ -223,8 +223,15 @@ class Deliveries:
         found = [self.get(ident) for _, ident in rows]
         return [d for d in found if d is not None]
 
-    def due_count(self, shard: int) -> int:
-        return int(self.redis.zcount(keys.due(shard), "-inf", now_ms()))
+    def due_shards(self, first: int = 0) -> tuple[int, ...]:
+        """Shards with deliveries due now, ``first`` first (one pipelined round trip)."""
+        now = now_ms()
+        with self.redis.pipeline(transaction=False) as pipe:
+            for s in range(keys.SHARDS):
+                pipe.zcount(keys.due(s), "-inf", now)
+            counts = pipe.execute()
+        order = sorted(range(keys.SHARDS), key=lambda s: (s != first, s))
+        return tuple(s for s in order if counts[s])
 
 
 class AsyncWebhooks:
@@ -293,17 +300,20 @@ class AsyncWebhooks:
             keys.batch_deliveries(s, ref.account, ref.name), start, start + limit
         )
         next_start = start + limit if len(ids) > limit else None
+        return await self._load(s, [raw.decode() for raw in ids[:limit]]), next_start
+
+    async def _load(self, shard: int, ids: list[str]) -> list[Delivery]:
+        """The deliveries with their attempts, in the order of ``ids`` (one round trip)."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            for raw in ids[:limit]:
-                pipe.hgetall(keys.delivery(s, raw.decode()))
-                pipe.lrange(keys.delivery_attempts(s, raw.decode()), 0, -1)
+            for ident in ids:
+                pipe.hgetall(keys.delivery(shard, ident))
+                pipe.lrange(keys.delivery_attempts(shard, ident), 0, -1)
             replies = await pipe.execute()
-        out = [
+        return [
             Delivery.from_hash(h, attempts)
             for h, attempts in zip(replies[::2], replies[1::2], strict=True)
             if h
         ]
-        return out, next_start
 
     async def retry(self, ref: BatchRef, delivery_id: str) -> Delivery:
         shard = keys.shard_of_id("msg", delivery_id)
@@ -317,8 +327,7 @@ class AsyncWebhooks:
             await self.scripts("retry_delivery", k, a)
         except ResponseError as exc:
             raise (_retry_error(exc) or exc) from exc
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hgetall(keys.delivery(shard, delivery_id))
-            pipe.lrange(keys.delivery_attempts(shard, delivery_id), 0, -1)
-            dh, attempts = await pipe.execute()
-        return Delivery.from_hash(dh, attempts)
+        found = await self._load(shard, [delivery_id])
+        if not found:  # only if deleted by hand meanwhile
+            raise NotFound(f"no delivery {delivery_id!r} for this batch")
+        return found[0]

@@ -160,13 +160,8 @@ class Detector:
         return len(lost)
 
     def sweep_due(self) -> int:
-        woken = 0
-        for s in range(keys.SHARDS):
-            if self.rt.deliveries.due_count(s) and wake(
-                self.redis, s, timeout=job_timeout(self.rt)
-            ):
-                woken += 1
-        return woken
+        timeout = job_timeout(self.rt)
+        return sum(wake(self.redis, s, timeout=timeout) for s in self.rt.deliveries.due_shards())
 
     def sweep(self) -> None:
         self.reclaim()

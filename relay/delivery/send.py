@@ -125,17 +125,6 @@ def attempt_once(
     return decision.outcome
 
 
-def _due_shards(rt: Runtime, first: int) -> list[int]:
-    """Shards with deliveries due now, ``first`` first (one pipelined round trip)."""
-    now = now_ms()
-    with rt.redis.pipeline(transaction=False) as pipe:
-        for s in range(keys.SHARDS):
-            pipe.zcount(keys.due(s), "-inf", now)
-        counts = pipe.execute()
-    order = sorted(range(keys.SHARDS), key=lambda s: (s != first, s))
-    return [s for s in order if counts[s]]
-
-
 def drain(rt: Runtime, shard: int, *, budget: float = DRAIN_BUDGET) -> int:
     """Send due deliveries for up to ``budget`` seconds, this shard's first, then any other
     shard's (one job serves a backlog spread over shards). Returns the attempts made.
@@ -155,7 +144,7 @@ def drain(rt: Runtime, shard: int, *, budget: float = DRAIN_BUDGET) -> int:
     while True:
         if len(inflight) < concurrency and time.monotonic() < deadline:
             if not shards and not scanned:
-                shards = [s for s in _due_shards(rt, shard) if s != shard]
+                shards = [s for s in store.due_shards(shard) if s != shard]
                 scanned = True
             if shards:
                 claimed = store.claim(
@@ -188,6 +177,6 @@ def run_due(shard: int) -> str:
     rt.redis.delete(keys.shard_prefix(shard) + "wake")
     made = drain(rt, shard)
     rt.metrics.flush(rt.redis)
-    for due_shard in _due_shards(rt, shard):  # the budget ran out: hand the rest on
+    for due_shard in rt.deliveries.due_shards(shard):  # the budget ran out: hand the rest on
         wake(rt.redis, due_shard, timeout=job_timeout(rt))
     return f"{made} attempt(s)"
