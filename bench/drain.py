@@ -5,12 +5,12 @@ A private Redis, the receiver in its own process (``bench/receiver_app.py`` unde
 interval raised so that its sweeper does not wake the shards while the backlog is seeded).
 
 Setup (no worker busy, nothing woken): N batches of one document each (seeded through
-``AsyncStore.upload``), a webhook each (``AsyncWebhooks.register``, the API's Lua script),
-then one delivery each (``Deliveries.create``, what the detector does for a completion) with
+``AsyncStore.upload``), a webhook each (``AsyncWebhookStore.register``, the API's Lua script),
+then one delivery each (``WebhookStore.create``, what the detector does for a completion) with
 a real notification body; the account's signing material exists beforehand, as it would on a
 running system. All N sit in the shards' ``due`` sets.
 
-Timed: from waking every shard (``relay.deliveries.wake``, the call the detector's sweeper
+Timed: from waking every shard (``relay.queues.wake``, the call the detector's sweeper
 makes) to every delivery recorded ``succeeded`` (the ``due`` sets empty, the receiver holding
 N). From there the drain jobs wake their shards again by themselves while any is still due.
 
@@ -46,23 +46,21 @@ from bench._profile import Profiler, render
 from bench._receiver import ReceiverProcess
 from bench._seed import upload_direct
 from bench._stack import ACCOUNT, Stack
-from relay import keys
-from relay.config import load_settings
+from relay import keys, queues
+from relay.config import Settings, load_settings
 from relay.crypto import Encryptor, SigningMaterial
-from relay.deliveries import AsyncWebhooks, Deliveries, notification_body, wake
-from relay.delivery.send import job_timeout
 from relay.delivery.signing import build_headers
 from relay.model import Batch
-from relay.runtime import Runtime
 from relay.signing_keys import SigningKeys
 from relay.store import BatchRef
+from relay.webhook_store import AsyncWebhookStore, WebhookStore, notification_body
 
 NAME = "drain"
 
 
 async def _register(redis_url: str, refs: list[BatchRef], url: str, public_url: str) -> None:
     client = redis.asyncio.Redis.from_url(redis_url)
-    hooks = AsyncWebhooks(client)
+    hooks = AsyncWebhookStore(client)
     try:
         for ref in refs:
             created, due = await hooks.register(ref, url, public_url)
@@ -132,7 +130,7 @@ def _seed(
     upload_direct(st.redis_url, refs, 1)
     asyncio.run(_register(st.redis_url, refs, url, public_url))
     bodies = [_completed_body(st.redis, ref, public_url) for ref in refs]
-    deliveries = Deliveries(st.redis)
+    deliveries = WebhookStore(st.redis)
     ids = []
     for ref, body in zip(refs, bodies, strict=True):
         created, ident = deliveries.create(ref, 1, body)
@@ -145,14 +143,14 @@ def _seed(
 
 
 def _drain(
-    st: Stack, receiver: ReceiverProcess, n: int, ids: list[str], timeout: int
+    st: Stack, receiver: ReceiverProcess, n: int, ids: list[str], settings: Settings
 ) -> tuple[float, float, dict[str, Any]]:
     """Wake every shard; (seconds to all succeeded, to all received, cpu)."""
     receiver.reset()
     meter = CpuMeter(st.pids(receiver=receiver.proc.pid))
     t0 = time.time()
     for s in range(keys.SHARDS):
-        wake(st.redis, s, timeout=timeout)
+        queues.wake(st.redis, s, settings)
     if receiver.wait(n, 120) < n:
         raise BenchError(f"the receiver got {receiver.count()} of {n} within 120 s")
     wait_until(lambda: total_due(st.redis) == 0, 60, 0.005, "the due sets to empty")
@@ -168,7 +166,6 @@ def run(quick: bool = False, profile: bool = False) -> Outcome:
     with Stack() as st:
         settings = load_settings(environ=st.env, dotenv=None)
         public_url = settings.public_url
-        timeout = job_timeout(Runtime(settings))
         receiver = ReceiverProcess(st.tmp, st.env, wait=False)
         try:
             w1, w2 = st.start(api=False, workers=2, detector=False).workers
@@ -195,7 +192,7 @@ def run(quick: bool = False, profile: bool = False) -> Outcome:
                 profiling = profile and k == rounds - 1
                 if profiling:
                     profiler.start()
-                relay_s, received_s, cpu = _drain(st, receiver, n, ids, timeout)
+                relay_s, received_s, cpu = _drain(st, receiver, n, ids, settings)
                 if profiling:
                     profiles = profiler.stop()
                 statuses, attempts = _outcomes(st.redis, ids)
@@ -220,7 +217,7 @@ def run(quick: bool = False, profile: bool = False) -> Outcome:
         "deliveries": n,
         "rounds": rounds,
         "body_bytes_mean": round(body_bytes),
-        "seeding": "AsyncStore.upload + AsyncWebhooks.register + Deliveries.create (no HTTP)",
+        "seeding": "AsyncStore.upload + AsyncWebhookStore.register + WebhookStore.create (no HTTP)",
         "relay": {
             "seconds_to_all_succeeded": round(relay_s, 3),
             "seconds_to_all_received": round(received_s, 3),

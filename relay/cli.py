@@ -68,22 +68,25 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     # Imported before work starts so no job pays for the import.
     import relay.delivery.send
     import relay.processing  # noqa: F401
-    from relay import queues, runtime
+    from relay import queues
+    from relay.worker import job_class
+    from relay.worker_context import WorkerContext
 
     require_encryption_key(settings)
-    rt = runtime.configure(settings)
-    rt.http  # noqa: B018  (built now: its SSL context costs ~25 ms, not the first delivery's)
+    ctx = WorkerContext(settings)
+    ctx.http  # noqa: B018  (built now: its SSL context costs ~25 ms, not the first delivery's)
     backoff = 1.0
     while True:
         worker: SimpleWorker | None = None
         try:
             worker = SimpleWorker(
                 [
-                    queues.queue(rt.redis, queues.DELIVERY),
-                    queues.queue(rt.redis, queues.PROCESSING),
+                    queues.queue(ctx.redis, queues.DELIVERY),
+                    queues.queue(ctx.redis, queues.PROCESSING),
                 ],
-                connection=rt.redis,
+                connection=ctx.redis,
                 serializer=JSONSerializer,
+                job_class=job_class(ctx),
             )
             worker.work(
                 burst=args.burst,
@@ -105,10 +108,10 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_detector(settings: Settings, args: argparse.Namespace) -> int:
-    from relay import runtime
     from relay.detector import Detector
+    from relay.worker_context import WorkerContext
 
-    detector = Detector(runtime.configure(settings))
+    detector = Detector(WorkerContext(settings))
 
     def stop(signum: int, frame: FrameType | None) -> None:
         detector.stop.set()

@@ -29,13 +29,11 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from rq.job import Job
 
-from relay import keys
-from relay.deliveries import notification_body, wake
-from relay.delivery.send import job_timeout
+from relay import keys, queues
 from relay.model import Batch
-from relay.queues import document_job_id, enqueue_documents
-from relay.runtime import Runtime
 from relay.store import BatchRef
+from relay.webhook_store import notification_body
+from relay.worker_context import WorkerContext
 
 log = logging.getLogger("relay.detector")
 
@@ -63,10 +61,17 @@ class Detector:
     """Turns outbox entries into deliveries; sweeps leases, hand-outs and due deliveries."""
 
     def __init__(
-        self, rt: Runtime, consumer: str | None = None, *, reclaim_idle_ms: int = RECLAIM_IDLE_MS
+        self,
+        ctx: WorkerContext,
+        consumer: str | None = None,
+        *,
+        reclaim_idle_ms: int = RECLAIM_IDLE_MS,
     ) -> None:
-        self.rt = rt
-        self.redis = rt.redis
+        self.ctx = ctx
+        self.settings = ctx.settings
+        self.redis = ctx.redis
+        # Which shard each outbox stream belongs to, for the replies of XREADGROUP.
+        self.outboxes = {keys.outbox(s): s for s in range(keys.SHARDS)}
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
         self.reclaim_idle_ms = reclaim_idle_ms
         self.stop = threading.Event()
@@ -80,22 +85,22 @@ class Detector:
         seq = int(fields[b"seq"])
         snapshot = {k.encode(): str(v).encode() for k, v in json.loads(fields[b"snapshot"]).items()}
         batch = Batch.from_hash(snapshot)
-        body = notification_body(batch, self.rt.settings.public_url)
-        created, _ = self.rt.deliveries.create(
+        body = notification_body(batch, self.settings.public_url)
+        created, _ = self.ctx.webhooks.create(
             BatchRef(account, name), seq, body, batch.completed_at or 0
         )
         if created:
-            wake(self.redis, shard, timeout=job_timeout(self.rt))
+            queues.wake(self.redis, shard, self.settings)
         self.redis.xack(keys.outbox(shard), GROUP, entry_id)
 
     def read_once(self, block_ms: int) -> int:
-        streams = {keys.outbox(s): ">" for s in range(keys.SHARDS)}
+        streams = dict.fromkeys(self.outboxes, ">")
         replies = self.redis.xreadgroup(
             GROUP, self.consumer, streams, count=READ_COUNT, block=block_ms
         )
         handled = 0
         for stream, entries in replies or []:
-            shard = int(stream.decode().split("{r", 1)[1].split("}", 1)[0])
+            shard = self.outboxes[stream.decode()]
             for entry_id, fields in entries:
                 self.handle(shard, entry_id, fields)
                 handled += 1
@@ -119,7 +124,7 @@ class Detector:
     # -- sweepers --------------------------------------------------------------------------
 
     def sweep_leases(self) -> int:
-        store = self.rt.store
+        store = self.ctx.store
         requeued: list[tuple[str, str, str]] = []
         for s in range(keys.SHARDS):
             for doc_id in store.expired_leases(s):
@@ -127,18 +132,18 @@ class Detector:
                 if ref is None:
                     self.redis.zrem(keys.leases(s), doc_id)
                     continue
-                outcome = store.requeue(ref, doc_id, self.rt.settings.max_document_attempts)
+                outcome = store.requeue(ref, doc_id, self.settings.max_document_attempts)
                 if outcome == "requeued":
                     requeued.append((doc_id, ref.account, ref.name))
                 log.info("lease of %s expired: %s", doc_id, outcome)
         if requeued:
-            enqueue_documents(self.redis, requeued, timeout=self._doc_timeout())
+            queues.enqueue_documents(self.redis, requeued, self.settings)
         return len(requeued)
 
     def sweep_ready(self) -> int:
         """Hand out again documents whose job vanished (a crash between hand-out and
         enqueue, a Redis restart, an RQ job lost with its worker)."""
-        store = self.rt.store
+        store = self.ctx.store
         lost: list[tuple[str, str, str]] = []
         for s in range(keys.SHARDS):
             stale = store.stale_ready(s, STALE_READY_MS)
@@ -146,7 +151,7 @@ class Detector:
                 continue
             with self.redis.pipeline(transaction=False) as pipe:
                 for doc_id in stale:
-                    pipe.hget(Job.key_for(document_job_id(doc_id)), "status")
+                    pipe.hget(Job.key_for(queues.document_job_id(doc_id)), "status")
                 statuses = pipe.execute()
             for doc_id, status in zip(stale, statuses, strict=True):
                 if status in LIVE_JOB_STATUSES:
@@ -154,14 +159,14 @@ class Detector:
                 ref = store.doc_batch(s, doc_id)
                 if ref is not None:
                     lost.append((doc_id, ref.account, ref.name))
-                self.redis.zadd(keys.ready(s), {doc_id: time.time() * 1000})
+                self.redis.zadd(keys.ready(s), {doc_id: store.clock()})
         if lost:
-            enqueue_documents(self.redis, lost, timeout=self._doc_timeout())
+            queues.enqueue_documents(self.redis, lost, self.settings)
         return len(lost)
 
     def sweep_due(self) -> int:
-        timeout = job_timeout(self.rt)
-        return sum(wake(self.redis, s, timeout=timeout) for s in self.rt.deliveries.due_shards())
+        shards = self.ctx.webhooks.due_shards()
+        return sum(queues.wake(self.redis, s, self.settings) for s in shards)
 
     def sweep(self) -> None:
         self.reclaim()
@@ -169,14 +174,11 @@ class Detector:
         self.sweep_ready()
         self.sweep_due()
 
-    def _doc_timeout(self) -> int:
-        return int(self.rt.settings.lease_seconds * 10) + 60
-
     # -- the loop ------------------------------------------------------------------------
 
     def run(self) -> None:
         """Until ``stop`` is set: read completions, sweep on schedule, ride out Redis outages."""
-        interval = self.rt.settings.sweep_interval
+        interval = self.settings.sweep_interval
         next_sweep = 0.0
         backoff = 0.1
         groups_ready = False

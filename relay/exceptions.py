@@ -1,24 +1,24 @@
-"""Every exception relay raises on purpose.
+"""Every exception relay's core raises on purpose. None of them knows HTTP: each edge maps
+them (the API in ``relay.api.errors``, the CLI to one line and an exit code).
 
     RelayError
     ├── ConfigError               a setting is unknown or does not parse (at start)
-    ├── StoreUnavailable          Redis cannot be reached (the API answers 503)
-    ├── ApiError                  a client's request cannot be served (4xx JSON error)
-    │   ├── BadRequest            400 bad_request
-    │   ├── Unauthorized          401 unauthorized
-    │   ├── NotFound              404 not_found
-    │   ├── Conflict              409 conflict
-    │   ├── PayloadTooLarge       413 payload_too_large
-    │   ├── UnsupportedMediaType  415 unsupported_media_type
-    │   ├── Unprocessable         422 validation_error (or a more precise type)
-    │   └── RateLimited           429 rate_limited
+    ├── StateError                the state layer refuses an operation (a domain rule)
+    │   ├── BatchNotFound         no such batch (for this account)
+    │   ├── BatchDeleted          the batch was deleted: it accepts no uploads or processing
+    │   ├── DeliveryNotFound      no such delivery (for this batch or account)
+    │   └── NotRetryable          the delivery cannot be sent again (``reason`` says why)
     └── UnsafeTarget              a callback URL or address is not allowed (SSRF guard)
 
-``relay.extract.ExtractionError`` is not here: it belongs to the extractor plug-in contract
-and is a document-level result, never an API error.
+Redis's own errors (unreachable, timing out, loading) are not wrapped: every edge maps
+redis-py's exceptions as they are. ``relay.extract.ExtractionError`` is not here either: it
+belongs to the extractor plug-in contract and is a document-level result, never an error
+of an operation.
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 
 class RelayError(Exception):
@@ -29,61 +29,42 @@ class ConfigError(RelayError):
     """A setting is unknown or its value does not parse."""
 
 
-class StoreUnavailable(RelayError):
-    """Redis cannot be reached; callers retry or answer 503."""
+class StateError(RelayError):
+    """An operation the state's rules refuse; ``message`` is for the person who asked."""
 
-
-class ApiError(RelayError):
-    """A request that cannot be served; rendered as ``{"error": {"type", "message"}}``."""
-
-    status_code = 400
-    error_type = "bad_request"
-
-    def __init__(self, message: str, *, error_type: str | None = None) -> None:
+    def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
-        if error_type is not None:
-            self.error_type = error_type
 
 
-class BadRequest(ApiError):
-    status_code = 400
-    error_type = "bad_request"
+class BatchNotFound(StateError):
+    """No batch of that name in the account."""
 
 
-class Unauthorized(ApiError):
-    status_code = 401
-    error_type = "unauthorized"
+class BatchDeleted(StateError):
+    """The batch was deleted: it accepts no uploads and no processing."""
 
 
-class NotFound(ApiError):
-    status_code = 404
-    error_type = "not_found"
+class DeliveryNotFound(StateError):
+    """No delivery of that id (in that batch or account)."""
 
 
-class Conflict(ApiError):
-    status_code = 409
-    error_type = "conflict"
+class NotRetryable(StateError):
+    """The delivery cannot be sent again.
 
+    ``reason`` is a short machine word: ``superseded`` (a newer completion replaced it),
+    ``no_webhook`` (the batch's webhook was removed), ``disabled`` (the webhook is disabled).
+    """
 
-class PayloadTooLarge(ApiError):
-    status_code = 413
-    error_type = "payload_too_large"
+    MESSAGES: ClassVar[dict[str, str]] = {
+        "superseded": "a newer completion of the batch replaced this delivery",
+        "no_webhook": "the batch has no webhook; register one first",
+        "disabled": "the batch's webhook is disabled; register it again to enable it",
+    }
 
-
-class UnsupportedMediaType(ApiError):
-    status_code = 415
-    error_type = "unsupported_media_type"
-
-
-class Unprocessable(ApiError):
-    status_code = 422
-    error_type = "validation_error"
-
-
-class RateLimited(ApiError):
-    status_code = 429
-    error_type = "rate_limited"
+    def __init__(self, reason: str) -> None:
+        super().__init__(self.MESSAGES.get(reason, reason))
+        self.reason = reason
 
 
 class UnsafeTarget(RelayError):

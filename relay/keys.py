@@ -48,7 +48,11 @@ def shard_of_id(kind: str, ident: str) -> int | None:
 
 
 def shard_prefix(shard: int) -> str:
-    """The common prefix of a shard's keys, for scripts that derive keys from ids."""
+    """The common prefix of a shard's keys, passed to the scripts that derive keys from ids
+    they read (a batch's documents, a shard's due deliveries): those keys cannot be known
+    before the script runs, so they cannot come in KEYS. ``relay/lua/_lib.lua`` builds them
+    from this prefix with one function per key (``key_doc``, ``key_delivery``, ...), each
+    mirroring the function of the same name here; tests/test_keys.py holds them equal."""
     return f"{PREFIX}:{tag(shard)}:"
 
 
@@ -147,6 +151,11 @@ def due(shard: int) -> str:
     return f"{PREFIX}:{tag(shard)}:due"
 
 
+def wake(shard: int) -> str:
+    """String with a TTL: a drain job for the shard is waiting in the queue (no second one)."""
+    return f"{PREFIX}:{tag(shard)}:wake"
+
+
 def shard_deliveries(shard: int) -> str:
     """Sorted set: every delivery of the shard by creation time (ops listing)."""
     return f"{PREFIX}:{tag(shard)}:deliveries"
@@ -178,3 +187,8 @@ def signing(account: str) -> str:
 def accounts() -> str:
     """Set: every account name that owns a key."""
     return f"{PREFIX}:accounts"
+
+
+def metrics() -> str:
+    """Hash: the counters and histograms every process flushes (``relay.metrics``)."""
+    return f"{PREFIX}:metrics"

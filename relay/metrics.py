@@ -1,6 +1,6 @@
 """Prometheus metrics shared by every process through Redis.
 
-Workers count in memory and flush to one Redis hash (``relay:metrics``) at the end of each job,
+Workers count in memory and flush to one Redis hash (``keys.metrics()``) at the end of each job,
 one pipelined round trip, so counting costs no Redis call per delivery. ``GET /metrics``
 renders the hash plus live gauges (queue depths, due deliveries). Histograms use fixed
 buckets; field names are ``name|labels``.
@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 
 import redis
 
-KEY = "relay:metrics"
+from relay import keys
 
 ATTEMPT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 LAG_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 300.0, 3600.0)
@@ -70,11 +70,12 @@ class Metrics:
             self._counts, self._sums = Counter(), defaultdict(float)
         if not counts and not sums:
             return
+        key = keys.metrics()
         with client.pipeline(transaction=False) as pipe:
             for field, n in counts.items():
-                pipe.hincrby(KEY, field, n)
+                pipe.hincrby(key, field, n)
             for field, total in sums.items():
-                pipe.hincrbyfloat(KEY, field, total)
+                pipe.hincrbyfloat(key, field, total)
             pipe.execute()
 
 

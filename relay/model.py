@@ -8,11 +8,19 @@ closed contract: internal states never leak into a response.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from relay.timefmt import rfc3339
+
+BATCH_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def valid_batch_name(name: str) -> bool:
+    """Whether a batch can have this name: ``[A-Za-z0-9][A-Za-z0-9._-]{0,127}``."""
+    return BATCH_NAME_RE.fullmatch(name) is not None
 
 
 class Status(StrEnum):

@@ -6,15 +6,14 @@ import argparse
 import sys
 import time
 
+from relay import queues
 from relay.config import Settings
-from relay.deliveries import Deliveries, wake
-from relay.delivery.send import job_timeout
-from relay.exceptions import ApiError
+from relay.exceptions import StateError
 from relay.keys import shard_of_id
 from relay.model import Delivery
 from relay.redis_conn import sync_client
-from relay.runtime import configure
 from relay.timefmt import rfc3339
+from relay.webhook_store import WebhookStore
 
 RETRYABLE = {"failed", "canceled", "succeeded"}
 
@@ -51,7 +50,7 @@ def _table(d: Delivery) -> str:
     return head + "\n".join(lines) + ("\n  (no attempts yet)" if not d.attempts else "")
 
 
-def _select(store: Deliveries, args: argparse.Namespace, *, limit: int) -> list[Delivery]:
+def _select(store: WebhookStore, args: argparse.Namespace, *, limit: int) -> list[Delivery]:
     since_ms = int((time.time() - args.since) * 1000) if args.since else 0
     out = []
     for d in store.list(limit=limit, since_ms=since_ms):
@@ -67,7 +66,7 @@ def _select(store: Deliveries, args: argparse.Namespace, *, limit: int) -> list[
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
     client = sync_client(settings.redis_url)
-    store = Deliveries(client)
+    store = WebhookStore(client)
     cmd = args.deliveries_cmd
     if cmd == "list":
         for d in _select(store, args, limit=args.limit):
@@ -91,13 +90,12 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     else:
         print("give a delivery id, or --status and/or --since for bulk recovery", file=sys.stderr)
         return 2
-    rt = configure(settings)
     failures = 0
     shards = set()
     for ident in targets:
         try:
             d = store.retry(ident)
-        except ApiError as exc:
+        except StateError as exc:
             print(f"{ident}: not retried: {exc.message}", file=sys.stderr)
             failures += 1
             continue
@@ -106,6 +104,6 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
             shards.add(shard)
         print(f"{d.id}: pending again (due now)")
     for shard in shards:
-        wake(client, shard, timeout=job_timeout(rt))
+        queues.wake(client, shard, settings)
     print(f"{len(targets) - failures} delivery(ies) retried, {failures} not retryable")
     return 1 if failures and len(targets) == failures else 0

@@ -12,8 +12,8 @@ import secrets
 import threading
 
 from relay.extract.loader import run_extractor
-from relay.runtime import current
 from relay.store import BatchRef, Claim, Store
+from relay.worker_context import WorkerContext
 
 log = logging.getLogger("relay.processing")
 
@@ -43,11 +43,10 @@ class _LeaseKeeper:
                 log.warning("lease renewal of %s failed", self._claim.doc_id, exc_info=True)
 
 
-def run_document(doc_id: str, account: str, batch_name: str) -> str:
+def run_document(ctx: WorkerContext, doc_id: str, account: str, batch_name: str) -> str:
     """RQ job: process one document. Returns what happened (for RQ's logs)."""
-    rt = current()
-    store = rt.store
-    lease_ms = int(rt.settings.lease_seconds * 1000)
+    store = ctx.store
+    lease_ms = int(ctx.settings.lease_seconds * 1000)
     claim = store.claim(BatchRef(account, batch_name), doc_id, secrets.token_hex(8), lease_ms)
     if claim is None:
         return "not queued"
@@ -57,7 +56,7 @@ def run_document(doc_id: str, account: str, batch_name: str) -> str:
         error: tuple[str, str] | None = ("blob_missing", "the uploaded bytes are gone")
         if content is not None:
             rows, error = run_extractor(
-                rt.extractor,
+                ctx.extractor,
                 content,
                 filename=claim.filename,
                 content_type=claim.content_type,
@@ -67,6 +66,6 @@ def run_document(doc_id: str, account: str, batch_name: str) -> str:
     if not stored:
         return "lease lost"
     outcome = "failed" if error else "succeeded"
-    rt.metrics.document(outcome)
-    rt.metrics.flush(rt.redis)
+    ctx.metrics.document(outcome)
+    ctx.metrics.flush(ctx.redis)
     return f"{outcome}; batch completed (seq {seq})" if seq else outcome

@@ -1,4 +1,4 @@
-"""The two RQ queues and how relay puts work on them.
+"""The two RQ queues, how relay puts work on them, and how long each kind of job may run.
 
 RQ jobs are wake-ups, not the source of truth: a document handed out is recorded in the
 shard's ``ready`` set and a due delivery in the shard's ``due`` set by the same scripts that
@@ -14,15 +14,42 @@ import redis
 from rq import Queue
 from rq.serializers import JSONSerializer
 
+from relay import keys
+from relay.config import Settings
+
 PROCESSING = "relay-processing"
 DELIVERY = "relay-delivery"
 
 PROCESS_JOB = "relay.processing.run_document"
 DELIVER_JOB = "relay.delivery.send.run_due"
 
+# How long one drain job sends before it hands what is still due to a fresh job, so other
+# work in the queue gets its turn (relay.delivery.send.drain).
+DRAIN_BUDGET = 2.0
+# A wake-up marker outlives its job only when the worker that took the job died before
+# starting it; the shard is then woken again by the sweeper after this long.
+WAKE_TTL_MS = 10_000
+
+
+def document_job_timeout(settings: Settings) -> int:
+    """RQ's limit for one document job: far past the lease, which the job renews while its
+    extractor runs; a job stuck past it is killed and its lease brings the document back."""
+    return int(settings.lease_seconds * 10) + 60
+
+
+def drain_job_timeout(settings: Settings) -> int:
+    """RQ's limit for one drain job: its budget plus the last attempts it started, each at
+    most the delivery timeout, with room to record them."""
+    return int(DRAIN_BUDGET + settings.delivery_timeout * 2) + 30
+
 
 def queue(client: redis.Redis, name: str) -> Queue:
     return Queue(name, connection=client, serializer=JSONSerializer)
+
+
+def queue_key(name: str) -> str:
+    """The Redis list RQ keeps a queue's waiting job ids in (RQ's own naming)."""
+    return Queue.redis_queue_namespace_prefix + name
 
 
 def document_job_id(doc_id: str) -> str:
@@ -30,10 +57,11 @@ def document_job_id(doc_id: str) -> str:
 
 
 def enqueue_documents(
-    client: redis.Redis, docs: Iterable[tuple[str, str, str]], *, timeout: int
+    client: redis.Redis, docs: Iterable[tuple[str, str, str]], settings: Settings
 ) -> int:
     """One processing job per ``(doc_id, account, batch_name)``; one round trip per 500."""
     q = queue(client, PROCESSING)
+    timeout = document_job_timeout(settings)
     count = 0
     chunk: list[tuple[str, str, str]] = []
 
@@ -66,13 +94,16 @@ def enqueue_documents(
     return count
 
 
-def enqueue_drain(client: redis.Redis, shard: int, *, timeout: int) -> None:
-    """Wake a delivery worker to send the shard's due deliveries."""
+def wake(client: redis.Redis, shard: int, settings: Settings) -> bool:
+    """Enqueue a drain job for the shard's due deliveries unless one is already waiting."""
+    if not client.set(keys.wake(shard), b"1", nx=True, px=WAKE_TTL_MS):
+        return False
     queue(client, DELIVERY).enqueue_call(
         DELIVER_JOB,
         args=[shard],
-        timeout=timeout,
+        timeout=drain_job_timeout(settings),
         result_ttl=0,
         failure_ttl=3_600,
         description=f"deliver due in shard {shard}",
     )
+    return True

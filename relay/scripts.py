@@ -6,12 +6,14 @@ is half-written when a process dies. Each script's header comment lists its KEYS
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from importlib import resources
 from typing import Any
 
 import redis
 import redis.asyncio
+from redis.exceptions import ResponseError
 
 NAMES = (
     "upload",
@@ -30,6 +32,16 @@ NAMES = (
     "register_webhook",
     "rotate_signing",
 )
+
+
+_REFUSAL = re.compile(r"REFUSED ([a-z_]+)")
+
+
+def refusal(exc: ResponseError) -> str | None:
+    """The reason of a script's refusal (``refuse('missing')`` in ``_lib.lua``), matched
+    exactly; None for any other error reply, which the caller re-raises."""
+    m = _REFUSAL.fullmatch(str(exc))
+    return m.group(1) if m else None
 
 
 @cache

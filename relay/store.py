@@ -7,21 +7,21 @@ class of the processes that perform it.
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 import redis.asyncio
 from redis.exceptions import ResponseError
-from starlette.concurrency import run_in_threadpool
 
 from relay import keys
 from relay.blobs import BlobStore
-from relay.exceptions import Conflict, NotFound
+from relay.exceptions import BatchDeleted, BatchNotFound, StateError
 from relay.model import Batch, Document
-from relay.scripts import AsyncScripts, Scripts
+from relay.scripts import AsyncScripts, Scripts, refusal
 from relay.timefmt import now_ms
 
 
@@ -55,6 +55,16 @@ class Claim:
     claims: int
 
 
+def _batch_refusal(ref: BatchRef, exc: ResponseError) -> StateError | ResponseError:
+    """The domain error for a script's refusal about a batch (the reply itself otherwise)."""
+    reason = refusal(exc)
+    if reason == "missing":
+        return BatchNotFound(f"no batch named {ref.name!r}")
+    if reason == "deleted":
+        return BatchDeleted(f"batch {ref.name!r} was deleted and accepts no uploads or processing")
+    return exc
+
+
 def _doc_keys(ref: BatchRef, doc_id: str) -> dict[str, str]:
     s = ref.shard
     return {
@@ -72,20 +82,23 @@ def _doc_keys(ref: BatchRef, doc_id: str) -> dict[str, str]:
 class AsyncStore:
     """The API's view: uploads, hand-outs, deletes and reads."""
 
-    def __init__(self, client: redis.asyncio.Redis, blobs: BlobStore) -> None:
+    def __init__(
+        self, client: redis.asyncio.Redis, blobs: BlobStore, clock: Callable[[], int] = now_ms
+    ) -> None:
         self.redis = client
         self.scripts = AsyncScripts(client)
         self.blobs = blobs
+        self.clock = clock  # ms since the epoch; tests pass their own
 
     async def upload(
         self, ref: BatchRef, *, filename: str, content_type: str, content: bytes
     ) -> Document:
-        """Create a queued document; raises Conflict when the batch was deleted."""
+        """Create a queued document; raises BatchDeleted when the batch was deleted."""
         s = ref.shard
         doc_id = keys.new_id("doc", s)
         in_redis = self.blobs.kind == "redis"
         if not in_redis:
-            await run_in_threadpool(self.blobs.write_file, doc_id, content)
+            await asyncio.to_thread(self.blobs.write_file, doc_id, content)
         try:
             await self.scripts(
                 "upload",
@@ -104,7 +117,7 @@ class AsyncStore:
                     filename,
                     content_type,
                     len(content),
-                    now_ms(),
+                    self.clock(),
                     content if in_redis else b"",
                     "1" if in_redis else "0",
                     self.blobs.kind,
@@ -112,38 +125,28 @@ class AsyncStore:
             )
         except ResponseError as exc:
             self.blobs.discard(doc_id, self.blobs.kind)
-            if "deleted" in str(exc):
-                raise Conflict(
-                    f"batch {ref.name!r} was deleted and accepts no uploads",
-                    error_type="batch_deleted",
-                ) from exc
-            raise
+            raise _batch_refusal(ref, exc) from exc
         doc = await self.get_document(ref.account, doc_id)
         if doc is None:  # the upload script ran: only a concurrent FLUSHALL gets here
-            raise NotFound(f"document {doc_id} vanished after upload")
+            raise BatchNotFound(f"batch {ref.name!r} vanished during the upload")
         return doc
 
     async def process(self, ref: BatchRef, fields: Sequence[str] | None) -> list[str]:
-        """Hand every queued, not yet handed document to the workers; returns their ids."""
+        """Hand every queued, not yet handed document to the workers; returns their ids.
+        Raises BatchNotFound, BatchDeleted."""
         s = ref.shard
         try:
             ids = await self.scripts(
                 "process",
                 [ref.key, keys.batch_pending(s, ref.account, ref.name), keys.ready(s)],
-                [json.dumps(list(fields or [])), now_ms(), "1" if fields is not None else "0"],
+                [json.dumps(list(fields or [])), self.clock(), "1" if fields is not None else "0"],
             )
         except ResponseError as exc:
-            if "missing" in str(exc):
-                raise NotFound(f"no batch named {ref.name!r}") from exc
-            if "deleted" in str(exc):
-                raise Conflict(
-                    f"batch {ref.name!r} was deleted", error_type="batch_deleted"
-                ) from exc
-            raise
+            raise _batch_refusal(ref, exc) from exc
         return [i.decode() for i in ids]
 
     async def delete_batch(self, ref: BatchRef) -> list[str]:
-        """Cancel the batch's queued documents and refuse further uploads."""
+        """Cancel the batch's queued documents and refuse further uploads; BatchNotFound."""
         s = ref.shard
         result = await self.scripts(
             "delete_batch",
@@ -154,10 +157,10 @@ class AsyncStore:
                 keys.ready(s),
                 keys.outbox(s),
             ],
-            [now_ms(), keys.doc(s, "")],
+            [self.clock(), keys.shard_prefix(s)],
         )
         if not result or int(result[0]) == 0:
-            raise NotFound(f"no batch named {ref.name!r}")
+            raise BatchNotFound(f"no batch named {ref.name!r}")
         canceled = [i.decode() for i in result[1:]]
         for doc_id in canceled:
             self.blobs.discard(doc_id, self.blobs.kind)
@@ -238,17 +241,20 @@ class AsyncStore:
 class Store:
     """The workers' and sweepers' view: claim, renew, finish, requeue."""
 
-    def __init__(self, client: redis.Redis, blobs: BlobStore) -> None:
+    def __init__(
+        self, client: redis.Redis, blobs: BlobStore, clock: Callable[[], int] = now_ms
+    ) -> None:
         self.redis = client
         self.scripts = Scripts(client)
         self.blobs = blobs
+        self.clock = clock  # ms since the epoch; tests pass their own
 
     def claim(self, ref: BatchRef, doc_id: str, token: str, lease_ms: int) -> Claim | None:
         k = _doc_keys(ref, doc_id)
         reply = self.scripts(
             "claim",
             [k["doc"], k["batch"], k["started"], k["leases"], k["ready"]],
-            [doc_id, now_ms(), lease_ms, token],
+            [doc_id, self.clock(), lease_ms, token],
         )
         if int(reply[0]) != 1:
             return None
@@ -269,7 +275,7 @@ class Store:
     def renew(self, claim: Claim, lease_ms: int) -> bool:
         k = _doc_keys(claim.batch, claim.doc_id)
         reply = self.scripts(
-            "renew", [k["doc"], k["leases"]], [claim.doc_id, claim.token, now_ms() + lease_ms]
+            "renew", [k["doc"], k["leases"]], [claim.doc_id, claim.token, self.clock() + lease_ms]
         )
         return int(reply) == 1
 
@@ -291,7 +297,7 @@ class Store:
             [
                 claim.doc_id,
                 claim.token,
-                now_ms(),
+                self.clock(),
                 outcome,
                 json.dumps(line_items, separators=(",", ":")) if line_items is not None else "",
                 code,
@@ -304,12 +310,12 @@ class Store:
         return stored, int(reply[1]) if stored else 0
 
     def expired_leases(self, shard: int, limit: int = 500) -> list[str]:
-        ids = self.redis.zrangebyscore(keys.leases(shard), "-inf", now_ms(), start=0, num=limit)
+        ids = self.redis.zrangebyscore(keys.leases(shard), "-inf", self.clock(), start=0, num=limit)
         return [i.decode() for i in ids]
 
     def stale_ready(self, shard: int, older_than_ms: int, limit: int = 500) -> list[str]:
         ids = self.redis.zrangebyscore(
-            keys.ready(shard), "-inf", now_ms() - older_than_ms, start=0, num=limit
+            keys.ready(shard), "-inf", self.clock() - older_than_ms, start=0, num=limit
         )
         return [i.decode() for i in ids]
 
@@ -325,6 +331,6 @@ class Store:
         reply = self.scripts(
             "requeue",
             [k["doc"], k["batch"], k["started"], k["leases"], k["ready"], k["outbox"], k["blob"]],
-            [doc_id, now_ms(), max_claims],
+            [doc_id, self.clock(), max_claims],
         )
         return str(reply.decode() if isinstance(reply, bytes) else reply)

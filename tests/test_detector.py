@@ -15,19 +15,19 @@ from relay import keys
 from relay.blobs import BlobStore
 from relay.config import load_settings
 from relay.crypto import generate_key
-from relay.deliveries import AsyncWebhooks
 from relay.detector import GROUP, Detector, ensure_groups
 from relay.model import DeliveryStatus
-from relay.queues import DELIVERY, PROCESSING
-from relay.runtime import Runtime
+from relay.queues import DELIVERY, PROCESSING, queue_key
 from relay.store import AsyncStore, BatchRef
+from relay.webhook_store import AsyncWebhookStore
+from relay.worker_context import WorkerContext
 
 REF = BatchRef("acme", "b1")
 
 
 class H:
     def __init__(self, url: str) -> None:
-        self.rt = Runtime(
+        self.ctx = WorkerContext(
             load_settings(
                 {"RELAY_REDIS_URL": url, "RELAY_ENCRYPTION_KEY": generate_key()}, dotenv=None
             )
@@ -36,7 +36,7 @@ class H:
         self.loop = asyncio.new_event_loop()
         self.aclient = redis.asyncio.Redis.from_url(url)
         self.api = AsyncStore(self.aclient, BlobStore(""))
-        self.hooks = AsyncWebhooks(self.aclient)
+        self.hooks = AsyncWebhookStore(self.aclient)
         ensure_groups(self.client)
 
     def complete(self, ref: BatchRef = REF, *, register: bool = True) -> None:
@@ -47,9 +47,9 @@ class H:
         )
         if register:
             self.register(ref)
-        claim = self.rt.store.claim(ref, doc.id, "t", 60_000)
+        claim = self.ctx.store.claim(ref, doc.id, "t", 60_000)
         assert claim is not None
-        self.rt.store.finish(claim, line_items=[], error=None)
+        self.ctx.store.finish(claim, line_items=[], error=None)
 
     def register(self, ref: BatchRef = REF) -> None:
         self.loop.run_until_complete(self.hooks.register(ref, "https://x.example/", "http://a"))
@@ -61,13 +61,13 @@ class H:
         ]
 
     def queued_jobs(self, queue: str) -> int:
-        return int(self.client.llen(f"rq:queue:{queue}"))
+        return int(self.client.llen(queue_key(queue)))
 
     def close(self) -> None:
         self.loop.run_until_complete(self.aclient.aclose())
         self.loop.close()
         self.client.close()
-        self.rt.redis.close()
+        self.ctx.redis.close()
 
 
 @pytest.fixture
@@ -79,12 +79,12 @@ def h(redis_url: str) -> Iterator[H]:
 
 def test_a_completion_becomes_one_delivery_and_a_wake_up(h: H) -> None:
     h.complete(register=False)  # done before any webhook: read, nothing to deliver yet
-    assert Detector(h.rt, "d1").read_once(10) == 1
+    assert Detector(h.ctx, "d1").read_once(10) == 1
     assert h.deliveries() == []
     h.register()  # late registration delivers the completion itself
     assert len(h.deliveries()) == 1
     h.complete()  # a second completion (seq 2), with the webhook registered
-    d = Detector(h.rt, "d1")
+    d = Detector(h.ctx, "d1")
     assert d.read_once(10) == 1
     ids = h.deliveries()
     assert len(ids) == 2
@@ -95,7 +95,7 @@ def test_a_completion_becomes_one_delivery_and_a_wake_up(h: H) -> None:
 def test_an_entry_read_twice_still_makes_one_delivery(h: H) -> None:
     h.complete()
     entry_id, fields = h.client.xrange(keys.outbox(REF.shard))[0]
-    d = Detector(h.rt, "d1")
+    d = Detector(h.ctx, "d1")
     d.handle(REF.shard, entry_id, fields)
     d.handle(REF.shard, entry_id, fields)
     assert len(h.deliveries()) == 1
@@ -106,10 +106,10 @@ def test_a_dead_detectors_entries_are_taken_over(h: H) -> None:
     # Detector A reads the entry and dies before creating the delivery (no ack).
     streams = {keys.outbox(s): ">" for s in range(keys.SHARDS)}
     assert h.client.xreadgroup(GROUP, "dead", streams, count=10)
-    assert Detector(h.rt, "live").read_once(10) == 0  # new entries only: nothing
+    assert Detector(h.ctx, "live").read_once(10) == 0  # new entries only: nothing
     assert h.deliveries() == []
     time.sleep(0.06)
-    assert Detector(h.rt, "live", reclaim_idle_ms=50).reclaim() == 1
+    assert Detector(h.ctx, "live", reclaim_idle_ms=50).reclaim() == 1
     assert len(h.deliveries()) == 1
     assert h.client.xpending(keys.outbox(REF.shard), GROUP)["pending"] == 0
 
@@ -118,9 +118,9 @@ def test_sweep_leases_requeues_and_enqueues(h: H) -> None:
     doc = h.loop.run_until_complete(
         h.api.upload(REF, filename="a.csv", content_type="text/csv", content=b"a\n1\n")
     )
-    assert h.rt.store.claim(REF, doc.id, "t", 1) is not None
+    assert h.ctx.store.claim(REF, doc.id, "t", 1) is not None
     time.sleep(0.005)
-    assert Detector(h.rt).sweep_leases() == 1
+    assert Detector(h.ctx).sweep_leases() == 1
     assert h.client.hget(keys.doc(REF.shard, doc.id), "status") == b"queued"
     assert h.queued_jobs(PROCESSING) == 1
 
@@ -132,7 +132,7 @@ def test_sweep_ready_enqueues_documents_whose_job_vanished(h: H) -> None:
     # Handed out (in `ready`) but the process died before enqueueing the job.
     h.loop.run_until_complete(h.api.process(REF, None))
     h.client.zadd(keys.ready(REF.shard), {doc.id: 0})
-    d = Detector(h.rt)
+    d = Detector(h.ctx)
     assert d.sweep_ready() == 1
     assert h.queued_jobs(PROCESSING) == 1
     assert d.sweep_ready() == 0  # its job exists now (and its hand-out time was refreshed)
@@ -140,11 +140,11 @@ def test_sweep_ready_enqueues_documents_whose_job_vanished(h: H) -> None:
 
 def test_sweep_due_wakes_each_shard_once(h: H) -> None:
     h.complete()
-    Detector(h.rt).read_once(10)
-    h.client.delete(f"rq:queue:{DELIVERY}", keys.shard_prefix(REF.shard) + "wake")
-    d = Detector(h.rt)
+    Detector(h.ctx).read_once(10)
+    h.client.delete(queue_key(DELIVERY), keys.wake(REF.shard))
+    d = Detector(h.ctx)
     assert d.sweep_due() == 1
     assert d.sweep_due() == 0  # a wake-up is already queued
     assert h.queued_jobs(DELIVERY) == 1
-    delivery = h.rt.deliveries.get(h.deliveries()[0])
+    delivery = h.ctx.webhooks.get(h.deliveries()[0])
     assert delivery is not None and delivery.status is DeliveryStatus.PENDING

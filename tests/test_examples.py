@@ -22,11 +22,11 @@ import httpx
 import pytest
 
 from relay.crypto import SigningMaterial
-from relay.deliveries import notification_body
 from relay.delivery.signing import build_headers
 from relay.keys import new_id
 from relay.model import Batch, Status
 from relay.timefmt import now_ms
+from relay.webhook_store import notification_body
 from tests.helpers import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent

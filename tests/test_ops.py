@@ -10,10 +10,10 @@ import sys
 import redis
 import redis.asyncio
 
-from relay.deliveries import AsyncWebhooks, Deliveries
 from relay.model import Attempt, DeliveryStatus
 from relay.store import BatchRef
 from relay.timefmt import now_ms
+from relay.webhook_store import AsyncWebhookStore, WebhookStore
 
 
 def relay_cli(redis_url: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -35,11 +35,11 @@ def _failed_delivery(redis_url: str, client: redis.Redis, name: str) -> str:
 
     async def register() -> None:
         aclient = redis.asyncio.Redis.from_url(redis_url)
-        await AsyncWebhooks(aclient).register(ref, "https://hooks.example.com/x", "http://a")
+        await AsyncWebhookStore(aclient).register(ref, "https://hooks.example.com/x", "http://a")
         await aclient.aclose()
 
     asyncio.run(register())
-    d = Deliveries(client)
+    d = WebhookStore(client)
     _, ident = d.create(ref, 1, b"{}")
     (c,) = d.claim(ref.shard, limit=1, lease_ms=60_000, token="t")
     attempt = Attempt(1, now_ms(), 12.5, 503, "http_status", "busy, try later")
@@ -59,7 +59,7 @@ def test_list_show_and_retry_one(redis_url: str, redis: redis.Redis) -> None:
     assert shown.stdout.count("\n") >= 6  # header lines, table head, rule, one row
     retried = relay_cli(redis_url, "deliveries", "retry", ident)
     assert retried.returncode == 0, retried.stderr
-    found = Deliveries(redis).get(ident)
+    found = WebhookStore(redis).get(ident)
     assert found is not None and found.status is DeliveryStatus.PENDING
     assert redis.llen("rq:queue:relay-delivery") == 1  # its shard was woken
 
@@ -69,7 +69,7 @@ def test_bulk_retry_of_failed_since(redis_url: str, redis: redis.Redis) -> None:
     done = relay_cli(redis_url, "deliveries", "retry", "--status", "failed", "--since", "2h")
     assert done.returncode == 0, done.stderr
     assert "3 delivery(ies) retried" in done.stdout
-    d = Deliveries(redis)
+    d = WebhookStore(redis)
     assert all(d.get(i).status is DeliveryStatus.PENDING for i in ids)  # type: ignore[union-attr]
     bad = relay_cli(redis_url, "deliveries", "retry", "--status", "failed", "--since", "2 hours")
     assert bad.returncode == 2 and "duration" in bad.stderr

@@ -15,7 +15,7 @@ import redis.asyncio
 
 from relay import keys
 from relay.blobs import BlobStore
-from relay.exceptions import Conflict, NotFound
+from relay.exceptions import BatchDeleted, BatchNotFound
 from relay.model import Batch, Document, Status
 from relay.store import AsyncStore, BatchRef, Claim, Store
 
@@ -100,7 +100,7 @@ def test_process_hands_out_each_queued_document_once(h: Harness) -> None:
 
 
 def test_process_unknown_batch_is_not_found(h: Harness) -> None:
-    with pytest.raises(NotFound):
+    with pytest.raises(BatchNotFound):
         h.run(h.api.process(BatchRef("acme", "nope"), None))
 
 
@@ -242,7 +242,7 @@ def test_delete_cancels_queued_lets_processing_finish(h: Harness) -> None:
     assert h.claim(REF, queued.id) is None  # canceled -> processing: refused
     b = h.batch(REF)
     assert b.deleted_at is not None and b.status is Status.PROCESSING and not b.all_done
-    with pytest.raises(Conflict):
+    with pytest.raises(BatchDeleted):
         h.upload(REF)
     h.worker.finish(claim, line_items=[], error=None)
     b = h.batch(REF)

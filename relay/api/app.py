@@ -17,15 +17,19 @@ from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Route
 
 from relay.api import batches, documents, health, openapi, webhooks
-from relay.api.context import STATE_KEY, AppState
 from relay.api.errors import exception_handlers
 from relay.api.lane import Lane
+from relay.api.state import STATE_KEY, AppState
 from relay.auth import KeyCache
 from relay.blobs import BlobStore
 from relay.config import Settings
+from relay.crypto import Encryptor
+from relay.delivery.addresses import TargetPolicy
 from relay.ratelimit import SlidingWindow
 from relay.redis_conn import async_client, sync_client
+from relay.signing_keys import SigningKeys
 from relay.store import AsyncStore
+from relay.webhook_store import AsyncWebhookStore
 
 API_PREFIX = "/api/v1"
 
@@ -53,7 +57,6 @@ def create_app(settings: Settings) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         client = async_client(settings.redis_url)
         sync = sync_client(settings.redis_url)
-        store = AsyncStore(client, BlobStore(settings.blob_dir))
         lane = Lane(settings.redis_url)
         setattr(
             app.state,
@@ -62,8 +65,10 @@ def create_app(settings: Settings) -> Starlette:
                 settings=settings,
                 redis=client,
                 sync_redis=sync,
-                store=store,
-                scripts=store.scripts,
+                store=AsyncStore(client, BlobStore(settings.blob_dir)),
+                webhooks=AsyncWebhookStore(client),
+                signing=SigningKeys(Encryptor.from_setting(settings.encryption_key)),
+                policy=TargetPolicy.from_settings(settings),
                 key_cache=KeyCache(),
                 status_limit=SlidingWindow(settings.status_rate_limit),
                 lane=lane,

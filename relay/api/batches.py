@@ -2,45 +2,35 @@
 
 ``GET /batches/{name}`` and ``GET /batches/{name}/results`` are rate-limited status
 endpoints served through ``relay.api.gate``; the others authenticate with one lookup.
-
-Cursors are opaque to clients: the results cursor is the next position in the batch as a
-base-10 string; the listing cursor is URL-safe base64 (no padding) of ``[created_ms, name]``
-of the last batch shown. Anything else is 422 ``invalid_cursor``.
+Cursors: ``relay.api.paging``.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
+import asyncio
 from typing import Any
 
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from relay.api.context import (
-    authenticate,
-    batch_ref,
-    json_response,
-    page_params,
-    read_json,
-    state,
-    valid_batch_name,
-)
+from relay import queues
+from relay.api.access import authenticate
+from relay.api.bodies import json_response, read_json
+from relay.api.errors import NotFound, Unprocessable
 from relay.api.gate import no_reads, serve_status
-from relay.exceptions import NotFound, Unprocessable
+from relay.api.paging import (
+    decode_listing_cursor,
+    decode_position,
+    encode_listing_cursor,
+    encode_position,
+    page_params,
+)
+from relay.api.paths import batch_ref, path_batch
+from relay.api.state import state
 from relay.model import Batch
-from relay.queues import enqueue_documents
-from relay.store import BatchRef
 
 MAX_FIELDS = 100
 MAX_FIELD_NAME = 128
-MAX_POSITION = 10**9
-
-
-def _invalid_cursor() -> Unprocessable:
-    return Unprocessable("invalid cursor", error_type="invalid_cursor")
 
 
 def parse_fields(body: Any) -> list[str] | None:
@@ -78,17 +68,17 @@ async def process_batch(request: Request) -> Response:
     """Hand the batch's queued, not yet handed documents to the workers: 202, the batch."""
     account = await authenticate(request)
     st = state(request)
-    ref = batch_ref(account, request.path_params["name"])
+    ref = batch_ref(request, account)
     fields = parse_fields(await read_json(request, allow_empty=True))
     doc_ids = await st.store.process(ref, fields)
     if doc_ids:
         # A crash between the script and this enqueue loses nothing: the documents sit in
         # the shard's `ready` set, where the sweeper re-enqueues any without a job.
-        await run_in_threadpool(
-            enqueue_documents,
+        await asyncio.to_thread(
+            queues.enqueue_documents,
             st.sync_redis,
             [(doc_id, account, ref.name) for doc_id in doc_ids],
-            timeout=int(st.settings.lease_seconds * 10) + 60,
+            st.settings,
         )
     batch = await st.store.get_batch(ref)
     if batch is None:
@@ -96,16 +86,11 @@ async def process_batch(request: Request) -> Response:
     return json_response(batch.to_json(), 202)
 
 
-def _path_ref(request: Request, account: str) -> BatchRef | None:
-    name: str = request.path_params["name"]
-    return BatchRef(account, name) if valid_batch_name(name) else None
-
-
 async def get_batch(request: Request) -> Response:
     """The batch with ``all_done`` and ``counts`` (rate-limited status endpoint)."""
 
     def reads(account: str, pipe: Any) -> None:
-        ref = _path_ref(request, account)
+        ref = path_batch(request, account)
         if ref is not None:
             pipe.hgetall(ref.key)
 
@@ -117,22 +102,11 @@ async def get_batch(request: Request) -> Response:
     return await serve_status(request, reads, render)
 
 
-def decode_position(cursor: str | None) -> int:
-    """The results position: a base-10 integer from 0 to 10**9 - 1."""
-    if cursor is None:
-        return 0
-    if not cursor.isascii() or not cursor.isdigit() or int(cursor) >= MAX_POSITION:
-        raise _invalid_cursor()
-    return int(cursor)
-
-
 async def batch_results(request: Request) -> Response:
     """The batch plus a page of its documents with ``line_items`` (status endpoint)."""
 
     async def render(account: str, replies: list[Any]) -> Any:
-        ref = _path_ref(request, account)
-        if ref is None:
-            raise NotFound("no such batch")
+        ref = batch_ref(request, account)
         cursor, limit = page_params(request)
         start = decode_position(cursor)
         batch, docs, next_start = await state(request).store.results(ref, start=start, limit=limit)
@@ -140,33 +114,10 @@ async def batch_results(request: Request) -> Response:
             raise NotFound("no such batch")
         body = batch.to_json()
         body["documents"] = [{**doc.to_json(), "line_items": items} for doc, items in docs]
-        body["next_cursor"] = None if next_start is None else str(next_start)
+        body["next_cursor"] = encode_position(next_start)
         return body
 
     return await serve_status(request, no_reads, render)
-
-
-def encode_listing_cursor(cursor: tuple[int, str]) -> str:
-    raw = json.dumps([cursor[0], cursor[1]], separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-
-
-def decode_listing_cursor(cursor: str | None) -> tuple[int, str] | None:
-    if cursor is None:
-        return None
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        created, name = json.loads(raw)
-    except (binascii.Error, ValueError, TypeError, RecursionError) as exc:
-        raise _invalid_cursor() from exc
-    if (
-        type(created) is not int
-        or not 0 <= created < 2**53
-        or not isinstance(name, str)
-        or not valid_batch_name(name)
-    ):
-        raise _invalid_cursor()
-    return created, name
 
 
 async def list_batches(request: Request) -> Response:
@@ -180,7 +131,7 @@ async def list_batches(request: Request) -> Response:
     return json_response(
         {
             "batches": [b.to_json() for b in batches],
-            "next_cursor": None if next_cursor is None else encode_listing_cursor(next_cursor),
+            "next_cursor": encode_listing_cursor(next_cursor),
         }
     )
 
@@ -189,7 +140,7 @@ async def delete_batch(request: Request) -> Response:
     """Cancel queued documents, refuse further uploads: 202, the batch (idempotent)."""
     account = await authenticate(request)
     st = state(request)
-    ref = batch_ref(account, request.path_params["name"])
+    ref = batch_ref(request, account)
     await st.store.delete_batch(ref)
     batch = await st.store.get_batch(ref)
     if batch is None:

@@ -21,22 +21,18 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from relay import keys
-from relay.api.context import (
-    authenticate,
-    declared_length,
-    json_response,
-    state,
-    valid_batch_name,
-)
-from relay.api.gate import serve_status
-from relay.exceptions import (
+from relay.api.access import authenticate
+from relay.api.bodies import declared_length, json_response, media_type
+from relay.api.errors import (
     BadRequest,
     NotFound,
     PayloadTooLarge,
     Unprocessable,
     UnsupportedMediaType,
 )
-from relay.model import Document
+from relay.api.gate import serve_status
+from relay.api.state import state
+from relay.model import Document, valid_batch_name
 from relay.store import BatchRef
 
 # Room for boundaries, part headers and the batch_name field around the file's bytes.
@@ -79,8 +75,7 @@ def content_type_of(upload: UploadFile, filename: str) -> str:
 
 
 async def _parse_form(request: Request, max_body: int) -> FormData:
-    media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    if media_type != "multipart/form-data":
+    if media_type(request) != "multipart/form-data":
         raise UnsupportedMediaType("expected Content-Type: multipart/form-data")
     length = declared_length(request)
     if length is not None and length > max_body:

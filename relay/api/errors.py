@@ -1,10 +1,14 @@
-"""Every error the API answers, as ``{"error": {"type", "message"}}``.
+"""Every error the API answers, as ``{"error": {"type", "message"}}``; the one place where
+an error gets an HTTP status.
 
-- :class:`ApiError` and its subclasses: their status and type (401 adds
-  ``WWW-Authenticate: Bearer``);
-- Redis unreachable, timing out, loading its dataset or read-only after a failover, and
-  :class:`StoreUnavailable`: 503 ``store_unavailable`` with ``Retry-After: 1``; the clients
-  reconnect by themselves, so the next request after Redis is back succeeds;
+- :class:`ApiError` and its subclasses, raised by the handlers for what a request got wrong:
+  their status and type (401 adds ``WWW-Authenticate: Bearer``);
+- the state layer's :class:`relay.exceptions.StateError` subclasses, mapped by
+  :data:`STATE_ERRORS` (a missing batch is 404 ``not_found``, a deleted one 409
+  ``batch_deleted``, ...);
+- Redis unreachable, timing out, loading its dataset or read-only after a failover:
+  503 ``store_unavailable`` with ``Retry-After: 1``; the clients reconnect by themselves, so
+  the next request after Redis is back succeeds;
 - Starlette's ``HTTPException`` (unknown route, wrong method): the same JSON shape;
 - a client that hangs up mid-body: 400 (nobody reads it; it just must not be a 500);
 - anything else: 500 ``internal_error``, logged. No client input is meant to get there.
@@ -23,9 +27,92 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from relay.exceptions import ApiError, ConfigError, StoreUnavailable
+from relay.exceptions import (
+    BatchDeleted,
+    BatchNotFound,
+    ConfigError,
+    DeliveryNotFound,
+    NotRetryable,
+    StateError,
+)
 
 logger = logging.getLogger("relay.api")
+
+
+class ApiError(Exception):
+    """A request that cannot be served; rendered as ``{"error": {"type", "message"}}``.
+
+    HTTP errors of the edge, raised by handlers; the core raises
+    :class:`relay.exceptions.StateError` instead, which :data:`STATE_ERRORS` maps.
+    """
+
+    status_code = 400
+    error_type = "bad_request"
+
+    def __init__(self, message: str, *, error_type: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if error_type is not None:
+            self.error_type = error_type
+
+
+class BadRequest(ApiError):
+    status_code = 400
+    error_type = "bad_request"
+
+
+class Unauthorized(ApiError):
+    status_code = 401
+    error_type = "unauthorized"
+
+
+class NotFound(ApiError):
+    status_code = 404
+    error_type = "not_found"
+
+
+class Conflict(ApiError):
+    status_code = 409
+    error_type = "conflict"
+
+
+class PayloadTooLarge(ApiError):
+    status_code = 413
+    error_type = "payload_too_large"
+
+
+class UnsupportedMediaType(ApiError):
+    status_code = 415
+    error_type = "unsupported_media_type"
+
+
+class Unprocessable(ApiError):
+    status_code = 422
+    error_type = "validation_error"
+
+
+class RateLimited(ApiError):
+    status_code = 429
+    error_type = "rate_limited"
+
+
+# Each state error as (status, type); the first entry the error is an instance of wins.
+STATE_ERRORS: dict[type[StateError], tuple[int, str]] = {
+    BatchNotFound: (404, "not_found"),
+    DeliveryNotFound: (404, "not_found"),
+    BatchDeleted: (409, "batch_deleted"),
+    NotRetryable: (409, "delivery_not_retryable"),
+    StateError: (409, "conflict"),
+}
+
+
+def from_state_error(exc: StateError) -> ApiError:
+    """The HTTP error for a refusal of the state layer."""
+    status, error_type = next(v for cls, v in STATE_ERRORS.items() if isinstance(exc, cls))
+    err = ApiError(exc.message, error_type=error_type)
+    err.status_code = status
+    return err
+
 
 _HTTP_TYPES = {
     400: "bad_request",
@@ -58,6 +145,12 @@ async def on_api_error(request: Request, exc: Exception) -> Response:
     if not isinstance(exc, ApiError):  # pragma: no cover - registered for ApiError only
         raise exc
     return error_response(exc)
+
+
+async def on_state_error(request: Request, exc: Exception) -> Response:
+    if not isinstance(exc, StateError):  # pragma: no cover - registered for StateError only
+        raise exc
+    return error_response(from_state_error(exc))
 
 
 async def on_store_unavailable(request: Request, exc: Exception) -> Response:
@@ -104,7 +197,7 @@ def exception_handlers() -> dict[Any, Any]:
     """
     return {
         ApiError: on_api_error,
-        StoreUnavailable: on_store_unavailable,
+        StateError: on_state_error,
         ConfigError: on_config_error,
         RedisConnectionError: on_store_unavailable,  # BusyLoadingError is a subclass
         BusyLoadingError: on_store_unavailable,

@@ -2,7 +2,7 @@
 
 ``GET /documents/{id}``, ``GET /batches/{name}`` and ``GET /batches/{name}/results`` are
 the endpoints clients poll, so each costs one pipelined Redis round trip in the steady
-state, sent down the lane (``relay.api.lane``: one multiplexed connection, hiredis packing
+state, sent down the lane (``relay.lane``: one multiplexed connection, hiredis packing
 and parsing). The round trip holds:
 
 1. ``HMGET api_key(prefix) hash account revoked_at`` - the key record, read fresh;
@@ -36,10 +36,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from relay import keys
-from relay.api.context import AppState, json_response, presented_key, state
-from relay.api.errors import error_response
+from relay.api.access import presented_key
+from relay.api.bodies import json_response
+from relay.api.errors import ApiError, RateLimited, Unauthorized, error_response
+from relay.api.state import AppState, state
 from relay.auth import RECORD_FIELDS, PresentedKey, check_record, lookup_key_async
-from relay.exceptions import ApiError, RateLimited, Unauthorized
 
 # Queues the endpoint's reads on the pipeline for the given account.
 Reads = Callable[[str, Any], None]

@@ -19,7 +19,8 @@ from starlette.responses import Response
 
 from relay import keys, queues
 from relay import metrics as counters
-from relay.api.context import AppState, json_response, state
+from relay.api.bodies import json_response
+from relay.api.state import AppState, state
 from relay.timefmt import now_ms
 
 # (labels, value) pairs of one gauge.
@@ -60,7 +61,7 @@ async def _queue_depth(st: AppState) -> Samples:
     names = (queues.PROCESSING, queues.DELIVERY)
     async with st.redis.pipeline(transaction=False) as pipe:
         for name in names:
-            pipe.llen(f"rq:queue:{name}")
+            pipe.llen(queues.queue_key(name))
         lengths = await pipe.execute()
     return [({"queue": name}, float(n)) for name, n in zip(names, lengths, strict=True)]
 
@@ -111,7 +112,7 @@ async def render_metrics(st: AppState) -> str:
         lines += [f"# HELP {g.name} {g.help}", f"# TYPE {g.name} gauge"]
         lines += [_line(g.name, labels, value) for labels, value in samples]
     try:
-        lines.append(counters.render(await st.redis.hgetall(counters.KEY)).rstrip("\n"))
+        lines.append(counters.render(await st.redis.hgetall(keys.metrics())).rstrip("\n"))
     except (RedisConnectionError, RedisTimeoutError):
         redis_up = 0.0
     lines += [

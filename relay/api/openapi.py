@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 import relay
-from relay.api.context import json_response
+from relay.api.bodies import json_response
 from relay.api.openapi_parts import (
     DELIVERY_ID,
     DOC_ID,

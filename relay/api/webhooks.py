@@ -2,76 +2,44 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
 from typing import Any
 
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from relay import keys
-from relay.api.batches import decode_position
-from relay.api.context import (
-    AppState,
-    authenticate,
-    batch_ref,
-    json_response,
-    page_params,
-    read_json,
-    state,
-)
-from relay.crypto import Encryptor, SigningMaterial
-from relay.deliveries import AsyncWebhooks, wake
-from relay.delivery.ssrf import TargetPolicy, vet_url
-from relay.exceptions import NotFound, Unprocessable, UnsafeTarget
-from relay.signing_keys import SigningKeys
+from relay import keys, queues
+from relay.api.access import authenticate
+from relay.api.bodies import json_response, read_json
+from relay.api.errors import NotFound, Unprocessable
+from relay.api.paging import decode_position, encode_position, page_params
+from relay.api.paths import batch_ref
+from relay.api.state import AppState, state
+from relay.crypto import SigningMaterial
+from relay.delivery.ssrf import vet_url
+from relay.exceptions import UnsafeTarget
 from relay.store import BatchRef
 from relay.timefmt import rfc3339
 
 MAX_URL_CHARS = 2048
 
 
-@dataclass
-class WebhookState:
-    hooks: AsyncWebhooks
-    signing: SigningKeys
-    policy: TargetPolicy
-    drain_timeout: int
-
-
-def _wstate(request: Request) -> tuple[AppState, WebhookState]:
-    st = state(request)
-    ws = getattr(request.app.state, "relay_webhooks", None)
-    if not isinstance(ws, WebhookState):
-        s = st.settings
-        ws = WebhookState(
-            hooks=AsyncWebhooks(st.redis),
-            signing=SigningKeys(Encryptor.from_setting(s.encryption_key)),
-            policy=TargetPolicy(
-                allow_http=s.allow_http_targets, allow_private=s.allow_private_targets
-            ),
-            drain_timeout=int(s.delivery_timeout * 2) + 35,
-        )
-        request.app.state.relay_webhooks = ws
-    return st, ws
-
-
-async def _batch(request: Request) -> tuple[AppState, WebhookState, BatchRef]:
+async def _batch(request: Request) -> tuple[AppState, BatchRef]:
     account = await authenticate(request)
-    st, ws = _wstate(request)
-    ref = batch_ref(account, request.path_params["name"])
+    st = state(request)
+    ref = batch_ref(request, account)
     if not await st.redis.exists(ref.key):
         raise NotFound(f"no batch named {ref.name!r}")
-    return st, ws, ref
+    return st, ref
 
 
-async def _wake(st: AppState, ws: WebhookState, ref: BatchRef) -> None:
-    await run_in_threadpool(wake, st.sync_redis, ref.shard, timeout=ws.drain_timeout)
+async def _wake(st: AppState, ref: BatchRef) -> None:
+    await asyncio.to_thread(queues.wake, st.sync_redis, ref.shard, st.settings)
 
 
 async def put_webhook(request: Request) -> Response:
-    st, ws, ref = await _batch(request)
+    st, ref = await _batch(request)
     body = await read_json(request)
     if not isinstance(body, dict) or set(body) != {"url"} or not isinstance(body["url"], str):
         raise Unprocessable('expected {"url": "https://..."}')
@@ -82,50 +50,49 @@ async def put_webhook(request: Request) -> Response:
         )
     try:
         # Resolving the host blocks: keep it off the event loop.
-        await run_in_threadpool(vet_url, url, ws.policy)
+        await asyncio.to_thread(vet_url, url, st.policy)
     except UnsafeTarget as exc:
         raise Unprocessable(exc.message, error_type="invalid_webhook_url") from exc
-    created, due = await ws.hooks.register(ref, url, st.settings.public_url)
+    created, due = await st.webhooks.register(ref, url, st.settings.public_url)
     if due:
-        await _wake(st, ws, ref)
-    hook = await ws.hooks.get(ref)
+        await _wake(st, ref)
+    hook = await st.webhooks.get(ref)
     if hook is None:  # removed between the two calls by a concurrent DELETE
         raise NotFound("the webhook was removed meanwhile")
     return json_response(hook.to_json(), 201 if created else 200)
 
 
 async def get_webhook(request: Request) -> Response:
-    _, ws, ref = await _batch(request)
-    hook = await ws.hooks.get(ref)
+    st, ref = await _batch(request)
+    hook = await st.webhooks.get(ref)
     if hook is None:
         raise NotFound(f"batch {ref.name!r} has no webhook")
     return json_response(hook.to_json())
 
 
 async def delete_webhook(request: Request) -> Response:
-    _, ws, ref = await _batch(request)
-    hook = await ws.hooks.get(ref)
-    if hook is None or not await ws.hooks.delete(ref):
+    st, ref = await _batch(request)
+    hook = await st.webhooks.get(ref)
+    if hook is None or not await st.webhooks.delete(ref):
         raise NotFound(f"batch {ref.name!r} has no webhook")
     return json_response(hook.to_json())
 
 
 async def list_deliveries(request: Request) -> Response:
-    _, ws, ref = await _batch(request)
+    st, ref = await _batch(request)
     cursor, limit = page_params(request)
-    found, next_start = await ws.hooks.deliveries(ref, start=decode_position(cursor), limit=limit)
+    found, next_start = await st.webhooks.deliveries(
+        ref, start=decode_position(cursor), limit=limit
+    )
     return json_response(
-        {
-            "deliveries": [d.to_json() for d in found],
-            "next_cursor": None if next_start is None else str(next_start),
-        }
+        {"deliveries": [d.to_json() for d in found], "next_cursor": encode_position(next_start)}
     )
 
 
 async def retry_delivery(request: Request) -> Response:
-    st, ws, ref = await _batch(request)
-    delivery = await ws.hooks.retry(ref, request.path_params["id"])
-    await _wake(st, ws, ref)
+    st, ref = await _batch(request)
+    delivery = await st.webhooks.retry(ref, request.path_params["id"])
+    await _wake(st, ref)
     return json_response(delivery.to_json(), 202)
 
 
@@ -154,16 +121,16 @@ async def _previous_until(st: AppState, account: str) -> int | None:
 
 async def get_signing(request: Request) -> Response:
     account = await authenticate(request)
-    st, ws = _wstate(request)
-    materials = await ws.signing.get(st.redis, account)
+    st = state(request)
+    materials = await st.signing.get(st.redis, account)
     return json_response(_signing_json(materials, await _previous_until(st, account)))
 
 
 async def rotate_signing(request: Request) -> Response:
     account = await authenticate(request)
-    st, ws = _wstate(request)
-    materials = await ws.signing.rotate(
-        st.redis, st.scripts, account, st.settings.signing_grace_seconds
+    st = state(request)
+    materials = await st.signing.rotate(
+        st.redis, st.store.scripts, account, st.settings.signing_grace_seconds
     )
     return json_response(_signing_json(materials, await _previous_until(st, account)))
 

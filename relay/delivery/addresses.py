@@ -15,6 +15,7 @@ import socket
 import threading
 from dataclasses import dataclass
 
+from relay.config import Settings
 from relay.exceptions import UnsafeTarget
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -69,6 +70,13 @@ class TargetPolicy:
 
     allow_http: bool = False
     allow_private: bool = False
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> TargetPolicy:
+        """The policy ``RELAY_ALLOW_HTTP_TARGETS`` / ``RELAY_ALLOW_PRIVATE_TARGETS`` ask for."""
+        return cls(
+            allow_http=settings.allow_http_targets, allow_private=settings.allow_private_targets
+        )
 
 
 # --------------------------------------------------------------------------- addresses

@@ -4,7 +4,7 @@ One RQ job per *shard wake-up*, not per delivery: RQ costs ~5 ms and ~57 Redis c
 job, more than an HTTP attempt on a fast receiver. A job claims up to ``RELAY_DELIVERY_BATCH``
 due deliveries at a time (one script), keeps ``RELAY_DELIVERY_CONCURRENCY`` requests in
 flight on the process's long-lived client, records each attempt the moment it ends, and
-claims more as slots free up, for at most ``DRAIN_BUDGET`` seconds; then it wakes the shard
+claims more as slots free up, for at most ``queues.DRAIN_BUDGET`` seconds; then it wakes the shard
 again if anything is still due, so other work in the queue gets its turn.
 
 At least once: a claim is a lease in the shard's ``due`` set; if this process dies, the
@@ -21,20 +21,19 @@ from functools import lru_cache
 
 import httpx
 
-from relay import keys
+from relay import keys, queues
 from relay.crypto import SigningMaterial
-from relay.deliveries import ClaimedDelivery, Deliveries, wake
 from relay.delivery import schedule
 from relay.delivery.signing import build_headers
 from relay.delivery.ssrf import TargetPolicy, TargetUrl, classify_error, validate_url
 from relay.exceptions import UnsafeTarget
 from relay.model import Attempt
-from relay.runtime import USER_AGENT, Runtime, current
 from relay.timefmt import now_ms
+from relay.webhook_store import ClaimedDelivery, WebhookStore
+from relay.worker_context import USER_AGENT, WorkerContext
 
 log = logging.getLogger("relay.delivery")
 
-DRAIN_BUDGET = 2.0
 EXCERPT_BYTES = 1024
 DRAIN_BYTES = 64 * 1024  # read this much of a response so its connection can be reused
 LEASE_MARGIN_MS = 5_000
@@ -47,12 +46,8 @@ def checked_url(url: str, policy: TargetPolicy) -> TargetUrl:
     return validate_url(url, policy)
 
 
-def lease_ms(rt: Runtime) -> int:
-    return int(rt.settings.delivery_timeout * 1000) + LEASE_MARGIN_MS
-
-
-def job_timeout(rt: Runtime) -> int:
-    return int(DRAIN_BUDGET + rt.settings.delivery_timeout * 2) + 30
+def lease_ms(ctx: WorkerContext) -> int:
+    return int(ctx.settings.delivery_timeout * 1000) + LEASE_MARGIN_MS
 
 
 def _read_excerpt(response: httpx.Response) -> str:
@@ -71,7 +66,7 @@ def _read_excerpt(response: httpx.Response) -> str:
 
 
 def attempt_once(
-    rt: Runtime, d: ClaimedDelivery, token: str, materials: list[SigningMaterial]
+    ctx: WorkerContext, d: ClaimedDelivery, token: str, materials: list[SigningMaterial]
 ) -> str:
     """Make one attempt of one claimed delivery and record it. Returns the outcome."""
     started_ms = now_ms()
@@ -81,9 +76,9 @@ def attempt_once(
     error: str | None = None
     excerpt = ""
     try:
-        checked_url(d.url, rt.policy)
+        checked_url(d.url, ctx.policy)
         headers = build_headers(d.id, int(time.time()), d.body, materials, USER_AGENT)
-        with rt.http.stream("POST", d.url, content=d.body, headers=headers) as response:
+        with ctx.http.stream("POST", d.url, content=d.body, headers=headers) as response:
             status_code = response.status_code
             retry_after = response.headers.get("retry-after")
             excerpt = _read_excerpt(response)
@@ -99,8 +94,8 @@ def attempt_once(
         status_code=status_code,
         retry_after=retry_after,
         failed_in_round=d.round_attempts,
-        schedule=rt.settings.retry_schedule,
-        jitter=rt.settings.retry_jitter,
+        schedule=ctx.settings.retry_schedule,
+        jitter=ctx.settings.retry_jitter,
         now_ms=now_ms(),
     )
     attempt = Attempt(
@@ -111,7 +106,7 @@ def attempt_once(
         error=error,
         response_excerpt=excerpt[:EXCERPT_BYTES],
     )
-    rt.deliveries.record(
+    ctx.webhooks.record(
         d,
         token,
         attempt,
@@ -120,12 +115,12 @@ def attempt_once(
         reason="the receiver answered 410 Gone" if decision.outcome == schedule.GONE else "",
     )
     if decision.outcome == schedule.SUCCEEDED:
-        rt.metrics.delivered(d.completed_ms, now_ms())
-    rt.metrics.attempted(decision.outcome, duration_ms)
+        ctx.metrics.delivered(d.completed_ms, now_ms())
+    ctx.metrics.attempted(decision.outcome, duration_ms)
     return decision.outcome
 
 
-def drain(rt: Runtime, shard: int, *, budget: float = DRAIN_BUDGET) -> int:
+def drain(ctx: WorkerContext, shard: int, *, budget: float = queues.DRAIN_BUDGET) -> int:
     """Send due deliveries for up to ``budget`` seconds, this shard's first, then any other
     shard's (one job serves a backlog spread over shards). Returns the attempts made.
 
@@ -133,9 +128,9 @@ def drain(rt: Runtime, shard: int, *, budget: float = DRAIN_BUDGET) -> int:
     senders) and claims again only when fewer than the concurrency remain, so claims come
     in batches rather than one per finished attempt.
     """
-    store: Deliveries = rt.deliveries
+    store: WebhookStore = ctx.webhooks
     token = secrets.token_hex(8)
-    concurrency = rt.settings.delivery_concurrency
+    concurrency = ctx.settings.delivery_concurrency
     deadline = time.monotonic() + budget
     inflight: set[Future[str]] = set()
     shards = [shard]
@@ -149,17 +144,17 @@ def drain(rt: Runtime, shard: int, *, budget: float = DRAIN_BUDGET) -> int:
             if shards:
                 claimed = store.claim(
                     shards[0],
-                    limit=min(2 * concurrency - len(inflight), rt.settings.delivery_batch),
-                    lease_ms=lease_ms(rt),
+                    limit=min(2 * concurrency - len(inflight), ctx.settings.delivery_batch),
+                    lease_ms=lease_ms(ctx),
                     token=token,
                 )
                 if not claimed:
                     shards.pop(0)
                     continue
-                materials = rt.signing.for_accounts(rt.redis, {d.account for d in claimed})
+                materials = ctx.signing.for_accounts(ctx.redis, {d.account for d in claimed})
                 for d in claimed:
                     inflight.add(
-                        rt.executor.submit(attempt_once, rt, d, token, materials[d.account])
+                        ctx.executor.submit(attempt_once, ctx, d, token, materials[d.account])
                     )
         if not inflight:
             break
@@ -171,12 +166,11 @@ def drain(rt: Runtime, shard: int, *, budget: float = DRAIN_BUDGET) -> int:
     return made
 
 
-def run_due(shard: int) -> str:
+def run_due(ctx: WorkerContext, shard: int) -> str:
     """RQ job: drain due deliveries, this shard's first; wake what is still due after."""
-    rt = current()
-    rt.redis.delete(keys.shard_prefix(shard) + "wake")
-    made = drain(rt, shard)
-    rt.metrics.flush(rt.redis)
-    for due_shard in rt.deliveries.due_shards(shard):  # the budget ran out: hand the rest on
-        wake(rt.redis, due_shard, timeout=job_timeout(rt))
+    ctx.redis.delete(keys.wake(shard))
+    made = drain(ctx, shard)
+    ctx.metrics.flush(ctx.redis)
+    for due_shard in ctx.webhooks.due_shards(shard):  # the budget ran out: hand the rest on
+        queues.wake(ctx.redis, due_shard, ctx.settings)
     return f"{made} attempt(s)"

@@ -1,5 +1,24 @@
 -- Shared helpers, prepended to every script by relay/scripts.py.
 
+-- Keys a script derives from ids it reads (a batch's documents, a shard's due deliveries,
+-- a delivery's batch): they cannot be known before the script runs, so they cannot come in
+-- KEYS. `p` is the shard's key prefix (relay.keys.shard_prefix, passed in ARGV), so every
+-- derived key carries the script's hash tag. Each function mirrors the function of the same
+-- name in relay/keys.py; tests/test_keys.py holds them equal. No script builds a key
+-- any other way.
+local function key_doc(p, id) return p .. 'doc:' .. id end
+local function key_blob(p, id) return key_doc(p, id) .. ':blob' end
+local function key_delivery(p, id) return p .. 'delivery:' .. id end
+local function key_delivery_attempts(p, id) return key_delivery(p, id) .. ':attempts' end
+local function key_webhook(p, account, name)
+  return p .. 'batch:' .. account .. ':' .. name .. ':webhook'
+end
+
+-- A refusal the caller maps to a domain error (relay.scripts.refusal reads it back exactly).
+local function refuse(reason)
+  return redis.error_reply('REFUSED ' .. reason)
+end
+
 -- Close the batch when its last open document has reached a terminal status:
 -- completed_at = the latest document completion, completion_seq += 1, and one outbox entry
 -- (the completion event the detector turns into a delivery). O(1): counters, no scan.

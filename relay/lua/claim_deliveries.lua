@@ -3,27 +3,27 @@
 -- due again once the lease runs out.
 -- KEYS: 1 due
 -- ARGV: 1 now (ms), 2 lease (ms), 3 max count, 4 lease token,
---       5 key prefix of the shard ('relay:{rN}:')
+--       5 the shard's key prefix (deliveries and webhooks are derived from it)
 -- Returns: a flat list, 10 values per claimed delivery: id, account, batch, url, body,
 --   attempt number, attempts in this round, created_at, seq, the batch's completed_at
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[3])
 local out = {}
 local expiry = tonumber(ARGV[1]) + tonumber(ARGV[2])
 for _, id in ipairs(ids) do
-  local dk = ARGV[5] .. 'delivery:' .. id
+  local dk = key_delivery(ARGV[5], id)
   local d = redis.call('HMGET', dk, 'status', 'account', 'batch', 'body', 'round_start',
                        'created_at', 'seq', 'completed_at')
   if d[1] ~= 'pending' then
     redis.call('ZREM', KEYS[1], id)
   else
-    local wk = ARGV[5] .. 'batch:' .. d[2] .. ':' .. d[3] .. ':webhook'
+    local wk = key_webhook(ARGV[5], d[2], d[3])
     local w = redis.call('HMGET', wk, 'url', 'disabled')
     if not w[1] or w[2] == '1' then
       redis.call('HSET', dk, 'status', 'canceled', 'next_attempt_at', '', 'lease', '',
                  'updated_at', ARGV[1])
       redis.call('ZREM', KEYS[1], id)
     else
-      local done = redis.call('LLEN', dk .. ':attempts')
+      local done = redis.call('LLEN', key_delivery_attempts(ARGV[5], id))
       redis.call('HSET', dk, 'lease', ARGV[4], 'url', w[1])
       redis.call('ZADD', KEYS[1], expiry, id)
       local n = #out

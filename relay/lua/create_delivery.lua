@@ -3,7 +3,7 @@
 -- KEYS: 1 webhook, 2 delivery_by_seq, 3 batch_deliveries, 4 due, 5 shard_deliveries,
 --       6 new delivery
 -- ARGV: 1 new delivery id, 2 account, 3 batch name, 4 completion_seq, 5 now (ms),
---       6 body (exact JSON bytes), 7 delivery key prefix ('relay:{rN}:delivery:'),
+--       6 body (exact JSON bytes), 7 the shard's key prefix (the older delivery),
 --       8 the batch's completed_at (ms) for this completion
 -- Returns: {1, id} created; {0, id} already exists for this seq; {0, ''} no usable webhook.
 local existing = redis.call('HGET', KEYS[2], ARGV[4])
@@ -15,7 +15,7 @@ if not w[1] or w[2] == '1' then
   return {0, ''}
 end
 if w[3] and w[3] ~= '' then
-  local older = ARGV[7] .. w[3]
+  local older = key_delivery(ARGV[7], w[3])
   local o = redis.call('HMGET', older, 'status', 'seq')
   if o[1] == 'pending' and tonumber(o[2]) < tonumber(ARGV[4]) then
     redis.call('HSET', older, 'status', 'superseded', 'next_attempt_at', '', 'lease', '',

@@ -1,6 +1,6 @@
 -- Delete a batch: queued documents -> canceled; processing ones finish; no more uploads.
 -- KEYS: 1 batch, 2 batch_docs, 3 batch_pending, 4 ready, 5 outbox
--- ARGV: 1 now (ms), 2 key prefix of documents in this shard ('relay:{rN}:doc:')
+-- ARGV: 1 now (ms), 2 the shard's key prefix (documents and blobs are derived from it)
 -- Returns: {found (1/0), canceled document ids...}
 -- Documents' keys are derived from ARGV[2] (same hash tag as KEYS) because a batch may hold
 -- any number of them; each cancellation is O(1).
@@ -16,10 +16,10 @@ redis.call('DEL', KEYS[3])
 local canceled = {1}
 local ids = redis.call('LRANGE', KEYS[2], 0, -1)
 for _, id in ipairs(ids) do
-  local dk = ARGV[2] .. id
+  local dk = key_doc(ARGV[2], id)
   if redis.call('HGET', dk, 'status') == 'queued' then
     redis.call('HSET', dk, 'status', 'canceled', 'completed_at', ARGV[1], 'blob', '')
-    redis.call('DEL', dk .. ':blob')
+    redis.call('DEL', key_blob(ARGV[2], id))
     redis.call('ZREM', KEYS[4], id)
     redis.call('HINCRBY', KEYS[1], 'queued', -1)
     redis.call('HINCRBY', KEYS[1], 'canceled', 1)

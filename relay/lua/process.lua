@@ -2,13 +2,13 @@
 -- KEYS: 1 batch, 2 batch_pending, 3 ready
 -- ARGV: 1 fields (JSON list), 2 now (ms), 3 '1' to store the fields
 -- Returns: the handed document ids (moved to `ready`, where the sweeper finds any whose
--- RQ job was never enqueued), or an error reply 'deleted' / 'missing'.
+-- RQ job was never enqueued), or the refusal 'deleted' / 'missing'.
 local b = redis.call('HMGET', KEYS[1], 'created_at', 'deleted_at')
 if not b[1] then
-  return redis.error_reply('missing')
+  return refuse('missing')
 end
 if b[2] and b[2] ~= '' then
-  return redis.error_reply('deleted')
+  return refuse('deleted')
 end
 if ARGV[3] == '1' then
   redis.call('HSET', KEYS[1], 'fields', ARGV[1])

@@ -1,12 +1,12 @@
 -- Register or replace a batch's callback URL (and enable it again).
 -- KEYS: 1 batch, 2 webhook, 3 delivery_by_seq
--- ARGV: 1 url, 2 now (ms), 3 delivery key prefix ('relay:{rN}:delivery:')
+-- ARGV: 1 url, 2 now (ms), 3 the shard's key prefix (the completion's delivery)
 -- Returns: {created (1/0), completion_seq if the batch is done else 0,
 --           delivery id of that completion or '', its status or ''}
--- or an error reply 'missing' when the batch does not exist.
+-- or the refusal 'missing' when the batch does not exist.
 local b = redis.call('HMGET', KEYS[1], 'created_at', 'completed_at', 'completion_seq')
 if not b[1] then
-  return redis.error_reply('missing')
+  return refuse('missing')
 end
 local created = 0
 if redis.call('EXISTS', KEYS[2]) == 0 then
@@ -23,7 +23,7 @@ local dlv, status = '', ''
 if seq > 0 then
   dlv = redis.call('HGET', KEYS[3], seq) or ''
   if dlv ~= '' then
-    status = redis.call('HGET', ARGV[3] .. dlv, 'status') or ''
+    status = redis.call('HGET', key_delivery(ARGV[3], dlv), 'status') or ''
   end
 end
 return {created, seq, dlv, status}

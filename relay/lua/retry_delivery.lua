@@ -2,20 +2,20 @@
 -- same webhook-id and a fresh retry schedule. A superseded delivery cannot be retried.
 -- KEYS: 1 delivery, 2 due, 3 webhook, 4 delivery attempts
 -- ARGV: 1 id, 2 now (ms)
--- Returns: 'ok' or an error reply: 'missing' | 'superseded' | 'no_webhook' | 'disabled'
+-- Returns: 'ok' or a refusal: 'missing' | 'superseded' | 'no_webhook' | 'disabled'
 local d = redis.call('HMGET', KEYS[1], 'status')
 if not d[1] then
-  return redis.error_reply('missing')
+  return refuse('missing')
 end
 if d[1] == 'superseded' then
-  return redis.error_reply('superseded')
+  return refuse('superseded')
 end
 local w = redis.call('HMGET', KEYS[3], 'url', 'disabled')
 if not w[1] then
-  return redis.error_reply('no_webhook')
+  return refuse('no_webhook')
 end
 if w[2] == '1' then
-  return redis.error_reply('disabled')
+  return refuse('disabled')
 end
 if d[1] ~= 'pending' then
   redis.call('HSET', KEYS[1], 'status', 'pending', 'lease', '',

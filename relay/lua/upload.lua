@@ -3,10 +3,10 @@
 -- ARGV: 1 account, 2 batch name, 3 doc id, 4 filename, 5 content_type, 6 size, 7 now (ms),
 --       8 blob bytes, 9 '1' when the bytes go to KEYS[6] (Redis blob store) else '0',
 --       10 blob reference (directory store path, or '')
--- Returns: 1, or an error reply 'deleted' when the batch was deleted.
+-- Returns: 1, or the refusal 'deleted' when the batch was deleted.
 local batch = redis.call('HMGET', KEYS[1], 'created_at', 'deleted_at')
 if batch[2] and batch[2] ~= '' then
-  return redis.error_reply('deleted')
+  return refuse('deleted')
 end
 if not batch[1] then
   redis.call('HSET', KEYS[1], 'account', ARGV[1], 'name', ARGV[2], 'created_at', ARGV[7],

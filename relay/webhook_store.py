@@ -3,12 +3,14 @@
 A delivery is created once per batch completion (idempotent on batch + completion_seq),
 lives in its batch's shard, and is *due* while its id sits in the shard's ``due`` sorted set.
 Workers claim due deliveries with a lease; an attempt's outcome moves the delivery on.
-``AsyncWebhooks`` serves the API; ``Deliveries`` serves the detector, workers and the CLI.
+``AsyncWebhookStore`` serves the API; ``WebhookStore`` serves the detector, workers and the
+CLI. Waking a worker for due deliveries is the queues' business (``relay.queues.wake``).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,17 +19,13 @@ import redis.asyncio
 from redis.exceptions import ResponseError
 
 from relay import keys
-from relay.exceptions import ApiError, Conflict, NotFound
+from relay.exceptions import BatchNotFound, DeliveryNotFound, NotRetryable, StateError
 from relay.model import Attempt, Batch, Delivery, DeliveryStatus, Webhook
-from relay.queues import enqueue_drain
-from relay.scripts import AsyncScripts, Scripts
+from relay.scripts import AsyncScripts, Scripts, refusal
 from relay.store import BatchRef
 from relay.timefmt import now_ms, rfc3339
 
 EVENT_TYPE = "batch.completed"
-# A wake-up marker outlives its job only when the worker that took the job died before
-# starting it; the shard is then woken again by the sweeper after this long.
-WAKE_TTL_MS = 10_000
 
 
 def notification_body(batch: Batch, public_url: str) -> bytes:
@@ -39,7 +37,7 @@ def notification_body(batch: Batch, public_url: str) -> bytes:
 
 
 def _create_call(
-    ref: BatchRef, seq: int, body: bytes, completed_ms: int
+    ref: BatchRef, seq: int, body: bytes, completed_ms: int, now: int
 ) -> tuple[list[str], list[Any]]:
     s, a, n = ref.shard, ref.account, ref.name
     new_id = keys.new_id("msg", s)
@@ -52,11 +50,13 @@ def _create_call(
             keys.shard_deliveries(s),
             keys.delivery(s, new_id),
         ],
-        [new_id, a, n, seq, now_ms(), body, keys.delivery(s, ""), completed_ms],
+        [new_id, a, n, seq, now, body, keys.shard_prefix(s), completed_ms],
     )
 
 
-def _retry_call(shard: int, delivery_id: str, ref: BatchRef) -> tuple[list[str], list[Any]]:
+def _retry_call(
+    shard: int, delivery_id: str, ref: BatchRef, now: int
+) -> tuple[list[str], list[Any]]:
     return (
         [
             keys.delivery(shard, delivery_id),
@@ -64,34 +64,18 @@ def _retry_call(shard: int, delivery_id: str, ref: BatchRef) -> tuple[list[str],
             keys.webhook(shard, ref.account, ref.name),
             keys.delivery_attempts(shard, delivery_id),
         ],
-        [delivery_id, now_ms()],
+        [delivery_id, now],
     )
 
 
-_RETRY_ERRORS = {
-    "missing": (NotFound, "no such delivery"),
-    "superseded": (Conflict, "a newer completion of the batch replaced this delivery"),
-    "no_webhook": (Conflict, "the batch has no webhook; register one first"),
-    "disabled": (Conflict, "the batch's webhook is disabled; register it again to enable it"),
-}
-
-
-def _retry_error(exc: ResponseError) -> ApiError | None:
-    """The API error for a script's refusal to retry (None: not a refusal, re-raise)."""
-    for word, (cls, message) in _RETRY_ERRORS.items():
-        if word in str(exc):
-            if cls is Conflict:
-                return Conflict(message, error_type="delivery_not_retryable")
-            return NotFound(message)
-    return None
-
-
-def wake(client: redis.Redis, shard: int, *, timeout: int) -> bool:
-    """Enqueue a drain job for the shard unless one is already waiting in the queue."""
-    if client.set(keys.shard_prefix(shard) + "wake", b"1", nx=True, px=WAKE_TTL_MS):
-        enqueue_drain(client, shard, timeout=timeout)
-        return True
-    return False
+def _retry_refusal(delivery_id: str, exc: ResponseError) -> StateError | ResponseError:
+    """The domain error for the retry script's refusal (the reply itself otherwise)."""
+    reason = refusal(exc)
+    if reason == "missing":
+        return DeliveryNotFound(f"no delivery {delivery_id!r}")
+    if reason in NotRetryable.MESSAGES:
+        return NotRetryable(reason)
+    return exc
 
 
 @dataclass(frozen=True)
@@ -111,19 +95,20 @@ class ClaimedDelivery:
     completed_ms: int  # the batch's completed_at for this completion (0: unknown)
 
 
-class Deliveries:
+class WebhookStore:
     """Delivery state for the detector, the delivery workers and ``relay deliveries``."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis, clock: Callable[[], int] = now_ms) -> None:
         self.redis = client
         self.scripts = Scripts(client)
+        self.clock = clock  # ms since the epoch; tests pass their own
 
     def create(
         self, ref: BatchRef, seq: int, body: bytes, completed_ms: int = 0
     ) -> tuple[bool, str]:
         """Create the delivery of completion ``seq``: (created, id); id '' = no webhook.
         ``completed_ms`` (the batch's completed_at) lets workers measure notification lag."""
-        k, a = _create_call(ref, seq, body, completed_ms)
+        k, a = _create_call(ref, seq, body, completed_ms, self.clock())
         created, ident = self.scripts("create_delivery", k, a)
         return int(created) == 1, ident.decode() if isinstance(ident, bytes) else str(ident)
 
@@ -131,7 +116,7 @@ class Deliveries:
         flat = self.scripts(
             "claim_deliveries",
             [keys.due(shard)],
-            [now_ms(), lease_ms, limit, token, keys.shard_prefix(shard)],
+            [self.clock(), lease_ms, limit, token, keys.shard_prefix(shard)],
         )
         out = []
         for i in range(0, len(flat), 10):
@@ -188,19 +173,20 @@ class Deliveries:
         return Delivery.from_hash(h, attempts) if h else None
 
     def retry(self, delivery_id: str) -> Delivery:
-        """Deliver again now, same webhook-id (ops). Raises NotFound / Conflict."""
+        """Deliver again now, same webhook-id (ops). Raises DeliveryNotFound, NotRetryable."""
         current = self.get(delivery_id)
         shard = keys.shard_of_id("msg", delivery_id)
         if current is None or shard is None:
-            raise NotFound(f"no delivery {delivery_id!r}")
-        k, a = _retry_call(shard, delivery_id, BatchRef(current.account, current.batch_name))
+            raise DeliveryNotFound(f"no delivery {delivery_id!r}")
+        ref = BatchRef(current.account, current.batch_name)
+        k, a = _retry_call(shard, delivery_id, ref, self.clock())
         try:
             self.scripts("retry_delivery", k, a)
         except ResponseError as exc:
-            raise (_retry_error(exc) or exc) from exc
+            raise _retry_refusal(delivery_id, exc) from exc
         updated = self.get(delivery_id)
         if updated is None:  # only if deleted by hand meanwhile
-            raise NotFound(f"no delivery {delivery_id!r}")
+            raise DeliveryNotFound(f"no delivery {delivery_id!r}")
         return updated
 
     def list(self, *, limit: int = 100, since_ms: int = 0) -> list[Delivery]:
@@ -225,7 +211,7 @@ class Deliveries:
 
     def due_shards(self, first: int = 0) -> tuple[int, ...]:
         """Shards with deliveries due now, ``first`` first (one pipelined round trip)."""
-        now = now_ms()
+        now = self.clock()
         with self.redis.pipeline(transaction=False) as pipe:
             for s in range(keys.SHARDS):
                 pipe.zcount(keys.due(s), "-inf", now)
@@ -234,15 +220,17 @@ class Deliveries:
         return tuple(s for s in order if counts[s])
 
 
-class AsyncWebhooks:
+class AsyncWebhookStore:
     """The API's view: register, read, remove webhooks; list and retry deliveries."""
 
-    def __init__(self, client: redis.asyncio.Redis) -> None:
+    def __init__(self, client: redis.asyncio.Redis, clock: Callable[[], int] = now_ms) -> None:
         self.redis = client
         self.scripts = AsyncScripts(client)
+        self.clock = clock  # ms since the epoch; tests pass their own
 
     async def register(self, ref: BatchRef, url: str, public_url: str) -> tuple[bool, bool]:
-        """Register or replace the URL. Returns (created, a delivery became due now)."""
+        """Register or replace the URL. Returns (created, a delivery became due now).
+        Raises BatchNotFound."""
         s = ref.shard
         try:
             created, seq, dlv, status = await self.scripts(
@@ -252,11 +240,11 @@ class AsyncWebhooks:
                     keys.webhook(s, ref.account, ref.name),
                     keys.batch_delivery_by_seq(s, ref.account, ref.name),
                 ],
-                [url, now_ms(), keys.delivery(s, "")],
+                [url, self.clock(), keys.shard_prefix(s)],
             )
         except ResponseError as exc:
-            if "missing" in str(exc):
-                raise NotFound(f"no batch named {ref.name!r}") from exc
+            if refusal(exc) == "missing":
+                raise BatchNotFound(f"no batch named {ref.name!r}") from exc
             raise
         due = False
         seq, dlv, status = int(seq), dlv.decode(), status.decode()
@@ -266,12 +254,16 @@ class AsyncWebhooks:
             batch = Batch.from_hash(h)
             if batch.completed_at is not None and batch.completion_seq == seq:
                 k, a = _create_call(
-                    ref, seq, notification_body(batch, public_url), batch.completed_at
+                    ref,
+                    seq,
+                    notification_body(batch, public_url),
+                    batch.completed_at,
+                    self.clock(),
                 )
                 made, _ = await self.scripts("create_delivery", k, a)
                 due = int(made) == 1
         elif seq and status in (DeliveryStatus.FAILED, DeliveryStatus.CANCELED):
-            k, a = _retry_call(s, dlv, ref)
+            k, a = _retry_call(s, dlv, ref, self.clock())
             await self.scripts("retry_delivery", k, a)
             due = True
         elif status == DeliveryStatus.PENDING:
@@ -287,7 +279,7 @@ class AsyncWebhooks:
         removed = await self.scripts(
             "cancel_deliveries",
             [keys.webhook(s, ref.account, ref.name), keys.due(s)],
-            [now_ms(), keys.delivery(s, "")],
+            [self.clock(), keys.shard_prefix(s)],
         )
         return int(removed) == 1
 
@@ -316,18 +308,20 @@ class AsyncWebhooks:
         ]
 
     async def retry(self, ref: BatchRef, delivery_id: str) -> Delivery:
+        """Deliver again now, same webhook-id. Raises DeliveryNotFound, NotRetryable."""
+        missing = DeliveryNotFound(f"no delivery {delivery_id!r} for this batch")
         shard = keys.shard_of_id("msg", delivery_id)
         if shard is None or shard != ref.shard:
-            raise NotFound(f"no delivery {delivery_id!r} for this batch")
+            raise missing
         h = await self.redis.hmget(keys.delivery(shard, delivery_id), ["account", "batch"])
         if h[0] is None or h[0].decode() != ref.account or h[1].decode() != ref.name:
-            raise NotFound(f"no delivery {delivery_id!r} for this batch")
-        k, a = _retry_call(shard, delivery_id, ref)
+            raise missing
+        k, a = _retry_call(shard, delivery_id, ref, self.clock())
         try:
             await self.scripts("retry_delivery", k, a)
         except ResponseError as exc:
-            raise (_retry_error(exc) or exc) from exc
+            raise _retry_refusal(delivery_id, exc) from exc
         found = await self._load(shard, [delivery_id])
         if not found:  # only if deleted by hand meanwhile
-            raise NotFound(f"no delivery {delivery_id!r} for this batch")
+            raise missing
         return found[0]

@@ -1,8 +1,10 @@
-"""Per-process resources of workers and sweepers, built once from the settings.
+"""What a worker or detector process works with, built once at its start and passed in.
 
-RQ imports job functions by name, so a job finds its process's resources here rather than in
-its arguments. ``configure`` is called by ``relay worker`` / ``relay detector`` at start;
-a job in a process that was not configured builds them from the environment on first use.
+``relay worker`` builds one :class:`WorkerContext` and binds it to the RQ worker
+(``relay.worker``), which hands it to every job as its first argument, as arq's ``ctx``
+does; ``relay detector`` and ``relay deliveries`` build their own. Nothing here is global:
+a test or benchmark builds a context from its own settings. Each resource is made on first
+use, so a process pays only for what it uses.
 """
 
 from __future__ import annotations
@@ -16,21 +18,21 @@ import redis
 
 from relay import __version__
 from relay.blobs import BlobStore
-from relay.config import Settings, load_settings
+from relay.config import Settings
 from relay.crypto import Encryptor
-from relay.deliveries import Deliveries
 from relay.delivery.ssrf import TargetPolicy, make_client
 from relay.extract.loader import Extractor, load_extractor
 from relay.metrics import Metrics
 from relay.redis_conn import sync_client
 from relay.signing_keys import SigningKeys
 from relay.store import Store
+from relay.webhook_store import WebhookStore
 
 USER_AGENT = f"relay/{__version__}"
 
 
 @dataclass
-class Runtime:
+class WorkerContext:
     settings: Settings
 
     @cached_property
@@ -42,19 +44,16 @@ class Runtime:
         return Store(self.redis, BlobStore(self.settings.blob_dir))
 
     @cached_property
+    def webhooks(self) -> WebhookStore:
+        return WebhookStore(self.redis)
+
+    @cached_property
     def metrics(self) -> Metrics:
         return Metrics()
 
     @cached_property
-    def deliveries(self) -> Deliveries:
-        return Deliveries(self.redis)
-
-    @cached_property
     def policy(self) -> TargetPolicy:
-        return TargetPolicy(
-            allow_http=self.settings.allow_http_targets,
-            allow_private=self.settings.allow_private_targets,
-        )
+        return TargetPolicy.from_settings(self.settings)
 
     @cached_property
     def http(self) -> httpx.Client:
@@ -77,19 +76,3 @@ class Runtime:
     @cached_property
     def extractor(self) -> Extractor:
         return load_extractor(self.settings.extractor)
-
-
-_current: Runtime | None = None
-
-
-def configure(settings: Settings) -> Runtime:
-    global _current
-    _current = Runtime(settings)
-    return _current
-
-
-def current() -> Runtime:
-    global _current
-    if _current is None:
-        _current = Runtime(load_settings())
-    return _current

@@ -12,11 +12,11 @@ import redis
 import redis.asyncio
 
 from relay import keys
-from relay.deliveries import AsyncWebhooks, ClaimedDelivery, Deliveries
-from relay.exceptions import Conflict
+from relay.exceptions import NotRetryable
 from relay.model import Attempt, DeliveryStatus
 from relay.store import BatchRef
 from relay.timefmt import now_ms
+from relay.webhook_store import AsyncWebhookStore, ClaimedDelivery, WebhookStore
 
 REF = BatchRef("acme", "b1")
 URL = "https://hooks.example.com/relay"
@@ -27,8 +27,8 @@ class H:
         self.loop = asyncio.new_event_loop()
         self.aclient = redis.asyncio.Redis.from_url(url)
         self.client = redis.Redis.from_url(url)
-        self.d = Deliveries(self.client)
-        self.hooks = AsyncWebhooks(self.aclient)
+        self.d = WebhookStore(self.client)
+        self.hooks = AsyncWebhookStore(self.aclient)
 
     def batch(self, ref: BatchRef = REF, *, done_seq: int = 0) -> None:
         """A batch record as the scripts leave it (done at ``done_seq`` when > 0)."""
@@ -92,7 +92,7 @@ def test_a_newer_completion_supersedes_a_pending_one(h: H) -> None:
     assert h.status(first) is DeliveryStatus.SUPERSEDED
     assert h.status(second) is DeliveryStatus.PENDING
     assert [c.id for c in h.claim()] == [second]
-    with pytest.raises(Conflict):
+    with pytest.raises(NotRetryable):
         h.d.retry(first)
 
 
@@ -138,7 +138,7 @@ def test_gone_disables_the_webhook_and_later_completions_make_nothing(h: H) -> N
     hook = h.loop.run_until_complete(h.hooks.get(REF))
     assert hook is not None and hook.disabled and "410" in hook.disabled_reason
     assert h.d.create(REF, 2, b"{}") == (False, "")
-    with pytest.raises(Conflict):
+    with pytest.raises(NotRetryable):
         h.d.retry(ident)
     h.register()  # registering again enables it
     assert h.d.retry(ident).status is DeliveryStatus.PENDING
@@ -169,7 +169,7 @@ def test_removing_the_webhook_cancels_the_pending_delivery(h: H) -> None:
     assert h.status(ident) is DeliveryStatus.CANCELED
     assert h.claim() == []
     assert h.loop.run_until_complete(h.hooks.delete(REF)) is False
-    with pytest.raises(Conflict):
+    with pytest.raises(NotRetryable):
         h.d.retry(ident)  # no webhook to deliver to
 
 

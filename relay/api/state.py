@@ -1,0 +1,44 @@
+"""The API process's resources: built once by the app's lifespan, closed by it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis
+import redis.asyncio
+from starlette.requests import Request
+
+from relay.api.lane import Lane
+from relay.auth import KeyCache
+from relay.config import Settings
+from relay.delivery.addresses import TargetPolicy
+from relay.ratelimit import SlidingWindow
+from relay.signing_keys import SigningKeys
+from relay.store import AsyncStore
+from relay.webhook_store import AsyncWebhookStore
+
+STATE_KEY = "relay"
+
+
+@dataclass
+class AppState:
+    """Per-process resources of the API (``relay.api.app.create_app`` builds them)."""
+
+    settings: Settings
+    redis: redis.asyncio.Redis
+    sync_redis: redis.Redis  # RQ is synchronous: used only from a worker thread
+    store: AsyncStore
+    webhooks: AsyncWebhookStore
+    signing: SigningKeys
+    policy: TargetPolicy  # callback URLs checked at registration
+    key_cache: KeyCache
+    status_limit: SlidingWindow
+    lane: Lane  # the status endpoints' one round trip (relay.api.gate)
+
+
+def state(request: Request) -> AppState:
+    """The app's state (set by the lifespan; a RuntimeError when the lifespan never ran)."""
+    st = getattr(request.app.state, STATE_KEY, None)
+    if not isinstance(st, AppState):
+        raise RuntimeError("relay app state missing: was the app started with its lifespan?")
+    return st

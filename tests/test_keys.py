@@ -1,0 +1,74 @@
+"""Key names: the Lua helpers that derive keys from ids build exactly what relay.keys does,
+and script refusals are read back exactly."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import pytest
+import redis
+from redis.exceptions import ResponseError
+
+from relay import keys
+from relay.scripts import refusal, source
+
+
+def _lib() -> str:
+    """The shared helpers, as every script starts with them."""
+    lib = (resources.files("relay") / "lua" / "_lib.lua").read_text()
+    assert source("renew").startswith(lib)
+    return lib
+
+
+def _lua(client: redis.Redis, expr: str, *args: str) -> str:
+    """Evaluate ``expr`` after the shared helpers."""
+    return bytes(client.eval(f"{_lib()}\nreturn {expr}", 0, *args)).decode()
+
+
+@pytest.mark.parametrize("shard", [0, 7, keys.SHARDS - 1])
+def test_lua_key_helpers_equal_the_python_ones(redis: redis.Redis, shard: int) -> None:
+    p = keys.shard_prefix(shard)
+    doc_id, msg_id = keys.new_id("doc", shard), keys.new_id("msg", shard)
+    assert _lua(redis, "key_doc(ARGV[1], ARGV[2])", p, doc_id) == keys.doc(shard, doc_id)
+    assert _lua(redis, "key_blob(ARGV[1], ARGV[2])", p, doc_id) == keys.blob(shard, doc_id)
+    assert _lua(redis, "key_delivery(ARGV[1], ARGV[2])", p, msg_id) == keys.delivery(shard, msg_id)
+    assert _lua(
+        redis, "key_delivery_attempts(ARGV[1], ARGV[2])", p, msg_id
+    ) == keys.delivery_attempts(shard, msg_id)
+    assert _lua(
+        redis, "key_webhook(ARGV[1], ARGV[2], ARGV[3])", p, "acme", "b-1.x"
+    ) == keys.webhook(shard, "acme", "b-1.x")
+
+
+def test_every_shard_key_carries_its_hash_tag() -> None:
+    s = 5
+    tagged = [
+        keys.batch(s, "a", "b"),
+        keys.doc(s, "doc_5x"),
+        keys.leases(s),
+        keys.ready(s),
+        keys.outbox(s),
+        keys.due(s),
+        keys.wake(s),
+        keys.delivery(s, "msg_5x"),
+        keys.shard_deliveries(s),
+    ]
+    assert all(k.startswith(keys.shard_prefix(s)) for k in tagged)
+    assert all(keys.tag(s) in k for k in tagged)
+
+
+def test_ids_carry_their_shard() -> None:
+    ident = keys.new_id("msg", 11)
+    assert keys.shard_of_id("msg", ident) == 11
+    assert keys.shard_of_id("doc", ident) is None
+    assert keys.shard_of_id("msg", ident + "x") is None
+
+
+def test_refusals_are_matched_exactly(redis: redis.Redis) -> None:
+    with pytest.raises(ResponseError) as refused:
+        redis.eval(f"{_lib()}\nreturn refuse('missing')", 0)
+    assert refusal(refused.value) == "missing"
+    # An error reply that merely mentions the word is not a refusal.
+    with pytest.raises(ResponseError) as other:
+        redis.eval("return redis.error_reply('ERR key missing somewhere')", 0)
+    assert refusal(other.value) is None
