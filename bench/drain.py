@@ -12,7 +12,7 @@ running system. All N sit in the shards' ``due`` sets.
 
 Timed: from waking every shard (``relay.queues.wake``, the call the detector's sweeper
 makes) to every delivery recorded ``succeeded`` (the ``due`` sets empty, the receiver holding
-N). From there the drain jobs wake their shards again by themselves while any is still due.
+N). From there the delivery engines find what is still due by themselves.
 
 Baseline, in the same run, same receiver, same bodies: a plain loop posting them one after
 another with one reused ``httpx.Client``, with bare ``content-type`` headers; once (first

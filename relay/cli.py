@@ -20,10 +20,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from relay import __version__
 from relay.config import Settings, env_example, explicitly_set, load_settings
 from relay.exceptions import ConfigError, RelayError
+
+if TYPE_CHECKING:
+    from relay.worker_context import WorkerContext
 
 log = logging.getLogger("relay")
 
@@ -98,6 +102,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
             # heartbeats, maintenance): come back by ourselves rather than need a supervisor.
             log.warning("worker stopped on an error", exc_info=True)
         if args.burst or (worker is not None and worker._shutdown_requested_date is not None):
+            _finish_deliveries(ctx, wait_for_due=args.burst)
             return 0
         log.warning("worker loop ended unexpectedly; starting again in %.0fs", backoff)
         try:
@@ -105,6 +110,19 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         except (StopRequested, SystemExit, KeyboardInterrupt):  # RQ's handlers still installed
             return 0
         backoff = min(backoff * 2, 30.0)
+
+
+def _finish_deliveries(ctx: WorkerContext, *, wait_for_due: bool) -> None:
+    """Let the attempts in flight end (each within the delivery timeout) before the process
+    exits; with ``wait_for_due`` (``--burst``), first send what is due now."""
+    if "engine" not in ctx.__dict__:  # this process never sent a delivery
+        return
+    limit = time.monotonic() + ctx.settings.delivery_timeout * 4 + 5
+    while wait_for_due and time.monotonic() < limit:
+        if ctx.engine.idle() and not ctx.webhooks.due_shards():
+            break
+        time.sleep(0.05)
+    ctx.engine.close(timeout=ctx.settings.delivery_timeout + 1)
 
 
 def cmd_detector(settings: Settings, args: argparse.Namespace) -> int:

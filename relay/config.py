@@ -146,18 +146,29 @@ _FIELDS: tuple[_Field, ...] = (
         "Seconds to wait after each failed attempt (len+1 attempts in all)",
     ),
     _Field("retry_jitter", "0.1", float, "Up to this fraction is added to each retry delay"),
-    _Field("delivery_timeout", "15", _positive_float, "Seconds a receiver has to answer 2xx"),
+    _Field(
+        "delivery_timeout",
+        "15",
+        _positive_float,
+        "Seconds an attempt may last, connect to last byte (wall clock); then it is cut",
+    ),
     _Field(
         "delivery_batch",
         "64",
         _positive_int,
-        "Due deliveries one delivery job claims and sends concurrently",
+        "Due deliveries the delivery engine claims with one script",
     ),
     _Field(
         "delivery_concurrency",
-        "16",
+        "64",
         _positive_int,
-        "Requests in flight per worker process",
+        "Attempts in flight per worker process (half at most to unanswering receivers)",
+    ),
+    _Field(
+        "delivery_per_destination",
+        "8",
+        _positive_int,
+        "Attempts in flight per worker process to one scheme://host:port",
     ),
     _Field(
         "allow_http_targets",
@@ -209,6 +220,7 @@ class Settings:
     delivery_timeout: float
     delivery_batch: int
     delivery_concurrency: int
+    delivery_per_destination: int
     allow_http_targets: bool
     allow_private_targets: bool
     encryption_key: Secret = field(repr=True)

@@ -23,9 +23,6 @@ DELIVERY = "relay-delivery"
 PROCESS_JOB = "relay.processing.run_document"
 DELIVER_JOB = "relay.delivery.send.run_due"
 
-# How long one drain job sends before it hands what is still due to a fresh job, so other
-# work in the queue gets its turn (relay.delivery.send.drain).
-DRAIN_BUDGET = 2.0
 # A wake-up marker outlives its job only when the worker that took the job died before
 # starting it; the shard is then woken again by the sweeper after this long.
 WAKE_TTL_MS = 10_000
@@ -37,10 +34,11 @@ def document_job_timeout(settings: Settings) -> int:
     return int(settings.lease_seconds * 10) + 60
 
 
-def drain_job_timeout(settings: Settings) -> int:
-    """RQ's limit for one drain job: its budget plus the last attempts it started, each at
-    most the delivery timeout, with room to record them."""
-    return int(DRAIN_BUDGET + settings.delivery_timeout * 2) + 30
+def delivery_job_timeout(settings: Settings) -> int:
+    """RQ's limit for one delivery job. The job only wakes the process's delivery engine
+    (``relay.delivery.send.run_due``), which runs the attempts; starting the engine the
+    first time builds the HTTP client (~25 ms) and its threads."""
+    return 30
 
 
 def queue(client: redis.Redis, name: str) -> Queue:
@@ -95,13 +93,13 @@ def enqueue_documents(
 
 
 def wake(client: redis.Redis, shard: int, settings: Settings) -> bool:
-    """Enqueue a drain job for the shard's due deliveries unless one is already waiting."""
+    """Enqueue a delivery job for the shard's due deliveries unless one is already waiting."""
     if not client.set(keys.wake(shard), b"1", nx=True, px=WAKE_TTL_MS):
         return False
     queue(client, DELIVERY).enqueue_call(
         DELIVER_JOB,
         args=[shard],
-        timeout=drain_job_timeout(settings),
+        timeout=delivery_job_timeout(settings),
         result_ttl=0,
         failure_ttl=3_600,
         description=f"deliver due in shard {shard}",

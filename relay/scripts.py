@@ -27,6 +27,7 @@ NAMES = (
     "create_delivery",
     "claim_deliveries",
     "record_attempt",
+    "release_delivery",
     "cancel_deliveries",
     "retry_delivery",
     "register_webhook",

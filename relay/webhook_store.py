@@ -162,6 +162,15 @@ class WebhookStore:
         )
         return int(moved) == 1
 
+    def release(self, d: ClaimedDelivery, token: str, due_at: int) -> bool:
+        """Hand a claimed delivery back unattempted, due again at ``due_at`` (ms)."""
+        released = self.scripts(
+            "release_delivery",
+            [keys.delivery(d.shard, d.id), keys.due(d.shard)],
+            [d.id, token, due_at],
+        )
+        return int(released) == 1
+
     def get(self, delivery_id: str) -> Delivery | None:
         shard = keys.shard_of_id("msg", delivery_id)
         if shard is None:

@@ -9,26 +9,24 @@ use, so a process pays only for what it uses.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 
 import httpx
 import redis
 
-from relay import __version__
 from relay.blobs import BlobStore
 from relay.config import Settings
 from relay.crypto import Encryptor
+from relay.delivery.engine import Engine
 from relay.delivery.ssrf import TargetPolicy, make_client
+from relay.delivery.transport import USER_AGENT
 from relay.extract.loader import Extractor, load_extractor
 from relay.metrics import Metrics
 from relay.redis_conn import sync_client
 from relay.signing_keys import SigningKeys
 from relay.store import Store
 from relay.webhook_store import WebhookStore
-
-USER_AGENT = f"relay/{__version__}"
 
 
 @dataclass
@@ -70,8 +68,9 @@ class WorkerContext:
         return SigningKeys(Encryptor.from_setting(self.settings.encryption_key))
 
     @cached_property
-    def executor(self) -> ThreadPoolExecutor:
-        return ThreadPoolExecutor(self.settings.delivery_concurrency, "delivery")
+    def engine(self) -> Engine:
+        """The delivery engine of this process, started on first use."""
+        return Engine(self)
 
     @cached_property
     def extractor(self) -> Extractor:

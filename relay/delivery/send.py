@@ -1,42 +1,40 @@
-"""The delivery job: claim a bounded batch of due deliveries, send them concurrently.
+"""One delivery attempt, and the delivery job that wakes the engine.
 
-One RQ job per *shard wake-up*, not per delivery: RQ costs ~5 ms and ~57 Redis commands per
-job, more than an HTTP attempt on a fast receiver. A job claims up to ``RELAY_DELIVERY_BATCH``
-due deliveries at a time (one script), keeps ``RELAY_DELIVERY_CONCURRENCY`` requests in
-flight on the process's long-lived client, records each attempt the moment it ends, and
-claims more as slots free up, for at most ``queues.DRAIN_BUDGET`` seconds; then it wakes the shard
-again if anything is still due, so other work in the queue gets its turn.
-
-At least once: a claim is a lease in the shard's ``due`` set; if this process dies, the
-delivery is due again when the lease (timeout + 5 s) runs out and the sweeper wakes it.
+:func:`attempt_once` signs and POSTs one claimed delivery through the process's pinned,
+vetted client, within a wall-clock deadline of ``RELAY_DELIVERY_TIMEOUT`` from connect to the
+last byte read (``relay.delivery.deadline``), and records the attempt and the delivery's next
+state in one script. :func:`run_due` is the RQ job of the delivery queue: a wake-up for the
+worker's :class:`relay.delivery.engine.Engine`, which runs the attempts.
 """
 
 from __future__ import annotations
 
 import logging
-import secrets
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, wait
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import httpx
 
-from relay import keys, queues
+from relay import keys
 from relay.crypto import SigningMaterial
 from relay.delivery import schedule
+from relay.delivery.deadline import attempt_deadline
 from relay.delivery.signing import build_headers
 from relay.delivery.ssrf import TargetPolicy, TargetUrl, classify_error, validate_url
+from relay.delivery.transport import USER_AGENT
 from relay.exceptions import UnsafeTarget
 from relay.model import Attempt
 from relay.timefmt import now_ms
-from relay.webhook_store import ClaimedDelivery, WebhookStore
-from relay.worker_context import USER_AGENT, WorkerContext
+from relay.webhook_store import ClaimedDelivery
+
+if TYPE_CHECKING:
+    from relay.worker_context import WorkerContext
 
 log = logging.getLogger("relay.delivery")
 
 EXCERPT_BYTES = 1024
 DRAIN_BYTES = 64 * 1024  # read this much of a response so its connection can be reused
-LEASE_MARGIN_MS = 5_000
 
 
 @lru_cache(maxsize=4096)
@@ -44,10 +42,6 @@ def checked_url(url: str, policy: TargetPolicy) -> TargetUrl:
     """``validate_url`` once per URL and policy (a refusal raises and is not cached); the
     addresses are still vetted at every connection by the pinned transport."""
     return validate_url(url, policy)
-
-
-def lease_ms(ctx: WorkerContext) -> int:
-    return int(ctx.settings.delivery_timeout * 1000) + LEASE_MARGIN_MS
 
 
 def _read_excerpt(response: httpx.Response) -> str:
@@ -67,8 +61,9 @@ def _read_excerpt(response: httpx.Response) -> str:
 
 def attempt_once(
     ctx: WorkerContext, d: ClaimedDelivery, token: str, materials: list[SigningMaterial]
-) -> str:
-    """Make one attempt of one claimed delivery and record it. Returns the outcome."""
+) -> str | None:
+    """Make one attempt of one claimed delivery and record it. Returns the attempt's error
+    kind (None when the receiver accepted it)."""
     started_ms = now_ms()
     t0 = time.perf_counter()
     status_code: int | None = None
@@ -78,7 +73,10 @@ def attempt_once(
     try:
         checked_url(d.url, ctx.policy)
         headers = build_headers(d.id, int(time.time()), d.body, materials, USER_AGENT)
-        with ctx.http.stream("POST", d.url, content=d.body, headers=headers) as response:
+        with (
+            attempt_deadline(ctx.settings.delivery_timeout),
+            ctx.http.stream("POST", d.url, content=d.body, headers=headers) as response,
+        ):
             status_code = response.status_code
             retry_after = response.headers.get("retry-after")
             excerpt = _read_excerpt(response)
@@ -117,60 +115,11 @@ def attempt_once(
     if decision.outcome == schedule.SUCCEEDED:
         ctx.metrics.delivered(d.completed_ms, now_ms())
     ctx.metrics.attempted(decision.outcome, duration_ms)
-    return decision.outcome
-
-
-def drain(ctx: WorkerContext, shard: int, *, budget: float = queues.DRAIN_BUDGET) -> int:
-    """Send due deliveries for up to ``budget`` seconds, this shard's first, then any other
-    shard's (one job serves a backlog spread over shards). Returns the attempts made.
-
-    Keeps up to twice ``RELAY_DELIVERY_CONCURRENCY`` claimed (half of them queued behind the
-    senders) and claims again only when fewer than the concurrency remain, so claims come
-    in batches rather than one per finished attempt.
-    """
-    store: WebhookStore = ctx.webhooks
-    token = secrets.token_hex(8)
-    concurrency = ctx.settings.delivery_concurrency
-    deadline = time.monotonic() + budget
-    inflight: set[Future[str]] = set()
-    shards = [shard]
-    scanned = False
-    made = 0
-    while True:
-        if len(inflight) < concurrency and time.monotonic() < deadline:
-            if not shards and not scanned:
-                shards = [s for s in store.due_shards(shard) if s != shard]
-                scanned = True
-            if shards:
-                claimed = store.claim(
-                    shards[0],
-                    limit=min(2 * concurrency - len(inflight), ctx.settings.delivery_batch),
-                    lease_ms=lease_ms(ctx),
-                    token=token,
-                )
-                if not claimed:
-                    shards.pop(0)
-                    continue
-                materials = ctx.signing.for_accounts(ctx.redis, {d.account for d in claimed})
-                for d in claimed:
-                    inflight.add(
-                        ctx.executor.submit(attempt_once, ctx, d, token, materials[d.account])
-                    )
-        if not inflight:
-            break
-        done, inflight = wait(inflight, timeout=1.0, return_when=FIRST_COMPLETED)
-        for future in done:
-            made += 1
-            if future.exception() is not None:  # Redis lost mid-record: the lease brings it back
-                log.error("delivery attempt failed to record", exc_info=future.exception())
-    return made
+    return error
 
 
 def run_due(ctx: WorkerContext, shard: int) -> str:
-    """RQ job: drain due deliveries, this shard's first; wake what is still due after."""
+    """RQ job: wake this process's delivery engine for the shard's due deliveries."""
     ctx.redis.delete(keys.wake(shard))
-    made = drain(ctx, shard)
-    ctx.metrics.flush(ctx.redis)
-    for due_shard in ctx.webhooks.due_shards(shard):  # the budget ran out: hand the rest on
-        queues.wake(ctx.redis, due_shard, ctx.settings)
-    return f"{made} attempt(s)"
+    ctx.engine.wake(shard)
+    return "engine woken"

@@ -17,8 +17,12 @@ from collections.abc import Iterable
 import httpcore
 import httpx
 
+from relay import __version__
 from relay.delivery.addresses import TargetPolicy, resolve_and_check
+from relay.delivery.deadline import DeadlineStream, remaining
 from relay.exceptions import UnsafeTarget
+
+USER_AGENT = f"relay/{__version__}"
 
 # The error kinds :func:`classify_error` returns (``http_status`` is the caller's own).
 ErrorKind = typing.Literal["timeout", "connection", "dns", "blocked_destination", "http_status"]
@@ -52,20 +56,23 @@ class PinnedBackend(httpcore.NetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.NetworkStream:
+        timeout = remaining(timeout)  # an attempt's deadline bounds its connect too
         deadline = None if timeout is None else time.monotonic() + timeout
         addresses = resolve_and_check(host, port, self._policy, timeout=timeout)
         last: httpcore.ConnectError | httpcore.ConnectTimeout | None = None
         for ip in addresses:
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
                 break
             try:
-                return self._inner.connect_tcp(
-                    str(ip),
-                    port,
-                    timeout=remaining,
-                    local_address=local_address,
-                    socket_options=socket_options,
+                return DeadlineStream(
+                    self._inner.connect_tcp(
+                        str(ip),
+                        port,
+                        timeout=left,
+                        local_address=local_address,
+                        socket_options=socket_options,
+                    )
                 )
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
                 last = exc  # try the next vetted address, like socket.create_connection

@@ -1,0 +1,236 @@
+"""The delivery engine: many attempts in flight per worker process, none of them able to
+hold the others up.
+
+One engine per worker process that serves the delivery queue, started by the first delivery
+job (``relay.delivery.send.run_due``), which only wakes it: the engine claims due deliveries
+of the woken shards, and of every shard it finds due on its own once a second, whenever it
+has a free slot. So a delivery never waits for a job to finish, and a job never waits for a
+slow receiver.
+
+Capacity (per process):
+
+- ``RELAY_DELIVERY_CONCURRENCY`` attempts in flight, each on a thread of the engine's pool,
+  each cut at ``RELAY_DELIVERY_TIMEOUT`` wall-clock (``relay.delivery.deadline``);
+- a *destination* (scheme, host and port of the callback URL) holds at most
+  ``RELAY_DELIVERY_PER_DESTINATION`` of them;
+- a destination whose last attempt ended without an HTTP answer (timeout, connection, DNS)
+  is *suspect* until it answers again: it gets one slot, and all suspects together get at
+  most half of the slots. Receivers that hang or drip therefore never hold more than half of
+  the capacity, however many of them there are, and the other half keeps notifying the
+  receivers that answer.
+
+A claimed delivery over its destination's share is handed back unattempted, due again in
+``RELEASE_DELAY_MS`` (``WebhookStore.release``). Claims are leases, as before: if this
+process dies, its deliveries are due again when their leases run out.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from collections import Counter, OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from relay.crypto import SigningMaterial
+from relay.timefmt import now_ms
+from relay.webhook_store import ClaimedDelivery
+
+if TYPE_CHECKING:
+    from relay.worker_context import WorkerContext
+
+log = logging.getLogger("relay.delivery")
+
+LEASE_MARGIN_MS = 5_000
+RELEASE_DELAY_MS = 1_000
+SCAN_INTERVAL = 1.0  # seconds between the engine's own scans for due shards
+MAX_SUSPECTS = 10_000  # destinations remembered as suspect (oldest forgotten first)
+# Errors that mean the destination did not answer at all.
+NO_ANSWER = frozenset({"timeout", "connection", "dns"})
+
+
+def destination(url: str) -> str:
+    """What a receiver's share of capacity is counted by: scheme://host:port."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port}"
+
+
+class Slots:
+    """Who may start an attempt now (thread-safe; the module docstring gives the rules)."""
+
+    def __init__(self, total: int, per_destination: int) -> None:
+        self.total = total
+        self.per_destination = max(1, min(per_destination, total))
+        self.suspect_share = max(1, total // 2)
+        self._lock = threading.Lock()
+        self._busy: Counter[str] = Counter()  # attempts in flight by destination
+        self._used = 0
+        self._suspects: OrderedDict[str, None] = OrderedDict()  # oldest first
+
+    @property
+    def free(self) -> int:
+        with self._lock:
+            return self.total - self._used
+
+    def take(self, dest: str) -> bool:
+        """Take a slot for an attempt to ``dest``; False when its share is used up."""
+        with self._lock:
+            if self._used >= self.total:
+                return False
+            if dest in self._suspects:
+                suspects_busy = sum(n for d, n in self._busy.items() if d in self._suspects)
+                if self._busy[dest] >= 1 or suspects_busy >= self.suspect_share:
+                    return False
+            elif self._busy[dest] >= self.per_destination:
+                return False
+            self._busy[dest] += 1
+            self._used += 1
+            return True
+
+    def give_back(self, dest: str, answered: bool | None) -> None:
+        """Free the slot of an attempt to ``dest``. ``answered``: whether the destination
+        gave an HTTP answer (None: unknown, e.g. the record failed)."""
+        with self._lock:
+            self._used -= 1
+            self._busy[dest] -= 1
+            if self._busy[dest] <= 0:
+                del self._busy[dest]
+            if answered is True:
+                self._suspects.pop(dest, None)
+            elif answered is False:
+                self._suspects[dest] = None
+                self._suspects.move_to_end(dest)
+                while len(self._suspects) > MAX_SUSPECTS:
+                    self._suspects.popitem(last=False)
+
+    def suspect(self, dest: str) -> bool:
+        with self._lock:
+            return dest in self._suspects
+
+
+class Engine:
+    """Claims due deliveries and sends them on a pool of threads (module docstring)."""
+
+    def __init__(self, ctx: WorkerContext) -> None:
+        settings = ctx.settings
+        self.ctx = ctx
+        self.store = ctx.webhooks
+        self.token = secrets.token_hex(8)
+        self.lease_ms = int(settings.delivery_timeout * 1000) + LEASE_MARGIN_MS
+        self.batch = settings.delivery_batch
+        self.slots = Slots(settings.delivery_concurrency, settings.delivery_per_destination)
+        self._pool = ThreadPoolExecutor(settings.delivery_concurrency, "delivery")
+        self._cond = threading.Condition()
+        self._woken: set[int] = set()
+        self._inflight = 0
+        self._claiming = False  # between taking the woken shards and starting their attempts
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="delivery-engine", daemon=True)
+        self._thread.start()
+
+    # -- what the delivery job and the worker call -------------------------------------
+
+    def wake(self, shard: int) -> None:
+        """Look at the shard's due deliveries now."""
+        with self._cond:
+            self._woken.add(shard)
+            self._cond.notify_all()
+
+    def idle(self) -> bool:
+        """Nothing in flight and nothing woken."""
+        with self._cond:
+            return self._inflight == 0 and not self._woken and not self._claiming
+
+    def close(self, timeout: float) -> None:
+        """Stop claiming; wait up to ``timeout`` s for the attempts in flight to end."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: self._inflight == 0, timeout)
+        self._thread.join(timeout=1)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.ctx.metrics.flush(self.ctx.redis)
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        next_scan = 0.0
+        next_flush = time.monotonic() + 1.0
+        backoff = 0.1
+        while True:
+            with self._cond:
+                if self._stopping:
+                    return
+                self._cond.wait_for(
+                    lambda: self._stopping or (self._woken and self.slots.free > 0),
+                    timeout=max(0.0, min(next_scan, next_flush) - time.monotonic()),
+                )
+                if self._stopping:
+                    return
+                woken, self._woken = self._woken, set()
+                self._claiming = True
+            try:
+                now = time.monotonic()
+                if now >= next_flush:
+                    self.ctx.metrics.flush(self.ctx.redis)
+                    next_flush = now + 1.0
+                if now >= next_scan:
+                    woken.update(self.store.due_shards())
+                    next_scan = now + SCAN_INTERVAL
+                for shard in sorted(woken):
+                    if not self._claim_and_send(shard):  # out of slots: look again later
+                        with self._cond:
+                            self._woken.add(shard)
+                backoff = 0.1
+            except Exception as exc:  # Redis away (or full): the leases keep everything safe
+                log.warning("delivery engine: %s; trying again in %.1fs", exc, backoff)
+                with self._cond:
+                    self._woken.update(woken)
+                    self._cond.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+            finally:
+                with self._cond:
+                    self._claiming = False
+
+    def _claim_and_send(self, shard: int) -> bool:
+        """Claim and start what the free slots allow; False when slots ran out first."""
+        while not self._stopping:
+            free = self.slots.free
+            if free <= 0:
+                return False
+            claimed = self.store.claim(
+                shard, limit=min(free, self.batch), lease_ms=self.lease_ms, token=self.token
+            )
+            if not claimed:
+                return True
+            materials = self.ctx.signing.for_accounts(self.ctx.redis, {d.account for d in claimed})
+            for d in claimed:
+                dest = destination(d.url)
+                if not self.slots.take(dest):
+                    self.store.release(d, self.token, now_ms() + RELEASE_DELAY_MS)
+                    continue
+                with self._cond:
+                    self._inflight += 1
+                self._pool.submit(self._attempt, d, materials[d.account], dest)
+            if len(claimed) < min(free, self.batch):
+                return True
+        return True
+
+    def _attempt(self, d: ClaimedDelivery, materials: list[SigningMaterial], dest: str) -> None:
+        from relay.delivery.send import attempt_once
+
+        answered: bool | None = None
+        try:
+            error = attempt_once(self.ctx, d, self.token, materials)
+            answered = error not in NO_ANSWER
+        except Exception:  # Redis lost mid-record: the lease brings the delivery back
+            log.error("delivery attempt of %s failed to record", d.id, exc_info=True)
+        finally:
+            self.slots.give_back(dest, answered)
+            with self._cond:
+                self._inflight -= 1
+                self._cond.notify_all()
