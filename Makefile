@@ -1,8 +1,11 @@
 # Developer entry points. `make test` is what CI runs (.ci/run).
 
-VENV   := .venv
-BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+VENV      := .venv
+BIN       := $(VENV)/bin
+# Two installs into the one venv, each with its stamp: `make run` needs relay's runtime
+# dependencies only; `make test` (and lint, fmt) also the dev tools of the `dev` extra.
+RUN_STAMP := $(VENV)/.installed-run
+DEV_STAMP := $(VENV)/.installed-dev
 
 # The first Python >= 3.11 on PATH (evaluated only when the venv has to be made).
 PYTHON = $(shell for p in python3.13 python3.12 python3.11 python3; do \
@@ -12,10 +15,11 @@ PYTHON = $(shell for p in python3.13 python3.12 python3.11 python3; do \
 # Root runs apt-get as is; anyone else through sudo when there is one.
 SUDO = $(shell [ "$$(id -u)" = 0 ] || ! command -v sudo >/dev/null 2>&1 || echo sudo)
 
-.PHONY: help venv redis run test lint fmt bench clean distclean
+.PHONY: help venv venv-run redis run test lint fmt bench clean distclean
 
 help:
 	@echo "make venv       create $(VENV) and install relay with its dev tools"
+	@echo "make venv-run   create $(VENV) and install relay with its runtime dependencies only"
 	@echo "make redis      install redis-server when it is missing (apt-get)"
 	@echo "make run        relay dev: API, worker and detector on a private Redis"
 	@echo "make test       lint, type-check and run the tests (what CI runs)"
@@ -25,17 +29,25 @@ help:
 	@echo "make clean      remove .relay and caches (keeps $(VENV))"
 	@echo "make distclean  clean, and remove $(VENV)"
 
-venv: $(STAMP)
+venv: $(DEV_STAMP)
+
+venv-run: $(RUN_STAMP)
 
 $(BIN)/python:
 	@py="$(PYTHON)"; \
 	if [ -z "$$py" ]; then echo "error: Python >= 3.11 not found on PATH" >&2; exit 1; fi; \
 	echo "$$py -m venv $(VENV)"; $$py -m venv $(VENV)
 
-# Reinstall only when pyproject.toml changed since the last install.
-$(STAMP): pyproject.toml | $(BIN)/python
+# Reinstall only when pyproject.toml changed since the last install. The dev install is a
+# superset of the runtime one, so it renews both stamps: `make run` after `make test` installs
+# nothing.
+$(RUN_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -e .
+	touch $(RUN_STAMP)
+
+$(DEV_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -e '.[dev]'
-	touch $(STAMP)
+	touch $(DEV_STAMP) $(RUN_STAMP)
 
 redis:
 	@command -v redis-server >/dev/null 2>&1 || { \
@@ -44,7 +56,7 @@ redis:
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server; \
 	}
 
-run: venv redis
+run: venv-run redis
 	$(BIN)/relay dev
 
 test: venv redis
@@ -63,7 +75,7 @@ fmt: venv
 	$(BIN)/ruff check --fix .
 
 # The benchmarks (bench/README.md); wrk is needed by `status` only.
-bench: venv redis
+bench: venv-run redis
 	$(BIN)/python -m bench
 
 clean:

@@ -6,6 +6,7 @@ relay detector                        the completion detector and the sweepers
 relay dev                             all of the above on a private Redis
 relay keys create|list|revoke         API keys
 relay deliveries list|show|retry      ops view of webhook deliveries
+relay reencrypt [--batch N]           re-encrypt stored secrets with the first encryption key
 relay config example                  print .env.example
 """
 
@@ -190,6 +191,15 @@ def cmd_deliveries(settings: Settings, args: argparse.Namespace) -> int:
     return ops.run(settings, args)
 
 
+def cmd_reencrypt(settings: Settings, args: argparse.Namespace) -> int:
+    from relay.crypto import Encryptor
+    from relay.redis_conn import sync_client
+    from relay.reencrypt import run
+
+    encryptor = Encryptor.from_setting(settings.encryption_key)
+    return run(sync_client(settings.redis_url), encryptor, batch=args.batch)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="relay", description="relay " + __version__)
     p.add_argument("--version", action="version", version=f"relay {__version__}")
@@ -240,6 +250,12 @@ def build_parser() -> argparse.ArgumentParser:
     dretry.add_argument("--account")
     dretry.add_argument("--batch")
     dl.set_defaults(func=cmd_deliveries)
+
+    reenc = sub.add_parser(
+        "reencrypt", help="re-encrypt every stored secret with the first RELAY_ENCRYPTION_KEY"
+    )
+    reenc.add_argument("--batch", type=int, default=500, help="keys per SCAN batch")
+    reenc.set_defaults(func=cmd_reencrypt)
 
     config = sub.add_parser("config", help="configuration helpers")
     csub = config.add_subparsers(dest="config_cmd", required=True)

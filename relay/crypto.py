@@ -55,7 +55,7 @@ class Encryptor:
     that generates a key) on first use, so processes that never touch secrets still start.
     """
 
-    __slots__ = ("_count", "_fernet")
+    __slots__ = ("_count", "_fernet", "_first")
 
     def __init__(self, keys: Sequence[str | bytes]) -> None:
         fernets: list[Fernet] = []
@@ -69,6 +69,7 @@ class Encryptor:
                     f"(32 url-safe base64-encoded bytes); {GENERATE_KEY_HINT}"
                 ) from None
         self._fernet = MultiFernet(fernets) if fernets else None
+        self._first = fernets[0] if fernets else None
         self._count = len(fernets)
 
     @classmethod
@@ -108,6 +109,16 @@ class Encryptor:
             return fernet.rotate(token)
         except InvalidToken:
             raise ConfigError(_WRONG_KEY) from None
+
+    def is_current(self, token: bytes) -> bool:
+        """True when ``token`` opens with the first key: :meth:`rotate` has nothing to do."""
+        self._require()
+        assert self._first is not None  # set whenever _fernet is
+        try:
+            self._first.decrypt(token)
+        except InvalidToken:
+            return False
+        return True
 
     def __repr__(self) -> str:
         return f"Encryptor(keys={self._count})"
