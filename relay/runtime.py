@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 
 import httpx
 import redis
@@ -20,6 +20,7 @@ from relay.config import Settings, load_settings
 from relay.crypto import Encryptor
 from relay.deliveries import Deliveries
 from relay.delivery.ssrf import TargetPolicy, make_client
+from relay.extract import extract
 from relay.extract.loader import Extractor, load_extractor
 from relay.metrics import Metrics
 from relay.redis_conn import sync_client
@@ -76,7 +77,10 @@ class Runtime:
 
     @cached_property
     def extractor(self) -> Extractor:
-        return load_extractor(self.settings.extractor)
+        loaded = load_extractor(self.settings.extractor)
+        if loaded is extract:  # the default takes the image bound from the settings
+            return partial(extract, max_image_pixels=self.settings.max_image_pixels)
+        return loaded
 
 
 _current: Runtime | None = None
