@@ -13,93 +13,21 @@ import shutil
 import struct
 import zlib
 from collections.abc import Sequence
-from pathlib import Path
 
 import pytest
-from PIL import Image, ImageDraw, ImageFilter, ImageFont
+from PIL import Image, ImageDraw, ImageFont
 
 from relay.config import load_settings
 from relay.extract import DEFAULT_MAX_IMAGE_PIXELS, ExtractionError, detect_format, extract
 from relay.extract.sniff import sniff_format
+from tests.drawn_tables import EXPECTED, TABLE, draw_table, encode, font_path, photo_like
 
 Rows = list[dict[str, object]]
-
-TABLE = [["item", "qty", "price"], ["apple", "2", "9.50"], ["pear", "5", "12.00"]]
-EXPECTED: Rows = [
-    {"item": "apple", "qty": "2", "price": "9.50"},
-    {"item": "pear", "qty": "5", "price": "12.00"},
-]
-
-_FONT_CANDIDATES = (
-    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/TTF/DejaVuSans.ttf",
-    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
-    "/Library/Fonts/Arial.ttf",
-)
 
 pytestmark = pytest.mark.skipif(
     shutil.which("tesseract") is None,
     reason="the Tesseract OCR engine is not installed (make test installs tesseract-ocr)",
 )
-
-
-def _font_path() -> str:
-    for candidate in _FONT_CANDIDATES:
-        if Path(candidate).is_file():
-            return candidate
-    for root in ("/usr/share/fonts", "/usr/local/share/fonts"):
-        found = sorted(Path(root).rglob("*Sans*.ttf")) if Path(root).is_dir() else []
-        if found:
-            return str(found[0])
-    pytest.skip("no TrueType font on this machine to draw test images with")
-
-
-def _draw_table(
-    rows: Sequence[Sequence[str]] = TABLE,
-    *,
-    bordered: bool = True,
-    size: int = 30,
-    cell: tuple[int, int] = (220, 70),
-    margin: int = 40,
-) -> Image.Image:
-    """``rows`` as a table in black on white; ruled when ``bordered``."""
-    font = ImageFont.truetype(_font_path(), size)
-    width = 2 * margin + cell[0] * len(rows[0])
-    height = 2 * margin + cell[1] * len(rows)
-    image = Image.new("RGB", (width, height), "white")
-    draw = ImageDraw.Draw(image)
-    for r, row in enumerate(rows):
-        for c, text in enumerate(row):
-            x, y = margin + c * cell[0], margin + r * cell[1]
-            if bordered:
-                draw.rectangle((x, y, x + cell[0], y + cell[1]), outline="black", width=2)
-            draw.text((x + 15, y + cell[1] // 2), text, fill="black", font=font, anchor="lm")
-    return image
-
-
-def _photo_like(image: Image.Image, *, degrees: float = 3.0, seed: int = 7) -> Image.Image:
-    """``image`` as a phone might take it: rotated, slightly blurred, on grey-ish paper with
-    Gaussian noise and salt-and-pepper specks (fixed seed: the same pixels every run)."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    turned = image.rotate(
-        degrees, resample=Image.Resampling.BICUBIC, expand=True, fillcolor="white"
-    )
-    turned = turned.filter(ImageFilter.GaussianBlur(0.6))
-    pixels = np.asarray(turned.convert("L"), dtype=np.float64) * 0.92 + 10
-    pixels += rng.normal(0.0, 12.0, pixels.shape)
-    specks = rng.random(pixels.shape)
-    pixels[specks < 0.002] = 0
-    pixels[specks > 0.998] = 255
-    return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).convert("RGB")
-
-
-def _encode(image: Image.Image, fmt: str, **options: object) -> bytes:
-    buffer = io.BytesIO()
-    image.save(buffer, fmt, **options)
-    return buffer.getvalue()
 
 
 def _rows(
@@ -140,11 +68,11 @@ def _code(content: bytes, filename: str = "x.png", content_type: str = "", **kw:
 
 
 def test_bordered_table_in_a_png_is_read_exactly() -> None:
-    assert _rows(_encode(_draw_table(), "PNG"), "table.png", "image/png") == EXPECTED
+    assert _rows(encode(draw_table(), "PNG"), "table.png", "image/png") == EXPECTED
 
 
 def test_borderless_table_is_read_exactly() -> None:
-    content = _encode(_draw_table(bordered=False), "PNG")
+    content = encode(draw_table(bordered=False), "PNG")
     assert _rows(content, "table.png", "image/png") == EXPECTED
 
 
@@ -159,7 +87,7 @@ def test_borderless_table_is_read_exactly() -> None:
 def test_jpeg_tiff_and_webp_are_read_exactly(
     fmt: str, options: dict[str, object], content_type: str
 ) -> None:
-    content = _encode(_draw_table(), fmt, **options)
+    content = encode(draw_table(), fmt, **options)
     assert _rows(content, f"table.{fmt.lower()}", content_type) == EXPECTED
 
 
@@ -176,12 +104,12 @@ def test_single_characters_and_a_longer_table_survive() -> None:
             start=1,
         )
     ]
-    rows = _rows(_encode(_draw_table(table, size=22, cell=(170, 50)), "PNG"))
+    rows = _rows(encode(draw_table(table, size=22, cell=(170, 50)), "PNG"))
     assert rows == [dict(zip(table[0], row, strict=True)) for row in table[1:]]
 
 
 def test_fields_apply_to_an_image_as_to_a_csv() -> None:
-    content = _encode(_draw_table(), "PNG")
+    content = encode(draw_table(), "PNG")
     rows = _rows(content, "table.png", "image/png", fields=["price", "item", "colour"])
     assert rows == [
         {"price": "9.50", "item": "apple", "colour": None},
@@ -191,9 +119,9 @@ def test_fields_apply_to_an_image_as_to_a_csv() -> None:
 
 
 def test_scanned_pdf_without_a_text_layer_is_read_by_ocr() -> None:
-    image = _draw_table()
+    image = draw_table()
     # Pillow writes the image as the page, with no text layer: what a scanner produces.
-    content = _encode(image, "PDF", resolution=150.0)
+    content = encode(image, "PDF", resolution=150.0)
     assert content.startswith(b"%PDF-")
     import pdfplumber
 
@@ -203,7 +131,7 @@ def test_scanned_pdf_without_a_text_layer_is_read_by_ocr() -> None:
 
 
 def test_scanned_pdf_of_a_photo_like_page() -> None:
-    content = _encode(_photo_like(_draw_table(), degrees=-2.0), "PDF", resolution=150.0)
+    content = encode(photo_like(draw_table(), degrees=-2.0), "PDF", resolution=150.0)
     rows = _rows(content, "scan.pdf", "application/pdf")
     assert len(rows) == 2 and list(rows[0]) == TABLE[0]
 
@@ -220,7 +148,7 @@ def test_rotated_noisy_photo_like_table() -> None:
     (On this machine all 6 cells come back right; the slack keeps the test about relay and
     not about the last pixel of Tesseract's model.)
     """
-    content = _encode(_photo_like(_draw_table()), "JPEG", quality=80)
+    content = encode(photo_like(draw_table()), "JPEG", quality=80)
     rows = _rows(content, "photo.jpg", "image/jpeg")
     assert [list(row) for row in rows] == [TABLE[0], TABLE[0]]
     cells = [(row[key], want[key]) for row, want in zip(rows, EXPECTED, strict=True) for key in row]
@@ -238,13 +166,13 @@ def test_an_image_without_a_table_is_no_table_found() -> None:
         (40, 150),
         "Dear customer, thank you.",
         fill="black",
-        font=ImageFont.truetype(_font_path(), 30),
+        font=ImageFont.truetype(font_path(), 30),
     )
-    assert _code(_encode(image, "PNG"), "letter.png", "image/png") == "no_table_found"
+    assert _code(encode(image, "PNG"), "letter.png", "image/png") == "no_table_found"
 
 
 def test_a_blank_image_is_no_table_found() -> None:
-    assert _code(_encode(Image.new("L", (300, 200), 255), "PNG")) == "no_table_found"
+    assert _code(encode(Image.new("L", (300, 200), 255), "PNG")) == "no_table_found"
 
 
 @pytest.mark.parametrize(
@@ -261,12 +189,12 @@ def test_bytes_that_are_no_readable_image_are_invalid_image(
 
 
 def test_a_truncated_png_is_invalid_image() -> None:
-    content = _encode(_draw_table(), "PNG")
+    content = encode(draw_table(), "PNG")
     assert _code(content[: len(content) // 2]) == "invalid_image"
 
 
 def test_an_image_over_the_pixel_bound_fails_before_it_is_decoded() -> None:
-    content = _encode(_draw_table(), "PNG")  # 740 x 290 = 214,600 pixels
+    content = encode(draw_table(), "PNG")  # 740 x 290 = 214,600 pixels
     assert _code(content, max_image_pixels=200_000) == "image_too_large"
     assert _rows(content) == EXPECTED  # within the default bound it is read
 
@@ -293,8 +221,8 @@ def test_a_decompression_bomb_is_refused_without_decoding_it(
 
 
 def test_every_page_of_a_tiff_counts_toward_the_bound() -> None:
-    page = _draw_table()
-    content = _encode(page, "TIFF", save_all=True, append_images=[page, page])
+    page = draw_table()
+    content = encode(page, "TIFF", save_all=True, append_images=[page, page])
     one_page = page.width * page.height
     assert _code(content, max_image_pixels=2 * one_page) == "image_too_large"
     # Within the bound, the same header on each page continues one table.
@@ -324,7 +252,7 @@ def test_the_setting_defaults_to_the_extractor_default() -> None:
     ],
 )
 def test_magic_numbers_name_the_format(fmt: str, options: dict[str, object], name: str) -> None:
-    content = _encode(Image.new("RGB", (8, 8), "white"), fmt, **options)
+    content = encode(Image.new("RGB", (8, 8), "white"), fmt, **options)
     assert sniff_format(content) == name
     assert detect_format(content, filename="a.csv", content_type="text/csv") == (
         "pdf" if name == "pdf" else "image"
@@ -344,7 +272,7 @@ def test_big_endian_tiff_magic_is_recognised() -> None:
 def test_a_png_is_read_as_an_image_whatever_it_was_declared_as(
     filename: str, content_type: str
 ) -> None:
-    assert _rows(_encode(_draw_table(), "PNG"), filename, content_type) == EXPECTED
+    assert _rows(encode(draw_table(), "PNG"), filename, content_type) == EXPECTED
 
 
 def test_image_types_and_extensions_are_ours() -> None:
