@@ -13,7 +13,9 @@ Contract:
   ``relay.extract.ocr.read_tables``: bordered and borderless tables, a slight skew
   straightened.
 * Tables become rows as ``relay.extract.tables`` says: the first row is the header, later
-  tables continue it, no table -> ``no_table_found``. Values are strings, as for CSV.
+  tables continue it, no table -> ``no_table_found``. Values are strings, as for CSV; a
+  cell with no text is ``None``; a merged cell's text repeats in every column it spans; the
+  lines of a cell's text are joined with ``\n``.
 
 Pillow, numpy, OpenCV and img2table are imported when the first image arrives, not with
 ``relay.extract``: a worker that only sees CSV never pays their import time and memory.
