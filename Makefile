@@ -15,12 +15,13 @@ PYTHON = $(shell for p in python3.13 python3.12 python3.11 python3; do \
 # Root runs apt-get as is; anyone else through sudo when there is one.
 SUDO = $(shell [ "$$(id -u)" = 0 ] || ! command -v sudo >/dev/null 2>&1 || echo sudo)
 
-.PHONY: help venv venv-run redis run test lint fmt bench clean distclean
+.PHONY: help venv venv-run redis ocr run test lint fmt bench clean distclean
 
 help:
 	@echo "make venv       create $(VENV) and install relay with its dev tools"
 	@echo "make venv-run   create $(VENV) and install relay with its runtime dependencies only"
 	@echo "make redis      install redis-server when it is missing (apt-get)"
+	@echo "make ocr        install tesseract-ocr (and OpenCV's libGL) when missing (apt-get)"
 	@echo "make run        relay dev: API, worker and detector on a private Redis"
 	@echo "make test       lint, type-check and run the tests (what CI runs)"
 	@echo "make lint       ruff check, ruff format --check, mypy"
@@ -56,10 +57,21 @@ redis:
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server; \
 	}
 
-run: venv-run redis
+# Images and scanned PDFs: the Tesseract OCR engine, and the libGL/GLib that the OpenCV
+# wheel img2table requires is linked against (present on desktops, not on slim servers);
+# `import cv2` is the check that matters.
+ocr:
+	@{ command -v tesseract >/dev/null 2>&1 && $(BIN)/python -c 'import cv2' >/dev/null 2>&1; } || { \
+		echo "installing tesseract-ocr, libgl1, libglib2.0-0"; \
+		$(SUDO) apt-get update && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y \
+			tesseract-ocr libgl1 libglib2.0-0; \
+	}
+
+run: venv-run redis ocr
 	$(BIN)/relay dev
 
-test: venv redis
+test: venv redis ocr
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -75,7 +87,7 @@ fmt: venv
 	$(BIN)/ruff check --fix .
 
 # The benchmarks (bench/README.md); wrk is needed by `status` only.
-bench: venv-run redis
+bench: venv-run redis ocr
 	$(BIN)/python -m bench
 
 clean:

@@ -115,6 +115,12 @@ _FIELDS: tuple[_Field, ...] = (
     ),
     _Field("max_upload_bytes", str(20 * 1024 * 1024), _positive_int, "Largest upload (else 413)"),
     _Field(
+        "max_image_pixels",
+        "50000000",
+        _positive_int,
+        "Largest image (all pages) the default extractor decodes, else image_too_large",
+    ),
+    _Field(
         "blob_dir",
         "",
         str,
@@ -210,6 +216,7 @@ class Settings:
     port: int
     extractor: str
     max_upload_bytes: int
+    max_image_pixels: int
     blob_dir: str
     status_rate_limit: RateLimit
     lease_seconds: float

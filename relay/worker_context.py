@@ -10,7 +10,7 @@ use, so a process pays only for what it uses.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 
 import httpx
 import redis
@@ -21,6 +21,7 @@ from relay.crypto import Encryptor
 from relay.delivery.engine import Engine
 from relay.delivery.ssrf import TargetPolicy, make_client
 from relay.delivery.transport import USER_AGENT
+from relay.extract import extract
 from relay.extract.loader import Extractor, load_extractor
 from relay.metrics import Metrics
 from relay.redis_conn import sync_client
@@ -74,4 +75,7 @@ class WorkerContext:
 
     @cached_property
     def extractor(self) -> Extractor:
-        return load_extractor(self.settings.extractor)
+        loaded = load_extractor(self.settings.extractor)
+        if loaded is extract:  # the default takes the image bound from the settings
+            return partial(extract, max_image_pixels=self.settings.max_image_pixels)
+        return loaded

@@ -7,22 +7,28 @@ list[dict]``. Raising ``ExtractionError(code, message)`` fails the document with
 any other exception fails it with code ``extraction_error`` (``loader.run_extractor``).
 
 ``extract`` (``relay.extract:extract``) is the default. It reads real tables: CSV and TSV
-(``csv_tsv``), JSON (``json_``) and PDF tables (``pdf``); anything else is
+(``csv_tsv``), JSON (``json_``), PDF tables (``pdf``; scanned pages by OCR) and tables in
+PNG, JPEG, TIFF and WebP images (``image``, by OCR: ``ocr``); anything else is
 ``unsupported_format``. When ``fields`` is non-empty each row keeps exactly those keys, in
 that order, missing ones ``None``.
 
 The format is decided, first match wins, by:
 
-1. content: ``%PDF-`` at the start is a PDF whatever it was declared as (the magic cannot
-   be wrong, a declared type can);
+1. content: the magic numbers of PDF, PNG, JPEG, TIFF and WebP (``sniff``) decide whatever
+   the document was declared as (the magic cannot be wrong, a declared type can);
 2. the declared content type (``text/csv``, ``text/tab-separated-values``,
-   ``application/json`` and ``+json`` types, ``application/pdf``, and common aliases);
-3. the filename extension (``.csv .tsv .tab .json .pdf``), which also rescues CSVs that
-   Windows browsers upload as ``application/vnd.ms-excel``;
+   ``application/json`` and ``+json`` types, ``application/pdf``, ``image/png``,
+   ``image/jpeg``, ``image/tiff``, ``image/webp``, and common aliases);
+3. the filename extension (``.csv .tsv .tab .json .pdf .png .jpg .jpeg .tif .tiff
+   .webp``), which also rescues CSVs that Windows browsers upload as
+   ``application/vnd.ms-excel``;
 4. when the declared type is generic (none, ``application/octet-stream``, ``text/plain``):
    sniffing the text, JSON if it parses, else CSV/TSV if ``csv.Sniffer`` finds a credible
-   delimiter. A specific type that is none of ours (``text/html``, ``image/png``) with no
+   delimiter. A specific type that is none of ours (``text/html``, ``image/gif``) with no
    known extension is ``unsupported_format`` without sniffing.
+
+A document declared as an image (step 2 or 3) whose bytes are no image Pillow can read
+fails with ``invalid_image``.
 """
 
 from __future__ import annotations
@@ -31,11 +37,14 @@ from pathlib import PurePath
 
 from relay.extract.csv_tsv import choose_dialect, decode_text, extract_delimited, sniff_dialect
 from relay.extract.errors import ExtractionError
+from relay.extract.image import DEFAULT_MAX_IMAGE_PIXELS, extract_image
 from relay.extract.json_ import extract_json, parse_json, rows_from_json
 from relay.extract.loader import Extractor, load_extractor, run_extractor
 from relay.extract.pdf import extract_pdf
+from relay.extract.sniff import IMAGE_FORMATS, sniff_format
 
 __all__ = [
+    "DEFAULT_MAX_IMAGE_PIXELS",
     "ExtractionError",
     "Extractor",
     "detect_format",
@@ -56,13 +65,32 @@ _BY_CONTENT_TYPE = {
     "text/json": "json",
     "application/pdf": "pdf",
     "application/x-pdf": "pdf",
+    "image/png": "image",
+    "image/jpeg": "image",
+    "image/jpg": "image",
+    "image/pjpeg": "image",
+    "image/tiff": "image",
+    "image/tiff-fx": "image",
+    "image/webp": "image",
 }
-_BY_EXTENSION = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".json": "json", ".pdf": "pdf"}
+_BY_EXTENSION = {
+    ".csv": "csv",
+    ".tsv": "tsv",
+    ".tab": "tsv",
+    ".json": "json",
+    ".pdf": "pdf",
+    ".png": "image",
+    ".jpg": "image",
+    ".jpeg": "image",
+    ".tif": "image",
+    ".tiff": "image",
+    ".webp": "image",
+}
 # Types that say "some bytes" rather than what they are: the content has to tell.
 _GENERIC_TYPES = frozenset(
     {"", "application/octet-stream", "binary/octet-stream", "application/unknown", "text/plain"}
 )
-_UNSUPPORTED = "unsupported format: expected CSV, TSV, JSON or PDF"
+_UNSUPPORTED = "unsupported format: expected CSV, TSV, JSON, PDF or a PNG, JPEG, TIFF or WebP image"
 
 
 def _media_type(content_type: str) -> str:
@@ -70,13 +98,14 @@ def _media_type(content_type: str) -> str:
 
 
 def detect_format(content: bytes, *, filename: str, content_type: str) -> str | None:
-    """``"pdf"``, ``"json"``, ``"csv"`` or ``"tsv"`` from magic, type or extension (module
-    docstring, steps 1-3); ``None`` when only sniffing the text can tell.
+    """``"pdf"``, ``"image"``, ``"json"``, ``"csv"`` or ``"tsv"`` from magic, type or
+    extension (module docstring, steps 1-3); ``None`` when only sniffing the text can tell.
 
     Raises ``unsupported_format`` for a specific type that is none of ours.
     """
-    if content[:1024].lstrip()[:5] == b"%PDF-":
-        return "pdf"
+    magic = sniff_format(content)
+    if magic is not None:
+        return "image" if magic in IMAGE_FORMATS else magic
     media_type = _media_type(content_type)
     declared = _BY_CONTENT_TYPE.get(media_type)
     if declared is None and media_type.endswith("+json"):
@@ -107,17 +136,26 @@ def _sniff(text: str) -> list[dict[str, object]]:
 
 
 def extract(
-    content: bytes, *, filename: str, content_type: str, fields: list[str]
+    content: bytes,
+    *,
+    filename: str,
+    content_type: str,
+    fields: list[str],
+    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
 ) -> list[dict[str, object]]:
     """The default extractor: the rows of the one table in ``content`` (module docstring).
 
-    Raises ``ExtractionError`` with one of the codes listed in ``relay.extract.errors``.
+    ``max_image_pixels`` bounds an image, or a scanned PDF page rendered for OCR
+    (``RELAY_MAX_IMAGE_PIXELS``; the worker passes it in). Raises ``ExtractionError`` with
+    one of the codes listed in ``relay.extract.errors``.
     """
     if not content or content.isspace():
         raise ExtractionError("empty_document", "the document is empty")
     kind = detect_format(content, filename=filename, content_type=content_type)
     if kind == "pdf":
-        rows = extract_pdf(content)
+        rows = extract_pdf(content, max_pixels=max_image_pixels)
+    elif kind == "image":
+        rows = extract_image(content, max_pixels=max_image_pixels)
     else:
         text = decode_text(content)
         if kind == "json":

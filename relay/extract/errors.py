@@ -7,12 +7,16 @@ exception an extractor raises fails the document with code ``extraction_error`` 
 
 Codes the default extractor uses:
 
-    unsupported_format  not CSV, TSV, JSON or PDF (or binary data declared as text)
+    unsupported_format  not CSV, TSV, JSON, PDF or a PNG/JPEG/TIFF/WebP image (or binary
+                        data declared as text)
     empty_document      nothing to read: no bytes, no header, or a header with no rows
     invalid_json        JSON that does not parse, or is not a list of objects
     invalid_csv         CSV/TSV the csv module cannot parse
-    no_table_found      a readable PDF with no table in it
+    no_table_found      a readable PDF or image with no table in it
     invalid_pdf         bytes pdfplumber cannot open as a PDF
+    invalid_image       bytes declared or recognised as an image that Pillow cannot decode
+    image_too_large     an image (or a scanned page) of more than RELAY_MAX_IMAGE_PIXELS
+    ocr_unavailable     the Tesseract OCR engine is not installed on the worker
 
 It is deliberately not a ``relay.exceptions.RelayError``: it is a per-document result, never
 an API error or a configuration problem.

@@ -1,0 +1,120 @@
+"""Tables in images (PNG, JPEG, TIFF, WebP) into rows, by OCR.
+
+Contract:
+
+* The image is opened with Pillow, which reads only the header first: an image of more
+  than ``max_pixels`` pixels (all pages of a TIFF together) fails with ``image_too_large``
+  before its pixels are decoded, so a decompression bomb (a few KiB of PNG that inflate to
+  gigabytes) costs nothing. Bytes Pillow cannot read fail with ``invalid_image``.
+* Every page of a multi-page TIFF is read, in order; of an animated PNG or WebP only the
+  first frame (an animation is not a document).
+* Each page is turned upright as its EXIF orientation says (phones store photos sideways
+  and say so there), flattened onto white when it has transparency, and read by
+  ``relay.extract.ocr.read_tables``: bordered and borderless tables, a slight skew
+  straightened.
+* Tables become rows as ``relay.extract.tables`` says: the first row is the header, later
+  tables continue it, no table -> ``no_table_found``. Values are strings, as for CSV; a
+  cell with no text is ``None``; a merged cell's text repeats in every column it spans; the
+  lines of a cell's text are joined with ``\n``.
+
+Pillow, numpy, OpenCV and img2table are imported when the first image arrives, not with
+``relay.extract``: a worker that only sees CSV never pays their import time and memory.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from relay.extract.errors import ExtractionError, shorten
+from relay.extract.tables import Cells, clean_table, rows_from_tables
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
+
+__all__ = ["DEFAULT_MAX_IMAGE_PIXELS", "extract_image"]
+
+# 50 megapixels: a full A4 page scanned at 600 dpi (35 MP) or a 48 MP phone photo fits;
+# decoded as RGB it is 150 MB, and the OCR pipeline holds a few copies of it.
+DEFAULT_MAX_IMAGE_PIXELS = 50_000_000
+
+
+def _too_large(pixels: int, max_pixels: int) -> ExtractionError:
+    return ExtractionError(
+        "image_too_large",
+        f"the image has {pixels:,} pixels, more than the {max_pixels:,} allowed",
+    )
+
+
+def _open(content: bytes, max_pixels: int) -> Image:
+    from PIL import Image as PILImage
+    from PIL import UnidentifiedImageError
+
+    try:
+        with warnings.catch_warnings():
+            # Pillow warns past its own limit and raises past twice that; relay's limit is
+            # checked right after, from the same header, and says it in relay's words.
+            warnings.simplefilter("ignore", PILImage.DecompressionBombWarning)
+            image = PILImage.open(io.BytesIO(content))
+    except PILImage.DecompressionBombError:
+        raise ExtractionError(
+            "image_too_large", f"the image has more than the {max_pixels:,} pixels allowed"
+        ) from None
+    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        reason = shorten(f"{type(exc).__name__}: {exc}", 160)
+        raise ExtractionError("invalid_image", f"could not read the image ({reason})") from None
+    return image
+
+
+def _frames(image: Image, max_pixels: int) -> list[int]:
+    """The frame numbers to read, once their total size is known to be within bounds."""
+    count = getattr(image, "n_frames", 1) if image.format == "TIFF" else 1
+    total = 0
+    for frame in range(count):
+        image.seek(frame)  # reads the frame's header only
+        total += image.width * image.height
+        if total > max_pixels:
+            raise _too_large(total, max_pixels)
+    return list(range(count))
+
+
+def _upright(image: Image) -> Image:
+    """The current frame decoded, turned as EXIF says, on white, in RGB."""
+    from PIL import Image as PILImage
+    from PIL import ImageOps
+
+    turned = ImageOps.exif_transpose(image)
+    if turned.mode in ("RGBA", "LA", "PA") or "transparency" in turned.info:
+        rgba = turned.convert("RGBA")
+        white = PILImage.new("RGBA", rgba.size, "white")
+        return PILImage.alpha_composite(white, rgba).convert("RGB")
+    return turned.convert("RGB")
+
+
+def _pages(content: bytes, max_pixels: int) -> Iterator[Image]:
+    image = _open(content, max_pixels)
+    with image:
+        for frame in _frames(image, max_pixels):
+            image.seek(frame)
+            try:
+                page = _upright(image)
+            except (OSError, ValueError, SyntaxError) as exc:  # truncated or corrupt data
+                reason = shorten(f"{type(exc).__name__}: {exc}", 160)
+                message = f"could not decode the image ({reason})"
+                raise ExtractionError("invalid_image", message) from None
+            yield page
+
+
+def extract_image(content: bytes, *, max_pixels: int) -> list[dict[str, object]]:
+    """The rows of the table(s) in an image (module docstring)."""
+    from relay.extract.ocr import read_tables
+
+    tables: list[list[Cells]] = []
+    for page in _pages(content, max_pixels):
+        for table in read_tables(page):
+            rows = clean_table(table)
+            if rows:
+                tables.append(rows)
+    return rows_from_tables(tables, "the image")
