@@ -115,6 +115,30 @@ _FIELDS: tuple[_Field, ...] = (
     ),
     _Field("max_upload_bytes", str(20 * 1024 * 1024), _positive_int, "Largest upload (else 413)"),
     _Field(
+        "extract_timeout",
+        "60",
+        _positive_float,
+        "Wall-clock seconds one document's extraction may take (else extraction_timeout)",
+    ),
+    _Field(
+        "extract_memory",
+        str(512 * 1024 * 1024),
+        _positive_int,
+        "Bytes of address space the extraction process may use (else extraction_memory)",
+    ),
+    _Field(
+        "max_result_bytes",
+        str(16 * 1024 * 1024),
+        _positive_int,
+        "Largest line_items of one document as JSON bytes (else result_too_large)",
+    ),
+    _Field(
+        "extract_max_depth",
+        "64",
+        _positive_int,
+        "Deepest nesting of a JSON document's values (else too_deeply_nested)",
+    ),
+    _Field(
         "blob_dir",
         "",
         str,
@@ -199,6 +223,10 @@ class Settings:
     port: int
     extractor: str
     max_upload_bytes: int
+    extract_timeout: float
+    extract_memory: int
+    max_result_bytes: int
+    extract_max_depth: int
     blob_dir: str
     status_rate_limit: RateLimit
     lease_seconds: float
@@ -281,7 +309,25 @@ def load_settings(
     if bad:
         raise ConfigError(f"unknown override(s): {sorted(bad)}")
     values.update(overrides)
-    return Settings(**values)
+    settings = Settings(**values)
+    _check_consistent(settings)
+    return settings
+
+
+# What the processing job's RQ timeout is today (relay/api/batches.py and relay/detector.py
+# compute it as lease_seconds * 10 + 60); the extraction deadline must end well inside it so
+# that the job, not RQ, records extraction_timeout.
+_JOB_TIMEOUT_MARGIN = 10.0
+
+
+def _check_consistent(settings: Settings) -> None:
+    job_timeout = int(settings.lease_seconds * 10) + 60
+    if settings.extract_timeout + _JOB_TIMEOUT_MARGIN > job_timeout:
+        raise ConfigError(
+            f"RELAY_EXTRACT_TIMEOUT={settings.extract_timeout:g} must be at least "
+            f"{_JOB_TIMEOUT_MARGIN:g} s below the document job timeout ({job_timeout} s = "
+            "RELAY_LEASE_SECONDS x 10 + 60): raise RELAY_LEASE_SECONDS or lower the timeout"
+        )
 
 
 def env_example() -> str:
