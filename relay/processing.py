@@ -11,7 +11,7 @@ import logging
 import secrets
 import threading
 
-from relay.extract.loader import run_extractor
+from relay.extract.sandbox import run_bounded
 from relay.runtime import current
 from relay.store import BatchRef, Claim, Store
 
@@ -53,11 +53,11 @@ def run_document(doc_id: str, account: str, batch_name: str) -> str:
         return "not queued"
     with _LeaseKeeper(store, claim, lease_ms):
         content = store.read_blob(claim)
-        rows: list[dict[str, object]] | None = None
+        rows: bytes | None = None  # line_items, serialised as JSON by the bounded extraction
         error: tuple[str, str] | None = ("blob_missing", "the uploaded bytes are gone")
         if content is not None:
-            rows, error = run_extractor(
-                rt.extractor,
+            rows, error = run_bounded(
+                rt.settings,
                 content,
                 filename=claim.filename,
                 content_type=claim.content_type,
