@@ -61,7 +61,13 @@ def reject_lone_surrogates(value: object) -> object:
     return value
 
 
+_SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
 def _escape(char: str) -> str:
+    short = _SHORT_ESCAPES.get(char)
+    if short is not None:
+        return short
     code = ord(char)
     if code < 0x100:
         return f"\\x{code:02x}"

@@ -30,6 +30,7 @@ from relay.exceptions import (
 from relay.ratelimit import SlidingWindow
 from relay.scripts import AsyncScripts
 from relay.store import AsyncStore, BatchRef
+from relay.text import reject_lone_surrogates
 
 BATCH_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _LIMIT_RE = re.compile(r"[0-9]{1,4}")
@@ -125,7 +126,7 @@ async def read_json(
     if media_type != "application/json" and not media_type.endswith("+json"):
         raise UnsupportedMediaType("expected Content-Type: application/json")
     try:
-        return json.loads(bytes(body), parse_constant=_reject_constant)
+        return reject_lone_surrogates(json.loads(bytes(body), parse_constant=_reject_constant))
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and bad UTF-8 are ValueErrors
         raise BadRequest(f"invalid JSON body: {str(exc)[:200]}") from exc
 
