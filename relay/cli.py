@@ -163,9 +163,11 @@ def cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
         print(f"API key for account {args.account} (shown once, stored hashed):", file=sys.stderr)
         print(auth.create_key(client, args.account))
     elif args.keys_cmd == "list":
+        from relay.text import for_terminal
+
         for info in auth.list_keys(client):
             state = "revoked" if info.revoked_at else "active"
-            print(f"{info.prefix}\t{info.account}\t{state}")
+            print(f"{info.prefix}\t{for_terminal(info.account)}\t{state}")
     else:
         if not auth.revoke_key(client, args.prefix):
             print(f"no key with prefix {args.prefix!r}", file=sys.stderr)

@@ -121,6 +121,30 @@ _FIELDS: tuple[_Field, ...] = (
         "Largest image (all pages) the default extractor decodes, else image_too_large",
     ),
     _Field(
+        "extract_timeout",
+        "60",
+        _positive_float,
+        "Wall-clock seconds one document's extraction may take (else extraction_timeout)",
+    ),
+    _Field(
+        "extract_memory",
+        str(512 * 1024 * 1024),
+        _positive_int,
+        "Bytes of address space the extraction process may use (else extraction_memory)",
+    ),
+    _Field(
+        "max_result_bytes",
+        str(16 * 1024 * 1024),
+        _positive_int,
+        "Largest line_items of one document as JSON bytes (else result_too_large)",
+    ),
+    _Field(
+        "extract_max_depth",
+        "64",
+        _positive_int,
+        "Deepest nesting of a JSON document's values (else too_deeply_nested)",
+    ),
+    _Field(
         "blob_dir",
         "",
         str,
@@ -217,6 +241,10 @@ class Settings:
     extractor: str
     max_upload_bytes: int
     max_image_pixels: int
+    extract_timeout: float
+    extract_memory: int
+    max_result_bytes: int
+    extract_max_depth: int
     blob_dir: str
     status_rate_limit: RateLimit
     lease_seconds: float
@@ -300,7 +328,26 @@ def load_settings(
     if bad:
         raise ConfigError(f"unknown override(s): {sorted(bad)}")
     values.update(overrides)
-    return Settings(**values)
+    settings = Settings(**values)
+    _check_consistent(settings)
+    return settings
+
+
+# The extraction deadline must end well inside the document job's RQ timeout, so that the
+# job, not RQ, records extraction_timeout.
+_JOB_TIMEOUT_MARGIN = 10.0
+
+
+def _check_consistent(settings: Settings) -> None:
+    from relay.queues import document_job_timeout  # queues builds on the settings
+
+    job_timeout = document_job_timeout(settings)
+    if settings.extract_timeout + _JOB_TIMEOUT_MARGIN > job_timeout:
+        raise ConfigError(
+            f"RELAY_EXTRACT_TIMEOUT={settings.extract_timeout:g} must be at least "
+            f"{_JOB_TIMEOUT_MARGIN:g} s below the document job timeout ({job_timeout} s = "
+            "RELAY_LEASE_SECONDS x 10 + 60): raise RELAY_LEASE_SECONDS or lower the timeout"
+        )
 
 
 def env_example() -> str:

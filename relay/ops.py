@@ -1,4 +1,8 @@
-"""``relay deliveries list|show|retry``: the operator's view of webhook deliveries."""
+"""``relay deliveries list|show|retry``: the operator's view of webhook deliveries.
+
+Every string that came from a tenant or a receiver goes through ``for_terminal`` (``_t``)
+before it is printed: a response excerpt holding ANSI escapes must not rewrite the screen.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from relay.exceptions import StateError
 from relay.keys import shard_of_id
 from relay.model import Delivery
 from relay.redis_conn import sync_client
+from relay.text import for_terminal as _t
 from relay.timefmt import rfc3339
 from relay.webhook_store import WebhookStore
 
@@ -21,15 +26,15 @@ RETRYABLE = {"failed", "canceled", "succeeded"}
 def _line(d: Delivery) -> str:
     nxt = rfc3339(d.next_attempt_at) or "-"
     return (
-        f"{d.id}  {d.account:<12} {d.batch_name:<24} {d.status.value:<10} "
+        f"{_t(d.id)}  {_t(d.account):<12} {_t(d.batch_name):<24} {d.status.value:<10} "
         f"attempts={len(d.attempts):<2} next={nxt}"
     )
 
 
 def _table(d: Delivery) -> str:
     head = (
-        f"delivery {d.id}\n  account {d.account}  batch {d.batch_name}  "
-        f"completion_seq {d.completion_seq}\n  url {d.url}\n  status {d.status.value}  "
+        f"delivery {_t(d.id)}\n  account {_t(d.account)}  batch {_t(d.batch_name)}  "
+        f"completion_seq {d.completion_seq}\n  url {_t(d.url)}\n  status {d.status.value}  "
         f"created {rfc3339(d.created_at)}  next attempt {rfc3339(d.next_attempt_at) or '-'}\n"
     )
     rows = [("#", "at", "ms", "status", "error", "response")]
@@ -40,8 +45,8 @@ def _table(d: Delivery) -> str:
                 rfc3339(a.at) or "",
                 f"{a.duration_ms:.0f}",
                 str(a.status_code or "-"),
-                a.error or "-",
-                a.response_excerpt.replace("\n", " ")[:60],
+                _t(a.error or "-"),
+                _t(a.response_excerpt[:60]),
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -96,13 +101,13 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         try:
             d = store.retry(ident)
         except StateError as exc:
-            print(f"{ident}: not retried: {exc.message}", file=sys.stderr)
+            print(f"{_t(ident)}: not retried: {_t(exc.message)}", file=sys.stderr)
             failures += 1
             continue
         shard = shard_of_id("msg", ident)
         if shard is not None:
             shards.add(shard)
-        print(f"{d.id}: pending again (due now)")
+        print(f"{_t(d.id)}: pending again (due now)")
     for shard in shards:
         queues.wake(client, shard, settings)
     print(f"{len(targets) - failures} delivery(ies) retried, {failures} not retryable")

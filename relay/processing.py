@@ -11,7 +11,6 @@ import logging
 import secrets
 import threading
 
-from relay.extract.loader import run_extractor
 from relay.store import BatchRef, Claim, Store
 from relay.worker_context import WorkerContext
 
@@ -52,11 +51,10 @@ def run_document(ctx: WorkerContext, doc_id: str, account: str, batch_name: str)
         return "not queued"
     with _LeaseKeeper(store, claim, lease_ms):
         content = store.read_blob(claim)
-        rows: list[dict[str, object]] | None = None
+        rows: bytes | None = None  # line_items, serialised as JSON by the bounded extraction
         error: tuple[str, str] | None = ("blob_missing", "the uploaded bytes are gone")
         if content is not None:
-            rows, error = run_extractor(
-                ctx.extractor,
+            rows, error = ctx.extraction.run(
                 content,
                 filename=claim.filename,
                 content_type=claim.content_type,

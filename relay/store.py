@@ -283,11 +283,14 @@ class Store:
         self,
         claim: Claim,
         *,
-        line_items: list[dict[str, Any]] | None,
+        line_items: list[dict[str, Any]] | bytes | None,
         error: tuple[str, str] | None,
     ) -> tuple[bool, int]:
         """Store the outcome. Returns (stored, completion_seq or 0); not stored when the
-        lease was lost meanwhile (another worker owns the document now)."""
+        lease was lost meanwhile (another worker owns the document now). ``line_items`` may
+        come already serialised (JSON bytes, as the bounded extraction returns them)."""
+        if isinstance(line_items, list):
+            line_items = json.dumps(line_items, separators=(",", ":")).encode()
         k = _doc_keys(claim.batch, claim.doc_id)
         outcome = "failed" if error is not None else "succeeded"
         code, message = error if error is not None else ("", "")
@@ -299,7 +302,7 @@ class Store:
                 claim.token,
                 self.clock(),
                 outcome,
-                json.dumps(line_items, separators=(",", ":")) if line_items is not None else "",
+                line_items if line_items is not None else "",
                 code,
                 message,
             ],

@@ -10,7 +10,7 @@ use, so a process pays only for what it uses.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property, partial
+from functools import cached_property
 
 import httpx
 import redis
@@ -21,8 +21,7 @@ from relay.crypto import Encryptor
 from relay.delivery.engine import Engine
 from relay.delivery.ssrf import TargetPolicy, make_client
 from relay.delivery.transport import USER_AGENT
-from relay.extract import extract
-from relay.extract.loader import Extractor, load_extractor
+from relay.extract.sandbox import ExtractorHost, SandboxConfig
 from relay.metrics import Metrics
 from relay.redis_conn import sync_client
 from relay.signing_keys import SigningKeys
@@ -74,8 +73,6 @@ class WorkerContext:
         return Engine(self)
 
     @cached_property
-    def extractor(self) -> Extractor:
-        loaded = load_extractor(self.settings.extractor)
-        if loaded is extract:  # the default takes the image bound from the settings
-            return partial(extract, max_image_pixels=self.settings.max_image_pixels)
-        return loaded
+    def extraction(self) -> ExtractorHost:
+        """The bounded child that runs this process's extractor (``relay.extract.sandbox``)."""
+        return ExtractorHost(SandboxConfig.from_settings(self.settings))

@@ -3,6 +3,8 @@ registration, replacing, removing, listing, retry, and the signing material."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from tests.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
@@ -17,7 +19,7 @@ HOOK = "https://hooks.example.com/relay"
         ("https://user:pw@93.184.215.14/hook", "credentials"),
         ("https://93.184.215.14/" + "a" * 2100, "2048"),
         ("https://127.0.0.1/hook", "127.0.0.1"),
-        ("https://localhost/hook", "127.0.0.1"),
+        ("https://localhost/hook", "localhost resolves to a non-public address"),
         ("https://10.0.0.8/hook", "10.0.0.8"),
         ("https://169.254.169.254/latest/meta-data", "169.254.169.254"),
         ("https://100.64.0.1/hook", "100.64.0.1"),
@@ -39,6 +41,28 @@ def test_unsafe_callback_urls_are_refused_with_the_reason(api: Api, url: str, re
     assert error["type"] == "invalid_webhook_url"
     assert reason in error["message"], error["message"]
     assert api.client.get(f"{V1}/batches/b1/webhook", headers=api.auth("acme")).status_code == 404
+
+
+def test_a_refused_name_does_not_reveal_what_it_resolves_to(
+    api: Api, caplog: pytest.LogCaptureFixture
+) -> None:
+    api.upload_ok("acme", "b1")
+    with caplog.at_level(logging.WARNING, logger="relay.delivery"):
+        r = api.client.put(
+            f"{V1}/batches/b1/webhook",
+            headers=api.auth("acme"),
+            json={"url": "https://localhost/hook"},
+        )
+    assert r.status_code == 422, r.text
+    assert r.json()["error"] == {
+        "type": "invalid_webhook_url",
+        "message": "localhost resolves to a non-public address; "
+        "callbacks may only go to public addresses",
+    }
+    assert "127.0.0.1" not in r.text and "loopback" not in r.text
+    # The operator still learns what it resolved to, from the log.
+    logged = [rec.getMessage() for rec in caplog.records if rec.name == "relay.delivery"]
+    assert any("'localhost'" in m and "127.0.0.1" in m and "loopback" in m for m in logged)
 
 
 @pytest.mark.parametrize(

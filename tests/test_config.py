@@ -19,6 +19,17 @@ def test_defaults_match_the_spec() -> None:
     assert s.delivery_timeout == 15
     assert s.status_rate_limit == RateLimit(120, 60_000)
     assert s.allow_http_targets is False and s.allow_private_targets is False
+    assert (s.extract_timeout, s.extract_memory, s.max_result_bytes) == (60, 512 << 20, 16 << 20)
+    assert s.extract_max_depth == 64
+
+
+def test_extract_timeout_must_end_inside_the_document_job_timeout() -> None:
+    # The job's RQ timeout is lease_seconds x 10 + 60 (660 s by default).
+    assert load_settings({"RELAY_EXTRACT_TIMEOUT": "650"}, dotenv=None).extract_timeout == 650
+    with pytest.raises(ConfigError, match="RELAY_EXTRACT_TIMEOUT=651 must be at least 10 s below"):
+        load_settings({"RELAY_EXTRACT_TIMEOUT": "651"}, dotenv=None)
+    raised = {"RELAY_EXTRACT_TIMEOUT": "651", "RELAY_LEASE_SECONDS": "120"}
+    assert load_settings(raised, dotenv=None).extract_timeout == 651
 
 
 def test_env_beats_dotenv(tmp_path: Path) -> None:

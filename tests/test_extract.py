@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pickle
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import cast
@@ -17,6 +18,13 @@ import pytest
 
 from relay.exceptions import ConfigError
 from relay.extract import ExtractionError, Extractor, extract, load_extractor, run_extractor
+from relay.extract.csv_tsv import sniffer_sample
+from relay.extract.limits import ExtractLimits, RowBudget, applied, encode_rows
+from relay.extract.pdf import _out_of_memory
+from tests.documents import pdf as _pdf
+from tests.documents import quote_storm, wide_csv
+from tests.documents import table_ops as _table_ops
+from tests.documents import text_ops as _text_ops
 
 Rows = list[dict[str, object]]
 
@@ -32,69 +40,6 @@ def _code(content: bytes, filename: str, content_type: str = "") -> str:
         _rows(content, filename, content_type)
     assert caught.value.message, "every failure carries a human message"
     return caught.value.code
-
-
-# --- a hand-written PDF -------------------------------------------------------------------
-
-
-def _pdf_text(text: str) -> str:
-    return "(" + text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)") + ")"
-
-
-def _table_ops(rows: Sequence[Sequence[str]], *, top: float = 720.0) -> str:
-    """Content-stream operators drawing ``rows`` as a ruled grid of 120x20 pt cells."""
-    left, width, height = 72.0, 120.0, 20.0
-    n_cols = max(len(row) for row in rows)
-    bottom, right = top - len(rows) * height, left + n_cols * width
-    ops = ["0.5 w"]
-    ops += [
-        f"{left} {top - i * height} m {right} {top - i * height} l S" for i in range(len(rows) + 1)
-    ]
-    ops += [
-        f"{left + j * width} {top} m {left + j * width} {bottom} l S" for j in range(n_cols + 1)
-    ]
-    for i, row in enumerate(rows):
-        for j, cell in enumerate(row):
-            x, y = left + j * width + 4, top - (i + 1) * height + 6
-            ops.append(f"BT /F1 10 Tf {x} {y} Td {_pdf_text(cell)} Tj ET")
-    return "\n".join(ops)
-
-
-def _text_ops(lines: Sequence[str]) -> str:
-    return "\n".join(
-        f"BT /F1 12 Tf 72 {720 - 16 * i} Td {_pdf_text(line)} Tj ET" for i, line in enumerate(lines)
-    )
-
-
-def _pdf(pages: Sequence[str]) -> bytes:
-    """A valid PDF 1.4 (correct xref offsets) with one content stream per page."""
-    page_ids = [4 + 2 * i for i in range(len(pages))]
-    kids = " ".join(f"{pid} 0 R" for pid in page_ids)
-    objects = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        f"<< /Type /Pages /Kids [{kids}] /Count {len(pages)} >>".encode(),
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-    ]
-    for pid, ops in zip(page_ids, pages, strict=True):
-        page = (
-            "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792]"
-            f" /Resources << /Font << /F1 3 0 R >> >> /Contents {pid + 1} 0 R >>"
-        )
-        data = ops.encode("latin-1")
-        objects += [page.encode(), b"<< /Length %d >>\nstream\n%b\nendstream" % (len(data), data)]
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n%b\nendobj\n" % (number, body)
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
-        len(objects) + 1,
-        xref,
-    )
-    return bytes(out)
 
 
 HEADER = ["SKU", "Description", "Qty"]
@@ -217,11 +162,14 @@ def test_json_line_items_and_fields() -> None:
         b"{'sku': 'A1'}",
         b'[{"price": NaN}]',
         b'[{"price": 1e999}]',
-        b"[" * 50_000,
     ],
 )
 def test_invalid_json(content: bytes) -> None:
     assert _code(content, "items.json", "application/json") == "invalid_json"
+
+
+def test_json_nested_past_the_parser_is_too_deeply_nested_even_unbounded() -> None:
+    assert _code(b"[" * 50_000, "items.json", "application/json") == "too_deeply_nested"
 
 
 @pytest.mark.parametrize(
@@ -457,3 +405,70 @@ def test_run_extractor_rejects_a_bad_return_value(value: object, said: str) -> N
     assert rows is None
     assert failure is not None and failure[0] == "extraction_error"
     assert said in failure[1]
+
+
+# --- bounds --------------------------------------------------------------------------------
+
+
+def test_csv_sniffer_sees_a_bounded_sample_so_a_quote_storm_is_cheap() -> None:
+    # 16 KB of '\n"' cost csv.Sniffer ~7 s here with a 16 KiB sample; the bound is generous.
+    started = time.perf_counter()
+    code = _code(quote_storm(16 * 1024), "upload", "application/octet-stream")
+    assert time.perf_counter() - started < 1.0
+    assert code in {"unsupported_format", "invalid_csv", "empty_document"}
+
+
+def test_sniffer_sample_ends_at_a_line_end_and_keeps_at_most_64_lines() -> None:
+    text = "".join(f"a,{i}\n" for i in range(1000))
+    sample = sniffer_sample(text)
+    assert sample.count("\n") == 63 and sample.endswith("a,63")
+    long_lines = ("x" * 100 + "\n") * 100
+    assert sniffer_sample(long_lines) == ("x" * 100 + "\n") * 39 + "x" * 100
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        {"a": "b"},
+        {"a": None, "long key": ""},
+        {'quote"d': 'line\nbreak "x"', "é": "日本語"},
+        {"n": 1, "f": 2.5, "t": True, "l": [1, 2], "o": {}},
+        {},
+    ],
+)
+def test_row_budget_charges_no_more_than_the_rows_json(row: dict[str, object]) -> None:
+    rows = [row, row, row]
+    size = len(encode_rows(rows, None))
+    budget = RowBudget(ExtractLimits(max_result_bytes=size))
+    for r in rows:
+        budget.charge(r)  # never refuses what fits
+    assert budget.spent <= size
+    with pytest.raises(ExtractionError) as caught:
+        RowBudget(ExtractLimits(max_result_bytes=1)).charge(row)
+    assert caught.value.code == "result_too_large"
+
+
+def test_result_bound_stops_the_reader_not_just_the_serialiser() -> None:
+    limits = ExtractLimits(max_result_bytes=1 << 20)
+    with applied(limits), pytest.raises(ExtractionError) as caught:
+        _rows(wide_csv(), "wide.csv")
+    assert caught.value.code == "result_too_large"
+    # Fields count only the kept keys: the same table projected on one column fits.
+    with applied(
+        ExtractLimits(
+            max_result_bytes=1 << 20, fields=("a_rather_long_and_descriptive_column_name_0000",)
+        )
+    ):
+        rows = _rows(
+            wide_csv(), "wide.csv", fields=["a_rather_long_and_descriptive_column_name_0000"]
+        )
+    assert len(rows) == 5_000
+
+
+def test_a_decompression_bomb_pdf_is_a_memory_error_not_invalid_pdf() -> None:
+    # pdfplumber wraps pdfminer's MemoryError; the 1 GiB bomb itself runs under the memory
+    # limit in tests/test_sandbox.py and tests/e2e/test_bounds.py.
+    error = MemoryError("Unable to allocate output buffer.")
+    wrapped = RuntimeError("PdfminerException")
+    wrapped.__cause__ = error
+    assert _out_of_memory(wrapped) and not _out_of_memory(RuntimeError("other"))

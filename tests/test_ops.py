@@ -29,7 +29,9 @@ def relay_cli(redis_url: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _failed_delivery(redis_url: str, client: redis.Redis, name: str) -> str:
+def _failed_delivery(
+    redis_url: str, client: redis.Redis, name: str, excerpt: str = "busy, try later"
+) -> str:
     ref = BatchRef("acme", name)
     client.hset(ref.key, mapping={"account": "acme", "name": name, "created_at": 1})
 
@@ -42,7 +44,7 @@ def _failed_delivery(redis_url: str, client: redis.Redis, name: str) -> str:
     d = WebhookStore(client)
     _, ident = d.create(ref, 1, b"{}")
     (c,) = d.claim(ref.shard, limit=1, lease_ms=60_000, token="t")
-    attempt = Attempt(1, now_ms(), 12.5, 503, "http_status", "busy, try later")
+    attempt = Attempt(1, now_ms(), 12.5, 503, "http_status", excerpt)
     d.record(c, "t", attempt, outcome="failed")
     return ident
 
@@ -112,3 +114,17 @@ def test_api_and_worker_refuse_to_start_without_an_encryption_key(redis_url: str
         done = relay_cli(redis_url, *command)
         assert done.returncode == 2, done.stderr
         assert "RELAY_ENCRYPTION_KEY is not set" in done.stderr
+
+
+def test_show_escapes_control_characters_from_the_receiver(
+    redis_url: str, redis: redis.Redis
+) -> None:
+    hostile = "\x1b[2J\x1b[Hall good\r\n\x9b31m\u202eevil\x07"
+    ident = _failed_delivery(redis_url, redis, "b1", excerpt=hostile)
+    shown = relay_cli(redis_url, "deliveries", "show", ident)
+    assert shown.returncode == 0, shown.stderr
+    assert (
+        "\x1b" not in shown.stdout and "\x9b" not in shown.stdout and "\u202e" not in shown.stdout
+    )
+    assert "\x07" not in shown.stdout and "\r" not in shown.stdout
+    assert "\\x1b[2J\\x1b[Hall good\\r\\n\\x9b31m\\u202eevil\\x07" in shown.stdout

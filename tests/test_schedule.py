@@ -84,3 +84,28 @@ def test_retry_after_http_date_and_garbage() -> None:
     assert parse_retry_after("soon", NOW) is None
     assert parse_retry_after(None, NOW) is None
     assert parse_retry_after("-5", NOW) is None
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "²",
+        "\u0661\u0662",  # Arabic-Indic digits
+        "\uff11\uff12",  # fullwidth digits
+        "1.5",
+        "+3",
+        "3 s",
+        "Wed, 21 Oct 2015 07:28:00",
+        "Wed, 21 Oct 99999 07:28:00 GMT",
+        "\x00",
+    ],
+)
+def test_retry_after_that_is_neither_ascii_digits_nor_an_http_date_is_ignored(value: str) -> None:
+    # "²".isdigit() is true and float("²") raises: the attempt was never recorded.
+    assert parse_retry_after(value, NOW) is None
+    assert _decide(503, retry_after=value).next_at_ms == NOW + 5_000  # the schedule, as if absent
+
+
+def test_retry_after_of_ascii_digits_of_any_length_is_capped_not_an_error() -> None:
+    assert parse_retry_after(" 7 ", NOW) == 7.0
+    assert _decide(503, retry_after="9" * 400).next_at_ms == NOW + 50_000

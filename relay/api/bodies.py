@@ -11,7 +11,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from relay.api.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
+from relay.api.errors import BadRequest, PayloadTooLarge, Unprocessable, UnsupportedMediaType
+from relay.text import holds_lone_surrogate
 
 
 def media_type(request: Request) -> str:
@@ -58,9 +59,15 @@ async def read_json(
     if kind != "application/json" and not kind.endswith("+json"):
         raise UnsupportedMediaType("expected Content-Type: application/json")
     try:
-        return json.loads(bytes(body), parse_constant=_reject_constant)
+        value = json.loads(bytes(body), parse_constant=_reject_constant)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and bad UTF-8 are ValueErrors
         raise BadRequest(f"invalid JSON body: {str(exc)[:200]}") from exc
+    if holds_lone_surrogate(value):
+        raise Unprocessable(
+            "the JSON body holds a lone UTF-16 surrogate (\\ud800-\\udfff escape), "
+            "which is not valid Unicode text"
+        )
+    return value
 
 
 def json_response(

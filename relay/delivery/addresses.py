@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import ipaddress
+import logging
 import os
 import socket
 import threading
@@ -17,6 +18,8 @@ from dataclasses import dataclass
 
 from relay.config import Settings
 from relay.exceptions import UnsafeTarget
+
+log = logging.getLogger("relay.delivery")
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -57,6 +60,7 @@ _REFUSED_V6: tuple[tuple[ipaddress.IPv6Network, str], ...] = (
 )
 
 _ONLY_PUBLIC = "callbacks may only go to public addresses"
+NON_PUBLIC = "resolves to a non-public address"
 _GLOBAL_UNICAST_V6 = _V6("2000::/3")
 _IPV4_COMPATIBLE = _V6("::/96")  # deprecated (RFC 4291 2.5.5.1); :: and ::1 are matched first
 _IPV4_TRANSLATED = _V6("::ffff:0:0:0/96")  # SIIT (RFC 2765); only meaningful inside a translator
@@ -203,7 +207,8 @@ def resolve_and_check(
     rebinding trick or a misconfiguration). An IP literal is not looked up. ``timeout`` bounds
     the lookup (getaddrinfo has none of its own; the lookup then runs on a worker thread).
     Raises :class:`UnsafeTarget` with kind ``dns`` (no answer, error or timeout) or
-    ``private_address``.
+    ``private_address``; for a name, the latter says only that it resolves to a non-public
+    address (the address and the reason are logged, never shown to the tenant).
     """
     try:
         literal: IPAddress | None = ipaddress.ip_address(host)
@@ -239,7 +244,8 @@ def resolve_and_check(
         for ip in addresses:
             reason = _refusal(ip)
             if reason is not None:
-                raise UnsafeTarget(
-                    "private_address", f"{host} resolves to {ip}, which is {reason}; {_ONLY_PUBLIC}"
-                )
+                # What an internal name resolves to is the operator's business, not the
+                # tenant's (it maps the private network): the detail goes to the log only.
+                log.warning("callback host %r refused: it resolves to %s, %s", host, ip, reason)
+                raise UnsafeTarget("private_address", f"{host} {NON_PUBLIC}; {_ONLY_PUBLIC}")
     return addresses

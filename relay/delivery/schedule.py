@@ -7,6 +7,7 @@ tests) apart from the I/O that produces the answer.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 
@@ -22,16 +23,24 @@ class Decision:
     next_at_ms: int = 0
 
 
+_DELTA_SECONDS = re.compile(r"[0-9]+")  # ASCII only: "²".isdigit() is true, float("²") fails
+
+
 def parse_retry_after(value: str | None, now_ms: int) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP-date)."""
+    """Seconds to wait from a ``Retry-After`` header: ASCII delta-seconds or an HTTP-date.
+
+    Anything else (``²``, an Arabic-Indic digit, ``1.5``, ``-3``, a date without a zone) is
+    ignored: ``None``, never an exception, so the attempt is recorded like any other. A huge
+    number is fine: the caller caps the wait.
+    """
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if _DELTA_SECONDS.fullmatch(value):
         return float(value)
     try:
         when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if when.tzinfo is None:
         return None

@@ -16,7 +16,9 @@ Contract (the spec's "Callback URL safety"):
 
 Every refusal is an :class:`~relay.exceptions.UnsafeTarget` whose ``kind`` is one of
 ``syntax``, ``too_long``, ``scheme``, ``userinfo``, ``fragment``, ``host``, ``port``, ``dns``,
-``private_address`` and whose ``message`` is a sentence fit for a 422 response.
+``private_address`` and whose ``message`` is a sentence fit for a 422 response. A host name
+refused for its addresses is said to "resolve to a non-public address", never to which one:
+that would map the internal network for the tenant (the log has the detail).
 
 This module checks URLs and is the guard's public surface; the address rules and DNS
 resolution are in :mod:`relay.delivery.addresses`, the pinned client and

@@ -17,6 +17,15 @@ Codes the default extractor uses:
     invalid_image       bytes declared or recognised as an image that Pillow cannot decode
     image_too_large     an image (or a scanned page) of more than RELAY_MAX_IMAGE_PIXELS
     ocr_unavailable     the Tesseract OCR engine is not installed on the worker
+    too_deeply_nested   JSON nesting deeper than ``RELAY_EXTRACT_MAX_DEPTH`` levels
+    result_too_large    rows past ``RELAY_MAX_RESULT_BYTES`` of JSON
+
+Codes of the bounded run (``relay.extract.sandbox``), whatever the extractor:
+
+    extraction_timeout  longer than ``RELAY_EXTRACT_TIMEOUT`` (the extraction is killed)
+    extraction_memory   more memory than ``RELAY_EXTRACT_MEMORY`` (a MemoryError, or killed)
+    extraction_crashed  the extraction process died without answering
+    result_too_large    rows past ``RELAY_MAX_RESULT_BYTES`` of JSON
 
 It is deliberately not a ``relay.exceptions.RelayError``: it is a per-document result, never
 an API error or a configuration problem.

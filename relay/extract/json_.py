@@ -18,6 +18,7 @@ import json
 import math
 
 from relay.extract.errors import ExtractionError, shorten
+from relay.extract.limits import check_depth
 
 __all__ = ["EXPECTED_SHAPE", "extract_json", "parse_json", "rows_from_json"]
 
@@ -51,16 +52,21 @@ def _kind(value: object) -> str:
 
 
 def parse_json(text: str) -> object:
-    """Parse ``text`` as strict JSON or raise ``invalid_json`` saying where it breaks."""
+    """Parse ``text`` as strict JSON or raise ``invalid_json`` saying where it breaks, or
+    ``too_deeply_nested`` past ``RELAY_EXTRACT_MAX_DEPTH`` levels (or the parser's own
+    recursion limit)."""
     try:
-        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+        value = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno} column {exc.colno}"
         raise ExtractionError("invalid_json", f"not valid JSON: {exc.msg} at {where}") from None
     except ValueError as exc:  # from _reject_constant or _finite_float
         raise ExtractionError("invalid_json", shorten(f"not valid JSON: {exc}", 200)) from None
     except RecursionError:
-        raise ExtractionError("invalid_json", "not valid JSON: nested too deeply") from None
+        message = "the JSON document nests deeper than the parser allows"
+        raise ExtractionError("too_deeply_nested", message) from None
+    check_depth(value)
+    return value
 
 
 def rows_from_json(value: object) -> list[dict[str, object]]:

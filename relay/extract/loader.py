@@ -4,10 +4,12 @@
 (a dotted attribute path such as ``module:Class.method`` works too); anything that cannot
 work is a ``ConfigError`` at start, not a failure of every document later.
 
-``run_extractor`` is the only place an extractor is called. It never raises for a document's
-sake; it returns ``(rows, None)`` or ``(None, (code, message))``:
+``call_extractor`` is the only place an extractor is called; it raises ``ExtractionError``
+for every failure. ``run_extractor`` wraps it for in-process use and never raises for a
+document's sake; it returns ``(rows, None)`` or ``(None, (code, message))``:
 
 * ``ExtractionError(code, message)`` -> that code and message;
+* ``MemoryError`` -> ``extraction_memory``;
 * any other ``Exception`` -> ``extraction_error`` with ``"TypeName: text"``;
 * a result that is not a list of dicts with string keys, or that ``json.dumps`` cannot
   serialise as strict JSON -> ``extraction_error`` with ``"extractor returned ..."``.
@@ -24,7 +26,7 @@ from typing import Protocol, cast
 from relay.exceptions import ConfigError
 from relay.extract.errors import ExtractionError, shorten
 
-__all__ = ["Extractor", "load_extractor", "run_extractor"]
+__all__ = ["Extractor", "call_extractor", "load_extractor", "run_extractor"]
 
 MAX_MESSAGE = 500
 MAX_CODE = 64
@@ -86,8 +88,8 @@ def load_extractor(spec: str) -> Extractor:
     return cast(Extractor, target)
 
 
-def _problem_with(result: object) -> str | None:
-    """Why ``result`` breaks the contract's return type, or ``None`` if it does not."""
+def _shape_problem(result: object) -> str | None:
+    """Why ``result`` is not a list of dicts with string keys, or ``None``."""
     if not isinstance(result, list):
         return f"extractor returned {type(result).__name__}, expected a list of dicts"
     for index, row in enumerate(result):
@@ -97,11 +99,53 @@ def _problem_with(result: object) -> str | None:
         # json.dumps would quietly turn 1 into "1" and fail on a tuple key: refuse both.
         if not all(isinstance(key, str) for key in row):
             return f"extractor returned a row (item {index}) with a key that is not a string"
+    return None
+
+
+def _problem_with(result: object) -> str | None:
+    """Why ``result`` breaks the contract's return type, or ``None`` if it does not."""
+    problem = _shape_problem(result)
+    if problem is not None:
+        return problem
     try:
         json.dumps(result, allow_nan=False, default=None)
     except (TypeError, ValueError, RecursionError) as exc:
         return f"extractor returned rows that are not JSON-serialisable: {exc}"
     return None
+
+
+def call_extractor(
+    extractor: Extractor,
+    content: bytes,
+    *,
+    filename: str,
+    content_type: str,
+    fields: list[str],
+) -> Rows:
+    """Call ``extractor``; its rows, checked for shape (not yet for JSON: the caller
+    serialises them), or ``ExtractionError`` for every failure (module docstring).
+
+    ``MemoryError`` is ``extraction_memory``: the extraction needed more than it may use.
+    """
+    try:
+        # A copy of fields: a plug-in that mutates it must not change the batch's settings.
+        result = extractor(
+            content, filename=filename, content_type=content_type, fields=list(fields)
+        )
+    except ExtractionError as exc:
+        code = shorten(str(exc.code), MAX_CODE) or "extraction_error"
+        raise ExtractionError(code, shorten(str(exc.message), MAX_MESSAGE)) from None
+    except MemoryError:
+        raise ExtractionError(
+            "extraction_memory", "the document needs more memory than extraction may use"
+        ) from None
+    except Exception as exc:  # the contract: any other failure is the document's, not ours
+        message = shorten(f"{type(exc).__name__}: {exc}", MAX_MESSAGE)
+        raise ExtractionError("extraction_error", message) from None
+    problem = _shape_problem(result)
+    if problem is not None:
+        raise ExtractionError("extraction_error", shorten(problem, MAX_MESSAGE))
+    return result
 
 
 def run_extractor(
@@ -114,15 +158,11 @@ def run_extractor(
 ) -> tuple[Rows | None, tuple[str, str] | None]:
     """Call ``extractor`` and map every outcome to rows or a failure (module docstring)."""
     try:
-        # A copy of fields: a plug-in that mutates it must not change the batch's settings.
-        result = extractor(
-            content, filename=filename, content_type=content_type, fields=list(fields)
+        result = call_extractor(
+            extractor, content, filename=filename, content_type=content_type, fields=fields
         )
     except ExtractionError as exc:
-        code = shorten(str(exc.code), MAX_CODE) or "extraction_error"
-        return None, (code, shorten(str(exc.message), MAX_MESSAGE))
-    except Exception as exc:  # the contract: any other failure is the document's, not ours
-        return None, ("extraction_error", shorten(f"{type(exc).__name__}: {exc}", MAX_MESSAGE))
+        return None, (exc.code, exc.message)
     problem = _problem_with(result)
     if problem is not None:
         return None, ("extraction_error", shorten(problem, MAX_MESSAGE))

@@ -13,7 +13,9 @@ Contract:
   header; later tables continue it). Cells pdfplumber reports as ``None`` (merged or
   missing) stay ``None``; strings are stripped.
 * Errors: bytes pdfplumber cannot open or read -> ``invalid_pdf``; no table anywhere ->
-  ``no_table_found``; a header with no rows under it -> ``empty_document``.
+  ``no_table_found``; a header with no rows under it -> ``empty_document``. Running out of
+  memory (a decompression bomb under the sandbox's limit) is re-raised as ``MemoryError``,
+  never disguised as ``invalid_pdf``.
 """
 
 from __future__ import annotations
@@ -64,17 +66,38 @@ def _page_tables(page: Any, max_pixels: int) -> list[list[Cells]]:
     return [list(table) for table in page.extract_tables()]
 
 
+def _out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is, or was caused by, a MemoryError (pdfplumber wraps pdfminer's
+    errors, so a decompression bomb stopped by the memory limit arrives as a
+    ``PdfminerException``)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, MemoryError):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _raise_for_memory(exc: Exception) -> None:
+    if _out_of_memory(exc):
+        raise MemoryError("the PDF needs more memory than allowed") from exc
+
+
 def _tables(content: bytes, max_pixels: int) -> list[list[Cells]]:
     """Every non-empty table of every page, rows cleaned and blank rows dropped."""
     try:
         document = pdfplumber.open(io.BytesIO(content))
     except Exception as exc:  # pdfminer raises many unrelated types for broken files
+        _raise_for_memory(exc)
         raise ExtractionError("invalid_pdf", f"could not open the PDF ({_reason(exc)})") from None
     tables: list[list[Cells]] = []
     with document:
         try:
             pages = document.pages
         except Exception as exc:
+            _raise_for_memory(exc)
             raise ExtractionError(
                 "invalid_pdf", f"could not read the PDF ({_reason(exc)})"
             ) from None
@@ -86,6 +109,7 @@ def _tables(content: bytes, max_pixels: int) -> list[list[Cells]]:
             except ExtractionError:
                 raise
             except Exception as exc:
+                _raise_for_memory(exc)
                 message = f"could not read page {number} of the PDF ({_reason(exc)})"
                 raise ExtractionError("invalid_pdf", message) from None
             finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import pytest
@@ -182,6 +183,41 @@ def test_retry_after_is_honoured(stack: Stack, receiver: Receiver) -> None:
     # The schedule says 0.2 s; Retry-After says 1 s (capped at 10 x 0.2 s = 2 s).
     assert second.at - first.at >= 0.95
     assert first.headers["webhook-id"] == second.headers["webhook-id"]
+    api.close()
+
+
+def test_a_unicode_digit_retry_after_is_ignored_and_every_attempt_recorded(
+    stack: Stack, receiver: Receiver
+) -> None:
+    # "²".isdigit() is true but float("²") raises: the attempt used to be lost and retried
+    # every ~20 s forever, past the attempt cap. Its body also tries to clear the screen.
+    api = _start(stack)
+    excerpt = b"\x1b[2J\x1b[Hbusy"
+    receiver.script("/sq", [Reply(503, {"retry-after": "\u00b2"}, body=excerpt)])
+    api.upload("sq", CSV)
+    api.register("sq", receiver.url("/sq"))
+    api.process("sq")
+    # RELAY_RETRY_SCHEDULE=0.2,0.2,0.2: four attempts, then failed.
+    (delivery,) = wait_until(
+        lambda: [d for d in api.deliveries("sq") if d["status"] == "failed"],
+        20,
+        message="the delivery never failed",
+    )
+    got = receiver.received("/sq")
+    assert len(got) == 4
+    assert [a["number"] for a in delivery["attempts"]] == [1, 2, 3, 4]
+    assert all(a["status_code"] == 503 for a in delivery["attempts"])
+    # The schedule (0.2 s), not a Retry-After of 2 s (which the cap of 10 x 0.2 s would allow).
+    gaps = [b.at - a.at for a, b in itertools.pairwise(got)]
+    assert all(0.15 <= gap < 1.5 for gap in gaps), gaps
+    assert len({r.headers["webhook-id"] for r in got}) == 1
+    time.sleep(1.0)
+    assert len(receiver.received("/sq")) == 4  # the cap holds
+    # The operator's view shows the receiver's escape sequences, never sends them raw.
+    shown = stack.cli("deliveries", "show", delivery["id"])
+    assert shown.returncode == 0, shown.stderr
+    assert "\x1b" not in shown.stdout
+    assert "\\x1b[2J\\x1b[Hbusy" in shown.stdout
     api.close()
 
 

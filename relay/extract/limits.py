@@ -1,0 +1,141 @@
+"""Per-document bounds the extraction honours, and the one way a result leaves it: as JSON.
+
+``relay.extract.sandbox`` runs every document under :class:`ExtractLimits` (built from the
+``RELAY_*`` settings) with :func:`applied`. The default extractor reads them while it works,
+so a document that would grow past a bound fails early instead of first filling memory:
+
+* ``max_result_bytes``: the rows as compact JSON (what is stored as ``line_items``); the
+  readers charge each row to a :class:`RowBudget` as they build it (``result_too_large``);
+* ``max_depth``: the deepest nesting of a JSON document's values (``too_deeply_nested``).
+
+Any extractor's rows, plug-ins' included, are then serialised by :func:`encode_rows`, which
+checks the size again, exactly, row by row, and never builds more than the bound.
+Outside :func:`applied` (a plain in-process call) nothing is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+from relay.extract.errors import ExtractionError
+from relay.text import scrub_surrogates
+
+__all__ = ["ExtractLimits", "RowBudget", "applied", "check_depth", "current", "encode_rows"]
+
+
+@dataclass(frozen=True)
+class ExtractLimits:
+    """The bounds of one document's extraction; ``None`` means unbounded."""
+
+    max_result_bytes: int | None = None
+    max_depth: int | None = None
+    fields: tuple[str, ...] = ()  # the batch's fields: only these keys count towards the size
+
+
+_UNBOUNDED = ExtractLimits()
+_current: ContextVar[ExtractLimits | None] = ContextVar("relay_extract_limits", default=None)
+
+
+def current() -> ExtractLimits:
+    return _current.get() or _UNBOUNDED
+
+
+@contextmanager
+def applied(limits: ExtractLimits) -> Iterator[None]:
+    """Run the enclosed extraction under ``limits``."""
+    token = _current.set(limits)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+def too_large(limit: int) -> ExtractionError:
+    return ExtractionError(
+        "result_too_large", f"the extracted rows exceed {limit} bytes of JSON (line_items)"
+    )
+
+
+class RowBudget:
+    """Charges rows as a reader builds them; raises ``result_too_large`` past the bound.
+
+    The charge is a lower bound of the row's compact JSON size (quotes, colon and comma per
+    key; escapes and multi-byte characters only add), so a document is never refused early
+    by mistake; :func:`encode_rows` has the exact word.
+    """
+
+    def __init__(self, limits: ExtractLimits | None = None) -> None:
+        limits = limits or current()
+        self._limit = limits.max_result_bytes
+        self._fields = limits.fields
+        self.spent = 2  # the list's brackets
+
+    def charge(self, row: Mapping[str, object]) -> None:
+        if self._limit is None:
+            return
+        size = 1  # braces and the comma between rows, less the last pair's comma
+        pairs = ((f, row.get(f)) for f in self._fields) if self._fields else row.items()
+        for key, value in pairs:
+            if isinstance(value, str):
+                size += len(key) + 6 + len(value)
+            else:  # null is 4 characters, any other value at least 1
+                size += len(key) + 4 + (4 if value is None else 1)
+        self.spent += size
+        if self.spent > self._limit:
+            raise too_large(self._limit)
+
+
+def check_depth(value: object, max_depth: int | None = None) -> None:
+    """Raise ``too_deeply_nested`` when lists/objects in ``value`` nest deeper than the bound
+    (``max_depth`` or the current limits'). Iterative: depth costs no stack here."""
+    limit = max_depth if max_depth is not None else current().max_depth
+    if limit is None:
+        return
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children: Sequence[object] | None = None
+        if isinstance(item, dict):
+            children = list(item.values())
+        elif isinstance(item, list):
+            children = item
+        if children is None:
+            continue
+        if depth > limit:
+            raise ExtractionError(
+                "too_deeply_nested", f"the JSON document nests deeper than {limit} levels"
+            )
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+
+
+def encode_rows(rows: Sequence[Mapping[str, object]], max_bytes: int | None) -> bytes:
+    """``rows`` as compact UTF-8 JSON, lone surrogates replaced by U+FFFD.
+
+    Serialises one row at a time and stops as soon as the total passes ``max_bytes``
+    (``result_too_large``), so an oversized result is never built whole. Values JSON cannot
+    carry (NaN, sets, objects...) are ``extraction_error``.
+
+    Lone surrogates are replaced rather than escaped: stored escaped (``\\ud800``) they would
+    decode back to a string that no response can encode; replacing them here, where a
+    document's text enters relay, leaves every valid character as it was.
+    """
+    parts: list[bytes] = []
+    total = 1
+    for index, row in enumerate(rows):
+        try:
+            text = json.dumps(row, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise ExtractionError(
+                "extraction_error",
+                f"extractor returned rows that are not JSON-serialisable (row {index}): {exc}",
+            ) from None
+        data = scrub_surrogates(text).encode()
+        total += len(data) + 1
+        if max_bytes is not None and total > max_bytes:
+            raise too_large(max_bytes)
+        parts.append(data)
+    return b"[" + b",".join(parts) + b"]"

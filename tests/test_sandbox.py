@@ -1,0 +1,212 @@
+"""Bounded extraction (``relay.extract.sandbox``): real child processes, real limits.
+
+Hostile plug-ins live in ``tests/hostile_extractors.py``; hostile documents are built by
+``tests/documents.py``. Each test checks the failure *and* that the same host then extracts
+an ordinary document: one bad document never costs the next one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from relay.exceptions import ConfigError
+from relay.extract import extract
+from relay.extract.sandbox import ExtractorHost, Outcome, SandboxConfig
+from tests.documents import pdf_bomb, wide_csv
+
+MIB = 1 << 20
+CSV = b"sku,qty\nA-1,2\nB-7,5\n"
+HostFactory = Callable[..., ExtractorHost]
+
+
+def _config(**overrides: Any) -> SandboxConfig:
+    values: dict[str, Any] = {
+        "extractor": "relay.extract:extract",
+        "timeout": 20.0,
+        "memory": 512 * MIB,
+        "max_result_bytes": 16 * MIB,
+        "max_depth": 64,
+    }
+    values.update(overrides)
+    return SandboxConfig(**values)
+
+
+@pytest.fixture
+def host_factory() -> Iterator[HostFactory]:
+    hosts: list[ExtractorHost] = []
+
+    def make(**overrides: Any) -> ExtractorHost:
+        host = ExtractorHost(_config(**overrides))
+        hosts.append(host)
+        return host
+
+    yield make
+    for host in hosts:
+        host.close()
+
+
+def _run(
+    host: ExtractorHost, content: bytes, filename: str = "doc.csv", fields: list[str] | None = None
+) -> Outcome:
+    return host.run(content, filename=filename, content_type="", fields=fields or [])
+
+
+def _still_works(host: ExtractorHost) -> None:
+    data, error = _run(host, CSV)
+    assert error is None and data is not None
+    assert json.loads(data) == [{"sku": "A-1", "qty": "2"}, {"sku": "B-7", "qty": "5"}]
+
+
+def _peak_rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_rows_come_back_as_json_identical_to_an_in_process_run(
+    host_factory: HostFactory,
+) -> None:
+    host = host_factory()
+    content = b"sku;desc;qty\nA;Caf\xc3\xa9 \xf0\x9f\x98\x80;1\nB;x;2\n"
+    data, error = _run(host, content, fields=["qty", "desc", "missing"])
+    assert error is None and data is not None
+    expected = extract(
+        content, filename="doc.csv", content_type="", fields=["qty", "desc", "missing"]
+    )
+    assert json.loads(data) == expected
+    assert "😀".encode() in data, "valid non-ASCII text is stored as UTF-8, not escaped"
+
+
+def test_a_lone_surrogate_becomes_u_fffd_and_valid_text_stays_intact(
+    host_factory: HostFactory,
+) -> None:
+    host = host_factory()
+    content = b'[{"bad": "x\\ud800y", "\\udfff": 1, "good": "caf\\u00e9 \\ud83d\\ude00"}]'
+    data, error = _run(host, content, "doc.json")
+    assert error is None and data is not None
+    assert json.loads(data.decode("utf-8")) == [
+        {"bad": "x\ufffdy", "\ufffd": 1, "good": "café \U0001f600"}
+    ]
+
+
+def test_the_wide_csv_fails_result_too_large_early_and_small(host_factory: HostFactory) -> None:
+    host = host_factory()
+    content = wide_csv()
+    assert len(content) < 72_000
+    started = time.monotonic()
+    data, error = _run(host, content)
+    assert data is None and error is not None and error[0] == "result_too_large"
+    assert time.monotonic() - started < 5
+    assert host.pid is not None
+    # Stopped at the bound (16 MiB of JSON), not after building 340 MB of rows.
+    assert _peak_rss_mib(host.pid) < 200
+    _still_works(host)
+
+
+def test_a_plugin_returning_more_than_the_bound_is_result_too_large(
+    host_factory: HostFactory,
+) -> None:
+    host = host_factory(extractor="tests.hostile_extractors:hostile", max_result_bytes=8 * MIB)
+    data, error = _run(host, b"huge\n")
+    assert data is None and error is not None and error[0] == "result_too_large"
+    assert "8388608 bytes" in error[1]
+    _still_works(host)
+
+
+def test_result_bound_is_exact_on_the_serialised_size(host_factory: HostFactory) -> None:
+    rows = b'[{"v": "' + b"x" * 1000 + b'"}]'
+    exact = len(json.dumps([{"v": "x" * 1000}], separators=(",", ":")))
+    fits = host_factory(max_result_bytes=exact)
+    data, error = _run(fits, rows, "doc.json")
+    assert error is None and data is not None and len(data) == exact
+    too_small = host_factory(max_result_bytes=exact - 1)
+    assert _run(too_small, rows, "doc.json")[1] == (
+        "result_too_large",
+        f"the extracted rows exceed {exact - 1} bytes of JSON (line_items)",
+    )
+
+
+def test_json_nested_past_the_depth_bound_is_refused(host_factory: HostFactory) -> None:
+    host = host_factory(max_depth=8)
+    shallow = b'[{"a": [[[[1]]]]}]'  # 6 levels
+    data, error = _run(host, shallow, "doc.json")
+    assert error is None and data is not None and json.loads(data) == [{"a": [[[[1]]]]}]
+    deep = b'[{"a": ' + b"[" * 20 + b"1" + b"]" * 20 + b"}]"
+    data, error = _run(host, deep, "doc.json")
+    assert data is None and error == (
+        "too_deeply_nested",
+        "the JSON document nests deeper than 8 levels",
+    )
+    _still_works(host)
+
+
+def test_a_pdf_decompression_bomb_fails_on_memory_and_the_host_goes_on(
+    host_factory: HostFactory,
+) -> None:
+    host = host_factory(timeout=30.0)
+    bomb = pdf_bomb()
+    assert len(bomb) < 1_200_000  # ~1 MB that inflates to 1 GiB
+    data, error = _run(host, bomb, "bomb.pdf")
+    assert data is None and error is not None
+    assert error[0] == "extraction_memory", error
+    _still_works(host)
+
+
+def test_a_slow_extractor_is_killed_at_the_deadline_and_the_next_document_runs(
+    host_factory: HostFactory,
+) -> None:
+    host = host_factory(extractor="tests.hostile_extractors:slow", timeout=1.0)
+    _still_works(host)
+    first_pid = host.pid
+    assert first_pid is not None
+    started = time.monotonic()
+    data, error = _run(host, b"slow\nsku\nA\n")
+    elapsed = time.monotonic() - started
+    assert data is None and error == (
+        "extraction_timeout",
+        "the extraction took longer than 1 s",
+    )
+    assert 1.0 <= elapsed < 4.0
+    assert not os.path.exists(f"/proc/{first_pid}/status") or _is_zombie_or_gone(first_pid)
+    _still_works(host)
+    assert host.pid != first_pid
+
+
+def _is_zombie_or_gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return any(line.startswith("State:") and "Z" in line for line in status)
+    except FileNotFoundError:
+        return True
+
+
+def test_a_memory_hog_fails_extraction_memory(host_factory: HostFactory) -> None:
+    host = host_factory(extractor="tests.hostile_extractors:hostile", memory=256 * MIB)
+    data, error = _run(host, b"hog\n")
+    assert data is None and error is not None and error[0] == "extraction_memory"
+    _still_works(host)
+
+
+def test_a_crashing_extractor_fails_extraction_crashed(host_factory: HostFactory) -> None:
+    host = host_factory(extractor="tests.hostile_extractors:hostile")
+    data, error = _run(host, b"crash\n")
+    assert data is None and error == (
+        "extraction_crashed",
+        "the extraction process died (signal SIGSEGV)",
+    )
+    _still_works(host)
+
+
+def test_an_extractor_that_cannot_be_loaded_is_a_config_error(host_factory: HostFactory) -> None:
+    host = host_factory(extractor="tests.no_such_module:extract")
+    with pytest.raises(ConfigError, match=re.escape("no module named 'tests.no_such_module'")):
+        _run(host, CSV)
