@@ -13,7 +13,7 @@ import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
-from relay.api.lane import Lane
+from relay.lane import Lane
 from tests.helpers import RedisFactory
 
 

@@ -19,10 +19,10 @@ from starlette.routing import BaseRoute, Route
 from relay.api import batches, documents, health, openapi, webhooks
 from relay.api.context import STATE_KEY, AppState
 from relay.api.errors import exception_handlers
-from relay.api.lane import Lane
 from relay.auth import KeyCache
 from relay.blobs import BlobStore
 from relay.config import Settings
+from relay.lane import Lane
 from relay.ratelimit import SlidingWindow
 from relay.redis_conn import async_client, sync_client
 from relay.store import AsyncStore

@@ -16,7 +16,6 @@ import redis.asyncio
 from starlette.requests import Request
 from starlette.responses import Response
 
-from relay.api.lane import Lane
 from relay.auth import KeyCache, PresentedKey, lookup_key_async, parse_key
 from relay.config import Settings
 from relay.exceptions import (
@@ -27,6 +26,7 @@ from relay.exceptions import (
     Unprocessable,
     UnsupportedMediaType,
 )
+from relay.lane import Lane
 from relay.ratelimit import SlidingWindow
 from relay.scripts import AsyncScripts
 from relay.store import AsyncStore, BatchRef

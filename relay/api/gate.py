@@ -2,7 +2,7 @@
 
 ``GET /documents/{id}``, ``GET /batches/{name}`` and ``GET /batches/{name}/results`` are
 the endpoints clients poll, so each costs one pipelined Redis round trip in the steady
-state, sent down the lane (``relay.api.lane``: one multiplexed connection, hiredis packing
+state, sent down the lane (``relay.lane``: one multiplexed connection, hiredis packing
 and parsing). The round trip holds:
 
 1. ``HMGET api_key(prefix) hash account revoked_at`` - the key record, read fresh;
