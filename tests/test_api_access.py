@@ -207,6 +207,35 @@ def test_redis_outage_answers_503_and_recovers(
     assert api.client.get(f"{V1}/documents/{doc['id']}", headers=auth).status_code == 200
 
 
+@pytest.mark.timeout(60)
+def test_first_requests_after_a_redis_restart_succeed(
+    api_factory: ApiFactory, redis_factory: RedisFactory
+) -> None:
+    """A restart that is over costs no client a 503: every client of the API (the status lane,
+    the asyncio pool, the script cache) finds its connection dead and replaces it."""
+    server = redis_factory(appendfsync="always")
+    api = api_factory(redis_url=server.url)
+    api.upload_ok("acme", "b1")
+    auth = api.auth("acme")
+
+    def restart() -> None:
+        # Warm every client first, so each holds a connection the restart kills.
+        assert api.client.get(f"{V1}/batches/b1", headers=auth).status_code == 200
+        assert api.client.get(f"{V1}/batches", headers=auth).status_code == 200
+        server.kill()
+        server.restart()
+
+    for first in (f"{V1}/batches/b1", f"{V1}/batches"):  # status path, then a plain read
+        restart()
+        response = api.client.get(first, headers=auth)
+        assert response.status_code == 200, (first, response.text)
+    restart()
+    assert api.upload("acme", "b1").status_code == 201  # a write, sent once
+    batch = api.client.get(f"{V1}/batches/b1", headers=auth)
+    assert batch.status_code == 200
+    assert batch.json()["document_count"] == 2
+
+
 def _command_calls(api: Api) -> dict[str, int]:
     stats = api.redis.info("commandstats")
     calls = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
