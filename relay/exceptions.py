@@ -3,6 +3,7 @@
     RelayError
     ├── ConfigError               a setting is unknown or does not parse (at start)
     ├── StoreUnavailable          Redis cannot be reached (the API answers 503)
+    │   └── StoreProtocolError    Redis answered out of step; the connection was dropped
     ├── ApiError                  a client's request cannot be served (4xx JSON error)
     │   ├── BadRequest            400 bad_request
     │   ├── Unauthorized          401 unauthorized
@@ -31,6 +32,11 @@ class ConfigError(RelayError):
 
 class StoreUnavailable(RelayError):
     """Redis cannot be reached; callers retry or answer 503."""
+
+
+class StoreProtocolError(StoreUnavailable):
+    """Redis sent a reply no request was waiting for, or bytes that are not RESP: the replies
+    are out of step with the requests, so the connection was dropped (``relay.lane``)."""
 
 
 class ApiError(RelayError):

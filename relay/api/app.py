@@ -22,7 +22,7 @@ from relay.api.errors import exception_handlers
 from relay.auth import KeyCache
 from relay.blobs import BlobStore
 from relay.config import Settings
-from relay.lane import Lane
+from relay.lane_url import status_client
 from relay.ratelimit import SlidingWindow
 from relay.redis_conn import async_client, sync_client
 from relay.store import AsyncStore
@@ -54,7 +54,7 @@ def create_app(settings: Settings) -> Starlette:
         client = async_client(settings.redis_url)
         sync = sync_client(settings.redis_url)
         store = AsyncStore(client, BlobStore(settings.blob_dir))
-        lane = Lane(settings.redis_url)
+        lane = status_client(settings.redis_url, client)
         setattr(
             app.state,
             STATE_KEY,

@@ -26,7 +26,7 @@ from relay.exceptions import (
     Unprocessable,
     UnsupportedMediaType,
 )
-from relay.lane import Lane
+from relay.lane import StatusClient
 from relay.ratelimit import SlidingWindow
 from relay.scripts import AsyncScripts
 from relay.store import AsyncStore, BatchRef
@@ -48,7 +48,7 @@ class AppState:
     scripts: AsyncScripts
     key_cache: KeyCache
     status_limit: SlidingWindow
-    lane: Lane  # the status endpoints' one round trip (relay.api.gate)
+    lane: StatusClient  # the status endpoints' one round trip (relay.api.gate)
 
 
 def state(request: Request) -> AppState:
