@@ -24,6 +24,7 @@ import pytest
 
 from relay.delivery.ssrf import (
     MAX_URL_LENGTH,
+    GuardedTransport,
     TargetPolicy,
     check_address,
     classify_error,
@@ -504,6 +505,53 @@ def test_garbage_response_is_connection() -> None:
         thread.join(timeout=5)
     assert kind == "connection"
     assert "protocol" in message
+
+
+@contextmanager
+def answering(raw: bytes) -> Iterator[int]:
+    """A one-connection server that reads the request and answers ``raw``; yields its port."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        listener.settimeout(5)
+
+        def answer() -> None:
+            conn, _ = listener.accept()
+            with conn:
+                conn.settimeout(5)
+                conn.recv(65536)
+                conn.sendall(raw)
+
+        thread = threading.Thread(target=answer)
+        thread.start()
+        try:
+            yield listener.getsockname()[1]
+        finally:
+            thread.join(timeout=5)
+
+
+def test_transport_raises_httpx_errors(recorder: Recorder) -> None:
+    """The transport sits on public API (BaseTransport over httpcore's pool) and maps
+    httpcore's errors to httpx's, as httpx's own transport does, body reads included."""
+    assert not issubclass(GuardedTransport, httpx.HTTPTransport)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    with pytest.raises(httpx.ConnectError):
+        request(OPEN, f"http://127.0.0.1:{closed}/")
+    with pytest.raises(httpx.ReadTimeout):
+        request(OPEN, f"http://127.0.0.1:{recorder.port}/slow", timeout=0.3)
+    with answering(b"this is not HTTP\r\n\r\n") as port, pytest.raises(httpx.RemoteProtocolError):
+        request(OPEN, f"http://127.0.0.1:{port}/")
+    cut_short = b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nonly this"
+    with (
+        answering(cut_short) as port,
+        make_client(OPEN, 2.0, user_agent=UA) as client,
+        client.stream("POST", f"http://127.0.0.1:{port}/", content=b"{}") as response,
+    ):
+        assert response.status_code == 200
+        with pytest.raises(httpx.RemoteProtocolError):
+            response.read()
 
 
 def test_classify_other_errors() -> None:
