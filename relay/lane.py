@@ -307,20 +307,15 @@ class Lane:
     async def send(self, packed: bytes, n: int) -> list[Any]:
         """Write ``n`` packed commands and return their ``n`` replies (module docstring: a
         round is sent once more when the server drops the connection under it)."""
-        protocol = await self._ready()
+        protocol = self._protocol
+        if protocol is None or protocol.lost is not None or protocol.transport is None:
+            protocol = await self._connect()  # inline: this is the status endpoints' hot path
         try:
             return await protocol.submit(packed, n).future
         except RedisConnectionError:
             if not protocol.closed_by_server:
                 raise  # timed out, dropped or closed by us: no second try
-        protocol = await self._ready()
-        return await protocol.submit(packed, n).future
-
-    async def _ready(self) -> _Protocol:
-        protocol = self._protocol
-        if protocol is None or not protocol.usable:
-            protocol = await self._connect()
-        return protocol
+        return await (await self._connect()).submit(packed, n).future
 
     async def _connect(self) -> _Protocol:
         if self._connecting is None:
