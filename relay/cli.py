@@ -68,13 +68,12 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     from rq.exceptions import StopRequested
     from rq.serializers import JSONSerializer
-    from rq.worker import SimpleWorker
 
     # Imported before work starts so no job pays for the import.
     import relay.delivery.send
     import relay.processing  # noqa: F401
     from relay import queues
-    from relay.worker import job_class
+    from relay.worker import RelayWorker, job_class
     from relay.worker_context import WorkerContext
 
     require_encryption_key(settings)
@@ -82,9 +81,9 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     ctx.http  # noqa: B018  (built now: its SSL context costs ~25 ms, not the first delivery's)
     backoff = 1.0
     while True:
-        worker: SimpleWorker | None = None
+        worker: RelayWorker | None = None
         try:
-            worker = SimpleWorker(
+            worker = RelayWorker(
                 [
                     queues.queue(ctx.redis, queues.DELIVERY),
                     queues.queue(ctx.redis, queues.PROCESSING),
@@ -102,7 +101,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
             # RQ gives up on Redis errors outside its dequeue loop (registering the worker,
             # heartbeats, maintenance): come back by ourselves rather than need a supervisor.
             log.warning("worker stopped on an error", exc_info=True)
-        if args.burst or (worker is not None and worker._shutdown_requested_date is not None):
+        if args.burst or (worker is not None and worker.stop_requested):
             _finish_deliveries(ctx, wait_for_due=args.burst)
             return 0
         log.warning("worker loop ended unexpectedly; starting again in %.0fs", backoff)
@@ -110,6 +109,12 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
             time.sleep(backoff)
         except (StopRequested, SystemExit, KeyboardInterrupt):  # RQ's handlers still installed
             return 0
+        except Exception:
+            # A signal during the sleep runs RQ's handler, which asks Redis (maybe still down)
+            # for the worker's state; the request to stop stands all the same.
+            if worker is not None and worker.stop_requested:
+                return 0
+            raise
         backoff = min(backoff * 2, 30.0)
 
 

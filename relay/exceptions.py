@@ -3,6 +3,8 @@ them (the API in ``relay.api.errors``, the CLI to one line and an exit code).
 
     RelayError
     ├── ConfigError               a setting is unknown or does not parse (at start)
+    ├── StoreUnavailable          Redis cannot be used now (every edge: 503 / retry later)
+    │   └── StoreProtocolError    Redis answered out of step; the connection was dropped
     ├── StateError                the state layer refuses an operation (a domain rule)
     │   ├── BatchNotFound         no such batch (for this account)
     │   ├── BatchDeleted          the batch was deleted: it accepts no uploads or processing
@@ -11,7 +13,8 @@ them (the API in ``relay.api.errors``, the CLI to one line and an exit code).
     └── UnsafeTarget              a callback URL or address is not allowed (SSRF guard)
 
 Redis's own errors (unreachable, timing out, loading) are not wrapped: every edge maps
-redis-py's exceptions as they are. ``relay.extract.ExtractionError`` is not here either: it
+redis-py's exceptions as they are; ``StoreUnavailable`` is for what relay's own Redis
+client (``relay.lane``) finds wrong. ``relay.extract.ExtractionError`` is not here either: it
 belongs to the extractor plug-in contract and is a document-level result, never an error
 of an operation.
 """
@@ -27,6 +30,15 @@ class RelayError(Exception):
 
 class ConfigError(RelayError):
     """A setting is unknown or its value does not parse."""
+
+
+class StoreUnavailable(RelayError):
+    """Redis cannot be used now; callers retry or answer 503."""
+
+
+class StoreProtocolError(StoreUnavailable):
+    """Redis sent a reply no request was waiting for, or bytes that are not RESP: the replies
+    are out of step with the requests, so the connection was dropped (``relay.lane``)."""
 
 
 class StateError(RelayError):

@@ -1,15 +1,42 @@
-"""Redis clients that ride out an outage: retries with backoff, health checks, timeouts."""
+"""Redis clients that ride out an outage: reconnection, backoff, timeouts.
+
+Both kinds of client replace a connection found dead when a command starts (Redis restarted or
+failed over since it was last used: the server closed it) before sending anything, so the first
+command after a restart that is over succeeds. redis-py's pool does that check as it hands a
+connection out, but skips it while maintenance notifications are on (``"auto"``, redis-py 8's
+default; they are a RESP3 push feature of managed Redis that relay does not use), so they are
+turned off here.
+
+What differs is what happens when a command fails on a live connection:
+
+- :func:`sync_client` (workers, sweepers, CLI) retries it with backoff: their jobs and scripts
+  are written to run again (at-least-once), and a worker would rather wait than fail a job;
+- :func:`async_client` (the API) never sends a command twice: a request fails fast (the API
+  answers 503) and its client retries. Several API writes are not idempotent (an upload run
+  twice would list its document twice), and a reply lost mid-flight does not tell whether Redis
+  ran the command. The status endpoints' lane (:mod:`relay.lane`) does re-send, because what it
+  sends is safe to run twice.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 import redis
 import redis.asyncio
-from redis.backoff import ExponentialBackoff
+import redis.asyncio.retry
+from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.maint_notifications import MaintNotificationsConfig
 from redis.retry import Retry
 
 _RETRY_ON = [RedisConnectionError, RedisTimeoutError, ConnectionResetError]
+
+
+def _common() -> dict[str, Any]:
+    # A fresh config per client: redis-py keeps per-pool state next to it.
+    return {"maint_notifications_config": MaintNotificationsConfig(enabled=False)}
 
 
 def sync_client(url: str, *, retries: int = 3) -> redis.Redis:
@@ -22,17 +49,25 @@ def sync_client(url: str, *, retries: int = 3) -> redis.Redis:
         socket_timeout=10,
         socket_keepalive=True,
         health_check_interval=15,
+        **_common(),
     )
 
 
 def async_client(url: str, *, max_connections: int = 64) -> redis.asyncio.Redis:
-    """A client for the API: fails fast (the API answers 503) and reconnects by itself."""
+    """A client for the API: fails fast (the API answers 503) and reconnects by itself.
+
+    A dead pooled connection is replaced before a command goes out (module docstring); a
+    command that fails on a live connection is not sent again. The retry policy must be
+    ``redis.asyncio.retry.Retry``: the synchronous class, given to an asyncio client, returns
+    the coroutine unawaited from inside its ``try`` and so never retries anything. No
+    health-check PING either: with nothing retried, a failed PING would fail the same requests
+    the command itself fails, one round trip later.
+    """
     return redis.asyncio.Redis.from_url(
         url,
-        retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), 1),
-        retry_on_error=list(_RETRY_ON),
+        retry=redis.asyncio.retry.Retry(NoBackoff(), 0),
         socket_connect_timeout=1,
         socket_timeout=5,
         max_connections=max_connections,
-        health_check_interval=15,
+        **_common(),
     )

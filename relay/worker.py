@@ -1,18 +1,28 @@
-"""How RQ hands a worker's context to relay's jobs.
+"""The RQ worker ``relay worker`` runs, and how it hands the process's context to jobs.
 
-Every relay job takes the process's :class:`relay.worker_context.WorkerContext` as its first
-argument (``run_document(ctx, doc_id, ...)``, ``run_due(ctx, shard)``), as arq's jobs take
-``ctx``. The queued job carries only the ids (JSON); the worker that runs it adds the context
-through the job class it was built with (:func:`job_class`), using RQ's public ``job_class``
-option and ``Job.func``.
+Jobs: every relay job takes the process's :class:`relay.worker_context.WorkerContext` as its
+first argument (``run_document(ctx, doc_id, ...)``, ``run_due(ctx, shard)``), as arq's jobs
+take ``ctx``. The queued job carries only the ids (JSON); the worker that runs it adds the
+context through the job class it was built with (:func:`job_class`), using RQ's public
+``job_class`` option and ``Job.func``.
+
+Stopping: ``relay worker`` starts RQ's work loop again when it ends on an error (RQ gives up on
+Redis errors outside its dequeue loop), but not after a shutdown signal, so it must tell the
+two apart. RQ keeps that in private attributes; its public ``shutdown_requested_date`` reads
+the worker's hash in Redis, which RQ writes only when the signal arrives mid-job and deletes
+when the worker deregisters. So the worker records it in ``handle_warm_shutdown_request``, the
+hook RQ calls on every warm shutdown request (its forking ``Worker`` overrides it the same
+way). A second signal is RQ's cold shutdown: ``SystemExit`` out of ``work()``.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from rq.job import Job
+from rq.worker import SimpleWorker
 
 from relay.worker_context import WorkerContext
 
@@ -27,3 +37,14 @@ def job_class(ctx: WorkerContext) -> type[Job]:
             return None if f is None else functools.partial(f, ctx)
 
     return ContextJob
+
+
+class RelayWorker(SimpleWorker):
+    """A ``SimpleWorker`` whose :attr:`stop_requested` says a warm shutdown was asked for."""
+
+    stop_requested: bool = False
+
+    def handle_warm_shutdown_request(self) -> None:
+        self.stop_requested = True  # first: RQ's own handling may fail on a Redis error
+        # RQ leaves the hook unannotated; its contract is "no arguments, returns nothing".
+        cast(Callable[[], None], super().handle_warm_shutdown_request)()

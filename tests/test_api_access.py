@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import time
+from typing import cast
 
 import httpx
 import pytest
 
+from relay.api.state import STATE_KEY, AppState
 from relay.auth import revoke_key
 from relay.config import RateLimit
+from relay.lane import Lane, PipelineClient
 from tests.api_fixtures import (  # noqa: F401
     V1,
     Api,
@@ -17,6 +20,7 @@ from tests.api_fixtures import (  # noqa: F401
     api_fixture,
 )
 from tests.helpers import RedisFactory
+from tests.redis_forms import FORMS, Form, RedisForm, redis_form_fixture  # noqa: F401
 
 STATUS_HEADERS = ("ratelimit-limit", "ratelimit-remaining", "ratelimit-reset")
 
@@ -205,6 +209,41 @@ def test_redis_outage_answers_503_and_recovers(
     assert batch.json()["document_count"] == 1
     assert api.upload("acme", "b1").status_code == 201
     assert api.client.get(f"{V1}/documents/{doc['id']}", headers=auth).status_code == 200
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("form", [*FORMS, "fallback"])
+def test_first_requests_after_a_redis_restart_succeed(
+    api_factory: ApiFactory, redis_form: RedisForm, form: str
+) -> None:
+    """A restart that is over costs no client a 503, whatever the URL form: every client of
+    the API (the status lane or its fallback, the asyncio pool, the script cache) finds its
+    connection dead and replaces it."""
+    server, url = redis_form("redis" if form == "fallback" else cast(Form, form))
+    if form == "fallback":
+        url += "?protocol=3"  # an option the lane lacks: redis-py serves the status path
+    api = api_factory(redis_url=url)
+    lane = cast(AppState, getattr(api.app.state, STATE_KEY)).lane
+    assert isinstance(lane, PipelineClient if form == "fallback" else Lane)
+    api.upload_ok("acme", "b1")
+    auth = api.auth("acme")
+
+    def restart() -> None:
+        # Warm every client first, so each holds a connection the restart kills.
+        assert api.client.get(f"{V1}/batches/b1", headers=auth).status_code == 200
+        assert api.client.get(f"{V1}/batches", headers=auth).status_code == 200
+        server.kill()
+        server.restart()
+
+    for first in (f"{V1}/batches/b1", f"{V1}/batches"):  # status path, then a plain read
+        restart()
+        response = api.client.get(first, headers=auth)
+        assert response.status_code == 200, (first, response.text)
+    restart()
+    assert api.upload("acme", "b1").status_code == 201  # a write, sent once
+    batch = api.client.get(f"{V1}/batches/b1", headers=auth)
+    assert batch.status_code == 200
+    assert batch.json()["document_count"] == 2
 
 
 def _command_calls(api: Api) -> dict[str, int]:

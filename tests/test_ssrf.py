@@ -8,7 +8,6 @@ this machine has no DNS to configure.
 
 from __future__ import annotations
 
-import datetime
 import http.server
 import ipaddress
 import socket
@@ -22,13 +21,10 @@ from typing import Any
 
 import httpx
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from relay.delivery.ssrf import (
     MAX_URL_LENGTH,
+    GuardedTransport,
     TargetPolicy,
     check_address,
     classify_error,
@@ -38,6 +34,7 @@ from relay.delivery.ssrf import (
     vet_url,
 )
 from relay.exceptions import UnsafeTarget
+from tests.tls import Pki
 
 STRICT = TargetPolicy()
 LOCAL_HTTP = TargetPolicy(allow_http=True)  # http allowed, private still refused
@@ -514,6 +511,53 @@ def test_garbage_response_is_connection() -> None:
     assert "protocol" in message
 
 
+@contextmanager
+def answering(raw: bytes) -> Iterator[int]:
+    """A one-connection server that reads the request and answers ``raw``; yields its port."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        listener.settimeout(5)
+
+        def answer() -> None:
+            conn, _ = listener.accept()
+            with conn:
+                conn.settimeout(5)
+                conn.recv(65536)
+                conn.sendall(raw)
+
+        thread = threading.Thread(target=answer)
+        thread.start()
+        try:
+            yield listener.getsockname()[1]
+        finally:
+            thread.join(timeout=5)
+
+
+def test_transport_raises_httpx_errors(recorder: Recorder) -> None:
+    """The transport sits on public API (BaseTransport over httpcore's pool) and maps
+    httpcore's errors to httpx's, as httpx's own transport does, body reads included."""
+    assert not issubclass(GuardedTransport, httpx.HTTPTransport)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    with pytest.raises(httpx.ConnectError):
+        request(OPEN, f"http://127.0.0.1:{closed}/")
+    with pytest.raises(httpx.ReadTimeout):
+        request(OPEN, f"http://127.0.0.1:{recorder.port}/slow", timeout=0.3)
+    with answering(b"this is not HTTP\r\n\r\n") as port, pytest.raises(httpx.RemoteProtocolError):
+        request(OPEN, f"http://127.0.0.1:{port}/")
+    cut_short = b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nonly this"
+    with (
+        answering(cut_short) as port,
+        make_client(OPEN, 2.0, user_agent=UA) as client,
+        client.stream("POST", f"http://127.0.0.1:{port}/", content=b"{}") as response,
+    ):
+        assert response.status_code == 200
+        with pytest.raises(httpx.RemoteProtocolError):
+            response.read()
+
+
 def test_classify_other_errors() -> None:
     assert classify_error(UnsafeTarget("dns", "x")) == ("dns", "x")
     assert classify_error(UnsafeTarget("scheme", "y"))[0] == "blocked_destination"
@@ -523,83 +567,6 @@ def test_classify_other_errors() -> None:
 
 
 # --------------------------------------------------------------------------- TLS
-
-
-def _name(cn: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-
-class Pki:
-    """A throwaway CA and leaf certificates for TLS tests."""
-
-    def __init__(self) -> None:
-        self.key = ec.generate_private_key(ec.SECP256R1())
-        now = datetime.datetime.now(datetime.UTC)
-        self.cert = (
-            x509.CertificateBuilder()
-            .subject_name(_name("relay test CA"))
-            .issuer_name(_name("relay test CA"))
-            .public_key(self.key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(hours=1))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=True,
-                    crl_sign=True,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .add_extension(
-                x509.SubjectKeyIdentifier.from_public_key(self.key.public_key()), critical=False
-            )
-            .sign(self.key, hashes.SHA256())
-        )
-
-    def client_context(self) -> ssl.SSLContext:
-        pem = self.cert.public_bytes(serialization.Encoding.PEM).decode()
-        return ssl.create_default_context(cadata=pem)
-
-    def server_context(self, hostname: str, tmp: Path) -> ssl.SSLContext:
-        key = ec.generate_private_key(ec.SECP256R1())
-        now = datetime.datetime.now(datetime.UTC)
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(_name(hostname))
-            .issuer_name(self.cert.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(hours=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(hostname)]), critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()),
-                critical=False,
-            )
-            .sign(self.key, hashes.SHA256())
-        )
-        cert_file, key_file = tmp / f"{hostname}.crt", tmp / f"{hostname}.key"
-        cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        key_file.write_bytes(
-            key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
-        )
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(cert_file, key_file)
-        return context
 
 
 @contextmanager

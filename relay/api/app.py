@@ -18,13 +18,13 @@ from starlette.routing import BaseRoute, Route
 
 from relay.api import batches, documents, health, openapi, webhooks
 from relay.api.errors import exception_handlers
-from relay.api.lane import Lane
 from relay.api.state import STATE_KEY, AppState
 from relay.auth import KeyCache
 from relay.blobs import BlobStore
 from relay.config import Settings
 from relay.crypto import Encryptor
 from relay.delivery.addresses import TargetPolicy
+from relay.lane_url import status_client
 from relay.ratelimit import SlidingWindow
 from relay.redis_conn import async_client, sync_client
 from relay.signing_keys import SigningKeys
@@ -57,7 +57,7 @@ def create_app(settings: Settings) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         client = async_client(settings.redis_url)
         sync = sync_client(settings.redis_url)
-        lane = Lane(settings.redis_url)
+        lane = status_client(settings.redis_url, client)
         setattr(
             app.state,
             STATE_KEY,

@@ -6,7 +6,8 @@ an error gets an HTTP status.
 - the state layer's :class:`relay.exceptions.StateError` subclasses, mapped by
   :data:`STATE_ERRORS` (a missing batch is 404 ``not_found``, a deleted one 409
   ``batch_deleted``, ...);
-- Redis unreachable, timing out, loading its dataset or read-only after a failover:
+- Redis unreachable, timing out, loading its dataset or read-only after a failover, and
+  :class:`relay.exceptions.StoreUnavailable` (the status lane's own failures):
   503 ``store_unavailable`` with ``Retry-After: 1``; the clients reconnect by themselves, so
   the next request after Redis is back succeeds;
 - Starlette's ``HTTPException`` (unknown route, wrong method): the same JSON shape;
@@ -34,6 +35,7 @@ from relay.exceptions import (
     DeliveryNotFound,
     NotRetryable,
     StateError,
+    StoreUnavailable,
 )
 
 logger = logging.getLogger("relay.api")
@@ -199,6 +201,7 @@ def exception_handlers() -> dict[Any, Any]:
         ApiError: on_api_error,
         StateError: on_state_error,
         ConfigError: on_config_error,
+        StoreUnavailable: on_store_unavailable,
         RedisConnectionError: on_store_unavailable,  # BusyLoadingError is a subclass
         BusyLoadingError: on_store_unavailable,
         RedisTimeoutError: on_store_unavailable,

@@ -21,6 +21,16 @@ Otherwise the cache entry is dropped and the answer is 401 - so a revocation app
 very next request, and the cache never widens what a key can see. On a cache miss the key is
 looked up first (one extra round trip), then the pipeline runs.
 
+The lane sends a round once more when Redis closes or resets the connection under it (a
+restart between two requests), so it must only carry what is safe to run twice. This round
+is: 1 and 3 are reads, and 2 adds the request to the window under a member made once per
+request (``SlidingWindow.queue``) and packed into the bytes sent, so a second run finds that
+member already there (``ZADD`` of the same member does not grow the window). If the write never
+reached Redis, nothing ran; if the reply was lost after the script ran, the re-sent run counts
+no extra request - at worst ``RateLimit-Remaining`` reads one lower, or a request that took the
+window's last slot is answered 429 by the second run. A silent Redis (the lane's timeout) is
+not re-sent: the request fails fast with 503.
+
 Every answer after authentication - 200, 404, 422, 429 - carries ``RateLimit-Limit``,
 ``RateLimit-Remaining`` and ``RateLimit-Reset``; a 429 also ``Retry-After``. A 401 carries
 none: without a valid key there is no window to report.

@@ -8,10 +8,10 @@ import redis
 import redis.asyncio
 from starlette.requests import Request
 
-from relay.api.lane import Lane
 from relay.auth import KeyCache
 from relay.config import Settings
 from relay.delivery.addresses import TargetPolicy
+from relay.lane import StatusClient
 from relay.ratelimit import SlidingWindow
 from relay.signing_keys import SigningKeys
 from relay.store import AsyncStore
@@ -33,7 +33,7 @@ class AppState:
     policy: TargetPolicy  # callback URLs checked at registration
     key_cache: KeyCache
     status_limit: SlidingWindow
-    lane: Lane  # the status endpoints' one round trip (relay.api.gate)
+    lane: StatusClient  # the status endpoints' one round trip (relay.api.gate)
 
 
 def state(request: Request) -> AppState:

@@ -2,17 +2,19 @@
 
 The connection half of the callback URL guard (the contract is in :mod:`relay.delivery.ssrf`):
 :func:`make_client` builds a client whose network backend resolves, vets and connects in one
-step (:class:`PinnedBackend`) and whose transport re-checks scheme and userinfo
-(:class:`GuardedTransport`); :func:`classify_error` names what went wrong with an attempt.
+step (:class:`PinnedBackend`) and whose transport, built on httpx's and httpcore's public API,
+re-checks scheme and userinfo (:class:`GuardedTransport`); :func:`classify_error` names what
+went wrong with an attempt.
 """
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
 import time
 import typing
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import httpcore
 import httpx
@@ -92,16 +94,76 @@ class PinnedBackend(httpcore.NetworkBackend):
         time.sleep(seconds)
 
 
-class GuardedTransport(httpx.HTTPTransport):
-    """``HTTPTransport`` that re-checks the scheme and userinfo of every request.
+# httpcore's exceptions as httpx's, most specific first (httpx's HTTPTransport does the same
+# with a private helper; this is the public-API copy of it).
+_HTTPCORE_TO_HTTPX: tuple[tuple[type[Exception], type[httpx.TransportError]], ...] = (
+    (httpcore.ConnectTimeout, httpx.ConnectTimeout),
+    (httpcore.ReadTimeout, httpx.ReadTimeout),
+    (httpcore.WriteTimeout, httpx.WriteTimeout),
+    (httpcore.PoolTimeout, httpx.PoolTimeout),
+    (httpcore.TimeoutException, httpx.TimeoutException),
+    (httpcore.ConnectError, httpx.ConnectError),
+    (httpcore.ReadError, httpx.ReadError),
+    (httpcore.WriteError, httpx.WriteError),
+    (httpcore.NetworkError, httpx.NetworkError),
+    (httpcore.ProxyError, httpx.ProxyError),
+    (httpcore.UnsupportedProtocol, httpx.UnsupportedProtocol),
+    (httpcore.LocalProtocolError, httpx.LocalProtocolError),
+    (httpcore.RemoteProtocolError, httpx.RemoteProtocolError),
+    (httpcore.ProtocolError, httpx.ProtocolError),
+)
 
-    Registration already refused such URLs; this keeps a stored or hand-built URL from getting
-    around it (httpx would turn userinfo into a Basic ``Authorization`` header).
+
+@contextlib.contextmanager
+def _httpx_errors() -> Iterator[None]:
+    """Re-raise httpcore's exceptions as httpx's; anything else (e.g. :class:`UnsafeTarget`
+    from the backend) passes through unchanged."""
+    try:
+        yield
+    except Exception as exc:
+        for core, mapped in _HTTPCORE_TO_HTTPX:
+            if isinstance(exc, core):
+                raise mapped(str(exc)) from exc
+        raise
+
+
+class _ResponseStream(httpx.SyncByteStream):
+    def __init__(self, stream: Iterable[bytes]) -> None:
+        self._stream = stream
+
+    def __iter__(self) -> Iterator[bytes]:
+        with _httpx_errors():
+            yield from self._stream
+
+    def close(self) -> None:
+        close = getattr(self._stream, "close", None)
+        if close is not None:
+            close()
+
+
+class GuardedTransport(httpx.BaseTransport):
+    """An httpx transport over httpcore's connection pool with the :class:`PinnedBackend`.
+
+    Built on public API only (``httpx.BaseTransport``, ``httpcore.ConnectionPool(
+    network_backend=...)``), as httpx's own ``HTTPTransport`` is built, because that one takes
+    no network backend. Every request's scheme and userinfo are checked again: registration
+    already refused such URLs; this keeps a stored or hand-built URL from getting around it
+    (httpx would turn userinfo into a Basic ``Authorization`` header). HTTP/1.1 only.
     """
 
-    def __init__(self, policy: TargetPolicy, **kwargs: typing.Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(
+        self, policy: TargetPolicy, *, ssl_context: ssl.SSLContext, limits: httpx.Limits
+    ) -> None:
         self._policy = policy
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=ssl_context,
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            http1=True,
+            http2=False,
+            network_backend=PinnedBackend(policy),
+        )
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         scheme = request.url.scheme
@@ -111,7 +173,33 @@ class GuardedTransport(httpx.HTTPTransport):
             )
         if request.url.userinfo:
             raise UnsafeTarget("userinfo", "refusing a callback URL that carries credentials")
-        return super().handle_request(request)
+        if not isinstance(request.stream, httpx.SyncByteStream):
+            raise TypeError("GuardedTransport serves a synchronous httpx.Client only")
+        core_request = httpcore.Request(
+            method=request.method,
+            url=httpcore.URL(
+                scheme=request.url.raw_scheme,
+                host=request.url.raw_host,
+                port=request.url.port,
+                target=request.url.raw_path,
+            ),
+            headers=request.headers.raw,
+            content=request.stream,
+            extensions=request.extensions,  # carries httpx's per-request timeouts
+        )
+        with _httpx_errors():
+            response = self._pool.handle_request(core_request)
+        if not isinstance(response.stream, Iterable):
+            raise TypeError("httpcore's synchronous pool answered with an async stream")
+        return httpx.Response(
+            status_code=response.status,
+            headers=response.headers,
+            stream=_ResponseStream(response.stream),
+            extensions=response.extensions,
+        )
+
+    def close(self) -> None:
+        self._pool.close()
 
 
 def make_client(
@@ -126,7 +214,7 @@ def make_client(
 
     Create one per process and reuse it (creating the default SSL context costs ~26 ms).
     ``trust_env=False`` because an environment proxy would connect on our behalf and bypass the
-    address check (httpx 0.28 already skips ``*_PROXY`` when given a transport; we do not rely
+    address check (httpx already skips ``*_PROXY`` when given a transport; we do not rely
     on that); ``follow_redirects=False`` because a redirect is the receiver's answer, not a new
     target. Requests whose scheme the policy refuses, or that carry userinfo, raise
     :class:`UnsafeTarget` before any connection. ``ssl_context`` replaces the default
@@ -137,22 +225,8 @@ def make_client(
     limits = httpx.Limits(
         max_connections=max_connections, max_keepalive_connections=max_connections
     )
-    transport = GuardedTransport(
-        policy, verify=context, trust_env=False, limits=limits, http1=True, http2=False
-    )
-    # HTTPTransport takes no network backend; replace its (still unused) pool with one built
-    # from the same settings plus the pinned backend.
-    transport._pool = httpcore.ConnectionPool(
-        ssl_context=context,
-        max_connections=limits.max_connections,
-        max_keepalive_connections=limits.max_keepalive_connections,
-        keepalive_expiry=limits.keepalive_expiry,
-        http1=True,
-        http2=False,
-        network_backend=PinnedBackend(policy),
-    )
     return httpx.Client(
-        transport=transport,
+        transport=GuardedTransport(policy, ssl_context=context, limits=limits),
         trust_env=False,
         follow_redirects=False,
         timeout=httpx.Timeout(timeout),

@@ -1,0 +1,84 @@
+"""The Redis clients of ``relay.redis_conn`` on real servers: a restart that is over costs no
+command, and the API's client never sends a command twice."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+import redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from relay.redis_conn import async_client, sync_client
+from tests.helpers import RedisFactory
+
+# Runs INCR, then answers more than the static reply buffer holds, so the reply goes to the
+# output list, where a 1-byte hard limit makes Redis close the connection: the command ran, its
+# reply is lost, as when a connection breaks mid-flight.
+_INCR_THEN_LOSE_REPLY = "redis.call('INCR', KEYS[1]); return string.rep('x', 100000)"
+
+
+def _cut_replies(url: str) -> None:
+    with redis.Redis.from_url(url) as admin:
+        admin.config_set("client-output-buffer-limit", "normal 1 1 0")
+
+
+async def _restart(restart: Callable[[], None]) -> None:
+    # Off the event loop, so the clients' sockets see the server close them meanwhile, as they
+    # would in a running API between two requests.
+    await asyncio.to_thread(restart)
+    await asyncio.sleep(0.05)
+
+
+def test_first_command_after_a_restart_succeeds(redis_factory: RedisFactory) -> None:
+    server = redis_factory(appendfsync="always")
+
+    def crash() -> None:
+        server.kill()
+        server.restart()
+
+    async def run() -> None:
+        client = async_client(server.url)
+        try:
+            await client.set("kept", "1")
+            async with client.pipeline(transaction=False) as pipe:
+                pipe.get("kept")
+                assert await pipe.execute() == [b"1"]
+            for _ in range(2):
+                await _restart(crash)
+                assert await client.get("kept") == b"1"
+            await _restart(crash)
+            async with client.pipeline(transaction=False) as pipe:
+                pipe.incr("n")
+                assert await pipe.execute() == [1]
+        finally:
+            await client.aclose()
+
+    asyncio.run(run())
+    with sync_client(server.url) as sync:
+        assert sync.get("kept") == b"1"
+        server.kill()
+        server.restart()
+        assert sync.incr("n") == 2
+
+
+def test_the_api_client_never_sends_a_command_twice(redis_factory: RedisFactory) -> None:
+    server = redis_factory(appendonly=False)
+
+    async def run() -> None:
+        client = async_client(server.url)
+        try:
+            _cut_replies(server.url)
+            with pytest.raises(RedisConnectionError):
+                await client.eval(_INCR_THEN_LOSE_REPLY, 1, "ran")
+            assert await client.get("ran") == b"1"  # ran once; the client lives on
+        finally:
+            await client.aclose()
+
+    asyncio.run(run())
+    # The workers' client retries instead (its jobs are written to run again): 1 + 3 runs.
+    with sync_client(server.url, retries=3) as sync, pytest.raises(RedisConnectionError):
+        sync.eval(_INCR_THEN_LOSE_REPLY, 1, "retried")
+    with redis.Redis.from_url(server.url) as check:
+        assert check.get("retried") == b"4"
