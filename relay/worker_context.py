@@ -9,6 +9,7 @@ use, so a process pays only for what it uses.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
@@ -26,6 +27,7 @@ from relay.metrics import Metrics
 from relay.redis_conn import sync_client
 from relay.signing_keys import SigningKeys
 from relay.store import Store
+from relay.timefmt import now_ms
 from relay.webhook_store import WebhookStore
 
 USER_AGENT = f"relay/{__version__}"
@@ -34,6 +36,8 @@ USER_AGENT = f"relay/{__version__}"
 @dataclass
 class WorkerContext:
     settings: Settings
+    # ms since the epoch, for the stores and the signing keys; tests pass a clock they move.
+    clock: Callable[[], int] = now_ms
 
     @cached_property
     def redis(self) -> redis.Redis:
@@ -41,11 +45,11 @@ class WorkerContext:
 
     @cached_property
     def store(self) -> Store:
-        return Store(self.redis, BlobStore(self.settings.blob_dir))
+        return Store(self.redis, BlobStore(self.settings.blob_dir), self.clock)
 
     @cached_property
     def webhooks(self) -> WebhookStore:
-        return WebhookStore(self.redis)
+        return WebhookStore(self.redis, self.clock)
 
     @cached_property
     def metrics(self) -> Metrics:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Protocol, TypeVar
 
 from relay.redis_server import AppendFsync, RedisServer
+from relay.timefmt import now_ms
 
 T = TypeVar("T")
 
@@ -23,6 +24,25 @@ class RedisFactory(Protocol):
         password: str | None = None,
         port: int | None = None,
     ) -> RedisServer: ...
+
+
+class FakeClock:
+    """A clock for the stores' ``clock=`` (ms since the epoch) that moves only when told to.
+
+    It starts at the real time, so what it stamps still reads as a plausible date; a test lets
+    a lease or a due time pass with :meth:`advance` instead of sleeping through it.
+    """
+
+    def __init__(self, start_ms: int | None = None) -> None:
+        self.ms = now_ms() if start_ms is None else start_ms
+
+    def __call__(self) -> int:
+        return self.ms
+
+    def advance(self, ms: int) -> int:
+        """Move on by ``ms`` milliseconds; returns the new time."""
+        self.ms += ms
+        return self.ms
 
 
 def free_port() -> int:

@@ -4,7 +4,6 @@ take-over of a dead detector's entries, and the three sweepers."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -15,22 +14,25 @@ from relay import keys
 from relay.blobs import BlobStore
 from relay.config import load_settings
 from relay.crypto import generate_key
-from relay.detector import GROUP, Detector, ensure_groups
+from relay.detector import GROUP, RECLAIM_IDLE_MS, Detector, ensure_groups
 from relay.model import DeliveryStatus
 from relay.queues import DELIVERY, PROCESSING, queue_key
 from relay.store import AsyncStore, BatchRef
 from relay.webhook_store import AsyncWebhookStore
 from relay.worker_context import WorkerContext
+from tests.helpers import FakeClock
 
 REF = BatchRef("acme", "b1")
 
 
 class H:
     def __init__(self, url: str) -> None:
+        self.clock = FakeClock()
         self.ctx = WorkerContext(
             load_settings(
                 {"RELAY_REDIS_URL": url, "RELAY_ENCRYPTION_KEY": generate_key()}, dotenv=None
-            )
+            ),
+            self.clock,
         )
         self.client = redis.Redis.from_url(url)
         self.loop = asyncio.new_event_loop()
@@ -105,11 +107,14 @@ def test_a_dead_detectors_entries_are_taken_over(h: H) -> None:
     h.complete()
     # Detector A reads the entry and dies before creating the delivery (no ack).
     streams = {keys.outbox(s): ">" for s in range(keys.SHARDS)}
-    assert h.client.xreadgroup(GROUP, "dead", streams, count=10)
-    assert Detector(h.ctx, "live").read_once(10) == 0  # new entries only: nothing
+    ((_, ((entry_id, _),)),) = h.client.xreadgroup(GROUP, "dead", streams, count=10)
+    live = Detector(h.ctx, "live")
+    assert live.read_once(10) == 0  # new entries only: nothing
+    assert live.reclaim() == 0  # read just now: its reader may still be at work
     assert h.deliveries() == []
-    time.sleep(0.06)
-    assert Detector(h.ctx, "live", reclaim_idle_ms=50).reclaim() == 1
+    # Redis keeps the idle time itself: age the entry (still the dead reader's) past the limit.
+    h.client.xclaim(keys.outbox(REF.shard), GROUP, "dead", 0, [entry_id], idle=RECLAIM_IDLE_MS)
+    assert live.reclaim() == 1
     assert len(h.deliveries()) == 1
     assert h.client.xpending(keys.outbox(REF.shard), GROUP)["pending"] == 0
 
@@ -119,7 +124,8 @@ def test_sweep_leases_requeues_and_enqueues(h: H) -> None:
         h.api.upload(REF, filename="a.csv", content_type="text/csv", content=b"a\n1\n")
     )
     assert h.ctx.store.claim(REF, doc.id, "t", 1) is not None
-    time.sleep(0.005)
+    assert Detector(h.ctx).sweep_leases() == 0  # the 1 ms lease still holds
+    h.clock.advance(5)
     assert Detector(h.ctx).sweep_leases() == 1
     assert h.client.hget(keys.doc(REF.shard, doc.id), "status") == b"queued"
     assert h.queued_jobs(PROCESSING) == 1

@@ -4,7 +4,6 @@ manual retry, removal of the webhook, late registration."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -15,8 +14,8 @@ from relay import keys
 from relay.exceptions import NotRetryable
 from relay.model import Attempt, DeliveryStatus
 from relay.store import BatchRef
-from relay.timefmt import now_ms
 from relay.webhook_store import AsyncWebhookStore, ClaimedDelivery, WebhookStore
+from tests.helpers import FakeClock
 
 REF = BatchRef("acme", "b1")
 URL = "https://hooks.example.com/relay"
@@ -27,8 +26,9 @@ class H:
         self.loop = asyncio.new_event_loop()
         self.aclient = redis.asyncio.Redis.from_url(url)
         self.client = redis.Redis.from_url(url)
-        self.d = WebhookStore(self.client)
-        self.hooks = AsyncWebhookStore(self.aclient)
+        self.clock = FakeClock()
+        self.d = WebhookStore(self.client, self.clock)
+        self.hooks = AsyncWebhookStore(self.aclient, self.clock)
 
     def batch(self, ref: BatchRef = REF, *, done_seq: int = 0) -> None:
         """A batch record as the scripts leave it (done at ``done_seq`` when > 0)."""
@@ -54,7 +54,9 @@ class H:
         return self.d.claim(REF.shard, limit=10, lease_ms=lease_ms, token=token)
 
     def attempt(self, d: ClaimedDelivery, code: int | None) -> Attempt:
-        return Attempt(d.number, now_ms(), 1.0, code, None if code == 200 else "http_status", "")
+        return Attempt(
+            d.number, self.clock(), 1.0, code, None if code == 200 else "http_status", ""
+        )
 
     def status(self, ident: str) -> DeliveryStatus:
         found = self.d.get(ident)
@@ -103,7 +105,9 @@ def test_claim_is_a_lease_and_a_lost_lease_makes_it_due_again(h: H) -> None:
     (c,) = h.claim("w1", lease_ms=50)
     assert c.id == ident and c.number == 1 and c.body == b'{"a":1}' and c.url == URL
     assert h.claim("w2") == []  # leased
-    time.sleep(0.06)
+    h.clock.advance(49)
+    assert h.claim("w2") == []  # still leased, 1 ms before the lease runs out
+    h.clock.advance(1)
     (again,) = h.claim("w2")  # the first worker was lost: due again, same id
     assert again.id == ident and again.number == 1
     # The lost worker's late answer is recorded but moves nothing.
@@ -120,12 +124,15 @@ def test_retry_outcome_schedules_the_next_attempt(h: H) -> None:
     h.register()
     _, ident = h.d.create(REF, 1, b"{}")
     (c,) = h.claim()
-    at = now_ms() + 60_000
+    at = h.clock() + 60_000
     h.d.record(c, "t", h.attempt(c, 500), outcome="retry", next_at=at)
     found = h.d.get(ident)
     assert found is not None and found.next_attempt_at == at
     assert h.claim() == []  # not due yet
     assert h.client.zscore(keys.due(REF.shard), ident) == at
+    h.clock.advance(60_000)
+    (again,) = h.claim()  # due now
+    assert again.id == ident and again.number == 2
 
 
 def test_gone_disables_the_webhook_and_later_completions_make_nothing(h: H) -> None:
@@ -150,7 +157,7 @@ def test_manual_retry_restarts_the_schedule_with_the_same_id(h: H) -> None:
     _, ident = h.d.create(REF, 1, b"{}")
     for _ in range(2):
         (c,) = h.claim()
-        h.d.record(c, "t", h.attempt(c, 500), outcome="retry", next_at=now_ms())
+        h.d.record(c, "t", h.attempt(c, 500), outcome="retry", next_at=h.clock())
     (c,) = h.claim()
     assert c.round_attempts == 2 and c.number == 3
     h.d.record(c, "t", h.attempt(c, 500), outcome="failed")
