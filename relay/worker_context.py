@@ -71,7 +71,7 @@ class WorkerContext:
 
     @cached_property
     def signing(self) -> SigningKeys:
-        return SigningKeys(Encryptor.from_setting(self.settings.encryption_key))
+        return SigningKeys(Encryptor.from_setting(self.settings.encryption_key), self.clock)
 
     @cached_property
     def executor(self) -> ThreadPoolExecutor:
