@@ -1,12 +1,20 @@
-"""Small helpers shared by the tests (no fixtures here: those live in ``conftest.py``)."""
+"""Small helpers shared by the tests (no fixtures here: those live in ``conftest.py``).
+
+``free_port`` and ``wait_until`` are relay's own (``relay.procs``), shared with the
+benchmarks; they are re-exported here so that tests import their helpers from one place.
+"""
 
 from __future__ import annotations
 
-import socket
-import time
-from collections.abc import Callable
-from typing import Protocol, TypeVar
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, Protocol, TypeVar
 
+import redis
+import redis.asyncio
+
+from relay.procs import free_port as free_port
+from relay.procs import wait_until as wait_until
 from relay.redis_server import AppendFsync, RedisServer
 from relay.timefmt import now_ms
 
@@ -45,28 +53,21 @@ class FakeClock:
         return self.ms
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+class Clients:
+    """What a state test drives one Redis with: a sync client (the workers' side), an asyncio
+    client (the API's) with an event loop to ``run`` it on, and a :class:`FakeClock` for the
+    stores. Test harnesses subclass it; ``close`` after the test."""
 
+    def __init__(self, url: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.aclient = redis.asyncio.Redis.from_url(url)
+        self.client = redis.Redis.from_url(url)
+        self.clock = FakeClock()
 
-def wait_until(
-    predicate: Callable[[], T], timeout: float, interval: float = 0.05, message: str = ""
-) -> T:
-    """Call ``predicate`` until it returns something truthy, and return that.
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.loop.run_until_complete(coro)
 
-    Raises AssertionError with ``message`` (and the last value) after ``timeout`` seconds.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(
-                f"{message or 'condition not met'} (waited {timeout:g} s; last: {value!r})"
-            )
-        time.sleep(interval)
+    def close(self) -> None:
+        self.run(self.aclient.aclose())
+        self.loop.close()
+        self.client.close()

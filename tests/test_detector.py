@@ -3,12 +3,9 @@ take-over of a dead detector's entries, and the three sweepers."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 
 import pytest
-import redis
-import redis.asyncio
 
 from relay import keys
 from relay.blobs import BlobStore
@@ -20,23 +17,20 @@ from relay.queues import DELIVERY, PROCESSING, queue_key
 from relay.store import AsyncStore, BatchRef
 from relay.webhook_store import AsyncWebhookStore
 from relay.worker_context import WorkerContext
-from tests.helpers import FakeClock
+from tests.helpers import Clients
 
 REF = BatchRef("acme", "b1")
 
 
-class H:
+class H(Clients):
     def __init__(self, url: str) -> None:
-        self.clock = FakeClock()
+        super().__init__(url)
         self.ctx = WorkerContext(
             load_settings(
                 {"RELAY_REDIS_URL": url, "RELAY_ENCRYPTION_KEY": generate_key()}, dotenv=None
             ),
             self.clock,
         )
-        self.client = redis.Redis.from_url(url)
-        self.loop = asyncio.new_event_loop()
-        self.aclient = redis.asyncio.Redis.from_url(url)
         self.api = AsyncStore(self.aclient, BlobStore(""))
         self.hooks = AsyncWebhookStore(self.aclient)
         ensure_groups(self.client)
@@ -44,7 +38,7 @@ class H:
     def complete(self, ref: BatchRef = REF, *, register: bool = True) -> None:
         """Upload, claim and finish one document: the batch completes (one outbox entry).
         With ``register``, the webhook is registered before the completion."""
-        doc = self.loop.run_until_complete(
+        doc = self.run(
             self.api.upload(ref, filename="a.csv", content_type="text/csv", content=b"a\n1\n")
         )
         if register:
@@ -54,7 +48,7 @@ class H:
         self.ctx.store.finish(claim, line_items=[], error=None)
 
     def register(self, ref: BatchRef = REF) -> None:
-        self.loop.run_until_complete(self.hooks.register(ref, "https://x.example/", "http://a"))
+        self.run(self.hooks.register(ref, "https://x.example/", "http://a"))
 
     def deliveries(self) -> list[str]:
         return [
@@ -66,9 +60,7 @@ class H:
         return int(self.client.llen(queue_key(queue)))
 
     def close(self) -> None:
-        self.loop.run_until_complete(self.aclient.aclose())
-        self.loop.close()
-        self.client.close()
+        super().close()
         self.ctx.redis.close()
 
 
@@ -120,9 +112,7 @@ def test_a_dead_detectors_entries_are_taken_over(h: H) -> None:
 
 
 def test_sweep_leases_requeues_and_enqueues(h: H) -> None:
-    doc = h.loop.run_until_complete(
-        h.api.upload(REF, filename="a.csv", content_type="text/csv", content=b"a\n1\n")
-    )
+    doc = h.run(h.api.upload(REF, filename="a.csv", content_type="text/csv", content=b"a\n1\n"))
     assert h.ctx.store.claim(REF, doc.id, "t", 1) is not None
     assert Detector(h.ctx).sweep_leases() == 0  # the 1 ms lease still holds
     h.clock.advance(5)
@@ -132,11 +122,9 @@ def test_sweep_leases_requeues_and_enqueues(h: H) -> None:
 
 
 def test_sweep_ready_enqueues_documents_whose_job_vanished(h: H) -> None:
-    doc = h.loop.run_until_complete(
-        h.api.upload(REF, filename="a.csv", content_type="text/csv", content=b"a\n1\n")
-    )
+    doc = h.run(h.api.upload(REF, filename="a.csv", content_type="text/csv", content=b"a\n1\n"))
     # Handed out (in `ready`) but the process died before enqueueing the job.
-    h.loop.run_until_complete(h.api.process(REF, None))
+    h.run(h.api.process(REF, None))
     h.client.zadd(keys.ready(REF.shard), {doc.id: 0})
     d = Detector(h.ctx)
     assert d.sweep_ready() == 1

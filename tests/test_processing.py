@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -76,9 +77,23 @@ def counted(ctx: WorkerContext) -> dict[str, int]:
     return {k.removeprefix(prefix).decode(): int(v) for k, v in stored.items() if prefix in k}
 
 
-def in_background(ctx: WorkerContext, doc_id: str) -> tuple[ThreadPoolExecutor, Future[str]]:
-    pool = ThreadPoolExecutor(1)
-    return pool, pool.submit(run_document, ctx, doc_id, REF.account, REF.name)
+def fake_clock(ctx: WorkerContext) -> FakeClock:
+    assert isinstance(ctx.clock, FakeClock)
+    return ctx.clock
+
+
+@contextmanager
+def mid_document(ctx: WorkerContext) -> Iterator[tuple[str, Future[str]]]:
+    """Run the job of a new document in a thread, with the ``GATE`` extractor: yields (its id,
+    the job's outcome to come) once the extractor holds it, and opens the gate at the end."""
+    doc_id = upload(ctx)
+    with ThreadPoolExecutor(1) as pool:
+        job = pool.submit(run_document, ctx, doc_id, REF.account, REF.name)
+        try:
+            assert GATE.started.wait(10), "the extractor never started"
+            yield doc_id, job
+        finally:
+            GATE.opened.set()
 
 
 def test_a_document_is_extracted_and_its_batch_completes(make_ctx: ContextFactory) -> None:
@@ -137,12 +152,8 @@ def test_a_document_whose_bytes_are_gone_fails_blob_missing(
 
 def test_the_lease_is_renewed_while_the_extractor_runs(make_ctx: ContextFactory) -> None:
     ctx = make_ctx(RELAY_EXTRACTOR="tests.extractors:GATE", RELAY_LEASE_SECONDS="0.15")
-    clock = ctx.clock
-    assert isinstance(clock, FakeClock)
-    doc_id = upload(ctx)
-    pool, job = in_background(ctx, doc_id)
-    with pool:
-        assert GATE.started.wait(10)
+    clock = fake_clock(ctx)
+    with mid_document(ctx) as (doc_id, job):
         claimed_until = ctx.redis.zscore(keys.leases(REF.shard), doc_id)
         assert claimed_until == clock() + 150
         # Far past the first lease by the store's clock: only a renewal keeps it ours.
@@ -162,13 +173,8 @@ def test_the_lease_is_renewed_while_the_extractor_runs(make_ctx: ContextFactory)
 
 def test_an_outcome_after_the_lease_was_lost_is_not_stored(make_ctx: ContextFactory) -> None:
     ctx = make_ctx(RELAY_EXTRACTOR="tests.extractors:GATE", RELAY_LEASE_SECONDS="60")
-    clock = ctx.clock
-    assert isinstance(clock, FakeClock)
-    doc_id = upload(ctx)
-    pool, job = in_background(ctx, doc_id)
-    with pool:
-        assert GATE.started.wait(10)
-        clock.advance(60_000)  # the lease runs out (its next renewal is 20 s away)
+    with mid_document(ctx) as (doc_id, job):
+        fake_clock(ctx).advance(60_000)  # the lease runs out (its next renewal is 20 s away)
         assert Detector(ctx).sweep_leases() == 1  # the sweeper hands the document out again
         GATE.opened.set()
         assert job.result(10) == "lease lost"

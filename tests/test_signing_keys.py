@@ -5,42 +5,32 @@ ciphertext, read for many accounts in one round trip."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
 
 import pytest
-import redis
-import redis.asyncio
 
 from relay import keys
 from relay.crypto import Encryptor, SigningMaterial, generate_key
 from relay.exceptions import ConfigError
 from relay.scripts import AsyncScripts
 from relay.signing_keys import SigningKeys
-from tests.helpers import FakeClock
+from tests.helpers import Clients
 
-T = TypeVar("T")
 GRACE_S = 60.0
 
 
-class H:
+class H(Clients):
     """One process's SigningKeys (``sk``) on the test's Redis and fake clock."""
 
     def __init__(self, url: str) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.aclient = redis.asyncio.Redis.from_url(url)
-        self.client = redis.Redis.from_url(url)
+        super().__init__(url)
         self.scripts = AsyncScripts(self.aclient)
         self.key = generate_key()
-        self.clock = FakeClock()
         self.sk = self.keys()
 
     def keys(self, key: str | None = None) -> SigningKeys:
         """Another process's SigningKeys (its own cache), with our key unless told."""
         return SigningKeys(Encryptor([key or self.key]), self.clock)
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self.loop.run_until_complete(coro)
 
     def get(self, account: str, sk: SigningKeys | None = None) -> list[SigningMaterial]:
         return self.run((sk or self.sk).get(self.aclient, account))
@@ -51,11 +41,6 @@ class H:
     def reads(self) -> int:
         """Reads the server has processed so far (each round trip is one; this INFO too)."""
         return int(self.client.info("stats")["total_reads_processed"])
-
-    def close(self) -> None:
-        self.run(self.aclient.aclose())
-        self.loop.close()
-        self.client.close()
 
 
 @pytest.fixture

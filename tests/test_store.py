@@ -3,39 +3,28 @@ the timestamp chain, the batch aggregate, completion and reopening."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Coroutine, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
 
 import pytest
-import redis
-import redis.asyncio
 
 from relay import keys
 from relay.blobs import BlobStore
 from relay.exceptions import BatchDeleted, BatchNotFound
 from relay.model import Batch, Document, Status
 from relay.store import AsyncStore, BatchRef, Claim, Store
-from tests.helpers import FakeClock
+from tests.helpers import Clients
 
-T = TypeVar("T")
 LEASE_MS = 60_000
 
 
-class Harness:
+class Harness(Clients):
     """The API's async store and the workers' sync store on one Redis and one fake clock."""
 
     def __init__(self, url: str) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.aclient = redis.asyncio.Redis.from_url(url)
-        self.client = redis.Redis.from_url(url)
-        self.clock = FakeClock()
+        super().__init__(url)
         self.api = AsyncStore(self.aclient, BlobStore(""), self.clock)
         self.worker = Store(self.client, BlobStore(""), self.clock)
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self.loop.run_until_complete(coro)
 
     def upload(self, ref: BatchRef, content: bytes = b"a,b\n1,2\n") -> Document:
         return self.run(
@@ -57,11 +46,6 @@ class Harness:
 
     def outbox(self, ref: BatchRef) -> list[dict[bytes, bytes]]:
         return [fields for _, fields in self.client.xrange(keys.outbox(ref.shard))]
-
-    def close(self) -> None:
-        self.run(self.aclient.aclose())
-        self.client.close()
-        self.loop.close()
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from relay import redis_server, supervise
-from tests.helpers import wait_until
+from relay import supervise
+from tests.helpers import free_port, wait_until
 
 # -- the state directory --------------------------------------------------------------------
 
@@ -76,7 +76,7 @@ def http_server() -> Iterator[str]:
 def test_healthy(http_server: str) -> None:
     assert supervise.healthy(f"{http_server}/healthz")
     assert not supervise.healthy(f"{http_server}/missing")
-    assert not supervise.healthy(f"http://127.0.0.1:{redis_server.free_port()}/healthz")
+    assert not supervise.healthy(f"http://127.0.0.1:{free_port()}/healthz")
 
 
 # -- children and orphans (real processes) --------------------------------------------------

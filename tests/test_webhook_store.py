@@ -3,30 +3,24 @@ manual retry, removal of the webhook, late registration."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 
 import pytest
-import redis
-import redis.asyncio
 
 from relay import keys
 from relay.exceptions import NotRetryable
 from relay.model import Attempt, DeliveryStatus
 from relay.store import BatchRef
 from relay.webhook_store import AsyncWebhookStore, ClaimedDelivery, WebhookStore
-from tests.helpers import FakeClock
+from tests.helpers import Clients
 
 REF = BatchRef("acme", "b1")
 URL = "https://hooks.example.com/relay"
 
 
-class H:
+class H(Clients):
     def __init__(self, url: str) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.aclient = redis.asyncio.Redis.from_url(url)
-        self.client = redis.Redis.from_url(url)
-        self.clock = FakeClock()
+        super().__init__(url)
         self.d = WebhookStore(self.client, self.clock)
         self.hooks = AsyncWebhookStore(self.aclient, self.clock)
 
@@ -48,7 +42,7 @@ class H:
         )
 
     def register(self, ref: BatchRef = REF, url: str = URL) -> tuple[bool, bool]:
-        return self.loop.run_until_complete(self.hooks.register(ref, url, "http://api"))
+        return self.run(self.hooks.register(ref, url, "http://api"))
 
     def claim(self, token: str = "t", lease_ms: int = 60_000) -> list[ClaimedDelivery]:
         return self.d.claim(REF.shard, limit=10, lease_ms=lease_ms, token=token)
@@ -62,11 +56,6 @@ class H:
         found = self.d.get(ident)
         assert found is not None
         return found.status
-
-    def close(self) -> None:
-        self.loop.run_until_complete(self.aclient.aclose())
-        self.loop.close()
-        self.client.close()
 
 
 @pytest.fixture
@@ -142,7 +131,7 @@ def test_gone_disables_the_webhook_and_later_completions_make_nothing(h: H) -> N
     (c,) = h.claim()
     h.d.record(c, "t", h.attempt(c, 410), outcome="gone", reason="the receiver answered 410 Gone")
     assert h.status(ident) is DeliveryStatus.FAILED
-    hook = h.loop.run_until_complete(h.hooks.get(REF))
+    hook = h.run(h.hooks.get(REF))
     assert hook is not None and hook.disabled and "410" in hook.disabled_reason
     assert h.d.create(REF, 2, b"{}") == (False, "")
     with pytest.raises(NotRetryable):
@@ -172,10 +161,10 @@ def test_removing_the_webhook_cancels_the_pending_delivery(h: H) -> None:
     h.batch()
     h.register()
     _, ident = h.d.create(REF, 1, b"{}")
-    assert h.loop.run_until_complete(h.hooks.delete(REF)) is True
+    assert h.run(h.hooks.delete(REF)) is True
     assert h.status(ident) is DeliveryStatus.CANCELED
     assert h.claim() == []
-    assert h.loop.run_until_complete(h.hooks.delete(REF)) is False
+    assert h.run(h.hooks.delete(REF)) is False
     with pytest.raises(NotRetryable):
         h.d.retry(ident)  # no webhook to deliver to
 
