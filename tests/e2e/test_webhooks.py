@@ -29,8 +29,10 @@ def settled(client: redis.Redis) -> bool:
     return not client.llen(queue_key(DELIVERY)) and not running
 
 
-def delivered_once(api: Api, batch: str) -> list[dict[str, object]]:
-    """The batch's deliveries, each asserted succeeded at its first attempt with none to come."""
+def delivered_once(api: Api, client: redis.Redis, batch: str) -> list[dict[str, object]]:
+    """Once relay has ``settled``: the batch's deliveries, each asserted succeeded at its first
+    attempt and with nothing to come."""
+    wait_until(lambda: settled(client), 10, message="deliveries still in flight")
     deliveries = api.deliveries(batch)
     for d in deliveries:
         assert d["status"] == "succeeded" and d["next_attempt_at"] is None, d
@@ -106,8 +108,7 @@ def test_renotification_after_more_uploads(
     assert p1["data"]["completion_seq"] == 1 and p2["data"]["completion_seq"] == 2
     assert p2["data"]["document_count"] == 2
     assert first[0].headers["webhook-id"] != both[1].headers["webhook-id"]
-    wait_until(lambda: settled(redis), 10, message="deliveries still in flight")
-    assert len(delivered_once(api, "b2")) == 2
+    assert len(delivered_once(api, redis, "b2")) == 2
     assert len(receiver.received()) == 2
     api.close()
 
@@ -124,8 +125,7 @@ def test_registering_on_a_done_batch_delivers_its_completion(
     assert verify_both(got[0], api.signing())["data"]["completion_seq"] == 1
     # Registering again (same URL) does not deliver the same completion twice.
     assert api.register("b3", receiver.url()).status_code == 200
-    wait_until(lambda: settled(redis), 10, message="deliveries still in flight")
-    assert len(delivered_once(api, "b3")) == 1
+    assert len(delivered_once(api, redis, "b3")) == 1
     assert len(receiver.received()) == 1
     api.close()
 
@@ -158,11 +158,10 @@ def test_one_delivery_per_completion_with_three_detectors(
     for name in names:
         api.process(name)
     wait_until(lambda: len(receiver.received()) >= len(names), 30, message="missing deliveries")
-    wait_until(lambda: settled(redis), 10, message="deliveries still in flight")
+    for name in names:
+        assert len(delivered_once(api, redis, name)) == 1
     ids = [r.headers["webhook-id"] for r in receiver.received()]
     assert len(ids) == len(names) == len(set(ids))
-    for name in names:
-        assert len(delivered_once(api, name)) == 1
     api.close()
 
 
