@@ -1,4 +1,7 @@
-"""What every benchmark shares: bounded waiting, percentiles, RSS, tables and JSON results."""
+"""What every benchmark shares: bounded waiting, percentiles, RSS, tables and JSON results.
+
+``wait_until`` is relay's own (``relay.procs``, also the tests'), re-exported for the benchmarks.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +13,12 @@ import resource
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-T = TypeVar("T")
+from relay.procs import wait_until as wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -26,21 +29,6 @@ CSV_DOC = b"sku,description,qty,unit_price\nA-100,Widget,2,9.99\nB-220,Gadget,1,
 
 class BenchError(RuntimeError):
     """A benchmark could not run to the end (a process died, a wait timed out)."""
-
-
-def wait_until(
-    predicate: Callable[[], T], timeout: float, interval: float = 0.01, what: str = ""
-) -> T:
-    """Call ``predicate`` until it returns something truthy (returned); BenchError after
-    ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise BenchError(f"timed out after {timeout:g} s waiting for {what or 'a condition'}")
-        time.sleep(interval)
 
 
 def percentile(values: Sequence[float], p: float) -> float:

@@ -8,8 +8,9 @@ from typing import Any
 
 import httpx
 
-from bench._stack import Proc, spawn, wait_http
-from relay.redis_server import free_port
+from bench._common import ROOT
+from bench._stack import wait_http
+from relay.procs import Proc, free_port, spawn
 
 
 class ReceiverProcess:
@@ -27,6 +28,7 @@ class ReceiverProcess:
             ],
             log_dir,
             env,
+            ROOT,
         )  # fmt: skip
         self.client = httpx.Client(base_url=self.base, timeout=10)
         if wait:

@@ -1,4 +1,5 @@
-"""Real relay processes on a private Redis, for the benchmarks (a small copy of tests/procs.py).
+"""Real relay processes on a private Redis, for the benchmarks (as tests/procs.py is for the tests;
+both run their processes as :class:`relay.procs.Proc`).
 
 ``Stack`` starts its own ``redis-server`` (127.0.0.1, a free port, AOF everysec as in
 production) in a temporary directory and ``python -m relay serve|worker|detector`` children
@@ -8,14 +9,10 @@ and removes the directory. The system Redis on 6379 is never touched.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -23,77 +20,11 @@ from types import TracebackType
 import httpx
 import redis
 
-from bench._common import ROOT, BenchError, proc_status_kib, wait_until
-from relay.crypto import generate_key
-from relay.redis_server import RedisServer, free_port
+from bench._common import BenchError, proc_status_kib
+from relay.procs import Proc, free_port, relay_env, spawn, stop_all, wait_until
+from relay.redis_server import RedisServer
 
 ACCOUNT = "bench"
-
-
-@dataclass
-class Proc:
-    """One child process and its log file."""
-
-    name: str
-    popen: subprocess.Popen[bytes]
-    log: Path
-    stopping: bool = False  # asked to stop: its exit is not a failure
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    @property
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def rss_kib(self) -> int | None:
-        return proc_status_kib(self.pid, "VmRSS")
-
-    def hwm_kib(self) -> int | None:
-        return proc_status_kib(self.pid, "VmHWM")
-
-    def terminate(self) -> None:
-        """Ask it to stop (SIGTERM), without waiting."""
-        self.stopping = True
-        if self.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.popen.send_signal(signal.SIGTERM)
-
-    def stop(self, timeout: float = 10) -> None:
-        """SIGTERM, then SIGKILL if it is still there after ``timeout`` seconds."""
-        if self.popen.poll() is not None:
-            return
-        self.terminate()
-        try:
-            self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                self.popen.kill()
-            self.popen.wait(5)
-
-    def tail(self, chars: int = 3000) -> str:
-        try:
-            return self.log.read_text(errors="replace")[-chars:]
-        except OSError:
-            return ""
-
-
-def spawn(
-    name: str, args: list[str], log_dir: Path, env: dict[str, str], cwd: Path | None = None
-) -> Proc:
-    """Start ``args`` with stdout and stderr in ``log_dir/NAME-PID.log``."""
-    log = log_dir / f"{name}-{time.monotonic_ns()}.log"
-    with log.open("wb") as out:
-        popen = subprocess.Popen(
-            args,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=cwd or ROOT,
-        )
-    return Proc(name, popen, log)
 
 
 def wait_http(url: str, timeout: float = 20, proc: Proc | None = None) -> None:
@@ -107,7 +38,7 @@ def wait_http(url: str, timeout: float = 20, proc: Proc | None = None) -> None:
         except httpx.HTTPError:
             return False
 
-    wait_until(up, timeout, 0.05, f"{url} to answer")
+    wait_until(up, timeout, 0.05, f"{url} did not answer")
 
 
 @dataclass
@@ -135,21 +66,8 @@ class Stack:
     def __post_init__(self) -> None:
         self.redis_server = RedisServer(self.tmp / "redis", appendonly=self.appendonly)
         self.redis_server.start()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
-        env.update(
-            {
-                "RELAY_REDIS_URL": self.redis_server.url,
-                "RELAY_ENCRYPTION_KEY": generate_key(),
-                "RELAY_ALLOW_HTTP_TARGETS": "true",
-                "RELAY_ALLOW_PRIVATE_TARGETS": "true",
-                "RELAY_STATUS_RATE_LIMIT": "1000000/minute",
-                "RELAY_LOG_LEVEL": "warning",
-                "PYTHONUNBUFFERED": "1",
-                "PYTHONPATH": str(ROOT),
-            }
-        )
-        env.update(self.settings)
-        self.env = env
+        settings = {"RELAY_STATUS_RATE_LIMIT": "1000000/minute", "RELAY_LOG_LEVEL": "warning"}
+        self.env = relay_env(self.redis_server.url, {**settings, **self.settings})
         self.redis = redis.Redis.from_url(self.redis_server.url)
 
     @property
@@ -208,7 +126,7 @@ class Stack:
                     raise BenchError(f"worker exited:\n{proc.tail()}")
             return int(self.redis.scard("rq:workers")) >= count
 
-        wait_until(registered, 30, 0.05, "the workers to register with RQ")
+        wait_until(registered, 30, 0.05, "the workers did not register with RQ")
 
     def detector(self, **env: str) -> Proc:
         """Start ``relay detector`` (``env``: ``RELAY_*`` overrides for this process only)."""
@@ -251,7 +169,7 @@ class Stack:
             counts[p.name] = counts.get(p.name, 0) + 1
             if not p.alive:
                 continue
-            rss, hwm = p.rss_kib(), p.hwm_kib()
+            rss, hwm = proc_status_kib(p.pid, "VmRSS"), proc_status_kib(p.pid, "VmHWM")
             out[f"{p.name}-{counts[p.name]}"] = {
                 "rss_mib": None if rss is None else round(rss / 1024, 1),
                 "peak_mib": None if hwm is None else round(hwm / 1024, 1),
@@ -259,10 +177,7 @@ class Stack:
         return out
 
     def close(self) -> None:
-        for p in self.procs:  # all at once: each takes a second or two to shut down
-            p.terminate()
-        for p in reversed(self.procs):
-            p.stop()
+        stop_all(self.procs)  # side by side: each takes a second or two to shut down
         self.redis.close()
         if self.redis_server is not None:
             self.redis_server.stop()

@@ -26,13 +26,13 @@ from typing import Any
 
 import httpx
 
-from bench._common import BenchError, CpuMeter, Outcome, progress, ratio, table
+from bench._common import ROOT, BenchError, CpuMeter, Outcome, progress, ratio, table
 from bench._profile import Profiler, render
 from bench._seed import upload_http
-from bench._stack import ACCOUNT, Stack, spawn, wait_http
+from bench._stack import ACCOUNT, Stack, wait_http
 from relay import keys
 from relay.auth import parse_key
-from relay.redis_server import free_port
+from relay.procs import free_port, spawn
 from relay.store import BatchRef
 
 NAME = "status"
@@ -116,6 +116,7 @@ def run(quick: bool = False, profile: bool = False) -> Outcome:
             ],
             st.tmp,
             st.env,
+            ROOT,
         )  # fmt: skip
         st.procs.append(bare)
         bare_url = f"http://127.0.0.1:{port}"

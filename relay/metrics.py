@@ -79,11 +79,20 @@ class Metrics:
             pipe.execute()
 
 
+def _sample_order(base: str, series: str, labels: str) -> tuple[int, float, str]:
+    """Where a sample stands in its family, as Prometheus expects it: the buckets by their
+    numeric ``le`` (``+Inf`` last; as text, ``+Inf`` and ``10`` would sort before ``2.5``),
+    then ``_sum``, then ``_count``; other series by their labels."""
+    suffix = series.removeprefix(base)
+    if suffix == "_bucket":
+        return 0, float(labels.partition("=")[2]), labels  # float("+Inf") is infinity
+    return {"_sum": 1, "_count": 2}.get(suffix, 0), 0.0, labels
+
+
 def render(stored: dict[bytes, bytes]) -> str:
     """Prometheus text of the counters and histograms flushed by every process."""
-    lines: list[str] = []
-    by_name: dict[str, list[str]] = {}
-    for raw_field, raw_value in sorted(stored.items()):
+    by_name: dict[str, list[tuple[tuple[int, float, str], str]]] = {}
+    for raw_field, raw_value in stored.items():
         field = raw_field.decode()
         series, _, labels = field.partition("|")
         base = series.removesuffix("_bucket").removesuffix("_count").removesuffix("_sum")
@@ -91,8 +100,11 @@ def render(stored: dict[bytes, bytes]) -> str:
         if labels:
             k, _, v = labels.partition("=")
             label_text = f'{{{k}="{v}"}}'
-        by_name.setdefault(base, []).append(f"{series}{label_text} {raw_value.decode()}")
-    for base, samples in by_name.items():
+        line = f"{series}{label_text} {raw_value.decode()}"
+        by_name.setdefault(base, []).append((_sample_order(base, series, labels), line))
+    lines: list[str] = []
+    for base in sorted(by_name):
         kind, text = HELP.get(base, ("untyped", base))
+        samples = [line for _, line in sorted(by_name[base])]
         lines += [f"# HELP {base} {text}", f"# TYPE {base} {kind}", *samples]
     return "\n".join(lines) + ("\n" if lines else "")

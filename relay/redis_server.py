@@ -24,6 +24,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from relay.exceptions import RelayError
+from relay.procs import free_port
 
 HOST = "127.0.0.1"
 AppendFsync = Literal["always", "everysec", "no"]
@@ -43,14 +44,6 @@ def find_redis_server() -> str | None:
     if found:
         return found
     return next((p for p in _FALLBACK_PATHS if os.access(p, os.X_OK)), None)
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now (it may be taken later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def port_is_free(port: int) -> bool:

@@ -8,6 +8,7 @@ material is cached per process by its ciphertext, so a rotation is seen at once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -25,8 +26,9 @@ FIELDS = ["current", "previous", "previous_until"]
 class SigningKeys:
     """Decrypts (with a per-process cache) and orders an account's signing material."""
 
-    def __init__(self, encryptor: Encryptor) -> None:
+    def __init__(self, encryptor: Encryptor, clock: Callable[[], int] = now_ms) -> None:
         self.encryptor = encryptor
+        self.clock = clock  # ms since the epoch; tests pass their own
         self._cache: dict[bytes, SigningMaterial] = {}
 
     def _open(self, token: bytes) -> SigningMaterial:
@@ -39,7 +41,7 @@ class SigningKeys:
         return material
 
     def new_token(self) -> bytes:
-        return self.encryptor.encrypt(SigningMaterial.generate(now_ms()).to_json().encode())
+        return self.encryptor.encrypt(SigningMaterial.generate(self.clock()).to_json().encode())
 
     def from_fields(self, values: list[Any]) -> list[SigningMaterial] | None:
         """``HMGET`` of FIELDS -> [current, previous while in grace], or None if none yet."""
@@ -47,7 +49,7 @@ class SigningKeys:
         if current is None:
             return None
         out = [self._open(bytes(current))]
-        if previous is not None and until is not None and int(until) > now_ms():
+        if previous is not None and until is not None and int(until) > self.clock():
             out.append(self._open(bytes(previous)))
         return out
 
@@ -86,7 +88,7 @@ class SigningKeys:
         self, client: redis.asyncio.Redis, scripts: AsyncScripts, account: str, grace_s: float
     ) -> list[SigningMaterial]:
         await self.get(client, account)  # rotating before first use still keeps a previous
-        now = now_ms()
+        now = self.clock()
         await scripts(
             "rotate_signing",
             [keys.signing(account)],

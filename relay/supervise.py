@@ -28,8 +28,8 @@ from types import FrameType
 from typing import IO
 
 from relay.exceptions import RelayError
+from relay.procs import STOP_TIMEOUT, terminate_all
 
-STOP_TIMEOUT = 10.0  # seconds a child has between SIGTERM and SIGKILL
 RESTARTS_PER_MINUTE = 5
 
 
@@ -146,16 +146,9 @@ class Child:
 
 def stop_children(children: list[Child], timeout: float = STOP_TIMEOUT) -> None:
     """SIGTERM every child, wait up to ``timeout`` seconds for all, SIGKILL what is left."""
+    stragglers = terminate_all([c.proc for c in children if c.proc is not None], timeout)
     for child in children:
-        child.send(signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    for child in children:
-        if child.proc is None:
-            continue
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            child.proc.wait(max(0.0, deadline - time.monotonic()))
-    for child in children:
-        if child.proc is not None and child.proc.poll() is None:
+        if child.proc in stragglers:
             child.console.say("dev", f"{child.name} did not stop within {timeout:g} s; killing it")
         child.send(signal.SIGKILL, group=True)  # the stragglers and any forks they left
         if child.proc is not None:

@@ -9,6 +9,7 @@ use, so a process pays only for what it uses.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -26,12 +27,15 @@ from relay.metrics import Metrics
 from relay.redis_conn import sync_client
 from relay.signing_keys import SigningKeys
 from relay.store import Store
+from relay.timefmt import now_ms
 from relay.webhook_store import WebhookStore
 
 
 @dataclass
 class WorkerContext:
     settings: Settings
+    # ms since the epoch, for the stores and the signing keys; tests pass a clock they move.
+    clock: Callable[[], int] = now_ms
 
     @cached_property
     def redis(self) -> redis.Redis:
@@ -39,11 +43,11 @@ class WorkerContext:
 
     @cached_property
     def store(self) -> Store:
-        return Store(self.redis, BlobStore(self.settings.blob_dir))
+        return Store(self.redis, BlobStore(self.settings.blob_dir), self.clock)
 
     @cached_property
     def webhooks(self) -> WebhookStore:
-        return WebhookStore(self.redis)
+        return WebhookStore(self.redis, self.clock)
 
     @cached_property
     def metrics(self) -> Metrics:
@@ -65,7 +69,7 @@ class WorkerContext:
 
     @cached_property
     def signing(self) -> SigningKeys:
-        return SigningKeys(Encryptor.from_setting(self.settings.encryption_key))
+        return SigningKeys(Encryptor.from_setting(self.settings.encryption_key), self.clock)
 
     @cached_property
     def engine(self) -> Engine:

@@ -1,13 +1,22 @@
-"""Small helpers shared by the tests (no fixtures here: those live in ``conftest.py``)."""
+"""Small helpers shared by the tests (no fixtures here: those live in ``conftest.py``).
+
+``free_port`` and ``wait_until`` are relay's own (``relay.procs``), shared with the
+benchmarks; they are re-exported here so that tests import their helpers from one place.
+"""
 
 from __future__ import annotations
 
-import socket
-import time
-from collections.abc import Callable
-from typing import Protocol, TypeVar
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, Protocol, TypeVar
 
+import redis
+import redis.asyncio
+
+from relay.procs import free_port as free_port
+from relay.procs import wait_until as wait_until
 from relay.redis_server import AppendFsync, RedisServer
+from relay.timefmt import now_ms
 
 T = TypeVar("T")
 
@@ -25,28 +34,40 @@ class RedisFactory(Protocol):
     ) -> RedisServer: ...
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+class FakeClock:
+    """A clock for the stores' ``clock=`` (ms since the epoch) that moves only when told to.
 
-
-def wait_until(
-    predicate: Callable[[], T], timeout: float, interval: float = 0.05, message: str = ""
-) -> T:
-    """Call ``predicate`` until it returns something truthy, and return that.
-
-    Raises AssertionError with ``message`` (and the last value) after ``timeout`` seconds.
+    It starts at the real time, so what it stamps still reads as a plausible date; a test lets
+    a lease or a due time pass with :meth:`advance` instead of sleeping through it.
     """
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(
-                f"{message or 'condition not met'} (waited {timeout:g} s; last: {value!r})"
-            )
-        time.sleep(interval)
+
+    def __init__(self, start_ms: int | None = None) -> None:
+        self.ms = now_ms() if start_ms is None else start_ms
+
+    def __call__(self) -> int:
+        return self.ms
+
+    def advance(self, ms: int) -> int:
+        """Move on by ``ms`` milliseconds; returns the new time."""
+        self.ms += ms
+        return self.ms
+
+
+class Clients:
+    """What a state test drives one Redis with: a sync client (the workers' side), an asyncio
+    client (the API's) with an event loop to ``run`` it on, and a :class:`FakeClock` for the
+    stores. Test harnesses subclass it; ``close`` after the test."""
+
+    def __init__(self, url: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.aclient = redis.asyncio.Redis.from_url(url)
+        self.client = redis.Redis.from_url(url)
+        self.clock = FakeClock()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.loop.run_until_complete(coro)
+
+    def close(self) -> None:
+        self.run(self.aclient.aclose())
+        self.loop.close()
+        self.client.close()

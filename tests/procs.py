@@ -1,13 +1,12 @@
 """Real relay processes for end-to-end tests: API, workers and detectors as subprocesses.
 
 ``Stack`` starts ``python -m relay serve|worker|detector`` with a test's settings, keeps
-their output in files (shown when a test fails), and kills or stops them on demand.
+their output in files (shown when a test fails), and kills or stops them on demand. The
+processes themselves are :class:`relay.procs.Proc`, as in the benchmarks.
 """
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -15,34 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from relay.crypto import generate_key
-from tests.helpers import free_port, wait_until
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-@dataclass
-class Proc:
-    name: str
-    popen: subprocess.Popen[bytes]
-    log: Path
-
-    def kill(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGKILL)
-            self.popen.wait(10)
-
-    def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(15)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    @property
-    def alive(self) -> bool:
-        return self.popen.poll() is None
+from relay.procs import Proc, free_port, relay_env, spawn, stop_all, wait_until
 
 
 @dataclass
@@ -56,39 +28,20 @@ class Stack:
     api_url: str = ""
 
     def __post_init__(self) -> None:
-        base = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
-        base.update(
-            {
-                "RELAY_REDIS_URL": self.redis_url,
-                "RELAY_ENCRYPTION_KEY": generate_key(),
-                "RELAY_ALLOW_HTTP_TARGETS": "true",
-                "RELAY_ALLOW_PRIVATE_TARGETS": "true",
-                "RELAY_LEASE_SECONDS": "3",
-                "RELAY_SWEEP_INTERVAL": "0.2",
-                "RELAY_DELIVERY_TIMEOUT": "2",
-                "RELAY_RETRY_SCHEDULE": "0.2,0.2,0.2",
-                "RELAY_RETRY_JITTER": "0",
-                "RELAY_LOG_LEVEL": "info",
-                "RELAY_STATUS_RATE_LIMIT": "100000/minute",
-                "PYTHONUNBUFFERED": "1",
-                "PYTHONPATH": str(ROOT),
-            }
-        )
-        base.update(self.env)
-        self.env = base
+        settings = {
+            "RELAY_LEASE_SECONDS": "3",
+            "RELAY_SWEEP_INTERVAL": "0.2",
+            "RELAY_DELIVERY_TIMEOUT": "2",
+            "RELAY_RETRY_SCHEDULE": "0.2,0.2,0.2",
+            "RELAY_RETRY_JITTER": "0",
+            "RELAY_LOG_LEVEL": "info",
+            "RELAY_STATUS_RATE_LIMIT": "100000/minute",
+        }
+        self.env = relay_env(self.redis_url, {**settings, **self.env})
 
     def _spawn(self, name: str, *args: str, env: dict[str, str] | None = None) -> Proc:
-        log = self.tmp / f"{name}-{len(self.procs)}.log"
-        out = log.open("wb")
-        popen = subprocess.Popen(
-            [sys.executable, "-m", "relay", *args],
-            env={**self.env, **(env or {})},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=self.tmp,
-        )
-        out.close()
-        proc = Proc(name, popen, log)
+        argv = [sys.executable, "-m", "relay", *args]
+        proc = spawn(name, argv, self.tmp, {**self.env, **(env or {})}, self.tmp)
         self.procs.append(proc)
         return proc
 
@@ -129,14 +82,10 @@ class Stack:
         return done.stdout.strip().splitlines()[-1]
 
     def logs(self) -> str:
-        parts = []
-        for p in self.procs:
-            text = p.log.read_text(errors="replace") if p.log.exists() else ""
-            parts.append(
-                f"--- {p.name} (pid {p.popen.pid}, rc {p.popen.poll()}) ---\n{text[-4000:]}"
-            )
-        return "\n".join(parts)
+        return "\n".join(
+            f"--- {p.name} (pid {p.pid}, rc {p.popen.poll()}) ---\n{p.tail(4000)}"
+            for p in self.procs
+        )
 
     def close(self) -> None:
-        for p in self.procs:
-            p.stop()
+        stop_all(self.procs, timeout=15)

@@ -3,38 +3,34 @@ take-over of a dead detector's entries, and the three sweepers."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Iterator
 
 import pytest
-import redis
-import redis.asyncio
 
 from relay import keys
 from relay.blobs import BlobStore
 from relay.config import load_settings
 from relay.crypto import generate_key
-from relay.detector import GROUP, Detector, ensure_groups
+from relay.detector import GROUP, RECLAIM_IDLE_MS, Detector, ensure_groups
 from relay.model import DeliveryStatus
 from relay.queues import DELIVERY, PROCESSING, queue_key
 from relay.store import AsyncStore, BatchRef
 from relay.webhook_store import AsyncWebhookStore
 from relay.worker_context import WorkerContext
+from tests.helpers import Clients
 
 REF = BatchRef("acme", "b1")
 
 
-class H:
+class H(Clients):
     def __init__(self, url: str) -> None:
+        super().__init__(url)
         self.ctx = WorkerContext(
             load_settings(
                 {"RELAY_REDIS_URL": url, "RELAY_ENCRYPTION_KEY": generate_key()}, dotenv=None
-            )
+            ),
+            self.clock,
         )
-        self.client = redis.Redis.from_url(url)
-        self.loop = asyncio.new_event_loop()
-        self.aclient = redis.asyncio.Redis.from_url(url)
         self.api = AsyncStore(self.aclient, BlobStore(""))
         self.hooks = AsyncWebhookStore(self.aclient)
         ensure_groups(self.client)
@@ -42,7 +38,7 @@ class H:
     def complete(self, ref: BatchRef = REF, *, register: bool = True) -> None:
         """Upload, claim and finish one document: the batch completes (one outbox entry).
         With ``register``, the webhook is registered before the completion."""
-        doc = self.loop.run_until_complete(
+        doc = self.run(
             self.api.upload(ref, filename="a.csv", content_type="text/csv", content=b"a\n1\n")
         )
         if register:
@@ -52,7 +48,7 @@ class H:
         self.ctx.store.finish(claim, line_items=[], error=None)
 
     def register(self, ref: BatchRef = REF) -> None:
-        self.loop.run_until_complete(self.hooks.register(ref, "https://x.example/", "http://a"))
+        self.run(self.hooks.register(ref, "https://x.example/", "http://a"))
 
     def deliveries(self) -> list[str]:
         return [
@@ -64,9 +60,7 @@ class H:
         return int(self.client.llen(queue_key(queue)))
 
     def close(self) -> None:
-        self.loop.run_until_complete(self.aclient.aclose())
-        self.loop.close()
-        self.client.close()
+        super().close()
         self.ctx.redis.close()
 
 
@@ -105,32 +99,32 @@ def test_a_dead_detectors_entries_are_taken_over(h: H) -> None:
     h.complete()
     # Detector A reads the entry and dies before creating the delivery (no ack).
     streams = {keys.outbox(s): ">" for s in range(keys.SHARDS)}
-    assert h.client.xreadgroup(GROUP, "dead", streams, count=10)
-    assert Detector(h.ctx, "live").read_once(10) == 0  # new entries only: nothing
+    ((_, ((entry_id, _),)),) = h.client.xreadgroup(GROUP, "dead", streams, count=10)
+    live = Detector(h.ctx, "live")
+    assert live.read_once(10) == 0  # new entries only: nothing
+    assert live.reclaim() == 0  # read just now: its reader may still be at work
     assert h.deliveries() == []
-    time.sleep(0.06)
-    assert Detector(h.ctx, "live", reclaim_idle_ms=50).reclaim() == 1
+    # Redis keeps the idle time itself: age the entry (still the dead reader's) past the limit.
+    h.client.xclaim(keys.outbox(REF.shard), GROUP, "dead", 0, [entry_id], idle=RECLAIM_IDLE_MS)
+    assert live.reclaim() == 1
     assert len(h.deliveries()) == 1
     assert h.client.xpending(keys.outbox(REF.shard), GROUP)["pending"] == 0
 
 
 def test_sweep_leases_requeues_and_enqueues(h: H) -> None:
-    doc = h.loop.run_until_complete(
-        h.api.upload(REF, filename="a.csv", content_type="text/csv", content=b"a\n1\n")
-    )
+    doc = h.run(h.api.upload(REF, filename="a.csv", content_type="text/csv", content=b"a\n1\n"))
     assert h.ctx.store.claim(REF, doc.id, "t", 1) is not None
-    time.sleep(0.005)
+    assert Detector(h.ctx).sweep_leases() == 0  # the 1 ms lease still holds
+    h.clock.advance(5)
     assert Detector(h.ctx).sweep_leases() == 1
     assert h.client.hget(keys.doc(REF.shard, doc.id), "status") == b"queued"
     assert h.queued_jobs(PROCESSING) == 1
 
 
 def test_sweep_ready_enqueues_documents_whose_job_vanished(h: H) -> None:
-    doc = h.loop.run_until_complete(
-        h.api.upload(REF, filename="a.csv", content_type="text/csv", content=b"a\n1\n")
-    )
+    doc = h.run(h.api.upload(REF, filename="a.csv", content_type="text/csv", content=b"a\n1\n"))
     # Handed out (in `ready`) but the process died before enqueueing the job.
-    h.loop.run_until_complete(h.api.process(REF, None))
+    h.run(h.api.process(REF, None))
     h.client.zadd(keys.ready(REF.shard), {doc.id: 0})
     d = Detector(h.ctx)
     assert d.sweep_ready() == 1

@@ -7,8 +7,6 @@ import os
 import stat
 import sys
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,9 +14,10 @@ import redis
 from cryptography.fernet import Fernet
 from redis import Redis
 
-from relay import dev, redis_server
+from relay import dev
 from relay.config import load_settings
 from relay.supervise import Console
+from tests.helpers import free_port, wait_until
 
 # -- files in the state directory -----------------------------------------------------------
 
@@ -82,7 +81,7 @@ def test_dev_api_key_is_reused_while_redis_knows_it(redis: Redis, tmp_path: Path
 
 def test_redis_reachable(redis_url: str) -> None:
     assert dev.redis_reachable(redis_url)
-    assert not dev.redis_reachable(f"redis://127.0.0.1:{redis_server.free_port()}/0")
+    assert not dev.redis_reachable(f"redis://127.0.0.1:{free_port()}/0")
     assert not dev.redis_reachable("not a url")
 
 
@@ -150,16 +149,8 @@ http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 """
 
 
-def _eventually(predicate: Callable[[], bool], timeout: float, message: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(message)
-        time.sleep(0.05)
-
-
 def test_supervisor_starts_restarts_and_stops_everything(tmp_path: Path) -> None:
-    api_port = redis_server.free_port()
+    api_port = free_port()
     out = io.StringIO()
     supervisor = dev.Supervisor(
         load_settings(environ={}, dotenv=None),
@@ -172,14 +163,14 @@ def test_supervisor_starts_restarts_and_stops_everything(tmp_path: Path) -> None
             "api": [*_python(_HEALTHZ_SERVER), str(api_port)],
             "crasher": _python("print('boom')"),
         },
-        redis_port=redis_server.free_port(),
+        redis_port=free_port(),
     )
     codes: list[int] = []
     thread = threading.Thread(target=lambda: codes.append(supervisor.run()))
     thread.start()
     try:
-        _eventually(lambda: "relay dev is up" in out.getvalue(), 20, out.getvalue())
-        _eventually(lambda: out.getvalue().count("crasher  | boom") >= 3, 20, out.getvalue())
+        wait_until(lambda: "relay dev is up" in out.getvalue(), 20, message="never up")
+        wait_until(lambda: out.getvalue().count("crasher  | boom") >= 3, 20, message="no restarts")
     finally:
         supervisor.request_stop()
         thread.join(30)

@@ -25,6 +25,7 @@ from relay.crypto import SigningMaterial
 from relay.delivery.signing import build_headers
 from relay.keys import new_id
 from relay.model import Batch, Status
+from relay.procs import spawn
 from relay.timefmt import now_ms
 from relay.webhook_store import notification_body
 from tests.helpers import free_port, wait_until
@@ -85,21 +86,13 @@ class Receiver:
 @contextmanager
 def running(command: list[str], tmp: Path, **settings: str) -> Iterator[Receiver]:
     port = free_port()
-    log = tmp / f"receiver-{port}.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RELAY_", "WEBHOOK_"))}
     env.update(settings, PYTHONUNBUFFERED="1")
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [*command, "--port", str(port)],
-            env=env,
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    receiver = Receiver(f"http://127.0.0.1:{port}/hook", log)
+    proc = spawn("receiver", [*command, "--port", str(port)], tmp, env, ROOT)
+    receiver = Receiver(f"http://127.0.0.1:{port}/hook", proc.log)
 
     def up() -> bool:
-        if proc.poll() is not None:
+        if not proc.alive:
             raise AssertionError(f"the receiver exited early:\n{receiver.output()}")
         try:
             httpx.get(receiver.url, timeout=1)
@@ -111,12 +104,7 @@ def running(command: list[str], tmp: Path, **settings: str) -> Iterator[Receiver
         wait_until(up, 15, 0.05, "the receiver did not start")
         yield receiver
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        proc.stop()
 
 
 def completion(name: str, seq: int) -> bytes:

@@ -16,6 +16,7 @@ from redis.retry import Retry
 
 from relay import redis_server
 from relay.redis_server import RedisServer, RedisServerError
+from tests.helpers import free_port
 
 Factory = Callable[..., RedisServer]  # the redis_factory fixture (tests/helpers.py RedisFactory)
 
@@ -161,7 +162,7 @@ def test_missing_redis_server_is_a_clear_error(
 def test_port_is_free(redis_factory: Factory) -> None:
     server = redis_factory()
     assert not redis_server.port_is_free(server.port)
-    assert redis_server.port_is_free(redis_server.free_port())
+    assert redis_server.port_is_free(free_port())
 
 
 # -- the conftest fixtures ------------------------------------------------------------------

@@ -3,38 +3,28 @@ the timestamp chain, the batch aggregate, completion and reopening."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
-from collections.abc import Coroutine, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
 
 import pytest
-import redis
-import redis.asyncio
 
 from relay import keys
 from relay.blobs import BlobStore
 from relay.exceptions import BatchDeleted, BatchNotFound
 from relay.model import Batch, Document, Status
 from relay.store import AsyncStore, BatchRef, Claim, Store
+from tests.helpers import Clients
 
-T = TypeVar("T")
 LEASE_MS = 60_000
 
 
-class Harness:
-    """The API's async store and the workers' sync store on one Redis."""
+class Harness(Clients):
+    """The API's async store and the workers' sync store on one Redis and one fake clock."""
 
     def __init__(self, url: str) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.aclient = redis.asyncio.Redis.from_url(url)
-        self.client = redis.Redis.from_url(url)
-        self.api = AsyncStore(self.aclient, BlobStore(""))
-        self.worker = Store(self.client, BlobStore(""))
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self.loop.run_until_complete(coro)
+        super().__init__(url)
+        self.api = AsyncStore(self.aclient, BlobStore(""), self.clock)
+        self.worker = Store(self.client, BlobStore(""), self.clock)
 
     def upload(self, ref: BatchRef, content: bytes = b"a,b\n1,2\n") -> Document:
         return self.run(
@@ -57,11 +47,6 @@ class Harness:
     def outbox(self, ref: BatchRef) -> list[dict[bytes, bytes]]:
         return [fields for _, fields in self.client.xrange(keys.outbox(ref.shard))]
 
-    def close(self) -> None:
-        self.run(self.aclient.aclose())
-        self.client.close()
-        self.loop.close()
-
 
 @pytest.fixture
 def h(redis_url: str) -> Iterator[Harness]:
@@ -74,10 +59,9 @@ REF = BatchRef("acme", "batch-1")
 
 
 def test_upload_creates_a_queued_document_and_batch(h: Harness) -> None:
-    before = int(time.time() * 1000)
     doc = h.upload(REF)
     assert doc.status is Status.QUEUED
-    assert doc.created_at >= before and doc.started_at is None and doc.completed_at is None
+    assert doc.created_at == h.clock() and doc.started_at is None and doc.completed_at is None
     b = h.batch(REF)
     assert b.status is Status.QUEUED and not b.all_done and b.document_count == 1
     assert b.created_at == doc.created_at and b.started_at is None and b.completion_seq == 0
@@ -170,9 +154,10 @@ def test_forbidden_moves_change_nothing(h: Harness) -> None:
 def test_lost_worker_requeues_then_fails_with_worker_lost(h: Harness) -> None:
     doc = h.upload(REF)
     for attempt in range(1, 4):
-        claim = h.worker.claim(REF, doc.id, f"t{attempt}", 1)  # 1 ms lease: expires at once
+        claim = h.worker.claim(REF, doc.id, f"t{attempt}", 1)  # a 1 ms lease
         assert claim is not None and claim.claims == attempt
-        time.sleep(0.005)
+        assert doc.id not in h.worker.expired_leases(REF.shard)
+        h.clock.advance(5)
         assert doc.id in h.worker.expired_leases(REF.shard)
         outcome = h.worker.requeue(REF, doc.id, 3)
         if attempt < 3:
@@ -199,13 +184,15 @@ def test_requeue_skips_a_renewed_lease(h: Harness) -> None:
 
 def test_batch_started_at_is_the_earliest_remaining_start(h: Harness) -> None:
     d1, d2 = h.upload(REF), h.upload(REF)
-    c1 = h.worker.claim(REF, d1.id, "a", 1)
-    time.sleep(0.01)
+    c1 = h.worker.claim(REF, d1.id, "a", 20)  # a 20 ms lease
+    h.clock.advance(10)
     c2 = h.claim(REF, d2.id, "b")
     assert c1 and c2
     first = h.doc(REF, d1.id).started_at
+    assert first is not None and h.doc(REF, d2.id).started_at == first + 10
     assert h.batch(REF).started_at == first
-    time.sleep(0.005)
+    assert h.worker.requeue(REF, d1.id, 3) == "skip"  # its lease has not run out yet
+    h.clock.advance(15)
     assert h.worker.requeue(REF, d1.id, 3) == "requeued"
     assert h.batch(REF).started_at == h.doc(REF, d2.id).started_at
 

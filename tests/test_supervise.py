@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from relay import redis_server, supervise
+from relay import supervise
+from tests.helpers import free_port, wait_until
 
 # -- the state directory --------------------------------------------------------------------
 
@@ -75,7 +76,7 @@ def http_server() -> Iterator[str]:
 def test_healthy(http_server: str) -> None:
     assert supervise.healthy(f"{http_server}/healthz")
     assert not supervise.healthy(f"{http_server}/missing")
-    assert not supervise.healthy(f"http://127.0.0.1:{redis_server.free_port()}/healthz")
+    assert not supervise.healthy(f"http://127.0.0.1:{free_port()}/healthz")
 
 
 # -- children and orphans (real processes) --------------------------------------------------
@@ -99,7 +100,8 @@ def test_child_output_is_prefixed_with_its_name() -> None:
 
 
 def test_stop_children_terminates_then_kills(tmp_path: Path) -> None:
-    console = supervise.Console(io.StringIO())
+    out = io.StringIO()
+    console = supervise.Console(out)
     polite = supervise.Child(
         "polite", _python("import time; time.sleep(60)"), dict(os.environ), console
     )
@@ -110,7 +112,8 @@ def test_stop_children_terminates_then_kills(tmp_path: Path) -> None:
     stubborn = supervise.Child("stubborn", _python(stubborn_code), dict(os.environ), console)
     for child in (polite, stubborn):
         child.start()
-    time.sleep(0.3)  # let the stubborn one install its handler
+    # It says "ready" once SIGTERM is ignored.
+    wait_until(lambda: "stubborn | ready" in out.getvalue(), 10, message="stubborn not ready")
 
     started = time.monotonic()
     supervise.stop_children([polite, stubborn], timeout=1.0)

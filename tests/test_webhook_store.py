@@ -3,32 +3,26 @@ manual retry, removal of the webhook, late registration."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Iterator
 
 import pytest
-import redis
-import redis.asyncio
 
 from relay import keys
 from relay.exceptions import NotRetryable
 from relay.model import Attempt, DeliveryStatus
 from relay.store import BatchRef
-from relay.timefmt import now_ms
 from relay.webhook_store import AsyncWebhookStore, ClaimedDelivery, WebhookStore
+from tests.helpers import Clients
 
 REF = BatchRef("acme", "b1")
 URL = "https://hooks.example.com/relay"
 
 
-class H:
+class H(Clients):
     def __init__(self, url: str) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.aclient = redis.asyncio.Redis.from_url(url)
-        self.client = redis.Redis.from_url(url)
-        self.d = WebhookStore(self.client)
-        self.hooks = AsyncWebhookStore(self.aclient)
+        super().__init__(url)
+        self.d = WebhookStore(self.client, self.clock)
+        self.hooks = AsyncWebhookStore(self.aclient, self.clock)
 
     def batch(self, ref: BatchRef = REF, *, done_seq: int = 0) -> None:
         """A batch record as the scripts leave it (done at ``done_seq`` when > 0)."""
@@ -48,23 +42,20 @@ class H:
         )
 
     def register(self, ref: BatchRef = REF, url: str = URL) -> tuple[bool, bool]:
-        return self.loop.run_until_complete(self.hooks.register(ref, url, "http://api"))
+        return self.run(self.hooks.register(ref, url, "http://api"))
 
     def claim(self, token: str = "t", lease_ms: int = 60_000) -> list[ClaimedDelivery]:
         return self.d.claim(REF.shard, limit=10, lease_ms=lease_ms, token=token)
 
     def attempt(self, d: ClaimedDelivery, code: int | None) -> Attempt:
-        return Attempt(d.number, now_ms(), 1.0, code, None if code == 200 else "http_status", "")
+        return Attempt(
+            d.number, self.clock(), 1.0, code, None if code == 200 else "http_status", ""
+        )
 
     def status(self, ident: str) -> DeliveryStatus:
         found = self.d.get(ident)
         assert found is not None
         return found.status
-
-    def close(self) -> None:
-        self.loop.run_until_complete(self.aclient.aclose())
-        self.loop.close()
-        self.client.close()
 
 
 @pytest.fixture
@@ -103,7 +94,9 @@ def test_claim_is_a_lease_and_a_lost_lease_makes_it_due_again(h: H) -> None:
     (c,) = h.claim("w1", lease_ms=50)
     assert c.id == ident and c.number == 1 and c.body == b'{"a":1}' and c.url == URL
     assert h.claim("w2") == []  # leased
-    time.sleep(0.06)
+    h.clock.advance(49)
+    assert h.claim("w2") == []  # still leased, 1 ms before the lease runs out
+    h.clock.advance(1)
     (again,) = h.claim("w2")  # the first worker was lost: due again, same id
     assert again.id == ident and again.number == 1
     # The lost worker's late answer is recorded but moves nothing.
@@ -120,12 +113,15 @@ def test_retry_outcome_schedules_the_next_attempt(h: H) -> None:
     h.register()
     _, ident = h.d.create(REF, 1, b"{}")
     (c,) = h.claim()
-    at = now_ms() + 60_000
+    at = h.clock() + 60_000
     h.d.record(c, "t", h.attempt(c, 500), outcome="retry", next_at=at)
     found = h.d.get(ident)
     assert found is not None and found.next_attempt_at == at
     assert h.claim() == []  # not due yet
     assert h.client.zscore(keys.due(REF.shard), ident) == at
+    h.clock.advance(60_000)
+    (again,) = h.claim()  # due now
+    assert again.id == ident and again.number == 2
 
 
 def test_gone_disables_the_webhook_and_later_completions_make_nothing(h: H) -> None:
@@ -135,7 +131,7 @@ def test_gone_disables_the_webhook_and_later_completions_make_nothing(h: H) -> N
     (c,) = h.claim()
     h.d.record(c, "t", h.attempt(c, 410), outcome="gone", reason="the receiver answered 410 Gone")
     assert h.status(ident) is DeliveryStatus.FAILED
-    hook = h.loop.run_until_complete(h.hooks.get(REF))
+    hook = h.run(h.hooks.get(REF))
     assert hook is not None and hook.disabled and "410" in hook.disabled_reason
     assert h.d.create(REF, 2, b"{}") == (False, "")
     with pytest.raises(NotRetryable):
@@ -150,7 +146,7 @@ def test_manual_retry_restarts_the_schedule_with_the_same_id(h: H) -> None:
     _, ident = h.d.create(REF, 1, b"{}")
     for _ in range(2):
         (c,) = h.claim()
-        h.d.record(c, "t", h.attempt(c, 500), outcome="retry", next_at=now_ms())
+        h.d.record(c, "t", h.attempt(c, 500), outcome="retry", next_at=h.clock())
     (c,) = h.claim()
     assert c.round_attempts == 2 and c.number == 3
     h.d.record(c, "t", h.attempt(c, 500), outcome="failed")
@@ -165,10 +161,10 @@ def test_removing_the_webhook_cancels_the_pending_delivery(h: H) -> None:
     h.batch()
     h.register()
     _, ident = h.d.create(REF, 1, b"{}")
-    assert h.loop.run_until_complete(h.hooks.delete(REF)) is True
+    assert h.run(h.hooks.delete(REF)) is True
     assert h.status(ident) is DeliveryStatus.CANCELED
     assert h.claim() == []
-    assert h.loop.run_until_complete(h.hooks.delete(REF)) is False
+    assert h.run(h.hooks.delete(REF)) is False
     with pytest.raises(NotRetryable):
         h.d.retry(ident)  # no webhook to deliver to
 

@@ -12,8 +12,9 @@ import pytest
 import redis
 from rq import Worker
 
+from relay.procs import Proc
 from tests.helpers import wait_until
-from tests.procs import Proc, Stack
+from tests.procs import Stack
 
 
 def _workers(client: redis.Redis) -> int:

@@ -7,7 +7,11 @@ import time
 
 import pytest
 import redis
+from rq.registry import StartedJobRegistry
 
+from relay import keys
+from relay.detector import GROUP
+from relay.queues import DELIVERY, queue_key
 from tests.e2e.client import Api
 from tests.e2e.verify import verify_both, verify_v1, verify_v1a
 from tests.helpers import free_port, wait_until
@@ -15,6 +19,28 @@ from tests.procs import Stack
 from tests.receiver import Receiver, Reply
 
 CSV = b"sku,qty\nA-1,2\nB-7,5\n"
+
+
+def settled(client: redis.Redis) -> bool:
+    """Whether relay has nothing left to send: no delivery due, no delivery job waiting or
+    running, no completion read by a detector and not yet turned into its delivery. What a
+    receiver holds then is final, without waiting to see whether more arrives."""
+    for s in range(keys.SHARDS):
+        if client.zcard(keys.due(s)) or client.xpending(keys.outbox(s), GROUP)["pending"]:
+            return False
+    running = StartedJobRegistry(DELIVERY, connection=client).count
+    return not client.llen(queue_key(DELIVERY)) and not running
+
+
+def delivered_once(api: Api, client: redis.Redis, batch: str) -> list[dict[str, object]]:
+    """Once relay has ``settled``: the batch's deliveries, each asserted succeeded at its first
+    attempt and with nothing to come."""
+    wait_until(lambda: settled(client), 10, message="deliveries still in flight")
+    deliveries = api.deliveries(batch)
+    for d in deliveries:
+        assert d["status"] == "succeeded" and d["next_attempt_at"] is None, d
+        assert len(d["attempts"]) == 1, d
+    return deliveries
 
 
 def _start(stack: Stack, workers: int = 1, detectors: int = 1) -> Api:
@@ -67,7 +93,9 @@ def test_completion_is_delivered_signed_and_verifiable(stack: Stack, receiver: R
     api.close()
 
 
-def test_renotification_after_more_uploads(stack: Stack, receiver: Receiver) -> None:
+def test_renotification_after_more_uploads(
+    stack: Stack, receiver: Receiver, redis: redis.Redis
+) -> None:
     api = _start(stack)
     api.upload("b2", CSV)
     api.register("b2", receiver.url())
@@ -83,13 +111,13 @@ def test_renotification_after_more_uploads(stack: Stack, receiver: Receiver) -> 
     assert p1["data"]["completion_seq"] == 1 and p2["data"]["completion_seq"] == 2
     assert p2["data"]["document_count"] == 2
     assert first[0].headers["webhook-id"] != both[1].headers["webhook-id"]
-    time.sleep(0.5)
+    assert len(delivered_once(api, redis, "b2")) == 2
     assert len(receiver.received()) == 2
     api.close()
 
 
 def test_registering_on_a_done_batch_delivers_its_completion(
-    stack: Stack, receiver: Receiver
+    stack: Stack, receiver: Receiver, redis: redis.Redis
 ) -> None:
     api = _start(stack)
     api.upload("b3", CSV)
@@ -100,7 +128,7 @@ def test_registering_on_a_done_batch_delivers_its_completion(
     assert verify_both(got[0], api.signing())["data"]["completion_seq"] == 1
     # Registering again (same URL) does not deliver the same completion twice.
     assert api.register("b3", receiver.url()).status_code == 200
-    time.sleep(1.0)
+    assert len(delivered_once(api, redis, "b3")) == 1
     assert len(receiver.received()) == 1
     api.close()
 
@@ -122,7 +150,9 @@ def test_rotation_signs_with_both_materials(stack: Stack, receiver: Receiver) ->
     api.close()
 
 
-def test_one_delivery_per_completion_with_three_detectors(stack: Stack, receiver: Receiver) -> None:
+def test_one_delivery_per_completion_with_three_detectors(
+    stack: Stack, receiver: Receiver, redis: redis.Redis
+) -> None:
     api = _start(stack, workers=2, detectors=3)
     names = [f"m{i}" for i in range(20)]
     for name in names:
@@ -131,11 +161,10 @@ def test_one_delivery_per_completion_with_three_detectors(stack: Stack, receiver
     for name in names:
         api.process(name)
     wait_until(lambda: len(receiver.received()) >= len(names), 30, message="missing deliveries")
-    time.sleep(1.5)
+    for name in names:
+        assert len(delivered_once(api, redis, name)) == 1
     ids = [r.headers["webhook-id"] for r in receiver.received()]
     assert len(ids) == len(names) == len(set(ids))
-    for name in names:
-        assert len(api.deliveries(name)) == 1
     api.close()
 
 
