@@ -128,7 +128,7 @@ def memory_sample(client: redis.Redis, ref: BatchRef, n: int, sample: int) -> di
     lists = {
         "docs_list": _memory_usage(client, keys.batch_docs(s, ref.account, ref.name)),
         "pending_list": _memory_usage(client, keys.batch_pending(s, ref.account, ref.name)),
-        "ready_zset": _memory_usage(client, keys.ready(s)),
+        "ready_list": _memory_usage(client, keys.batch_ready(s, ref.account, ref.name)),
         "started_zset": _memory_usage(client, keys.batch_started(s, ref.account, ref.name)),
     }
     return {
