@@ -10,7 +10,10 @@ two, ``relay worker`` processes; the default CSV extractor on a 3-line CSV docum
    the figure shows what relay adds on top of RQ's own cost per job.
 2. Flat cost: time per document of a 10-document batch (median of several) vs a
    10,000-document batch, both on 2 workers; their ratio should stay near 1.
-3. Memory: before processing, ``MEMORY USAGE`` of the document hash plus its share of the
+3. Fairness: another account's single document behind a 3,000-document backlog, 2 workers:
+   its latency from ``POST /process`` to ``completed_at`` (``bench/_fairness.py``), against
+   what one FIFO queue would have given. Goal: within 2 s.
+4. Memory: before processing, ``MEMORY USAGE`` of the document hash plus its share of the
    batch's lists, over a sample, and the ``INFO memory`` ``used_memory`` delta per document
    over the 10,000 uploads (seeded through ``AsyncStore.upload``: the API's Lua script, no
    HTTP). Goal: at most 1 KiB per document (the uploaded bytes reported apart).
@@ -26,6 +29,7 @@ import httpx
 import redis
 
 from bench._common import CSV_DOC, BenchError, CpuMeter, Outcome, progress, ratio, table, wait_until
+from bench._fairness import run_fairness
 from bench._profile import Profiler, render
 from bench._seed import upload_direct, upload_http
 from bench._stack import ACCOUNT, Stack
@@ -128,7 +132,7 @@ def memory_sample(client: redis.Redis, ref: BatchRef, n: int, sample: int) -> di
     lists = {
         "docs_list": _memory_usage(client, keys.batch_docs(s, ref.account, ref.name)),
         "pending_list": _memory_usage(client, keys.batch_pending(s, ref.account, ref.name)),
-        "ready_zset": _memory_usage(client, keys.ready(s)),
+        "ready_list": _memory_usage(client, keys.batch_ready(s, ref.account, ref.name)),
         "started_zset": _memory_usage(client, keys.batch_started(s, ref.account, ref.name)),
     }
     return {
@@ -152,6 +156,7 @@ def run(quick: bool = False, profile: bool = False) -> Outcome:
     n_small, reps = 10, (2 if quick else 5)
     n_large = 100 if quick else 10_000
     n_warm = 5 if quick else 20
+    n_fair, fair_samples = (50, 2) if quick else (3000, 5)
     settle = 0.1 if quick else 0.5
     out = Outcome()
     with Stack() as st:
@@ -182,6 +187,9 @@ def run(quick: bool = False, profile: bool = False) -> Outcome:
             two = run_batch(http, st, "tp-2w", n_tp)
             profiles = profiler.stop() if profile else {}
             noop_two = run_noop(st, n_tp)
+
+            progress(NAME, f"fairness: another account's document behind {n_fair}, 2 workers")
+            fair = run_fairness(st, http, n_fair, fair_samples)
 
             progress(NAME, f"flat cost: {reps} x {n_small}-document batches, 2 workers")
             small = []
@@ -228,6 +236,7 @@ def run(quick: bool = False, profile: bool = False) -> Outcome:
             "relay_over_noop_1_worker": ratio(one["docs_per_s"], noop_one["docs_per_s"]),
             "relay_over_noop_2_workers": ratio(two["docs_per_s"], noop_two["docs_per_s"]),
         },
+        "fairness": fair,
         "flat_cost": {
             "small_batches": small,
             "small_per_doc_ms_median": small_per_doc,
@@ -318,6 +327,29 @@ def run(quick: bool = False, profile: bool = False) -> Outcome:
             ],
         )
     )
+    out.tables.append(
+        table(
+            f"fairness: another account's one document behind a {n_fair}-document backlog "
+            "(2 workers)",
+            [
+                "sample",
+                "POST /process -> completed_at ms",
+                "backlog queued",
+                "backlog docs/s",
+                "one FIFO queue: s",
+            ],
+            [
+                [
+                    i + 1,
+                    row["latency_ms"],
+                    row["backlog_queued"],
+                    row["backlog_docs_per_s"],
+                    row["fifo_estimate_s"],
+                ]
+                for i, row in enumerate(fair["samples"])
+            ],
+        )
+    )
     lists_b = before["list_share_bytes"]
     out.tables.append(
         table(
@@ -339,6 +371,13 @@ def run(quick: bool = False, profile: bool = False) -> Outcome:
     )
     if profiles:
         out.tables.append(render(profiles))
+    out.goal(
+        f"another account's document behind {n_fair} (max of {fair_samples})",
+        fair["latency_max_ms"],
+        "ms",
+        "<= 2000",
+        fair["latency_max_ms"] <= 2000,
+    )
     out.goal("per-document time, 10k batch / 10 batch", flat, "x", "near 1 (<= 1.5)", flat <= 1.5)
     out.goal(
         "Redis memory per document before line_items (state)",

@@ -1,7 +1,7 @@
 """``relay``: one command, one sub-command per process or ops task.
 
 relay serve [--host H] [--port P]     the API (uvicorn)
-relay worker [--burst]                an RQ worker: delivery and processing queues
+relay worker [--queues Q] [--burst]   an RQ worker: processing, delivery or all queues
 relay detector                        the completion detector and the sweepers
 relay dev                             all of the above on a private Redis
 relay keys create|list|revoke         API keys
@@ -84,10 +84,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         worker: RelayWorker | None = None
         try:
             worker = RelayWorker(
-                [
-                    queues.queue(ctx.redis, queues.DELIVERY),
-                    queues.queue(ctx.redis, queues.PROCESSING),
-                ],
+                [queues.queue(ctx.redis, name) for name in queues.WORKER_QUEUES[args.queues]],
                 connection=ctx.redis,
                 serializer=JSONSerializer,
                 job_class=job_class(ctx),
@@ -207,6 +204,12 @@ def cmd_reencrypt(settings: Settings, args: argparse.Namespace) -> int:
     return run(sync_client(settings.redis_url), encryptor, batch=args.batch)
 
 
+def queues_choices() -> list[str]:
+    from relay.queues import WORKER_QUEUES
+
+    return list(WORKER_QUEUES)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="relay", description="relay " + __version__)
     p.add_argument("--version", action="version", version=f"relay {__version__}")
@@ -217,8 +220,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int)
     serve.set_defaults(func=cmd_serve)
 
-    worker = sub.add_parser("worker", help="run an RQ worker (processing + delivery)")
+    worker = sub.add_parser("worker", help="run an RQ worker (processing and/or delivery)")
     worker.add_argument("--burst", action="store_true", help="quit when the queues are empty")
+    worker.add_argument(
+        "--queues",
+        choices=sorted(queues_choices()),
+        default="all",
+        help="the queue(s) to serve: run processing and delivery workers apart so neither "
+        "kind of work waits behind the other (default: all, one worker for both)",
+    )
     worker.set_defaults(func=cmd_worker)
 
     sub.add_parser("detector", help="run the completion detector and sweepers").set_defaults(

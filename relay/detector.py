@@ -9,7 +9,8 @@ one completion, one delivery, whatever crashes in between.
 
 Sweepers, every ``RELAY_SWEEP_INTERVAL``:
 - document leases that expired (worker lost) -> queued again, or failed ``worker_lost``;
-- documents handed out whose RQ job no longer exists -> enqueued again;
+- documents waiting in a shard's fair queue while no processing job waits in the queue (a
+  lost job, a crash between hand-out and enqueue, a Redis restart) -> a job is enqueued;
 - due deliveries in no queue (a lost worker's lease ran out, a retry came due, Redis was
   restarted) -> the shard is woken.
 """
@@ -27,7 +28,6 @@ import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from rq.job import Job
 
 from relay import keys, queues
 from relay.model import Batch
@@ -40,11 +40,6 @@ log = logging.getLogger("relay.detector")
 GROUP = "relay-detector"
 RECLAIM_IDLE_MS = 10_000
 READ_COUNT = 200
-STALE_READY_MS = 30_000
-# A job still waiting to run. Not "started": a document still in `ready` long after its job
-# started was never claimed, so that job died with its worker (RQ itself would notice only
-# after ~14 minutes); a second job for a document that does get claimed is a no-op.
-LIVE_JOB_STATUSES = {b"queued", b"scheduled", b"deferred"}
 
 
 def ensure_groups(client: redis.Redis) -> None:
@@ -124,8 +119,9 @@ class Detector:
     # -- sweepers --------------------------------------------------------------------------
 
     def sweep_leases(self) -> int:
+        """Documents whose lease expired go back to their fair queue (or fail worker_lost)."""
         store = self.ctx.store
-        requeued: list[tuple[str, str, str]] = []
+        requeued = 0
         for s in range(keys.SHARDS):
             for doc_id in store.expired_leases(s):
                 ref = store.doc_batch(s, doc_id)
@@ -134,35 +130,22 @@ class Detector:
                     continue
                 outcome = store.requeue(ref, doc_id, self.settings.max_document_attempts)
                 if outcome == "requeued":
-                    requeued.append((doc_id, ref.account, ref.name))
+                    requeued += 1
+                    queues.wake_processing(self.redis, s, self.settings)
                 log.info("lease of %s expired: %s", doc_id, outcome)
-        if requeued:
-            queues.enqueue_documents(self.redis, requeued, self.settings)
-        return len(requeued)
+        return requeued
 
     def sweep_ready(self) -> int:
-        """Hand out again documents whose job vanished (a crash between hand-out and
-        enqueue, a Redis restart, an RQ job lost with its worker)."""
-        store = self.ctx.store
-        lost: list[tuple[str, str, str]] = []
-        for s in range(keys.SHARDS):
-            stale = store.stale_ready(s, STALE_READY_MS)
-            if not stale:
-                continue
-            with self.redis.pipeline(transaction=False) as pipe:
-                for doc_id in stale:
-                    pipe.hget(Job.key_for(queues.document_job_id(doc_id)), "status")
-                statuses = pipe.execute()
-            for doc_id, status in zip(stale, statuses, strict=True):
-                if status in LIVE_JOB_STATUSES:
-                    continue
-                ref = store.doc_batch(s, doc_id)
-                if ref is not None:
-                    lost.append((doc_id, ref.account, ref.name))
-                self.redis.zadd(keys.ready(s), {doc_id: store.clock()})
-        if lost:
-            queues.enqueue_documents(self.redis, lost, self.settings)
-        return len(lost)
+        """Wake the processing queue when documents wait in a fair queue and no processing
+        job waits to take them (a lost job, a crash between hand-out and enqueue, a Redis
+        restart). Running jobs need no help: each ends within its budget and wakes another
+        while documents wait. Returns how many jobs were enqueued (0 or 1)."""
+        if self.redis.llen(queues.queue_key(queues.PROCESSING)):
+            return 0
+        shards = self.ctx.store.waiting_shards()
+        if not shards:
+            return 0
+        return int(queues.wake_processing(self.redis, shards[0], self.settings))
 
     def sweep_due(self) -> int:
         shards = self.ctx.webhooks.due_shards()

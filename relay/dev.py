@@ -1,8 +1,9 @@
 """``relay dev``: the whole service in one terminal, for local work.
 
 One supervisor process owns everything: a private ``redis-server`` (AOF on, data under
-``.relay/redis``) unless an explicitly configured Redis answers, and the three processes —
-``relay serve``, ``relay worker``, ``relay detector`` — whose output it prints line by line
+``.relay/redis``) unless an explicitly configured Redis answers, and the processes —
+``relay serve``, a processing and a delivery ``relay worker`` (separate capacity: neither kind
+of work waits behind the other), ``relay detector`` — whose output it prints line by line
 behind their names. A child that dies is started again (backoff, at most 5 times a minute).
 Ctrl-C or SIGTERM stops the children first, then Redis, gracefully, so the AOF holds everything.
 
@@ -141,7 +142,8 @@ def child_commands(host: str, port: int) -> dict[str, list[str]]:
     relay = [sys.executable, "-m", "relay"]
     return {
         "api": [*relay, "serve", "--host", host, "--port", str(port)],
-        "worker": [*relay, "worker"],
+        "processing": [*relay, "worker", "--queues", "processing"],
+        "delivery": [*relay, "worker", "--queues", "delivery"],
         "detector": [*relay, "detector"],
     }
 
@@ -377,7 +379,7 @@ def run_dev(
     state_dir: Path = Path(".relay"),
     redis_url_explicit: bool = False,
 ) -> int:
-    """Run the API, a worker and the detector on a local Redis until Ctrl-C; the exit code.
+    """Run the API, the workers and the detector on a local Redis until Ctrl-C; the exit code.
 
     ``redis_url_explicit`` says the user set ``RELAY_REDIS_URL``: only then is that Redis used
     (when it answers), so ``relay dev`` never writes into a Redis it merely found by default.

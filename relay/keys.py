@@ -2,10 +2,11 @@
 
 Naming: ``relay:`` then, for state that scripts touch together, a hash tag ``{rN}`` naming one
 of ``SHARDS`` shards. A batch, its documents, their blobs, its webhook and deliveries all live
-in the batch's shard, together with the shard-wide indexes (leases, ready documents, due
-deliveries, the outbox) that the same scripts update. So every script touches keys of a single
-slot and the state can move to Redis Cluster. Ids carry their shard as one hex digit after
-the prefix (``doc_3…``, ``msg_3…``), so a key follows from an id without a lookup.
+in the batch's shard, together with the shard-wide indexes (leases, the fair queue of
+handed-out documents, due deliveries, the outbox) that the same scripts update. So every script
+touches keys of a single slot and the state can move to Redis Cluster. Ids carry their shard
+as one hex digit after the prefix (``doc_3…``, ``msg_3…``), so a key follows from an id without
+a lookup.
 
 Account-wide records (API keys, rate-limit windows, signing material) are not touched by
 scripts together with batch state and carry no shard tag.
@@ -104,9 +105,34 @@ def leases(shard: int) -> str:
     return f"{PREFIX}:{tag(shard)}:leases"
 
 
-def ready(shard: int) -> str:
-    """Sorted set: queued documents handed to the workers, scored by hand-out time (ms)."""
-    return f"{PREFIX}:{tag(shard)}:ready"
+def batch_ready(shard: int, account: str, name: str) -> str:
+    """List: the batch's documents handed to the workers and not yet claimed, in order.
+    Non-empty exactly while the batch is in its account's ``fair_account`` list."""
+    return batch(shard, account, name) + ":ready"
+
+
+def fair_account(shard: int, account: str) -> str:
+    """List: the account's batches in this shard with documents waiting in ``batch_ready``,
+    first handed first (an account's batches are served FIFO). Non-empty exactly while the
+    account is in the shard's ``fair_ring``."""
+    return f"{PREFIX}:{tag(shard)}:fair:{account}"
+
+
+def fair_ring(shard: int) -> str:
+    """List: the accounts with documents waiting in this shard, served round-robin (the
+    claim rotates the head to the tail), so one account's backlog never queues another's."""
+    return f"{PREFIX}:{tag(shard)}:fair"
+
+
+def waiting(shard: int) -> str:
+    """Integer: how many documents wait in the shard's fair queue (the ``queued`` gauge)."""
+    return f"{PREFIX}:{tag(shard)}:waiting"
+
+
+def process_wake() -> str:
+    """String with a TTL: a processing job is waiting in the queue (no second one). Not
+    shard-tagged: a processing job serves every shard and no script touches this key."""
+    return f"{PREFIX}:processing:wake"
 
 
 def outbox(shard: int) -> str:

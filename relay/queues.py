@@ -1,14 +1,16 @@
 """The two RQ queues, how relay puts work on them, and how long each kind of job may run.
 
-RQ jobs are wake-ups, not the source of truth: a document handed out is recorded in the
-shard's ``ready`` set and a due delivery in the shard's ``due`` set by the same scripts that
-make them so; the detector's sweeper enqueues again whatever sits there with no job. Jobs are
-serialized as JSON (never pickle) and carry only ids.
+RQ jobs are wake-ups, not the source of truth: a document handed out waits in its shard's
+fair queue (``relay/lua/_fair.lua``) and a due delivery in the shard's ``due`` set, put there
+by the same scripts that make them so; the detector's sweeper wakes the queues again whenever
+something waits there with no job. Jobs are serialized as JSON (never pickle) and carry only
+ids.
+
+The two queues are separate capacity: ``relay worker --queues processing|delivery`` serves one
+of them, so a delivery backlog never holds documents back, nor a document backlog deliveries.
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterable
 
 import redis
 from rq import Queue
@@ -20,11 +22,22 @@ from relay.config import Settings
 PROCESSING = "relay-processing"
 DELIVERY = "relay-delivery"
 
-PROCESS_JOB = "relay.processing.run_document"
+PROCESS_JOB = "relay.processing.run_documents"
 DELIVER_JOB = "relay.delivery.send.run_due"
 
+# What ``relay worker --queues`` accepts, and the queues each serves (in dequeue order).
+WORKER_QUEUES = {
+    "processing": (PROCESSING,),
+    "delivery": (DELIVERY,),
+    "all": (DELIVERY, PROCESSING),
+}
+
+# How long one processing job takes documents from the fair queue before it hands the rest to
+# a fresh job (relay.processing.run_documents): RQ costs ~5 ms per job, so a job serves many
+# documents, and it ends now and then so a worker on both queues also serves deliveries.
+PROCESS_BUDGET = 2.0
 # A wake-up marker outlives its job only when the worker that took the job died before
-# starting it; the shard is then woken again by the sweeper after this long.
+# starting it; the queue is then woken again by the sweeper after this long.
 WAKE_TTL_MS = 10_000
 
 
@@ -41,6 +54,11 @@ def delivery_job_timeout(settings: Settings) -> int:
     return 30
 
 
+def processing_job_timeout(settings: Settings) -> int:
+    """RQ's limit for one processing job: its budget plus the last document it started."""
+    return int(PROCESS_BUDGET) + document_job_timeout(settings)
+
+
 def queue(client: redis.Redis, name: str) -> Queue:
     return Queue(name, connection=client, serializer=JSONSerializer)
 
@@ -50,46 +68,20 @@ def queue_key(name: str) -> str:
     return Queue.redis_queue_namespace_prefix + name
 
 
-def document_job_id(doc_id: str) -> str:
-    return f"relay-doc-{doc_id}"
-
-
-def enqueue_documents(
-    client: redis.Redis, docs: Iterable[tuple[str, str, str]], settings: Settings
-) -> int:
-    """One processing job per ``(doc_id, account, batch_name)``; one round trip per 500."""
-    q = queue(client, PROCESSING)
-    timeout = document_job_timeout(settings)
-    count = 0
-    chunk: list[tuple[str, str, str]] = []
-
-    def flush() -> None:
-        if not chunk:
-            return
-        data = [
-            Queue.prepare_data(
-                PROCESS_JOB,
-                args=list(d),
-                job_id=document_job_id(d[0]),
-                timeout=timeout,
-                result_ttl=0,
-                failure_ttl=86_400,
-                description=f"process {d[0]}",
-            )
-            for d in chunk
-        ]
-        with client.pipeline() as pipe:
-            q.enqueue_many(data, pipeline=pipe)
-            pipe.execute()
-        chunk.clear()
-
-    for d in docs:
-        chunk.append(d)
-        count += 1
-        if len(chunk) >= 500:
-            flush()
-    flush()
-    return count
+def wake_processing(client: redis.Redis, shard: int, settings: Settings) -> bool:
+    """Enqueue a processing job unless one is already waiting. It starts at ``shard`` and
+    takes documents from every shard's fair queue (``relay.processing.run_documents``)."""
+    if not client.set(keys.process_wake(), b"1", nx=True, px=WAKE_TTL_MS):
+        return False
+    queue(client, PROCESSING).enqueue_call(
+        PROCESS_JOB,
+        args=[shard],
+        timeout=processing_job_timeout(settings),
+        result_ttl=0,
+        failure_ttl=86_400,
+        description=f"process documents, shard {shard} first",
+    )
+    return True
 
 
 def wake(client: redis.Redis, shard: int, settings: Settings) -> bool:

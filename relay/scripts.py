@@ -2,6 +2,8 @@
 
 Every state transition that touches more than one key is one of these scripts, so nothing
 is half-written when a process dies. Each script's header comment lists its KEYS and ARGV.
+Every script starts with the shared helpers of ``_lib.lua`` and the fair queue's of
+``_fair.lua``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ NAMES = (
     "upload",
     "process",
     "claim",
+    "claim_next",
     "renew",
     "finish",
     "requeue",
@@ -48,7 +51,8 @@ def refusal(exc: ResponseError) -> str | None:
 @cache
 def source(name: str) -> str:
     lua = resources.files("relay") / "lua"
-    return (lua / "_lib.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
+    parts = ("_lib.lua", "_fair.lua", f"{name}.lua")
+    return "\n".join((lua / part).read_text() for part in parts)
 
 
 class Scripts:

@@ -55,6 +55,25 @@ class Claim:
     claims: int
 
 
+# Entries claim_next.lua may drop in one call (documents claimed by name meanwhile) before it
+# answers "nothing claimed, call again": bounds the script's run time.
+CLAIM_SKIP_LIMIT = 100
+
+
+def _claim(doc_id: str, ref: BatchRef, token: str, reply: Sequence[Any]) -> Claim:
+    """A Claim from claim_doc's reply (_fair.lua): fields, filename, content_type, blob, claims."""
+    return Claim(
+        doc_id=doc_id,
+        batch=ref,
+        token=token,
+        fields=list(json.loads(reply[0])),
+        filename=reply[1].decode(),
+        content_type=reply[2].decode(),
+        blob_kind=reply[3].decode(),
+        claims=int(reply[4]),
+    )
+
+
 def _batch_refusal(ref: BatchRef, exc: ResponseError) -> StateError | ResponseError:
     """The domain error for a script's refusal about a batch (the reply itself otherwise)."""
     reason = refusal(exc)
@@ -72,7 +91,6 @@ def _doc_keys(ref: BatchRef, doc_id: str) -> dict[str, str]:
         "batch": ref.key,
         "started": keys.batch_started(s, ref.account, ref.name),
         "leases": keys.leases(s),
-        "ready": keys.ready(s),
         "outbox": keys.outbox(s),
         "items": keys.doc_items(s, doc_id),
         "blob": keys.blob(s, doc_id),
@@ -138,8 +156,15 @@ class AsyncStore:
         try:
             ids = await self.scripts(
                 "process",
-                [ref.key, keys.batch_pending(s, ref.account, ref.name), keys.ready(s)],
-                [json.dumps(list(fields or [])), self.clock(), "1" if fields is not None else "0"],
+                [ref.key, keys.batch_pending(s, ref.account, ref.name)],
+                [
+                    json.dumps(list(fields or [])),
+                    self.clock(),
+                    "1" if fields is not None else "0",
+                    keys.shard_prefix(s),
+                    ref.account,
+                    ref.name,
+                ],
             )
         except ResponseError as exc:
             raise _batch_refusal(ref, exc) from exc
@@ -154,7 +179,7 @@ class AsyncStore:
                 ref.key,
                 keys.batch_docs(s, ref.account, ref.name),
                 keys.batch_pending(s, ref.account, ref.name),
-                keys.ready(s),
+                keys.fair_ring(s),
                 keys.outbox(s),
             ],
             [self.clock(), keys.shard_prefix(s)],
@@ -253,21 +278,33 @@ class Store:
         k = _doc_keys(ref, doc_id)
         reply = self.scripts(
             "claim",
-            [k["doc"], k["batch"], k["started"], k["leases"], k["ready"]],
+            [k["doc"], k["batch"], k["started"], k["leases"]],
             [doc_id, self.clock(), lease_ms, token],
         )
         if int(reply[0]) != 1:
             return None
-        return Claim(
-            doc_id=doc_id,
-            batch=ref,
-            token=token,
-            fields=list(json.loads(reply[1])),
-            filename=reply[2].decode(),
-            content_type=reply[3].decode(),
-            blob_kind=reply[4].decode(),
-            claims=int(reply[5]),
+        return _claim(doc_id, ref, token, reply[1:])
+
+    def claim_next(self, shard: int, token: str, lease_ms: int) -> tuple[Claim | None, bool]:
+        """Claim the shard's next document in fair order (``claim_next.lua``). Returns the
+        claim (None when nothing was claimed) and whether documents still wait in the shard."""
+        reply = self.scripts(
+            "claim_next",
+            [keys.leases(shard)],
+            [keys.shard_prefix(shard), self.clock(), lease_ms, token, CLAIM_SKIP_LIMIT],
         )
+        if int(reply[0]) != 1:
+            return None, int(reply[1]) == 1
+        ref = BatchRef(reply[2].decode(), reply[3].decode())
+        return _claim(reply[1].decode(), ref, token, reply[4:9]), int(reply[9]) == 1
+
+    def waiting_shards(self) -> list[int]:
+        """The shards with documents waiting in their fair queue (one pipelined round trip)."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            for s in range(keys.SHARDS):
+                pipe.exists(keys.fair_ring(s))
+            found = pipe.execute()
+        return [s for s in range(keys.SHARDS) if found[s]]
 
     def read_blob(self, claim: Claim) -> bytes | None:
         return self.blobs.read(self.redis, claim.batch.shard, claim.doc_id, claim.blob_kind)
@@ -316,12 +353,6 @@ class Store:
         ids = self.redis.zrangebyscore(keys.leases(shard), "-inf", self.clock(), start=0, num=limit)
         return [i.decode() for i in ids]
 
-    def stale_ready(self, shard: int, older_than_ms: int, limit: int = 500) -> list[str]:
-        ids = self.redis.zrangebyscore(
-            keys.ready(shard), "-inf", self.clock() - older_than_ms, start=0, num=limit
-        )
-        return [i.decode() for i in ids]
-
     def doc_batch(self, shard: int, doc_id: str) -> BatchRef | None:
         account, batch = self.redis.hmget(keys.doc(shard, doc_id), ["account", "batch"])
         if account is None or batch is None:
@@ -329,11 +360,12 @@ class Store:
         return BatchRef(account.decode(), batch.decode())
 
     def requeue(self, ref: BatchRef, doc_id: str, max_claims: int) -> str:
-        """Return an expired lease's document to the queue (or fail it with worker_lost)."""
+        """Return an expired lease's document to the fair queue (at the front of its batch's
+        list), or fail it with worker_lost."""
         k = _doc_keys(ref, doc_id)
         reply = self.scripts(
             "requeue",
-            [k["doc"], k["batch"], k["started"], k["leases"], k["ready"], k["outbox"], k["blob"]],
-            [doc_id, self.clock(), max_claims],
+            [k["doc"], k["batch"], k["started"], k["leases"], k["outbox"], k["blob"]],
+            [doc_id, self.clock(), max_claims, keys.shard_prefix(ref.shard), ref.account, ref.name],
         )
         return str(reply.decode() if isinstance(reply, bytes) else reply)

@@ -59,8 +59,9 @@ class Stack:
         wait_until(up, 20, 0.1, "the API did not come up: " + self.logs())
         return proc
 
-    def worker(self, **env: str) -> Proc:
-        return self._spawn("worker", "worker", env=env)
+    def worker(self, *args: str, **env: str) -> Proc:
+        """``relay worker ARGS`` (e.g. ``"--queues", "processing"``)."""
+        return self._spawn("worker", "worker", *args, env=env)
 
     def detector(self, **env: str) -> Proc:
         return self._spawn("detector", "detector", env=env)

@@ -13,6 +13,7 @@ from relay.config import load_settings
 from relay.crypto import generate_key
 from relay.detector import GROUP, RECLAIM_IDLE_MS, Detector, ensure_groups
 from relay.model import DeliveryStatus
+from relay.processing import run_documents
 from relay.queues import DELIVERY, PROCESSING, queue_key
 from relay.store import AsyncStore, BatchRef
 from relay.webhook_store import AsyncWebhookStore
@@ -118,18 +119,31 @@ def test_sweep_leases_requeues_and_enqueues(h: H) -> None:
     h.clock.advance(5)
     assert Detector(h.ctx).sweep_leases() == 1
     assert h.client.hget(keys.doc(REF.shard, doc.id), "status") == b"queued"
+    # Back in the fair queue, and a job to take it.
+    assert h.client.lrange(keys.batch_ready(REF.shard, "acme", "b1"), 0, -1) == [doc.id.encode()]
     assert h.queued_jobs(PROCESSING) == 1
 
 
-def test_sweep_ready_enqueues_documents_whose_job_vanished(h: H) -> None:
+def test_sweep_ready_wakes_the_queue_for_documents_whose_job_vanished(h: H) -> None:
     doc = h.run(h.api.upload(REF, filename="a.csv", content_type="text/csv", content=b"a\n1\n"))
-    # Handed out (in `ready`) but the process died before enqueueing the job.
+    # Handed out (waiting in the fair queue) but the process died before enqueueing a job.
     h.run(h.api.process(REF, None))
-    h.client.zadd(keys.ready(REF.shard), {doc.id: 0})
     d = Detector(h.ctx)
     assert d.sweep_ready() == 1
     assert h.queued_jobs(PROCESSING) == 1
-    assert d.sweep_ready() == 0  # its job exists now (and its hand-out time was refreshed)
+    assert d.sweep_ready() == 0  # a job waits now
+    # The job vanished (lost with its worker, a Redis restart): the queue is woken again,
+    # also while a marker of the lost job is still there.
+    h.client.delete(queue_key(PROCESSING))
+    assert d.sweep_ready() == 0  # the marker holds it back for at most WAKE_TTL_MS
+    h.client.delete(keys.process_wake())
+    assert d.sweep_ready() == 1
+    assert h.queued_jobs(PROCESSING) == 1
+    # A worker runs that job: the document is processed.
+    assert run_documents(h.ctx, REF.shard) == "1 documents; none waiting"
+    assert h.client.hget(keys.doc(REF.shard, doc.id), "status") == b"succeeded"
+    h.client.delete(queue_key(PROCESSING))
+    assert d.sweep_ready() == 0  # nothing waits any more
 
 
 def test_sweep_due_wakes_each_shard_once(h: H) -> None:

@@ -115,7 +115,8 @@ def test_child_commands_and_banner() -> None:
     commands = dev.child_commands("127.0.0.1", 8123)
     assert commands == {
         "api": [sys.executable, "-m", "relay", "serve", "--host", "127.0.0.1", "--port", "8123"],
-        "worker": [sys.executable, "-m", "relay", "worker"],
+        "processing": [sys.executable, "-m", "relay", "worker", "--queues", "processing"],
+        "delivery": [sys.executable, "-m", "relay", "worker", "--queues", "delivery"],
         "detector": [sys.executable, "-m", "relay", "detector"],
     }
     assert dev.browse_host("::1") == "[::1]"

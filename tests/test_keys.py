@@ -14,8 +14,9 @@ from relay.scripts import refusal, source
 
 
 def _lib() -> str:
-    """The shared helpers, as every script starts with them."""
-    lib = (resources.files("relay") / "lua" / "_lib.lua").read_text()
+    """The shared helpers (``_lib.lua``, then ``_fair.lua``), as every script starts with them."""
+    lua = resources.files("relay") / "lua"
+    lib = (lua / "_lib.lua").read_text() + "\n" + (lua / "_fair.lua").read_text()
     assert source("renew").startswith(lib)
     return lib
 
@@ -38,6 +39,18 @@ def test_lua_key_helpers_equal_the_python_ones(redis: redis.Redis, shard: int) -
     assert _lua(
         redis, "key_webhook(ARGV[1], ARGV[2], ARGV[3])", p, "acme", "b-1.x"
     ) == keys.webhook(shard, "acme", "b-1.x")
+    for name, made in [
+        ("key_batch", keys.batch),
+        ("key_batch_started", keys.batch_started),
+        ("key_batch_ready", keys.batch_ready),
+    ]:
+        expr = f"{name}(ARGV[1], ARGV[2], ARGV[3])"
+        assert _lua(redis, expr, p, "acme", "b-1.x") == made(shard, "acme", "b-1.x"), name
+    assert _lua(redis, "key_fair_account(ARGV[1], ARGV[2])", p, "acme") == keys.fair_account(
+        shard, "acme"
+    )
+    assert _lua(redis, "key_fair_ring(ARGV[1])", p) == keys.fair_ring(shard)
+    assert _lua(redis, "key_waiting(ARGV[1])", p) == keys.waiting(shard)
 
 
 def test_every_shard_key_carries_its_hash_tag() -> None:
@@ -46,7 +59,10 @@ def test_every_shard_key_carries_its_hash_tag() -> None:
         keys.batch(s, "a", "b"),
         keys.doc(s, "doc_5x"),
         keys.leases(s),
-        keys.ready(s),
+        keys.batch_ready(s, "a", "b"),
+        keys.fair_account(s, "a"),
+        keys.fair_ring(s),
+        keys.waiting(s),
         keys.outbox(s),
         keys.due(s),
         keys.wake(s),

@@ -72,14 +72,9 @@ async def process_batch(request: Request) -> Response:
     fields = parse_fields(await read_json(request, allow_empty=True))
     doc_ids = await st.store.process(ref, fields)
     if doc_ids:
-        # A crash between the script and this enqueue loses nothing: the documents sit in
-        # the shard's `ready` set, where the sweeper re-enqueues any without a job.
-        await asyncio.to_thread(
-            queues.enqueue_documents,
-            st.sync_redis,
-            [(doc_id, account, ref.name) for doc_id in doc_ids],
-            st.settings,
-        )
+        # The documents wait in the shard's fair queue; a job takes them from there. A crash
+        # before this wake-up loses nothing: the sweeper wakes the queue for any that wait.
+        await asyncio.to_thread(queues.wake_processing, st.sync_redis, ref.shard, st.settings)
     batch = await st.store.get_batch(ref)
     if batch is None:
         raise NotFound("no such batch")

@@ -71,11 +71,11 @@ async def _documents(st: AppState) -> Samples:
     # Terminal documents are counted as they finish (relay_documents_processed_total).
     async with st.redis.pipeline(transaction=False) as pipe:
         for s in range(keys.SHARDS):
-            pipe.zcard(keys.ready(s))
+            pipe.get(keys.waiting(s))
             pipe.zcard(keys.leases(s))
         counts = await pipe.execute()
     return [
-        ({"status": "queued"}, float(sum(counts[0::2]))),
+        ({"status": "queued"}, float(sum(int(n or 0) for n in counts[0::2]))),
         ({"status": "processing"}, float(sum(counts[1::2]))),
     ]
 

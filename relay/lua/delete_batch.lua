@@ -1,5 +1,5 @@
 -- Delete a batch: queued documents -> canceled; processing ones finish; no more uploads.
--- KEYS: 1 batch, 2 batch_docs, 3 batch_pending, 4 ready, 5 outbox
+-- KEYS: 1 batch, 2 batch_docs, 3 batch_pending, 4 fair_ring (its documents leave it), 5 outbox
 -- ARGV: 1 now (ms), 2 the shard's key prefix (documents and blobs are derived from it)
 -- Returns: {found (1/0), canceled document ids...}
 -- Documents' keys are derived from ARGV[2] (same hash tag as KEYS) because a batch may hold
@@ -13,6 +13,8 @@ if b[2] and b[2] ~= '' then
 end
 redis.call('HSET', KEYS[1], 'deleted_at', ARGV[1])
 redis.call('DEL', KEYS[3])
+local who = redis.call('HMGET', KEYS[1], 'account', 'name')
+fair_drop_batch(ARGV[2], who[1], who[2])
 local canceled = {1}
 local ids = redis.call('LRANGE', KEYS[2], 0, -1)
 for _, id in ipairs(ids) do
@@ -20,7 +22,6 @@ for _, id in ipairs(ids) do
   if redis.call('HGET', dk, 'status') == 'queued' then
     redis.call('HSET', dk, 'status', 'canceled', 'completed_at', ARGV[1], 'blob', '')
     redis.call('DEL', key_blob(ARGV[2], id))
-    redis.call('ZREM', KEYS[4], id)
     redis.call('HINCRBY', KEYS[1], 'queued', -1)
     redis.call('HINCRBY', KEYS[1], 'canceled', 1)
     canceled[#canceled + 1] = id

@@ -1,8 +1,9 @@
--- Hand every queued document not yet handed out to the workers (idempotent).
--- KEYS: 1 batch, 2 batch_pending, 3 ready
--- ARGV: 1 fields (JSON list), 2 now (ms), 3 '1' to store the fields
--- Returns: the handed document ids (moved to `ready`, where the sweeper finds any whose
--- RQ job was never enqueued), or the refusal 'deleted' / 'missing'.
+-- Hand every queued document not yet handed out to the workers (idempotent): they join the
+-- batch's list in the shard's fair queue (_fair.lua), where workers take them.
+-- KEYS: 1 batch, 2 batch_pending
+-- ARGV: 1 fields (JSON list), 2 now (ms), 3 '1' to store the fields, 4 the shard's key prefix
+--       (the fair queue's keys derive from it), 5 account, 6 batch name
+-- Returns: the handed document ids, or the refusal 'deleted' / 'missing'.
 local b = redis.call('HMGET', KEYS[1], 'created_at', 'deleted_at')
 if not b[1] then
   return refuse('missing')
@@ -15,7 +16,5 @@ if ARGV[3] == '1' then
 end
 local ids = redis.call('LRANGE', KEYS[2], 0, -1)
 redis.call('DEL', KEYS[2])
-for _, id in ipairs(ids) do
-  redis.call('ZADD', KEYS[3], ARGV[2], id)
-end
+fair_push(ARGV[4], ARGV[5], ARGV[6], ids, false)
 return ids

@@ -1,7 +1,9 @@
 -- The sweeper returns a document whose lease expired (its worker was lost):
 -- processing -> queued (started_at null) while claims < max, else -> failed worker_lost.
--- KEYS: 1 doc, 2 batch, 3 batch_started, 4 leases, 5 ready, 6 outbox, 7 blob
--- ARGV: 1 doc id, 2 now (ms), 3 max claims
+-- KEYS: 1 doc, 2 batch, 3 batch_started, 4 leases, 5 outbox, 6 blob
+-- ARGV: 1 doc id, 2 now (ms), 3 max claims, 4 the shard's key prefix (the fair queue's keys
+--       derive from it), 5 account, 6 batch name
+-- A requeued document goes to the front of its batch's list in the fair queue.
 -- Returns: 'requeued' | 'failed' | 'skip' (lease renewed meanwhile, or not processing).
 local expiry = redis.call('ZSCORE', KEYS[4], ARGV[1])
 local d = redis.call('HMGET', KEYS[1], 'status', 'claims')
@@ -19,15 +21,15 @@ if tonumber(d[2] or '0') >= tonumber(ARGV[3]) then
              'error_code', 'worker_lost',
              'error_message', 'the worker processing this document was lost ' .. d[2] ..
              ' times', 'blob', '')
-  redis.call('DEL', KEYS[7])
+  redis.call('DEL', KEYS[6])
   redis.call('HINCRBY', KEYS[2], 'failed', 1)
   note_completion(KEYS[2], ARGV[2])
-  complete_if_done(KEYS[2], KEYS[6])
+  complete_if_done(KEYS[2], KEYS[5])
   return 'failed'
 end
 redis.call('HSET', KEYS[1], 'status', 'queued', 'started_at', '', 'lease', '')
 redis.call('HINCRBY', KEYS[2], 'queued', 1)
 redis.call('ZREM', KEYS[3], ARGV[1])
 refresh_started(KEYS[2], KEYS[3])
-redis.call('ZADD', KEYS[5], ARGV[2], ARGV[1])
+fair_push(ARGV[4], ARGV[5], ARGV[6], {ARGV[1]}, true)
 return 'requeued'

@@ -1,0 +1,122 @@
+"""End to end: processing is fair across accounts, on real workers.
+
+One account's backlog of thousands of documents delays another account's single document by
+about one document, not by the backlog (issue: fair processing across accounts); deleting a
+batch takes its waiting documents out of the fair queue; a processing job that vanished is
+replaced by the sweeper.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+import redis
+import redis.asyncio
+
+from relay import keys
+from relay.blobs import BlobStore
+from relay.queues import PROCESSING, queue_key
+from relay.store import AsyncStore, BatchRef
+from tests.e2e.client import Api
+from tests.helpers import wait_until
+from tests.procs import Stack
+
+CSV = b"sku,qty\nA-1,2\nB-2,1\n"
+BACKLOG = 3000
+
+
+def seed(redis_url: str, ref: BatchRef, n: int) -> None:
+    """``n`` documents uploaded straight through the API's upload script (no HTTP)."""
+
+    async def main() -> None:
+        client = redis.asyncio.Redis.from_url(redis_url, max_connections=40)
+        store = AsyncStore(client, BlobStore(""))
+        gate = asyncio.Semaphore(32)
+
+        async def one(i: int) -> None:
+            async with gate:
+                await store.upload(ref, filename=f"{i}.csv", content_type="text/csv", content=CSV)
+
+        try:
+            await asyncio.gather(*(one(i) for i in range(n)))
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+
+
+def counts(client: redis.Redis, ref: BatchRef) -> dict[str, int]:
+    h = client.hgetall(ref.key)
+    return {k: int(h.get(k.encode(), b"0")) for k in ("queued", "processing", "succeeded")}
+
+
+@pytest.mark.timeout(180)
+def test_one_document_is_not_held_back_by_another_accounts_backlog(
+    stack: Stack, redis: redis.Redis
+) -> None:
+    stack.api()
+    stack.worker("--queues", "processing")
+    stack.worker("--queues", "delivery")
+    stack.detector()
+    big = Api(stack.api_url, stack.create_key("bulk"))
+    small = Api(stack.api_url, stack.create_key("solo"))
+    backlog = BatchRef("bulk", "backlog")
+    seed(stack.redis_url, backlog, BACKLOG)
+    big.process("backlog")
+    # The worker is well into the backlog before the other account arrives.
+    wait_until(lambda: counts(redis, backlog)["succeeded"] >= 50, 30, message="backlog idle")
+    doc = small.upload("one", CSV, "one.csv")
+    t0 = time.time()
+    small.process("one")
+    done = wait_until(
+        lambda: (
+            (d := small.http.get(f"/documents/{doc['id']}").json())["status"] == "succeeded" and d
+        ),
+        30,
+        0.02,
+        "the lone document was never processed",
+    )
+    waited = time.time() - t0
+    left = counts(redis, backlog)
+    assert waited < 2.0, f"the lone document took {waited:.2f} s behind {left}"
+    assert done["started_at"] is not None
+    assert left["queued"] > BACKLOG // 2, left  # the backlog is still mostly waiting
+
+    # Deleting the backlog cancels what waits and empties its part of the fair queue.
+    r = big.http.delete("/batches/backlog")
+    assert r.status_code == 202, r.text
+    canceled = r.json()["counts"]["canceled"]
+    assert canceled > BACKLOG // 2
+    s = backlog.shard
+    assert not redis.exists(
+        keys.batch_ready(s, "bulk", "backlog"), keys.fair_account(s, "bulk"), keys.fair_ring(s)
+    )
+    final = wait_until(lambda: (b := big.batch("backlog"))["all_done"] and b, 30)
+    assert final["status"] == "succeeded"  # the documents under way finished
+    assert final["counts"]["canceled"] == canceled
+    assert final["counts"]["succeeded"] + canceled == BACKLOG
+    assert sum(int(redis.get(keys.waiting(i)) or 0) for i in range(keys.SHARDS)) == 0
+
+
+def test_the_sweeper_replaces_a_processing_job_that_vanished(
+    stack: Stack, redis: redis.Redis
+) -> None:
+    stack.api()
+    api = Api(stack.api_url, stack.create_key("acme"))
+    doc = api.upload("lost", CSV)
+    api.process("lost")
+    # No worker yet: the job waits in the queue. Lose it, as a Redis restart without the
+    # queue or a worker killed while taking it would.
+    assert redis.llen(queue_key(PROCESSING)) == 1
+    redis.delete(queue_key(PROCESSING))
+    redis.delete(keys.process_wake())  # the wake-up marker of a lost job expires by itself
+    stack.worker("--queues", "processing")
+    stack.detector()
+    wait_until(
+        lambda: api.http.get(f"/documents/{doc['id']}").json()["status"] == "succeeded",
+        30,
+        message="the document whose job vanished was never processed",
+    )
+    assert api.batch("lost")["all_done"] is True

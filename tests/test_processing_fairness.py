@@ -1,0 +1,111 @@
+"""The processing job on a real Redis, run in this process: shards with work take turns, a
+job stops after its budget and leaves a job waiting for what is left, the per-document job
+of earlier versions still works."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+import redis
+import redis.asyncio
+
+from relay import keys
+from relay.blobs import BlobStore
+from relay.config import load_settings
+from relay.crypto import generate_key
+from relay.processing import ShardRotation, run_document, run_documents
+from relay.queues import PROCESSING, queue_key
+from relay.store import AsyncStore, BatchRef
+from relay.worker_context import WorkerContext
+
+CSV = b"sku,qty\nA,1\n"
+
+
+class H:
+    def __init__(self, url: str) -> None:
+        env = {"RELAY_REDIS_URL": url, "RELAY_ENCRYPTION_KEY": generate_key()}
+        self.ctx = WorkerContext(load_settings(env, dotenv=None))
+        self.client = redis.Redis.from_url(url)
+        self.loop = asyncio.new_event_loop()
+        self.aclient = redis.asyncio.Redis.from_url(url)
+        self.api = AsyncStore(self.aclient, BlobStore(""))
+
+    def hand_out(self, ref: BatchRef, n: int) -> list[str]:
+        async def main() -> list[str]:
+            for i in range(n):
+                await self.api.upload(
+                    ref, filename=f"{i}.csv", content_type="text/csv", content=CSV
+                )
+            return await self.api.process(ref, None)
+
+        return self.loop.run_until_complete(main())
+
+    def status(self, doc_id: str) -> bytes | None:
+        shard = keys.shard_of_id("doc", doc_id)
+        assert shard is not None
+        found: bytes | None = self.client.hget(keys.doc(shard, doc_id), "status")
+        return found
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.aclient.aclose())
+        self.loop.close()
+        self.client.close()
+        self.ctx.redis.close()
+
+
+@pytest.fixture
+def h(redis_url: str) -> Iterator[H]:
+    harness = H(redis_url)
+    yield harness
+    harness.close()
+
+
+def in_shard(account: str, shard: int) -> BatchRef:
+    return next(r for r in (BatchRef(account, f"b{i}") for i in range(10_000)) if r.shard == shard)
+
+
+def test_shards_with_work_take_turns(h: H) -> None:
+    big, small = in_shard("bulk", 2), in_shard("solo", 9)
+    h.hand_out(big, 5)
+    lone = h.hand_out(small, 1)
+    rotation = ShardRotation(h.ctx.store, first=2)
+    order = []
+    while (claim := rotation.claim(60_000)) is not None:
+        order.append(claim.batch.shard)
+    # The lone document in shard 9 is taken second, not after shard 2's backlog.
+    assert order == [2, 9, 2, 2, 2, 2]
+    assert h.status(lone[0]) == b"processing"
+
+
+def test_a_job_stops_after_its_budget_and_leaves_a_job_for_the_rest(h: H) -> None:
+    ref = in_shard("bulk", 4)
+    ids = h.hand_out(ref, 30)
+    assert run_documents(h.ctx, ref.shard, budget=0) == "1 documents; budget spent"
+    assert h.status(ids[0]) == b"succeeded" and h.status(ids[1]) == b"queued"
+    assert h.client.llen(queue_key(PROCESSING)) == 1  # the rest has a job waiting
+    assert h.client.exists(keys.process_wake())
+    # A worker takes that job: it clears the marker, and since more documents wait after
+    # its first claim it wakes one more job for any idle worker, then takes the rest.
+    h.client.delete(queue_key(PROCESSING))
+    assert run_documents(h.ctx, ref.shard) == "29 documents; none waiting"
+    assert {h.status(i) for i in ids} == {b"succeeded"}
+    assert h.client.get(keys.waiting(ref.shard)) == b"0"
+    assert h.client.llen(queue_key(PROCESSING)) == 1
+    # That job finds nothing and wakes nobody.
+    h.client.delete(queue_key(PROCESSING))
+    assert run_documents(h.ctx, ref.shard) == "0 documents; none waiting"
+    assert not h.client.exists(keys.process_wake())
+    assert h.client.llen(queue_key(PROCESSING)) == 0
+
+
+def test_a_job_naming_its_document_still_runs(h: H) -> None:
+    ref = in_shard("acme", 1)
+    (doc_id,) = h.hand_out(ref, 1)
+    assert (
+        run_document(h.ctx, doc_id, ref.account, ref.name) == "succeeded; batch completed (seq 1)"
+    )
+    assert run_document(h.ctx, doc_id, ref.account, ref.name) == "not queued"
+    # Its stale entry in the fair queue is dropped, not processed twice.
+    assert run_documents(h.ctx, ref.shard) == "0 documents; none waiting"
