@@ -22,7 +22,7 @@ def _line(d: Delivery) -> str:
     nxt = rfc3339(d.next_attempt_at) or "-"
     return (
         f"{d.id}  {d.account:<12} {d.batch_name:<24} {d.status.value:<10} "
-        f"attempts={len(d.attempts):<2} next={nxt}"
+        f"attempts={d.attempt_count:<2} next={nxt}"
     )
 
 

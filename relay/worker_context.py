@@ -45,7 +45,7 @@ class WorkerContext:
 
     @cached_property
     def webhooks(self) -> WebhookStore:
-        return WebhookStore(self.redis)
+        return WebhookStore(self.redis, max_attempts=self.settings.max_stored_attempts)
 
     @cached_property
     def metrics(self) -> Metrics:
