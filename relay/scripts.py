@@ -31,6 +31,7 @@ NAMES = (
     "retry_delivery",
     "register_webhook",
     "rotate_signing",
+    "purge_batch",
 )
 
 

@@ -24,6 +24,7 @@ from relay.delivery.ssrf import TargetPolicy, make_client
 from relay.extract.loader import Extractor, load_extractor
 from relay.metrics import Metrics
 from relay.redis_conn import sync_client
+from relay.retention import Retention
 from relay.signing_keys import SigningKeys
 from relay.store import Store
 from relay.webhook_store import WebhookStore
@@ -46,6 +47,14 @@ class WorkerContext:
     @cached_property
     def webhooks(self) -> WebhookStore:
         return WebhookStore(self.redis, max_attempts=self.settings.max_stored_attempts)
+
+    @cached_property
+    def retention(self) -> Retention:
+        return Retention(
+            self.redis,
+            BlobStore(self.settings.blob_dir),
+            retention_ms=int(self.settings.retention * 1000),
+        )
 
     @cached_property
     def metrics(self) -> Metrics:
