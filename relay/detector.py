@@ -178,11 +178,15 @@ class Detector:
         retention = self.ctx.retention
         purged = 0
         for s in range(keys.SHARDS):
-            report = retention.sweep_shard(s, self.settings.purge_batch)
+            try:
+                report = retention.sweep_shard(s, self.settings.purge_batch)
+                trim_outbox(self.redis, s, GROUP)
+            except ResponseError as exc:  # e.g. Redis full: the next sweep tries again
+                log.warning("retention sweep of shard %d: %s", s, exc)
+                continue
             if report.purged:
                 log.info("shard %d: purged %d finished batch(es)", s, report.purged)
             purged += report.purged
-            trim_outbox(self.redis, s, GROUP)
         return purged
 
     def sweep(self) -> None:

@@ -308,3 +308,25 @@ def test_the_detector_purges_and_trims_the_outbox(redis_url: str) -> None:
     finally:
         h.close()
         ctx.redis.close()
+
+
+def test_with_redis_full_a_small_batch_is_purged_and_a_big_one_waits_unharmed(h: H) -> None:
+    small, big = BatchRef("acme", "small"), BatchRef("acme", "big")
+    h.finish_all(small, h.upload(small, 3))
+    h.upload(big, 600)
+    h.loop.run_until_complete(h.api.delete_batch(big))
+    h.clock.now += RETENTION
+    h.client.config_set("maxmemory", "1")  # every write that may need memory is refused
+    try:
+        # Purging only deletes: it frees memory even when Redis is full.
+        assert h.retention.start(small.shard, "acme", "small")[0] == "done"
+        assert h.client.exists(small.key) == 0
+        # A batch too big for one step must first be recorded as under way: refused whole.
+        before = h.relay_keys()
+        with pytest.raises(redis.ResponseError, match="maxmemory"):
+            h.retention.start(big.shard, "acme", "big")
+        assert h.relay_keys() == before
+    finally:
+        h.client.config_set("maxmemory", "0")
+    assert h.purge_due(big) == "gone"
+    assert h.retention.under_way(big.shard, 10) == []

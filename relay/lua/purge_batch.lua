@@ -72,6 +72,12 @@ if ARGV[5] ~= '' then
     redis.call('ZADD', KEYS[1], math.max(due_at, now + 1000) - retention, member)
     return {'pending'}
   end
+  -- A batch that fits in this step is only deleted from: that works with Redis full too
+  -- (maxmemory refuses only writes that may need memory). A bigger one is recorded as under
+  -- way first, so with Redis full the call fails here having changed nothing.
+  if redis.call('LLEN', KEYS[8]) + redis.call('ZCARD', KEYS[13]) > step then
+    redis.call('ZADD', KEYS[2], now, token)
+  end
   redis.call('ZREM', KEYS[1], member)
   redis.call('ZREM', KEYS[14], ARGV[6])
   redis.call('UNLINK', KEYS[7], KEYS[9], KEYS[10], KEYS[11], KEYS[12])
@@ -81,7 +87,6 @@ if ARGV[5] ~= '' then
   if redis.call('EXISTS', KEYS[13]) == 1 then
     redis.call('RENAME', KEYS[13], dlv_key)
   end
-  redis.call('ZADD', KEYS[2], now, token)
 end
 
 -- One bounded step: documents first, then deliveries.
