@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from bench._common import Goal, Outcome, fmt, table, write_result
 
-BENCHMARKS = ("processing", "lag", "drain", "status", "memory")
+BENCHMARKS = ("processing", "lag", "drain", "status", "memory", "retention")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
