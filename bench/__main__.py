@@ -17,7 +17,16 @@ from collections.abc import Sequence
 
 from bench._common import Goal, Outcome, fmt, table, write_result
 
-BENCHMARKS = ("processing", "lag", "drain", "status", "memory", "ocr", "extract_overhead")
+BENCHMARKS = (
+    "processing",
+    "lag",
+    "drain",
+    "status",
+    "memory",
+    "ocr",
+    "extract_overhead",
+    "retention",
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -71,6 +71,26 @@ def _positive_int(raw: str) -> int:
     return value
 
 
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3_600, "d": 86_400}
+
+
+def _duration(raw: str) -> float:
+    """Seconds from ``30d``, ``12h``, ``15m``, ``4s`` or a bare number of seconds."""
+    text = raw.strip().lower()
+    factor = _DURATION_UNITS.get(text[-1:], 0)
+    value = float(text[:-1] if factor else text) * (factor or 1)
+    if value <= 0:
+        raise ValueError("a duration > 0 such as 30d, 12h, 15m, 4s (or seconds)")
+    return value
+
+
+def _at_least_two(raw: str) -> int:
+    value = int(raw)
+    if value < 2:
+        raise ValueError("must be >= 2 (the first attempt and the latest are kept)")
+    return value
+
+
 def _schedule(raw: str) -> tuple[float, ...]:
     parts = tuple(float(p) for p in raw.split(",") if p.strip())
     if not parts or any(p < 0 for p in parts):
@@ -170,6 +190,25 @@ _FIELDS: tuple[_Field, ...] = (
     ),
     _Field("sweep_interval", "1.0", _positive_float, "Seconds between detector sweeps"),
     _Field(
+        "retention",
+        "30d",
+        _duration,
+        "A finished batch (none of its deliveries pending) is purged this long after it"
+        " completed (s, m, h, d suffixes)",
+    ),
+    _Field(
+        "purge_batch",
+        "20",
+        _positive_int,
+        "Purge steps (a batch, or 500 more documents of a big one) per shard per sweep",
+    ),
+    _Field(
+        "max_stored_attempts",
+        "20",
+        _at_least_two,
+        "Attempts kept per delivery: the first and the latest ones (the count stays true)",
+    ),
+    _Field(
         "retry_schedule",
         "5,300,1800,7200,18000,36000,36000",
         _schedule,
@@ -250,6 +289,9 @@ class Settings:
     lease_seconds: float
     max_document_attempts: int
     sweep_interval: float
+    retention: float
+    purge_batch: int
+    max_stored_attempts: int
     retry_schedule: tuple[float, ...]
     retry_jitter: float
     delivery_timeout: float

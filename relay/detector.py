@@ -12,7 +12,10 @@ Sweepers, every ``RELAY_SWEEP_INTERVAL``:
 - documents waiting in a shard's fair queue while no processing job waits in the queue (a
   lost job, a crash between hand-out and enqueue, a Redis restart) -> a job is enqueued;
 - due deliveries in no queue (a lost worker's lease ran out, a retry came due, Redis was
-  restarted) -> the shard is woken.
+  restarted) -> the shard is woken;
+- finished batches past ``RELAY_RETENTION`` (none of their deliveries pending) -> purged, at
+  most ``RELAY_PURGE_BATCH`` bounded purge steps per shard per sweep (``relay.retention``);
+  outbox entries every detector acknowledged -> trimmed.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from relay import keys, queues
 from relay.model import Batch
+from relay.retention import trim_outbox
 from relay.store import BatchRef
 from relay.webhook_store import notification_body
 from relay.worker_context import WorkerContext
@@ -151,11 +155,29 @@ class Detector:
         shards = self.ctx.webhooks.due_shards()
         return sum(queues.wake(self.redis, s, self.settings) for s in shards)
 
+    def sweep_retention(self) -> int:
+        """Purge finished batches past the retention (bounded per shard); trim the outboxes.
+        Returns the batches whose purge finished."""
+        retention = self.ctx.retention
+        purged = 0
+        for s in range(keys.SHARDS):
+            try:
+                report = retention.sweep_shard(s, self.settings.purge_batch)
+                trim_outbox(self.redis, s, GROUP)
+            except ResponseError as exc:  # e.g. Redis full: the next sweep tries again
+                log.warning("retention sweep of shard %d: %s", s, exc)
+                continue
+            if report.purged:
+                log.info("shard %d: purged %d finished batch(es)", s, report.purged)
+            purged += report.purged
+        return purged
+
     def sweep(self) -> None:
         self.reclaim()
         self.sweep_leases()
         self.sweep_ready()
         self.sweep_due()
+        self.sweep_retention()
 
     # -- the loop ------------------------------------------------------------------------
 

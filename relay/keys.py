@@ -187,6 +187,38 @@ def shard_deliveries(shard: int) -> str:
     return f"{PREFIX}:{tag(shard)}:deliveries"
 
 
+# -- retention (shard-tagged): what finished, and purges under way ------------------------
+
+
+def finished(shard: int) -> str:
+    """Sorted set: the shard's finished batches (``finished_member``), scored by the time
+    from which their retention counts (ms): their completion, or later while a delivery of
+    theirs is still pending. Written by the scripts that complete and reopen a batch."""
+    return f"{PREFIX}:{tag(shard)}:finished"
+
+
+def finished_member(account: str, name: str) -> str:
+    """A batch in ``finished``: account names hold no ``:`` (``relay.auth``), so the first
+    ``:`` splits it back."""
+    return f"{account}:{name}"
+
+
+def purging(shard: int) -> str:
+    """Sorted set: purges under way (a token each, scored by start time, ms): a batch too
+    big for one bounded step leaves its documents and deliveries to the next steps."""
+    return f"{PREFIX}:{tag(shard)}:purging"
+
+
+def purge_docs(shard: int, token: str) -> str:
+    """List: the document ids a purge still has to delete (the batch's ``:docs``, renamed)."""
+    return f"{PREFIX}:{tag(shard)}:purge:{token}:docs"
+
+
+def purge_deliveries(shard: int, token: str) -> str:
+    """Sorted set: the delivery ids a purge still has to delete (``:deliveries``, renamed)."""
+    return f"{PREFIX}:{tag(shard)}:purge:{token}:deliveries"
+
+
 # -- account-wide records (no shard) -------------------------------------------------------
 
 

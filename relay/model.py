@@ -264,7 +264,8 @@ class Delivery:
     status: DeliveryStatus
     created_at: int
     next_attempt_at: int | None
-    attempts: list[Attempt]
+    attempts: list[Attempt]  # the kept ones: the first and the latest
+    attempt_count: int = 0  # every attempt made, kept or not
 
     @classmethod
     def from_hash(cls, h: dict[bytes, bytes], attempts: list[bytes]) -> Delivery:
@@ -279,6 +280,7 @@ class Delivery:
             created_at=_int(h, "created_at"),
             next_attempt_at=_ms(h, "next_attempt_at") if status is DeliveryStatus.PENDING else None,
             attempts=[Attempt.from_json(a) for a in attempts],
+            attempt_count=max(_int(h, "attempt_count"), len(attempts)),
         )
 
     def to_json(self) -> dict[str, Any]:

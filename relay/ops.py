@@ -27,7 +27,7 @@ def _line(d: Delivery) -> str:
     nxt = rfc3339(d.next_attempt_at) or "-"
     return (
         f"{_t(d.id)}  {_t(d.account):<12} {_t(d.batch_name):<24} {d.status.value:<10} "
-        f"attempts={len(d.attempts):<2} next={nxt}"
+        f"attempts={d.attempt_count:<2} next={nxt}"
     )
 
 

@@ -35,6 +35,7 @@ NAMES = (
     "retry_delivery",
     "register_webhook",
     "rotate_signing",
+    "purge_batch",
 )
 
 

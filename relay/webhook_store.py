@@ -98,10 +98,18 @@ class ClaimedDelivery:
 class WebhookStore:
     """Delivery state for the detector, the delivery workers and ``relay deliveries``."""
 
-    def __init__(self, client: redis.Redis, clock: Callable[[], int] = now_ms) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        clock: Callable[[], int] = now_ms,
+        *,
+        max_attempts: int = 20,
+    ) -> None:
         self.redis = client
         self.scripts = Scripts(client)
         self.clock = clock  # ms since the epoch; tests pass their own
+        # Attempts kept per delivery (RELAY_MAX_STORED_ATTEMPTS): the first and the latest.
+        self.max_attempts = max_attempts
 
     def create(
         self, ref: BatchRef, seq: int, body: bytes, completed_ms: int = 0
@@ -158,7 +166,16 @@ class WebhookStore:
                 keys.due(s),
                 keys.webhook(s, d.account, d.batch),
             ],
-            [d.id, token, attempt.at, outcome, next_at, attempt.encode(), reason],
+            [
+                d.id,
+                token,
+                attempt.at,
+                outcome,
+                next_at,
+                attempt.encode(),
+                reason,
+                self.max_attempts,
+            ],
         )
         return int(moved) == 1
 

@@ -25,6 +25,7 @@ from relay.delivery.transport import USER_AGENT
 from relay.extract.sandbox import ExtractorHost, SandboxConfig
 from relay.metrics import Metrics
 from relay.redis_conn import sync_client
+from relay.retention import Retention
 from relay.signing_keys import SigningKeys
 from relay.store import Store
 from relay.timefmt import now_ms
@@ -47,7 +48,15 @@ class WorkerContext:
 
     @cached_property
     def webhooks(self) -> WebhookStore:
-        return WebhookStore(self.redis, self.clock)
+        return WebhookStore(self.redis, self.clock, max_attempts=self.settings.max_stored_attempts)
+
+    @cached_property
+    def retention(self) -> Retention:
+        return Retention(
+            self.redis,
+            BlobStore(self.settings.blob_dir),
+            retention_ms=int(self.settings.retention * 1000),
+        )
 
     @cached_property
     def metrics(self) -> Metrics:

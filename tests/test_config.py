@@ -71,3 +71,32 @@ def test_to_env_round_trips() -> None:
 
 def test_env_example_lists_every_setting() -> None:
     assert (ROOT / ".env.example").read_text() == env_example()
+
+
+@pytest.mark.parametrize(
+    ("raw", "seconds"),
+    [("30d", 2_592_000), ("12h", 43_200), ("15m", 900), ("4s", 4), ("2.5", 2.5), (" 1D ", 86_400)],
+)
+def test_retention_takes_s_m_h_d_suffixes(raw: str, seconds: float) -> None:
+    assert load_settings({"RELAY_RETENTION": raw}, dotenv=None).retention == seconds
+
+
+def test_retention_purge_and_attempt_defaults() -> None:
+    s = load_settings({}, dotenv=None)
+    assert s.retention == 30 * 86_400
+    assert s.purge_batch == 20 and s.max_stored_attempts == 20
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("RELAY_RETENTION", "0d"),
+        ("RELAY_RETENTION", "3w"),
+        ("RELAY_RETENTION", "-4s"),
+        ("RELAY_MAX_STORED_ATTEMPTS", "1"),
+        ("RELAY_PURGE_BATCH", "0"),
+    ],
+)
+def test_bad_retention_settings_name_the_variable(name: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=name):
+        load_settings({name: value}, dotenv=None)

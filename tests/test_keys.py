@@ -51,6 +51,23 @@ def test_lua_key_helpers_equal_the_python_ones(redis: redis.Redis, shard: int) -
     )
     assert _lua(redis, "key_fair_ring(ARGV[1])", p) == keys.fair_ring(shard)
     assert _lua(redis, "key_waiting(ARGV[1])", p) == keys.waiting(shard)
+    assert _lua(redis, "key_doc_items(ARGV[1], ARGV[2])", p, doc_id) == keys.doc_items(
+        shard, doc_id
+    )
+    assert _lua(redis, "key_finished(ARGV[1])", p) == keys.finished(shard)
+    assert _lua(redis, "finished_member(ARGV[1], ARGV[2])", "acme", "b-1.x") == (
+        keys.finished_member("acme", "b-1.x")
+    )
+    token = "0f1e2d3c4b5a6978"
+    assert _lua(redis, "key_purge_docs(ARGV[1], ARGV[2])", p, token) == keys.purge_docs(
+        shard, token
+    )
+    assert _lua(redis, "key_purge_deliveries(ARGV[1], ARGV[2])", p, token) == keys.purge_deliveries(
+        shard, token
+    )
+    # The prefix a script finds back from a batch key is the shard's.
+    batch = keys.batch(shard, "acme", "b-1.x")
+    assert _lua(redis, "batch_prefix(ARGV[1], ARGV[2], ARGV[3])", batch, "acme", "b-1.x") == p
 
 
 def test_every_shard_key_carries_its_hash_tag() -> None:
@@ -68,6 +85,10 @@ def test_every_shard_key_carries_its_hash_tag() -> None:
         keys.wake(s),
         keys.delivery(s, "msg_5x"),
         keys.shard_deliveries(s),
+        keys.finished(s),
+        keys.purging(s),
+        keys.purge_docs(s, "t"),
+        keys.purge_deliveries(s, "t"),
     ]
     assert all(k.startswith(keys.shard_prefix(s)) for k in tagged)
     assert all(keys.tag(s) in k for k in tagged)

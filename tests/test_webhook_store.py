@@ -193,3 +193,56 @@ def test_not_done_batch_registration_delivers_nothing(h: H) -> None:
     h.batch()
     assert h.register() == (True, False)
     assert h.claim() == []
+
+
+def test_stored_attempts_are_capped_keeping_the_first_and_the_latest(h: H) -> None:
+    h.batch()
+    h.register()
+    _, ident = h.d.create(REF, 1, b"{}")
+    assert h.d.max_attempts == 20  # RELAY_MAX_STORED_ATTEMPTS' default
+    for n in range(1, 31):
+        (c,) = h.claim(f"w{n}")
+        assert c.number == n  # counted on the delivery, not from the (capped) list
+        assert c.round_attempts == n - 1
+        outcome = "failed" if n == 30 else "retry"
+        h.d.record(c, f"w{n}", h.attempt(c, 500), outcome=outcome, next_at=0)
+    found = h.d.get(ident)
+    assert found is not None and found.status is DeliveryStatus.FAILED
+    assert [a.number for a in found.attempts] == [1, *range(12, 31)]
+    assert found.attempt_count == 30
+    assert h.client.llen(keys.delivery_attempts(REF.shard, ident)) == 20
+    # The API shows the kept ones, oldest first.
+    (listed,), _ = h.loop.run_until_complete(h.hooks.deliveries(REF, start=0, limit=10))
+    assert [a["number"] for a in listed.to_json()["attempts"]] == [1, *range(12, 31)]
+    # A manual retry of the failed delivery starts a fresh round; numbers keep counting.
+    h.d.retry(ident)
+    (c,) = h.claim("w31")
+    assert (c.number, c.round_attempts) == (31, 0)
+    h.d.record(c, "w31", h.attempt(c, 200), outcome="succeeded")
+    found = h.d.get(ident)
+    assert found is not None and found.status is DeliveryStatus.SUCCEEDED
+    assert [a.number for a in found.attempts] == [1, *range(13, 32)]
+
+
+def test_a_small_cap_keeps_the_first_and_the_latest(h: H) -> None:
+    h.batch()
+    h.register()
+    store = WebhookStore(h.client, max_attempts=3)
+    _, ident = store.create(REF, 1, b"{}")
+    for n in range(1, 8):
+        (c,) = store.claim(REF.shard, limit=1, lease_ms=60_000, token=f"w{n}")
+        store.record(c, f"w{n}", h.attempt(c, 503), outcome="retry", next_at=0)
+    found = store.get(ident)
+    assert found is not None
+    assert [a.number for a in found.attempts] == [1, 6, 7]
+    assert found.attempt_count == 7
+
+
+def test_an_attempt_recorded_after_the_delivery_was_purged_leaves_nothing(h: H) -> None:
+    h.batch()
+    h.register()
+    _, ident = h.d.create(REF, 1, b"{}")
+    (c,) = h.claim("w1")
+    h.client.delete(keys.delivery(REF.shard, ident))  # as retention's purge does
+    assert h.d.record(c, "w1", h.attempt(c, 200), outcome="succeeded") is False
+    assert h.client.exists(keys.delivery_attempts(REF.shard, ident)) == 0

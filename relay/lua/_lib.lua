@@ -13,6 +13,16 @@ local function key_delivery_attempts(p, id) return key_delivery(p, id) .. ':atte
 local function key_webhook(p, account, name)
   return p .. 'batch:' .. account .. ':' .. name .. ':webhook'
 end
+local function key_doc_items(p, id) return key_doc(p, id) .. ':items' end
+local function key_finished(p) return p .. 'finished' end
+local function finished_member(account, name) return account .. ':' .. name end
+local function key_purge_docs(p, token) return p .. 'purge:' .. token .. ':docs' end
+local function key_purge_deliveries(p, token) return p .. 'purge:' .. token .. ':deliveries' end
+-- The shard prefix back from a batch key (keys.batch = p .. 'batch:' .. account .. ':' .. name),
+-- for scripts that get the batch in KEYS but no prefix in ARGV.
+local function batch_prefix(batch_key, account, name)
+  return string.sub(batch_key, 1, #batch_key - #('batch:' .. account .. ':' .. name))
+end
 
 -- A refusal the caller maps to a domain error (relay.scripts.refusal reads it back exactly).
 local function refuse(reason)
@@ -31,6 +41,9 @@ local function complete_if_done(batch_key, outbox_key)
   end
   local seq = redis.call('HINCRBY', batch_key, 'completion_seq', 1)
   redis.call('HSET', batch_key, 'completed_at', c[5])
+  -- Retention counts from this completion (relay.retention purges the batch later).
+  redis.call('ZADD', key_finished(batch_prefix(batch_key, c[6], c[7])), c[5],
+             finished_member(c[6], c[7]))
   -- The entry carries the batch as it is at this completion: the notification's body must
   -- describe this completion even if the batch is reopened before the detector reads it.
   local flat = redis.call('HGETALL', batch_key)

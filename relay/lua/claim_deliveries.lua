@@ -23,7 +23,8 @@ for _, id in ipairs(ids) do
                  'updated_at', ARGV[1])
       redis.call('ZREM', KEYS[1], id)
     else
-      local done = redis.call('LLEN', key_delivery_attempts(ARGV[5], id))
+      local done = tonumber(redis.call('HGET', dk, 'attempt_count') or
+                            redis.call('LLEN', key_delivery_attempts(ARGV[5], id)))
       redis.call('HSET', dk, 'lease', ARGV[4], 'url', w[1])
       redis.call('ZADD', KEYS[1], expiry, id)
       local n = #out

@@ -1,11 +1,25 @@
 -- Record one delivery attempt and move the delivery on.
 -- KEYS: 1 delivery, 2 delivery attempts, 3 due, 4 webhook
 -- ARGV: 1 id, 2 lease token, 3 now (ms), 4 outcome: 'succeeded' | 'retry' | 'failed' | 'gone',
---       5 next attempt (ms, for 'retry'), 6 attempt JSON, 7 reason (for 'gone')
+--       5 next attempt (ms, for 'retry'), 6 attempt JSON, 7 reason (for 'gone'),
+--       8 attempts kept (0: all)
 -- The attempt is always appended: it happened. The delivery moves on only while this
 -- worker still holds its lease (a late answer after the lease passed on changes nothing
 -- but the record). Returns 1 when the delivery moved on, 0 otherwise.
+-- The delivery's `attempt_count` counts every attempt; the list keeps the first and the
+-- latest ARGV[8] - 1. A delivery purged meanwhile (retention) gets no orphan list.
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 0
+end
+redis.call('HSETNX', KEYS[1], 'attempt_count', redis.call('LLEN', KEYS[2]))
+redis.call('HINCRBY', KEYS[1], 'attempt_count', 1)
 redis.call('RPUSH', KEYS[2], ARGV[6])
+local keep = tonumber(ARGV[8] or '0')
+if keep > 1 and redis.call('LLEN', KEYS[2]) > keep then
+  local first = redis.call('LINDEX', KEYS[2], 0)
+  redis.call('LTRIM', KEYS[2], 1 - keep, -1)
+  redis.call('LPUSH', KEYS[2], first)
+end
 local d = redis.call('HMGET', KEYS[1], 'status', 'lease')
 if d[1] ~= 'pending' or d[2] ~= ARGV[2] then
   return 0

@@ -19,7 +19,8 @@ if w[2] == '1' then
 end
 if d[1] ~= 'pending' then
   redis.call('HSET', KEYS[1], 'status', 'pending', 'lease', '',
-             'round_start', redis.call('LLEN', KEYS[4]))
+             'round_start', redis.call('HGET', KEYS[1], 'attempt_count') or
+                            redis.call('LLEN', KEYS[4]))
 end
 redis.call('HSET', KEYS[1], 'next_attempt_at', ARGV[2], 'updated_at', ARGV[2])
 redis.call('HSET', KEYS[3], 'pending', ARGV[1])

@@ -3,6 +3,7 @@
 -- ARGV: 1 account, 2 batch name, 3 doc id, 4 filename, 5 content_type, 6 size, 7 now (ms),
 --       8 blob bytes, 9 '1' when the bytes go to KEYS[6] (Redis blob store) else '0',
 --       10 blob reference (directory store path, or '')
+-- Derived from KEYS[1] (same hash tag): the shard's retention index `finished`.
 -- Returns: 1, or the refusal 'deleted' when the batch was deleted.
 local batch = redis.call('HMGET', KEYS[1], 'created_at', 'deleted_at')
 if batch[2] and batch[2] ~= '' then
@@ -26,6 +27,9 @@ redis.call('RPUSH', KEYS[2], ARGV[3])
 redis.call('RPUSH', KEYS[3], ARGV[3])
 redis.call('HINCRBY', KEYS[1], 'total', 1)
 redis.call('HINCRBY', KEYS[1], 'queued', 1)
--- An upload into a finished batch makes it not done again until the new document finishes.
+-- An upload into a finished batch makes it not done again until the new document finishes
+-- (and takes it out of the retention index until it completes again).
 redis.call('HSET', KEYS[1], 'completed_at', '')
+redis.call('ZREM', key_finished(batch_prefix(KEYS[1], ARGV[1], ARGV[2])),
+           finished_member(ARGV[1], ARGV[2]))
 return 1

@@ -1,0 +1,98 @@
+"""End to end: retention with real API, worker and detector processes (RELAY_RETENTION=4s).
+
+Finished, notified batches disappear (404 for the batch, its documents and deliveries) and
+leave no key behind; an unfinished batch stays; a batch whose delivery is still retrying
+stays until the delivery ends."""
+
+from __future__ import annotations
+
+import time
+
+import redis
+
+from relay import keys
+from tests.e2e.client import Api
+from tests.helpers import wait_until
+from tests.procs import Stack
+from tests.receiver import Receiver, Reply
+
+CSV = b"sku,qty\nA-1,2\n"
+
+
+def _relay_keys(client: redis.Redis) -> set[bytes]:
+    """Every ``relay:*`` key except the drain jobs' wake-up markers (``relay:{rN}:wake``,
+    a 10 s TTL each, present or not depending on the moment)."""
+    return {k for k in client.scan_iter(match="relay:*", count=1000) if not k.endswith(b":wake")}
+
+
+def _gone(api: Api, name: str) -> bool:
+    r = api.http.get(f"/batches/{name}")
+    return r.status_code == 404 and r.json()["error"]["type"] == "not_found"
+
+
+def test_finished_notified_batches_are_purged_and_leave_no_key(
+    stack: Stack, receiver: Receiver, redis: redis.Redis
+) -> None:
+    stack.env.update({"RELAY_RETENTION": "4s", "RELAY_RETRY_SCHEDULE": "7,7"})
+    stack.api()
+    stack.worker()
+    stack.detector()
+    api = Api(stack.api_url, stack.create_key("acme"))
+    # Warm-up: what exists once per account or process (the API key and its index, the
+    # accounts set, the signing material, the rate-limit window of the key, the metrics hash,
+    # the 16 outbox streams with their consumer group) is made by a first batch, purged too.
+    api.signing()
+    api.upload("warm-up", CSV)
+    api.register("warm-up", receiver.url("/warm"))
+    api.process("warm-up")
+    wait_until(lambda: _gone(api, "warm-up"), 30, 0.2, "the warm-up batch was not purged")
+    before = _relay_keys(redis)
+    families = sorted({k.decode().split(":")[1] for k in before if b"{" not in k})
+    assert families == ["accounts", "apikey", "apikeys", "metrics", "ratelimit", "signing"]
+    assert sorted(k for k in before if b"{" in k) == sorted(
+        keys.outbox(s).encode() for s in range(keys.SHARDS)
+    )
+
+    names = [f"r{i}" for i in range(40)]
+    docs: dict[str, str] = {}
+    for name in names:
+        docs[name] = api.upload(name, CSV)["id"]
+        assert api.register(name, receiver.url()).status_code == 201
+        api.process(name)
+    open_doc = api.upload("open", CSV)["id"]  # never processed: unfinished
+    receiver.script("/retrying", [Reply(503), Reply(200)])
+    api.upload("retrying", CSV)
+    api.register("retrying", receiver.url("/retrying"))
+    api.process("retrying")
+
+    wait_until(lambda: len(receiver.received("/hook")) >= 40, 30, message="not all notified")
+    delivered = {api.deliveries(n)[0]["id"] for n in names}
+    assert len(delivered) == 40
+    wait_until(lambda: len(receiver.received("/retrying")) == 1, 20, message="first attempt")
+    assert api.batch("r0")["all_done"] is True  # still there right after the notification
+
+    wait_until(lambda: all(_gone(api, n) for n in names), 30, 0.2, "batches not purged")
+    for name in names:
+        assert api.http.get(f"/documents/{docs[name]}").status_code == 404
+        r = api.http.get(f"/batches/{name}/webhook/deliveries")
+        assert r.status_code == 404 and r.json()["error"]["type"] == "not_found"
+        assert api.http.get(f"/batches/{name}/results").status_code == 404
+    # The delivery still retrying (next attempt 7 s after the first) keeps its batch past the
+    # 4 s retention; the unfinished batch stays whatever its age.
+    assert not _gone(api, "retrying")
+    (pending,) = api.deliveries("retrying")
+    assert pending["status"] == "pending" and len(pending["attempts"]) == 1
+    assert api.batch("open")["all_done"] is False
+    assert api.http.get(f"/documents/{open_doc}").status_code == 200
+
+    # Once its delivery succeeds, the retrying batch goes too.
+    wait_until(lambda: len(receiver.accepted()) >= 42, 30, message="the retry never succeeded")
+    wait_until(lambda: _gone(api, "retrying"), 30, 0.2, "the retried batch was not purged")
+    api.http.delete("/batches/open")  # its only document was queued: canceled, finished
+    wait_until(lambda: _gone(api, "open"), 30, 0.2, "the deleted batch was not purged")
+    time.sleep(0.5)  # one more sweep: the outbox entries acknowledged meanwhile are trimmed
+
+    after = _relay_keys(redis)
+    assert after <= before, sorted(after - before)
+    assert len(after) <= len(before)
+    api.close()
