@@ -56,6 +56,10 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
         log_level=settings.log_level,
         access_log=False,
         server_header=False,
+        # The client address that relay.api.limits counts comes from X-Forwarded-For only
+        # when the connection is from one of these proxies.
+        proxy_headers=True,
+        forwarded_allow_ips=settings.forwarded_allow_ips,
     )
     return 0
 

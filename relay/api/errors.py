@@ -9,6 +9,8 @@ an error gets an HTTP status.
 - Redis unreachable, timing out, loading its dataset or read-only after a failover:
   503 ``store_unavailable`` with ``Retry-After: 1``; the clients reconnect by themselves, so
   the next request after Redis is back succeeds;
+- the pending-bytes quota (:class:`relay.exceptions.QuotaExceeded`): 429 ``quota_exceeded``
+  with ``Retry-After`` and ``RateLimit-*`` counted in bytes;
 - Starlette's ``HTTPException`` (unknown route, wrong method): the same JSON shape;
 - a client that hangs up mid-body: 400 (nobody reads it; it just must not be a 500);
 - anything else: 500 ``internal_error``, logged. No client input is meant to get there.
@@ -33,6 +35,7 @@ from relay.exceptions import (
     ConfigError,
     DeliveryNotFound,
     NotRetryable,
+    QuotaExceeded,
     StateError,
 )
 
@@ -49,11 +52,18 @@ class ApiError(Exception):
     status_code = 400
     error_type = "bad_request"
 
-    def __init__(self, message: str, *, error_type: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        error_type: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         if error_type is not None:
             self.error_type = error_type
+        self.headers = headers or {}
 
 
 class BadRequest(ApiError):
@@ -102,14 +112,27 @@ STATE_ERRORS: dict[type[StateError], tuple[int, str]] = {
     DeliveryNotFound: (404, "not_found"),
     BatchDeleted: (409, "batch_deleted"),
     NotRetryable: (409, "delivery_not_retryable"),
+    QuotaExceeded: (429, "quota_exceeded"),
     StateError: (409, "conflict"),
 }
+
+# Retry-After of a pending-bytes refusal: bytes are freed as the account's documents are
+# processed, which relay cannot foresee; a short fixed hint.
+QUOTA_RETRY_AFTER = 10
 
 
 def from_state_error(exc: StateError) -> ApiError:
     """The HTTP error for a refusal of the state layer."""
     status, error_type = next(v for cls, v in STATE_ERRORS.items() if isinstance(exc, cls))
-    err = ApiError(exc.message, error_type=error_type)
+    headers: dict[str, str] = {}
+    if isinstance(exc, QuotaExceeded):
+        headers = {
+            "RateLimit-Limit": str(exc.limit),
+            "RateLimit-Remaining": str(max(0, exc.limit - exc.pending)),
+            "RateLimit-Reset": str(QUOTA_RETRY_AFTER),
+            "Retry-After": str(QUOTA_RETRY_AFTER),
+        }
+    err = ApiError(exc.message, error_type=error_type, headers=headers)
     err.status_code = status
     return err
 
@@ -135,7 +158,9 @@ def error_json(
 
 
 def error_response(exc: ApiError, headers: dict[str, str] | None = None) -> Response:
-    """The response for an ApiError, with extra ``headers`` (e.g. the rate-limit ones)."""
+    """The response for an ApiError, with its own and extra ``headers`` (e.g. the
+    rate-limit ones)."""
+    headers = {**exc.headers, **(headers or {})}
     if exc.status_code == 401:
         headers = {**(headers or {}), "WWW-Authenticate": 'Bearer realm="relay"'}
     return error_json(exc.status_code, exc.error_type, exc.message, headers)

@@ -1,6 +1,7 @@
 -- The sweeper returns a document whose lease expired (its worker was lost):
 -- processing -> queued (started_at null) while claims < max, else -> failed worker_lost.
--- KEYS: 1 doc, 2 batch, 3 batch_started, 4 leases, 5 ready, 6 outbox, 7 blob
+-- KEYS: 1 doc, 2 batch, 3 batch_started, 4 leases, 5 ready, 6 outbox, 7 blob,
+--       8 account_pending_bytes
 -- ARGV: 1 doc id, 2 now (ms), 3 max claims
 -- Returns: 'requeued' | 'failed' | 'skip' (lease renewed meanwhile, or not processing).
 local expiry = redis.call('ZSCORE', KEYS[4], ARGV[1])
@@ -19,6 +20,7 @@ if tonumber(d[2] or '0') >= tonumber(ARGV[3]) then
              'error_code', 'worker_lost',
              'error_message', 'the worker processing this document was lost ' .. d[2] ..
              ' times', 'blob', '')
+  release_charge(KEYS[1], KEYS[8])
   redis.call('DEL', KEYS[7])
   redis.call('HINCRBY', KEYS[2], 'failed', 1)
   note_completion(KEYS[2], ARGV[2])
