@@ -12,6 +12,7 @@ import secrets
 import threading
 
 from relay.extract.loader import run_extractor
+from relay.redis_conn import retry_while_full
 from relay.store import BatchRef, Claim, Store
 from relay.worker_context import WorkerContext
 
@@ -62,7 +63,14 @@ def run_document(ctx: WorkerContext, doc_id: str, account: str, batch_name: str)
                 content_type=claim.content_type,
                 fields=claim.fields,
             )
-    stored, seq = store.finish(claim, line_items=rows, error=error)
+    # A full Redis refuses the finish before it changes anything; retry within the lease.
+    # If it stays full, the job fails and the expired lease brings the document back.
+    stored, seq = retry_while_full(
+        lambda: store.finish(claim, line_items=rows, error=error),
+        within=ctx.settings.lease_seconds / 2,
+        what=f"storing the outcome of {doc_id}",
+        log=log,
+    )
     if not stored:
         return "lease lost"
     outcome = "failed" if error else "succeeded"

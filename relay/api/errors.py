@@ -9,6 +9,8 @@ an error gets an HTTP status.
 - Redis unreachable, timing out, loading its dataset or read-only after a failover:
   503 ``store_unavailable`` with ``Retry-After: 1``; the clients reconnect by themselves, so
   the next request after Redis is back succeeds;
+- Redis full (``maxmemory`` reached, the ``OOM command not allowed`` reply): 503
+  ``store_full`` with ``Retry-After``; only writes meet it, reads go on;
 - the pending-bytes quota (:class:`relay.exceptions.QuotaExceeded`): 429 ``quota_exceeded``
   with ``Retry-After`` and ``RateLimit-*`` counted in bytes;
 - Starlette's ``HTTPException`` (unknown route, wrong method): the same JSON shape;
@@ -22,7 +24,7 @@ import json
 import logging
 from typing import Any
 
-from redis.exceptions import BusyLoadingError, ReadOnlyError
+from redis.exceptions import BusyLoadingError, ReadOnlyError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException
@@ -38,6 +40,7 @@ from relay.exceptions import (
     QuotaExceeded,
     StateError,
 )
+from relay.redis_conn import is_store_full
 
 logger = logging.getLogger("relay.api")
 
@@ -119,6 +122,8 @@ STATE_ERRORS: dict[type[StateError], tuple[int, str]] = {
 # Retry-After of a pending-bytes refusal: bytes are freed as the account's documents are
 # processed, which relay cannot foresee; a short fixed hint.
 QUOTA_RETRY_AFTER = 10
+# Retry-After of a full store: an operator (or retention) has to free memory first.
+STORE_FULL_RETRY_AFTER = 5
 
 
 def from_state_error(exc: StateError) -> ApiError:
@@ -188,6 +193,26 @@ async def on_store_unavailable(request: Request, exc: Exception) -> Response:
     )
 
 
+async def on_store_full(request: Request, exc: Exception) -> Response:
+    # maxmemory reached (noeviction): writes are refused until memory is freed; reads and
+    # every process carry on. Logged per request, like an outage, so an operator sees it.
+    logger.warning("store full (maxmemory) on %s %s: %s", request.method, request.url.path, exc)
+    return error_json(
+        503,
+        "store_full",
+        "the data store is full and refuses writes; reads still work; retry later",
+        {"Retry-After": str(STORE_FULL_RETRY_AFTER)},
+    )
+
+
+async def on_response_error(request: Request, exc: Exception) -> Response:
+    # redis-py raises OutOfMemoryError for the OOM reply; an older Redis wraps a script's
+    # OOM in a generic script error, recognised by its text. Anything else is a bug: 500.
+    if is_store_full(exc):
+        return await on_store_full(request, exc)
+    raise exc
+
+
 async def on_config_error(request: Request, exc: Exception) -> Response:
     # A server-side misconfiguration (e.g. RELAY_ENCRYPTION_KEY lacks the key that encrypted
     # the signing material): not the client's fault, and nothing it sent is lost.
@@ -228,6 +253,7 @@ def exception_handlers() -> dict[Any, Any]:
         BusyLoadingError: on_store_unavailable,
         RedisTimeoutError: on_store_unavailable,
         ReadOnlyError: on_store_unavailable,
+        ResponseError: on_response_error,  # OutOfMemoryError is a subclass
         HTTPException: on_http_exception,
         ClientDisconnect: on_client_disconnect,
         Exception: on_internal_error,

@@ -20,6 +20,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from functools import lru_cache
 
 import httpx
+from redis.exceptions import ResponseError
 
 from relay import keys, queues
 from relay.crypto import SigningMaterial
@@ -28,6 +29,7 @@ from relay.delivery.signing import build_headers
 from relay.delivery.ssrf import TargetPolicy, TargetUrl, classify_error, validate_url
 from relay.exceptions import UnsafeTarget
 from relay.model import Attempt
+from relay.redis_conn import is_store_full
 from relay.timefmt import now_ms
 from relay.webhook_store import ClaimedDelivery, WebhookStore
 from relay.worker_context import USER_AGENT, WorkerContext
@@ -142,12 +144,21 @@ def drain(ctx: WorkerContext, shard: int, *, budget: float = queues.DRAIN_BUDGET
                 shards = [s for s in store.due_shards(shard) if s != shard]
                 scanned = True
             if shards:
-                claimed = store.claim(
-                    shards[0],
-                    limit=min(2 * concurrency - len(inflight), ctx.settings.delivery_batch),
-                    lease_ms=lease_ms(ctx),
-                    token=token,
-                )
+                try:
+                    claimed = store.claim(
+                        shards[0],
+                        limit=min(2 * concurrency - len(inflight), ctx.settings.delivery_batch),
+                        lease_ms=lease_ms(ctx),
+                        token=token,
+                    )
+                except ResponseError as exc:
+                    if not is_store_full(exc):
+                        raise
+                    # Claim no more: what is due stays due, and the sweeper wakes the
+                    # shard again once Redis takes writes.
+                    log.warning("redis is full (maxmemory reached); drain stops claiming")
+                    shards, scanned = [], True
+                    continue
                 if not claimed:
                     shards.pop(0)
                     continue
@@ -170,7 +181,12 @@ def run_due(ctx: WorkerContext, shard: int) -> str:
     """RQ job: drain due deliveries, this shard's first; wake what is still due after."""
     ctx.redis.delete(keys.wake(shard))
     made = drain(ctx, shard)
-    ctx.metrics.flush(ctx.redis)
-    for due_shard in ctx.webhooks.due_shards(shard):  # the budget ran out: hand the rest on
-        queues.wake(ctx.redis, due_shard, ctx.settings)
+    try:
+        ctx.metrics.flush(ctx.redis)
+        for due_shard in ctx.webhooks.due_shards(shard):  # the budget ran out: hand it on
+            queues.wake(ctx.redis, due_shard, ctx.settings)
+    except ResponseError as exc:
+        if not is_store_full(exc):
+            raise
+        log.warning("redis is full (maxmemory reached); the sweeper wakes what is due later")
     return f"{made} attempt(s)"
