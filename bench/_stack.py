@@ -143,6 +143,10 @@ class Stack:
                 "RELAY_ALLOW_HTTP_TARGETS": "true",
                 "RELAY_ALLOW_PRIVATE_TARGETS": "true",
                 "RELAY_STATUS_RATE_LIMIT": "1000000/minute",
+                # The benchmarks measure throughput: no per-account quota may throttle them.
+                "RELAY_ACCOUNT_UPLOAD_RATE_LIMIT": "1000000/minute",
+                "RELAY_ACCOUNT_PROCESS_RATE_LIMIT": "1000000/minute",
+                "RELAY_ACCOUNT_MAX_PENDING_BYTES": str(64 * 1024**3),
                 "RELAY_LOG_LEVEL": "warning",
                 "PYTHONUNBUFFERED": "1",
                 "PYTHONPATH": str(ROOT),
