@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Protocol, TypeVar
 
 from relay.redis_server import AppendFsync, RedisServer
+from relay.store import BatchRef
 
 T = TypeVar("T")
 
@@ -50,3 +51,14 @@ def wait_until(
                 f"{message or 'condition not met'} (waited {timeout:g} s; last: {value!r})"
             )
         time.sleep(interval)
+
+
+def refs_in_distinct_shards(account: str, n: int) -> list[BatchRef]:
+    """``n`` batches of ``account`` that live in ``n`` different shards."""
+    found: dict[int, BatchRef] = {}
+    i = 0
+    while len(found) < n:
+        ref = BatchRef(account, f"b{i}")
+        found.setdefault(ref.shard, ref)
+        i += 1
+    return list(found.values())

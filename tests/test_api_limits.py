@@ -14,8 +14,8 @@ from relay.config import RateLimit
 from relay.detector import Detector, ensure_groups
 from relay.worker_context import WorkerContext
 from tests.api_fixtures import V1, Api, ApiFactory, api_factory_fixture  # noqa: F401
+from tests.helpers import refs_in_distinct_shards
 from tests.procs import Stack
-from tests.test_store_quota import refs_in_distinct_shards
 
 RATE_HEADERS = ("ratelimit-limit", "ratelimit-remaining", "ratelimit-reset")
 UNKNOWN_KEY = "rk_zzzzzzzz_" + "A" * 43

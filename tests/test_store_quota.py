@@ -17,21 +17,11 @@ from relay.blobs import BlobStore
 from relay.exceptions import QuotaExceeded
 from relay.model import Document, Status
 from relay.store import AsyncStore, BatchRef, Store
+from tests.helpers import refs_in_distinct_shards
 
 T = TypeVar("T")
 LEASE_MS = 60_000
 QUOTA = 1_000
-
-
-def refs_in_distinct_shards(account: str, n: int) -> list[BatchRef]:
-    """``n`` batches of ``account`` that live in ``n`` different shards."""
-    found: dict[int, BatchRef] = {}
-    i = 0
-    while len(found) < n:
-        ref = BatchRef(account, f"b{i}")
-        found.setdefault(ref.shard, ref)
-        i += 1
-    return list(found.values())
 
 
 class Harness:
