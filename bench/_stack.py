@@ -66,7 +66,14 @@ class Stack:
     def __post_init__(self) -> None:
         self.redis_server = RedisServer(self.tmp / "redis", appendonly=self.appendonly)
         self.redis_server.start()
-        settings = {"RELAY_STATUS_RATE_LIMIT": "1000000/minute", "RELAY_LOG_LEVEL": "warning"}
+        settings = {
+            "RELAY_STATUS_RATE_LIMIT": "1000000/minute",
+            # The benchmarks measure throughput: no per-account quota may throttle them.
+            "RELAY_ACCOUNT_UPLOAD_RATE_LIMIT": "1000000/minute",
+            "RELAY_ACCOUNT_PROCESS_RATE_LIMIT": "1000000/minute",
+            "RELAY_ACCOUNT_MAX_PENDING_BYTES": str(64 * 1024**3),
+            "RELAY_LOG_LEVEL": "warning",
+        }
         self.env = relay_env(self.redis_server.url, {**settings, **self.settings})
         self.redis = redis.Redis.from_url(self.redis_server.url)
 

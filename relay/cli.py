@@ -61,6 +61,10 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
         log_level=settings.log_level,
         access_log=False,
         server_header=False,
+        # The client address that relay.api.limits counts comes from X-Forwarded-For only
+        # when the connection is from one of these proxies.
+        proxy_headers=True,
+        forwarded_allow_ips=settings.forwarded_allow_ips,
     )
     return 0
 
@@ -79,9 +83,12 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     require_encryption_key(settings)
     ctx = WorkerContext(settings)
     ctx.http  # noqa: B018  (built now: its SSL context costs ~25 ms, not the first delivery's)
+    from relay.redis_conn import is_store_full
+
     backoff = 1.0
     while True:
         worker: RelayWorker | None = None
+        started = time.monotonic()
         try:
             worker = RelayWorker(
                 [queues.queue(ctx.redis, name) for name in queues.WORKER_QUEUES[args.queues]],
@@ -94,13 +101,21 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
                 with_scheduler=True,
                 logging_level=settings.log_level.upper(),
             )
-        except Exception:
+        except Exception as exc:
             # RQ gives up on Redis errors outside its dequeue loop (registering the worker,
-            # heartbeats, maintenance): come back by ourselves rather than need a supervisor.
-            log.warning("worker stopped on an error", exc_info=True)
+            # heartbeats, maintenance, recording a job's end - all writes, refused while
+            # Redis is full): come back by ourselves rather than need a supervisor. A job
+            # cut short this way loses nothing: its document's lease or its deliveries'
+            # leases bring the work back.
+            if is_store_full(exc):
+                log.warning("worker stopped: redis is full (maxmemory reached): %s", exc)
+            else:
+                log.warning("worker stopped on an error", exc_info=True)
         if args.burst or (worker is not None and worker.stop_requested):
             _finish_deliveries(ctx, wait_for_due=args.burst)
             return 0
+        if time.monotonic() - started > 60:  # it had been working: not a restart loop
+            backoff = 1.0
         log.warning("worker loop ended unexpectedly; starting again in %.0fs", backoff)
         try:
             time.sleep(backoff)
@@ -112,7 +127,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
             if worker is not None and worker.stop_requested:
                 return 0
             raise
-        backoff = min(backoff * 2, 30.0)
+        backoff = min(backoff * 2, 10.0)
 
 
 def _finish_deliveries(ctx: WorkerContext, *, wait_for_due: bool) -> None:

@@ -177,6 +177,42 @@ _FIELDS: tuple[_Field, ...] = (
         "Sliding-window limit per API key over the status endpoints",
     ),
     _Field(
+        "account_max_pending_bytes",
+        str(256 * 1024 * 1024),
+        _positive_int,
+        "Per account: uploaded bytes held in Redis awaiting processing (past it uploads are 429)",
+    ),
+    _Field(
+        "account_upload_rate_limit",
+        "600/minute",
+        RateLimit.parse,
+        "Per account: sliding-window limit on POST /documents",
+    ),
+    _Field(
+        "account_process_rate_limit",
+        "600/minute",
+        RateLimit.parse,
+        "Per account: sliding-window limit on POST /batches/{name}/process",
+    ),
+    _Field(
+        "account_retry_rate_limit",
+        "60/minute",
+        RateLimit.parse,
+        "Per account: sliding-window limit on manual delivery retries",
+    ),
+    _Field(
+        "auth_failure_rate_limit",
+        "60/minute",
+        RateLimit.parse,
+        "Per client address: requests with a missing or invalid API key (then 429)",
+    ),
+    _Field(
+        "forwarded_allow_ips",
+        "127.0.0.1",
+        str,
+        "Proxies trusted for X-Forwarded-For (the client address of the limits above)",
+    ),
+    _Field(
         "lease_seconds",
         "60",
         _positive_float,
@@ -286,6 +322,12 @@ class Settings:
     extract_max_depth: int
     blob_dir: str
     status_rate_limit: RateLimit
+    account_max_pending_bytes: int
+    account_upload_rate_limit: RateLimit
+    account_process_rate_limit: RateLimit
+    account_retry_rate_limit: RateLimit
+    auth_failure_rate_limit: RateLimit
+    forwarded_allow_ips: str
     lease_seconds: float
     max_document_attempts: int
     sweep_interval: float

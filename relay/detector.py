@@ -34,6 +34,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from relay import keys, queues
 from relay.model import Batch
+from relay.redis_conn import is_store_full
 from relay.retention import trim_outbox
 from relay.store import BatchRef
 from relay.webhook_store import notification_body
@@ -207,4 +208,11 @@ class Detector:
                 if "NOGROUP" in str(exc):  # Redis restarted without our groups
                     groups_ready = False
                     continue
-                raise
+                if not is_store_full(exc):
+                    raise
+                # maxmemory reached: writes are refused until memory is freed. Nothing is
+                # half-done (a script is refused before its first write); an outbox entry
+                # read but not acknowledged is taken up again by reclaim().
+                log.warning("redis is full (maxmemory reached); retrying in %.1fs", backoff)
+                self.stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)

@@ -9,7 +9,8 @@ them (the API in ``relay.api.errors``, the CLI to one line and an exit code).
     │   ├── BatchNotFound         no such batch (for this account)
     │   ├── BatchDeleted          the batch was deleted: it accepts no uploads or processing
     │   ├── DeliveryNotFound      no such delivery (for this batch or account)
-    │   └── NotRetryable          the delivery cannot be sent again (``reason`` says why)
+    │   ├── NotRetryable          the delivery cannot be sent again (``reason`` says why)
+    │   └── QuotaExceeded         the account holds too many bytes awaiting processing
     └── UnsafeTarget              a callback URL or address is not allowed (SSRF guard)
 
 Redis's own errors (unreachable, timing out, loading) are not wrapped: every edge maps
@@ -77,6 +78,21 @@ class NotRetryable(StateError):
     def __init__(self, reason: str) -> None:
         super().__init__(self.MESSAGES.get(reason, reason))
         self.reason = reason
+
+
+class QuotaExceeded(StateError):
+    """The upload would take the account's bytes held in Redis awaiting processing past
+    ``limit`` (``RELAY_ACCOUNT_MAX_PENDING_BYTES``); ``pending`` is what it holds (as read
+    just before the upload), ``size`` the refused upload's bytes."""
+
+    def __init__(self, *, limit: int, pending: int, size: int) -> None:
+        super().__init__(
+            f"the account holds {pending} bytes of uploads awaiting processing; {size} more "
+            f"would pass its quota of {limit} bytes: process or delete batches, then retry"
+        )
+        self.limit = limit
+        self.pending = pending
+        self.size = size
 
 
 class UnsafeTarget(RelayError):

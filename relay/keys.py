@@ -85,6 +85,12 @@ def account_batches(shard: int, account: str) -> str:
     return f"{PREFIX}:{tag(shard)}:account:{account}:batches"
 
 
+def account_pending_bytes(shard: int, account: str) -> str:
+    """String (integer): bytes of the account's uploads held in Redis in this shard and not
+    yet processed or canceled (the pending-bytes quota; ``relay.store``). Absent when 0."""
+    return f"{PREFIX}:{tag(shard)}:account:{account}:pending_bytes"
+
+
 def doc(shard: int, doc_id: str) -> str:
     """Hash: one document record."""
     return f"{PREFIX}:{tag(shard)}:doc:{doc_id}"
@@ -235,6 +241,17 @@ def api_keys() -> str:
 def rate_window(prefix: str) -> str:
     """Sorted set: the sliding window of one API key's status requests."""
     return f"{PREFIX}:ratelimit:{prefix}"
+
+
+def account_rate_window(kind: str, account: str) -> str:
+    """Sorted set: the sliding window of one account's writes of one kind (``uploads``,
+    ``process``, ``retries``)."""
+    return f"{PREFIX}:quota:{kind}:{account}"
+
+
+def auth_failure_window(address: str) -> str:
+    """Sorted set: the sliding window of one client address's requests with a bad API key."""
+    return f"{PREFIX}:authfail:{address}"
 
 
 def signing(account: str) -> str:

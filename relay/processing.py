@@ -20,6 +20,7 @@ import threading
 import time
 
 from relay import keys, queues
+from relay.redis_conn import retry_while_full
 from relay.store import BatchRef, Claim, Store
 from relay.worker_context import WorkerContext
 
@@ -106,7 +107,14 @@ def process_claimed(ctx: WorkerContext, claim: Claim) -> str:
                 content_type=claim.content_type,
                 fields=claim.fields,
             )
-    stored, seq = store.finish(claim, line_items=rows, error=error)
+    # A full Redis refuses the finish before it changes anything; retry within the lease.
+    # If it stays full, the job fails and the expired lease brings the document back.
+    stored, seq = retry_while_full(
+        lambda: store.finish(claim, line_items=rows, error=error),
+        within=ctx.settings.lease_seconds / 2,
+        what=f"storing the outcome of {claim.doc_id}",
+        log=log,
+    )
     if not stored:
         return "lease lost"
     outcome = "failed" if error else "succeeded"

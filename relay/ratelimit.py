@@ -1,4 +1,5 @@
-"""Sliding-window rate limiting per API key (``relay/lua/ratelimit.lua``).
+"""Sliding-window rate limiting (``relay/lua/ratelimit.lua``): per API key on the status
+endpoints, per account on writes, per client address on requests with a bad key.
 
 The window is exact: a sorted set of the admitted requests' times per key, trimmed, counted
 and added to atomically by one script, using the Redis server's clock.
@@ -15,6 +16,7 @@ import hashlib
 import itertools
 import math
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,10 +62,13 @@ class Decision:
 
 
 class SlidingWindow:
-    """One limit (``N`` per window) applied per API key prefix."""
+    """One limit (``N`` per window) applied per subject: by default an API key prefix;
+    ``key`` maps another kind of subject (an account, a client address) to its window's
+    Redis key."""
 
-    def __init__(self, rate: RateLimit) -> None:
+    def __init__(self, rate: RateLimit, key: Callable[[str], str] = keys.rate_window) -> None:
         self.rate = rate
+        self.key = key
         self.source = source(SCRIPT)
         # Redis names a script by the SHA-1 of its text; not a security use.
         self.sha = hashlib.sha1(self.source.encode(), usedforsecurity=False).hexdigest()
@@ -73,13 +78,13 @@ class SlidingWindow:
         self._counter = itertools.count()
 
     def queue(self, pipe: Any, prefix: str) -> None:
-        """Add this request's check for the key ``prefix`` to a pipeline (raw EVALSHA)."""
+        """Add this request's check for the subject ``prefix`` to a pipeline (raw EVALSHA)."""
         member = f"{self._token}:{next(self._counter)}"
         pipe.execute_command(
             "EVALSHA",
             self.sha,
             1,
-            keys.rate_window(prefix),
+            self.key(prefix),
             self.rate.window_ms,
             self.rate.limit,
             member,

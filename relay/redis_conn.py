@@ -16,17 +16,24 @@ What differs is what happens when a command fails on a live connection:
   twice would list its document twice), and a reply lost mid-flight does not tell whether Redis
   ran the command. The status endpoints' lane (:mod:`relay.lane`) does re-send, because what it
   sends is safe to run twice.
+
+:func:`is_store_full` and :func:`retry_while_full`: how every process recognises and rides out
+a full Redis (``maxmemory`` reached).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import redis
 import redis.asyncio
 import redis.asyncio.retry
 from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import OutOfMemoryError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.maint_notifications import MaintNotificationsConfig
 from redis.retry import Retry
@@ -71,3 +78,38 @@ def async_client(url: str, *, max_connections: int = 64) -> redis.asyncio.Redis:
         max_connections=max_connections,
         **_common(),
     )
+
+
+T = TypeVar("T")
+
+# The reply's text; an older Redis wraps a script's OOM in a generic script error.
+_OOM_TEXT = "command not allowed when used memory > 'maxmemory'"
+
+
+def is_store_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is Redis refusing a write because ``maxmemory`` is reached (under the
+    ``noeviction`` policy relay needs). Reads and deletes still work then; a script is
+    refused at its first write that may grow memory, before it has changed anything."""
+    return isinstance(exc, OutOfMemoryError) or (
+        isinstance(exc, ResponseError) and _OOM_TEXT in str(exc)
+    )
+
+
+def retry_while_full(
+    action: Callable[[], T], *, within: float, what: str, log: logging.Logger
+) -> T:
+    """Run ``action``; while Redis answers that it is full, log it and try again with
+    backoff (0.2 s doubling to 5 s) for up to ``within`` seconds, then raise the last
+    error. Any other error is raised at once."""
+    deadline = time.monotonic() + within
+    delay = 0.2
+    while True:
+        try:
+            return action()
+        except ResponseError as exc:
+            left = deadline - time.monotonic()
+            if not is_store_full(exc) or left <= 0:
+                raise
+            log.warning("redis is full (maxmemory reached): %s retries in %.1fs", what, delay)
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, 5.0)

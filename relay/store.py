@@ -19,7 +19,7 @@ from redis.exceptions import ResponseError
 
 from relay import keys
 from relay.blobs import BlobStore
-from relay.exceptions import BatchDeleted, BatchNotFound, StateError
+from relay.exceptions import BatchDeleted, BatchNotFound, QuotaExceeded, StateError
 from relay.model import Batch, Document
 from relay.scripts import AsyncScripts, Scripts, refusal
 from relay.timefmt import now_ms
@@ -94,27 +94,62 @@ def _doc_keys(ref: BatchRef, doc_id: str) -> dict[str, str]:
         "outbox": keys.outbox(s),
         "items": keys.doc_items(s, doc_id),
         "blob": keys.blob(s, doc_id),
+        "pending_bytes": keys.account_pending_bytes(s, ref.account),
     }
 
 
 class AsyncStore:
-    """The API's view: uploads, hand-outs, deletes and reads."""
+    """The API's view: uploads, hand-outs, deletes and reads.
+
+    ``max_pending_bytes`` is the per-account quota on uploaded bytes held in Redis awaiting
+    processing (None: no quota). A batch lives in one of ``keys.SHARDS`` shards and a script
+    touches one shard, so each account has one counter per shard, changed only by the
+    scripts that add or remove a blob (exact, never drifting). An upload reads the other
+    shards' counters first (one pipelined round trip) and its script admits it against the
+    quota minus their sum, atomically with its own shard's counter. Two uploads of one
+    account racing into *different* shards can each pass on the other's stale count, so
+    the quota can be overshot by at most the uploads in flight at that moment (each at most
+    ``RELAY_MAX_UPLOAD_BYTES``); within a shard it is exact.
+    """
 
     def __init__(
-        self, client: redis.asyncio.Redis, blobs: BlobStore, clock: Callable[[], int] = now_ms
+        self,
+        client: redis.asyncio.Redis,
+        blobs: BlobStore,
+        clock: Callable[[], int] = now_ms,
+        *,
+        max_pending_bytes: int | None = None,
     ) -> None:
         self.redis = client
         self.scripts = AsyncScripts(client)
         self.blobs = blobs
         self.clock = clock  # ms since the epoch; tests pass their own
+        self.max_pending_bytes = max_pending_bytes
+
+    async def pending_bytes(self, account: str) -> list[int]:
+        """The account's uploaded bytes held in Redis awaiting processing, per shard."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for s in range(keys.SHARDS):
+                pipe.get(keys.account_pending_bytes(s, account))
+            replies = await pipe.execute()
+        return [int(r or 0) for r in replies]
 
     async def upload(
         self, ref: BatchRef, *, filename: str, content_type: str, content: bytes
     ) -> Document:
-        """Create a queued document; raises BatchDeleted when the batch was deleted."""
+        """Create a queued document. Raises BatchDeleted when the batch was deleted,
+        QuotaExceeded when its bytes would pass the account's pending-bytes quota."""
         s = ref.shard
         doc_id = keys.new_id("doc", s)
         in_redis = self.blobs.kind == "redis"
+        # Only bytes held in Redis are charged: the directory store keeps them on its own
+        # disk, which its mount bounds (docs/decisions.md).
+        charge = len(content) if in_redis else 0
+        allowance, pending = -1, 0
+        if charge and self.max_pending_bytes is not None:
+            per_shard = await self.pending_bytes(ref.account)
+            pending = sum(per_shard)
+            allowance = max(0, self.max_pending_bytes - (pending - per_shard[s]))
         if not in_redis:
             await asyncio.to_thread(self.blobs.write_file, doc_id, content)
         try:
@@ -127,6 +162,7 @@ class AsyncStore:
                     keys.doc(s, doc_id),
                     keys.account_batches(s, ref.account),
                     keys.blob(s, doc_id),
+                    keys.account_pending_bytes(s, ref.account),
                 ],
                 [
                     ref.account,
@@ -139,10 +175,16 @@ class AsyncStore:
                     content if in_redis else b"",
                     "1" if in_redis else "0",
                     self.blobs.kind,
+                    charge,
+                    allowance,
                 ],
             )
         except ResponseError as exc:
             self.blobs.discard(doc_id, self.blobs.kind)
+            if refusal(exc) == "quota" and self.max_pending_bytes is not None:
+                raise QuotaExceeded(
+                    limit=self.max_pending_bytes, pending=pending, size=charge
+                ) from exc
             raise _batch_refusal(ref, exc) from exc
         doc = await self.get_document(ref.account, doc_id)
         if doc is None:  # the upload script ran: only a concurrent FLUSHALL gets here
@@ -181,6 +223,7 @@ class AsyncStore:
                 keys.batch_pending(s, ref.account, ref.name),
                 keys.fair_ring(s),
                 keys.outbox(s),
+                keys.account_pending_bytes(s, ref.account),
             ],
             [self.clock(), keys.shard_prefix(s)],
         )
@@ -333,7 +376,15 @@ class Store:
         code, message = error if error is not None else ("", "")
         reply = self.scripts(
             "finish",
-            [k["doc"], k["batch"], k["leases"], k["outbox"], k["items"], k["blob"]],
+            [
+                k["doc"],
+                k["batch"],
+                k["leases"],
+                k["outbox"],
+                k["items"],
+                k["blob"],
+                k["pending_bytes"],
+            ],
             [
                 claim.doc_id,
                 claim.token,
@@ -365,7 +416,15 @@ class Store:
         k = _doc_keys(ref, doc_id)
         reply = self.scripts(
             "requeue",
-            [k["doc"], k["batch"], k["started"], k["leases"], k["outbox"], k["blob"]],
+            [
+                k["doc"],
+                k["batch"],
+                k["started"],
+                k["leases"],
+                k["outbox"],
+                k["blob"],
+                k["pending_bytes"],
+            ],
             [doc_id, self.clock(), max_claims, keys.shard_prefix(ref.shard), ref.account, ref.name],
         )
         return str(reply.decode() if isinstance(reply, bytes) else reply)

@@ -16,6 +16,7 @@ import redis.asyncio
 from relay.procs import free_port as free_port
 from relay.procs import wait_until as wait_until
 from relay.redis_server import AppendFsync, RedisServer
+from relay.store import BatchRef
 from relay.timefmt import now_ms
 
 T = TypeVar("T")
@@ -71,3 +72,14 @@ class Clients:
         self.run(self.aclient.aclose())
         self.loop.close()
         self.client.close()
+
+
+def refs_in_distinct_shards(account: str, n: int) -> list[BatchRef]:
+    """``n`` batches of ``account`` that live in ``n`` different shards."""
+    found: dict[int, BatchRef] = {}
+    i = 0
+    while len(found) < n:
+        ref = BatchRef(account, f"b{i}")
+        found.setdefault(ref.shard, ref)
+        i += 1
+    return list(found.values())

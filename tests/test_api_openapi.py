@@ -69,6 +69,10 @@ def test_every_operation_documents_its_errors(api: Api) -> None:
                 assert op["security"] == []
                 continue
             assert "401" in responses and "503" in responses, (method, path)
+            # Any call can be refused for too many bad keys from its address (or a quota).
+            assert {"Retry-After", "RateLimit-Limit", "RateLimit-Remaining"} <= set(
+                responses["429"]["headers"]
+            ), (method, path)
             error = responses["401"]["content"]["application/json"]["schema"]
             assert error == {"$ref": "#/components/schemas/Error"}
             if method == "get" and path in status_paths:
@@ -83,3 +87,14 @@ def test_every_operation_documents_its_errors(api: Api) -> None:
     assert schema == {"$ref": "#/components/schemas/Upload"}
     fields = doc["components"]["schemas"]["Upload"]["properties"]
     assert fields["file"]["format"] == "binary" and "batch_name" in fields
+
+
+def test_rate_limited_writes_document_their_rate_headers(api: Api) -> None:
+    doc = api.client.get("/openapi.json").json()["paths"]
+    for path, method, code in [
+        (f"{V1}/documents", "post", "201"),
+        (f"{V1}/batches/{{name}}/process", "post", "202"),
+        (f"{V1}/batches/{{name}}/webhook/deliveries/{{id}}/retry", "post", "202"),
+    ]:
+        headers = doc[path][method]["responses"][code]["headers"]
+        assert {"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"} <= set(headers)

@@ -18,6 +18,7 @@ from starlette.routing import BaseRoute, Route
 
 from relay.api import batches, documents, health, openapi, webhooks
 from relay.api.errors import exception_handlers
+from relay.api.limits import Limits
 from relay.api.state import STATE_KEY, AppState
 from relay.auth import KeyCache
 from relay.blobs import BlobStore
@@ -65,13 +66,18 @@ def create_app(settings: Settings) -> Starlette:
                 settings=settings,
                 redis=client,
                 sync_redis=sync,
-                store=AsyncStore(client, BlobStore(settings.blob_dir)),
+                store=AsyncStore(
+                    client,
+                    BlobStore(settings.blob_dir),
+                    max_pending_bytes=settings.account_max_pending_bytes,
+                ),
                 webhooks=AsyncWebhookStore(client),
                 signing=SigningKeys(Encryptor.from_setting(settings.encryption_key)),
                 policy=TargetPolicy.from_settings(settings),
                 key_cache=KeyCache(),
                 status_limit=SlidingWindow(settings.status_rate_limit),
                 lane=lane,
+                limits=Limits.from_settings(settings),
             ),
         )
         try:

@@ -18,6 +18,7 @@ from relay.api.access import authenticate
 from relay.api.bodies import json_response, read_json
 from relay.api.errors import NotFound, Unprocessable
 from relay.api.gate import no_reads, serve_status
+from relay.api.limits import PROCESS
 from relay.api.paging import (
     decode_listing_cursor,
     decode_position,
@@ -68,6 +69,7 @@ async def process_batch(request: Request) -> Response:
     """Hand the batch's queued, not yet handed documents to the workers: 202, the batch."""
     account = await authenticate(request)
     st = state(request)
+    rate_headers = await st.limits.admit(st.redis, PROCESS, account)
     ref = batch_ref(request, account)
     fields = parse_fields(await read_json(request, allow_empty=True))
     doc_ids = await st.store.process(ref, fields)
@@ -78,7 +80,7 @@ async def process_batch(request: Request) -> Response:
     batch = await st.store.get_batch(ref)
     if batch is None:
         raise NotFound("no such batch")
-    return json_response(batch.to_json(), 202)
+    return json_response(batch.to_json(), 202, headers=rate_headers)
 
 
 async def get_batch(request: Request) -> Response:

@@ -31,6 +31,7 @@ from relay.api.errors import (
     UnsupportedMediaType,
 )
 from relay.api.gate import serve_status
+from relay.api.limits import UPLOADS
 from relay.api.state import state
 from relay.model import Document, valid_batch_name
 from relay.store import BatchRef
@@ -101,9 +102,12 @@ def _single(form: FormData, name: str) -> Any:
 
 
 async def upload_document(request: Request) -> Response:
-    """Store one uploaded file as a queued document of a batch (created if new): 201."""
+    """Store one uploaded file as a queued document of a batch (created if new): 201.
+    Counted against the account's upload rate before the body is read; its bytes count
+    against the account's pending-bytes quota (``relay.store.AsyncStore``)."""
     account = await authenticate(request)
     st = state(request)
+    rate_headers = await st.limits.admit(st.redis, UPLOADS, account)
     limit = st.settings.max_upload_bytes
     form = await _parse_form(request, limit + MULTIPART_OVERHEAD)
     try:
@@ -136,7 +140,11 @@ async def upload_document(request: Request) -> Response:
         content_type=content_type,
         content=content,
     )
-    return json_response(doc.to_json(), 201, headers={"Location": f"/api/v1/documents/{doc.id}"})
+    return json_response(
+        doc.to_json(),
+        201,
+        headers={"Location": f"/api/v1/documents/{doc.id}", **rate_headers},
+    )
 
 
 async def get_document(request: Request) -> Response:

@@ -10,6 +10,10 @@ an error gets an HTTP status.
   :class:`relay.exceptions.StoreUnavailable` (the status lane's own failures):
   503 ``store_unavailable`` with ``Retry-After: 1``; the clients reconnect by themselves, so
   the next request after Redis is back succeeds;
+- Redis full (``maxmemory`` reached, the ``OOM command not allowed`` reply): 503
+  ``store_full`` with ``Retry-After``; only writes meet it, reads go on;
+- the pending-bytes quota (:class:`relay.exceptions.QuotaExceeded`): 429 ``quota_exceeded``
+  with ``Retry-After`` and ``RateLimit-*`` counted in bytes;
 - Starlette's ``HTTPException`` (unknown route, wrong method): the same JSON shape;
 - a client that hangs up mid-body: 400 (nobody reads it; it just must not be a 500);
 - anything else: 500 ``internal_error``, logged. No client input is meant to get there.
@@ -21,7 +25,7 @@ import json
 import logging
 from typing import Any
 
-from redis.exceptions import BusyLoadingError, ReadOnlyError
+from redis.exceptions import BusyLoadingError, ReadOnlyError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException
@@ -34,9 +38,11 @@ from relay.exceptions import (
     ConfigError,
     DeliveryNotFound,
     NotRetryable,
+    QuotaExceeded,
     StateError,
     StoreUnavailable,
 )
+from relay.redis_conn import is_store_full
 
 logger = logging.getLogger("relay.api")
 
@@ -51,11 +57,18 @@ class ApiError(Exception):
     status_code = 400
     error_type = "bad_request"
 
-    def __init__(self, message: str, *, error_type: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        error_type: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         if error_type is not None:
             self.error_type = error_type
+        self.headers = headers or {}
 
 
 class BadRequest(ApiError):
@@ -104,14 +117,29 @@ STATE_ERRORS: dict[type[StateError], tuple[int, str]] = {
     DeliveryNotFound: (404, "not_found"),
     BatchDeleted: (409, "batch_deleted"),
     NotRetryable: (409, "delivery_not_retryable"),
+    QuotaExceeded: (429, "quota_exceeded"),
     StateError: (409, "conflict"),
 }
+
+# Retry-After of a pending-bytes refusal: bytes are freed as the account's documents are
+# processed, which relay cannot foresee; a short fixed hint.
+QUOTA_RETRY_AFTER = 10
+# Retry-After of a full store: an operator (or retention) has to free memory first.
+STORE_FULL_RETRY_AFTER = 5
 
 
 def from_state_error(exc: StateError) -> ApiError:
     """The HTTP error for a refusal of the state layer."""
     status, error_type = next(v for cls, v in STATE_ERRORS.items() if isinstance(exc, cls))
-    err = ApiError(exc.message, error_type=error_type)
+    headers: dict[str, str] = {}
+    if isinstance(exc, QuotaExceeded):
+        headers = {
+            "RateLimit-Limit": str(exc.limit),
+            "RateLimit-Remaining": str(max(0, exc.limit - exc.pending)),
+            "RateLimit-Reset": str(QUOTA_RETRY_AFTER),
+            "Retry-After": str(QUOTA_RETRY_AFTER),
+        }
+    err = ApiError(exc.message, error_type=error_type, headers=headers)
     err.status_code = status
     return err
 
@@ -137,7 +165,9 @@ def error_json(
 
 
 def error_response(exc: ApiError, headers: dict[str, str] | None = None) -> Response:
-    """The response for an ApiError, with extra ``headers`` (e.g. the rate-limit ones)."""
+    """The response for an ApiError, with its own and extra ``headers`` (e.g. the
+    rate-limit ones)."""
+    headers = {**exc.headers, **(headers or {})}
     if exc.status_code == 401:
         headers = {**(headers or {}), "WWW-Authenticate": 'Bearer realm="relay"'}
     return error_json(exc.status_code, exc.error_type, exc.message, headers)
@@ -163,6 +193,26 @@ async def on_store_unavailable(request: Request, exc: Exception) -> Response:
         "the data store is unreachable; retry shortly",
         {"Retry-After": "1"},
     )
+
+
+async def on_store_full(request: Request, exc: Exception) -> Response:
+    # maxmemory reached (noeviction): writes are refused until memory is freed; reads and
+    # every process carry on. Logged per request, like an outage, so an operator sees it.
+    logger.warning("store full (maxmemory) on %s %s: %s", request.method, request.url.path, exc)
+    return error_json(
+        503,
+        "store_full",
+        "the data store is full and refuses writes; reads still work; retry later",
+        {"Retry-After": str(STORE_FULL_RETRY_AFTER)},
+    )
+
+
+async def on_response_error(request: Request, exc: Exception) -> Response:
+    # redis-py raises OutOfMemoryError for the OOM reply; an older Redis wraps a script's
+    # OOM in a generic script error, recognised by its text. Anything else is a bug: 500.
+    if is_store_full(exc):
+        return await on_store_full(request, exc)
+    raise exc
 
 
 async def on_config_error(request: Request, exc: Exception) -> Response:
@@ -206,6 +256,7 @@ def exception_handlers() -> dict[Any, Any]:
         BusyLoadingError: on_store_unavailable,
         RedisTimeoutError: on_store_unavailable,
         ReadOnlyError: on_store_unavailable,
+        ResponseError: on_response_error,  # OutOfMemoryError is a subclass
         HTTPException: on_http_exception,
         ClientDisconnect: on_client_disconnect,
         Exception: on_internal_error,

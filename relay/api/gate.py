@@ -33,7 +33,9 @@ not re-sent: the request fails fast with 503.
 
 Every answer after authentication - 200, 404, 422, 429 - carries ``RateLimit-Limit``,
 ``RateLimit-Remaining`` and ``RateLimit-Reset``; a 429 also ``Retry-After``. A 401 carries
-none: without a valid key there is no window to report.
+none: without a valid key there is no window to report. A failed authentication is counted
+against the client's address (``relay.api.access.refuse``: one more round trip, on failures
+only), and past that limit it is a 429 with the address window's headers.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from relay import keys
-from relay.api.access import presented_key
+from relay.api.access import presented_key, refuse
 from relay.api.bodies import json_response
 from relay.api.errors import ApiError, RateLimited, Unauthorized, error_response
 from relay.api.state import AppState, state
@@ -81,9 +83,7 @@ async def _send(st: AppState, presented: PresentedKey, account: str, reads: Read
     return replies
 
 
-async def serve_status(request: Request, reads: Reads, render: Render) -> Response:
-    """Authenticate, count and read in one round trip, then render (module docstring)."""
-    st = state(request)
+async def _authenticated(st: AppState, request: Request, reads: Reads) -> tuple[str, list[Any]]:
     presented = presented_key(request)
     account = st.key_cache.get(presented)
     if account is None:
@@ -95,6 +95,16 @@ async def serve_status(request: Request, reads: Reads, render: Render) -> Respon
     if check_record(replies[0], presented) != account:
         st.key_cache.drop(presented.prefix)
         raise Unauthorized("unknown or revoked API key")
+    return account, replies
+
+
+async def serve_status(request: Request, reads: Reads, render: Render) -> Response:
+    """Authenticate, count and read in one round trip, then render (module docstring)."""
+    st = state(request)
+    try:
+        account, replies = await _authenticated(st, request, reads)
+    except Unauthorized as exc:
+        raise await refuse(request, exc) from None
     decision = st.status_limit.decide(replies[1])
     headers = decision.headers()
     if not decision.allowed:

@@ -25,6 +25,7 @@ from relay.api.openapi_parts import (
     int_header,
     json_body,
     operation,
+    rate_headers,
     status_operation,
     string_header,
 )
@@ -54,7 +55,10 @@ def _document_paths() -> dict[str, Any]:
                     "201": response(
                         "Document",
                         "The queued document.",
-                        {"Location": string_header("The document's URL (GET it to poll).")},
+                        {
+                            "Location": string_header("The document's URL (GET it to poll)."),
+                            **rate_headers(),
+                        },
                     ),
                     **errors(400, 401, 409, 413, 415, 422),
                 },
@@ -96,7 +100,7 @@ def _batch_paths() -> dict[str, Any]:
                 "Hand every queued, not yet handed document to the workers (idempotent).",
                 "batches",
                 {
-                    "202": response("Batch", "The batch."),
+                    "202": response("Batch", "The batch.", rate_headers()),
                     **errors(400, 401, 404, 409, 413, 415, 422),
                 },
                 params=[NAME],
@@ -161,7 +165,10 @@ def _webhook_paths() -> dict[str, Any]:
                 "retryDelivery",
                 "Deliver a failed, canceled or succeeded delivery again now (same webhook-id).",
                 "webhooks",
-                {"202": response("Delivery", "Scheduled now."), **errors(401, 404, 409)},
+                {
+                    "202": response("Delivery", "Scheduled now.", rate_headers()),
+                    **errors(401, 404, 409),
+                },
                 params=[NAME, DELIVERY_ID],
             )
         },

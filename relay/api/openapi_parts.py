@@ -19,13 +19,20 @@ ERROR_TEXT = {
     413: "The body is too large.",
     415: "Wrong Content-Type.",
     422: "Validation failed (body, parameters, cursor).",
-    429: "Rate limit exceeded; see Retry-After.",
-    503: "The data store is unreachable; retry shortly.",
+    429: "Too many requests (rate_limited: a status or write rate of the API key's account, "
+    "or too many invalid API keys from this address; quota_exceeded: the account's uploads "
+    "awaiting processing hold too many bytes, RateLimit-* then count bytes); see Retry-After.",
+    503: "The data store is unreachable (store_unavailable) or full (store_full: writes are "
+    "refused, reads work); see Retry-After.",
 }
 
 _RATE_HEADERS = {
-    "RateLimit-Limit": ("Requests allowed per window for this API key.", 1),
-    "RateLimit-Remaining": ("Requests left in the current window.", 0),
+    "RateLimit-Limit": (
+        "Requests allowed per window (per API key on status endpoints, per account on "
+        "writes, per client address for invalid keys; bytes for quota_exceeded).",
+        1,
+    ),
+    "RateLimit-Remaining": ("Requests (or bytes) left in the current window.", 0),
     "RateLimit-Reset": ("Seconds until the oldest counted request leaves the window.", 0),
 }
 
@@ -61,18 +68,20 @@ def json_response(schema: str, description: str, headers: dict[str, Any] | None 
 
 
 def errors(*codes: int, rate_limited: bool = False) -> dict[str, Any]:
-    """Error responses for ``codes`` plus 503 (every route that reads Redis can answer it).
+    """Error responses for ``codes`` plus 503 (every route that reads Redis can answer it)
+    and, with 401, 429 (a client address past its limit of invalid keys gets 429).
 
-    With ``rate_limited`` every error after authentication carries the rate-limit headers.
+    With ``rate_limited`` every error after authentication carries the rate-limit headers;
+    a 429 always carries them and ``Retry-After``.
     """
     out: dict[str, Any] = {}
-    for code in sorted({*codes, 503}):
+    for code in sorted({*codes, 503} | ({429} if 401 in codes else set())):
         headers: dict[str, Any] | None = None
         if code == 503:
             headers = {"Retry-After": int_header("Seconds to wait before retrying.", 1)}
         elif code == 401:
             headers = {"WWW-Authenticate": string_header('The scheme: Bearer realm="relay".')}
-        elif rate_limited:
+        elif rate_limited or code == 429:
             headers = rate_headers(retry_after=code == 429)
         out[str(code)] = json_response("Error", ERROR_TEXT[code], headers)
     return out

@@ -8,6 +8,7 @@ import redis
 import redis.asyncio
 from starlette.requests import Request
 
+from relay.api.limits import Limits
 from relay.auth import KeyCache
 from relay.config import Settings
 from relay.delivery.addresses import TargetPolicy
@@ -34,6 +35,7 @@ class AppState:
     key_cache: KeyCache
     status_limit: SlidingWindow
     lane: StatusClient  # the status endpoints' one round trip (relay.api.gate)
+    limits: Limits  # per-account write rates, bad keys per client address
 
 
 def state(request: Request) -> AppState:

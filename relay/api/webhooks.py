@@ -13,6 +13,7 @@ from relay import keys, queues
 from relay.api.access import authenticate
 from relay.api.bodies import json_response, read_json
 from relay.api.errors import NotFound, Unprocessable
+from relay.api.limits import RETRIES
 from relay.api.paging import decode_position, encode_position, page_params
 from relay.api.paths import batch_ref
 from relay.api.state import AppState, state
@@ -25,13 +26,16 @@ from relay.timefmt import rfc3339
 MAX_URL_CHARS = 2048
 
 
+async def _existing(st: AppState, ref: BatchRef) -> BatchRef:
+    if not await st.redis.exists(ref.key):
+        raise NotFound(f"no batch named {ref.name!r}")
+    return ref
+
+
 async def _batch(request: Request) -> tuple[AppState, BatchRef]:
     account = await authenticate(request)
     st = state(request)
-    ref = batch_ref(request, account)
-    if not await st.redis.exists(ref.key):
-        raise NotFound(f"no batch named {ref.name!r}")
-    return st, ref
+    return st, await _existing(st, batch_ref(request, account))
 
 
 async def _wake(st: AppState, ref: BatchRef) -> None:
@@ -90,10 +94,14 @@ async def list_deliveries(request: Request) -> Response:
 
 
 async def retry_delivery(request: Request) -> Response:
-    st, ref = await _batch(request)
+    """Send a delivery again now: 202. Counted against the account's retry rate first."""
+    account = await authenticate(request)
+    st = state(request)
+    rate_headers = await st.limits.admit(st.redis, RETRIES, account)
+    ref = await _existing(st, batch_ref(request, account))
     delivery = await st.webhooks.retry(ref, request.path_params["id"])
     await _wake(st, ref)
-    return json_response(delivery.to_json(), 202)
+    return json_response(delivery.to_json(), 202, headers=rate_headers)
 
 
 def _signing_json(materials: list[SigningMaterial], previous_until: int | None) -> dict[str, Any]:

@@ -73,3 +73,18 @@ local function refresh_started(batch_key, started_key)
     redis.call('HSET', batch_key, 'started_at', '')
   end
 end
+
+-- Pending-bytes quota (relay.store): an upload whose bytes stay in Redis is charged to its
+-- account's counter in the batch's shard (keys.account_pending_bytes), and the document
+-- records how much in its 'charged' field. Whatever removes the blob (finish, cancel,
+-- worker_lost, purge) calls this in the same script, so the counters never drift.
+-- Idempotent: a second call finds nothing charged. The counter key is deleted at 0.
+local function release_charge(doc_key, pending_key)
+  local n = tonumber(redis.call('HGET', doc_key, 'charged') or '0') or 0
+  if n > 0 then
+    redis.call('HSET', doc_key, 'charged', 0)
+    if redis.call('DECRBY', pending_key, n) <= 0 then
+      redis.call('DEL', pending_key)
+    end
+  end
+end

@@ -1,5 +1,6 @@
 -- Delete a batch: queued documents -> canceled; processing ones finish; no more uploads.
--- KEYS: 1 batch, 2 batch_docs, 3 batch_pending, 4 fair_ring (its documents leave it), 5 outbox
+-- KEYS: 1 batch, 2 batch_docs, 3 batch_pending, 4 fair_ring (its documents leave it), 5 outbox,
+--       6 account_pending_bytes
 -- ARGV: 1 now (ms), 2 the shard's key prefix (documents and blobs are derived from it)
 -- Returns: {found (1/0), canceled document ids...}
 -- Documents' keys are derived from ARGV[2] (same hash tag as KEYS) because a batch may hold
@@ -21,6 +22,7 @@ for _, id in ipairs(ids) do
   local dk = key_doc(ARGV[2], id)
   if redis.call('HGET', dk, 'status') == 'queued' then
     redis.call('HSET', dk, 'status', 'canceled', 'completed_at', ARGV[1], 'blob', '')
+    release_charge(dk, KEYS[6])
     redis.call('DEL', key_blob(ARGV[2], id))
     redis.call('HINCRBY', KEYS[1], 'queued', -1)
     redis.call('HINCRBY', KEYS[1], 'canceled', 1)

@@ -10,6 +10,9 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local window = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
+-- Keep this trim the script's first write: Redis refuses a script at its first write that
+-- may grow memory when maxmemory is reached, and a trim (which only frees) lets the rest
+-- run, so the status endpoints keep answering while the store is full.
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
 local count = redis.call('ZCARD', KEYS[1])
 local allowed = 0

@@ -1,6 +1,6 @@
 -- The sweeper returns a document whose lease expired (its worker was lost):
 -- processing -> queued (started_at null) while claims < max, else -> failed worker_lost.
--- KEYS: 1 doc, 2 batch, 3 batch_started, 4 leases, 5 outbox, 6 blob
+-- KEYS: 1 doc, 2 batch, 3 batch_started, 4 leases, 5 outbox, 6 blob, 7 account_pending_bytes
 -- ARGV: 1 doc id, 2 now (ms), 3 max claims, 4 the shard's key prefix (the fair queue's keys
 --       derive from it), 5 account, 6 batch name
 -- A requeued document goes to the front of its batch's list in the fair queue.
@@ -21,6 +21,7 @@ if tonumber(d[2] or '0') >= tonumber(ARGV[3]) then
              'error_code', 'worker_lost',
              'error_message', 'the worker processing this document was lost ' .. d[2] ..
              ' times', 'blob', '')
+  release_charge(KEYS[1], KEYS[7])
   redis.call('DEL', KEYS[6])
   redis.call('HINCRBY', KEYS[2], 'failed', 1)
   note_completion(KEYS[2], ARGV[2])

@@ -1,13 +1,24 @@
 -- Add one queued document to a batch, creating the batch on its first upload.
--- KEYS: 1 batch, 2 batch_docs, 3 batch_pending, 4 doc, 5 account_batches, 6 blob
+-- KEYS: 1 batch, 2 batch_docs, 3 batch_pending, 4 doc, 5 account_batches, 6 blob,
+--       7 account_pending_bytes (this shard's counter of the account)
 -- ARGV: 1 account, 2 batch name, 3 doc id, 4 filename, 5 content_type, 6 size, 7 now (ms),
 --       8 blob bytes, 9 '1' when the bytes go to KEYS[6] (Redis blob store) else '0',
---       10 blob reference (directory store path, or '')
+--       10 blob reference (directory store path, or ''), 11 bytes to charge to KEYS[7]
+--       (0: nothing held in Redis), 12 what KEYS[7] may reach after this upload: the
+--       account's quota minus its other shards' counters (-1: no quota)
 -- Derived from KEYS[1] (same hash tag): the shard's retention index `finished`.
--- Returns: 1, or the refusal 'deleted' when the batch was deleted.
+-- Returns: 1, or the refusal 'deleted' when the batch was deleted, 'quota' when the
+-- charge would take KEYS[7] past ARGV[12] (nothing is written then).
 local batch = redis.call('HMGET', KEYS[1], 'created_at', 'deleted_at')
 if batch[2] and batch[2] ~= '' then
   return refuse('deleted')
+end
+local charge = tonumber(ARGV[11])
+local allowance = tonumber(ARGV[12])
+if charge > 0 and allowance >= 0 then
+  if tonumber(redis.call('GET', KEYS[7]) or '0') + charge > allowance then
+    return refuse('quota')
+  end
 end
 if not batch[1] then
   redis.call('HSET', KEYS[1], 'account', ARGV[1], 'name', ARGV[2], 'created_at', ARGV[7],
@@ -19,9 +30,12 @@ end
 redis.call('HSET', KEYS[4], 'id', ARGV[3], 'account', ARGV[1], 'batch', ARGV[2],
            'filename', ARGV[4], 'content_type', ARGV[5], 'size', ARGV[6], 'status', 'queued',
            'created_at', ARGV[7], 'started_at', '', 'completed_at', '', 'claims', 0,
-           'blob', ARGV[10])
+           'blob', ARGV[10], 'charged', charge)
 if ARGV[9] == '1' then
   redis.call('SET', KEYS[6], ARGV[8])
+end
+if charge > 0 then
+  redis.call('INCRBY', KEYS[7], charge)
 end
 redis.call('RPUSH', KEYS[2], ARGV[3])
 redis.call('RPUSH', KEYS[3], ARGV[3])
