@@ -2,14 +2,18 @@
 
 * ``tests.extractors:refuses`` fails every document with an ``ExtractionError`` of its own code;
 * ``tests.extractors:crashes`` raises something that is not an ``ExtractionError``;
-* ``tests.extractors:GATE`` holds each document until the test opens the gate, so a test can
-  act while a job is in the middle of a document (``GATE.reset()`` first; ``tests.slow_extractor``
-  does the same with a fixed sleep, for worker subprocesses).
+* ``tests.extractors:gated`` holds each document until the test opens its gate, so a test can
+  act while a job is in the middle of a document. The extractor runs in the worker's
+  extraction child (``relay.extract.sandbox``), another process, so the gate is a directory
+  named on the document's first line (``gate=<dir>``): the extractor creates ``<dir>/started``
+  and reads the rest once ``<dir>/open`` exists (:class:`Gate` is the test's side).
+  ``tests.slow_extractor`` holds a document for a fixed time instead.
 """
 
 from __future__ import annotations
 
-import threading
+import time
+from pathlib import Path
 
 from relay.extract import extract as default_extract
 from relay.extract.errors import ExtractionError
@@ -29,24 +33,37 @@ def crashes(
     raise KeyError("a bug in the plug-in")
 
 
-class Gate:
-    """An extractor that says when it has started and reads the document once opened."""
-
-    def __init__(self) -> None:
-        self.started = threading.Event()
-        self.opened = threading.Event()
-
-    def reset(self) -> None:
-        self.started.clear()
-        self.opened.clear()
-
-    def __call__(
-        self, content: bytes, /, *, filename: str, content_type: str, fields: list[str]
-    ) -> list[dict[str, object]]:
-        self.started.set()
-        if not self.opened.wait(30):
+def gated(
+    content: bytes, /, *, filename: str, content_type: str, fields: list[str]
+) -> list[dict[str, object]]:
+    first, _, rest = content.partition(b"\n")
+    gate = Path(first.removeprefix(b"gate=").decode())
+    (gate / "started").touch()
+    deadline = time.monotonic() + 30
+    while not (gate / "open").exists():
+        if time.monotonic() > deadline:
             raise TimeoutError("the test never opened the gate")
-        return default_extract(content, filename=filename, content_type=content_type, fields=fields)
+        time.sleep(0.005)
+    return default_extract(rest, filename=filename, content_type=content_type, fields=fields)
 
 
-GATE = Gate()
+class Gate:
+    """The test's side of :func:`gated`: a document that holds its extractor, and the gate."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.directory = directory
+
+    def document(self, csv: bytes) -> bytes:
+        return b"gate=" + str(self.directory).encode() + b"\n" + csv
+
+    def wait_started(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not (self.directory / "started").exists():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
+        return True
+
+    def open(self) -> None:
+        (self.directory / "open").touch()

@@ -22,7 +22,7 @@ from relay.model import Document, Status
 from relay.processing import run_document
 from relay.store import AsyncStore, BatchRef
 from relay.worker_context import WorkerContext
-from tests.extractors import GATE, REFUSED_CODE
+from tests.extractors import REFUSED_CODE, Gate
 from tests.helpers import FakeClock, wait_until
 
 REF = BatchRef("acme", "b1")
@@ -43,9 +43,7 @@ def make_ctx(redis_url: str) -> Iterator[ContextFactory]:
         made.append(ctx)
         return ctx
 
-    GATE.reset()
     yield make
-    GATE.opened.set()  # a job a failed test left waiting ends now
     for ctx in made:
         ctx.redis.close()
 
@@ -83,17 +81,17 @@ def fake_clock(ctx: WorkerContext) -> FakeClock:
 
 
 @contextmanager
-def mid_document(ctx: WorkerContext) -> Iterator[tuple[str, Future[str]]]:
-    """Run the job of a new document in a thread, with the ``GATE`` extractor: yields (its id,
-    the job's outcome to come) once the extractor holds it, and opens the gate at the end."""
-    doc_id = upload(ctx)
+def mid_document(ctx: WorkerContext, gate: Gate) -> Iterator[tuple[str, Future[str]]]:
+    """Run the job of a new document in a thread, with the ``gated`` extractor: yields (its
+    id, the job's outcome to come) once the extractor holds it, and opens the gate at the end."""
+    doc_id = upload(ctx, gate.document(CSV))
     with ThreadPoolExecutor(1) as pool:
         job = pool.submit(run_document, ctx, doc_id, REF.account, REF.name)
         try:
-            assert GATE.started.wait(10), "the extractor never started"
+            assert gate.wait_started(20), "the extractor never started"
             yield doc_id, job
         finally:
-            GATE.opened.set()
+            gate.open()
 
 
 def test_a_document_is_extracted_and_its_batch_completes(make_ctx: ContextFactory) -> None:
@@ -150,10 +148,17 @@ def test_a_document_whose_bytes_are_gone_fails_blob_missing(
     assert counted(ctx) == {"failed": 1}
 
 
-def test_the_lease_is_renewed_while_the_extractor_runs(make_ctx: ContextFactory) -> None:
-    ctx = make_ctx(RELAY_EXTRACTOR="tests.extractors:GATE", RELAY_LEASE_SECONDS="0.15")
+def test_the_lease_is_renewed_while_the_extractor_runs(
+    make_ctx: ContextFactory, tmp_path: Path
+) -> None:
+    ctx = make_ctx(
+        RELAY_EXTRACTOR="tests.extractors:gated",
+        RELAY_LEASE_SECONDS="0.15",
+        RELAY_EXTRACT_TIMEOUT="30",
+    )
     clock = fake_clock(ctx)
-    with mid_document(ctx) as (doc_id, job):
+    gate = Gate(tmp_path / "gate")
+    with mid_document(ctx, gate) as (doc_id, job):
         claimed_until = ctx.redis.zscore(keys.leases(REF.shard), doc_id)
         assert claimed_until == clock() + 150
         # Far past the first lease by the store's clock: only a renewal keeps it ours.
@@ -166,17 +171,20 @@ def test_the_lease_is_renewed_while_the_extractor_runs(make_ctx: ContextFactory)
         )
         assert Detector(ctx).sweep_leases() == 0
         assert document(ctx, doc_id).status is Status.PROCESSING
-        GATE.opened.set()
+        gate.open()
         assert job.result(10) == "succeeded; batch completed (seq 1)"
     assert document(ctx, doc_id).status is Status.SUCCEEDED
 
 
-def test_an_outcome_after_the_lease_was_lost_is_not_stored(make_ctx: ContextFactory) -> None:
-    ctx = make_ctx(RELAY_EXTRACTOR="tests.extractors:GATE", RELAY_LEASE_SECONDS="60")
-    with mid_document(ctx) as (doc_id, job):
+def test_an_outcome_after_the_lease_was_lost_is_not_stored(
+    make_ctx: ContextFactory, tmp_path: Path
+) -> None:
+    ctx = make_ctx(RELAY_EXTRACTOR="tests.extractors:gated", RELAY_LEASE_SECONDS="60")
+    gate = Gate(tmp_path / "gate")
+    with mid_document(ctx, gate) as (doc_id, job):
         fake_clock(ctx).advance(60_000)  # the lease runs out (its next renewal is 20 s away)
         assert Detector(ctx).sweep_leases() == 1  # the sweeper hands the document out again
-        GATE.opened.set()
+        gate.open()
         assert job.result(10) == "lease lost"
     doc = document(ctx, doc_id)
     assert doc.status is Status.QUEUED and doc.completed_at is None

@@ -37,6 +37,7 @@ import json
 import logging
 import math
 import multiprocessing
+import os
 import multiprocessing.context
 import resource
 import signal
@@ -76,7 +77,7 @@ class SandboxConfig:
     memory: int
     max_result_bytes: int
     max_depth: int
-    max_image_pixels: int
+    max_image_pixels: int = 50_000_000  # RELAY_MAX_IMAGE_PIXELS's default
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SandboxConfig:
@@ -122,6 +123,10 @@ def _extract_one(
 def _serve(conn: Connection, config: SandboxConfig) -> None:
     """The child's loop: one document in, one reply out, until the pipe closes."""
     signal.signal(signal.SIGALRM, signal.SIG_DFL)  # the backstop alarm kills, whatever runs
+    # Numeric libraries (numpy's OpenBLAS, OpenCV for images) start a thread per core on
+    # import, each reserving address space the memory limit counts: one document, one thread.
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = "1"
     try:
         extractor = load_extractor(config.extractor)
         if extractor is extract:  # the default takes the image bound from the settings

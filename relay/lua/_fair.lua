@@ -17,6 +17,14 @@ local function key_fair_account(p, account) return p .. 'fair:' .. account end
 local function key_fair_ring(p) return p .. 'fair' end
 local function key_waiting(p) return p .. 'waiting' end
 
+-- Count documents off the shard's waiting counter; at zero the key goes (nothing is kept
+-- for a shard with nothing waiting).
+local function fair_uncount(p, n)
+  if redis.call('DECRBY', key_waiting(p), n) <= 0 then
+    redis.call('DEL', key_waiting(p))
+  end
+end
+
 -- Append `ids` to the batch's waiting documents (at the front when `front`, for a document
 -- handed out again), enlisting the batch and its account when they had nothing waiting.
 local function fair_push(p, account, name, ids, front)
@@ -51,7 +59,7 @@ local function fair_pop(p)
     local rk = key_batch_ready(p, account, name)
     id = redis.call('LPOP', rk)
     if id then
-      redis.call('DECR', key_waiting(p))
+      fair_uncount(p, 1)
     end
     if redis.call('LLEN', rk) == 0 then
       redis.call('LPOP', ak)
@@ -71,7 +79,7 @@ local function fair_drop_batch(p, account, name)
     return
   end
   redis.call('DEL', rk)
-  redis.call('DECRBY', key_waiting(p), n)
+  fair_uncount(p, n)
   local ak = key_fair_account(p, account)
   redis.call('LREM', ak, 1, name)
   if redis.call('LLEN', ak) == 0 then

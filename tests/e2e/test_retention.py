@@ -39,7 +39,8 @@ def test_finished_notified_batches_are_purged_and_leave_no_key(
     stack.detector()
     api = Api(stack.api_url, stack.create_key("acme"))
     # Warm-up: what exists once per account or process (the API key and its index, the
-    # accounts set, the signing material, the rate-limit window of the key, the metrics hash,
+    # accounts set, the signing material, the rate-limit windows of the key and of the
+    # account's writes (they expire with their windows), the metrics hash,
     # the 16 outbox streams with their consumer group) is made by a first batch, purged too.
     api.signing()
     api.upload("warm-up", CSV)
@@ -48,7 +49,15 @@ def test_finished_notified_batches_are_purged_and_leave_no_key(
     wait_until(lambda: _gone(api, "warm-up"), 30, 0.2, "the warm-up batch was not purged")
     before = _relay_keys(redis)
     families = sorted({k.decode().split(":")[1] for k in before if b"{" not in k})
-    assert families == ["accounts", "apikey", "apikeys", "metrics", "ratelimit", "signing"]
+    assert families == [
+        "accounts",
+        "apikey",
+        "apikeys",
+        "metrics",
+        "quota",
+        "ratelimit",
+        "signing",
+    ]
     assert sorted(k for k in before if b"{" in k) == sorted(
         keys.outbox(s).encode() for s in range(keys.SHARDS)
     )
