@@ -37,8 +37,8 @@ import json
 import logging
 import math
 import multiprocessing
-import os
 import multiprocessing.context
+import os
 import resource
 import signal
 import threading
