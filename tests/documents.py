@@ -100,11 +100,14 @@ def pdf_bomb(inflated: int = 1 << 30) -> bytes:
     return _pdf_from_streams([body], b" /Filter /FlateDecode")
 
 
-def wide_csv(columns: int = 1_000, rows: int = 5_000) -> bytes:
+def wide_csv(columns: int = 1_000, rows: int = 5_000, *, padded: bool = False) -> bytes:
     """~70 KB of CSV that becomes hundreds of MB of line_items: a header of long names, then
-    rows of one short value each (every other cell is filled with null)."""
+    rows of one short value each (every other cell is filled with null). Such rows are
+    ragged (``malformed_csv`` once read to the end); ``padded`` writes every row's empty
+    cells out (~5 MB), a well-formed table of the same shape."""
     header = ",".join(f"a_rather_long_and_descriptive_column_name_{i:04d}" for i in range(columns))
-    return (header + "\n" + "x\n" * rows).encode()
+    row = "x" + "," * (columns - 1) if padded else "x"
+    return (header + "\n" + (row + "\n") * rows).encode()
 
 
 def quote_storm(size: int = 16 * 1024) -> bytes:

@@ -110,9 +110,13 @@ def test_header_only_or_blank_is_empty_document(content: bytes) -> None:
 
 
 def test_headers_are_stripped_and_disambiguated_rows_are_padded() -> None:
-    content = b"\n , \n sku , name,,name,name_2\nA1,x,y,z,w,EXTRA1,EXTRA2\n\nB2\n"
+    # Two ragged rows among 20 are within the tolerance (10 %): padded and kept.
+    full = b"".join(b"C%d,a,b,c,d\n" % i for i in range(18))
+    content = b"\n , \n sku , name,,name,name_2\nA1,x,y,z,w,EXTRA1,EXTRA2\n\nB2\n" + full
     rows = _rows(content, "items.csv", "text/csv")
-    assert rows == [
+    assert len(rows) == 20
+    assert rows[-1] == {"sku": "C17", "name": "a", "column_3": "b", "name_2": "c", "name_2_2": "d"}
+    assert rows[:2] == [
         {
             "sku": "A1",
             "name": "x",
@@ -124,6 +128,74 @@ def test_headers_are_stripped_and_disambiguated_rows_are_padded() -> None:
         },
         {"sku": "B2", "name": None, "column_3": None, "name_2": None, "name_2_2": None},
     ]
+
+
+def _malformed(content: bytes, filename: str = "items.csv", content_type: str = "text/csv") -> str:
+    with pytest.raises(ExtractionError) as caught:
+        _rows(content, filename, content_type)
+    assert caught.value.code == "malformed_csv", caught.value
+    return caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("content", "line"),
+    [
+        # The issue's document: it used to succeed as one garbled row.
+        (b'sku,qty\n"A-1,2\nB-2,3,4,5\nC-3\n', 2),
+        (b'sku,qty\nA-1,2\nB-2,"3\nC-3,4\n', 3),
+        (b'sku\tqty\nA-1\t2\nB-2\t"3\n', 3),
+    ],
+)
+def test_an_unclosed_quote_is_malformed_csv_naming_its_line(content: bytes, line: int) -> None:
+    message = _malformed(content)
+    assert message.startswith("unclosed quote") and f"line {line} " in message
+
+
+def test_a_quoted_field_closed_on_the_last_line_is_fine() -> None:
+    rows = _rows(b'sku,note\nA1,"two\nlines"', "items.csv", "text/csv")
+    assert rows == [{"sku": "A1", "note": "two\nlines"}]
+
+
+@pytest.mark.parametrize(
+    ("content", "filename", "content_type", "line"),
+    [
+        (b"Dear customer\nThank you for your order.\nWe ship it tomorrow\n", "note.csv", "", 1),
+        (b"\n\nMeeting notes\nBring the invoices\n", "notes.txt", "text/csv", 3),
+        (b"Nothing to see here\nreally nothing\n", "a.tsv", "text/tab-separated-values", 1),
+    ],
+)
+def test_prose_declared_as_a_table_is_malformed_csv_no_delimiter(
+    content: bytes, filename: str, content_type: str, line: int
+) -> None:
+    message = _malformed(content, filename, content_type)
+    assert message.startswith("no delimiter found") and f"(line {line})" in message
+
+
+def test_a_one_column_list_under_a_single_word_header_is_still_a_table() -> None:
+    rows = _rows(b"sku\nA1\nB2 large\n", "skus.csv", "text/csv")
+    assert rows == [{"sku": "A1"}, {"sku": "B2 large"}]
+
+
+def test_ragged_rows_beyond_the_tolerance_are_malformed_csv() -> None:
+    # The issue's rows without the quote: 2 of 3 rows do not line up with the header.
+    message = _malformed(b"sku,qty\nA-1,2\nB-2,3,4,5\nC-3\n")
+    assert message.startswith("ragged rows: 2 of 3") and "line 3 has 4" in message
+    # A comma header over semicolon rows: every row is one cell.
+    message = _malformed(b"sku,qty,price\nA1;2;9.50\nB2;1;3.00\nC3;5;1.25\n")
+    assert "3 of 3" in message and "line 2 has 1" in message
+    # 3 ragged rows in 20 is past 10 %.
+    good = b"".join(b"A%d,1\n" % i for i in range(17))
+    assert "3 of 20" in _malformed(b"sku,qty\n" + good + b"X\nY,1,2\nZ\n")
+
+
+def test_ragged_rows_within_the_tolerance_and_trailing_delimiters_are_read() -> None:
+    good = b"".join(b"A%d,1\n" % i for i in range(18))
+    rows = _rows(b"sku,qty\n" + good + b"X\nY,1,2\n", "items.csv", "text/csv")
+    assert len(rows) == 20
+    assert rows[-2:] == [{"sku": "X", "qty": None}, {"sku": "Y", "qty": "1", "column_3": "2"}]
+    # A delimiter at the end of every row (or of some) only adds empty cells: not ragged.
+    rows = _rows(b"sku,qty\nA1,2,\nB2,3,,\nC3,4\n", "items.csv", "text/csv")
+    assert [row["sku"] for row in rows] == ["A1", "B2", "C3"]
 
 
 def test_values_stay_strings() -> None:
@@ -454,15 +526,13 @@ def test_result_bound_stops_the_reader_not_just_the_serialiser() -> None:
         _rows(wide_csv(), "wide.csv")
     assert caught.value.code == "result_too_large"
     # Fields count only the kept keys: the same table projected on one column fits.
-    with applied(
-        ExtractLimits(
-            max_result_bytes=1 << 20, fields=("a_rather_long_and_descriptive_column_name_0000",)
-        )
-    ):
-        rows = _rows(
-            wide_csv(), "wide.csv", fields=["a_rather_long_and_descriptive_column_name_0000"]
-        )
+    key = "a_rather_long_and_descriptive_column_name_0000"
+    with applied(ExtractLimits(max_result_bytes=1 << 20, fields=(key,))):
+        rows = _rows(wide_csv(padded=True), "wide.csv", fields=[key])
     assert len(rows) == 5_000
+    with applied(ExtractLimits(max_result_bytes=1 << 20)), pytest.raises(ExtractionError) as caught:
+        _rows(wide_csv(padded=True), "wide.csv")
+    assert caught.value.code == "result_too_large"
 
 
 def test_a_decompression_bomb_pdf_is_a_memory_error_not_invalid_pdf() -> None:

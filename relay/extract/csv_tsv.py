@@ -13,6 +13,18 @@ Contract:
 * The dialect is sniffed with ``csv.Sniffer`` limited to ``, ; TAB |`` on a bounded sample
   (``sniffer_sample``); when it has no credible answer the header line decides (see
   ``choose_dialect``).
+
+A malformed table fails with ``malformed_csv`` and a message naming the line, rather than
+turning into rows nobody asked for:
+
+* an unclosed quote: a quoted field still open at the end of the file (the csv module would
+  swallow the rest of the file into that one field);
+* no delimiter: a header with a single cell (none of ``, ; TAB |`` in the header line) that
+  is not one column name: a single word of at most ``MAX_SOLE_COLUMN_CHARS`` characters
+  (``sku``, ``email``) heads a one-column list, anything else is prose saved as ``.csv``;
+* ragged rows beyond the tolerance: more than ``RAGGED_SHARE`` of the data rows, and more
+  than one, with a cell count other than the header's. A row longer than the header only by
+  empty cells (a trailing delimiter) is not ragged.
 """
 
 from __future__ import annotations
@@ -20,13 +32,17 @@ from __future__ import annotations
 import codecs
 import csv
 import io
-from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 from relay.extract.errors import ExtractionError, shorten
 from relay.extract.limits import RowBudget
 
+if TYPE_CHECKING:
+    from _csv import Reader
+
 __all__ = [
+    "RAGGED_SHARE",
     "Dialect",
     "build_records",
     "choose_dialect",
@@ -47,6 +63,13 @@ _SNIFFER_LINES = 64
 # Text with more C0 control characters than this share is binary data, not a table.
 _MAX_CONTROL_SHARE = 0.05
 _TEXT_CONTROLS = frozenset("\t\n\r\f\v")
+# Ragged rows tolerated: up to this share of the data rows (and always one), so a stray short
+# row in an export still reads (padded with nulls) while a file whose rows do not line up
+# with its header fails instead of yielding misaligned values.
+RAGGED_SHARE = 0.1
+MALFORMED = "malformed_csv"
+# The longest header a one-column table may have (a single word; module docstring).
+MAX_SOLE_COLUMN_CHARS = 64
 
 
 class Dialect(NamedTuple):
@@ -194,29 +217,135 @@ def build_records(
     return records
 
 
-def extract_delimited(text: str, dialect: Dialect) -> list[dict[str, object]]:
-    """Parse ``text`` with ``dialect``: first non-blank row is the header (module docstring)."""
-    # newline="" keeps CR/LF inside quoted fields as written, as the csv module requires.
-    reader = csv.reader(
-        io.StringIO(text, newline=""),
+class _LineFeed:
+    """The text's physical lines for ``csv.reader``, remembering how far it has read, so that
+    a record's first line can be found again."""
+
+    def __init__(self, text: str) -> None:
+        # newline="" keeps CR/LF inside quoted fields as written, as the csv module requires.
+        self._lines = io.StringIO(text, newline="")
+        self.offset = 0
+
+    def __iter__(self) -> Iterator[str]:
+        return self
+
+    def __next__(self) -> str:
+        line = next(self._lines)
+        self.offset += len(line)
+        return line
+
+
+class _Shape:
+    """Counts the data rows whose cell count differs from the header's (module docstring)."""
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        self.rows = 0
+        self.ragged = 0
+        self.first: tuple[int, int] | None = None  # (line, cells) of the first ragged row
+
+    def see(self, line: int, row: Sequence[str]) -> None:
+        self.rows += 1
+        cells = len(row)
+        if cells > self.width and _is_blank(row[self.width :]):
+            return  # only empty cells past the header: a trailing delimiter
+        if cells != self.width:
+            self.ragged += 1
+            if self.first is None:
+                self.first = (line, cells)
+
+    def check(self) -> None:
+        allowed = max(1, int(self.rows * RAGGED_SHARE))
+        if self.ragged > allowed and self.first is not None:
+            line, cells = self.first
+            raise ExtractionError(
+                MALFORMED,
+                f"ragged rows: {self.ragged} of {self.rows} rows do not have the header's "
+                f"{self.width} cells (first: line {line} has {cells}); at most {allowed} may",
+            )
+
+
+def _reader(source: Iterable[str], dialect: Dialect, *, strict: bool = False) -> Reader:
+    return csv.reader(
+        source,
         delimiter=dialect.delimiter,
         quotechar=dialect.quotechar,
         doublequote=True,
         skipinitialspace=dialect.skipinitialspace,
-        strict=False,
+        strict=strict,
     )
+
+
+def _column_name(name: str) -> bool:
+    """Whether a lone header cell names a column (one word) rather than starting prose."""
+    return 0 < len(name) <= MAX_SOLE_COLUMN_CHARS and len(name.split()) == 1
+
+
+def _check_closed_quotes(tail: str, line: int, dialect: Dialect) -> None:
+    """``malformed_csv`` when the last record (``tail``, from its first line, ``line``) ends
+    inside a quoted field: only the strict parser tells that apart, and only the last
+    record can be affected, so only it is parsed again."""
+    if dialect.quotechar not in tail:
+        return
     try:
-        header: list[str] | None = None
-        for row in reader:
+        for _ in _reader(io.StringIO(tail, newline=""), dialect, strict=True):
+            pass
+    except csv.Error as exc:
+        if "unexpected end of data" in str(exc):
+            raise ExtractionError(
+                MALFORMED,
+                f"unclosed quote: the quoted field of line {line} runs to the end of the file",
+            ) from None
+
+
+def extract_delimited(text: str, dialect: Dialect) -> list[dict[str, object]]:
+    """Parse ``text`` with ``dialect``: first non-blank row is the header (module docstring)."""
+    feed = _LineFeed(text)
+    reader = _reader(feed, dialect)
+    last = (1, 0)  # first line and text offset of the record read last
+
+    def records() -> Iterator[tuple[int, list[str]]]:
+        nonlocal last
+        while True:
+            start = (reader.line_num + 1, feed.offset)
+            row = next(reader, None)
+            if row is None:
+                return
+            last = start
+            yield start[0], row
+
+    shape: _Shape | None = None
+
+    def data_rows(rows: Iterator[tuple[int, list[str]]]) -> Iterator[list[str]]:
+        assert shape is not None
+        for line, row in rows:
             if not _is_blank(row):
-                header = [name.strip() for name in row]
+                shape.see(line, row)
+            yield row
+
+    try:
+        rows = records()
+        header: list[str] | None = None
+        header_line = 0
+        for line, row in rows:
+            if not _is_blank(row):
+                header, header_line = [name.strip() for name in row], line
                 break
         if header is None:
             raise ExtractionError("empty_document", "the document is empty")
-        records = build_records(header, reader)
+        shape = _Shape(len(header))
+        built = build_records(header, data_rows(rows))
     except csv.Error as exc:
         message = shorten(f"could not parse line {reader.line_num}: {exc}", 200)
         raise ExtractionError("invalid_csv", message) from None
-    if not records:
+    _check_closed_quotes(text[last[1] :], last[0], dialect)
+    if len(header) == 1 and not _column_name(header[0]):
+        raise ExtractionError(
+            MALFORMED,
+            f"no delimiter found: the header (line {header_line}) has none of comma, "
+            "semicolon, tab or pipe, and is not a single column name",
+        )
+    shape.check()
+    if not built:
         raise ExtractionError("empty_document", "the table has a header row but no data rows")
-    return records
+    return built

@@ -12,6 +12,8 @@ Codes the default extractor uses:
     empty_document      nothing to read: no bytes, no header, or a header with no rows
     invalid_json        JSON that does not parse, or is not a list of objects
     invalid_csv         CSV/TSV the csv module cannot parse
+    malformed_csv       CSV/TSV that parses but is no table: an unclosed quote, no delimiter
+                        (prose), or ragged rows beyond the tolerance; the message names the line
     no_table_found      a readable PDF or image with no table in it
     invalid_pdf         bytes pdfplumber cannot open as a PDF
     invalid_image       bytes declared or recognised as an image that Pillow cannot decode
