@@ -98,3 +98,29 @@ def test_rate_limited_writes_document_their_rate_headers(api: Api) -> None:
     ]:
         headers = doc[path][method]["responses"][code]["headers"]
         assert {"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"} <= set(headers)
+
+
+def test_a_405_allows_every_documented_method_of_its_path(api: Api) -> None:
+    doc = api.client.get("/openapi.json").json()
+    example = {"{name}": "b1", "{id}": "doc_0aaaaaaaaaaaaaaaaaaaa"}
+    checked = 0
+    for template, item in doc["paths"].items():
+        path = template
+        for placeholder, value in example.items():
+            path = path.replace(placeholder, value)
+        documented = {method.upper() for method in item if method in METHODS}
+        if "GET" in documented:
+            documented.add("HEAD")
+        for method in ("OPTIONS", "PATCH", "TRACE"):
+            response = api.client.request(method, path, headers=api.auth("acme"))
+            assert response.status_code == 405, (method, path)
+            allowed = {m.strip() for m in response.headers["allow"].split(",")}
+            assert allowed == documented, (method, path, allowed)
+            assert response.json()["error"]["type"] == "method_not_allowed"
+            checked += 1
+    assert checked >= 3 * 14
+    # The two paths the issue names (each used to answer only its first route's methods).
+    allow = api.client.options(f"{V1}/batches/b1").headers["allow"]
+    assert sorted(allow.split(", ")) == ["DELETE", "GET", "HEAD"]
+    allow = api.client.request("PATCH", f"{V1}/batches/b1/webhook").headers["allow"]
+    assert sorted(allow.split(", ")) == ["DELETE", "GET", "HEAD", "PUT"]

@@ -10,10 +10,12 @@ No middleware is installed: the status endpoints are the hot path (``relay.api.g
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from relay.api import batches, documents, health, openapi, webhooks
@@ -48,6 +50,39 @@ def api_routes() -> list[BaseRoute]:
         Route("/batches/{name}/process", batches.process_batch, methods=["POST"]),
         Route("/openapi.json", openapi.openapi_json, methods=["GET"]),
         *webhooks.routes,
+    ]
+
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def _dispatcher(handlers: dict[str, Endpoint]) -> Endpoint:
+    async def endpoint(request: Request) -> Response:
+        return await handlers[request.method](request)
+
+    return endpoint
+
+
+def one_route_per_path(routes: Iterable[BaseRoute], prefix: str = "") -> list[BaseRoute]:
+    """``routes`` with the routes of one path merged into one, dispatching on the method.
+
+    Starlette answers a method no route of a path serves with the ``Allow`` of the first
+    route whose path matched: with one route per method, ``DELETE`` would be missing from a
+    405 of ``/batches/{name}``. Merged, the 405 names every method of the path. A path keeps
+    the position of its first route (the order Starlette tries them in).
+    """
+    handlers: dict[str, dict[str, Endpoint]] = {}
+    for route in routes:
+        if not isinstance(route, Route):  # pragma: no cover - the API has plain routes only
+            raise TypeError(f"unexpected route {route!r}")
+        methods = handlers.setdefault(prefix + route.path, {})
+        for method in route.methods or {"GET", "HEAD"}:
+            if method in methods:
+                raise ValueError(f"two routes for {method} {prefix}{route.path}")
+            methods[method] = route.endpoint
+    return [
+        Route(path, _dispatcher(methods), methods=sorted(methods))
+        for path, methods in handlers.items()
     ]
 
 
@@ -91,15 +126,15 @@ def create_app(settings: Settings) -> Starlette:
         # Full paths rather than a Mount: a Mount matches its rest with ``.*``, which stops at
         # a newline, so an id holding one would miss the route (and its JSON 404 with the
         # rate-limit headers); it also spares the status endpoints a level of routing.
-        *(
-            Route(API_PREFIX + r.path, r.endpoint, methods=r.methods)
-            for r in api_routes()
-            if isinstance(r, Route)
+        *one_route_per_path(api_routes(), API_PREFIX),
+        *one_route_per_path(
+            [
+                Route("/openapi.json", openapi.openapi_json, methods=["GET"]),
+                Route("/healthz", health.healthz, methods=["GET"]),
+                Route("/readyz", health.readyz, methods=["GET"]),
+                Route("/metrics", health.metrics, methods=["GET"]),
+            ]
         ),
-        Route("/openapi.json", openapi.openapi_json, methods=["GET"]),
-        Route("/healthz", health.healthz, methods=["GET"]),
-        Route("/readyz", health.readyz, methods=["GET"]),
-        Route("/metrics", health.metrics, methods=["GET"]),
     ]
     app = Starlette(routes=routes, exception_handlers=exception_handlers(), lifespan=lifespan)
     # An API answers a stray trailing slash with a JSON 404, not a redirect.
