@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from starlette.routing import BaseRoute, Mount, Route
 
 from tests.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
@@ -124,3 +126,48 @@ def test_a_405_allows_every_documented_method_of_its_path(api: Api) -> None:
     assert sorted(allow.split(", ")) == ["DELETE", "GET", "HEAD"]
     allow = api.client.request("PATCH", f"{V1}/batches/b1/webhook").headers["allow"]
     assert sorted(allow.split(", ")) == ["DELETE", "GET", "HEAD", "PUT"]
+
+
+def test_cursors_are_taken_exactly_when_they_match_their_documented_pattern(api: Api) -> None:
+    api.upload_ok("acme", "b1")
+    h = api.auth("acme")
+    params = {
+        p["name"]: p
+        for p in api.client.get("/openapi.json").json()["paths"][f"{V1}/batches"]["get"][
+            "parameters"
+        ]
+    }
+    listing = re.compile(params["cursor"]["schema"]["pattern"])
+    for cursor, taken in [
+        ("", True),
+        ("1764530000000.b1", True),
+        ("0.zz-last", True),
+        ("1764530000000.", False),
+        ("WyJhIiwiYiJd", False),
+        ("1234567890123456.b1", False),
+        ("1.-bad", False),
+    ]:
+        assert bool(listing.fullmatch(cursor)) is taken, cursor
+        r = api.client.get(f"{V1}/batches", headers=h, params={"cursor": cursor})
+        assert r.status_code == (200 if taken else 422), (cursor, r.text)
+    results = api.client.get("/openapi.json").json()["paths"][f"{V1}/batches/{{name}}/results"]
+    position = re.compile(
+        next(p for p in results["get"]["parameters"] if p["name"] == "cursor")["schema"]["pattern"]
+    )
+    for cursor, taken in [("", True), ("0", True), ("999999999", True), ("1" * 10, False)]:
+        assert bool(position.fullmatch(cursor)) is taken, cursor
+        r = api.client.get(f"{V1}/batches/b1/results", headers=h, params={"cursor": cursor})
+        assert r.status_code == (200 if taken else 422), (cursor, r.text)
+
+
+def test_process_takes_no_body_or_an_object_but_not_null(api: Api) -> None:
+    api.upload_ok("acme", "b1")
+    h = {**api.auth("acme"), "content-type": "application/json"}
+    url = f"{V1}/batches/b1/process"
+    assert api.client.post(url, headers=h, content=b"null").status_code == 422
+    assert api.client.post(url, headers=h, content=b'{"fields": null}').status_code == 202
+    assert api.client.post(url, headers=h, content=b"").status_code == 202
+    twice = b'{"fields": [{"name": "a"}, {"name": "a"}]}'
+    assert api.client.post(url, headers=h, content=twice).status_code == 422
+    schema = api.client.get("/openapi.json").json()["components"]["schemas"]["ProcessRequest"]
+    assert schema["properties"]["fields"]["uniqueItems"] is True

@@ -4,12 +4,24 @@ registration, replacing, removing, listing, retry, and the signing material."""
 from __future__ import annotations
 
 import logging
+import socket
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from relay.delivery.ssrf import (
+    CALLBACK_URL_PATTERN,
+    MAX_URL_LENGTH,
+    TargetPolicy,
+    in_documented_form,
+    validate_url,
+)
 from tests.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
 
 HOOK = "https://hooks.example.com/relay"
+PUBLIC = "93.184.215.14"
 
 
 @pytest.mark.parametrize(
@@ -146,3 +158,48 @@ def test_signing_material_is_per_account_and_rotates_with_a_grace_period(api: Ap
     # At rest the material is encrypted: no secret appears in Redis in the clear.
     raw = b"".join(v for v in api.redis.hgetall("relay:signing:acme").values())
     assert a["secret"].encode() not in raw and a["secret"][6:].encode() not in raw
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://93.184.215.14/hook",  # a public IP literal: safe, but not a host name
+        "https://hooks.example.com/caf\u00e9",  # to percent-encode
+        "https://hooks_1.example.com/hook",  # an underscore is no host name character
+        "https://hooks.example.com./hook",
+    ],
+)
+def test_production_takes_only_the_documented_form(
+    api: Api, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # This machine has no DNS: every name answers a public address, so only the form refuses.
+    def public(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (PUBLIC, port))]
+
+    api.upload_ok("acme", "b1")
+    monkeypatch.setattr(socket, "getaddrinfo", public)
+    h = api.auth("acme")
+    r = api.client.put(f"{V1}/batches/b1/webhook", headers=h, json={"url": url})
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["type"] == "invalid_webhook_url"
+    assert "https://<host name>" in r.json()["error"]["message"]
+    assert not in_documented_form(url)
+    # The same host in the documented form is registered.
+    r = api.client.put(f"{V1}/batches/b1/webhook", headers=h, json={"url": HOOK})
+    assert r.status_code == 201, r.text
+
+
+# The host length lookahead makes the generator discard many drafts: expected here.
+@settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
+)
+@given(url=st.from_regex(CALLBACK_URL_PATTERN, fullmatch=True))
+def test_every_url_of_the_documented_form_passes_the_syntax_checks(url: str) -> None:
+    # The OpenAPI pattern promises these; only the DNS answer may still refuse one.
+    assert in_documented_form(url)
+    assert len(url) <= MAX_URL_LENGTH
+    target = validate_url(url, TargetPolicy())
+    assert target.ip is None and target.scheme == "https"

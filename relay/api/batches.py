@@ -15,7 +15,7 @@ from starlette.responses import Response
 
 from relay import queues
 from relay.api.access import authenticate
-from relay.api.bodies import json_response, read_json
+from relay.api.bodies import EMPTY, json_response, read_json
 from relay.api.errors import NotFound, Unprocessable
 from relay.api.gate import no_reads, serve_status
 from relay.api.limits import PROCESS
@@ -35,12 +35,13 @@ MAX_FIELD_NAME = 128
 
 
 def parse_fields(body: Any) -> list[str] | None:
-    """``{"fields": [{"name": ...}, ...]}`` -> the names; None when not given.
+    """``{"fields": [{"name": ...}, ...]}`` -> the names; None when not given (no body,
+    ``{}`` or ``"fields": null``).
 
     At most 100 objects, each exactly ``{"name": <1-128 characters>}``, names unique; any
-    other key or shape is Unprocessable.
+    other key or shape (a ``null`` body included) is Unprocessable.
     """
-    if body is None:
+    if body is EMPTY:
         return None
     if not isinstance(body, dict):
         raise Unprocessable("body must be a JSON object")

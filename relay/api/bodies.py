@@ -34,6 +34,11 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+# What ``read_json(..., allow_empty=True)`` returns for an empty body: unlike ``None`` (the
+# JSON ``null``), it cannot be sent.
+EMPTY = object()
+
+
 async def read_json(
     request: Request, *, max_bytes: int = 64 * 1024, allow_empty: bool = False
 ) -> Any:
@@ -42,7 +47,7 @@ async def read_json(
     Raises PayloadTooLarge (413) past ``max_bytes`` (checked on ``Content-Length`` before
     reading and while streaming), UnsupportedMediaType (415) unless the content type is
     ``application/json`` or ``*+json``, BadRequest (400) for a body that is not JSON (or
-    NaN/Infinity, or nested too deep). With ``allow_empty`` an empty body is ``None``
+    NaN/Infinity, or nested too deep). With ``allow_empty`` an empty body is ``EMPTY``
     whatever its content type.
     """
     length = declared_length(request)
@@ -54,7 +59,7 @@ async def read_json(
         if len(body) > max_bytes:
             raise PayloadTooLarge(f"JSON body larger than {max_bytes} bytes")
     if allow_empty and not body.strip():
-        return None
+        return EMPTY
     kind = media_type(request)
     if kind != "application/json" and not kind.endswith("+json"):
         raise UnsupportedMediaType("expected Content-Type: application/json")

@@ -19,6 +19,7 @@ from relay.api.bodies import json_response
 from relay.api.openapi_parts import (
     DELIVERY_ID,
     DOC_ID,
+    LISTING_PAGE,
     NAME,
     PAGE,
     errors,
@@ -33,6 +34,8 @@ from relay.api.openapi_parts import json_response as response
 from relay.api.openapi_schemas import SCHEMAS
 
 V1 = "/api/v1"
+# Marks a DELETE after which the resource stays readable (documented in its description).
+SOFT_DELETE = "x-soft-delete"
 
 
 def _document_paths() -> dict[str, Any]:
@@ -79,20 +82,28 @@ def _batch_paths() -> dict[str, Any]:
                 "The account's batches, newest first.",
                 "batches",
                 {"200": response("BatchList", "A page of batches."), **errors(401, 422)},
-                params=PAGE,
+                params=LISTING_PAGE,
             )
         },
         f"{V1}/batches/{{name}}": {
             "get": status_operation(
                 "getBatch", "The batch with all_done and counts.", "Batch", [NAME]
             ),
-            "delete": operation(
-                "deleteBatch",
-                "Cancel queued documents; the batch stays readable and accepts no uploads.",
-                "batches",
-                {"202": response("Batch", "The batch (idempotent)."), **errors(401, 404)},
-                params=[NAME],
-            ),
+            "delete": {
+                **operation(
+                    "deleteBatch",
+                    "Cancel queued documents; the batch stays readable and accepts no uploads.",
+                    "batches",
+                    {"202": response("Batch", "The batch (idempotent)."), **errors(401, 404)},
+                    params=[NAME],
+                ),
+                "description": "A soft delete, by design: queued documents become canceled, "
+                "processing ones finish, and the batch, its results and its webhook stay "
+                "readable (200, with deleted_at set) until retention purges them; uploads into "
+                "it are 409 batch_deleted and its name is never reused. A read after this DELETE "
+                "answering 200 is therefore not a use after free.",
+                SOFT_DELETE: True,
+            },
         },
         f"{V1}/batches/{{name}}/process": {
             "post": operation(

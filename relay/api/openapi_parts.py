@@ -10,6 +10,7 @@ from relay.api.openapi_schemas import (
     DOCUMENT_ID_PATTERN,
     ref,
 )
+from relay.api.paging import LISTING_CURSOR_PATTERN, POSITION_CURSOR_PATTERN
 
 ERROR_TEXT = {
     400: "Malformed request (invalid JSON or multipart).",
@@ -106,21 +107,33 @@ DOC_ID = path_param("id", DOCUMENT_ID_PATTERN, "The document id.", "doc_3k7q2m5x
 DELIVERY_ID = path_param(
     "id", DELIVERY_ID_PATTERN, "The delivery id (its webhook-id).", "msg_3k7q2m5x4b6n8p2r4t6v"
 )
-PAGE = [
-    {
-        "name": "limit",
-        "in": "query",
-        "required": False,
-        "description": "Items per page (default 50).",
-        "schema": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50},
-    },
-    {
+LIMIT = {
+    "name": "limit",
+    "in": "query",
+    "required": False,
+    "description": "Items per page (default 50).",
+    "schema": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50},
+}
+
+
+def cursor_param(pattern: str, form: str) -> dict[str, Any]:
+    return {
         "name": "cursor",
         "in": "query",
         "required": False,
-        "description": "The next_cursor of the previous page (opaque).",
-        "schema": {"type": "string", "maxLength": 512},
-    },
+        "description": "The next_cursor of the previous page; empty or absent for the first "
+        f"page. Treat it as opaque: its form ({form}) is documented so that tools know which "
+        "strings the server takes, and any other is 422 invalid_cursor.",
+        "schema": {"type": "string", "pattern": pattern},
+    }
+
+
+# A batch's results and deliveries: the next position.
+PAGE = [LIMIT, cursor_param(POSITION_CURSOR_PATTERN, "the next position in base 10")]
+# The account's batches: the creation time (ms) and name of the last batch shown.
+LISTING_PAGE = [
+    LIMIT,
+    cursor_param(LISTING_CURSOR_PATTERN, "<created_ms>.<batch name> of the last batch shown"),
 ]
 
 

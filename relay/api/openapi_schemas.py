@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from relay.delivery.ssrf import CALLBACK_URL_PATTERN
+
 BATCH_NAME_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 DOCUMENT_ID_PATTERN = "^doc_[0-9a-f][a-z2-7]{20}$"
 DELIVERY_ID_PATTERN = "^msg_[0-9a-f][a-z2-7]{20}$"
@@ -121,9 +123,11 @@ SCHEMAS: dict[str, Any] = {
         "additionalProperties": False,
         "properties": {
             "fields": {
-                "type": "array",
+                "type": ["array", "null"],
                 "maxItems": 100,
-                "description": "Keys every row keeps (missing ones null); names are unique.",
+                "uniqueItems": True,
+                "description": "Keys every row keeps, in this order (a key a row lacks is "
+                "null); names are unique. Absent, null or empty: every row keeps its own keys.",
                 "items": _obj({"name": {"type": "string", "minLength": 1, "maxLength": 128}}),
             }
         },
@@ -145,9 +149,15 @@ SCHEMAS: dict[str, Any] = {
         {
             "url": {
                 "type": "string",
-                "format": "uri",
-                "maxLength": 2048,
-                "description": "https only, no userinfo, resolving only to public addresses.",
+                "pattern": CALLBACK_URL_PATTERN,
+                "description": "An absolute URI, https://<host name>[:port][/path][?query]: a "
+                "DNS host name (no IP literal, no userinfo), RFC 3986 characters, no fragment, "
+                "at most 2048 characters in all (the pattern bounds it). Beyond this form "
+                "the host must resolve, and only to public addresses (no loopback, private, "
+                "link-local, CGNAT, multicast or reserved ones), or registration is 422 "
+                "invalid_webhook_url with the reason. A relay run for local work "
+                "(RELAY_ALLOW_HTTP_TARGETS, RELAY_ALLOW_PRIVATE_TARGETS) also takes http:// "
+                "and IP literals.",
             }
         }
     ),

@@ -1,26 +1,33 @@
 """Pagination: ``limit`` and ``cursor`` from the query, and the cursors' formats.
 
-Cursors are opaque to clients. A *position* cursor (a batch's results, a batch's
-deliveries) is the next position as a base-10 string; a *listing* cursor (the account's
-batches) is URL-safe base64 (no padding) of ``[created_ms, name]`` of the last item shown.
-Anything else is 422 ``invalid_cursor``.
+Cursors are opaque to clients, but their format is documented (a pattern in the OpenAPI
+document) so that tools generating requests know which strings the server takes: exactly
+those matching the pattern (and the empty string, the first page); anything else is 422
+``invalid_cursor``.
+
+- A *position* cursor (a batch's results, a batch's deliveries) is the next position in
+  base 10: ``POSITION_CURSOR_PATTERN``, 1 to 9 digits.
+- A *listing* cursor (the account's batches) is ``<created_ms>.<batch name>`` of the last
+  item shown: ``LISTING_CURSOR_PATTERN``. Any such cursor is a valid position in the listing
+  (newest first): the page holds the batches that sort after it.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import re
 
 from starlette.requests import Request
 
 from relay.api.errors import Unprocessable
-from relay.model import valid_batch_name
 
 MAX_CURSOR_CHARS = 512
 MAX_POSITION = 10**9
 _LIMIT_RE = re.compile(r"[0-9]{1,4}")
+# ECMA-262 and Python read these the same way; the server matches them in full.
+POSITION_CURSOR_PATTERN = "^([0-9]{1,9})?$"
+LISTING_CURSOR_PATTERN = r"^([0-9]{1,15}\.[A-Za-z0-9][A-Za-z0-9._-]{0,127})?$"
+_POSITION_RE = re.compile(r"[0-9]{1,9}")
+_LISTING_RE = re.compile(r"([0-9]{1,15})\.([A-Za-z0-9][A-Za-z0-9._-]{0,127})")
 
 
 def invalid_cursor() -> Unprocessable:
@@ -45,10 +52,10 @@ def page_params(
 
 
 def decode_position(cursor: str | None) -> int:
-    """A position cursor: a base-10 integer from 0 to 10**9 - 1 (0 for the first page)."""
+    """A position cursor: 1 to 9 ASCII digits (0 for the first page)."""
     if cursor is None:
         return 0
-    if not cursor.isascii() or not cursor.isdigit() or int(cursor) >= MAX_POSITION:
+    if not _POSITION_RE.fullmatch(cursor):
         raise invalid_cursor()
     return int(cursor)
 
@@ -60,23 +67,13 @@ def encode_position(position: int | None) -> str | None:
 def encode_listing_cursor(cursor: tuple[int, str] | None) -> str | None:
     if cursor is None:
         return None
-    raw = json.dumps([cursor[0], cursor[1]], separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+    return f"{cursor[0]}.{cursor[1]}"
 
 
 def decode_listing_cursor(cursor: str | None) -> tuple[int, str] | None:
     if cursor is None:
         return None
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        created, name = json.loads(raw)
-    except (binascii.Error, ValueError, TypeError, RecursionError) as exc:
-        raise invalid_cursor() from exc
-    if (
-        type(created) is not int
-        or not 0 <= created < 2**53
-        or not isinstance(name, str)
-        or not valid_batch_name(name)
-    ):
+    match = _LISTING_RE.fullmatch(cursor)
+    if match is None:
         raise invalid_cursor()
-    return created, name
+    return int(match[1]), match[2]

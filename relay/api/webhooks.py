@@ -18,7 +18,7 @@ from relay.api.paging import decode_position, encode_position, page_params
 from relay.api.paths import batch_ref
 from relay.api.state import AppState, state
 from relay.crypto import SigningMaterial
-from relay.delivery.ssrf import vet_url
+from relay.delivery.ssrf import in_documented_form, vet_url
 from relay.exceptions import UnsafeTarget
 from relay.store import BatchRef
 from relay.timefmt import rfc3339
@@ -57,6 +57,14 @@ async def put_webhook(request: Request) -> Response:
         await asyncio.to_thread(vet_url, url, st.policy)
     except UnsafeTarget as exc:
         raise Unprocessable(exc.message, error_type="invalid_webhook_url") from exc
+    if not (st.policy.allow_http or st.policy.allow_private or in_documented_form(url)):
+        # Safe, but not of the form the OpenAPI document promises (an IP literal, a character
+        # to percent-encode): production takes the documented form only.
+        raise Unprocessable(
+            "the callback URL must be https://<host name>[:port][/path][?query]: a DNS name, "
+            "not an IP address, and RFC 3986 characters (percent-encode any other)",
+            error_type="invalid_webhook_url",
+        )
     created, due = await st.webhooks.register(ref, url, st.settings.public_url)
     if due:
         await _wake(st, ref)

@@ -47,6 +47,7 @@ from relay.delivery.transport import (
 from relay.exceptions import UnsafeTarget
 
 __all__ = [
+    "CALLBACK_URL_PATTERN",
     "MAX_URL_LENGTH",
     "ErrorKind",
     "GuardedTransport",
@@ -56,6 +57,7 @@ __all__ = [
     "TargetUrl",
     "check_address",
     "classify_error",
+    "in_documented_form",
     "make_client",
     "resolve_and_check",
     "validate_url",
@@ -63,6 +65,30 @@ __all__ = [
 ]
 
 MAX_URL_LENGTH = 2048
+
+# The documented form of a callback URL in production (the OpenAPI document's pattern): https,
+# a DNS host name (labels of letters, digits and hyphens, the last starting with a letter, at
+# most 253 characters; no IP literal, no userinfo), an optional port 1-65535, then a path
+# and/or query of RFC 3986 characters (anything else percent-encoded; at most 1,760 of them,
+# so the whole URL stays within MAX_URL_LENGTH), no fragment. Every URL of this form passes
+# validate_url; with the DNS check it is exactly what registration accepts when no
+# RELAY_ALLOW_* flag is set. ECMA-262 and Python read it the same way.
+_LABEL_RE = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_TOP_LABEL_RE = r"[A-Za-z](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_PORT_RE = (
+    r"(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})"
+)
+_PATH_QUERY_RE = r"(?:[/?](?:[A-Za-z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2}){0,1760})"
+CALLBACK_URL_PATTERN = (
+    r"^[Hh][Tt][Tt][Pp][Ss]://(?=[^:/?]{1,253}(?:[:/?]|$))"
+    rf"(?:{_LABEL_RE}\.)*{_TOP_LABEL_RE}(?::{_PORT_RE})?{_PATH_QUERY_RE}?$"
+)
+_CALLBACK_URL = re.compile(CALLBACK_URL_PATTERN)
+
+
+def in_documented_form(url: str) -> bool:
+    """Whether ``url`` has the documented form (``CALLBACK_URL_PATTERN``), matched in full."""
+    return len(url) <= MAX_URL_LENGTH and _CALLBACK_URL.fullmatch(url) is not None
 
 
 @dataclass(frozen=True)
