@@ -1,63 +1,283 @@
-"""Schemathesis over every operation of the OpenAPI document, against the real app and Redis.
+"""Schemathesis over the whole OpenAPI document, every phase and every check, against the real
+app (uvicorn) and a real Redis.
 
-Bounded: 25 examples per operation, a 2 s deadline per example, a 60 s timeout per
-operation (the whole module runs in well under 90 s). Each operation gets a fresh app on a
-flushed Redis, seeded with one batch (the name the document's examples use) holding one
-document; requests carry a valid API key. Checks: no 5xx, documented status codes, content
-types and headers, and response bodies matching their schemas.
+Phases: examples, coverage and fuzzing per operation (``test_every_operation_conforms``),
+then stateful sequences that follow the links schemathesis infers between operations
+(``test_stateful_sequences_conform``). Checks: every check schemathesis has, asserted by
+``test_every_check_is_enabled`` so that none is quietly left out.
+
+The operations are whatever ``relay.api.openapi.document()`` holds when the tests are
+collected: an endpoint added to the document is tested without touching this file.
+
+Bounded: at most ``MAX_EXAMPLES`` generated examples per operation and per mode, a deadline
+per example and a pytest timeout per test; the stateful run is ``STATEFUL_RUNS`` sequences of
+at most ``STATEFUL_STEPS`` calls. Under CI the runs are derandomized (a red build names a
+real regression, not a new draw); local runs draw new examples each time.
+
+Each operation gets a fresh app on a flushed Redis, seeded with one batch (the name the
+document's examples use) holding one document; requests carry a valid API key. This machine
+has no DNS, and a callback host must resolve to a public address: ``public_dns`` answers
+every name with a public address (the stdlib resolver is the only stand-in; relay's own
+checks run as they are).
 """
 
 from __future__ import annotations
 
+import email
+import email.policy
 import os
-from typing import Any
+import socket
+from collections.abc import Iterator
+from typing import Any, ClassVar
 
+import jsonschema_rs
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, Phase, settings
-from schemathesis.checks import (
-    content_type_conformance,
-    not_a_server_error,
-    response_headers_conformance,
-    response_schema_conformance,
-    status_code_conformance,
-)
+from hypothesis import HealthCheck, settings
+from schemathesis.checks import CHECKS, load_all_checks
+from schemathesis.config import SchemathesisConfig
+from schemathesis.core.failures import AcceptedNegativeData
+from schemathesis.core.parameters import ParameterLocation
+from schemathesis.core.transport import Response
+from schemathesis.openapi.checks import UseAfterFree
+from schemathesis.specs.openapi.checks import negative_data_rejection, use_after_free
+from schemathesis.transport.serialization import contains_binary
 
-from relay.api.openapi import document
+from relay.api.openapi import SOFT_DELETE, document
 from relay.api.openapi_parts import EXAMPLE_BATCH
 from relay.config import RateLimit
 from tests.api_fixtures import Api, ApiFactory, api_factory_fixture  # noqa: F401
 
-schema = schemathesis.openapi.from_dict(document())
+CI = bool(os.environ.get("CI"))
+MAX_EXAMPLES = 10
+STATEFUL_RUNS = 15
+STATEFUL_STEPS = 8
+# No single answer may take longer (a generous bound on 2 shared cores).
+MAX_RESPONSE_SECONDS = 5.0
+# Any public address: nothing is ever sent to it (no worker runs in these tests).
+PUBLIC_ADDRESS = "93.184.215.14"
 
-CHECKS = [
-    not_a_server_error,
-    status_code_conformance,
-    content_type_conformance,
-    response_headers_conformance,
-    response_schema_conformance,
-]
+
+@schemathesis.check
+def use_after_free_unless_soft_delete(
+    ctx: schemathesis.CheckContext, response: Response, case: schemathesis.Case[Any]
+) -> bool | None:
+    """schemathesis's ``use_after_free``, except after a DELETE the document marks as a soft
+    delete (``x-soft-delete``: the resource stays readable by design, as its description
+    says). A read after any other DELETE that still answers 2xx fails as before."""
+    try:
+        return use_after_free(ctx, response, case)
+    except UseAfterFree as failure:
+        freed_by = next(
+            (c for c in ctx.internals.find_all_cases() if c.id == failure.deleted_case_id), None
+        )
+        if freed_by is not None and freed_by.operation.definition.raw.get(SOFT_DELETE):
+            return None
+        raise
+
+
+def _form_as_sent(response: Response) -> dict[str, str] | None:
+    """The fields of the multipart body as the server received them (a file part as the
+    empty string: any bytes are a valid file); None unless one part per name."""
+    request = response.request
+    raw_type = request.headers.get("Content-Type", "")
+    content_type = raw_type.decode("latin-1") if isinstance(raw_type, bytes) else raw_type
+    body = request.body
+    if not content_type.startswith("multipart/form-data") or not isinstance(body, bytes):
+        return None
+    message = email.message_from_bytes(
+        f"Content-Type: {content_type}\r\n\r\n".encode() + body, policy=email.policy.HTTP
+    )
+    fields: dict[str, str] = {}
+    for part in message.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        if not isinstance(name, str) or name in fields:
+            return None
+        payload = part.get_payload(decode=True)
+        if part.get_filename() is not None:
+            fields[name] = ""
+        elif isinstance(payload, bytes):
+            fields[name] = payload.decode("utf-8", "replace")
+        else:
+            return None
+    return fields
+
+
+def _valid_as_sent(response: Response, case: schemathesis.Case[Any]) -> bool:
+    """Whether a multipart upload holding binary data was valid as the server received it.
+
+    schemathesis cannot judge a body holding binary data: it counts it as invalid when it
+    re-validates a body changed after generation (the stateful phase fills it from earlier
+    responses), and cannot tell that a field generated as ``69`` or ``null`` arrives as the
+    valid text ``"69"`` or ``"null"``. A valid upload is then reported as negative data the
+    server accepted.
+    """
+    meta = case.meta
+    if meta is None or not contains_binary(case.body):
+        return False
+    if any(
+        info.mode.is_negative
+        for location, info in meta.components.items()
+        if location != ParameterLocation.BODY
+    ):
+        return False
+    sent = _form_as_sent(response)
+    if sent is None:
+        return False
+    doc = document()
+    operation = doc["paths"][case.operation.path][case.method.lower()]
+    body_schema = operation["requestBody"]["content"]["multipart/form-data"]["schema"]
+    validator = jsonschema_rs.validator_for({**body_schema, "components": doc["components"]})
+    return validator.is_valid(sent)
+
+
+@schemathesis.check
+def negative_data_rejection_reading_binary(
+    ctx: schemathesis.CheckContext, response: Response, case: schemathesis.Case[Any]
+) -> bool | None:
+    """schemathesis's ``negative_data_rejection``, except for a multipart body counted as
+    negative only because it holds binary data (``_valid_as_sent``)."""
+    try:
+        return negative_data_rejection(ctx, response, case)
+    except AcceptedNegativeData:
+        if _valid_as_sent(response, case):
+            return None
+        raise
+
+
+CONFIG = SchemathesisConfig.from_dict(
+    {
+        "generation": {"mode": "all", "max-examples": MAX_EXAMPLES, "deterministic": CI},
+        "phases": {
+            "examples": {"enabled": True},
+            "coverage": {"enabled": True},
+            "fuzzing": {"enabled": True},
+            "stateful": {"enabled": True},
+        },
+        "checks": {
+            "enabled": True,
+            "max_response_time": MAX_RESPONSE_SECONDS,
+            # Replaced by the two checks above, which run them.
+            "use_after_free": {"enabled": False},
+            "negative_data_rejection": {"enabled": False},
+        },
+    }
+)
+schema = schemathesis.openapi.from_dict(document(), config=CONFIG)
+
+
+@pytest.fixture(name="public_dns")
+def public_dns_fixture(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every host name resolves to ``PUBLIC_ADDRESS``; IP literals resolve as they are."""
+    real = socket.getaddrinfo
+
+    def resolve(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            socket.inet_pton(socket.AF_INET6 if ":" in str(host) else socket.AF_INET, host)
+        except (OSError, TypeError, ValueError):
+            return [
+                (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (PUBLIC_ADDRESS, port))
+            ]
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    yield
+
+
+class _Key:
+    """The API key of the test being run (each test has its own app and Redis)."""
+
+    current = ""
+
+
+@schema.auth(refresh_interval=None)
+class ApiKeyAuth:
+    """Every request carries the current key, except those that test its absence (schemathesis
+    leaves the header out, or in, as a case needs)."""
+
+    def get(self, case: schemathesis.Case[Any], ctx: schemathesis.AuthContext) -> str:
+        return _Key.current
+
+    def set(self, case: schemathesis.Case[Any], data: str, ctx: schemathesis.AuthContext) -> None:
+        case.headers["Authorization"] = f"Bearer {data}"
 
 
 @pytest.fixture(name="seeded")
-def seeded_fixture(api_factory: ApiFactory) -> Api:
-    # A limit schemathesis cannot reach, so it explores past the first 120 requests (the
-    # 429 path has its own tests).
-    api = api_factory(status_rate_limit=RateLimit(limit=1_000_000, window_ms=60_000))
+def seeded_fixture(api_factory: ApiFactory, public_dns: None) -> Api:
+    # Limits schemathesis cannot reach, so it explores past the first requests (the 429
+    # paths have their own tests).
+    unreachable = RateLimit(limit=1_000_000, window_ms=60_000)
+    api = api_factory(
+        status_rate_limit=unreachable,
+        account_upload_rate_limit=unreachable,
+        account_process_rate_limit=unreachable,
+        account_retry_rate_limit=unreachable,
+        # The auth checks send requests without a key or with a bad one: many from one address.
+        auth_failure_rate_limit=unreachable,
+    )
+    api.redis.flushdb()
     api.upload_ok("acme", EXAMPLE_BATCH)
+    _Key.current = api.key("acme")
     return api
 
 
-@pytest.mark.timeout(60)
+def test_every_check_is_enabled() -> None:
+    load_all_checks()
+    names = set(CHECKS.get_all_names())
+    assert {
+        "not_a_server_error",
+        "status_code_conformance",
+        "content_type_conformance",
+        "response_headers_conformance",
+        "response_schema_conformance",
+        "negative_data_rejection",
+        "positive_data_acceptance",
+        "use_after_free",
+        "ensure_resource_availability",
+        "ignored_auth",
+        "unsupported_method",
+        "allow_header_conformance",
+        "missing_required_header",
+    } <= names
+    disabled = {n for n in names if not schema.config.checks.get_by_name(name=n).enabled}
+    # Each runs inside its replacement.
+    assert disabled == {"use_after_free", "negative_data_rejection"}
+    assert {"use_after_free_unless_soft_delete", "negative_data_rejection_reading_binary"} <= names
+    assert schema.config.checks.max_response_time.limit == MAX_RESPONSE_SECONDS
+
+
+@pytest.mark.timeout(120)
 @schema.parametrize()
 @settings(
-    max_examples=25,
     deadline=2000,
-    # CI replays a fixed sequence (a red build names a real regression, not a new draw);
-    # local runs draw new examples each time and keep exploring.
-    derandomize=bool(os.environ.get("CI")),
-    phases=[Phase.explicit, Phase.generate],
+    derandomize=CI,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 def test_every_operation_conforms(case: schemathesis.Case[Any], seeded: Api) -> None:
-    case.call_and_validate(base_url=seeded.base_url, headers=seeded.auth("acme"), checks=CHECKS)
+    case.call_and_validate(base_url=seeded.base_url)
+
+
+@pytest.mark.timeout(120)
+def test_stateful_sequences_conform(seeded: Api) -> None:
+    base = schema.as_state_machine()
+
+    class Sequences(base):  # type: ignore[misc, valid-type]
+        api: ClassVar[Api] = seeded
+
+        def get_call_kwargs(self, case: schemathesis.Case[Any]) -> dict[str, Any]:
+            return {"base_url": self.api.base_url}
+
+        def validate_response(
+            self, response: Response, case: schemathesis.Case[Any], **kwargs: Any
+        ) -> None:
+            super().validate_response(response, case, **kwargs)
+
+    Sequences.run(
+        settings=settings(
+            max_examples=STATEFUL_RUNS,
+            stateful_step_count=STATEFUL_STEPS,
+            deadline=None,
+            derandomize=CI,
+            suppress_health_check=list(HealthCheck),
+        )
+    )
