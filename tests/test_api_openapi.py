@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import re
+from html import escape
+from pathlib import Path
 
+import jsonschema_rs
 from starlette.routing import BaseRoute, Mount, Route
 
+from relay.api.reference import _anchor as reference_anchor
+from relay.model import Batch
+from relay.store import BatchRef
+from relay.webhook_store import notification_body
 from tests.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
 
 METHODS = {"get", "put", "post", "delete", "patch"}
@@ -57,7 +65,7 @@ def test_documents_exactly_the_apps_routes(api: Api) -> None:
 
 def test_every_operation_documents_its_errors(api: Api) -> None:
     doc = api.client.get("/openapi.json").json()
-    public = {"/healthz", "/readyz", "/metrics", "/openapi.json", f"{V1}/openapi.json"}
+    public = {"/healthz", "/readyz", "/metrics", "/openapi.json", f"{V1}/openapi.json", "/docs"}
     status_paths = {
         f"{V1}/documents/{{id}}",
         f"{V1}/batches/{{name}}",
@@ -171,3 +179,58 @@ def test_process_takes_no_body_or_an_object_but_not_null(api: Api) -> None:
     assert api.client.post(url, headers=h, content=twice).status_code == 422
     schema = api.client.get("/openapi.json").json()["components"]["schemas"]["ProcessRequest"]
     assert schema["properties"]["fields"]["uniqueItems"] is True
+
+
+def test_docs_is_a_self_contained_page_with_every_operation_and_webhook(api: Api) -> None:
+    doc = api.client.get("/openapi.json").json()
+    page = api.client.get("/docs")
+    assert page.status_code == 200
+    assert page.headers["content-type"] == "text/html; charset=utf-8"
+    assert "default-src 'none'" in page.headers["content-security-policy"]
+    html = page.text
+    # Offline: no script, nothing loaded from elsewhere.
+    assert "<script" not in html.lower()
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", html)
+    operations = [(m, p, op) for p, item in doc["paths"].items() for m, op in item.items()]
+    assert len(operations) >= 20
+    for method, path, op in operations:
+        section = html.split(f'id="{reference_anchor(method, path)}"', 1)[1].split("</section>")[0]
+        assert f"<code>{escape(path)}</code>" in section, (method, path)
+        assert op["operationId"] in section and escape(op["summary"]) in section
+        for param in op.get("parameters", []):
+            assert f"<code>{escape(param['name'])}</code>" in section, (path, param["name"])
+        for code in op["responses"]:
+            assert f"<td><code>{code}</code></td>" in section, (path, code)
+        for content in op.get("requestBody", {}).get("content", {}).values():
+            name = content["schema"]["$ref"].rsplit("/", 1)[1]
+            assert f'href="#schema-{name}"' in section, (path, name)
+    for name in doc["components"]["schemas"]:
+        assert f'id="schema-{name}"' in html
+    # The webhooks section, with batch.completed and its signed headers.
+    webhooks = html.split("<h2>Webhooks</h2>", 1)[1]
+    for event in doc["webhooks"]:
+        assert f"<code>{event}</code>" in webhooks
+    assert "webhook-signature" in webhooks and 'href="#schema-BatchCompletedEvent"' in webhooks
+    # Linked from the README.
+    assert "/docs" in (Path(__file__).parent.parent / "README.md").read_text()
+
+
+def test_webhooks_describe_the_batch_completed_body_relay_sends(api: Api) -> None:
+    doc = api.client.get("/openapi.json").json()
+    hook = doc["webhooks"]["batch.completed"]["post"]
+    headers = {p["name"] for p in hook["parameters"] if p["in"] == "header"}
+    assert {"webhook-id", "webhook-timestamp", "webhook-signature"} <= headers
+    schema = hook["requestBody"]["content"]["application/json"]["schema"]
+    validator = jsonschema_rs.validator_for({**schema, "components": doc["components"]})
+    # The exact body the delivery pipeline POSTs, for a completed batch read over the API.
+    api.upload_ok("acme", "b1")
+    api.client.delete(f"{V1}/batches/b1", headers=api.auth("acme"))  # completes it (canceled)
+    batch = Batch.from_hash(api.redis.hgetall(BatchRef("acme", "b1").key))
+    assert batch.completed_at is not None
+    body = json.loads(notification_body(batch, "https://relay.example"))
+    validator.validate(body)
+    assert body["data"]["results_url"] == "https://relay.example/api/v1/batches/b1/results"
+    # Closed: a field the contract does not list fails.
+    assert not validator.is_valid({**body, "data": {**body["data"], "extra": 1}})
+    data = doc["components"]["schemas"]["BatchCompletedData"]["properties"]
+    assert set(data) == set(doc["components"]["schemas"]["Batch"]["properties"]) | {"results_url"}

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from relay.api import batches, documents, health, openapi, webhooks
+from relay.api import batches, documents, health, openapi, reference, webhooks
 from relay.api.errors import exception_handlers
 from relay.api.limits import Limits
 from relay.api.state import STATE_KEY, AppState
@@ -130,6 +130,7 @@ def create_app(settings: Settings) -> Starlette:
         *one_route_per_path(
             [
                 Route("/openapi.json", openapi.openapi_json, methods=["GET"]),
+                Route("/docs", reference.reference, methods=["GET"]),
                 Route("/healthz", health.healthz, methods=["GET"]),
                 Route("/readyz", health.readyz, methods=["GET"]),
                 Route("/metrics", health.metrics, methods=["GET"]),

@@ -31,7 +31,7 @@ from relay.api.openapi_parts import (
     string_header,
 )
 from relay.api.openapi_parts import json_response as response
-from relay.api.openapi_schemas import SCHEMAS
+from relay.api.openapi_schemas import DELIVERY_ID_PATTERN, SCHEMAS, ref
 
 V1 = "/api/v1"
 # Marks a DELETE after which the resource stays readable (documented in its description).
@@ -226,6 +226,20 @@ def _ops_paths() -> dict[str, Any]:
     return {
         f"{V1}/openapi.json": {"get": spec},
         "/openapi.json": {"get": {**spec, "operationId": "getOpenApiRoot"}},
+        "/docs": {
+            "get": operation(
+                "getReference",
+                "This API reference as one HTML page (no script, nothing fetched elsewhere).",
+                "meta",
+                {
+                    "200": {
+                        "description": "The reference page.",
+                        "content": {"text/html": {"schema": {"type": "string"}}},
+                    }
+                },
+                public=True,
+            )
+        },
         "/healthz": {
             "get": operation(
                 "healthz", "The process is up.", "ops", {"200": plain("Up.", status)}, public=True
@@ -257,6 +271,93 @@ def _ops_paths() -> dict[str, Any]:
     }
 
 
+def _webhook_headers() -> list[dict[str, Any]]:
+    def header(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "name": name,
+            "in": "header",
+            "required": True,
+            "description": description,
+            "schema": schema,
+        }
+
+    return [
+        header(
+            "webhook-id",
+            "The delivery's id (msg_...), the same on every attempt.",
+            {
+                "type": "string",
+                "pattern": DELIVERY_ID_PATTERN,
+            },
+        ),
+        header(
+            "webhook-timestamp",
+            "Unix seconds of this attempt; refuse one too far from your clock (e.g. 5 min).",
+            {"type": "string", "pattern": "^[0-9]+$"},
+        ),
+        header(
+            "webhook-signature",
+            "Space-separated signatures of `{webhook-id}.{webhook-timestamp}.{body}` (Standard "
+            "Webhooks): `v1,<base64 HMAC-SHA256>` with the secret (whsec_...) and "
+            "`v1a,<base64 Ed25519>` with the key pair (whpk_...), plus the previous ones' "
+            "during a rotation. Accept the request if any entry verifies.",
+            {"type": "string"},
+        ),
+        header("user-agent", "relay/<version>.", {"type": "string", "pattern": "^relay/"}),
+    ]
+
+
+def _receiver_responses() -> dict[str, Any]:
+    return {
+        "2XX": {"description": "Received: the delivery succeeded (answer within the timeout)."},
+        "410": {"description": "Gone: the batch's webhook is disabled, no more attempts."},
+        "429": {
+            "description": "Busy: the next attempt waits at least Retry-After (seconds or an "
+            "HTTP date), up to 10 times its scheduled interval."
+        },
+        "503": {"description": "Unavailable: as 429."},
+        "default": {
+            "description": "Any other answer, a redirect, a timeout or no connection: the "
+            "attempt failed and is retried on the schedule (RELAY_RETRY_SCHEDULE)."
+        },
+    }
+
+
+def _batch_completed() -> dict[str, Any]:
+    return {
+        "post": {
+            "operationId": "batchCompleted",
+            "summary": "A batch completed: POSTed to the batch's callback URL (PUT "
+            "/batches/{name}/webhook) each time it completes, signed, retried until a 2xx.",
+            "description": "Sent when the batch's last document reaches a terminal status "
+            "(its completion_seq increments), again after new uploads complete it again. At "
+            "least once: receivers dedupe on webhook-id. Verify the signature over the exact "
+            "body bytes before parsing them.",
+            "tags": ["webhooks"],
+            "security": [],
+            "parameters": _webhook_headers(),
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": ref("BatchCompletedEvent")}},
+            },
+            "responses": _receiver_responses(),
+        }
+    }
+
+
+def operational_webhooks() -> dict[str, Any]:
+    """Hook for the account's operational events (``webhook.disabled``, ``delivery.failed``),
+    POSTed to the operational webhook through the same pipeline: add each event here, as
+    ``{"<event type>": {"post": ...}}`` built like ``_batch_completed`` (same headers and
+    receiver responses, its own body schema in ``openapi_schemas``). Empty until they exist."""
+    return {}
+
+
+def webhooks() -> dict[str, Any]:
+    """The OpenAPI 3.1 ``webhooks``: what relay POSTs to receivers."""
+    return {"batch.completed": _batch_completed(), **operational_webhooks()}
+
+
 @cache
 def document() -> dict[str, Any]:
     """The OpenAPI document (built once per process)."""
@@ -270,6 +371,7 @@ def document() -> dict[str, Any]:
         },
         "security": [{"bearerAuth": []}],
         "paths": {**_document_paths(), **_batch_paths(), **_webhook_paths(), **_ops_paths()},
+        "webhooks": webhooks(),
         "components": {
             "securitySchemes": {
                 "bearerAuth": {

@@ -82,6 +82,12 @@ _NEXT_CURSOR = {
     "description": "Pass as `cursor` for the next page; null on the last page.",
 }
 
+_MSG_ID = {
+    "type": "string",
+    "pattern": DELIVERY_ID_PATTERN,
+    "description": "The delivery's id: the same on every attempt; dedupe on it.",
+}
+
 SCHEMAS: dict[str, Any] = {
     "Error": _obj(
         {
@@ -198,6 +204,27 @@ SCHEMAS: dict[str, Any] = {
     ),
     "DeliveryList": _obj(
         {"deliveries": {"type": "array", "items": ref("Delivery")}, "next_cursor": _NEXT_CURSOR}
+    ),
+    "BatchCompletedData": _obj(
+        {
+            **_BATCH_PROPS,
+            "results_url": {
+                "type": "string",
+                "format": "uri",
+                "description": "GET it (with an API key) for the documents and their rows.",
+            },
+        }
+    ),
+    "BatchCompletedEvent": _obj(
+        {
+            "type": {"const": "batch.completed"},
+            "timestamp": {**_TIME, "description": "When the batch completed (completed_at)."},
+            "data": {
+                **ref("BatchCompletedData"),
+                "description": "The batch, as GET /batches/{name} answered it then, plus "
+                "results_url.",
+            },
+        }
     ),
     "SigningMaterial": _obj(
         {
