@@ -10,7 +10,7 @@ from pathlib import Path
 import jsonschema_rs
 from starlette.routing import BaseRoute, Mount, Route
 
-from relay.api.reference import _anchor as reference_anchor
+from relay.api.reference import anchor as reference_anchor
 from relay.model import Batch
 from relay.store import BatchRef
 from relay.webhook_store import notification_body

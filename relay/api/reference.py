@@ -37,7 +37,7 @@ nav ul{columns:2}
 CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 
 
-def _anchor(method: str, path: str) -> str:
+def anchor(method: str, path: str) -> str:
     return "op-" + method + "-" + "".join(c if c.isalnum() else "-" for c in path).strip("-")
 
 
@@ -101,7 +101,7 @@ def _operation(method: str, path: str, op: dict[str, Any]) -> str:
     auth = "no API key" if op.get("security") == [] else "API key (Bearer)"
     description = op.get("description")
     return (
-        f'<section class="op" id="{_anchor(method, path)}">'
+        f'<section class="op" id="{anchor(method, path)}">'
         f'<h3><span class="method">{escape(method)}</span> <code>{escape(path)}</code></h3>'
         f"<p>{escape(op.get('summary', ''))}</p>"
         + (f"<p>{escape(description)}</p>" if description else "")
@@ -131,12 +131,12 @@ def render() -> str:
     webhooks = _operations(doc.get("webhooks", {}))
     schemes = doc["components"]["securitySchemes"]
     toc = "".join(
-        f'<li><a href="#{_anchor(m, p)}"><span class="method">{escape(m)}</span> '
+        f'<li><a href="#{anchor(m, p)}"><span class="method">{escape(m)}</span> '
         f"<code>{escape(p)}</code></a></li>"
         for m, p, _ in operations
     )
     hooks_toc = "".join(
-        f'<li><a href="#{_anchor(m, p)}"><code>{escape(p)}</code></a></li>' for m, p, _ in webhooks
+        f'<li><a href="#{anchor(m, p)}"><code>{escape(p)}</code></a></li>' for m, p, _ in webhooks
     )
     schemas = "".join(
         f'<section id="schema-{escape(name)}"><h3><code>{escape(name)}</code></h3>'

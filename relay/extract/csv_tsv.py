@@ -314,10 +314,7 @@ def extract_delimited(text: str, dialect: Dialect) -> list[dict[str, object]]:
             last = start
             yield start[0], row
 
-    shape: _Shape | None = None
-
-    def data_rows(rows: Iterator[tuple[int, list[str]]]) -> Iterator[list[str]]:
-        assert shape is not None
+    def data_rows(rows: Iterator[tuple[int, list[str]]], shape: _Shape) -> Iterator[list[str]]:
         for line, row in rows:
             if not _is_blank(row):
                 shape.see(line, row)
@@ -334,7 +331,7 @@ def extract_delimited(text: str, dialect: Dialect) -> list[dict[str, object]]:
         if header is None:
             raise ExtractionError("empty_document", "the document is empty")
         shape = _Shape(len(header))
-        built = build_records(header, data_rows(rows))
+        built = build_records(header, data_rows(rows, shape))
     except csv.Error as exc:
         message = shorten(f"could not parse line {reader.line_num}: {exc}", 200)
         raise ExtractionError("invalid_csv", message) from None
