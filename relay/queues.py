@@ -68,32 +68,55 @@ def queue_key(name: str) -> str:
     return Queue.redis_queue_namespace_prefix + name
 
 
+def _enqueue_once(
+    client: redis.Redis,
+    marker: str,
+    name: str,
+    job: str,
+    shard: int,
+    *,
+    timeout: int,
+    failure_ttl: int,
+    description: str,
+) -> bool:
+    """Enqueue ``job(shard)`` on queue ``name`` unless the ``marker`` says one is waiting."""
+    if not client.set(marker, b"1", nx=True, px=WAKE_TTL_MS):
+        return False
+    queue(client, name).enqueue_call(
+        job,
+        args=[shard],
+        timeout=timeout,
+        result_ttl=0,
+        failure_ttl=failure_ttl,
+        description=description,
+    )
+    return True
+
+
 def wake_processing(client: redis.Redis, shard: int, settings: Settings) -> bool:
     """Enqueue a processing job unless one is already waiting. It starts at ``shard`` and
     takes documents from every shard's fair queue (``relay.processing.run_documents``)."""
-    if not client.set(keys.process_wake(), b"1", nx=True, px=WAKE_TTL_MS):
-        return False
-    queue(client, PROCESSING).enqueue_call(
+    return _enqueue_once(
+        client,
+        keys.process_wake(),
+        PROCESSING,
         PROCESS_JOB,
-        args=[shard],
+        shard,
         timeout=processing_job_timeout(settings),
-        result_ttl=0,
         failure_ttl=86_400,
         description=f"process documents, shard {shard} first",
     )
-    return True
 
 
 def wake(client: redis.Redis, shard: int, settings: Settings) -> bool:
     """Enqueue a delivery job for the shard's due deliveries unless one is already waiting."""
-    if not client.set(keys.wake(shard), b"1", nx=True, px=WAKE_TTL_MS):
-        return False
-    queue(client, DELIVERY).enqueue_call(
+    return _enqueue_once(
+        client,
+        keys.wake(shard),
+        DELIVERY,
         DELIVER_JOB,
-        args=[shard],
+        shard,
         timeout=delivery_job_timeout(settings),
-        result_ttl=0,
         failure_ttl=3_600,
         description=f"deliver due in shard {shard}",
     )
-    return True
