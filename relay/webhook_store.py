@@ -179,14 +179,18 @@ class WebhookStore:
         )
         return int(moved) == 1
 
-    def release(self, d: ClaimedDelivery, token: str, due_at: int) -> bool:
-        """Hand a claimed delivery back unattempted, due again at ``due_at`` (ms)."""
-        released = self.scripts(
-            "release_delivery",
-            [keys.delivery(d.shard, d.id), keys.due(d.shard)],
-            [d.id, token, due_at],
-        )
-        return int(released) == 1
+    def release_all(self, claimed: list[ClaimedDelivery], token: str, due_at: int) -> int:
+        """Hand claimed deliveries back unattempted, due again at ``due_at`` (ms); one round
+        trip. Returns how many were still ours to hand back."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            for d in claimed:
+                self.scripts.run(
+                    "release_delivery",
+                    [keys.delivery(d.shard, d.id), keys.due(d.shard)],
+                    [d.id, token, due_at],
+                    pipe,
+                )
+            return sum(int(r) for r in pipe.execute())
 
     def get(self, delivery_id: str) -> Delivery | None:
         shard = keys.shard_of_id("msg", delivery_id)
