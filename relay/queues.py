@@ -43,8 +43,10 @@ WAKE_TTL_MS = 10_000
 
 def document_job_timeout(settings: Settings) -> int:
     """RQ's limit for one document job: far past the lease, which the job renews while its
-    extractor runs; a job stuck past it is killed and its lease brings the document back."""
-    return int(settings.lease_seconds * 10) + 60
+    extractor runs, and a minute past the extraction deadline, so that the job, not RQ,
+    records ``extraction_timeout``; a job stuck past it is killed and its lease brings the
+    document back."""
+    return int(max(settings.lease_seconds * 10, settings.extract_timeout)) + 60
 
 
 def delivery_job_timeout(settings: Settings) -> int:
