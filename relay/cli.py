@@ -74,7 +74,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     from rq.serializers import JSONSerializer
 
     # Imported before work starts so no job pays for the import.
-    import relay.delivery.send
+    import relay.delivery.engine
     import relay.processing  # noqa: F401
     from relay import queues
     from relay.worker import RelayWorker, job_class

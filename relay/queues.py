@@ -23,7 +23,7 @@ PROCESSING = "relay-processing"
 DELIVERY = "relay-delivery"
 
 PROCESS_JOB = "relay.processing.run_documents"
-DELIVER_JOB = "relay.delivery.send.run_due"
+DELIVER_JOB = "relay.delivery.engine.run_due"
 
 # What ``relay worker --queues`` accepts, and the queues each serves (in dequeue order).
 WORKER_QUEUES = {
@@ -51,7 +51,7 @@ def document_job_timeout(settings: Settings) -> int:
 
 def delivery_job_timeout(settings: Settings) -> int:
     """RQ's limit for one delivery job. The job only wakes the process's delivery engine
-    (``relay.delivery.send.run_due``), which runs the attempts; starting the engine the
+    (``relay.delivery.engine.run_due``), which runs the attempts; starting the engine the
     first time builds the HTTP client (~25 ms) and its threads."""
     return 30
 

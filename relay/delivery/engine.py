@@ -2,7 +2,7 @@
 hold the others up.
 
 One engine per worker process that serves the delivery queue, started by the first delivery
-job (``relay.delivery.send.run_due``), which only wakes it: the engine claims due deliveries
+job (:func:`run_due`), which only wakes it: the engine claims due deliveries
 of the woken shards, and of every shard it finds due on its own once a second, whenever it
 has a free slot. So a delivery never waits for a job to finish, and a job never waits for a
 slow receiver.
@@ -33,15 +33,36 @@ import threading
 import time
 from collections import Counter, OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import Protocol
 from urllib.parse import urlsplit
 
+import redis
+
+from relay import keys
 from relay.crypto import SigningMaterial
+from relay.delivery.send import AttemptContext, attempt_once
+from relay.signing_keys import SigningKeys
 from relay.timefmt import now_ms
 from relay.webhook_store import ClaimedDelivery
 
-if TYPE_CHECKING:
-    from relay.worker_context import WorkerContext
+
+class EngineContext(AttemptContext, Protocol):
+    """What the engine works with besides what an attempt does (a ``WorkerContext``)."""
+
+    @property
+    def redis(self) -> redis.Redis: ...
+    @property
+    def signing(self) -> SigningKeys: ...
+
+
+class EngineHost(Protocol):
+    """What the delivery job needs: the process's Redis and its engine (a ``WorkerContext``)."""
+
+    @property
+    def redis(self) -> redis.Redis: ...
+    @property
+    def engine(self) -> Engine: ...
+
 
 log = logging.getLogger("relay.delivery")
 
@@ -115,7 +136,7 @@ class Slots:
 class Engine:
     """Claims due deliveries and sends them on a pool of threads (module docstring)."""
 
-    def __init__(self, ctx: WorkerContext) -> None:
+    def __init__(self, ctx: EngineContext) -> None:
         settings = ctx.settings
         self.ctx = ctx
         self.store = ctx.webhooks
@@ -240,8 +261,6 @@ class Engine:
         return "full"
 
     def _attempt(self, d: ClaimedDelivery, materials: list[SigningMaterial], dest: str) -> None:
-        from relay.delivery.send import attempt_once
-
         answered: bool | None = None
         try:
             error = attempt_once(self.ctx, d, self.token, materials)
@@ -254,3 +273,11 @@ class Engine:
                 self._inflight -= 1
                 self._ended += 1
                 self._cond.notify_all()
+
+
+def run_due(ctx: EngineHost, shard: int) -> str:
+    """RQ job of the delivery queue: wake this process's engine for the shard's due
+    deliveries (the engine runs the attempts; this job never waits for a receiver)."""
+    ctx.redis.delete(keys.wake(shard))
+    ctx.engine.wake(shard)
+    return "engine woken"
