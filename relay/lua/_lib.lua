@@ -89,7 +89,7 @@ local function release_charge(doc_key, pending_key)
   end
 end
 
--- Operational events (docs/decisions.md, "Operational events") -----------------------------
+-- Operational events (docs/decisions.md, "Auto-disable and operational events") -------------
 
 -- The reserved pseudo-batch that holds an account's operational webhook and its deliveries
 -- (relay.keys.OPS_BATCH): no batch name can start with '~'.
