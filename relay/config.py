@@ -233,6 +233,13 @@ _FIELDS: tuple[_Field, ...] = (
         " completed (s, m, h, d suffixes)",
     ),
     _Field(
+        "disable_after",
+        "5d",
+        _duration,
+        "A batch webhook whose attempts have all failed this long (no success since the first"
+        " failure) is disabled (s, m, h, d suffixes)",
+    ),
+    _Field(
         "purge_batch",
         "20",
         _positive_int,
@@ -332,6 +339,7 @@ class Settings:
     max_document_attempts: int
     sweep_interval: float
     retention: float
+    disable_after: float
     purge_batch: int
     max_stored_attempts: int
     retry_schedule: tuple[float, ...]

@@ -149,6 +149,14 @@ def outbox(shard: int) -> str:
 # -- webhooks and deliveries (shard-tagged, same shard as the batch) ---------------------
 
 
+OPS_BATCH = "~ops"
+"""The reserved pseudo-batch of an account's operational webhook and its deliveries (events
+about the account's webhooks): ``webhook(shard_for_batch(account, OPS_BATCH), account,
+OPS_BATCH)`` and the batch delivery keys below, so claiming, recording and retrying work as for
+a batch. No batch can have this name (``relay.model.valid_batch_name``: a letter or digit
+first); ``relay/lua/_lib.lua`` holds the same constant."""
+
+
 def webhook(shard: int, account: str, name: str) -> str:
     """Hash: the batch's callback registration."""
     return batch(shard, account, name) + ":webhook"

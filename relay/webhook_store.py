@@ -26,6 +26,51 @@ from relay.store import BatchRef
 from relay.timefmt import now_ms, rfc3339
 
 EVENT_TYPE = "batch.completed"
+# Operational events, delivered to the account's operational webhook (keys.OPS_BATCH).
+WEBHOOK_DISABLED = "webhook.disabled"
+DELIVERY_FAILED = "delivery.failed"
+DEFAULT_DISABLE_AFTER_MS = 5 * 86_400_000
+
+
+def ops_ref(account: str) -> BatchRef:
+    """The account's operational webhook and deliveries: the reserved pseudo-batch."""
+    return BatchRef(account, keys.OPS_BATCH)
+
+
+def disable_reason(disable_after_ms: int) -> str:
+    """The ``disabled_reason`` of a webhook disabled by RELAY_DISABLE_AFTER."""
+    seconds = disable_after_ms / 1000
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            span = f"{seconds // size:g}{unit}"
+            break
+    else:
+        span = f"{seconds:g}s"
+    return f"every attempt failed for {span} with no success since the first failure"
+
+
+def event_body(fields: dict[bytes, bytes]) -> bytes:
+    """The exact bytes POSTed for one operational event (an outbox entry with a ``kind``)."""
+
+    def text(name: str) -> str:
+        return fields.get(name.encode(), b"").decode()
+
+    kind = text("kind")
+    data: dict[str, Any]
+    if kind == DELIVERY_FAILED:
+        code = text("status_code")
+        data = {
+            "id": text("id"),
+            "batch_name": text("batch"),
+            "url": text("url"),
+            "attempts": int(text("attempts") or 0),
+            "error": text("error") or None,
+            "status_code": int(code) if code else None,
+        }
+    else:
+        data = {"batch_name": text("batch"), "url": text("url"), "reason": text("reason")}
+    event = {"type": kind, "timestamp": rfc3339(int(text("at"))), "data": data}
+    return json.dumps(event, separators=(",", ":")).encode()
 
 
 def notification_body(batch: Batch, public_url: str) -> bytes:
@@ -37,7 +82,7 @@ def notification_body(batch: Batch, public_url: str) -> bytes:
 
 
 def _create_call(
-    ref: BatchRef, seq: int, body: bytes, completed_ms: int, now: int
+    ref: BatchRef, seq: int | str, body: bytes, completed_ms: int, now: int
 ) -> tuple[list[str], list[Any]]:
     s, a, n = ref.shard, ref.account, ref.name
     new_id = keys.new_id("msg", s)
@@ -104,12 +149,15 @@ class WebhookStore:
         clock: Callable[[], int] = now_ms,
         *,
         max_attempts: int = 20,
+        disable_after_ms: int = DEFAULT_DISABLE_AFTER_MS,
     ) -> None:
         self.redis = client
         self.scripts = Scripts(client)
         self.clock = clock  # ms since the epoch; tests pass their own
         # Attempts kept per delivery (RELAY_MAX_STORED_ATTEMPTS): the first and the latest.
         self.max_attempts = max_attempts
+        # RELAY_DISABLE_AFTER: a webhook failing this long is disabled (record_attempt.lua).
+        self.disable_after_ms = disable_after_ms
 
     def create(
         self, ref: BatchRef, seq: int, body: bytes, completed_ms: int = 0
@@ -118,6 +166,13 @@ class WebhookStore:
         ``completed_ms`` (the batch's completed_at) lets workers measure notification lag."""
         k, a = _create_call(ref, seq, body, completed_ms, self.clock())
         created, ident = self.scripts("create_delivery", k, a)
+        return int(created) == 1, ident.decode() if isinstance(ident, bytes) else str(ident)
+
+    def create_event(self, account: str, event_id: str, body: bytes) -> tuple[bool, str]:
+        """Create the delivery of one operational event to the account's operational
+        webhook: (created, id); idempotent on ``event_id``; id '' = no operational webhook."""
+        k, a = _create_call(ops_ref(account), event_id, body, 0, self.clock())
+        created, ident = self.scripts("create_delivery", k, [*a, "event"])
         return int(created) == 1, ident.decode() if isinstance(ident, bytes) else str(ident)
 
     def claim(self, shard: int, *, limit: int, lease_ms: int, token: str) -> list[ClaimedDelivery]:
@@ -165,6 +220,7 @@ class WebhookStore:
                 keys.delivery_attempts(s, d.id),
                 keys.due(s),
                 keys.webhook(s, d.account, d.batch),
+                keys.outbox(s),
             ],
             [
                 d.id,
@@ -175,6 +231,9 @@ class WebhookStore:
                 attempt.encode(),
                 reason,
                 self.max_attempts,
+                self.disable_after_ms,
+                self.clock(),
+                disable_reason(self.disable_after_ms),
             ],
         )
         return int(moved) == 1
@@ -299,6 +358,26 @@ class AsyncWebhookStore:
         elif status == DeliveryStatus.PENDING:
             due = True
         return int(created) == 1, due
+
+    async def register_ops(self, account: str, url: str) -> bool:
+        """Register or replace the account's operational webhook (and enable it again).
+        Returns whether it was created."""
+        ref = ops_ref(account)
+        key = keys.webhook(ref.shard, account, ref.name)
+        now = self.clock()
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hsetnx(key, "created_at", now)
+            fields = {
+                "url": url,
+                "updated_at": now,
+                "disabled": "0",
+                "disabled_reason": "",
+                "failing_since": "",
+            }
+            pipe.hset(key, mapping=fields)
+            pipe.hsetnx(key, "pending", "")
+            created, _, _ = await pipe.execute()
+        return int(created) == 1
 
     async def get(self, ref: BatchRef) -> Webhook | None:
         h = await self.redis.hgetall(keys.webhook(ref.shard, ref.account, ref.name))

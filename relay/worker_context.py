@@ -48,7 +48,12 @@ class WorkerContext:
 
     @cached_property
     def webhooks(self) -> WebhookStore:
-        return WebhookStore(self.redis, self.clock, max_attempts=self.settings.max_stored_attempts)
+        return WebhookStore(
+            self.redis,
+            self.clock,
+            max_attempts=self.settings.max_stored_attempts,
+            disable_after_ms=round(self.settings.disable_after * 1000),
+        )
 
     @cached_property
     def retention(self) -> Retention:

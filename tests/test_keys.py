@@ -10,6 +10,7 @@ import redis
 from redis.exceptions import ResponseError
 
 from relay import keys
+from relay.model import valid_batch_name
 from relay.scripts import refusal, source
 
 
@@ -109,3 +110,10 @@ def test_refusals_are_matched_exactly(redis: redis.Redis) -> None:
     with pytest.raises(ResponseError) as other:
         redis.eval("return redis.error_reply('ERR key missing somewhere')", 0)
     assert refusal(other.value) is None
+
+
+def test_the_operational_pseudo_batch_is_the_same_in_lua_and_no_batch_name(
+    redis: redis.Redis,
+) -> None:
+    assert _lua(redis, "OPS_BATCH") == keys.OPS_BATCH
+    assert not valid_batch_name(keys.OPS_BATCH)

@@ -172,6 +172,44 @@ def _webhook_paths() -> dict[str, Any]:
                 params=[NAME, DELIVERY_ID],
             )
         },
+        f"{V1}/operational-webhook": {
+            "put": operation(
+                "putOperationalWebhook",
+                "Register or replace the account's operational webhook (and enable it again): "
+                "it receives the events webhook.disabled and delivery.failed.",
+                "webhooks",
+                {
+                    "200": response("OperationalWebhook", "Replaced."),
+                    "201": response("OperationalWebhook", "Created."),
+                    **errors(400, 401, 413, 415, 422),
+                },
+                body=json_body("WebhookRequest"),
+            ),
+            "get": operation(
+                "getOperationalWebhook",
+                "The account's operational webhook.",
+                "webhooks",
+                {"200": response("OperationalWebhook", "The webhook."), **errors(401, 404)},
+            ),
+            "delete": operation(
+                "deleteOperationalWebhook",
+                "Remove the operational webhook; its pending deliveries become canceled.",
+                "webhooks",
+                {
+                    "200": response("OperationalWebhook", "The removed webhook."),
+                    **errors(401, 404),
+                },
+            ),
+        },
+        f"{V1}/operational-webhook/deliveries": {
+            "get": operation(
+                "listOperationalDeliveries",
+                "The operational webhook's deliveries (one per event), newest first.",
+                "webhooks",
+                {"200": response("DeliveryList", "A page of deliveries."), **errors(401, 422)},
+                params=PAGE,
+            )
+        },
         f"{V1}/webhook-signing": {
             "get": operation(
                 "getSigningMaterial",

@@ -161,6 +161,15 @@ SCHEMAS: dict[str, Any] = {
             "updated_at": _TIME,
         }
     ),
+    "OperationalWebhook": _obj(
+        {
+            "url": {"type": "string"},
+            "disabled": {"type": "boolean"},
+            "disabled_reason": {"type": ["string", "null"]},
+            "created_at": _TIME,
+            "updated_at": _TIME,
+        }
+    ),
     "Attempt": _obj(
         {
             "number": {"type": "integer", "minimum": 1},
@@ -177,8 +186,15 @@ SCHEMAS: dict[str, Any] = {
     "Delivery": _obj(
         {
             "id": {"type": "string", "description": "The webhook-id header of every attempt."},
-            "batch_name": {"type": "string"},
-            "completion_seq": {"type": "integer", "minimum": 1},
+            "batch_name": {
+                "type": "string",
+                "description": "~ops for an operational event's delivery.",
+            },
+            "completion_seq": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "The batch's completion; 0 for an operational event.",
+            },
             "url": {"type": "string"},
             "status": {"type": "string", "enum": DELIVERY_STATUSES},
             "created_at": _TIME,
