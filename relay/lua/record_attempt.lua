@@ -45,4 +45,7 @@ elseif outcome == 'gone' then
 else
   redis.call('HSET', KEYS[1], 'status', 'failed')
 end
+-- The delivery indexes: pending -> the status it ended in.
+index_delivery(delivery_prefix(KEYS[1], ARGV[1]), ARGV[1], 'pending',
+               redis.call('HGET', KEYS[1], 'status'))
 return 1
