@@ -409,7 +409,7 @@ class AsyncWebhookStore:
         calls = page_calls(q, limit, decode_cursor(cursor))
         async with self.redis.pipeline(transaction=False) as pipe:
             for _, k, a in calls:
-                self.scripts.run("delivery_page", k, a, pipe)
+                await self.scripts.run("delivery_page", k, a, pipe)  # queued
             pages = await pipe.execute()
         page, after = merge_pages(pages, limit)
         if not page:
@@ -432,7 +432,7 @@ class AsyncWebhookStore:
             calls = run.calls()
             async with self.redis.pipeline(transaction=False) as pipe:
                 for _, k, a in calls:
-                    self.scripts.run("recover_deliveries", k, a, pipe)
+                    await self.scripts.run("recover_deliveries", k, a, pipe)  # queued
                 replies = await pipe.execute()
             run.feed([s for s, _, _ in calls], replies)
         return run.result
