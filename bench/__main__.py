@@ -27,6 +27,7 @@ BENCHMARKS = (
     "extract_overhead",
     "retention",
     "hostile",
+    "recover",
 )
 
 

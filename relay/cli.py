@@ -5,7 +5,7 @@ relay worker [--queues Q] [--burst]   an RQ worker: processing, delivery or all 
 relay detector                        the completion detector and the sweepers
 relay dev                             all of the above on a private Redis
 relay keys create|list|revoke         API keys
-relay deliveries list|show|retry      ops view of webhook deliveries
+relay deliveries list|show|retry|recover  ops view of webhook deliveries
 relay reencrypt [--batch N]           re-encrypt stored secrets with the first encryption key
 relay config example                  print .env.example
 """
@@ -267,20 +267,32 @@ def build_parser() -> argparse.ArgumentParser:
 
     dl = sub.add_parser("deliveries", help="inspect and retry webhook deliveries")
     dsub = dl.add_subparsers(dest="deliveries_cmd", required=True)
-    dlist = dsub.add_parser("list", help="a line per delivery, newest first")
-    dlist.add_argument("--status")
+    when = "an RFC 3339 time or a duration back from now (6h, 7d); creation time"
+    dlist = dsub.add_parser("list", help="a line per delivery, newest first (exact filters)")
+    dlist.add_argument("--status", help="pending, succeeded, failed, superseded or canceled")
     dlist.add_argument("--account")
-    dlist.add_argument("--batch")
-    dlist.add_argument("--since", type=parse_duration)
-    dlist.add_argument("--limit", type=int, default=100)
+    dlist.add_argument("--batch", help="needs --account")
+    dlist.add_argument("--since", help=f"{when}, inclusive")
+    dlist.add_argument("--until", help=f"{when}, exclusive")
+    dlist.add_argument("--limit", type=int, default=100, help="per page (default 100)")
+    dlist.add_argument("--cursor", help="the next page (printed on stderr after a page)")
     dshow = dsub.add_parser("show", help="one delivery with its attempts as a table")
     dshow.add_argument("id")
-    dretry = dsub.add_parser("retry", help="deliver again now (one id, or --status/--since)")
+    drec = dsub.add_parser(
+        "recover", help="make every failed (or canceled) delivery since D due again now"
+    )
+    drec.add_argument("--since", required=True, help=f"{when}, inclusive")
+    drec.add_argument("--until", help=f"{when}, exclusive")
+    drec.add_argument("--account", help="one account (default: all)")
+    drec.add_argument("--status", default="failed", help="failed (default) or canceled")
+    dretry = dsub.add_parser(
+        "retry", help="deliver one delivery again now (--status/--since: same as recover)"
+    )
     dretry.add_argument("id", nargs="?")
     dretry.add_argument("--status")
-    dretry.add_argument("--since", type=parse_duration)
+    dretry.add_argument("--since")
+    dretry.add_argument("--until")
     dretry.add_argument("--account")
-    dretry.add_argument("--batch")
     dl.set_defaults(func=cmd_deliveries)
 
     reenc = sub.add_parser(

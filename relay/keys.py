@@ -201,6 +201,22 @@ def shard_deliveries(shard: int) -> str:
     return f"{PREFIX}:{tag(shard)}:deliveries"
 
 
+def account_deliveries(shard: int, account: str) -> str:
+    """Sorted set: the account's deliveries in this shard by creation time (``search``)."""
+    return f"{PREFIX}:{tag(shard)}:account:{account}:deliveries"
+
+
+def account_status_deliveries(shard: int, account: str, status: str) -> str:
+    """Sorted set: the account's deliveries in this shard with one status, by creation
+    time. The script that changes a delivery's status moves it (``index_delivery``)."""
+    return account_deliveries(shard, account) + f":{status}"
+
+
+def status_deliveries(shard: int, status: str) -> str:
+    """Sorted set: the shard's deliveries with one status, by creation time (operators)."""
+    return f"{PREFIX}:{tag(shard)}:deliveries:{status}"
+
+
 # -- retention (shard-tagged): what finished, and purges under way ------------------------
 
 

@@ -36,6 +36,8 @@ NAMES = (
     "register_webhook",
     "rotate_signing",
     "purge_batch",
+    "delivery_page",
+    "recover_deliveries",
 )
 
 

@@ -22,6 +22,15 @@ from relay import keys
 from relay.exceptions import BatchNotFound, DeliveryNotFound, NotRetryable, StateError
 from relay.model import Attempt, Batch, Delivery, DeliveryStatus, Webhook
 from relay.scripts import AsyncScripts, Scripts, refusal
+from relay.search import (
+    DeliveryQuery,
+    RecoverRun,
+    Recovery,
+    decode_cursor,
+    encode_cursor,
+    merge_pages,
+    page_calls,
+)
 from relay.store import BatchRef
 from relay.timefmt import now_ms, rfc3339
 
@@ -121,6 +130,40 @@ def _retry_refusal(delivery_id: str, exc: ResponseError) -> StateError | Respons
     if reason in NotRetryable.MESSAGES:
         return NotRetryable(reason)
     return exc
+
+
+def _query(
+    account: str | None,
+    status: DeliveryStatus | str | None,
+    batch: str | None,
+    since_ms: int | None,
+    until_ms: int | None,
+) -> DeliveryQuery:
+    return DeliveryQuery(
+        account=account,
+        status=None if status is None else DeliveryStatus(status),
+        batch=batch,
+        since_ms=since_ms,
+        until_ms=until_ms,
+    )
+
+
+def _queue_loads(pipe: Any, ids: list[str]) -> None:
+    """Queue each delivery's hash and attempts on ``pipe`` (the shard follows from the id)."""
+    for ident in ids:
+        shard = keys.shard_of_id("msg", ident)
+        assert shard is not None  # ids come from the indexes
+        pipe.hgetall(keys.delivery(shard, ident))
+        pipe.lrange(keys.delivery_attempts(shard, ident), 0, -1)
+
+
+def _loaded(replies: list[Any]) -> list[Delivery]:
+    """The deliveries of ``_queue_loads``'s replies, in order (ones gone meanwhile left out)."""
+    return [
+        Delivery.from_hash(h, attempts)
+        for h, attempts in zip(replies[::2], replies[1::2], strict=True)
+        if h
+    ]
 
 
 @dataclass(frozen=True)
@@ -278,25 +321,56 @@ class WebhookStore:
             raise DeliveryNotFound(f"no delivery {delivery_id!r}")
         return updated
 
-    def list(self, *, limit: int = 100, since_ms: int = 0) -> list[Delivery]:
-        """The newest deliveries over all shards (created at or after ``since_ms``)."""
+    def search(
+        self,
+        account: str | None = None,
+        status: DeliveryStatus | str | None = None,
+        batch: str | None = None,
+        since_ms: int | None = None,
+        until_ms: int | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> tuple[list[Delivery], str | None]:
+        """One page of deliveries, newest first, and the cursor of the next page (None at
+        the end). Filters are exact (``relay.search``): ``since_ms`` inclusive, ``until_ms``
+        exclusive (creation time); ``batch`` needs ``account``. Two round trips, O(page).
+        Raises InvalidCursor; ValueError for an unknown status or a batch without account."""
+        q = _query(account, status, batch, since_ms, until_ms)
+        calls = page_calls(q, limit, decode_cursor(cursor))
         with self.redis.pipeline(transaction=False) as pipe:
-            for s in range(keys.SHARDS):
-                pipe.zrevrangebyscore(
-                    keys.shard_deliveries(s),
-                    "+inf",
-                    since_ms,
-                    start=0,
-                    num=limit,
-                    withscores=True,
-                )
-            per_shard = pipe.execute()
-        rows = sorted(
-            ((int(score), ident.decode()) for rows in per_shard for ident, score in rows),
-            reverse=True,
-        )
-        found = [self.get(ident) for _, ident in rows]
-        return [d for d in found if d is not None]
+            for _, k, a in calls:
+                self.scripts.run("delivery_page", k, a, pipe)
+            pages = pipe.execute()
+        page, after = merge_pages(pages, limit)
+        if not page:
+            return [], None
+        with self.redis.pipeline(transaction=False) as pipe:
+            _queue_loads(pipe, [ident for _, ident in page])
+            return _loaded(pipe.execute()), encode_cursor(after)
+
+    def recover(
+        self,
+        *,
+        status: DeliveryStatus | str,
+        since_ms: int,
+        until_ms: int | None = None,
+        account: str | None = None,
+        progress: Callable[[Recovery], None] | None = None,
+    ) -> Recovery:
+        """Make every ``status`` (failed or canceled) delivery created in [since, until) due
+        again now, same id, fresh schedule: of one account, or of all. Chunked scripts, one
+        round trip per round of chunks. The caller wakes ``result.shards``."""
+        run = RecoverRun(DeliveryStatus(status), account, since_ms, until_ms, self.clock())
+        while run.pending:
+            calls = run.calls()
+            with self.redis.pipeline(transaction=False) as pipe:
+                for _, k, a in calls:
+                    self.scripts.run("recover_deliveries", k, a, pipe)
+                replies = pipe.execute()
+            run.feed([s for s, _, _ in calls], replies)
+            if progress is not None:
+                progress(run.result)
+        return run.result
 
     def due_shards(self, first: int = 0) -> tuple[int, ...]:
         """Shards with deliveries due now, ``first`` first (one pipelined round trip)."""
@@ -402,6 +476,49 @@ class AsyncWebhookStore:
         )
         next_start = start + limit if len(ids) > limit else None
         return await self._load(s, [raw.decode() for raw in ids[:limit]]), next_start
+
+    async def search(
+        self,
+        account: str | None = None,
+        status: DeliveryStatus | str | None = None,
+        batch: str | None = None,
+        since_ms: int | None = None,
+        until_ms: int | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> tuple[list[Delivery], str | None]:
+        """``WebhookStore.search``, for the API (the same calls, built by ``relay.search``)."""
+        q = _query(account, status, batch, since_ms, until_ms)
+        calls = page_calls(q, limit, decode_cursor(cursor))
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for _, k, a in calls:
+                await self.scripts.run("delivery_page", k, a, pipe)  # queued
+            pages = await pipe.execute()
+        page, after = merge_pages(pages, limit)
+        if not page:
+            return [], None
+        async with self.redis.pipeline(transaction=False) as pipe:
+            _queue_loads(pipe, [ident for _, ident in page])
+            return _loaded(await pipe.execute()), encode_cursor(after)
+
+    async def recover(
+        self,
+        *,
+        status: DeliveryStatus | str,
+        since_ms: int,
+        until_ms: int | None = None,
+        account: str | None = None,
+    ) -> Recovery:
+        """``WebhookStore.recover``, for the API. The caller wakes ``result.shards``."""
+        run = RecoverRun(DeliveryStatus(status), account, since_ms, until_ms, self.clock())
+        while run.pending:
+            calls = run.calls()
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for _, k, a in calls:
+                    await self.scripts.run("recover_deliveries", k, a, pipe)  # queued
+                replies = await pipe.execute()
+            run.feed([s for s, _, _ in calls], replies)
+        return run.result
 
     async def _load(self, shard: int, ids: list[str]) -> list[Delivery]:
         """The deliveries with their attempts, in the order of ``ids`` (one round trip)."""

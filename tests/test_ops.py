@@ -70,7 +70,7 @@ def test_bulk_retry_of_failed_since(redis_url: str, redis: redis.Redis) -> None:
     ids = [_failed_delivery(redis_url, redis, f"b{i}") for i in range(3)]
     done = relay_cli(redis_url, "deliveries", "retry", "--status", "failed", "--since", "2h")
     assert done.returncode == 0, done.stderr
-    assert "3 delivery(ies) retried" in done.stdout
+    assert "3 delivery(ies) recovered" in done.stdout  # the older spelling of recover
     d = WebhookStore(redis)
     assert all(d.get(i).status is DeliveryStatus.PENDING for i in ids)  # type: ignore[union-attr]
     bad = relay_cli(redis_url, "deliveries", "retry", "--status", "failed", "--since", "2 hours")

@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Route
 
-from relay.api import batches, documents, health, openapi, webhooks
+from relay.api import batches, deliveries, documents, health, openapi, webhooks
 from relay.api.errors import exception_handlers
 from relay.api.limits import Limits
 from relay.api.state import STATE_KEY, AppState
@@ -48,6 +48,7 @@ def api_routes() -> list[BaseRoute]:
         Route("/batches/{name}/process", batches.process_batch, methods=["POST"]),
         Route("/openapi.json", openapi.openapi_json, methods=["GET"]),
         *webhooks.routes,
+        *deliveries.routes,
     ]
 
 

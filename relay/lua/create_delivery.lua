@@ -25,6 +25,7 @@ if not event and w[3] and w[3] ~= '' then
     redis.call('HSET', older, 'status', 'superseded', 'next_attempt_at', '', 'lease', '',
                'updated_at', ARGV[5])
     redis.call('ZREM', KEYS[4], w[3])
+    index_delivery(ARGV[7], w[3], 'pending', 'superseded')  -- the delivery indexes
   end
 end
 redis.call('HSET', KEYS[6], 'id', ARGV[1], 'account', ARGV[2], 'batch', ARGV[3],
@@ -40,4 +41,5 @@ end
 redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
 redis.call('ZADD', KEYS[5], ARGV[5], ARGV[1])
 redis.call('ZADD', KEYS[4], ARGV[5], ARGV[1])
+index_delivery(ARGV[7], ARGV[1], '', 'pending')  -- the delivery indexes
 return {1, ARGV[1]}

@@ -75,6 +75,9 @@ elseif outcome == 'canceled' then
 else
   redis.call('HSET', KEYS[1], 'status', 'failed')
 end
+-- The delivery indexes: pending -> the status it ended in.
+index_delivery(delivery_prefix(KEYS[1], ARGV[1]), ARGV[1], 'pending',
+               redis.call('HGET', KEYS[1], 'status'))
 
 -- Operational events (emit_event in _lib.lua; none about the operational webhook's own).
 local dv = redis.call('HMGET', KEYS[1], 'account', 'batch', 'url', 'attempt_count')
