@@ -10,7 +10,11 @@ Ctrl-C or SIGTERM stops the children first, then Redis, gracefully, so the AOF h
 State that must survive a restart of ``relay dev`` lives in the state directory: the Fernet key
 that encrypts signing secrets (without it the data in Redis could not be decrypted), the dev API
 key, and the pids of the processes, so children orphaned by a killed supervisor are stopped at
-the next start.
+the next start. The URL of the Redis in use goes to ``redis.url`` there too: the other ``relay``
+commands run in the same checkout read it (``relay.cli.which_redis``).
+
+The API's port is checked before anything starts: a port in use is an error with a hint, not
+an API restarted forever by the supervisor.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import functools
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -49,6 +54,8 @@ from relay.supervise import (
 from relay.supervise import DevError as DevError
 
 DEV_REDIS_PORT = 6390
+DEFAULT_PORT = 8000
+REDIS_URL_FILE = "redis.url"  # in the state directory: the Redis this relay dev uses
 HEALTH_TIMEOUT = 20.0  # seconds the API has to answer /healthz before the banner anyway
 _TICK = 0.2
 
@@ -128,6 +135,37 @@ def redis_reachable(url: str, timeout: float = 1.0) -> bool:
         return False
     finally:
         client.close()
+
+
+def port_in_use(host: str, port: int) -> OSError | None:
+    """Why the API could not bind ``host:port`` now (as uvicorn binds: SO_REUSEADDR), or None."""
+    try:
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as exc:
+        return exc
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(address)
+            except OSError as exc:
+                return exc
+    return None
+
+
+def check_port(host: str, port: int) -> None:
+    """Raise :class:`DevError` with a hint when the API's ``host:port`` cannot be bound."""
+    why = port_in_use(host, port)
+    if why is None:
+        return
+    other = port + 1 if port < 65535 else 8001
+    raise DevError(
+        f"port {port} on {host or '0.0.0.0'} is not available ({why.strerror or why}); stop "
+        f"what listens there, or pick another port: relay dev --port {other} "
+        f"(make run PORT={other}, or RELAY_PORT={other})"
+    )
 
 
 def browse_host(host: str) -> str:
@@ -241,7 +279,9 @@ class Supervisor:
     def run(self) -> int:
         try:
             try:
+                check_port(self.host, self.port)
                 redis_url = self._redis_url()
+                write_private(self.state_dir / REDIS_URL_FILE, redis_url)
                 env = dev_environment(
                     self.settings,
                     host=self.host,
