@@ -26,6 +26,7 @@ BENCHMARKS = (
     "ocr",
     "extract_overhead",
     "retention",
+    "quickstart",
 )
 
 

@@ -205,27 +205,75 @@ def dev_environment(
     return env
 
 
+# The README's quick start, second terminal: the README's block must equal this text
+# (tests/test_quickstart.py), and a test runs the README's block on a fresh clone.
+TRY_IT = r"""DEV_KEY=$(cat .relay/dev_api_key)                 # the API key relay dev printed
+API=http://127.0.0.1:${RELAY_PORT:-8000}/api/v1   # relay dev's port (make run PORT=...)
+HOOK_PORT=${HOOK_PORT:-9000}                      # where the receiver listens
+api() { curl -sS -w '\n' -H "Authorization: Bearer $DEV_KEY" "$@"; }   # curl with the key
+
+# 1. A receiver that verifies both signatures, v1 (HMAC) and v1a (Ed25519), with the
+#    account's signing material; in the background until Ctrl-C or this shell exits
+.venv/bin/pip install -q standardwebhooks          # the verifier the receiver uses
+field() { python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"; }
+SIGNING=$(api $API/webhook-signing)
+export WEBHOOK_SECRET=$(echo "$SIGNING" | field secret)          # whsec_...: v1
+export WEBHOOK_PUBLIC_KEY=$(echo "$SIGNING" | field public_key)  # whpk_...: v1a
+.venv/bin/python examples/receiver.py --port $HOOK_PORT & RECEIVER=$!
+trap 'kill $RECEIVER 2>/dev/null' EXIT INT
+until curl -s -o /dev/null http://127.0.0.1:$HOOK_PORT/hook; do sleep 0.2; done   # it listens
+
+# 2. Upload a CSV into a batch, register the callback once, process
+printf 'sku,qty,unit_price\nA-100,2,9.90\nB-200,1,24.00\n' > .relay/items.csv
+api -F file=@.relay/items.csv -F batch_name=demo $API/documents
+api -X PUT -H 'content-type: application/json' $API/batches/demo/webhook \
+  -d "{\"url\": \"http://127.0.0.1:$HOOK_PORT/hook\"}"
+api -X POST $API/batches/demo/process
+
+# 3. The receiver prints: processed msg_… batch=demo seq=1
+until api $API/batches/demo | grep -q '"all_done":true'; do sleep 0.2; done
+api $API/batches/demo/results
+api $API/batches/demo/webhook/deliveries
+"""
+
+
+def try_it(*, port: int, state_dir: Path) -> str:
+    """:data:`TRY_IT` for this ``relay dev``: its port and state directory when not the defaults."""
+    text = TRY_IT
+    if state_dir.resolve() != (Path.cwd() / ".relay").resolve():
+        text = text.replace(".relay/", f"{state_dir}/")
+    if port != DEFAULT_PORT:
+        text = f"export RELAY_PORT={port}\n{text}"
+    return text
+
+
 def banner(
-    *, base_url: str, api_key: str, redis_url: str, state_dir: Path, api_up: bool = True
+    *,
+    base_url: str,
+    api_key: str,
+    redis_url: str,
+    state_dir: Path,
+    port: int = DEFAULT_PORT,
+    api_up: bool = True,
 ) -> str:
-    """What ``relay dev`` prints once the API answers: where things are and a first run."""
-    auth = '-H "Authorization: Bearer $DEV_KEY"'
+    """What ``relay dev`` prints once the API answers: where things are and a first run (the
+    README's quick start, :func:`try_it`)."""
     api = f"{base_url}/api/v1"
     headline = "relay dev is up" if api_up else "relay dev is running (the API is not up yet)"
+    steps = "".join(
+        f"    {line}\n" if line else "\n"
+        for line in try_it(port=port, state_dir=state_dir).split("\n")
+    ).rstrip("\n")
     return f"""
   {headline}
     API       {base_url}   (OpenAPI: {api}/openapi.json)
     API key   {api_key}   (account "dev", kept in {state_dir / "dev_api_key"})
-    Redis     {redis_url}
+    Redis     {redis_url}   (the relay commands run here use it)
     Callbacks http:// and private addresses allowed (dev only)
 
-  Try it:
-    DEV_KEY={api_key}
-    printf 'sku,qty,unit_price\\nA-100,2,9.90\\nB-200,1,24.00\\n' > items.csv
-    curl -sS {auth} -F file=@items.csv -F batch_name=demo {api}/documents
-    curl -sS {auth} -X POST {api}/batches/demo/process
-    curl -sS {auth} {api}/batches/demo
-    curl -sS {auth} {api}/batches/demo/results
+  Try it in a second terminal, in this directory (README.md, "Quick start"):
+
+{steps}
 
   Ctrl-C stops everything.
 """
@@ -305,6 +353,7 @@ class Supervisor:
                 api_key=api_key,
                 redis_url=redis_url,
                 state_dir=self.state_dir,
+                port=self.port,
             )
             self._supervise(announce)
             return 0

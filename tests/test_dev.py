@@ -127,10 +127,13 @@ def test_child_commands_and_banner() -> None:
         api_key="rk_abc",
         redis_url="redis://127.0.0.1:6390/0",
         state_dir=Path("/s"),
+        port=8123,
     )
     assert "rk_abc" in text and "redis://127.0.0.1:6390/0" in text
-    assert "http://127.0.0.1:8123/api/v1/batches/demo/process" in text
-    assert "RELAY_" not in text  # a RELAY_ shell variable would break the next relay command
+    assert "http://127.0.0.1:8123/api/v1/openapi.json" in text
+    # The quick start for this port: the README's (tests/test_quickstart.py), port set first.
+    assert "    export RELAY_PORT=8123\n    DEV_KEY=$(cat /s/dev_api_key)" in text
+    assert "api -X POST $API/batches/demo/process" in text
 
 
 # -- the supervisor with processes of the test's own ----------------------------------------
