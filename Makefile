@@ -15,20 +15,24 @@ PYTHON = $(shell for p in python3.13 python3.12 python3.11 python3; do \
 # Root runs apt-get as is; anyone else through sudo when there is one.
 SUDO = $(shell [ "$$(id -u)" = 0 ] || ! command -v sudo >/dev/null 2>&1 || echo sudo)
 
-.PHONY: help venv venv-run redis ocr run test lint fmt bench clean distclean
+# `make run PORT=8080`: the API's port (default: RELAY_PORT, else 8000).
+PORT ?=
+
+.PHONY: help venv venv-run redis ocr run test lint fmt bench clean clean-data distclean
 
 help:
 	@echo "make venv       create $(VENV) and install relay with its dev tools"
 	@echo "make venv-run   create $(VENV) and install relay with its runtime dependencies only"
 	@echo "make redis      install redis-server when it is missing (apt-get)"
 	@echo "make ocr        install tesseract-ocr (and OpenCV's libGL) when missing (apt-get)"
-	@echo "make run        relay dev: API, worker and detector on a private Redis"
+	@echo "make run        relay dev: API, worker and detector on a private Redis (PORT=8080)"
 	@echo "make test       lint, type-check and run the tests (what CI runs)"
 	@echo "make lint       ruff check, ruff format --check, mypy"
 	@echo "make fmt        ruff format, then ruff check --fix"
 	@echo "make bench      the benchmarks"
-	@echo "make clean      remove .relay and caches (keeps $(VENV))"
-	@echo "make distclean  clean, and remove $(VENV)"
+	@echo "make clean      remove caches and build output (keeps .relay and $(VENV))"
+	@echo "make clean-data remove .relay: relay dev's Redis data, dev API key, encryption key"
+	@echo "make distclean  clean, and remove $(VENV) (keeps .relay)"
 
 venv: $(DEV_STAMP)
 
@@ -69,7 +73,7 @@ ocr:
 	}
 
 run: venv-run redis ocr
-	$(BIN)/relay dev
+	$(BIN)/relay dev $(if $(PORT),--port $(PORT))
 
 test: venv redis ocr
 	$(BIN)/ruff check .
@@ -90,9 +94,15 @@ fmt: venv
 bench: venv-run redis ocr
 	$(BIN)/python -m bench
 
+# Caches and build output only: relay dev's data is `make clean-data`, said out loud.
 clean:
-	rm -rf .relay .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info
+	rm -rf .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +
+
+clean-data:
+	@echo "removing .relay: relay dev's Redis data (every batch, document, webhook, delivery),"
+	@echo "the dev API key and the encryption key of the stored signing secrets"
+	rm -rf .relay
 
 distclean: clean
 	rm -rf $(VENV)

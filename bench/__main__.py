@@ -28,6 +28,7 @@ BENCHMARKS = (
     "retention",
     "hostile",
     "recover",
+    "quickstart",
 )
 
 

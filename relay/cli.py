@@ -13,6 +13,7 @@ relay config example                  print .env.example
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import re
 import signal
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit, urlunsplit
 
 from relay import __version__
 from relay.config import Settings, env_example, explicitly_set, load_settings
@@ -177,8 +179,9 @@ def cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
 
     client = sync_client(settings.redis_url)
     if args.keys_cmd == "create":
+        key = auth.create_key(client, args.account)
         print(f"API key for account {args.account} (shown once, stored hashed):", file=sys.stderr)
-        print(auth.create_key(client, args.account))
+        print(key)
     elif args.keys_cmd == "list":
         from relay.text import for_terminal
 
@@ -191,6 +194,18 @@ def cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
             return 1
         print(f"revoked {args.prefix}")
     return 0
+
+
+def account_name(text: str) -> str:
+    """An account name as ``relay keys create --account`` takes it (relay.auth's rule)."""
+    from relay.auth import ACCOUNT_RE
+
+    if not ACCOUNT_RE.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an account name: 1-64 of a-z 0-9 _ -, starting with a lowercase "
+            "letter or a digit (e.g. acme)"
+        )
+    return text
 
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
@@ -219,10 +234,52 @@ def cmd_reencrypt(settings: Settings, args: argparse.Namespace) -> int:
     return run(sync_client(settings.redis_url), encryptor, batch=args.batch)
 
 
+def which_redis(settings: Settings, *, explicit: bool, cwd: Path | None = None) -> tuple[str, str]:
+    """The Redis URL a command uses, and where it comes from (for messages).
+
+    ``RELAY_REDIS_URL`` (environment or ``.env``) when it is set; else the Redis of a
+    ``relay dev`` started in this directory or a parent (``.relay/redis.url``, which
+    ``relay dev`` writes); else the default.
+    """
+    if explicit:
+        return settings.redis_url, "RELAY_REDIS_URL"
+    from relay.dev import REDIS_URL_FILE
+
+    here = (cwd or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        path = folder / ".relay" / REDIS_URL_FILE
+        try:
+            url = path.read_text().strip()
+        except OSError:
+            continue
+        if url:
+            return url, f"the Redis of relay dev, from {path}"
+    return settings.redis_url, "the default; set RELAY_REDIS_URL, or start relay dev here"
+
+
+def redacted(url: str) -> str:
+    """``url`` without its password, for messages."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        host = parts.netloc.rpartition("@")[2]
+        user = parts.username or ""
+        return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    except ValueError:
+        return "(an unparsable URL)"
+
+
 def queues_choices() -> list[str]:
     from relay.queues import WORKER_QUEUES
 
     return list(WORKER_QUEUES)
+
+
+def delivery_statuses() -> list[str]:
+    from relay.model import DeliveryStatus
+
+    return [s.value for s in DeliveryStatus]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -231,8 +288,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the API")
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
+    serve.add_argument("--host", help="address to bind (default: RELAY_HOST, 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to bind (default: RELAY_PORT, 8000)")
     serve.set_defaults(func=cmd_serve)
 
     worker = sub.add_parser("worker", help="run an RQ worker (processing and/or delivery)")
@@ -251,48 +308,61 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     dev = sub.add_parser("dev", help="everything on a private Redis, for local work")
-    dev.add_argument("--host")
-    dev.add_argument("--port", type=int)
-    dev.add_argument("--state-dir", default=".relay")
+    dev.add_argument("--host", help="address the API binds (default: 127.0.0.1)")
+    dev.add_argument(
+        "--port", type=int, help="port the API binds (default: RELAY_PORT, 8000); must be free"
+    )
+    dev.add_argument(
+        "--state-dir",
+        default=".relay",
+        help="Redis data, dev API key, encryption key, Redis URL (default: .relay)",
+    )
     dev.set_defaults(func=cmd_dev)
 
     keys = sub.add_parser("keys", help="manage API keys")
     ksub = keys.add_subparsers(dest="keys_cmd", required=True)
     kc = ksub.add_parser("create", help="create a key; printed on the last line")
-    kc.add_argument("--account", required=True)
+    kc.add_argument(
+        "--account",
+        required=True,
+        type=account_name,
+        help="the account the key belongs to: 1-64 of a-z 0-9 _ -",
+    )
     ksub.add_parser("list", help="list keys (prefix, account, state)")
     kr = ksub.add_parser("revoke", help="revoke a key by its prefix (or the whole key)")
-    kr.add_argument("prefix")
+    kr.add_argument("prefix", help="the prefix `relay keys list` shows, or the whole key")
     keys.set_defaults(func=cmd_keys)
 
     dl = sub.add_parser("deliveries", help="inspect and retry webhook deliveries")
     dsub = dl.add_subparsers(dest="deliveries_cmd", required=True)
     when = "an RFC 3339 time or a duration back from now (6h, 7d); creation time"
     dlist = dsub.add_parser("list", help="a line per delivery, newest first (exact filters)")
-    dlist.add_argument("--status", help="pending, succeeded, failed, superseded or canceled")
-    dlist.add_argument("--account")
+    dlist.add_argument("--status", choices=delivery_statuses(), help="only this status")
+    dlist.add_argument("--account", help="only this account")
     dlist.add_argument("--batch", help="needs --account")
     dlist.add_argument("--since", help=f"{when}, inclusive")
     dlist.add_argument("--until", help=f"{when}, exclusive")
     dlist.add_argument("--limit", type=int, default=100, help="per page (default 100)")
     dlist.add_argument("--cursor", help="the next page (printed on stderr after a page)")
     dshow = dsub.add_parser("show", help="one delivery with its attempts as a table")
-    dshow.add_argument("id")
+    dshow.add_argument("id", help="the delivery id (msg_..., the webhook-id)")
     drec = dsub.add_parser(
         "recover", help="make every failed (or canceled) delivery since D due again now"
     )
     drec.add_argument("--since", required=True, help=f"{when}, inclusive")
     drec.add_argument("--until", help=f"{when}, exclusive")
     drec.add_argument("--account", help="one account (default: all)")
-    drec.add_argument("--status", default="failed", help="failed (default) or canceled")
+    drec.add_argument(
+        "--status", default="failed", choices=["failed", "canceled"], help="default: failed"
+    )
     dretry = dsub.add_parser(
         "retry", help="deliver one delivery again now (--status/--since: same as recover)"
     )
-    dretry.add_argument("id", nargs="?")
-    dretry.add_argument("--status")
-    dretry.add_argument("--since")
-    dretry.add_argument("--until")
-    dretry.add_argument("--account")
+    dretry.add_argument("id", nargs="?", help="the delivery id (msg_...); or use the filters")
+    dretry.add_argument("--status", choices=["failed", "canceled"], help="as recover")
+    dretry.add_argument("--since", help=f"{when}, inclusive")
+    dretry.add_argument("--until", help=f"{when}, exclusive")
+    dretry.add_argument("--account", help="one account (default: all)")
     dl.set_defaults(func=cmd_deliveries)
 
     reenc = sub.add_parser(
@@ -308,13 +378,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import redis
+
     args = build_parser().parse_args(argv)
+    where = "Redis"
     try:
         if args.command == "config":
             print(env_example(), end="")
             return 0
         settings = load_settings()
         args.redis_url_explicit = "RELAY_REDIS_URL" in explicitly_set()
+        if args.command != "dev":  # relay dev chooses its Redis itself
+            url, source = which_redis(settings, explicit=args.redis_url_explicit)
+            settings = dataclasses.replace(settings, redis_url=url)
+            where = f"Redis at {redacted(url)} ({source})"
         _logging(settings)
         result: int = args.func(settings, args)
         return result
@@ -324,3 +401,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RelayError as exc:
         print(f"relay: {exc}", file=sys.stderr)
         return 1
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        print(f"relay: cannot reach {where}: {_one_line(exc)}", file=sys.stderr)
+        return 1
+    except redis.RedisError as exc:
+        print(f"relay: Redis error: {_one_line(exc)}", file=sys.stderr)
+        return 1
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
