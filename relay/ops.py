@@ -115,6 +115,7 @@ def _recover(
     status = _status(args.status, RECOVERABLE) or DeliveryStatus.FAILED
     since = _when(args.since, now)
     who = f"account {_t(args.account)}" if args.account else "every account"
+    client.ping()  # an unreachable Redis is one line from the caller, before any progress
     print(f"recovering {status.value} deliveries of {who}...", file=sys.stderr)
 
     def progress(r: Recovery) -> None:
