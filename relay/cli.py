@@ -173,9 +173,9 @@ def cmd_dev(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
     from relay import auth
-    from relay.redis_conn import sync_client
+    from relay.redis_conn import RedisTarget, sync_client
 
-    client = sync_client(settings.redis_url)
+    client = sync_client(RedisTarget.from_settings(settings))
     if args.keys_cmd == "create":
         print(f"API key for account {args.account} (shown once, stored hashed):", file=sys.stderr)
         print(auth.create_key(client, args.account))
@@ -212,11 +212,11 @@ def cmd_deliveries(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_reencrypt(settings: Settings, args: argparse.Namespace) -> int:
     from relay.crypto import Encryptor
-    from relay.redis_conn import sync_client
+    from relay.redis_conn import RedisTarget, sync_client
     from relay.reencrypt import run
 
     encryptor = Encryptor.from_setting(settings.encryption_key)
-    return run(sync_client(settings.redis_url), encryptor, batch=args.batch)
+    return run(sync_client(RedisTarget.from_settings(settings)), encryptor, batch=args.batch)
 
 
 def queues_choices() -> list[str]:

@@ -15,7 +15,7 @@ from relay.config import Settings
 from relay.exceptions import StateError
 from relay.keys import shard_of_id
 from relay.model import Delivery
-from relay.redis_conn import sync_client
+from relay.redis_conn import RedisTarget, sync_client
 from relay.text import for_terminal as _t
 from relay.timefmt import rfc3339
 from relay.webhook_store import WebhookStore
@@ -70,7 +70,7 @@ def _select(store: WebhookStore, args: argparse.Namespace, *, limit: int) -> lis
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
-    client = sync_client(settings.redis_url)
+    client = sync_client(RedisTarget.from_settings(settings))
     store = WebhookStore(client)
     cmd = args.deliveries_cmd
     if cmd == "list":
