@@ -111,10 +111,62 @@ class RedisTarget:
             kwargs.pop(name, None)
         if kind is not None and "Unix" in kind.__name__:
             raise ConfigError("RELAY_REDIS_URL: with RELAY_REDIS_SENTINELS it cannot be unix://")
-        if kind is not None and "SSL" in kind.__name__:
-            module = redis.asyncio.sentinel if for_asyncio else redis.sentinel
-            kwargs["connection_class"] = module.SentinelManagedSSLConnection
+        tls = kind is not None and "SSL" in kind.__name__
+        if for_asyncio:
+            # No retry reconnects inside a command here: the pool's connect() asks.
+            if tls:
+                kwargs["connection_class"] = redis.asyncio.sentinel.SentinelManagedSSLConnection
+        else:
+            kwargs["connection_class"] = _SentinelSSLConnection if tls else _SentinelConnection
         return kwargs
+
+
+def _send_located(self: Any, command: Any, check_health: bool = True) -> None:
+    if not self._sock:
+        self.connect()  # asks the Sentinels (SentinelManagedConnection.connect)
+    redis.sentinel.SentinelManagedConnection.send_packed_command(self, command, check_health)
+
+
+# redis-py's Sentinel connection asks the Sentinels where the primary is when the pool hands
+# it out, but a connection dropped in the middle of a command (the retry after a killed
+# primary, or after a READONLY reply) reconnects to the address it had, so every retry goes to
+# the old primary. These ask the Sentinels there too. (Built with type(): redis-py's classes
+# are untyped, and strict typing refuses a class statement deriving from them.)
+_SentinelConnection: Any = type(
+    "_SentinelConnection",
+    (redis.sentinel.SentinelManagedConnection,),
+    {"send_packed_command": _send_located},
+)
+_SentinelSSLConnection: Any = type(
+    "_SentinelSSLConnection",
+    (_SentinelConnection, redis.connection.SSLConnection),
+    {},
+)
+
+
+def _close_with_sentinels(self: Any) -> None:
+    redis.Redis.close(self)
+    for client in self.sentinel.sentinels if self.sentinel is not None else ():
+        client.close()
+
+
+async def _aclose_with_sentinels(self: Any, close_connection_pool: bool | None = None) -> None:
+    await redis.asyncio.Redis.aclose(self, close_connection_pool)
+    for client in self.sentinel.sentinels if self.sentinel is not None else ():
+        await client.aclose()
+
+
+# Clients of the primary whose close() closes their connections to the Sentinels too (set
+# as ``client.sentinel`` by the builders below; RQ's scheduler builds one of the same class
+# without it, on a pool of its own made from this one's settings).
+_SentinelRedis: Any = type(
+    "_SentinelRedis", (redis.Redis,), {"close": _close_with_sentinels, "sentinel": None}
+)
+_AsyncSentinelRedis: Any = type(
+    "_AsyncSentinelRedis",
+    (redis.asyncio.Redis,),
+    {"aclose": _aclose_with_sentinels, "sentinel": None},
+)
 
 
 def _target(target: str | RedisTarget) -> RedisTarget:
@@ -140,8 +192,9 @@ def sync_client(target: str | RedisTarget, *, retries: int = 3) -> redis.Redis:
         list(where.sentinels), sentinel_kwargs=where.sentinel_kwargs()
     )
     client: redis.Redis = sentinel.master_for(
-        where.service, redis_class=redis.Redis, **where.node_kwargs(for_asyncio=False), **options
+        where.service, redis_class=_SentinelRedis, **where.node_kwargs(for_asyncio=False), **options
     )
+    client.sentinel = sentinel
     return client
 
 
@@ -170,10 +223,11 @@ def async_client(target: str | RedisTarget, *, max_connections: int = 64) -> red
     )
     client: redis.asyncio.Redis = sentinel.master_for(
         where.service,
-        redis_class=redis.asyncio.Redis,
+        redis_class=_AsyncSentinelRedis,
         **where.node_kwargs(for_asyncio=True),
         **options,
     )
+    client.sentinel = sentinel
     return client
 
 
