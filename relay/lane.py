@@ -153,12 +153,12 @@ class _Protocol(asyncio.Protocol):
                     raise StoreProtocolError(
                         f"Redis sent a reply no request was waiting for: {reply!r:.80}"
                     )
+                if type(reply) is hiredis.ReplyError and str(reply).startswith("READONLY"):
+                    self._demoted()
+                    return
                 current = self.pending[0]
                 current.replies.append(reply)
                 if len(current.replies) == current.n:
-                    if any(_is_readonly(r) for r in current.replies):
-                        self._demoted()
-                        return
                     self.pending.popleft()
                     if not current.future.done():
                         current.future.set_result(current.replies)
@@ -201,10 +201,6 @@ class _Protocol(asyncio.Protocol):
             waiting = self.pending.popleft()
             if not waiting.future.done():
                 waiting.future.set_exception(error)
-
-
-def _is_readonly(reply: Any) -> bool:
-    return isinstance(reply, hiredis.ReplyError) and str(reply).startswith("READONLY")
 
 
 def _convert(reply: Any) -> Any:
