@@ -9,8 +9,6 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
@@ -30,7 +28,6 @@ from tests.sentinels import (
     SENTINEL_PASSWORD,
     SERVICE,
     Topology,
-    find_redis_sentinel,
 )
 
 # -- settings (no topology) -----------------------------------------------------------------
@@ -74,21 +71,6 @@ def test_a_unix_url_cannot_go_through_sentinel() -> None:
 # -- a real topology ------------------------------------------------------------------------
 
 
-@pytest.fixture
-def topology(tmp_path: Path) -> Iterator[Topology]:
-    executable = find_redis_sentinel()
-    if executable is None:
-        pytest.fail(
-            "redis-sentinel is not installed: run `make sentinel` or `make test`", pytrace=False
-        )
-    topo = Topology(tmp_path, executable)
-    try:
-        topo.start()
-        yield topo
-    finally:
-        topo.close()
-
-
 def _target(topo: Topology) -> RedisTarget:
     return RedisTarget(
         topo.url,
@@ -120,11 +102,11 @@ def _swap_roles(topo: Topology) -> int:
 
 
 def test_every_client_follows_a_demoted_primary_that_answers_readonly(
-    topology: Topology,
+    sentinel_topology: Topology,
 ) -> None:
-    target = _target(topology)
+    target = _target(sentinel_topology)
     sync = sync_client(target)
-    old = topology.primary.port
+    old = sentinel_topology.primary.port
 
     async def run() -> None:
         aclient = async_client(target)
@@ -149,7 +131,7 @@ def test_every_client_follows_a_demoted_primary_that_answers_readonly(
             assert await pipe.execute() == [b"OK"]
             assert asked == [old]
 
-            new = await asyncio.to_thread(_swap_roles, topology)
+            new = await asyncio.to_thread(_swap_roles, sentinel_topology)
 
             # The lane: READONLY, then the same round once more on the located primary.
             pipe = lane.pipeline()
@@ -163,10 +145,10 @@ def test_every_client_follows_a_demoted_primary_that_answers_readonly(
             assert await aclient.set("after-async", "2")
             # A worker's client retries: READONLY costs it nothing.
             assert sync.set("after", "1")
-            with topology.client(new) as c:
+            with sentinel_topology.client(new) as c:
                 assert c.mget("after", "after-async", "after-lane") == ["1", "2", "1"]
                 assert c.info("replication")["role"] == "master"
-            with topology.client(old) as c:
+            with sentinel_topology.client(old) as c:
                 assert c.get("before") == "1" and c.info("replication")["role"] == "slave"
         finally:
             await lane.close()
@@ -177,13 +159,13 @@ def test_every_client_follows_a_demoted_primary_that_answers_readonly(
     asyncio.run(run())
 
 
-def test_acknowledged_writes_across_a_failover(topology: Topology) -> None:
+def test_acknowledged_writes_across_a_failover(sentinel_topology: Topology) -> None:
     """With RELAY_REDIS_WAIT_REPLICAS=1: a write a replica acknowledged survives the primary's
     death; one acknowledged after the wait timed out (the replica lagging) can be lost, and is
     counted."""
-    assert topology.replica is not None
-    replica = topology.replica
-    target = _target(topology)
+    assert sentinel_topology.replica is not None
+    replica = sentinel_topology.replica
+    target = _target(sentinel_topology)
     settings = load_settings(
         environ={"RELAY_REDIS_WAIT_REPLICAS": "1", "RELAY_REDIS_WAIT_TIMEOUT_MS": "300"},
         dotenv=None,
@@ -207,7 +189,7 @@ def test_acknowledged_writes_across_a_failover(topology: Topology) -> None:
                 started = time.monotonic()
                 assert await replicated(client, settings, "at-risk") is False
                 timings["wait"] = time.monotonic() - started
-                topology.primary.kill()
+                sentinel_topology.primary.kill()
                 timings["killed"] = time.monotonic()
             finally:
                 os.kill(replica.pid, signal.SIGCONT)
@@ -217,10 +199,10 @@ def test_acknowledged_writes_across_a_failover(topology: Topology) -> None:
     asyncio.run(run())
     assert 0.25 <= timings["wait"] < 2, timings
     wait_until(
-        lambda: topology.current_primary() == replica.port,
+        lambda: sentinel_topology.current_primary() == replica.port,
         30,
         0.1,
-        "no failover: " + topology.logs(),
+        "no failover: " + sentinel_topology.logs(),
     )
     failover = time.monotonic() - timings["killed"]
     after = sync_client(target)

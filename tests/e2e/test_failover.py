@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -18,27 +17,10 @@ from tests.e2e.client import Api, close_all
 from tests.helpers import wait_until
 from tests.procs import Stack
 from tests.receiver import Receiver, Reply
-from tests.sentinels import SENTINEL_PASSWORD, Topology, find_redis_sentinel
+from tests.sentinels import SENTINEL_PASSWORD, Topology
 
 BATCHES = 12
 FAILURES = 4  # each receiver path answers 500 this many times, then 200
-
-
-@pytest.fixture
-def topology(tmp_path: Path) -> Iterator[Topology]:
-    executable = find_redis_sentinel()
-    if executable is None:
-        pytest.fail(
-            "redis-sentinel is not installed: run `make sentinel` (apt-get install "
-            "redis-sentinel) or `make test`",
-            pytrace=False,
-        )
-    topo = Topology(tmp_path / "redis", executable)
-    try:
-        topo.start()
-        yield topo
-    finally:
-        topo.close()
 
 
 def _counter(api_url: str, name: str) -> float:
@@ -51,14 +33,14 @@ def _counter(api_url: str, name: str) -> float:
 
 
 @pytest.mark.timeout(150)
-def test_relay_follows_a_sentinel_failover(topology: Topology, tmp_path: Path) -> None:
-    assert topology.replica is not None
-    old_primary, replica = topology.primary.port, topology.replica.port
+def test_relay_follows_a_sentinel_failover(sentinel_topology: Topology, tmp_path: Path) -> None:
+    assert sentinel_topology.replica is not None
+    old_primary, replica = sentinel_topology.primary.port, sentinel_topology.replica.port
     stack = Stack(
-        redis_url=topology.url,
+        redis_url=sentinel_topology.url,
         tmp=tmp_path,
         env={
-            "RELAY_REDIS_SENTINELS": topology.sentinels_setting,
+            "RELAY_REDIS_SENTINELS": sentinel_topology.sentinels_setting,
             "RELAY_REDIS_SENTINEL_PASSWORD": SENTINEL_PASSWORD,
             "RELAY_REDIS_WAIT_REPLICAS": "1",
             "RELAY_REDIS_WAIT_TIMEOUT_MS": "300",
@@ -94,7 +76,7 @@ def test_relay_follows_a_sentinel_failover(topology: Topology, tmp_path: Path) -
             assert not receiver.accepted()
 
             killed_at = time.monotonic()
-            topology.primary.kill()
+            sentinel_topology.primary.kill()
 
             def answers() -> bool:
                 try:
@@ -106,7 +88,7 @@ def test_relay_follows_a_sentinel_failover(topology: Topology, tmp_path: Path) -
 
             wait_until(answers, 15, 0.1, "the API did not answer within 15 s of the kill")
             api_back = time.monotonic() - killed_at
-            assert topology.current_primary() == replica != old_primary
+            assert sentinel_topology.current_primary() == replica != old_primary
 
             def delivered() -> set[str]:
                 return {json.loads(r.body)["data"]["batch_name"] for r in receiver.accepted()}
@@ -124,7 +106,7 @@ def test_relay_follows_a_sentinel_failover(topology: Topology, tmp_path: Path) -
             wait_until(lambda: "after" in delivered(), 30, 0.2, "new work not notified")
             timeouts = _counter(stack.api_url, "relay_replica_wait_timeouts_total")
             assert timeouts == 3, timeouts
-            on_new = topology.client(replica)
+            on_new = sentinel_topology.client(replica)
             try:
                 assert on_new.info("replication")["role"] == "master"
             finally:
@@ -140,7 +122,7 @@ def test_relay_follows_a_sentinel_failover(topology: Topology, tmp_path: Path) -
             api.close()
         except BaseException:
             print(stack.logs())
-            print(topology.logs())
+            print(sentinel_topology.logs())
             raise
         finally:
             close_all()
