@@ -18,12 +18,13 @@ SUDO = $(shell [ "$$(id -u)" = 0 ] || ! command -v sudo >/dev/null 2>&1 || echo 
 # `make run PORT=8080`: the API's port (default: RELAY_PORT, else 8000).
 PORT ?=
 
-.PHONY: help venv venv-run redis ocr run test lint fmt bench clean clean-data distclean
+.PHONY: help venv venv-run redis sentinel ocr run test lint fmt bench clean clean-data distclean
 
 help:
 	@echo "make venv       create $(VENV) and install relay with its dev tools"
 	@echo "make venv-run   create $(VENV) and install relay with its runtime dependencies only"
 	@echo "make redis      install redis-server when it is missing (apt-get)"
+	@echo "make sentinel   install redis-sentinel when it is missing (apt-get; failover tests)"
 	@echo "make ocr        install tesseract-ocr (and OpenCV's libGL) when missing (apt-get)"
 	@echo "make run        relay dev: API, worker and detector on a private Redis (PORT=8080)"
 	@echo "make test       lint, type-check and run the tests (what CI runs)"
@@ -61,6 +62,13 @@ redis:
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server; \
 	}
 
+sentinel:
+	@command -v redis-sentinel >/dev/null 2>&1 || { \
+		echo "installing redis-sentinel"; \
+		$(SUDO) apt-get update && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y redis-sentinel; \
+	}
+
 # Images and scanned PDFs: the Tesseract OCR engine, and the libGL/GLib that the OpenCV
 # wheel img2table requires is linked against (present on desktops, not on slim servers);
 # `import cv2` is the check that matters.
@@ -75,7 +83,7 @@ ocr:
 run: venv-run redis ocr
 	$(BIN)/relay dev $(if $(PORT),--port $(PORT))
 
-test: venv redis ocr
+test: venv redis sentinel ocr
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

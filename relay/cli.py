@@ -175,9 +175,9 @@ def cmd_dev(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
     from relay import auth
-    from relay.redis_conn import sync_client
+    from relay.redis_conn import RedisTarget, sync_client
 
-    client = sync_client(settings.redis_url)
+    client = sync_client(RedisTarget.from_settings(settings))
     if args.keys_cmd == "create":
         key = auth.create_key(client, args.account)
         print(f"API key for account {args.account} (shown once, stored hashed):", file=sys.stderr)
@@ -227,11 +227,11 @@ def cmd_deliveries(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_reencrypt(settings: Settings, args: argparse.Namespace) -> int:
     from relay.crypto import Encryptor
-    from relay.redis_conn import sync_client
+    from relay.redis_conn import RedisTarget, sync_client
     from relay.reencrypt import run
 
     encryptor = Encryptor.from_setting(settings.encryption_key)
-    return run(sync_client(settings.redis_url), encryptor, batch=args.batch)
+    return run(sync_client(RedisTarget.from_settings(settings)), encryptor, batch=args.batch)
 
 
 def which_redis(settings: Settings, *, explicit: bool, cwd: Path | None = None) -> tuple[str, str]:

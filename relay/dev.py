@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
@@ -39,7 +40,7 @@ from redis.retry import Retry
 from relay.config import Settings, load_settings
 from relay.exceptions import RelayError
 from relay.procs import STOP_TIMEOUT
-from relay.redis_conn import sync_client
+from relay.redis_conn import RedisTarget, sync_client
 from relay.redis_server import RedisServer, RedisServerError, port_is_free
 from relay.supervise import (
     Child,
@@ -362,6 +363,10 @@ class Supervisor:
 
     def _redis_url(self) -> str:
         url = self.settings.redis_url
+        if self.settings.redis_sentinels:  # the Sentinels name the primary: no private Redis
+            where = ",".join(f"{h}:{p}" for h, p in self.settings.redis_sentinels)
+            self.say(f"using Redis through the Sentinels {where} (RELAY_REDIS_SENTINELS)")
+            return url
         if self.redis_url_explicit:
             if redis_reachable(url):
                 self.say(f"using Redis at {url} (RELAY_REDIS_URL)")
@@ -378,7 +383,7 @@ class Supervisor:
     def _dev_api_key(self, redis_url: str) -> str:
         from relay import auth  # when used: the supervisor needs little of the package
 
-        client = sync_client(redis_url)
+        client = sync_client(replace(RedisTarget.from_settings(self.settings), url=redis_url))
         try:
             return ensure_dev_api_key(
                 client, self.state_dir, create_key=auth.create_key, lookup_key=auth.lookup_key

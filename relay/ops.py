@@ -21,7 +21,7 @@ from relay.config import Settings
 from relay.exceptions import StateError
 from relay.keys import shard_of_id
 from relay.model import Delivery, DeliveryStatus
-from relay.redis_conn import sync_client
+from relay.redis_conn import RedisTarget, sync_client
 from relay.search import RECOVERABLE, Recovery
 from relay.text import for_terminal as _t
 from relay.timefmt import parse_rfc3339, rfc3339
@@ -138,7 +138,7 @@ def _recover(
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
-    client = sync_client(settings.redis_url)
+    client = sync_client(RedisTarget.from_settings(settings))
     store = WebhookStore(client)
     cmd = args.deliveries_cmd
     now = store.clock()

@@ -27,7 +27,7 @@ from relay.crypto import Encryptor
 from relay.delivery.addresses import TargetPolicy
 from relay.lane_url import status_client
 from relay.ratelimit import SlidingWindow
-from relay.redis_conn import async_client, sync_client
+from relay.redis_conn import RedisTarget, async_client, sync_client
 from relay.signing_keys import SigningKeys
 from relay.store import AsyncStore
 from relay.webhook_store import AsyncWebhookStore
@@ -57,9 +57,10 @@ def create_app(settings: Settings) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        client = async_client(settings.redis_url)
-        sync = sync_client(settings.redis_url)
-        lane = status_client(settings.redis_url, client)
+        target = RedisTarget.from_settings(settings)
+        client = async_client(target)
+        sync = sync_client(target)
+        lane = status_client(target, client)
         setattr(
             app.state,
             STATE_KEY,

@@ -12,6 +12,7 @@ from starlette.routing import BaseRoute, Route
 from relay import keys, queues
 from relay.api.access import authenticate
 from relay.api.bodies import json_response, read_json
+from relay.api.durable import replicated
 from relay.api.errors import NotFound, Unprocessable
 from relay.api.limits import RETRIES
 from relay.api.paging import decode_position, encode_position, page_params
@@ -71,6 +72,7 @@ async def put_webhook(request: Request) -> Response:
     hook = await st.webhooks.get(ref)
     if hook is None:  # removed between the two calls by a concurrent DELETE
         raise NotFound("the webhook was removed meanwhile")
+    await replicated(st.redis, st.settings, f"webhook of batch {ref.name!r}")
     return json_response(hook.to_json(), 201 if created else 200)
 
 
