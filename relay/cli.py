@@ -176,7 +176,13 @@ def cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
     from relay.redis_conn import sync_client
 
     client = sync_client(settings.redis_url)
-    if args.keys_cmd == "create":
+    if args.keys_cmd == "create" and args.operator:
+        print(
+            f"operator key for {args.operator} (the console only; shown once, stored hashed):",
+            file=sys.stderr,
+        )
+        print(auth.create_operator_key(client, args.operator))
+    elif args.keys_cmd == "create":
         print(f"API key for account {args.account} (shown once, stored hashed):", file=sys.stderr)
         print(auth.create_key(client, args.account))
     elif args.keys_cmd == "list":
@@ -184,7 +190,8 @@ def cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
 
         for info in auth.list_keys(client):
             state = "revoked" if info.revoked_at else "active"
-            print(f"{info.prefix}\t{for_terminal(info.account)}\t{state}")
+            owner = f"operator:{info.account}" if info.operator else info.account
+            print(f"{info.prefix}\t{for_terminal(owner)}\t{state}")
     else:
         if not auth.revoke_key(client, args.prefix):
             print(f"no key with prefix {args.prefix!r}", file=sys.stderr)
@@ -259,7 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
     keys = sub.add_parser("keys", help="manage API keys")
     ksub = keys.add_subparsers(dest="keys_cmd", required=True)
     kc = ksub.add_parser("create", help="create a key; printed on the last line")
-    kc.add_argument("--account", required=True)
+    owner = kc.add_mutually_exclusive_group(required=True)
+    owner.add_argument("--account", help="a customer's API key for this account")
+    owner.add_argument("--operator", help="an operator key (opens the console, nothing else)")
     ksub.add_parser("list", help="list keys (prefix, account, state)")
     kr = ksub.add_parser("revoke", help="revoke a key by its prefix (or the whole key)")
     kr.add_argument("prefix")
