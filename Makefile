@@ -15,13 +15,14 @@ PYTHON = $(shell for p in python3.13 python3.12 python3.11 python3; do \
 # Root runs apt-get as is; anyone else through sudo when there is one.
 SUDO = $(shell [ "$$(id -u)" = 0 ] || ! command -v sudo >/dev/null 2>&1 || echo sudo)
 
-.PHONY: help venv venv-run redis ocr run test lint fmt bench clean distclean
+.PHONY: help venv venv-run redis ocr chromium run test lint fmt bench clean distclean
 
 help:
 	@echo "make venv       create $(VENV) and install relay with its dev tools"
 	@echo "make venv-run   create $(VENV) and install relay with its runtime dependencies only"
 	@echo "make redis      install redis-server when it is missing (apt-get)"
 	@echo "make ocr        install tesseract-ocr (and OpenCV's libGL) when missing (apt-get)"
+	@echo "make chromium   install Debian's chromium (the console tests drive it) when missing"
 	@echo "make run        relay dev: API, worker and detector on a private Redis"
 	@echo "make test       lint, type-check and run the tests (what CI runs)"
 	@echo "make lint       ruff check, ruff format --check, mypy"
@@ -68,10 +69,19 @@ ocr:
 			tesseract-ocr libgl1 libglib2.0-0; \
 	}
 
+# The console tests drive a real headless Chromium through Playwright; Playwright's own browser
+# download is never used (PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD), Debian's chromium is.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "installing chromium"; \
+		$(SUDO) apt-get update && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; \
+	}
+
 run: venv-run redis ocr
 	$(BIN)/relay dev
 
-test: venv redis ocr
+test: venv redis ocr chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

