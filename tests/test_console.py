@@ -9,23 +9,28 @@ screenshot of each page there (how the README's pictures are made).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import redis
+import redis.asyncio
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from relay import keys, queues
 from relay.auth import create_key, create_operator_key
-from relay.model import Batch
+from relay.model import Attempt, Batch
 from relay.store import BatchRef
-from relay.webhook_store import WebhookStore, notification_body
+from relay.webhook_store import AsyncWebhookStore, WebhookStore, notification_body
 from tests.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
-from tests.helpers import wait_until
+from tests.helpers import FakeClock, wait_until
 from tests.procs import Stack
 from tests.receiver import Receiver, Reply
 
@@ -169,14 +174,12 @@ def test_an_operator_retries_a_failed_delivery_and_the_receiver_gets_it(
             assert "Overview" in page.inner_text("h1")
             assert "backlog of due deliveries" in page.inner_text("main").lower()
             assert page.locator("svg.chart rect.o-rejected").count() >= 1
-            shot(page, "overview")
 
             page.click("nav >> text=Deliveries")
             page.select_option("select[name=status]", "failed")
             page.click("button:has-text('Filter')")
             row = page.locator("tbody tr", has_text=ident)
             assert row.count() == 1 and "failed" in row.inner_text()
-            shot(page, "deliveries")
 
             page.click(f"a:has-text('{ident}')")
             assert ident in page.inner_text("h1")
@@ -189,7 +192,6 @@ def test_an_operator_retries_a_failed_delivery_and_the_receiver_gets_it(
             assert page.title() != "pwned"
             assert page.locator("main script").count() == 0
             assert page.locator("pre.excerpt b").count() == 0
-            shot(page, "delivery")
 
             page.click("button:has-text('Retry')")
             assert "Retry queued" in page.inner_text(".flash.ok")
@@ -208,7 +210,6 @@ def test_an_operator_retries_a_failed_delivery_and_the_receiver_gets_it(
 
             page.click("nav >> text=Recovery")
             assert page.locator("button:has-text('Recover')").count() == 1
-            shot(page, "recovery")
 
             page.click("nav >> text=Webhooks")
             row = page.locator("tbody tr", has_text="acme")
@@ -219,7 +220,6 @@ def test_an_operator_retries_a_failed_delivery_and_the_receiver_gets_it(
             assert "disabled" in row.inner_text()
             assert "receiver <b>moved</b>" in row.inner_text()
             assert api.redis.hget(_webhook_key("acme", "b1"), "disabled") == b"1"
-            shot(page, "webhooks")
             row.locator("button:has-text('Enable')").click()
             assert "enabled" in page.locator("tbody tr", has_text="acme").inner_text()
             assert api.redis.hget(_webhook_key("acme", "b1"), "disabled") == b"0"
@@ -274,3 +274,107 @@ def test_a_post_without_the_csrf_token_is_refused(local_api: Api, page: Page) ->
     # The login form is protected too (double-submit token).
     r = httpx.post(api.base_url + "/console/login", data={"key": "rk_x"})
     assert r.status_code == 403
+
+
+def seed(api: Api) -> None:
+    """A day of deliveries over three accounts: accepted, rejected, unanswered, waiting, and
+    a webhook disabled after a 410, each attempt at its own hour."""
+    now = int(time.time() * 1000)
+    plan: list[tuple[str, str, str, int, list[int | None], str]] = [
+        # account, batch, url, hours ago, replies (None: no answer), final outcome
+        ("acme", "invoices-2026-11", "https://hooks.acme.example/relay", 20, [200], "succeeded"),
+        ("acme", "invoices-2026-12", "https://hooks.acme.example/relay", 9, [200], "succeeded"),
+        ("acme", "receipts-q4", "https://hooks.acme.example/relay", 2, [503, 200], "succeeded"),
+        (
+            "globex",
+            "orders-17",
+            "https://globex.example/webhooks/relay",
+            14,
+            [500, 500, 500],
+            "failed",
+        ),
+        ("globex", "orders-18", "https://globex.example/webhooks/relay", 5, [None, None], "retry"),
+        ("initech", "tps-reports", "https://initech.example/tps", 7, [410], "gone"),
+        ("umbrella", "lab-results", "https://umbrella.example/in", 1, [200], "succeeded"),
+        ("umbrella", "lab-results-2", "https://umbrella.example/in", 3, [202], "succeeded"),
+    ]
+
+    async def register() -> None:
+        client = redis.asyncio.Redis.from_url(api.settings.redis_url)
+        try:
+            hooks = AsyncWebhookStore(client)
+            for account, batch, url, *_ in plan:
+                ref = BatchRef(account, batch)
+                api.redis.hset(
+                    ref.key, mapping={"account": account, "name": batch, "created_at": 1}
+                )
+                await hooks.register(ref, url, api.base_url)
+        finally:
+            await client.aclose()
+
+    # Playwright's sync API runs an event loop in this thread: register from another.
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, register()).result()
+    for account, batch, _, hours, replies, final in plan:
+        start = now - hours * 3_600_000
+        store = WebhookStore(api.redis, clock=FakeClock(start))
+        ref = BatchRef(account, batch)
+        _, ident = store.create(ref, 1, b"{}", start - 400)
+        for n, code in enumerate(replies, 1):
+            (claimed,) = store.claim(ref.shard, limit=1, lease_ms=60_000, token=f"t{n}")
+            at = start + n * 60_000
+            error = (
+                None
+                if code is not None and code < 300
+                else ("timeout" if code is None else "http_status")
+            )
+            excerpt = "" if code is None else ("ok" if code < 300 else '{"error":"upstream down"}')
+            attempt = Attempt(n, at, 180.0 + 40 * n, code, error, excerpt)
+            last = n == len(replies)
+            outcome = final if last else "retry"
+            store.record(
+                claimed,
+                f"t{n}",
+                attempt,
+                outcome=outcome,
+                # a retry is due at once for the next attempt here; the last one waits (overdue)
+                next_at=(now - 60_000 if last else start) if outcome == "retry" else 0,
+                reason="the receiver answered 410 Gone",
+            )
+            if outcome == "succeeded":
+                api.redis.hset(keys.delivery(ref.shard, ident), "succeeded_at", at)
+
+
+def test_every_page_shows_its_labels(local_api: Api, page: Page) -> None:
+    seed(local_api)
+    log_in(page, local_api, create_operator_key(local_api.redis, "ops"))
+    main = page.inner_text("main").lower()
+    for label in (
+        "attempts by outcome",
+        "notification lag p50 / p99",
+        "backlog of due deliveries",
+        "failing webhooks",
+    ):
+        assert label in main
+    assert page.locator("svg.chart rect").count() >= 8
+    failing = page.locator("section:has-text('Failing webhooks') tbody tr").all_inner_texts()
+    assert "initech" in failing[0] and "globex" in failing[1]
+    shot(page, "overview")
+    page.click("nav >> text=Deliveries")
+    assert page.locator("tbody tr").count() == 8
+    for label in ("Status", "Account", "Batch", "Since", "Until"):
+        assert page.locator(f"label:has-text('{label}')").count() == 1
+    shot(page, "deliveries")
+    page.locator("tbody tr", has_text="orders-17").locator("a").click()
+    assert page.locator("button:has-text('Retry')").count() == 1
+    assert [c.strip() for c in page.locator("td.status-code").all_inner_texts()] == ["500"] * 3
+    shot(page, "delivery")
+    page.click("nav >> text=Recovery")
+    assert page.locator("button:has-text('Recover')").count() == 1
+    shot(page, "recovery")
+    page.click("nav >> text=Webhooks")
+    rows = page.locator("tbody tr")
+    assert "initech" in rows.nth(0).inner_text() and "410 Gone" in rows.nth(0).inner_text()
+    assert rows.nth(0).locator("button:has-text('Enable')").count() == 1
+    assert page.locator("button:has-text('Disable')").count() == 7
+    shot(page, "webhooks")
