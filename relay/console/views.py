@@ -352,18 +352,24 @@ async def stylesheet(request: Request) -> Response:
 
 
 def routes() -> list[BaseRoute]:
-    """The console's routes (full paths: the API app keeps ``redirect_slashes`` off)."""
+    """The console's routes (full paths: the API app keeps ``redirect_slashes`` off). HTML
+    for browsers, not part of the JSON API: kept out of the OpenAPI document."""
     return [
-        Route("/console", overview, methods=["GET"]),
-        Route("/console/login", login_page, methods=["GET"]),
-        Route("/console/login", login, methods=["POST"]),
-        Route("/console/logout", logout, methods=["POST"]),
-        Route("/console/deliveries", deliveries, methods=["GET"]),
-        Route("/console/deliveries/{id}", delivery, methods=["GET"]),
-        Route("/console/deliveries/{id}/retry", retry, methods=["POST"]),
-        Route("/console/recovery", recovery_page, methods=["GET"]),
-        Route("/console/recovery", recover, methods=["POST"]),
-        Route("/console/webhooks", webhooks_page, methods=["GET"]),
-        Route("/console/webhooks/{action:str}", webhook_toggle, methods=["POST"]),
-        Route("/console/static/console.css", stylesheet, methods=["GET"]),
+        Route("/console", overview, methods=["GET"], include_in_schema=False),
+        Route("/console/login", login_page, methods=["GET"], include_in_schema=False),
+        Route("/console/login", login, methods=["POST"], include_in_schema=False),
+        Route("/console/logout", logout, methods=["POST"], include_in_schema=False),
+        Route("/console/deliveries", deliveries, methods=["GET"], include_in_schema=False),
+        Route("/console/deliveries/{id}", delivery, methods=["GET"], include_in_schema=False),
+        Route("/console/deliveries/{id}/retry", retry, methods=["POST"], include_in_schema=False),
+        Route("/console/recovery", recovery_page, methods=["GET"], include_in_schema=False),
+        Route("/console/recovery", recover, methods=["POST"], include_in_schema=False),
+        Route("/console/webhooks", webhooks_page, methods=["GET"], include_in_schema=False),
+        Route(
+            "/console/webhooks/{action:str}",
+            webhook_toggle,
+            methods=["POST"],
+            include_in_schema=False,
+        ),
+        Route("/console/static/console.css", stylesheet, methods=["GET"], include_in_schema=False),
     ]
