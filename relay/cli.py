@@ -176,15 +176,19 @@ def cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
     from relay.redis_conn import sync_client
 
     client = sync_client(settings.redis_url)
-    if args.keys_cmd == "create" and args.operator:
-        print(
-            f"operator key for {args.operator} (the console only; shown once, stored hashed):",
-            file=sys.stderr,
-        )
-        print(auth.create_operator_key(client, args.operator))
-    elif args.keys_cmd == "create":
-        print(f"API key for account {args.account} (shown once, stored hashed):", file=sys.stderr)
-        print(auth.create_key(client, args.account))
+    if args.keys_cmd == "create":
+        try:
+            if args.operator:
+                key = auth.create_operator_key(client, args.operator)
+                what = f"operator key for {args.operator} (the console only"
+            else:
+                key = auth.create_key(client, args.account)
+                what = f"API key for account {args.account} ("
+        except ValueError as exc:
+            print(f"relay: {exc}", file=sys.stderr)
+            return 2
+        print(f"{what}{'; ' if args.operator else ''}shown once, stored hashed):", file=sys.stderr)
+        print(key)
     elif args.keys_cmd == "list":
         from relay.text import for_terminal
 
