@@ -271,6 +271,13 @@ def test_a_post_without_the_csrf_token_is_refused(local_api: Api, page: Page) ->
     with page.expect_response("**/console/recovery") as answer:
         page.click("button:has-text('Recover')")
     assert answer.value.status == 403
+    # Log out (with its token) ends the session: pages lead to the login again.
+    page.goto(api.base_url + "/console")
+    page.click("button:has-text('Log out')")
+    assert page.url.endswith("/console/login")
+    assert all(c["name"] != "relay_console" for c in page.context.cookies())
+    page.goto(api.base_url + "/console/webhooks")
+    assert page.url.endswith("/console/login")
     # The login form is protected too (double-submit token).
     r = httpx.post(api.base_url + "/console/login", data={"key": "rk_x"})
     assert r.status_code == 403
