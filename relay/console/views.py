@@ -328,23 +328,27 @@ async def webhooks_page(request: Request) -> Response:
     return _render(request, "webhooks.html", session, rows=await console.queries.webhooks())
 
 
-async def webhook_toggle(request: Request) -> Response:
+async def _toggle(request: Request, disable: bool) -> Response:
     session, fields, refused = await _guarded_form(request)
-    if refused is not None:
-        return refused
+    if refused is not None or session is None:
+        return refused or _to_login()
     _, console = _console(request)
-    action = request.path_params["action"]
     account, batch = fields.get("account", ""), fields.get("batch", "")
-    reason = (
-        fields.get("reason", "").strip()[:200]
-        or f"disabled by operator {session and session.operator}"
-    )
+    reason = fields.get("reason", "").strip()[:200] or f"disabled by operator {session.operator}"
     try:
-        await console.queries.set_disabled(account, batch, action == "disable", reason)
+        await console.queries.set_disabled(account, batch, disable, reason)
     except StateError as exc:
         return _back("/console/webhooks", err=exc.message)
-    done = "disabled" if action == "disable" else "enabled"
+    done = "disabled" if disable else "enabled"
     return _back("/console/webhooks", msg=f"Webhook of {account}/{batch} {done}.")
+
+
+async def webhook_disable(request: Request) -> Response:
+    return await _toggle(request, True)
+
+
+async def webhook_enable(request: Request) -> Response:
+    return await _toggle(request, False)
 
 
 async def stylesheet(request: Request) -> Response:
@@ -366,10 +370,10 @@ def routes() -> list[BaseRoute]:
         Route("/console/recovery", recover, methods=["POST"], include_in_schema=False),
         Route("/console/webhooks", webhooks_page, methods=["GET"], include_in_schema=False),
         Route(
-            "/console/webhooks/{action:str}",
-            webhook_toggle,
-            methods=["POST"],
-            include_in_schema=False,
+            "/console/webhooks/disable", webhook_disable, methods=["POST"], include_in_schema=False
+        ),
+        Route(
+            "/console/webhooks/enable", webhook_enable, methods=["POST"], include_in_schema=False
         ),
         Route("/console/static/console.css", stylesheet, methods=["GET"], include_in_schema=False),
     ]
