@@ -18,7 +18,7 @@ SUDO = $(shell [ "$$(id -u)" = 0 ] || ! command -v sudo >/dev/null 2>&1 || echo 
 # `make run PORT=8080`: the API's port (default: RELAY_PORT, else 8000).
 PORT ?=
 
-.PHONY: help venv venv-run redis sentinel ocr run test lint fmt bench clean clean-data distclean
+.PHONY: help venv venv-run redis sentinel ocr chromium run test lint fmt bench clean clean-data distclean
 
 help:
 	@echo "make venv       create $(VENV) and install relay with its dev tools"
@@ -26,6 +26,7 @@ help:
 	@echo "make redis      install redis-server when it is missing (apt-get)"
 	@echo "make sentinel   install redis-sentinel when it is missing (apt-get; failover tests)"
 	@echo "make ocr        install tesseract-ocr (and OpenCV's libGL) when missing (apt-get)"
+	@echo "make chromium   install Debian's chromium (the console tests drive it) when missing"
 	@echo "make run        relay dev: API, worker and detector on a private Redis (PORT=8080)"
 	@echo "make test       lint, type-check and run the tests (what CI runs)"
 	@echo "make lint       ruff check, ruff format --check, mypy"
@@ -80,10 +81,19 @@ ocr:
 			tesseract-ocr libgl1 libglib2.0-0; \
 	}
 
+# The console tests drive a real headless Chromium through Playwright; Playwright's own browser
+# download is never used (PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD), Debian's chromium is.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "installing chromium"; \
+		$(SUDO) apt-get update && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; \
+	}
+
 run: venv-run redis ocr
 	$(BIN)/relay dev $(if $(PORT),--port $(PORT))
 
-test: venv redis sentinel ocr
+test: venv redis sentinel ocr chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

@@ -179,15 +179,25 @@ def cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
 
     client = sync_client(RedisTarget.from_settings(settings))
     if args.keys_cmd == "create":
-        key = auth.create_key(client, args.account)
-        print(f"API key for account {args.account} (shown once, stored hashed):", file=sys.stderr)
+        try:
+            if args.operator:
+                key = auth.create_operator_key(client, args.operator)
+                what = f"operator key for {args.operator} (the console only"
+            else:
+                key = auth.create_key(client, args.account)
+                what = f"API key for account {args.account} ("
+        except ValueError as exc:
+            print(f"relay: {exc}", file=sys.stderr)
+            return 2
+        print(f"{what}{'; ' if args.operator else ''}shown once, stored hashed):", file=sys.stderr)
         print(key)
     elif args.keys_cmd == "list":
         from relay.text import for_terminal
 
         for info in auth.list_keys(client):
             state = "revoked" if info.revoked_at else "active"
-            print(f"{info.prefix}\t{for_terminal(info.account)}\t{state}")
+            owner = f"operator:{info.account}" if info.operator else info.account
+            print(f"{info.prefix}\t{for_terminal(owner)}\t{state}")
     else:
         if not auth.revoke_key(client, args.prefix):
             print(f"no key with prefix {args.prefix!r}", file=sys.stderr)
@@ -322,12 +332,13 @@ def build_parser() -> argparse.ArgumentParser:
     keys = sub.add_parser("keys", help="manage API keys")
     ksub = keys.add_subparsers(dest="keys_cmd", required=True)
     kc = ksub.add_parser("create", help="create a key; printed on the last line")
-    kc.add_argument(
+    owner = kc.add_mutually_exclusive_group(required=True)
+    owner.add_argument(
         "--account",
-        required=True,
         type=account_name,
-        help="the account the key belongs to: 1-64 of a-z 0-9 _ -",
+        help="a customer's API key for this account: 1-64 of a-z 0-9 _ -",
     )
+    owner.add_argument("--operator", help="an operator key (opens the console, nothing else)")
     ksub.add_parser("list", help="list keys (prefix, account, state)")
     kr = ksub.add_parser("revoke", help="revoke a key by its prefix (or the whole key)")
     kr.add_argument("prefix", help="the prefix `relay keys list` shows, or the whole key")

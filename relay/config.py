@@ -359,6 +359,18 @@ _FIELDS: tuple[_Field, ...] = (
         _positive_float,
         "After a rotation the previous signing material keeps signing this long",
     ),
+    _Field(
+        "console_secret",
+        "",
+        Secret,
+        "Signs console session cookies; empty: derived from the first RELAY_ENCRYPTION_KEY",
+    ),
+    _Field(
+        "console_session",
+        "8h",
+        _duration,
+        "A console login lasts this long (s, m, h, d suffixes)",
+    ),
     _Field("log_level", "info", str, "debug, info, warning or error"),
 )
 
@@ -410,6 +422,8 @@ class Settings:
     allow_private_targets: bool
     encryption_key: Secret = field(repr=True)
     signing_grace_seconds: float
+    console_secret: Secret = field(repr=True)
+    console_session: float
     log_level: str
 
     def to_env(self) -> dict[str, str]:

@@ -59,6 +59,10 @@ class BatchDeleted(StateError):
     """The batch was deleted: it accepts no uploads and no processing."""
 
 
+class WebhookNotFound(StateError):
+    """The batch has no webhook."""
+
+
 class DeliveryNotFound(StateError):
     """No delivery of that id (in that batch or account)."""
 

