@@ -66,7 +66,7 @@ def test_search_filters_exactly_and_pages_without_gaps(q: Q) -> None:
     assert len(everything) == 12 and more is None
     one_batch, _ = q.run(q.q.search(DeliveryFilter(account="beta", batch=refs[9].name), 10))
     assert [d.batch_name for d in one_batch] == [refs[9].name]
-    window = DeliveryFilter(since_ms=q.clock() - 2500, until_ms=q.clock())
+    window = DeliveryFilter(since_ms=q.clock() - 2500, until_ms=q.clock() + 1)  # until: exclusive
     recent, _ = q.run(q.q.search(window, 10))
     assert len(recent) == 3
 

@@ -1,16 +1,11 @@
 """Everything the console reads and changes, and the only place it touches state.
 
 The console is another edge over the same domain queries as ``GET /deliveries``; its pages
-call :class:`ConsoleQueries` and nothing else. Two methods are stand-ins until the exact
-delivery search and bulk recovery land in ``relay.webhook_store`` (see the TO REPLACE notes):
-
-- :meth:`ConsoleQueries.search` walks each shard's ``deliveries`` index (newest first, by
-  creation time) and filters the loaded hashes here. It becomes one call:
-  ``await self.store.search(account, status, batch, since_ms, until_ms, limit, cursor)``.
-- :meth:`ConsoleQueries.recover` retries the matching deliveries one by one. It becomes the
-  store's bulk ``recover`` (one chunked server-side script).
-
-Both keep their signatures, so the pages and tests do not change when they are swapped.
+call :class:`ConsoleQueries` and nothing else. The Deliveries page and recovery are the
+store's exact, indexed search and its chunked recovery (``relay.search``), the same as
+``GET /deliveries`` and ``POST /deliveries/recover``. The overview and the webhooks page read
+the newest deliveries of every shard (at most ``_SCAN_CAP``), until webhooks have an index
+of their own.
 """
 
 from __future__ import annotations
@@ -31,7 +26,7 @@ from relay.webhook_store import AsyncWebhookStore
 
 DAY_MS = 86_400_000
 HOUR_MS = 3_600_000
-# TO REPLACE (search): the interim walk looks at no more than this many of the newest ids.
+# The overview and the webhooks page look at no more than this many of the newest deliveries.
 _SCAN_CAP = 20_000
 _CHUNK = 200
 
@@ -86,15 +81,6 @@ def _percentile(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def _cursor(score: int, ident: str) -> str:
-    return f"{score}:{ident}"
-
-
-def _parse_cursor(cursor: str) -> tuple[int, str] | None:
-    score, sep, ident = cursor.partition(":")
-    return (int(score), ident) if sep and score.isdigit() else None
-
-
 class ConsoleQueries:
     """The console's reads and actions over the state layer (``AsyncWebhookStore``)."""
 
@@ -113,7 +99,7 @@ class ConsoleQueries:
     # -- deliveries ---------------------------------------------------------------------
 
     async def _ids(self, since_ms: int, until_ms: int) -> list[tuple[int, str]]:
-        # TO REPLACE (search): the shard-wide creation index, every shard, newest first.
+        # The shard-wide creation index, every shard, newest first.
         async with self.redis.pipeline(transaction=False) as pipe:
             for s in range(keys.SHARDS):
                 pipe.zrevrangebyscore(
@@ -142,33 +128,19 @@ class ConsoleQueries:
         self, f: DeliveryFilter, limit: int, cursor: str = ""
     ) -> tuple[list[Delivery], str | None]:
         """Deliveries matching ``f``, newest first; ``limit`` per page and the next page's
-        cursor (None on the last page).
-
-        TO REPLACE (search): ``return await self.store.search(f.account or None,
-        f.status or None, f.batch or None, f.since_ms, f.until_ms or None, limit, cursor)``
-        """
-        after = _parse_cursor(cursor) if cursor else None
-        ids = [r for r in await self._ids(f.since_ms, f.until_ms) if after is None or r < after]
-        found: list[tuple[tuple[int, str], Delivery]] = []
-        for start in range(0, len(ids), _CHUNK):
-            chunk = ids[start : start + _CHUNK]
-            for row, (h, attempts) in zip(
-                chunk, await self._hashes([i for _, i in chunk]), strict=True
-            ):
-                if not h:
-                    continue
-                d = Delivery.from_hash(h, attempts)
-                if f.status and d.status != f.status:
-                    continue
-                if f.account and d.account != f.account:
-                    continue
-                if f.batch and d.batch_name != f.batch:
-                    continue
-                found.append((row, d))
-                if len(found) > limit:
-                    page = found[:limit]
-                    return [d for _, d in page], _cursor(*page[-1][0])
-        return [d for _, d in found], None
+        cursor (None on the last page): the exact, indexed query of ``GET /deliveries``.
+        Raises ValueError for a batch without its account, InvalidCursor for a bad cursor."""
+        if f.batch and not f.account:
+            raise ValueError("a batch is named within its account: give the account too")
+        return await self.store.search(
+            account=f.account or None,
+            status=f.status or None,
+            batch=f.batch or None,
+            since_ms=f.since_ms or None,
+            until_ms=f.until_ms or None,
+            limit=limit,
+            cursor=cursor or None,
+        )
 
     async def delivery(self, delivery_id: str) -> Delivery | None:
         shard = keys.shard_of_id("msg", delivery_id)
@@ -185,27 +157,17 @@ class ConsoleQueries:
         return delivery
 
     async def recover(self, f: DeliveryFilter) -> int:
-        """Make every delivery matching ``f`` (status failed or canceled) due again now;
-        the number made due.
-
-        TO REPLACE (recover): one call to the store's bulk recovery with the same filter.
-        """
-        count, cursor, shards = 0, "", set()
-        while True:
-            page, next_cursor = await self.search(f, _CHUNK, cursor)
-            for d in page:
-                try:
-                    await self.store.retry_any(d.id)
-                except Exception:  # noqa: S112 - superseded, disabled...: not recoverable
-                    continue
-                count += 1
-                shards.add(BatchRef(d.account, d.batch_name).shard)
-            if next_cursor is None:
-                break
-            cursor = next_cursor
-        for shard in sorted(shards):
+        """Make every delivery matching ``f`` (status failed or canceled) due again now, in
+        the store's chunked server-side recovery; the number made due."""
+        result = await self.store.recover(
+            status=f.status or DeliveryStatus.FAILED,
+            since_ms=f.since_ms,
+            until_ms=f.until_ms or None,
+            account=f.account or None,
+        )
+        for shard in sorted(result.shards):
             await self._wake(shard)
-        return count
+        return result.recovered
 
     async def _wake(self, shard: int) -> None:
         await asyncio.to_thread(queues.wake, self.sync, shard, self.settings)
@@ -216,8 +178,7 @@ class ConsoleQueries:
         """The webhooks of the batches with deliveries, disabled ones first, then the most
         failing of the last 24 h.
 
-        TO REPLACE (search): the batches come from the newest deliveries until webhooks have
-        an index of their own.
+        The batches come from the newest deliveries until webhooks have an index of their own.
         """
         now = now or now_ms()
         ids = await self._ids(0, 0)

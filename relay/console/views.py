@@ -238,7 +238,10 @@ async def deliveries(request: Request) -> Response:
     except ValueError:
         f, error = DeliveryFilter(), "Times look like 6h, 2d or 2026-11-30T12:00 (UTC)."
     cursor = q.get("cursor", "")
-    page, next_cursor = await console.queries.search(f, PAGE_SIZE, cursor)
+    try:
+        page, next_cursor = await console.queries.search(f, PAGE_SIZE, cursor)
+    except (ValueError, StateError) as exc:  # a batch without its account; a stale cursor
+        page, next_cursor, error = [], None, str(exc)
     next_url = (
         "/console/deliveries?" + urlencode({**values, "cursor": next_cursor}) if next_cursor else ""
     )
