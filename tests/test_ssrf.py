@@ -8,6 +8,7 @@ this machine has no DNS to configure.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import ipaddress
 import socket
@@ -545,6 +546,12 @@ def answering(raw: bytes) -> Iterator[int]:
                 conn.settimeout(5)
                 conn.recv(65536)
                 conn.sendall(raw)
+                # Close only once the client is done: closing with its bytes unread would
+                # reset the connection (ECONNRESET) before the client reads the answer.
+                conn.shutdown(socket.SHUT_WR)
+                with contextlib.suppress(OSError):
+                    while conn.recv(65536):
+                        pass
 
         thread = threading.Thread(target=answer)
         thread.start()
