@@ -42,7 +42,7 @@ from relay.worker_context import WorkerContext
 
 log = logging.getLogger("relay.detector")
 
-GROUP = "relay-detector"
+GROUP = keys.OUTBOX_GROUP
 RECLAIM_IDLE_MS = 10_000
 READ_COUNT = 200
 
