@@ -70,6 +70,20 @@ def url_host(url: str) -> str:
     return f"{host}:{port}" if port else host
 
 
+def redact_url(url: str) -> str:
+    """``url`` with its password masked, in the user info (``redis://:***@host:6379/0``) or
+    as a ``password=`` query parameter (``unix:///run/redis.sock?password=***``)."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return "?"
+    if password:
+        userinfo, _, hostport = parts.netloc.rpartition("@")
+        url = parts._replace(netloc=f"{userinfo.partition(':')[0]}:***@{hostport}").geturl()
+    return re.sub(r"([?&]password=)[^&#]*", r"\1***", url)
+
+
 def _timestamp(record: logging.LogRecord) -> str:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
     return f"{stamp}.{int(record.msecs):03d}Z"
