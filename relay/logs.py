@@ -168,8 +168,11 @@ def setup(level: str = "info", fmt: str = "text") -> None:
     if drop_rq_job_lines not in rq_worker.filters:
         rq_worker.addFilter(drop_rq_job_lines)
     # RQ adds handlers of its own only when none is found up the tree (there is one now);
-    # uvicorn's loggers carry none when it is given no log config. Either way: through ours.
+    # uvicorn's loggers carry none when it is given no log config. Either way: through ours,
+    # at our level (RQ and uvicorn then set theirs from the same setting).
     for name in ("rq.worker", "rq.job", "uvicorn", "uvicorn.error", "uvicorn.access"):
         logger = logging.getLogger(name)
         logger.handlers.clear()
         logger.propagate = True
+        logger.disabled = False
+        logger.setLevel(logging.NOTSET)

@@ -13,7 +13,16 @@ import pytest
 from relay.dev import banner
 from relay.logs import fields, redact_url, setup, url_host
 
-NAMES = ("", "rq.worker", "rq.job", "httpx", "httpcore", "uvicorn", "uvicorn.error")
+NAMES = (
+    "",
+    "rq.worker",
+    "rq.job",
+    "httpx",
+    "httpcore",
+    "uvicorn",
+    "uvicorn.error",
+    "uvicorn.access",
+)
 
 
 @pytest.fixture
@@ -22,14 +31,14 @@ def restore_logging() -> Iterator[None]:
     saved = []
     for name in NAMES:
         logger = logging.getLogger(name)
-        saved.append(
-            (logger, list(logger.handlers), logger.level, logger.propagate, list(logger.filters))
-        )
+        state = (list(logger.handlers), logger.level, logger.propagate, logger.disabled)
+        saved.append((logger, state, list(logger.filters)))
     yield
-    for logger, handlers, level, propagate, filters in saved:
+    for logger, (handlers, level, propagate, disabled), filters in saved:
         logger.handlers[:] = handlers
         logger.setLevel(level)
         logger.propagate = propagate
+        logger.disabled = disabled
         logger.filters[:] = filters
 
 
@@ -83,6 +92,7 @@ def test_text_is_key_value_and_customer_text_cannot_forge_a_field(
 def test_rq_job_lines_and_httpx_requests_are_silent_other_lines_are_not(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    logging.getLogger("uvicorn.error").setLevel(logging.WARNING)  # as an earlier uvicorn left it
     setup("debug", "text")
     rq = logging.getLogger("rq.worker")
     rq.info("Worker %s: %s: %s (%s)", "w1", "relay-delivery", "Job OK", "j1")
