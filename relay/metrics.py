@@ -27,6 +27,14 @@ HELP = {
         "From a batch's completed_at to its receiver accepting the notification",
     ),
     "relay_documents_processed_total": ("counter", "Documents finished by workers, by status"),
+    "relay_replica_waits_total": (
+        "counter",
+        "API writes that waited for RELAY_REDIS_WAIT_REPLICAS replicas before answering",
+    ),
+    "relay_replica_wait_timeouts_total": (
+        "counter",
+        "Of those, answered before enough replicas had them (the wait timed out)",
+    ),
 }
 
 

@@ -180,6 +180,26 @@ def test_validate_url_refuses(url: str, kind: str, fragment: str) -> None:
     assert fragment in info.value.message
 
 
+@pytest.mark.parametrize(
+    ("policy", "url", "message"),
+    [
+        (STRICT, "ftp://example.com/hook", "the callback URL must use https://, not ftp://"),
+        (STRICT, "example.com/hook", "the callback URL must use https://, not no scheme"),
+        # Where http:// is allowed (relay dev), the refusal says so instead of "https only".
+        (
+            OPEN,
+            "ftp://example.com/hook",
+            "the callback URL must use https:// or http://, not ftp://",
+        ),
+        (LOCAL_HTTP, "gopher://x/", "the callback URL must use https:// or http://, not gopher://"),
+    ],
+)
+def test_scheme_refusal_names_what_is_allowed(policy: TargetPolicy, url: str, message: str) -> None:
+    with pytest.raises(UnsafeTarget) as info:
+        validate_url(url, policy)
+    assert (info.value.kind, info.value.message) == ("scheme", message)
+
+
 def test_validate_url_refuses_non_string() -> None:
     with pytest.raises(UnsafeTarget) as info:
         validate_url(b"https://example.com/", STRICT)  # type: ignore[arg-type]
