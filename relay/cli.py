@@ -36,10 +36,9 @@ log = logging.getLogger("relay")
 
 
 def _logging(settings: Settings) -> None:
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    from relay.logs import setup
+
+    setup(settings.log_level, settings.log_format)
 
 
 def require_encryption_key(settings: Settings) -> None:
@@ -61,6 +60,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
         host=args.host or settings.host,
         port=args.port or settings.port,
         log_level=settings.log_level,
+        log_config=None,  # uvicorn's loggers go through relay.logs, like every other
         access_log=False,
         server_header=False,
         # The client address that relay.api.limits counts comes from X-Forwarded-For only

@@ -71,6 +71,13 @@ def _positive_int(raw: str) -> int:
     return value
 
 
+def _log_format(raw: str) -> str:
+    value = raw.strip().lower()
+    if value not in {"text", "json"}:
+        raise ValueError("expected text or json")
+    return value
+
+
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3_600, "d": 86_400}
 
 
@@ -372,6 +379,12 @@ _FIELDS: tuple[_Field, ...] = (
         "A console login lasts this long (s, m, h, d suffixes)",
     ),
     _Field("log_level", "info", str, "debug, info, warning or error"),
+    _Field(
+        "log_format",
+        "text",
+        _log_format,
+        "text (readable key=value lines) or json (one JSON object per line)",
+    ),
 )
 
 _BY_ENV = {PREFIX + f.name.upper(): f for f in _FIELDS}
@@ -425,6 +438,7 @@ class Settings:
     console_secret: Secret = field(repr=True)
     console_session: float
     log_level: str
+    log_format: str
 
     def to_env(self) -> dict[str, str]:
         """The settings as ``RELAY_*`` variables, for child processes."""

@@ -32,7 +32,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from relay import keys, queues
+from relay import keys, logs, queues
 from relay.model import Batch
 from relay.redis_conn import is_store_full
 from relay.retention import trim_outbox
@@ -42,7 +42,7 @@ from relay.worker_context import WorkerContext
 
 log = logging.getLogger("relay.detector")
 
-GROUP = "relay-detector"
+GROUP = keys.OUTBOX_GROUP
 RECLAIM_IDLE_MS = 10_000
 READ_COUNT = 200
 
@@ -152,7 +152,17 @@ class Detector:
                 if outcome == "requeued":
                     requeued += 1
                     queues.wake_processing(self.redis, s, self.settings)
-                log.info("lease of %s expired: %s", doc_id, outcome)
+                log.log(
+                    logging.WARNING if outcome == "failed" else logging.INFO,
+                    "document lease expired",  # its worker was lost
+                    extra=logs.fields(
+                        doc_id=doc_id,
+                        account=ref.account,
+                        batch=ref.name,
+                        status={"requeued": "queued"}.get(outcome, outcome),
+                        error="worker_lost" if outcome == "failed" else None,
+                    ),
+                )
         return requeued
 
     def sweep_ready(self) -> int:

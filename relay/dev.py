@@ -39,6 +39,7 @@ from redis.retry import Retry
 
 from relay.config import Settings, load_settings
 from relay.exceptions import RelayError
+from relay.logs import redact_url
 from relay.procs import STOP_TIMEOUT
 from relay.redis_conn import RedisTarget, sync_client
 from relay.redis_server import RedisServer, RedisServerError, port_is_free
@@ -269,7 +270,7 @@ def banner(
   {headline}
     API       {base_url}   (OpenAPI: {api}/openapi.json)
     API key   {api_key}   (account "dev", kept in {state_dir / "dev_api_key"})
-    Redis     {redis_url}   (the relay commands run here use it)
+    Redis     {redact_url(redis_url)}   (the relay commands run here use it)
     Callbacks http:// and private addresses allowed (dev only)
 
   Try it in a second terminal, in this directory (README.md, "Quick start"):
@@ -369,9 +370,10 @@ class Supervisor:
             return url
         if self.redis_url_explicit:
             if redis_reachable(url):
-                self.say(f"using Redis at {url} (RELAY_REDIS_URL)")
+                self.say(f"using Redis at {redact_url(url)} (RELAY_REDIS_URL)")
                 return url
-            self.say(f"RELAY_REDIS_URL={url} does not answer; starting a private Redis instead")
+            shown = redact_url(url)
+            self.say(f"RELAY_REDIS_URL={shown} does not answer; starting a private Redis instead")
         port = self.redis_port if port_is_free(self.redis_port) else None
         self.redis = RedisServer(self.state_dir / "redis", port=port, appendonly=True)
         self.redis.start()

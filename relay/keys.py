@@ -146,6 +146,9 @@ def outbox(shard: int) -> str:
     return f"{PREFIX}:{tag(shard)}:outbox"
 
 
+OUTBOX_GROUP = "relay-detector"  # the detectors' consumer group on every outbox
+
+
 # -- webhooks and deliveries (shard-tagged, same shard as the batch) ---------------------
 
 

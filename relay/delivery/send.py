@@ -23,6 +23,7 @@ from relay.delivery.signing import build_headers
 from relay.delivery.ssrf import TargetPolicy, TargetUrl, classify_error, validate_url
 from relay.delivery.transport import USER_AGENT
 from relay.exceptions import UnsafeTarget
+from relay.logs import fields, url_host
 from relay.metrics import Metrics
 from relay.model import Attempt
 from relay.timefmt import now_ms
@@ -128,4 +129,19 @@ def attempt_once(
     if decision.outcome == schedule.SUCCEEDED:
         ctx.metrics.delivered(d.completed_ms, now_ms())
     ctx.metrics.attempted(decision.outcome, duration_ms)
+    log.log(
+        logging.INFO if error is None else logging.WARNING,
+        "delivery attempt",
+        extra=fields(
+            delivery_id=d.id,
+            account=d.account,
+            batch=d.batch,
+            attempt=d.number,
+            host=url_host(d.url),  # never the path or query: they may carry a token
+            outcome=decision.outcome,
+            status_code=status_code,
+            duration_ms=round(duration_ms, 1),
+            error=error,
+        ),
+    )
     return error
