@@ -15,20 +15,26 @@ PYTHON = $(shell for p in python3.13 python3.12 python3.11 python3; do \
 # Root runs apt-get as is; anyone else through sudo when there is one.
 SUDO = $(shell [ "$$(id -u)" = 0 ] || ! command -v sudo >/dev/null 2>&1 || echo sudo)
 
-.PHONY: help venv venv-run redis ocr run test lint fmt bench clean distclean
+# `make run PORT=8080`: the API's port (default: RELAY_PORT, else 8000).
+PORT ?=
+
+.PHONY: help venv venv-run redis sentinel ocr chromium run test lint fmt bench clean clean-data distclean
 
 help:
 	@echo "make venv       create $(VENV) and install relay with its dev tools"
 	@echo "make venv-run   create $(VENV) and install relay with its runtime dependencies only"
 	@echo "make redis      install redis-server when it is missing (apt-get)"
+	@echo "make sentinel   install redis-sentinel when it is missing (apt-get; failover tests)"
 	@echo "make ocr        install tesseract-ocr (and OpenCV's libGL) when missing (apt-get)"
-	@echo "make run        relay dev: API, worker and detector on a private Redis"
+	@echo "make chromium   install Debian's chromium (the console tests drive it) when missing"
+	@echo "make run        relay dev: API, worker and detector on a private Redis (PORT=8080)"
 	@echo "make test       lint, type-check and run the tests (what CI runs)"
 	@echo "make lint       ruff check, ruff format --check, mypy"
 	@echo "make fmt        ruff format, then ruff check --fix"
 	@echo "make bench      the benchmarks"
-	@echo "make clean      remove .relay and caches (keeps $(VENV))"
-	@echo "make distclean  clean, and remove $(VENV)"
+	@echo "make clean      remove caches and build output (keeps .relay and $(VENV))"
+	@echo "make clean-data remove .relay: relay dev's Redis data, dev API key, encryption key"
+	@echo "make distclean  clean, and remove $(VENV) (keeps .relay)"
 
 venv: $(DEV_STAMP)
 
@@ -57,6 +63,13 @@ redis:
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server; \
 	}
 
+sentinel:
+	@command -v redis-sentinel >/dev/null 2>&1 || { \
+		echo "installing redis-sentinel"; \
+		$(SUDO) apt-get update && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y redis-sentinel; \
+	}
+
 # Images and scanned PDFs: the Tesseract OCR engine, and the libGL/GLib that the OpenCV
 # wheel img2table requires is linked against (present on desktops, not on slim servers);
 # `import cv2` is the check that matters.
@@ -68,10 +81,19 @@ ocr:
 			tesseract-ocr libgl1 libglib2.0-0; \
 	}
 
-run: venv-run redis ocr
-	$(BIN)/relay dev
+# The console tests drive a real headless Chromium through Playwright; Playwright's own browser
+# download is never used (PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD), Debian's chromium is.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "installing chromium"; \
+		$(SUDO) apt-get update && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; \
+	}
 
-test: venv redis ocr
+run: venv-run redis ocr
+	$(BIN)/relay dev $(if $(PORT),--port $(PORT))
+
+test: venv redis sentinel ocr chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -90,9 +112,15 @@ fmt: venv
 bench: venv-run redis ocr
 	$(BIN)/python -m bench
 
+# Caches and build output only: relay dev's data is `make clean-data`, said out loud.
 clean:
-	rm -rf .relay .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info
+	rm -rf .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +
+
+clean-data:
+	@echo "removing .relay: relay dev's Redis data (every batch, document, webhook, delivery),"
+	@echo "the dev API key and the encryption key of the stored signing secrets"
+	rm -rf .relay
 
 distclean: clean
 	rm -rf $(VENV)

@@ -26,6 +26,9 @@ BENCHMARKS = (
     "ocr",
     "extract_overhead",
     "retention",
+    "hostile",
+    "recover",
+    "quickstart",
 )
 
 

@@ -1,24 +1,24 @@
 """Drain rate of a backlog of due deliveries (issues 3/4).
 
 A private Redis, the receiver in its own process (``bench/receiver_app.py`` under uvicorn),
-2 ``relay worker`` processes and a ``relay detector`` (running from the start, its sweep
-interval raised so that its sweeper does not wake the shards while the backlog is seeded).
+2 ``relay worker`` processes and a ``relay detector`` (its sweep interval raised).
 
-Setup (no worker busy, nothing woken): N batches of one document each (seeded through
+Setup, before any worker starts: per round, N batches of one document each (seeded through
 ``AsyncStore.upload``), a webhook each (``AsyncWebhookStore.register``, the API's Lua script),
 then one delivery each (``WebhookStore.create``, what the detector does for a completion) with
-a real notification body; the account's signing material exists beforehand, as it would on a
-running system. All N sit in the shards' ``due`` sets.
+a real notification body, held (due far in the future: each worker's delivery engine also
+looks for due deliveries by itself); the account's signing material exists beforehand, as it
+would on a running system.
 
-Timed: from waking every shard (``relay.queues.wake``, the call the detector's sweeper
-makes) to every delivery recorded ``succeeded`` (the ``due`` sets empty, the receiver holding
-N). From there the delivery engines find what is still due by themselves.
+Timed: from making the round's N deliveries due now and waking every shard
+(``relay.queues.wake``, the call the detector makes) to every one of them recorded
+``succeeded`` (out of the ``due`` sets, the receiver holding N).
 
 Baseline, in the same run, same receiver, same bodies: a plain loop posting them one after
 another with one reused ``httpx.Client``, with bare ``content-type`` headers; once (first
 round) also computing relay's signature headers.
 
-Two rounds (each a fresh backlog, the plain loop run just before relay's drain); the best
+Two rounds (each its own backlog, the plain loop run just before relay's drain); the best
 round of each side is reported, all rounds are in the JSON with the machine's load.
 """
 
@@ -137,23 +137,49 @@ def _seed(
         if not created:
             raise BenchError(f"no delivery created for {ref.name}")
         ids.append(ident)
-    if total_due(st.redis) != n:
-        raise BenchError(f"expected {n} due deliveries, found {total_due(st.redis)}")
+    _due_at(st.redis, ids, HELD)  # not due until their round starts (see run)
     return bodies, ids
+
+
+def _still_due(client: redis.Redis, ids: list[str]) -> int:
+    """How many of ``ids`` are still in a due set (not yet recorded succeeded)."""
+    with client.pipeline(transaction=False) as pipe:
+        for ident in ids:
+            shard = keys.shard_of_id("msg", ident)
+            assert shard is not None
+            pipe.zscore(keys.due(shard), ident)
+        return sum(score is not None for score in pipe.execute())
+
+
+# A due time far away: seeded deliveries wait for their round, so no delivery engine (each
+# worker's engine also looks for due deliveries by itself, once a second) starts early.
+HELD = 2**50
+
+
+def _due_at(client: redis.Redis, ids: list[str], at_ms: int) -> None:
+    """Move the deliveries' due time to ``at_ms`` (one pipelined round trip)."""
+    with client.pipeline(transaction=False) as pipe:
+        for ident in ids:
+            shard = keys.shard_of_id("msg", ident)
+            assert shard is not None
+            pipe.zadd(keys.due(shard), {ident: at_ms}, xx=True)
+        pipe.execute()
 
 
 def _drain(
     st: Stack, receiver: ReceiverProcess, n: int, ids: list[str], settings: Settings
 ) -> tuple[float, float, dict[str, Any]]:
-    """Wake every shard; (seconds to all succeeded, to all received, cpu)."""
+    """Make the round's deliveries due and wake every shard; (seconds to all succeeded, to
+    all received, cpu)."""
     receiver.reset()
     meter = CpuMeter(st.pids(receiver=receiver.proc.pid))
     t0 = time.time()
+    _due_at(st.redis, ids, int(t0 * 1000))
     for s in range(keys.SHARDS):
         queues.wake(st.redis, s, settings)
     if receiver.wait(n, 120) < n:
         raise BenchError(f"the receiver got {receiver.count()} of {n} within 120 s")
-    wait_until(lambda: total_due(st.redis) == 0, 60, 0.005, "the due sets to empty")
+    wait_until(lambda: _still_due(st.redis, ids) == 0, 60, 0.005, "the round to be recorded")
     t_recorded = time.time()
     cpu = meter.stop()
     t_received = max(r["at"] for r in receiver.records())
@@ -168,19 +194,23 @@ def run(quick: bool = False, profile: bool = False) -> Outcome:
         public_url = settings.public_url
         receiver = ReceiverProcess(st.tmp, st.env, wait=False)
         try:
-            w1, w2 = st.start(api=False, workers=2, detector=False).workers
-            # Up and reading completions, but sweeping only once, at its start: a sweep would
-            # wake the shards while the backlog is being seeded, before the clock starts.
-            st.detector(RELAY_SWEEP_INTERVAL="3600")
             receiver.ready()
+            seeded = []
+            for k in range(rounds):
+                progress(NAME, f"round {k + 1}/{rounds}: seeding {n} deliveries (held)")
+                seeded.append(_seed(st, f"r{k}", n, receiver.url(), public_url))
+            if total_due(st.redis) != n * rounds:
+                raise BenchError(f"expected {n * rounds} deliveries, found {total_due(st.redis)}")
+            w1, w2 = st.start(api=False, workers=2, detector=False).workers
+            # Up and reading completions, but sweeping only once, at its start.
+            st.detector(RELAY_SWEEP_INTERVAL="3600")
             signing = SigningKeys(Encryptor.from_setting(settings.encryption_key))
             materials = signing.for_accounts(st.redis, {ACCOUNT})[ACCOUNT]
             results: list[Round] = []
             profiles: dict[str, Any] = {}
             signed = 0.0
             for k in range(rounds):
-                progress(NAME, f"round {k + 1}/{rounds}: seeding {n} due deliveries")
-                bodies, ids = _seed(st, f"r{k}", n, receiver.url(), public_url)
+                bodies, ids = seeded[k]
                 progress(NAME, "baseline: plain loop, one reused httpx.Client")
                 plain_meter = CpuMeter({"receiver": receiver.proc.pid, "redis": st.redis_pid})
                 plain_s = plain_loop(receiver.url("/plain"), bodies, None)

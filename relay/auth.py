@@ -7,6 +7,12 @@ in the hash ``keys.api_key(prefix)`` with fields ``hash`` (hex), ``account``, ``
 account in ``keys.accounts()``. Keys are never deleted, only revoked, so a prefix never
 changes owner.
 
+An *operator key* (``relay keys create --operator NAME``) has the same form and storage, but
+its record holds ``operator`` (the operator's name) instead of ``account``: the API's checks
+(:func:`check_record`) need an ``account`` and so refuse it, and the console
+(``relay.console``) admits only records with ``operator`` and no ``account``, so a customer's
+key never opens it.
+
 The synchronous functions serve the CLI and ``relay dev``; :func:`lookup_key_async` and
 :class:`KeyCache` serve the API (see ``relay.api.gate`` for how the cache keeps the status
 endpoints at one Redis round trip without delaying a revocation).
@@ -51,9 +57,10 @@ class KeyInfo:
     """One stored key, without its secret (``relay keys list``)."""
 
     prefix: str
-    account: str
+    account: str  # for an operator key, the operator's name
     created_at: int
     revoked_at: int | None
+    operator: bool = False
 
 
 def parse_key(key: str) -> PresentedKey | None:
@@ -85,10 +92,19 @@ def create_key(client: redis.Redis, account: str) -> str:
 
     Raises ValueError for an account name outside ``[a-z0-9][a-z0-9_-]{0,63}``.
     """
-    if not ACCOUNT_RE.fullmatch(account):
+    return _create(client, "account", account)
+
+
+def create_operator_key(client: redis.Redis, name: str) -> str:
+    """Create and store an operator key (the console, nothing else) for the operator ``name``
+    (same rules as an account name); returns the key (shown once, stored hashed)."""
+    return _create(client, "operator", name)
+
+
+def _create(client: redis.Redis, kind: str, name: str) -> str:
+    if not ACCOUNT_RE.fullmatch(name):
         raise ValueError(
-            f"invalid account name {account!r}: 1-64 of a-z 0-9 _ -, starting with a letter or "
-            "digit"
+            f"invalid {kind} name {name!r}: 1-64 of a-z 0-9 _ -, starting with a letter or digit"
         )
     while True:
         prefix = "".join(secrets.choice(_PREFIX_ALPHABET) for _ in range(8))
@@ -96,7 +112,7 @@ def create_key(client: redis.Redis, account: str) -> str:
         key = f"rk_{prefix}_{secret}"
         record = {
             "hash": hashlib.sha256(key.encode()).hexdigest(),
-            "account": account,
+            kind: name,
             "created_at": now_ms(),
             "revoked_at": "",
         }
@@ -105,7 +121,8 @@ def create_key(client: redis.Redis, account: str) -> str:
         if client.sadd(keys.api_keys(), prefix) == 1:
             with client.pipeline(transaction=True) as pipe:
                 pipe.hset(keys.api_key(prefix), mapping=record)
-                pipe.sadd(keys.accounts(), account)
+                if kind == "account":
+                    pipe.sadd(keys.accounts(), name)
                 pipe.execute()
             return key
 
@@ -129,6 +146,35 @@ async def lookup_key_async(client: redis.asyncio.Redis, key: str | PresentedKey)
     return check_record(values, presented)
 
 
+# The fields of a key record the console reads, in this order.
+OPERATOR_FIELDS = ("hash", "operator", "account", "revoked_at")
+
+
+def check_operator_record(values: Sequence[bytes | None], presented: PresentedKey) -> str | None:
+    """The operator's name when a record read as ``HMGET OPERATOR_FIELDS`` admits the key to
+    the console: an existing, unrevoked operator record (no account) whose stored hash equals
+    the presented key's (constant-time comparison). None for anything else, customer keys
+    included."""
+    stored, operator, account, revoked = (values[0], values[1], values[2], values[3])
+    if stored is None or operator is None or account is not None:
+        return None
+    if not hmac.compare_digest(stored, presented.digest.encode()):
+        return None
+    if revoked:
+        return None
+    return operator.decode()
+
+
+async def lookup_operator_async(client: redis.asyncio.Redis, key: str | PresentedKey) -> str | None:
+    """The operator of an active operator key (one round trip); None for a malformed,
+    unknown or revoked key and for every customer key."""
+    presented = parse_key(key) if isinstance(key, str) else key
+    if presented is None:
+        return None
+    values = await client.hmget(keys.api_key(presented.prefix), list(OPERATOR_FIELDS))
+    return check_operator_record(values, presented)
+
+
 def _ms_or_none(raw: bytes | None) -> int | None:
     return int(raw) if raw else None
 
@@ -138,12 +184,18 @@ def list_keys(client: redis.Redis) -> list[KeyInfo]:
     prefixes = sorted(p.decode() for p in client.smembers(keys.api_keys()))
     with client.pipeline(transaction=False) as pipe:
         for prefix in prefixes:
-            pipe.hmget(keys.api_key(prefix), ["account", "created_at", "revoked_at"])
+            pipe.hmget(keys.api_key(prefix), ["account", "created_at", "revoked_at", "operator"])
         rows = pipe.execute()
     infos = [
-        KeyInfo(prefix, account.decode(), int(created or 0), _ms_or_none(revoked))
-        for prefix, (account, created, revoked) in zip(prefixes, rows, strict=True)
-        if account is not None
+        KeyInfo(
+            prefix,
+            (account or operator).decode(),
+            int(created or 0),
+            _ms_or_none(revoked),
+            operator=account is None,
+        )
+        for prefix, (account, created, revoked, operator) in zip(prefixes, rows, strict=True)
+        if account is not None or operator is not None
     ]
     infos.sort(key=lambda i: (i.created_at, i.prefix))
     return infos

@@ -5,7 +5,7 @@ relay worker [--queues Q] [--burst]   an RQ worker: processing, delivery or all 
 relay detector                        the completion detector and the sweepers
 relay dev                             all of the above on a private Redis
 relay keys create|list|revoke         API keys
-relay deliveries list|show|retry      ops view of webhook deliveries
+relay deliveries list|show|retry|recover  ops view of webhook deliveries
 relay reencrypt [--batch N]           re-encrypt stored secrets with the first encryption key
 relay config example                  print .env.example
 """
@@ -13,6 +13,7 @@ relay config example                  print .env.example
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import re
 import signal
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit, urlunsplit
 
 from relay import __version__
 from relay.config import Settings, env_example, explicitly_set, load_settings
@@ -34,10 +36,9 @@ log = logging.getLogger("relay")
 
 
 def _logging(settings: Settings) -> None:
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    from relay.logs import setup
+
+    setup(settings.log_level, settings.log_format)
 
 
 def require_encryption_key(settings: Settings) -> None:
@@ -59,6 +60,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
         host=args.host or settings.host,
         port=args.port or settings.port,
         log_level=settings.log_level,
+        log_config=None,  # uvicorn's loggers go through relay.logs, like every other
         access_log=False,
         server_header=False,
         # The client address that relay.api.limits counts comes from X-Forwarded-For only
@@ -74,7 +76,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     from rq.serializers import JSONSerializer
 
     # Imported before work starts so no job pays for the import.
-    import relay.delivery.send
+    import relay.delivery.engine
     import relay.processing  # noqa: F401
     from relay import queues
     from relay.worker import RelayWorker, job_class
@@ -173,24 +175,47 @@ def cmd_dev(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
     from relay import auth
-    from relay.redis_conn import sync_client
+    from relay.redis_conn import RedisTarget, sync_client
 
-    client = sync_client(settings.redis_url)
+    client = sync_client(RedisTarget.from_settings(settings))
     if args.keys_cmd == "create":
-        print(f"API key for account {args.account} (shown once, stored hashed):", file=sys.stderr)
-        print(auth.create_key(client, args.account))
+        try:
+            if args.operator:
+                key = auth.create_operator_key(client, args.operator)
+                what = f"operator key for {args.operator} (the console only"
+            else:
+                key = auth.create_key(client, args.account)
+                what = f"API key for account {args.account} ("
+        except ValueError as exc:
+            print(f"relay: {exc}", file=sys.stderr)
+            return 2
+        print(f"{what}{'; ' if args.operator else ''}shown once, stored hashed):", file=sys.stderr)
+        print(key)
     elif args.keys_cmd == "list":
         from relay.text import for_terminal
 
         for info in auth.list_keys(client):
             state = "revoked" if info.revoked_at else "active"
-            print(f"{info.prefix}\t{for_terminal(info.account)}\t{state}")
+            owner = f"operator:{info.account}" if info.operator else info.account
+            print(f"{info.prefix}\t{for_terminal(owner)}\t{state}")
     else:
         if not auth.revoke_key(client, args.prefix):
             print(f"no key with prefix {args.prefix!r}", file=sys.stderr)
             return 1
         print(f"revoked {args.prefix}")
     return 0
+
+
+def account_name(text: str) -> str:
+    """An account name as ``relay keys create --account`` takes it (relay.auth's rule)."""
+    from relay.auth import ACCOUNT_RE
+
+    if not ACCOUNT_RE.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an account name: 1-64 of a-z 0-9 _ -, starting with a lowercase "
+            "letter or a digit (e.g. acme)"
+        )
+    return text
 
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
@@ -212,11 +237,47 @@ def cmd_deliveries(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_reencrypt(settings: Settings, args: argparse.Namespace) -> int:
     from relay.crypto import Encryptor
-    from relay.redis_conn import sync_client
+    from relay.redis_conn import RedisTarget, sync_client
     from relay.reencrypt import run
 
     encryptor = Encryptor.from_setting(settings.encryption_key)
-    return run(sync_client(settings.redis_url), encryptor, batch=args.batch)
+    return run(sync_client(RedisTarget.from_settings(settings)), encryptor, batch=args.batch)
+
+
+def which_redis(settings: Settings, *, explicit: bool, cwd: Path | None = None) -> tuple[str, str]:
+    """The Redis URL a command uses, and where it comes from (for messages).
+
+    ``RELAY_REDIS_URL`` (environment or ``.env``) when it is set; else the Redis of a
+    ``relay dev`` started in this directory or a parent (``.relay/redis.url``, which
+    ``relay dev`` writes); else the default.
+    """
+    if explicit:
+        return settings.redis_url, "RELAY_REDIS_URL"
+    from relay.dev import REDIS_URL_FILE
+
+    here = (cwd or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        path = folder / ".relay" / REDIS_URL_FILE
+        try:
+            url = path.read_text().strip()
+        except OSError:
+            continue
+        if url:
+            return url, f"the Redis of relay dev, from {path}"
+    return settings.redis_url, "the default; set RELAY_REDIS_URL, or start relay dev here"
+
+
+def redacted(url: str) -> str:
+    """``url`` without its password, for messages."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        host = parts.netloc.rpartition("@")[2]
+        user = parts.username or ""
+        return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    except ValueError:
+        return "(an unparsable URL)"
 
 
 def queues_choices() -> list[str]:
@@ -225,14 +286,20 @@ def queues_choices() -> list[str]:
     return list(WORKER_QUEUES)
 
 
+def delivery_statuses() -> list[str]:
+    from relay.model import DeliveryStatus
+
+    return [s.value for s in DeliveryStatus]
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="relay", description="relay " + __version__)
     p.add_argument("--version", action="version", version=f"relay {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the API")
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
+    serve.add_argument("--host", help="address to bind (default: RELAY_HOST, 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to bind (default: RELAY_PORT, 8000)")
     serve.set_defaults(func=cmd_serve)
 
     worker = sub.add_parser("worker", help="run an RQ worker (processing and/or delivery)")
@@ -251,36 +318,62 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     dev = sub.add_parser("dev", help="everything on a private Redis, for local work")
-    dev.add_argument("--host")
-    dev.add_argument("--port", type=int)
-    dev.add_argument("--state-dir", default=".relay")
+    dev.add_argument("--host", help="address the API binds (default: 127.0.0.1)")
+    dev.add_argument(
+        "--port", type=int, help="port the API binds (default: RELAY_PORT, 8000); must be free"
+    )
+    dev.add_argument(
+        "--state-dir",
+        default=".relay",
+        help="Redis data, dev API key, encryption key, Redis URL (default: .relay)",
+    )
     dev.set_defaults(func=cmd_dev)
 
     keys = sub.add_parser("keys", help="manage API keys")
     ksub = keys.add_subparsers(dest="keys_cmd", required=True)
     kc = ksub.add_parser("create", help="create a key; printed on the last line")
-    kc.add_argument("--account", required=True)
+    owner = kc.add_mutually_exclusive_group(required=True)
+    owner.add_argument(
+        "--account",
+        type=account_name,
+        help="a customer's API key for this account: 1-64 of a-z 0-9 _ -",
+    )
+    owner.add_argument("--operator", help="an operator key (opens the console, nothing else)")
     ksub.add_parser("list", help="list keys (prefix, account, state)")
     kr = ksub.add_parser("revoke", help="revoke a key by its prefix (or the whole key)")
-    kr.add_argument("prefix")
+    kr.add_argument("prefix", help="the prefix `relay keys list` shows, or the whole key")
     keys.set_defaults(func=cmd_keys)
 
     dl = sub.add_parser("deliveries", help="inspect and retry webhook deliveries")
     dsub = dl.add_subparsers(dest="deliveries_cmd", required=True)
-    dlist = dsub.add_parser("list", help="a line per delivery, newest first")
-    dlist.add_argument("--status")
-    dlist.add_argument("--account")
-    dlist.add_argument("--batch")
-    dlist.add_argument("--since", type=parse_duration)
-    dlist.add_argument("--limit", type=int, default=100)
+    when = "an RFC 3339 time or a duration back from now (6h, 7d); creation time"
+    dlist = dsub.add_parser("list", help="a line per delivery, newest first (exact filters)")
+    dlist.add_argument("--status", choices=delivery_statuses(), help="only this status")
+    dlist.add_argument("--account", help="only this account")
+    dlist.add_argument("--batch", help="needs --account")
+    dlist.add_argument("--since", help=f"{when}, inclusive")
+    dlist.add_argument("--until", help=f"{when}, exclusive")
+    dlist.add_argument("--limit", type=int, default=100, help="per page (default 100)")
+    dlist.add_argument("--cursor", help="the next page (printed on stderr after a page)")
     dshow = dsub.add_parser("show", help="one delivery with its attempts as a table")
-    dshow.add_argument("id")
-    dretry = dsub.add_parser("retry", help="deliver again now (one id, or --status/--since)")
-    dretry.add_argument("id", nargs="?")
-    dretry.add_argument("--status")
-    dretry.add_argument("--since", type=parse_duration)
-    dretry.add_argument("--account")
-    dretry.add_argument("--batch")
+    dshow.add_argument("id", help="the delivery id (msg_..., the webhook-id)")
+    drec = dsub.add_parser(
+        "recover", help="make every failed (or canceled) delivery since D due again now"
+    )
+    drec.add_argument("--since", required=True, help=f"{when}, inclusive")
+    drec.add_argument("--until", help=f"{when}, exclusive")
+    drec.add_argument("--account", help="one account (default: all)")
+    drec.add_argument(
+        "--status", default="failed", choices=["failed", "canceled"], help="default: failed"
+    )
+    dretry = dsub.add_parser(
+        "retry", help="deliver one delivery again now (--status/--since: same as recover)"
+    )
+    dretry.add_argument("id", nargs="?", help="the delivery id (msg_...); or use the filters")
+    dretry.add_argument("--status", choices=["failed", "canceled"], help="as recover")
+    dretry.add_argument("--since", help=f"{when}, inclusive")
+    dretry.add_argument("--until", help=f"{when}, exclusive")
+    dretry.add_argument("--account", help="one account (default: all)")
     dl.set_defaults(func=cmd_deliveries)
 
     reenc = sub.add_parser(
@@ -296,13 +389,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import redis
+
     args = build_parser().parse_args(argv)
+    where = "Redis"
     try:
         if args.command == "config":
             print(env_example(), end="")
             return 0
         settings = load_settings()
         args.redis_url_explicit = "RELAY_REDIS_URL" in explicitly_set()
+        if args.command != "dev":  # relay dev chooses its Redis itself
+            url, source = which_redis(settings, explicit=args.redis_url_explicit)
+            settings = dataclasses.replace(settings, redis_url=url)
+            where = f"Redis at {redacted(url)} ({source})"
         _logging(settings)
         result: int = args.func(settings, args)
         return result
@@ -312,3 +412,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RelayError as exc:
         print(f"relay: {exc}", file=sys.stderr)
         return 1
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        print(f"relay: cannot reach {where}: {_one_line(exc)}", file=sys.stderr)
+        return 1
+    except redis.RedisError as exc:
+        print(f"relay: Redis error: {_one_line(exc)}", file=sys.stderr)
+        return 1
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__

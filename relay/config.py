@@ -71,6 +71,13 @@ def _positive_int(raw: str) -> int:
     return value
 
 
+def _log_format(raw: str) -> str:
+    value = raw.strip().lower()
+    if value not in {"text", "json"}:
+        raise ValueError("expected text or json")
+    return value
+
+
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3_600, "d": 86_400}
 
 
@@ -81,6 +88,27 @@ def _duration(raw: str) -> float:
     value = float(text[:-1] if factor else text) * (factor or 1)
     if value <= 0:
         raise ValueError("a duration > 0 such as 30d, 12h, 15m, 4s (or seconds)")
+    return value
+
+
+def _sentinels(raw: str) -> tuple[tuple[str, int], ...]:
+    """``host:port,host:port`` (an IPv6 host in brackets: ``[::1]:26379``); empty = none."""
+    out: list[tuple[str, int]] = []
+    for part in (p.strip() for p in raw.split(",")):
+        if not part:
+            continue
+        host, sep, port = part.rpartition(":")
+        host = host.removeprefix("[").removesuffix("]")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"expected host:port[,host:port...], got {part!r}")
+        out.append((host, int(port)))
+    return tuple(out)
+
+
+def _non_negative_int(raw: str) -> int:
+    value = int(raw)
+    if value < 0:
+        raise ValueError("must be >= 0")
     return value
 
 
@@ -124,6 +152,38 @@ class _Field:
 
 _FIELDS: tuple[_Field, ...] = (
     _Field("redis_url", "redis://127.0.0.1:6379/0", str, "Redis holding all state and queues"),
+    _Field(
+        "redis_sentinels",
+        "",
+        _sentinels,
+        "host:port,... of Redis Sentinels: when set, every process asks them for the primary"
+        " (RELAY_REDIS_URL then gives only password, db and TLS options)",
+    ),
+    _Field(
+        "redis_sentinel_service",
+        "mymaster",
+        str,
+        "The primary's name in the Sentinels' `sentinel monitor` line",
+    ),
+    _Field(
+        "redis_sentinel_password",
+        "",
+        Secret,
+        "Password of the Sentinels themselves (when they have requirepass); empty = none",
+    ),
+    _Field(
+        "redis_wait_replicas",
+        "0",
+        _non_negative_int,
+        "Replicas that must have an upload, process or webhook registration before the API"
+        " answers it (Redis WAIT); 0 = do not wait (a single Redis)",
+    ),
+    _Field(
+        "redis_wait_timeout_ms",
+        "500",
+        _positive_int,
+        "How long the API waits for those replicas before answering anyway (and counting it)",
+    ),
     _Field("public_url", "http://127.0.0.1:8000", str, "Base URL of the API, used in results_url"),
     _Field("host", "127.0.0.1", str, "Address `relay serve` binds"),
     _Field("port", "8000", _positive_int, "Port `relay serve` binds"),
@@ -233,6 +293,13 @@ _FIELDS: tuple[_Field, ...] = (
         " completed (s, m, h, d suffixes)",
     ),
     _Field(
+        "disable_after",
+        "5d",
+        _duration,
+        "A batch webhook whose attempts have all failed this long (no success since the first"
+        " failure) is disabled (s, m, h, d suffixes)",
+    ),
+    _Field(
         "purge_batch",
         "20",
         _positive_int,
@@ -299,7 +366,25 @@ _FIELDS: tuple[_Field, ...] = (
         _positive_float,
         "After a rotation the previous signing material keeps signing this long",
     ),
+    _Field(
+        "console_secret",
+        "",
+        Secret,
+        "Signs console session cookies; empty: derived from the first RELAY_ENCRYPTION_KEY",
+    ),
+    _Field(
+        "console_session",
+        "8h",
+        _duration,
+        "A console login lasts this long (s, m, h, d suffixes)",
+    ),
     _Field("log_level", "info", str, "debug, info, warning or error"),
+    _Field(
+        "log_format",
+        "text",
+        _log_format,
+        "text (readable key=value lines) or json (one JSON object per line)",
+    ),
 )
 
 _BY_ENV = {PREFIX + f.name.upper(): f for f in _FIELDS}
@@ -310,6 +395,11 @@ class Settings:
     """All configuration, built once by :func:`load_settings` and passed in."""
 
     redis_url: str
+    redis_sentinels: tuple[tuple[str, int], ...]
+    redis_sentinel_service: str
+    redis_sentinel_password: Secret
+    redis_wait_replicas: int
+    redis_wait_timeout_ms: int
     public_url: str
     host: str
     port: int
@@ -332,6 +422,7 @@ class Settings:
     max_document_attempts: int
     sweep_interval: float
     retention: float
+    disable_after: float
     purge_batch: int
     max_stored_attempts: int
     retry_schedule: tuple[float, ...]
@@ -344,7 +435,10 @@ class Settings:
     allow_private_targets: bool
     encryption_key: Secret = field(repr=True)
     signing_grace_seconds: float
+    console_secret: Secret = field(repr=True)
+    console_session: float
     log_level: str
+    log_format: str
 
     def to_env(self) -> dict[str, str]:
         """The settings as ``RELAY_*`` variables, for child processes."""
@@ -356,6 +450,8 @@ class Settings:
             elif isinstance(value, RateLimit):
                 unit = {1_000: "second", 60_000: "minute", 3_600_000: "hour"}[value.window_ms]
                 text = f"{value.limit}/{unit}"
+            elif f.name == "redis_sentinels":
+                text = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in value)
             elif isinstance(value, tuple):
                 text = ",".join(f"{v:g}" for v in value)
             elif isinstance(value, bool):
@@ -412,26 +508,7 @@ def load_settings(
     if bad:
         raise ConfigError(f"unknown override(s): {sorted(bad)}")
     values.update(overrides)
-    settings = Settings(**values)
-    _check_consistent(settings)
-    return settings
-
-
-# The extraction deadline must end well inside the document job's RQ timeout, so that the
-# job, not RQ, records extraction_timeout.
-_JOB_TIMEOUT_MARGIN = 10.0
-
-
-def _check_consistent(settings: Settings) -> None:
-    from relay.queues import document_job_timeout  # queues builds on the settings
-
-    job_timeout = document_job_timeout(settings)
-    if settings.extract_timeout + _JOB_TIMEOUT_MARGIN > job_timeout:
-        raise ConfigError(
-            f"RELAY_EXTRACT_TIMEOUT={settings.extract_timeout:g} must be at least "
-            f"{_JOB_TIMEOUT_MARGIN:g} s below the document job timeout ({job_timeout} s = "
-            "RELAY_LEASE_SECONDS x 10 + 60): raise RELAY_LEASE_SECONDS or lower the timeout"
-        )
+    return Settings(**values)
 
 
 def env_example() -> str:

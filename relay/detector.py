@@ -32,17 +32,17 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from relay import keys, queues
+from relay import keys, logs, queues
 from relay.model import Batch
 from relay.redis_conn import is_store_full
 from relay.retention import trim_outbox
 from relay.store import BatchRef
-from relay.webhook_store import notification_body
+from relay.webhook_store import event_body, notification_body, ops_ref
 from relay.worker_context import WorkerContext
 
 log = logging.getLogger("relay.detector")
 
-GROUP = "relay-detector"
+GROUP = keys.OUTBOX_GROUP
 RECLAIM_IDLE_MS = 10_000
 READ_COUNT = 200
 
@@ -80,6 +80,9 @@ class Detector:
 
     def handle(self, shard: int, entry_id: bytes, fields: dict[bytes, bytes]) -> None:
         """Create the delivery for one completion entry, then acknowledge it."""
+        if b"kind" in fields:
+            self.handle_event(shard, entry_id, fields)
+            return
         account = fields[b"account"].decode()
         name = fields[b"batch"].decode()
         seq = int(fields[b"seq"])
@@ -91,6 +94,18 @@ class Detector:
         )
         if created:
             queues.wake(self.redis, shard, self.settings)
+        self.redis.xack(keys.outbox(shard), GROUP, entry_id)
+
+    def handle_event(self, shard: int, entry_id: bytes, fields: dict[bytes, bytes]) -> None:
+        """Create the delivery of one operational event (``webhook.disabled``,
+        ``delivery.failed``) to the account's operational webhook, then acknowledge it.
+        Idempotent on the entry (shard and stream id); dropped when the account has no
+        operational webhook or it is disabled."""
+        account = fields[b"account"].decode()
+        event_id = f"{shard}-{entry_id.decode()}"
+        created, _ = self.ctx.webhooks.create_event(account, event_id, event_body(fields))
+        if created:
+            queues.wake(self.redis, ops_ref(account).shard, self.settings)
         self.redis.xack(keys.outbox(shard), GROUP, entry_id)
 
     def read_once(self, block_ms: int) -> int:
@@ -137,7 +152,17 @@ class Detector:
                 if outcome == "requeued":
                     requeued += 1
                     queues.wake_processing(self.redis, s, self.settings)
-                log.info("lease of %s expired: %s", doc_id, outcome)
+                log.log(
+                    logging.WARNING if outcome == "failed" else logging.INFO,
+                    "document lease expired",  # its worker was lost
+                    extra=logs.fields(
+                        doc_id=doc_id,
+                        account=ref.account,
+                        batch=ref.name,
+                        status={"requeued": "queued"}.get(outcome, outcome),
+                        error="worker_lost" if outcome == "failed" else None,
+                    ),
+                )
         return requeued
 
     def sweep_ready(self) -> int:

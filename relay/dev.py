@@ -10,7 +10,11 @@ Ctrl-C or SIGTERM stops the children first, then Redis, gracefully, so the AOF h
 State that must survive a restart of ``relay dev`` lives in the state directory: the Fernet key
 that encrypts signing secrets (without it the data in Redis could not be decrypted), the dev API
 key, and the pids of the processes, so children orphaned by a killed supervisor are stopped at
-the next start.
+the next start. The URL of the Redis in use goes to ``redis.url`` there too: the other ``relay``
+commands run in the same checkout read it (``relay.cli.which_redis``).
+
+The API's port is checked before anything starts: a port in use is an error with a hint, not
+an API restarted forever by the supervisor.
 """
 
 from __future__ import annotations
@@ -19,10 +23,12 @@ import functools
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
@@ -33,8 +39,9 @@ from redis.retry import Retry
 
 from relay.config import Settings, load_settings
 from relay.exceptions import RelayError
+from relay.logs import redact_url
 from relay.procs import STOP_TIMEOUT
-from relay.redis_conn import sync_client
+from relay.redis_conn import RedisTarget, sync_client
 from relay.redis_server import RedisServer, RedisServerError, port_is_free
 from relay.supervise import (
     Child,
@@ -49,6 +56,8 @@ from relay.supervise import (
 from relay.supervise import DevError as DevError
 
 DEV_REDIS_PORT = 6390
+DEFAULT_PORT = 8000
+REDIS_URL_FILE = "redis.url"  # in the state directory: the Redis this relay dev uses
 HEALTH_TIMEOUT = 20.0  # seconds the API has to answer /healthz before the banner anyway
 _TICK = 0.2
 
@@ -130,6 +139,37 @@ def redis_reachable(url: str, timeout: float = 1.0) -> bool:
         client.close()
 
 
+def port_in_use(host: str, port: int) -> OSError | None:
+    """Why the API could not bind ``host:port`` now (as uvicorn binds: SO_REUSEADDR), or None."""
+    try:
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as exc:
+        return exc
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(address)
+            except OSError as exc:
+                return exc
+    return None
+
+
+def check_port(host: str, port: int) -> None:
+    """Raise :class:`DevError` with a hint when the API's ``host:port`` cannot be bound."""
+    why = port_in_use(host, port)
+    if why is None:
+        return
+    other = port + 1 if port < 65535 else 8001
+    raise DevError(
+        f"port {port} on {host or '0.0.0.0'} is not available ({why.strerror or why}); stop "
+        f"what listens there, or pick another port: relay dev --port {other} "
+        f"(make run PORT={other}, or RELAY_PORT={other})"
+    )
+
+
 def browse_host(host: str) -> str:
     """The address a browser uses for a server bound to ``host``."""
     if host in {"", "0.0.0.0", "::"}:
@@ -167,27 +207,75 @@ def dev_environment(
     return env
 
 
+# The README's quick start, second terminal: the README's block must equal this text
+# (tests/test_quickstart.py), and a test runs the README's block on a fresh clone.
+TRY_IT = r"""DEV_KEY=$(cat .relay/dev_api_key)                 # the API key relay dev printed
+API=http://127.0.0.1:${RELAY_PORT:-8000}/api/v1   # relay dev's port (make run PORT=...)
+HOOK_PORT=${HOOK_PORT:-9000}                      # where the receiver listens
+api() { curl -sS -w '\n' -H "Authorization: Bearer $DEV_KEY" "$@"; }   # curl with the key
+
+# 1. A receiver that verifies both signatures, v1 (HMAC) and v1a (Ed25519), with the
+#    account's signing material; in the background until Ctrl-C or this shell exits
+.venv/bin/pip install -q standardwebhooks          # the verifier the receiver uses
+field() { python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"; }
+SIGNING=$(api $API/webhook-signing)
+export WEBHOOK_SECRET=$(echo "$SIGNING" | field secret)          # whsec_...: v1
+export WEBHOOK_PUBLIC_KEY=$(echo "$SIGNING" | field public_key)  # whpk_...: v1a
+.venv/bin/python examples/receiver.py --port $HOOK_PORT & RECEIVER=$!
+trap 'kill $RECEIVER 2>/dev/null' EXIT INT
+until curl -s -o /dev/null http://127.0.0.1:$HOOK_PORT/hook; do sleep 0.2; done   # it listens
+
+# 2. Upload a CSV into a batch, register the callback once, process
+printf 'sku,qty,unit_price\nA-100,2,9.90\nB-200,1,24.00\n' > .relay/items.csv
+api -F file=@.relay/items.csv -F batch_name=demo $API/documents
+api -X PUT -H 'content-type: application/json' $API/batches/demo/webhook \
+  -d "{\"url\": \"http://127.0.0.1:$HOOK_PORT/hook\"}"
+api -X POST $API/batches/demo/process
+
+# 3. The receiver prints: processed msg_… batch=demo seq=1
+until api $API/batches/demo | grep -q '"all_done":true'; do sleep 0.2; done
+api $API/batches/demo/results
+api $API/batches/demo/webhook/deliveries
+"""
+
+
+def try_it(*, port: int, state_dir: Path) -> str:
+    """:data:`TRY_IT` for this ``relay dev``: its port and state directory when not the defaults."""
+    text = TRY_IT
+    if state_dir.resolve() != (Path.cwd() / ".relay").resolve():
+        text = text.replace(".relay/", f"{state_dir}/")
+    if port != DEFAULT_PORT:
+        text = f"export RELAY_PORT={port}\n{text}"
+    return text
+
+
 def banner(
-    *, base_url: str, api_key: str, redis_url: str, state_dir: Path, api_up: bool = True
+    *,
+    base_url: str,
+    api_key: str,
+    redis_url: str,
+    state_dir: Path,
+    port: int = DEFAULT_PORT,
+    api_up: bool = True,
 ) -> str:
-    """What ``relay dev`` prints once the API answers: where things are and a first run."""
-    auth = '-H "Authorization: Bearer $DEV_KEY"'
+    """What ``relay dev`` prints once the API answers: where things are and a first run (the
+    README's quick start, :func:`try_it`)."""
     api = f"{base_url}/api/v1"
     headline = "relay dev is up" if api_up else "relay dev is running (the API is not up yet)"
+    steps = "".join(
+        f"    {line}\n" if line else "\n"
+        for line in try_it(port=port, state_dir=state_dir).split("\n")
+    ).rstrip("\n")
     return f"""
   {headline}
     API       {base_url}   (OpenAPI: {api}/openapi.json)
     API key   {api_key}   (account "dev", kept in {state_dir / "dev_api_key"})
-    Redis     {redis_url}
+    Redis     {redact_url(redis_url)}   (the relay commands run here use it)
     Callbacks http:// and private addresses allowed (dev only)
 
-  Try it:
-    DEV_KEY={api_key}
-    printf 'sku,qty,unit_price\\nA-100,2,9.90\\nB-200,1,24.00\\n' > items.csv
-    curl -sS {auth} -F file=@items.csv -F batch_name=demo {api}/documents
-    curl -sS {auth} -X POST {api}/batches/demo/process
-    curl -sS {auth} {api}/batches/demo
-    curl -sS {auth} {api}/batches/demo/results
+  Try it in a second terminal, in this directory (README.md, "Quick start"):
+
+{steps}
 
   Ctrl-C stops everything.
 """
@@ -241,7 +329,9 @@ class Supervisor:
     def run(self) -> int:
         try:
             try:
+                check_port(self.host, self.port)
                 redis_url = self._redis_url()
+                write_private(self.state_dir / REDIS_URL_FILE, redis_url)
                 env = dev_environment(
                     self.settings,
                     host=self.host,
@@ -265,6 +355,7 @@ class Supervisor:
                 api_key=api_key,
                 redis_url=redis_url,
                 state_dir=self.state_dir,
+                port=self.port,
             )
             self._supervise(announce)
             return 0
@@ -273,11 +364,16 @@ class Supervisor:
 
     def _redis_url(self) -> str:
         url = self.settings.redis_url
+        if self.settings.redis_sentinels:  # the Sentinels name the primary: no private Redis
+            where = ",".join(f"{h}:{p}" for h, p in self.settings.redis_sentinels)
+            self.say(f"using Redis through the Sentinels {where} (RELAY_REDIS_SENTINELS)")
+            return url
         if self.redis_url_explicit:
             if redis_reachable(url):
-                self.say(f"using Redis at {url} (RELAY_REDIS_URL)")
+                self.say(f"using Redis at {redact_url(url)} (RELAY_REDIS_URL)")
                 return url
-            self.say(f"RELAY_REDIS_URL={url} does not answer; starting a private Redis instead")
+            shown = redact_url(url)
+            self.say(f"RELAY_REDIS_URL={shown} does not answer; starting a private Redis instead")
         port = self.redis_port if port_is_free(self.redis_port) else None
         self.redis = RedisServer(self.state_dir / "redis", port=port, appendonly=True)
         self.redis.start()
@@ -289,7 +385,7 @@ class Supervisor:
     def _dev_api_key(self, redis_url: str) -> str:
         from relay import auth  # when used: the supervisor needs little of the package
 
-        client = sync_client(redis_url)
+        client = sync_client(replace(RedisTarget.from_settings(self.settings), url=redis_url))
         try:
             return ensure_dev_api_key(
                 client, self.state_dir, create_key=auth.create_key, lookup_key=auth.lookup_key

@@ -10,7 +10,8 @@ them (the API in ``relay.api.errors``, the CLI to one line and an exit code).
     │   ├── BatchDeleted          the batch was deleted: it accepts no uploads or processing
     │   ├── DeliveryNotFound      no such delivery (for this batch or account)
     │   ├── NotRetryable          the delivery cannot be sent again (``reason`` says why)
-    │   └── QuotaExceeded         the account holds too many bytes awaiting processing
+    │   ├── QuotaExceeded         the account holds too many bytes awaiting processing
+    │   └── InvalidCursor         a pagination cursor no listing handed out
     └── UnsafeTarget              a callback URL or address is not allowed (SSRF guard)
 
 Redis's own errors (unreachable, timing out, loading) are not wrapped: every edge maps
@@ -56,6 +57,10 @@ class BatchNotFound(StateError):
 
 class BatchDeleted(StateError):
     """The batch was deleted: it accepts no uploads and no processing."""
+
+
+class WebhookNotFound(StateError):
+    """The batch has no webhook."""
 
 
 class DeliveryNotFound(StateError):
@@ -106,3 +111,7 @@ class UnsafeTarget(RelayError):
         super().__init__(message)
         self.kind = kind
         self.message = message
+
+
+class InvalidCursor(StateError):
+    """A pagination cursor that no listing handed out (or that was altered)."""

@@ -80,10 +80,10 @@ def check_api(port: int, timeout: float = 3.0) -> str:
 def check_worker(settings: Settings, hostname: str | None = None) -> str:
     from rq.worker import Worker
 
-    from relay.redis_conn import sync_client
+    from relay.redis_conn import RedisTarget, sync_client
 
     host = hostname or socket.gethostname()
-    client = sync_client(settings.redis_url, retries=1)
+    client = sync_client(RedisTarget.from_settings(settings), retries=1)
     try:
         workers = [w for w in Worker.all(connection=client) if w.hostname == host]
     except Exception as exc:  # any Redis or RQ failure means not healthy
@@ -96,9 +96,9 @@ def check_worker(settings: Settings, hostname: str | None = None) -> str:
 
 
 def check_detector(settings: Settings) -> str:
-    from relay.redis_conn import sync_client
+    from relay.redis_conn import RedisTarget, sync_client
 
-    client = sync_client(settings.redis_url, retries=1)
+    client = sync_client(RedisTarget.from_settings(settings), retries=1)
     try:
         client.ping()
     except Exception as exc:  # any Redis failure means not healthy

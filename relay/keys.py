@@ -146,7 +146,18 @@ def outbox(shard: int) -> str:
     return f"{PREFIX}:{tag(shard)}:outbox"
 
 
+OUTBOX_GROUP = "relay-detector"  # the detectors' consumer group on every outbox
+
+
 # -- webhooks and deliveries (shard-tagged, same shard as the batch) ---------------------
+
+
+OPS_BATCH = "~ops"
+"""The reserved pseudo-batch of an account's operational webhook and its deliveries (events
+about the account's webhooks): ``webhook(shard_for_batch(account, OPS_BATCH), account,
+OPS_BATCH)`` and the batch delivery keys below, so claiming, recording and retrying work as for
+a batch. No batch can have this name (``relay.model.valid_batch_name``: a letter or digit
+first); ``relay/lua/_lib.lua`` holds the same constant."""
 
 
 def webhook(shard: int, account: str, name: str) -> str:
@@ -191,6 +202,22 @@ def wake(shard: int) -> str:
 def shard_deliveries(shard: int) -> str:
     """Sorted set: every delivery of the shard by creation time (ops listing)."""
     return f"{PREFIX}:{tag(shard)}:deliveries"
+
+
+def account_deliveries(shard: int, account: str) -> str:
+    """Sorted set: the account's deliveries in this shard by creation time (``search``)."""
+    return f"{PREFIX}:{tag(shard)}:account:{account}:deliveries"
+
+
+def account_status_deliveries(shard: int, account: str, status: str) -> str:
+    """Sorted set: the account's deliveries in this shard with one status, by creation
+    time. The script that changes a delivery's status moves it (``index_delivery``)."""
+    return account_deliveries(shard, account) + f":{status}"
+
+
+def status_deliveries(shard: int, status: str) -> str:
+    """Sorted set: the shard's deliveries with one status, by creation time (operators)."""
+    return f"{PREFIX}:{tag(shard)}:deliveries:{status}"
 
 
 # -- retention (shard-tagged): what finished, and purges under way ------------------------

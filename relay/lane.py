@@ -9,7 +9,8 @@ the order it received them), parsed by ``hiredis.Reader``. Concurrent requests a
 pipelined together for free, and a round trip costs a write, a future and a parse.
 
 Where it connects is a :data:`Locate` callable returning an :class:`Address` (TCP, TLS or a
-unix socket), asked again at every reconnect, so a Sentinel lookup can plug in later.
+unix socket), asked again at every reconnect: through Sentinel it asks the Sentinels for the
+current primary (:func:`relay.lane_url.sentinel_locate`).
 :func:`relay.lane_url.status_client` builds the lane from ``RELAY_REDIS_URL`` with redis-py's
 own URL parser, or falls back to a ``redis.asyncio`` pipeline for options the lane
 does not implement.
@@ -21,7 +22,9 @@ twice** (reads; the gate's rate-limit script, see :mod:`relay.api.gate`). A conn
 cannot be made, a second loss, or a silent server (a watchdog aborts the connection when the
 oldest round has waited longer than ``timeout``) fail every round waiting on it with
 ``redis.exceptions.ConnectionError`` (the API answers 503), at once: nothing waits for Redis to
-come back. A reply with no round waiting for it, or bytes that are not RESP, fail the waiting
+come back. A round answered ``READONLY`` (a primary demoted by a failover, still up) counts as a
+connection the server dropped: it is sent once more on a new connection, located afresh.
+A reply with no round waiting for it, or bytes that are not RESP, fail the waiting
 rounds with :class:`relay.exceptions.StoreProtocolError` (also a 503) and drop the connection.
 Error replies become redis-py's exceptions (``NoScriptError``, ``ResponseError``), so callers
 handle them as they would from redis-py.
@@ -86,7 +89,8 @@ class Address:
         )
 
 
-# Asked at every (re)connect; a Sentinel lookup of the current primary fits here.
+# Asked at every (re)connect; a Sentinel lookup of the current primary fits here. One that
+# holds connections of its own may have an ``aclose()`` coroutine: the lane's close calls it.
 Locate = Callable[[], Awaitable[Address]]
 
 
@@ -149,6 +153,9 @@ class _Protocol(asyncio.Protocol):
                     raise StoreProtocolError(
                         f"Redis sent a reply no request was waiting for: {reply!r:.80}"
                     )
+                if type(reply) is hiredis.ReplyError and str(reply).startswith("READONLY"):
+                    self._demoted()
+                    return
                 current = self.pending[0]
                 current.replies.append(reply)
                 if len(current.replies) == current.n:
@@ -164,6 +171,14 @@ class _Protocol(asyncio.Protocol):
         # Whatever waits fails with it; with nothing waiting, only this line tells.
         log.error("dropping the status lane's connection: %s", error)
         self.drop(error)
+
+    def _demoted(self) -> None:
+        # A primary demoted to a replica (a failover) answers READONLY to a write: what it
+        # refused did not run, and what else the round read may be stale. Treated as a
+        # connection the server lost, the round is sent once more on a new connection, to
+        # the primary the locate callable names now.
+        self.closed_by_server = True
+        self.drop(RedisConnectionError("Redis answered READONLY: it is a replica now"))
 
     def drop(self, error: Exception) -> None:
         """Fail every waiting round with ``error`` and abort the connection."""
@@ -387,3 +402,6 @@ class Lane:
             # Dropped, not closed by the server: rounds still waiting fail, none is resent.
             self._protocol.drop(RedisConnectionError("the status lane was closed"))
         self._protocol = None
+        aclose = getattr(self.locate, "aclose", None)
+        if aclose is not None:
+            await aclose()

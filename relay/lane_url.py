@@ -15,6 +15,10 @@ exactly the forms every other relay process takes. The lane implements:
 
 Any other option (``protocol=3``, OCSP checks, ...) makes :func:`status_client` fall back to a
 :class:`relay.lane.PipelineClient` over the API's ``redis.asyncio`` client, and log why.
+
+Through Sentinel (``RELAY_REDIS_SENTINELS``) the lane takes the same options from the URL but
+its address from :func:`sentinel_locate`: the Sentinels are asked for the current primary at
+every reconnect, so the status path follows a failover as the redis-py clients do.
 """
 
 from __future__ import annotations
@@ -24,10 +28,12 @@ import ssl
 from typing import Any
 
 import redis.asyncio
+import redis.asyncio.sentinel
 import redis.connection
 
 from relay.exceptions import ConfigError
-from relay.lane import Address, Lane, PipelineClient, StatusClient, fixed
+from relay.lane import Address, Lane, Locate, PipelineClient, StatusClient, fixed
+from relay.redis_conn import RedisTarget
 
 log = logging.getLogger("relay.api")
 
@@ -125,27 +131,67 @@ def _tls_context(kwargs: dict[str, Any]) -> ssl.SSLContext:
     return context
 
 
-def lane_from_url(url: str, *, timeout: float = 5.0, connect_timeout: float = 1.0) -> Lane:
+class SentinelLocate:
+    """A :data:`relay.lane.Locate` asking the Sentinels of ``target`` for the current primary
+    (the first Sentinel that knows one not marked down; ``MasterNotFoundError``, a
+    ``ConnectionError``, when none does: the request answers 503)."""
+
+    def __init__(self, target: RedisTarget, tls: ssl.SSLContext | None) -> None:
+        self.service = target.service
+        self.tls = tls
+        self.sentinel = redis.asyncio.sentinel.Sentinel(
+            list(target.sentinels), sentinel_kwargs=target.sentinel_kwargs()
+        )
+
+    async def __call__(self) -> Address:
+        host, port = await self.sentinel.discover_master(self.service)
+        return Address(host=str(host), port=int(port), tls=self.tls)
+
+    async def aclose(self) -> None:
+        for client in self.sentinel.sentinels:
+            await client.aclose()
+
+
+def sentinel_locate(target: RedisTarget, tls: ssl.SSLContext | None = None) -> SentinelLocate:
+    """The lane's address through the Sentinels of ``target``."""
+    return SentinelLocate(target, tls)
+
+
+def lane_from_url(
+    url: str,
+    *,
+    timeout: float = 5.0,
+    connect_timeout: float = 1.0,
+    target: RedisTarget | None = None,
+) -> Lane:
     """The lane for ``url``; ConfigError when the URL is invalid or has options the lane does
     not implement (:func:`unsupported_options`). The URL's ``socket_timeout`` and
-    ``socket_connect_timeout`` override the two timeouts."""
+    ``socket_connect_timeout`` override the two timeouts. With a ``target`` that goes through
+    Sentinel, the address comes from the Sentinels (the URL's host is ignored)."""
     kwargs = _parse(url)
     missing = _unsupported(kwargs)
     if missing:
         raise ConfigError(f"RELAY_REDIS_URL: the status lane does not implement {missing}")
-    if kwargs.get("connection_class") is redis.connection.UnixDomainSocketConnection:
+    tls = kwargs.get("connection_class") is redis.connection.SSLConnection
+    locate: Locate
+    if target is not None and target.via_sentinel:
+        if kwargs.get("connection_class") is redis.connection.UnixDomainSocketConnection:
+            raise ConfigError("RELAY_REDIS_URL: with RELAY_REDIS_SENTINELS it cannot be unix://")
+        locate = sentinel_locate(target, _tls_context(kwargs) if tls else None)
+    elif kwargs.get("connection_class") is redis.connection.UnixDomainSocketConnection:
         if not kwargs.get("path"):
             raise ConfigError("RELAY_REDIS_URL: a unix:// URL needs a socket path")
-        address = Address(path=kwargs["path"])
+        locate = fixed(Address(path=kwargs["path"]))
     else:
-        tls = kwargs.get("connection_class") is redis.connection.SSLConnection
-        address = Address(
-            host=kwargs.get("host", "localhost"),
-            port=int(kwargs.get("port", 6379)),
-            tls=_tls_context(kwargs) if tls else None,
+        locate = fixed(
+            Address(
+                host=kwargs.get("host", "localhost"),
+                port=int(kwargs.get("port", 6379)),
+                tls=_tls_context(kwargs) if tls else None,
+            )
         )
     return Lane(
-        fixed(address),
+        locate,
         username=kwargs.get("username"),
         password=kwargs.get("password"),
         db=int(kwargs.get("db", 0)),
@@ -155,14 +201,16 @@ def lane_from_url(url: str, *, timeout: float = 5.0, connect_timeout: float = 1.
     )
 
 
-def status_client(url: str, fallback: redis.asyncio.Redis) -> StatusClient:
-    """The lane for ``url``, or ``fallback`` (the API's own ``redis.asyncio`` client, which
-    takes every form redis-py takes) wrapped as a pipeline when the lane cannot serve it."""
-    missing = unsupported_options(url)
+def status_client(target: str | RedisTarget, fallback: redis.asyncio.Redis) -> StatusClient:
+    """The lane for ``target`` (a URL, or the settings' :class:`RedisTarget`), or ``fallback``
+    (the API's own ``redis.asyncio`` client, which takes every form redis-py takes, Sentinel
+    included) wrapped as a pipeline when the lane cannot serve it."""
+    where = RedisTarget(target) if isinstance(target, str) else target
+    missing = unsupported_options(where.url)
     if missing:
         log.warning(
             "the status endpoints use a redis-py pipeline: the lane does not implement %s",
             ", ".join(missing),
         )
         return PipelineClient(fallback)
-    return lane_from_url(url)
+    return lane_from_url(where.url, target=where)

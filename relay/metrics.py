@@ -3,7 +3,7 @@
 Workers count in memory and flush to one Redis hash (``keys.metrics()``) at the end of each job,
 one pipelined round trip, so counting costs no Redis call per delivery. ``GET /metrics``
 renders the hash plus live gauges (queue depths, due deliveries). Histograms use fixed
-buckets; field names are ``name|labels``.
+buckets, all of them rendered (0 until counted); field names are ``name|labels``.
 """
 
 from __future__ import annotations
@@ -27,6 +27,14 @@ HELP = {
         "From a batch's completed_at to its receiver accepting the notification",
     ),
     "relay_documents_processed_total": ("counter", "Documents finished by workers, by status"),
+    "relay_replica_waits_total": (
+        "counter",
+        "API writes that waited for RELAY_REDIS_WAIT_REPLICAS replicas before answering",
+    ),
+    "relay_replica_wait_timeouts_total": (
+        "counter",
+        "Of those, answered before enough replicas had them (the wait timed out)",
+    ),
 }
 
 
@@ -79,6 +87,16 @@ class Metrics:
             pipe.execute()
 
 
+# Label values shown at 0 before anything is counted (an alert on "failed" needs a series).
+ATTEMPT_OUTCOMES = ("succeeded", "retry", "failed", "gone")
+DOCUMENT_STATUSES = ("succeeded", "failed")
+
+BUCKETS = {
+    "relay_delivery_attempt_seconds": ATTEMPT_BUCKETS,
+    "relay_notification_lag_seconds": LAG_BUCKETS,
+}
+
+
 def _sample_order(base: str, series: str, labels: str) -> tuple[int, float, str]:
     """Where a sample stands in its family, as Prometheus expects it: the buckets by their
     numeric ``le`` (``+Inf`` last; as text, ``+Inf`` and ``10`` would sort before ``2.5``),
@@ -89,10 +107,30 @@ def _sample_order(base: str, series: str, labels: str) -> tuple[int, float, str]
     return {"_sum": 1, "_count": 2}.get(suffix, 0), 0.0, labels
 
 
+def _with_every_series(stored: dict[bytes, bytes]) -> dict[bytes, bytes]:
+    """The stored fields plus a zero for each series that nothing was counted into yet: a
+    histogram always shows its whole bucket set (Prometheus expects a fixed set per series,
+    and a bucket missing from one scrape and present in the next breaks rate()), and the
+    counters show 0 for their known labels from the start."""
+    out: dict[bytes, bytes] = {}
+    for name, buckets in BUCKETS.items():
+        for le in (*(f"{b:g}" for b in buckets), "+Inf"):
+            out[f"{name}_bucket|le={le}".encode()] = b"0"
+        out[f"{name}_sum|".encode()] = b"0"
+        out[f"{name}_count|".encode()] = b"0"
+    out[b"relay_deliveries_succeeded_total|"] = b"0"
+    for outcome in ATTEMPT_OUTCOMES:
+        out[f"relay_delivery_attempts_total|outcome={outcome}".encode()] = b"0"
+    for status in DOCUMENT_STATUSES:
+        out[f"relay_documents_processed_total|status={status}".encode()] = b"0"
+    out.update(stored)
+    return out
+
+
 def render(stored: dict[bytes, bytes]) -> str:
     """Prometheus text of the counters and histograms flushed by every process."""
     by_name: dict[str, list[tuple[tuple[int, float, str], str]]] = {}
-    for raw_field, raw_value in stored.items():
+    for raw_field, raw_value in _with_every_series(stored).items():
         field = raw_field.decode()
         series, _, labels = field.partition("|")
         base = series.removesuffix("_bucket").removesuffix("_count").removesuffix("_sum")
@@ -107,4 +145,4 @@ def render(stored: dict[bytes, bytes]) -> str:
         kind, text = HELP.get(base, ("untyped", base))
         samples = [line for _, line in sorted(by_name[base])]
         lines += [f"# HELP {base} {text}", f"# TYPE {base} {kind}", *samples]
-    return "\n".join(lines) + ("\n" if lines else "")
+    return "\n".join(lines) + "\n"

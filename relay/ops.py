@@ -1,4 +1,8 @@
-"""``relay deliveries list|show|retry``: the operator's view of webhook deliveries.
+"""``relay deliveries list|show|retry|recover``: the operator's view of webhook deliveries.
+
+``list`` and ``recover`` run the state layer's indexed query (``WebhookStore.search`` and
+``.recover``, ``relay.search``), the same as the API's ``GET /deliveries`` and
+``POST /deliveries/recover``, over every account or one (``--account``).
 
 Every string that came from a tenant or a receiver goes through ``for_terminal`` (``_t``)
 before it is printed: a response excerpt holding ANSI escapes must not rewrite the screen.
@@ -7,20 +11,24 @@ before it is printed: a response excerpt holding ANSI escapes must not rewrite t
 from __future__ import annotations
 
 import argparse
+import re
 import sys
-import time
+
+from redis import Redis
 
 from relay import queues
 from relay.config import Settings
 from relay.exceptions import StateError
 from relay.keys import shard_of_id
-from relay.model import Delivery
-from relay.redis_conn import sync_client
+from relay.model import Delivery, DeliveryStatus
+from relay.redis_conn import RedisTarget, sync_client
+from relay.search import RECOVERABLE, Recovery
 from relay.text import for_terminal as _t
-from relay.timefmt import rfc3339
+from relay.timefmt import parse_rfc3339, rfc3339
 from relay.webhook_store import WebhookStore
 
-RETRYABLE = {"failed", "canceled", "succeeded"}
+MAX_LIST = 1000
+_DURATION = re.compile(r"([0-9]{1,9})([smhd])")
 
 
 def _line(d: Delivery) -> str:
@@ -55,60 +63,111 @@ def _table(d: Delivery) -> str:
     return head + "\n".join(lines) + ("\n  (no attempts yet)" if not d.attempts else "")
 
 
-def _select(store: WebhookStore, args: argparse.Namespace, *, limit: int) -> list[Delivery]:
-    since_ms = int((time.time() - args.since) * 1000) if args.since else 0
-    out = []
-    for d in store.list(limit=limit, since_ms=since_ms):
-        if args.status and d.status.value != args.status:
-            continue
-        if args.account and d.account != args.account:
-            continue
-        if args.batch and d.batch_name != args.batch:
-            continue
-        out.append(d)
-    return out
+def _when(text: str | None, now: int) -> int | None:
+    """An RFC 3339 time, or a duration back from now (``90s``, ``15m``, ``6h``, ``7d``)."""
+    if text is None:
+        return None
+    at = parse_rfc3339(text)
+    if at is not None:
+        return at
+    m = _DURATION.fullmatch(text.strip())
+    if m is None:
+        raise _Usage(f"expected an RFC 3339 time or a duration like 6h, got {_t(text)!r}")
+    return now - int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)] * 1000
+
+
+class _Usage(Exception):
+    """A bad option value: one line on stderr, exit code 2."""
+
+
+def _status(text: str | None, allowed: tuple[DeliveryStatus, ...]) -> DeliveryStatus | None:
+    if text is None:
+        return None
+    if text not in {s.value for s in allowed}:
+        raise _Usage(f"--status must be one of {', '.join(s.value for s in allowed)}")
+    return DeliveryStatus(text)
+
+
+def _list(store: WebhookStore, args: argparse.Namespace, now: int) -> int:
+    if args.batch and not args.account:
+        raise _Usage("--batch needs --account (batch names are per account)")
+    if not 1 <= args.limit <= MAX_LIST:
+        raise _Usage(f"--limit must be from 1 to {MAX_LIST}")
+    found, after = store.search(
+        account=args.account,
+        status=_status(args.status, tuple(DeliveryStatus)),
+        batch=args.batch,
+        since_ms=_when(args.since, now),
+        until_ms=_when(args.until, now),
+        limit=args.limit,
+        cursor=args.cursor,
+    )
+    for d in found:
+        print(_line(d))
+    if after is not None:
+        print(f"next cursor: {after}  (--cursor {after})", file=sys.stderr)
+    return 0
+
+
+def _recover(
+    settings: Settings, client: Redis, store: WebhookStore, args: argparse.Namespace, now: int
+) -> int:
+    status = _status(args.status, RECOVERABLE) or DeliveryStatus.FAILED
+    since = _when(args.since, now)
+    who = f"account {_t(args.account)}" if args.account else "every account"
+    client.ping()  # an unreachable Redis is one line from the caller, before any progress
+    print(f"recovering {status.value} deliveries of {who}...", file=sys.stderr)
+
+    def progress(r: Recovery) -> None:
+        print(f"  {r.recovered} recovered, {r.skipped} skipped so far", file=sys.stderr)
+
+    result = store.recover(
+        status=status,
+        since_ms=since or 0,
+        until_ms=_when(args.until, now),
+        account=args.account,
+        progress=progress,
+    )
+    for shard in sorted(result.shards):
+        queues.wake(client, shard, settings)
+    print(
+        f"{result.recovered} delivery(ies) recovered, {result.skipped} skipped "
+        "(webhook removed or disabled)"
+    )
+    return 0
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
-    client = sync_client(settings.redis_url)
+    client = sync_client(RedisTarget.from_settings(settings))
     store = WebhookStore(client)
     cmd = args.deliveries_cmd
-    if cmd == "list":
-        for d in _select(store, args, limit=args.limit):
-            print(_line(d))
-        return 0
+    now = store.clock()
+    try:
+        if cmd == "list":
+            return _list(store, args, now)
+        if cmd == "recover" or (cmd == "retry" and not args.id):
+            # `retry --status/--since` is the older spelling of recover.
+            if cmd == "retry" and not (args.status or args.since):
+                raise _Usage("give a delivery id, or use `relay deliveries recover --since D`")
+            return _recover(settings, client, store, args, now)
+    except _Usage as exc:
+        print(f"relay deliveries {cmd}: {exc}", file=sys.stderr)
+        return 2
     if cmd == "show":
         found = store.get(args.id)
         if found is None:
-            print(f"no delivery {args.id!r}", file=sys.stderr)
+            print(f"no delivery {_t(args.id)!r}", file=sys.stderr)
             return 1
         print(_table(found))
         return 0
-    # retry: one id, or every delivery matching --status/--since/--account/--batch
-    if args.id:
-        targets = [args.id]
-    elif args.status or args.since:
-        if args.status and args.status not in RETRYABLE:
-            print(f"--status must be one of {sorted(RETRYABLE)}", file=sys.stderr)
-            return 2
-        targets = [d.id for d in _select(store, args, limit=100_000) if d.status.value in RETRYABLE]
-    else:
-        print("give a delivery id, or --status and/or --since for bulk recovery", file=sys.stderr)
-        return 2
-    failures = 0
-    shards = set()
-    for ident in targets:
-        try:
-            d = store.retry(ident)
-        except StateError as exc:
-            print(f"{_t(ident)}: not retried: {_t(exc.message)}", file=sys.stderr)
-            failures += 1
-            continue
-        shard = shard_of_id("msg", ident)
-        if shard is not None:
-            shards.add(shard)
-        print(f"{_t(d.id)}: pending again (due now)")
-    for shard in shards:
+    # retry ID
+    try:
+        d = store.retry(args.id)
+    except StateError as exc:
+        print(f"{_t(args.id)}: not retried: {_t(exc.message)}", file=sys.stderr)
+        return 1
+    shard = shard_of_id("msg", args.id)
+    if shard is not None:
         queues.wake(client, shard, settings)
-    print(f"{len(targets) - failures} delivery(ies) retried, {failures} not retryable")
-    return 1 if failures and len(targets) == failures else 0
+    print(f"{_t(d.id)}: pending again (due now)")
+    return 0

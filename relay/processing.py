@@ -20,6 +20,7 @@ import threading
 import time
 
 from relay import keys, queues
+from relay.logs import fields
 from relay.redis_conn import retry_while_full
 from relay.store import BatchRef, Claim, Store
 from relay.worker_context import WorkerContext
@@ -96,6 +97,7 @@ def process_claimed(ctx: WorkerContext, claim: Claim) -> str:
     """Extract a claimed document (its lease renewed meanwhile) and store the outcome."""
     store = ctx.store
     lease_ms = int(ctx.settings.lease_seconds * 1000)
+    t0 = time.perf_counter()
     with _LeaseKeeper(store, claim, lease_ms):
         content = store.read_blob(claim)
         rows: bytes | None = None  # line_items, serialised as JSON by the bounded extraction
@@ -115,9 +117,22 @@ def process_claimed(ctx: WorkerContext, claim: Claim) -> str:
         what=f"storing the outcome of {claim.doc_id}",
         log=log,
     )
+    outcome = "failed" if error else "succeeded"
+    log.log(
+        logging.INFO if stored and not error else logging.WARNING,
+        "document",
+        extra=fields(
+            doc_id=claim.doc_id,
+            account=claim.batch.account,
+            batch=claim.batch.name,
+            status=outcome if stored else "lease_lost",  # lost: another claim owns it now
+            error=error[0] if error else None,
+            claims=claim.claims,
+            duration_ms=round((time.perf_counter() - t0) * 1000, 1),
+        ),
+    )
     if not stored:
         return "lease lost"
-    outcome = "failed" if error else "succeeded"
     ctx.metrics.document(outcome)
     ctx.metrics.flush(ctx.redis)
     return f"{outcome}; batch completed (seq {seq})" if seq else outcome

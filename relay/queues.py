@@ -23,7 +23,7 @@ PROCESSING = "relay-processing"
 DELIVERY = "relay-delivery"
 
 PROCESS_JOB = "relay.processing.run_documents"
-DELIVER_JOB = "relay.delivery.send.run_due"
+DELIVER_JOB = "relay.delivery.engine.run_due"
 
 # What ``relay worker --queues`` accepts, and the queues each serves (in dequeue order).
 WORKER_QUEUES = {
@@ -43,13 +43,15 @@ WAKE_TTL_MS = 10_000
 
 def document_job_timeout(settings: Settings) -> int:
     """RQ's limit for one document job: far past the lease, which the job renews while its
-    extractor runs; a job stuck past it is killed and its lease brings the document back."""
-    return int(settings.lease_seconds * 10) + 60
+    extractor runs, and a minute past the extraction deadline, so that the job, not RQ,
+    records ``extraction_timeout``; a job stuck past it is killed and its lease brings the
+    document back."""
+    return int(max(settings.lease_seconds * 10, settings.extract_timeout)) + 60
 
 
 def delivery_job_timeout(settings: Settings) -> int:
     """RQ's limit for one delivery job. The job only wakes the process's delivery engine
-    (``relay.delivery.send.run_due``), which runs the attempts; starting the engine the
+    (``relay.delivery.engine.run_due``), which runs the attempts; starting the engine the
     first time builds the HTTP client (~25 ms) and its threads."""
     return 30
 
@@ -68,32 +70,55 @@ def queue_key(name: str) -> str:
     return Queue.redis_queue_namespace_prefix + name
 
 
+def _enqueue_once(
+    client: redis.Redis,
+    marker: str,
+    name: str,
+    job: str,
+    shard: int,
+    *,
+    timeout: int,
+    failure_ttl: int,
+    description: str,
+) -> bool:
+    """Enqueue ``job(shard)`` on queue ``name`` unless the ``marker`` says one is waiting."""
+    if not client.set(marker, b"1", nx=True, px=WAKE_TTL_MS):
+        return False
+    queue(client, name).enqueue_call(
+        job,
+        args=[shard],
+        timeout=timeout,
+        result_ttl=0,
+        failure_ttl=failure_ttl,
+        description=description,
+    )
+    return True
+
+
 def wake_processing(client: redis.Redis, shard: int, settings: Settings) -> bool:
     """Enqueue a processing job unless one is already waiting. It starts at ``shard`` and
     takes documents from every shard's fair queue (``relay.processing.run_documents``)."""
-    if not client.set(keys.process_wake(), b"1", nx=True, px=WAKE_TTL_MS):
-        return False
-    queue(client, PROCESSING).enqueue_call(
+    return _enqueue_once(
+        client,
+        keys.process_wake(),
+        PROCESSING,
         PROCESS_JOB,
-        args=[shard],
+        shard,
         timeout=processing_job_timeout(settings),
-        result_ttl=0,
         failure_ttl=86_400,
         description=f"process documents, shard {shard} first",
     )
-    return True
 
 
 def wake(client: redis.Redis, shard: int, settings: Settings) -> bool:
     """Enqueue a delivery job for the shard's due deliveries unless one is already waiting."""
-    if not client.set(keys.wake(shard), b"1", nx=True, px=WAKE_TTL_MS):
-        return False
-    queue(client, DELIVERY).enqueue_call(
+    return _enqueue_once(
+        client,
+        keys.wake(shard),
+        DELIVERY,
         DELIVER_JOB,
-        args=[shard],
+        shard,
         timeout=delivery_job_timeout(settings),
-        result_ttl=0,
         failure_ttl=3_600,
         description=f"deliver due in shard {shard}",
     )
-    return True

@@ -7,6 +7,15 @@ connection out, but skips it while maintenance notifications are on (``"auto"``,
 default; they are a RESP3 push feature of managed Redis that relay does not use), so they are
 turned off here.
 
+Where the clients connect is a :class:`RedisTarget`, built from the settings by
+:meth:`RedisTarget.from_settings` and nowhere else: ``RELAY_REDIS_URL`` alone, or Sentinels
+(``RELAY_REDIS_SENTINELS``) asked for the current primary of ``RELAY_REDIS_SENTINEL_SERVICE``,
+the URL then giving only the data nodes' password, db and TLS options. Through Sentinel a client
+asks again whenever it (re)connects, and drops its idle connections when the primary moved; a
+``READONLY`` reply (a demoted primary still answering) closes the connection and raises a
+``ConnectionError``, so the next connection goes to the new primary (redis-py's
+``SentinelManagedConnection``).
+
 What differs is what happens when a command fails on a live connection:
 
 - :func:`sync_client` (workers, sweepers, CLI) retries it with backoff: their jobs and scripts
@@ -26,17 +35,27 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 import redis.asyncio
+import redis.asyncio.connection
 import redis.asyncio.retry
+import redis.asyncio.sentinel
+import redis.connection
+import redis.sentinel
 from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import OutOfMemoryError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.maint_notifications import MaintNotificationsConfig
 from redis.retry import Retry
+
+from relay.exceptions import ConfigError
+
+if TYPE_CHECKING:
+    from relay.config import Settings
 
 _RETRY_ON = [RedisConnectionError, RedisTimeoutError, ConnectionResetError]
 
@@ -46,10 +65,119 @@ def _common() -> dict[str, Any]:
     return {"maint_notifications_config": MaintNotificationsConfig(enabled=False)}
 
 
-def sync_client(url: str, *, retries: int = 3) -> redis.Redis:
-    """A client for workers and sweepers; a failed command retries with backoff."""
-    return redis.Redis.from_url(
-        url,
+@dataclass(frozen=True)
+class RedisTarget:
+    """The Redis of a set of settings: ``url`` alone, or the primary named ``service`` that
+    the ``sentinels`` know of (``url`` then gives the data nodes' username, password, db and
+    TLS options; its host is ignored)."""
+
+    url: str
+    sentinels: tuple[tuple[str, int], ...] = ()
+    service: str = "mymaster"
+    sentinel_password: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RedisTarget:
+        """The one place a process's Redis is derived from its settings."""
+        return cls(
+            url=settings.redis_url,
+            sentinels=settings.redis_sentinels,
+            service=settings.redis_sentinel_service,
+            sentinel_password=settings.redis_sentinel_password.reveal() or None,
+        )
+
+    @property
+    def via_sentinel(self) -> bool:
+        return bool(self.sentinels)
+
+    def sentinel_kwargs(self) -> dict[str, Any]:
+        """How to talk to the Sentinels themselves: short timeouts, their own password."""
+        return {
+            "password": self.sentinel_password,
+            "socket_timeout": 1.0,
+            "socket_connect_timeout": 1.0,
+            **_common(),
+        }
+
+    def node_kwargs(self, *, for_asyncio: bool) -> dict[str, Any]:
+        """The URL's options for connections to the data nodes found through Sentinel."""
+        parse = redis.asyncio.connection.parse_url if for_asyncio else redis.connection.parse_url
+        try:
+            kwargs: dict[str, Any] = parse(self.url)
+        except ValueError as exc:
+            raise ConfigError(f"RELAY_REDIS_URL: {exc}") from exc
+        kind = kwargs.pop("connection_class", None)
+        for name in ("host", "port", "path"):
+            kwargs.pop(name, None)
+        if kind is not None and "Unix" in kind.__name__:
+            raise ConfigError("RELAY_REDIS_URL: with RELAY_REDIS_SENTINELS it cannot be unix://")
+        tls = kind is not None and "SSL" in kind.__name__
+        if for_asyncio:
+            # No retry reconnects inside a command here: the pool's connect() asks.
+            if tls:
+                kwargs["connection_class"] = redis.asyncio.sentinel.SentinelManagedSSLConnection
+        else:
+            kwargs["connection_class"] = _SentinelSSLConnection if tls else _SentinelConnection
+        return kwargs
+
+
+def _send_located(self: Any, command: Any, check_health: bool = True) -> None:
+    if not self._sock:
+        self.connect()  # asks the Sentinels (SentinelManagedConnection.connect)
+    redis.sentinel.SentinelManagedConnection.send_packed_command(self, command, check_health)
+
+
+# redis-py's Sentinel connection asks the Sentinels where the primary is when the pool hands
+# it out, but a connection dropped in the middle of a command (the retry after a killed
+# primary, or after a READONLY reply) reconnects to the address it had, so every retry goes to
+# the old primary. These ask the Sentinels there too. (Built with type(): redis-py's classes
+# are untyped, and strict typing refuses a class statement deriving from them.)
+_SentinelConnection: Any = type(
+    "_SentinelConnection",
+    (redis.sentinel.SentinelManagedConnection,),
+    {"send_packed_command": _send_located},
+)
+_SentinelSSLConnection: Any = type(
+    "_SentinelSSLConnection",
+    (_SentinelConnection, redis.connection.SSLConnection),
+    {},
+)
+
+
+def _close_with_sentinels(self: Any) -> None:
+    redis.Redis.close(self)
+    for client in self.sentinel.sentinels if self.sentinel is not None else ():
+        client.close()
+
+
+async def _aclose_with_sentinels(self: Any, close_connection_pool: bool | None = None) -> None:
+    await redis.asyncio.Redis.aclose(self, close_connection_pool)
+    for client in self.sentinel.sentinels if self.sentinel is not None else ():
+        await client.aclose()
+
+
+# Clients of the primary whose close() closes their connections to the Sentinels too (set
+# as ``client.sentinel`` by the builders below; RQ's scheduler builds one of the same class
+# without it, on a pool of its own made from this one's settings).
+_SentinelRedis: Any = type(
+    "_SentinelRedis", (redis.Redis,), {"close": _close_with_sentinels, "sentinel": None}
+)
+_AsyncSentinelRedis: Any = type(
+    "_AsyncSentinelRedis",
+    (redis.asyncio.Redis,),
+    {"aclose": _aclose_with_sentinels, "sentinel": None},
+)
+
+
+def _target(target: str | RedisTarget) -> RedisTarget:
+    return RedisTarget(target) if isinstance(target, str) else target
+
+
+def sync_client(target: str | RedisTarget, *, retries: int = 3) -> redis.Redis:
+    """A client for workers and sweepers; a failed command retries with backoff (through
+    Sentinel each retry reconnects to the primary the Sentinels name then)."""
+    where = _target(target)
+    options: dict[str, Any] = dict(
         retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries),
         retry_on_error=list(_RETRY_ON),
         socket_connect_timeout=2,
@@ -58,9 +186,19 @@ def sync_client(url: str, *, retries: int = 3) -> redis.Redis:
         health_check_interval=15,
         **_common(),
     )
+    if not where.via_sentinel:
+        return redis.Redis.from_url(where.url, **options)
+    sentinel = redis.sentinel.Sentinel(
+        list(where.sentinels), sentinel_kwargs=where.sentinel_kwargs()
+    )
+    client: redis.Redis = sentinel.master_for(
+        where.service, redis_class=_SentinelRedis, **where.node_kwargs(for_asyncio=False), **options
+    )
+    client.sentinel = sentinel
+    return client
 
 
-def async_client(url: str, *, max_connections: int = 64) -> redis.asyncio.Redis:
+def async_client(target: str | RedisTarget, *, max_connections: int = 64) -> redis.asyncio.Redis:
     """A client for the API: fails fast (the API answers 503) and reconnects by itself.
 
     A dead pooled connection is replaced before a command goes out (module docstring); a
@@ -70,14 +208,27 @@ def async_client(url: str, *, max_connections: int = 64) -> redis.asyncio.Redis:
     health-check PING either: with nothing retried, a failed PING would fail the same requests
     the command itself fails, one round trip later.
     """
-    return redis.asyncio.Redis.from_url(
-        url,
+    where = _target(target)
+    options: dict[str, Any] = dict(
         retry=redis.asyncio.retry.Retry(NoBackoff(), 0),
         socket_connect_timeout=1,
         socket_timeout=5,
         max_connections=max_connections,
         **_common(),
     )
+    if not where.via_sentinel:
+        return redis.asyncio.Redis.from_url(where.url, **options)
+    sentinel = redis.asyncio.sentinel.Sentinel(
+        list(where.sentinels), sentinel_kwargs=where.sentinel_kwargs()
+    )
+    client: redis.asyncio.Redis = sentinel.master_for(
+        where.service,
+        redis_class=_AsyncSentinelRedis,
+        **where.node_kwargs(for_asyncio=True),
+        **options,
+    )
+    client.sentinel = sentinel
+    return client
 
 
 T = TypeVar("T")

@@ -34,8 +34,11 @@ NAMES = (
     "cancel_deliveries",
     "retry_delivery",
     "register_webhook",
+    "set_webhook_disabled",
     "rotate_signing",
     "purge_batch",
+    "delivery_page",
+    "recover_deliveries",
 )
 
 

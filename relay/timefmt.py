@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -23,3 +24,30 @@ def rfc3339(ms: int | None) -> str | None:
 def _second(seconds: int) -> str:
     # Status responses format the same few timestamps over and over: cache by the second.
     return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+_RFC3339 = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}"
+    r"(\.[0-9]{1,9})?([Zz]|[+-][0-9]{2}:[0-9]{2})"
+)
+
+
+def parse_rfc3339(text: str) -> int | None:
+    """Milliseconds since the epoch for an RFC 3339 timestamp with a zone
+    (``2026-11-30T04:00:00Z``, ``...00.123+02:00``); digits past the millisecond are
+    dropped. None for anything else (no zone, a bad date, other text)."""
+    if not text.isascii() or _RFC3339.fullmatch(text) is None:
+        return None
+    head, _, rest = text.replace("t", "T").replace("z", "Z").partition(".")
+    frac = ""
+    if rest:  # ".fff...Z" or ".fff...+hh:mm"
+        digits = re.match(r"[0-9]+", rest)
+        assert digits is not None
+        frac, zone = digits.group(0), rest[digits.end() :]
+        head += zone
+    try:
+        moment = datetime.fromisoformat(head.replace(" ", "T").replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    seconds = int(moment.timestamp())
+    return seconds * 1000 + int((frac + "000")[:3])

@@ -19,13 +19,73 @@ import redis.asyncio
 from redis.exceptions import ResponseError
 
 from relay import keys
-from relay.exceptions import BatchNotFound, DeliveryNotFound, NotRetryable, StateError
+from relay.exceptions import (
+    BatchNotFound,
+    DeliveryNotFound,
+    NotRetryable,
+    StateError,
+    WebhookNotFound,
+)
 from relay.model import Attempt, Batch, Delivery, DeliveryStatus, Webhook
 from relay.scripts import AsyncScripts, Scripts, refusal
+from relay.search import (
+    DeliveryQuery,
+    RecoverRun,
+    Recovery,
+    decode_cursor,
+    encode_cursor,
+    merge_pages,
+    page_calls,
+)
 from relay.store import BatchRef
 from relay.timefmt import now_ms, rfc3339
 
 EVENT_TYPE = "batch.completed"
+# Operational events, delivered to the account's operational webhook (keys.OPS_BATCH).
+WEBHOOK_DISABLED = "webhook.disabled"
+DELIVERY_FAILED = "delivery.failed"
+DEFAULT_DISABLE_AFTER_MS = 5 * 86_400_000
+
+
+def ops_ref(account: str) -> BatchRef:
+    """The account's operational webhook and deliveries: the reserved pseudo-batch."""
+    return BatchRef(account, keys.OPS_BATCH)
+
+
+def disable_reason(disable_after_ms: int) -> str:
+    """The ``disabled_reason`` of a webhook disabled by RELAY_DISABLE_AFTER."""
+    seconds = disable_after_ms / 1000
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            span = f"{seconds // size:g}{unit}"
+            break
+    else:
+        span = f"{seconds:g}s"
+    return f"every attempt failed for {span} with no success since the first failure"
+
+
+def event_body(fields: dict[bytes, bytes]) -> bytes:
+    """The exact bytes POSTed for one operational event (an outbox entry with a ``kind``)."""
+
+    def text(name: str) -> str:
+        return fields.get(name.encode(), b"").decode()
+
+    kind = text("kind")
+    data: dict[str, Any]
+    if kind == DELIVERY_FAILED:
+        code = text("status_code")
+        data = {
+            "id": text("id"),
+            "batch_name": text("batch"),
+            "url": text("url"),
+            "attempts": int(text("attempts") or 0),
+            "error": text("error") or None,
+            "status_code": int(code) if code else None,
+        }
+    else:
+        data = {"batch_name": text("batch"), "url": text("url"), "reason": text("reason")}
+    event = {"type": kind, "timestamp": rfc3339(int(text("at"))), "data": data}
+    return json.dumps(event, separators=(",", ":")).encode()
 
 
 def notification_body(batch: Batch, public_url: str) -> bytes:
@@ -37,7 +97,7 @@ def notification_body(batch: Batch, public_url: str) -> bytes:
 
 
 def _create_call(
-    ref: BatchRef, seq: int, body: bytes, completed_ms: int, now: int
+    ref: BatchRef, seq: int | str, body: bytes, completed_ms: int, now: int
 ) -> tuple[list[str], list[Any]]:
     s, a, n = ref.shard, ref.account, ref.name
     new_id = keys.new_id("msg", s)
@@ -78,6 +138,40 @@ def _retry_refusal(delivery_id: str, exc: ResponseError) -> StateError | Respons
     return exc
 
 
+def _query(
+    account: str | None,
+    status: DeliveryStatus | str | None,
+    batch: str | None,
+    since_ms: int | None,
+    until_ms: int | None,
+) -> DeliveryQuery:
+    return DeliveryQuery(
+        account=account,
+        status=None if status is None else DeliveryStatus(status),
+        batch=batch,
+        since_ms=since_ms,
+        until_ms=until_ms,
+    )
+
+
+def _queue_loads(pipe: Any, ids: list[str]) -> None:
+    """Queue each delivery's hash and attempts on ``pipe`` (the shard follows from the id)."""
+    for ident in ids:
+        shard = keys.shard_of_id("msg", ident)
+        assert shard is not None  # ids come from the indexes
+        pipe.hgetall(keys.delivery(shard, ident))
+        pipe.lrange(keys.delivery_attempts(shard, ident), 0, -1)
+
+
+def _loaded(replies: list[Any]) -> list[Delivery]:
+    """The deliveries of ``_queue_loads``'s replies, in order (ones gone meanwhile left out)."""
+    return [
+        Delivery.from_hash(h, attempts)
+        for h, attempts in zip(replies[::2], replies[1::2], strict=True)
+        if h
+    ]
+
+
 @dataclass(frozen=True)
 class ClaimedDelivery:
     """One delivery claimed for one attempt."""
@@ -104,12 +198,15 @@ class WebhookStore:
         clock: Callable[[], int] = now_ms,
         *,
         max_attempts: int = 20,
+        disable_after_ms: int = DEFAULT_DISABLE_AFTER_MS,
     ) -> None:
         self.redis = client
         self.scripts = Scripts(client)
         self.clock = clock  # ms since the epoch; tests pass their own
         # Attempts kept per delivery (RELAY_MAX_STORED_ATTEMPTS): the first and the latest.
         self.max_attempts = max_attempts
+        # RELAY_DISABLE_AFTER: a webhook failing this long is disabled (record_attempt.lua).
+        self.disable_after_ms = disable_after_ms
 
     def create(
         self, ref: BatchRef, seq: int, body: bytes, completed_ms: int = 0
@@ -118,6 +215,13 @@ class WebhookStore:
         ``completed_ms`` (the batch's completed_at) lets workers measure notification lag."""
         k, a = _create_call(ref, seq, body, completed_ms, self.clock())
         created, ident = self.scripts("create_delivery", k, a)
+        return int(created) == 1, ident.decode() if isinstance(ident, bytes) else str(ident)
+
+    def create_event(self, account: str, event_id: str, body: bytes) -> tuple[bool, str]:
+        """Create the delivery of one operational event to the account's operational
+        webhook: (created, id); idempotent on ``event_id``; id '' = no operational webhook."""
+        k, a = _create_call(ops_ref(account), event_id, body, 0, self.clock())
+        created, ident = self.scripts("create_delivery", k, [*a, "event"])
         return int(created) == 1, ident.decode() if isinstance(ident, bytes) else str(ident)
 
     def claim(self, shard: int, *, limit: int, lease_ms: int, token: str) -> list[ClaimedDelivery]:
@@ -165,6 +269,7 @@ class WebhookStore:
                 keys.delivery_attempts(s, d.id),
                 keys.due(s),
                 keys.webhook(s, d.account, d.batch),
+                keys.outbox(s),
             ],
             [
                 d.id,
@@ -175,18 +280,25 @@ class WebhookStore:
                 attempt.encode(),
                 reason,
                 self.max_attempts,
+                self.disable_after_ms,
+                self.clock(),
+                disable_reason(self.disable_after_ms),
             ],
         )
         return int(moved) == 1
 
-    def release(self, d: ClaimedDelivery, token: str, due_at: int) -> bool:
-        """Hand a claimed delivery back unattempted, due again at ``due_at`` (ms)."""
-        released = self.scripts(
-            "release_delivery",
-            [keys.delivery(d.shard, d.id), keys.due(d.shard)],
-            [d.id, token, due_at],
-        )
-        return int(released) == 1
+    def release_all(self, claimed: list[ClaimedDelivery], token: str, due_at: int) -> int:
+        """Hand claimed deliveries back unattempted, due again at ``due_at`` (ms); one round
+        trip. Returns how many were still ours to hand back."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            for d in claimed:
+                self.scripts.run(
+                    "release_delivery",
+                    [keys.delivery(d.shard, d.id), keys.due(d.shard)],
+                    [d.id, token, due_at],
+                    pipe,
+                )
+            return sum(int(r) for r in pipe.execute())
 
     def get(self, delivery_id: str) -> Delivery | None:
         shard = keys.shard_of_id("msg", delivery_id)
@@ -215,25 +327,56 @@ class WebhookStore:
             raise DeliveryNotFound(f"no delivery {delivery_id!r}")
         return updated
 
-    def list(self, *, limit: int = 100, since_ms: int = 0) -> list[Delivery]:
-        """The newest deliveries over all shards (created at or after ``since_ms``)."""
+    def search(
+        self,
+        account: str | None = None,
+        status: DeliveryStatus | str | None = None,
+        batch: str | None = None,
+        since_ms: int | None = None,
+        until_ms: int | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> tuple[list[Delivery], str | None]:
+        """One page of deliveries, newest first, and the cursor of the next page (None at
+        the end). Filters are exact (``relay.search``): ``since_ms`` inclusive, ``until_ms``
+        exclusive (creation time); ``batch`` needs ``account``. Two round trips, O(page).
+        Raises InvalidCursor; ValueError for an unknown status or a batch without account."""
+        q = _query(account, status, batch, since_ms, until_ms)
+        calls = page_calls(q, limit, decode_cursor(cursor))
         with self.redis.pipeline(transaction=False) as pipe:
-            for s in range(keys.SHARDS):
-                pipe.zrevrangebyscore(
-                    keys.shard_deliveries(s),
-                    "+inf",
-                    since_ms,
-                    start=0,
-                    num=limit,
-                    withscores=True,
-                )
-            per_shard = pipe.execute()
-        rows = sorted(
-            ((int(score), ident.decode()) for rows in per_shard for ident, score in rows),
-            reverse=True,
-        )
-        found = [self.get(ident) for _, ident in rows]
-        return [d for d in found if d is not None]
+            for _, k, a in calls:
+                self.scripts.run("delivery_page", k, a, pipe)
+            pages = pipe.execute()
+        page, after = merge_pages(pages, limit)
+        if not page:
+            return [], None
+        with self.redis.pipeline(transaction=False) as pipe:
+            _queue_loads(pipe, [ident for _, ident in page])
+            return _loaded(pipe.execute()), encode_cursor(after)
+
+    def recover(
+        self,
+        *,
+        status: DeliveryStatus | str,
+        since_ms: int,
+        until_ms: int | None = None,
+        account: str | None = None,
+        progress: Callable[[Recovery], None] | None = None,
+    ) -> Recovery:
+        """Make every ``status`` (failed or canceled) delivery created in [since, until) due
+        again now, same id, fresh schedule: of one account, or of all. Chunked scripts, one
+        round trip per round of chunks. The caller wakes ``result.shards``."""
+        run = RecoverRun(DeliveryStatus(status), account, since_ms, until_ms, self.clock())
+        while run.pending:
+            calls = run.calls()
+            with self.redis.pipeline(transaction=False) as pipe:
+                for _, k, a in calls:
+                    self.scripts.run("recover_deliveries", k, a, pipe)
+                replies = pipe.execute()
+            run.feed([s for s, _, _ in calls], replies)
+            if progress is not None:
+                progress(run.result)
+        return run.result
 
     def due_shards(self, first: int = 0) -> tuple[int, ...]:
         """Shards with deliveries due now, ``first`` first (one pipelined round trip)."""
@@ -296,6 +439,26 @@ class AsyncWebhookStore:
             due = True
         return int(created) == 1, due
 
+    async def register_ops(self, account: str, url: str) -> bool:
+        """Register or replace the account's operational webhook (and enable it again).
+        Returns whether it was created."""
+        ref = ops_ref(account)
+        key = keys.webhook(ref.shard, account, ref.name)
+        now = self.clock()
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hsetnx(key, "created_at", now)
+            fields = {
+                "url": url,
+                "updated_at": now,
+                "disabled": "0",
+                "disabled_reason": "",
+                "failing_since": "",
+            }
+            pipe.hset(key, mapping=fields)
+            pipe.hsetnx(key, "pending", "")
+            created, _, _ = await pipe.execute()
+        return int(created) == 1
+
     async def get(self, ref: BatchRef) -> Webhook | None:
         h = await self.redis.hgetall(keys.webhook(ref.shard, ref.account, ref.name))
         return Webhook.from_hash(ref.name, h) if h else None
@@ -309,6 +472,35 @@ class AsyncWebhookStore:
         )
         return int(removed) == 1
 
+    async def set_disabled(self, ref: BatchRef, disabled: bool, reason: str = "") -> None:
+        """Disable the batch's webhook with ``reason`` (its pending delivery is canceled) or
+        enable it again (nothing becomes due: retry or recover for that). Operators only.
+        Raises WebhookNotFound."""
+        s = ref.shard
+        try:
+            await self.scripts(
+                "set_webhook_disabled",
+                [keys.webhook(s, ref.account, ref.name), keys.due(s)],
+                ["1" if disabled else "0", reason, self.clock(), keys.shard_prefix(s)],
+            )
+        except ResponseError as exc:
+            if refusal(exc) == "missing":
+                raise WebhookNotFound(f"batch {ref.name!r} has no webhook") from exc
+            raise
+
+    async def retry_any(self, delivery_id: str) -> Delivery:
+        """Deliver again now, same webhook-id, whatever the account (operators: the console).
+        Raises DeliveryNotFound, NotRetryable."""
+        shard = keys.shard_of_id("msg", delivery_id)
+        h = (
+            await self.redis.hmget(keys.delivery(shard, delivery_id), ["account", "batch"])
+            if shard is not None
+            else [None, None]
+        )
+        if h[0] is None or h[1] is None:
+            raise DeliveryNotFound(f"no delivery {delivery_id!r}")
+        return await self.retry(BatchRef(h[0].decode(), h[1].decode()), delivery_id)
+
     async def deliveries(
         self, ref: BatchRef, *, start: int, limit: int
     ) -> tuple[list[Delivery], int | None]:
@@ -319,6 +511,49 @@ class AsyncWebhookStore:
         )
         next_start = start + limit if len(ids) > limit else None
         return await self._load(s, [raw.decode() for raw in ids[:limit]]), next_start
+
+    async def search(
+        self,
+        account: str | None = None,
+        status: DeliveryStatus | str | None = None,
+        batch: str | None = None,
+        since_ms: int | None = None,
+        until_ms: int | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> tuple[list[Delivery], str | None]:
+        """``WebhookStore.search``, for the API (the same calls, built by ``relay.search``)."""
+        q = _query(account, status, batch, since_ms, until_ms)
+        calls = page_calls(q, limit, decode_cursor(cursor))
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for _, k, a in calls:
+                await self.scripts.run("delivery_page", k, a, pipe)  # queued
+            pages = await pipe.execute()
+        page, after = merge_pages(pages, limit)
+        if not page:
+            return [], None
+        async with self.redis.pipeline(transaction=False) as pipe:
+            _queue_loads(pipe, [ident for _, ident in page])
+            return _loaded(await pipe.execute()), encode_cursor(after)
+
+    async def recover(
+        self,
+        *,
+        status: DeliveryStatus | str,
+        since_ms: int,
+        until_ms: int | None = None,
+        account: str | None = None,
+    ) -> Recovery:
+        """``WebhookStore.recover``, for the API. The caller wakes ``result.shards``."""
+        run = RecoverRun(DeliveryStatus(status), account, since_ms, until_ms, self.clock())
+        while run.pending:
+            calls = run.calls()
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for _, k, a in calls:
+                    await self.scripts.run("recover_deliveries", k, a, pipe)  # queued
+                replies = await pipe.execute()
+            run.feed([s for s, _, _ in calls], replies)
+        return run.result
 
     async def _load(self, shard: int, ids: list[str]) -> list[Delivery]:
         """The deliveries with their attempts, in the order of ``ids`` (one round trip)."""

@@ -24,7 +24,7 @@ from relay.delivery.ssrf import TargetPolicy, make_client
 from relay.delivery.transport import USER_AGENT
 from relay.extract.sandbox import ExtractorHost, SandboxConfig
 from relay.metrics import Metrics
-from relay.redis_conn import sync_client
+from relay.redis_conn import RedisTarget, sync_client
 from relay.retention import Retention
 from relay.signing_keys import SigningKeys
 from relay.store import Store
@@ -40,7 +40,7 @@ class WorkerContext:
 
     @cached_property
     def redis(self) -> redis.Redis:
-        return sync_client(self.settings.redis_url)
+        return sync_client(RedisTarget.from_settings(self.settings))
 
     @cached_property
     def store(self) -> Store:
@@ -48,7 +48,12 @@ class WorkerContext:
 
     @cached_property
     def webhooks(self) -> WebhookStore:
-        return WebhookStore(self.redis, self.clock, max_attempts=self.settings.max_stored_attempts)
+        return WebhookStore(
+            self.redis,
+            self.clock,
+            max_attempts=self.settings.max_stored_attempts,
+            disable_after_ms=round(self.settings.disable_after * 1000),
+        )
 
     @cached_property
     def retention(self) -> Retention:

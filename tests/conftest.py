@@ -13,6 +13,7 @@ import pytest
 import redis
 
 from relay.redis_server import AppendFsync, RedisServer, find_redis_server
+from tests.sentinels import Topology, find_redis_sentinel
 
 # -- Redis ----------------------------------------------------------------------------------
 
@@ -91,3 +92,22 @@ def redis_factory(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
     yield make
     for server in servers:
         server.stop()
+
+
+@pytest.fixture
+def sentinel_topology(tmp_path: Path) -> Iterator[Topology]:
+    """A primary, a replica and three Sentinels on loopback (``tests/sentinels.py``), settled
+    (every Sentinel knows the replica and the two others); everything killed after the test."""
+    executable = find_redis_sentinel()
+    if executable is None:
+        pytest.fail(
+            "redis-sentinel is not installed: the failover tests need it. "
+            "Run `make sentinel` (or `apt-get install redis-sentinel`), or `make test`.",
+            pytrace=False,
+        )
+    topology = Topology(tmp_path / "sentinel-topology", executable)
+    try:
+        topology.start()
+        yield topology
+    finally:
+        topology.close()

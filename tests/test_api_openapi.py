@@ -20,11 +20,14 @@ METHODS = {"get", "put", "post", "delete", "patch"}
 
 
 def app_operations(routes: list[BaseRoute], prefix: str = "") -> set[tuple[str, str]]:
-    """(METHOD, path) of every route, mounts expanded (HEAD, implied by GET, left out)."""
+    """(METHOD, path) of every API route, mounts expanded (HEAD, implied by GET, left out;
+    so are the console's HTML pages, which are marked ``include_in_schema=False``)."""
     found: set[tuple[str, str]] = set()
     for route in routes:
         if isinstance(route, Mount):
             found |= app_operations(route.routes, prefix + route.path)
+        elif isinstance(route, Route) and not route.include_in_schema:
+            assert route.path.startswith("/console"), route.path
         elif isinstance(route, Route):
             methods = route.methods or {"GET"}
             found |= {(m, prefix + route.path) for m in methods if m != "HEAD"}

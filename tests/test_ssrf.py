@@ -8,6 +8,7 @@ this machine has no DNS to configure.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import ipaddress
 import socket
@@ -178,6 +179,26 @@ def test_validate_url_refuses(url: str, kind: str, fragment: str) -> None:
         validate_url(url, STRICT)
     assert info.value.kind == kind
     assert fragment in info.value.message
+
+
+@pytest.mark.parametrize(
+    ("policy", "url", "message"),
+    [
+        (STRICT, "ftp://example.com/hook", "the callback URL must use https://, not ftp://"),
+        (STRICT, "example.com/hook", "the callback URL must use https://, not no scheme"),
+        # Where http:// is allowed (relay dev), the refusal says so instead of "https only".
+        (
+            OPEN,
+            "ftp://example.com/hook",
+            "the callback URL must use https:// or http://, not ftp://",
+        ),
+        (LOCAL_HTTP, "gopher://x/", "the callback URL must use https:// or http://, not gopher://"),
+    ],
+)
+def test_scheme_refusal_names_what_is_allowed(policy: TargetPolicy, url: str, message: str) -> None:
+    with pytest.raises(UnsafeTarget) as info:
+        validate_url(url, policy)
+    assert (info.value.kind, info.value.message) == ("scheme", message)
 
 
 def test_validate_url_refuses_non_string() -> None:
@@ -525,6 +546,12 @@ def answering(raw: bytes) -> Iterator[int]:
                 conn.settimeout(5)
                 conn.recv(65536)
                 conn.sendall(raw)
+                # Close only once the client is done: closing with its bytes unread would
+                # reset the connection (ECONNRESET) before the client reads the answer.
+                conn.shutdown(socket.SHUT_WR)
+                with contextlib.suppress(OSError):
+                    while conn.recv(65536):
+                        pass
 
         thread = threading.Thread(target=answer)
         thread.start()

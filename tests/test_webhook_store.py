@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from relay import keys
-from relay.exceptions import NotRetryable
+from relay.exceptions import DeliveryNotFound, NotRetryable, WebhookNotFound
 from relay.model import Attempt, DeliveryStatus
 from relay.store import BatchRef
 from relay.webhook_store import AsyncWebhookStore, ClaimedDelivery, WebhookStore
@@ -246,3 +246,30 @@ def test_an_attempt_recorded_after_the_delivery_was_purged_leaves_nothing(h: H) 
     h.client.delete(keys.delivery(REF.shard, ident))  # as retention's purge does
     assert h.d.record(c, "w1", h.attempt(c, 200), outcome="succeeded") is False
     assert h.client.exists(keys.delivery_attempts(REF.shard, ident)) == 0
+
+
+def test_disabling_cancels_the_pending_delivery_and_enabling_allows_a_retry(h: H) -> None:
+    h.batch()
+    h.register()
+    _, ident = h.d.create(REF, 1, b"{}")
+    h.run(h.hooks.set_disabled(REF, True, "receiver moved"))
+    hook = h.run(h.hooks.get(REF))
+    assert hook is not None and hook.disabled and hook.disabled_reason == "receiver moved"
+    assert h.status(ident) is DeliveryStatus.CANCELED
+    assert h.claim() == []
+    with pytest.raises(NotRetryable):
+        h.d.retry(ident)  # disabled
+    h.run(h.hooks.set_disabled(REF, False))
+    hook = h.run(h.hooks.get(REF))
+    assert hook is not None and not hook.disabled and hook.disabled_reason == ""
+    assert h.claim() == []  # enabling makes nothing due by itself
+    assert h.run(h.hooks.retry_any(ident)).status is DeliveryStatus.PENDING
+    assert [c.id for c in h.claim()] == [ident]
+
+
+def test_disabling_a_missing_webhook_is_refused(h: H) -> None:
+    h.batch()
+    with pytest.raises(WebhookNotFound):
+        h.run(h.hooks.set_disabled(REF, True, "x"))
+    with pytest.raises(DeliveryNotFound):
+        h.run(h.hooks.retry_any("msg_0nope"))

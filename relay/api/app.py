@@ -18,18 +18,19 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from relay.api import batches, documents, health, openapi, reference, webhooks
+from relay.api import batches, deliveries, documents, health, openapi, reference, webhooks
 from relay.api.errors import exception_handlers
 from relay.api.limits import Limits
 from relay.api.state import STATE_KEY, AppState
 from relay.auth import KeyCache
 from relay.blobs import BlobStore
 from relay.config import Settings
+from relay.console import views as console
 from relay.crypto import Encryptor
 from relay.delivery.addresses import TargetPolicy
 from relay.lane_url import status_client
 from relay.ratelimit import SlidingWindow
-from relay.redis_conn import async_client, sync_client
+from relay.redis_conn import RedisTarget, async_client, sync_client
 from relay.signing_keys import SigningKeys
 from relay.store import AsyncStore
 from relay.webhook_store import AsyncWebhookStore
@@ -50,6 +51,7 @@ def api_routes() -> list[BaseRoute]:
         Route("/batches/{name}/process", batches.process_batch, methods=["POST"]),
         Route("/openapi.json", openapi.openapi_json, methods=["GET"]),
         *webhooks.routes,
+        *deliveries.routes,
     ]
 
 
@@ -91,9 +93,10 @@ def create_app(settings: Settings) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        client = async_client(settings.redis_url)
-        sync = sync_client(settings.redis_url)
-        lane = status_client(settings.redis_url, client)
+        target = RedisTarget.from_settings(settings)
+        client = async_client(target)
+        sync = sync_client(target)
+        lane = status_client(target, client)
         setattr(
             app.state,
             STATE_KEY,
@@ -136,6 +139,8 @@ def create_app(settings: Settings) -> Starlette:
                 Route("/metrics", health.metrics, methods=["GET"]),
             ]
         ),
+        # The operator console (operator keys only; customer keys never open it).
+        *console.routes(),
     ]
     app = Starlette(routes=routes, exception_handlers=exception_handlers(), lifespan=lifespan)
     # An API answers a stray trailing slash with a JSON 404, not a redirect.

@@ -16,6 +16,7 @@ from starlette.responses import Response
 from relay import queues
 from relay.api.access import authenticate
 from relay.api.bodies import EMPTY, json_response, read_json
+from relay.api.durable import replicated
 from relay.api.errors import NotFound, Unprocessable
 from relay.api.gate import no_reads, serve_status
 from relay.api.limits import PROCESS
@@ -81,6 +82,7 @@ async def process_batch(request: Request) -> Response:
     batch = await st.store.get_batch(ref)
     if batch is None:
         raise NotFound("no such batch")
+    await replicated(st.redis, st.settings, f"process of batch {ref.name!r}")
     return json_response(batch.to_json(), 202, headers=rate_headers)
 
 

@@ -23,6 +23,7 @@ from starlette.responses import Response
 from relay import keys
 from relay.api.access import authenticate
 from relay.api.bodies import declared_length, json_response, media_type
+from relay.api.durable import replicated
 from relay.api.errors import (
     BadRequest,
     NotFound,
@@ -140,6 +141,7 @@ async def upload_document(request: Request) -> Response:
         content_type=content_type,
         content=content,
     )
+    await replicated(st.redis, st.settings, f"upload {doc.id}")
     return json_response(
         doc.to_json(),
         201,

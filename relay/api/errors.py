@@ -37,6 +37,7 @@ from relay.exceptions import (
     BatchNotFound,
     ConfigError,
     DeliveryNotFound,
+    InvalidCursor,
     NotRetryable,
     QuotaExceeded,
     StateError,
@@ -118,6 +119,7 @@ STATE_ERRORS: dict[type[StateError], tuple[int, str]] = {
     BatchDeleted: (409, "batch_deleted"),
     NotRetryable: (409, "delivery_not_retryable"),
     QuotaExceeded: (429, "quota_exceeded"),
+    InvalidCursor: (422, "invalid_cursor"),
     StateError: (409, "conflict"),
 }
 

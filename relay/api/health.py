@@ -1,7 +1,8 @@
 """``/healthz``, ``/readyz`` and ``/metrics`` (no authentication).
 
 ``/metrics`` renders a small registry of gauges in the Prometheus text format, followed by the
-counters and histograms that workers flush to Redis (``relay.metrics``). A gauge is an
+counters and histograms that workers flush to Redis (``relay.metrics``). Each gauge costs one
+pipelined round trip. A gauge is an
 async function of the app state returning samples; add one with :func:`gauge`. A gauge that
 cannot reach Redis is left out of that scrape and ``relay_redis_up`` reads 0, so the scrape
 itself still succeeds while Redis is down.
@@ -21,6 +22,7 @@ from relay import keys, queues
 from relay import metrics as counters
 from relay.api.bodies import json_response
 from relay.api.state import AppState, state
+from relay.keys import OUTBOX_GROUP
 from relay.timefmt import now_ms
 
 # (labels, value) pairs of one gauge.
@@ -90,13 +92,60 @@ async def _due(st: AppState) -> Samples:
     return [({}, float(sum(counts)))]
 
 
+@gauge(
+    "relay_oldest_due_delivery_age_seconds",
+    "Seconds since the oldest due delivery (its next attempt time passed, not leased) came due",
+)
+async def _oldest_due(st: AppState) -> Samples:
+    # A claimed delivery stays in `due` scored at its lease expiry, in the future while the
+    # lease holds: only scores up to now are due (an expired lease is due again).
+    now = now_ms()
+    async with st.redis.pipeline(transaction=False) as pipe:
+        for s in range(keys.SHARDS):
+            pipe.zrangebyscore(keys.due(s), "-inf", now, start=0, num=1, withscores=True)
+        firsts = await pipe.execute()
+    scores = [score for found in firsts for _, score in found]
+    return [({}, max(0.0, (now - min(scores)) / 1000) if scores else 0.0)]
+
+
+@gauge(
+    "relay_outbox_backlog",
+    "Batch completions in the outboxes not yet acknowledged by the detectors",
+)
+async def _outbox_backlog(st: AppState) -> Samples:
+    async with st.redis.pipeline(transaction=False) as pipe:
+        for s in range(keys.SHARDS):
+            pipe.xinfo_groups(keys.outbox(s))
+            pipe.xlen(keys.outbox(s))
+        replies = await pipe.execute(raise_on_error=False)
+    total = 0
+    for groups, length in zip(replies[0::2], replies[1::2], strict=True):
+        if isinstance(groups, (RedisConnectionError, RedisTimeoutError)):
+            raise groups
+        if isinstance(groups, Exception) or isinstance(length, Exception):
+            continue  # no outbox on this shard yet: nothing waits
+        info = next((g for g in groups if g["name"] in (OUTBOX_GROUP, OUTBOX_GROUP.encode())), None)
+        if info is None:  # no detector has run yet: every entry waits
+            total += int(length)
+        elif info.get("lag") is None:  # Redis cannot tell (entries deleted mid-stream)
+            total += int(length)  # an upper bound: acknowledged entries are trimmed each sweep
+        else:  # not yet read by any detector + read but not acknowledged
+            total += int(info["lag"]) + int(info["pending"])
+    return [({}, float(total))]
+
+
+def _number(value: float) -> str:
+    """Exact for integers of any size (``:g`` would print 1234567 as 1.23457e+06)."""
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
 def _line(name: str, labels: dict[str, str], value: float) -> str:
     text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
-    return f"{name}{{{text}}} {value:g}" if text else f"{name} {value:g}"
+    return f"{name}{{{text}}} {_number(value)}" if text else f"{name} {_number(value)}"
 
 
 async def render_metrics(st: AppState) -> str:

@@ -31,7 +31,14 @@ from relay.api.openapi_parts import (
     string_header,
 )
 from relay.api.openapi_parts import json_response as response
-from relay.api.openapi_schemas import DELIVERY_ID_PATTERN, SCHEMAS, ref
+from relay.api.openapi_schemas import (
+    BATCH_NAME_PATTERN,
+    DELIVERY_ID_PATTERN,
+    DELIVERY_STATUSES,
+    QUERY_TIME,
+    SCHEMAS,
+    ref,
+)
 
 V1 = "/api/v1"
 # Marks a DELETE after which the resource stays readable (documented in its description).
@@ -183,6 +190,44 @@ def _webhook_paths() -> dict[str, Any]:
                 params=[NAME, DELIVERY_ID],
             )
         },
+        f"{V1}/operational-webhook": {
+            "put": operation(
+                "putOperationalWebhook",
+                "Register or replace the account's operational webhook (and enable it again): "
+                "it receives the events webhook.disabled and delivery.failed.",
+                "webhooks",
+                {
+                    "200": response("OperationalWebhook", "Replaced."),
+                    "201": response("OperationalWebhook", "Created."),
+                    **errors(400, 401, 413, 415, 422),
+                },
+                body=json_body("WebhookRequest"),
+            ),
+            "get": operation(
+                "getOperationalWebhook",
+                "The account's operational webhook.",
+                "webhooks",
+                {"200": response("OperationalWebhook", "The webhook."), **errors(401, 404)},
+            ),
+            "delete": operation(
+                "deleteOperationalWebhook",
+                "Remove the operational webhook; its pending deliveries become canceled.",
+                "webhooks",
+                {
+                    "200": response("OperationalWebhook", "The removed webhook."),
+                    **errors(401, 404),
+                },
+            ),
+        },
+        f"{V1}/operational-webhook/deliveries": {
+            "get": operation(
+                "listOperationalDeliveries",
+                "The operational webhook's deliveries (one per event), newest first.",
+                "webhooks",
+                {"200": response("DeliveryList", "A page of deliveries."), **errors(401, 422)},
+                params=PAGE,
+            )
+        },
         f"{V1}/webhook-signing": {
             "get": operation(
                 "getSigningMaterial",
@@ -197,6 +242,60 @@ def _webhook_paths() -> dict[str, Any]:
                 "New secret and key pair; the previous ones keep signing for a grace period.",
                 "webhooks",
                 {"200": response("SigningMaterial", "The new material."), **errors(401)},
+            )
+        },
+    }
+
+
+def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "description": description,
+        "schema": schema,
+    }
+
+
+def _delivery_paths() -> dict[str, Any]:
+    search = [
+        _query(
+            "status",
+            "Only deliveries with this status.",
+            {"type": "string", "enum": DELIVERY_STATUSES},
+        ),
+        _query(
+            "batch_name",
+            "Only the deliveries of this batch.",
+            {"type": "string", "pattern": BATCH_NAME_PATTERN},
+        ),
+        _query("since", "Created at or after this time (RFC 3339).", QUERY_TIME),
+        _query("until", "Created before this time (RFC 3339).", QUERY_TIME),
+        *PAGE,
+    ]
+    return {
+        f"{V1}/deliveries": {
+            "get": operation(
+                "searchDeliveries",
+                "The account's deliveries across its batches, newest first, each with its "
+                "attempts; every filter is exact (indexed), a page costs O(page).",
+                "webhooks",
+                {"200": response("DeliveryList", "A page of deliveries."), **errors(401, 422)},
+                params=search,
+            )
+        },
+        f"{V1}/deliveries/recover": {
+            "post": operation(
+                "recoverDeliveries",
+                "Every failed (or canceled) delivery of the account created in [since, "
+                "until) due again now, same webhook-id, fresh retry schedule. Counts as one "
+                "manual retry against the account's retry rate limit.",
+                "webhooks",
+                {
+                    "202": response("Recovery", "Made due now.", rate_headers()),
+                    **errors(400, 401, 413, 415, 422),
+                },
+                body=json_body("RecoverRequest"),
             )
         },
     }
@@ -370,7 +469,13 @@ def document() -> dict[str, Any]:
             'Errors are {"error": {"type", "message"}}.',
         },
         "security": [{"bearerAuth": []}],
-        "paths": {**_document_paths(), **_batch_paths(), **_webhook_paths(), **_ops_paths()},
+        "paths": {
+            **_document_paths(),
+            **_batch_paths(),
+            **_webhook_paths(),
+            **_delivery_paths(),
+            **_ops_paths(),
+        },
         "webhooks": webhooks(),
         "components": {
             "securitySchemes": {

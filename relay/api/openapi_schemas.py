@@ -40,6 +40,8 @@ _TIME = {
     "pattern": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$",
 }
 _TIME_OR_NULL = {**_TIME, "type": ["string", "null"]}
+# A time the client sends: RFC 3339 with a zone, any precision (milliseconds count).
+QUERY_TIME: dict[str, Any] = {"type": "string", "format": "date-time"}
 _COUNT = {"type": "integer", "minimum": 0}
 
 _DOCUMENT_PROPS: dict[str, Any] = {
@@ -177,6 +179,15 @@ SCHEMAS: dict[str, Any] = {
             "updated_at": _TIME,
         }
     ),
+    "OperationalWebhook": _obj(
+        {
+            "url": {"type": "string"},
+            "disabled": {"type": "boolean"},
+            "disabled_reason": {"type": ["string", "null"]},
+            "created_at": _TIME,
+            "updated_at": _TIME,
+        }
+    ),
     "Attempt": _obj(
         {
             "number": {"type": "integer", "minimum": 1},
@@ -193,8 +204,15 @@ SCHEMAS: dict[str, Any] = {
     "Delivery": _obj(
         {
             "id": {"type": "string", "description": "The webhook-id header of every attempt."},
-            "batch_name": {"type": "string"},
-            "completion_seq": {"type": "integer", "minimum": 1},
+            "batch_name": {
+                "type": "string",
+                "description": "~ops for an operational event's delivery.",
+            },
+            "completion_seq": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "The batch's completion; 0 for an operational event.",
+            },
             "url": {"type": "string"},
             "status": {"type": "string", "enum": DELIVERY_STATUSES},
             "created_at": _TIME,
@@ -223,6 +241,31 @@ SCHEMAS: dict[str, Any] = {
                 **ref("BatchCompletedData"),
                 "description": "The batch, as GET /batches/{name} answered it then, plus "
                 "results_url.",
+            },
+        }
+    ),
+    "RecoverRequest": {
+        "type": "object",
+        "required": ["since"],
+        "properties": {
+            "since": {**QUERY_TIME, "description": "Deliveries created at or after (RFC 3339)."},
+            "until": {**QUERY_TIME, "description": "... and before (RFC 3339; default: now)."},
+            "status": {"type": "string", "enum": ["failed", "canceled"], "default": "failed"},
+        },
+        "additionalProperties": False,
+    },
+    "Recovery": _obj(
+        {
+            "recovered": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Deliveries made due now (same webhook-id, fresh schedule).",
+            },
+            "skipped": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Matching deliveries left as they were: their batch's webhook "
+                "was removed or is disabled (register it again, then recover).",
             },
         }
     ),

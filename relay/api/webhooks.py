@@ -12,6 +12,7 @@ from starlette.routing import BaseRoute, Route
 from relay import keys, queues
 from relay.api.access import authenticate
 from relay.api.bodies import json_response, read_json
+from relay.api.durable import replicated
 from relay.api.errors import NotFound, Unprocessable
 from relay.api.limits import RETRIES
 from relay.api.paging import decode_position, encode_position, page_params
@@ -20,8 +21,10 @@ from relay.api.state import AppState, state
 from relay.crypto import SigningMaterial
 from relay.delivery.ssrf import in_documented_form, vet_url
 from relay.exceptions import UnsafeTarget
+from relay.model import Webhook
 from relay.store import BatchRef
 from relay.timefmt import rfc3339
+from relay.webhook_store import ops_ref
 
 MAX_URL_CHARS = 2048
 
@@ -42,8 +45,8 @@ async def _wake(st: AppState, ref: BatchRef) -> None:
     await asyncio.to_thread(queues.wake, st.sync_redis, ref.shard, st.settings)
 
 
-async def put_webhook(request: Request) -> Response:
-    st, ref = await _batch(request)
+async def _callback_url(request: Request, st: AppState) -> str:
+    """The ``{"url": ...}`` of a registration, vetted as every callback URL is (422)."""
     body = await read_json(request)
     if not isinstance(body, dict) or set(body) != {"url"} or not isinstance(body["url"], str):
         raise Unprocessable('expected {"url": "https://..."}')
@@ -65,12 +68,19 @@ async def put_webhook(request: Request) -> Response:
             "not an IP address, and RFC 3986 characters (percent-encode any other)",
             error_type="invalid_webhook_url",
         )
+    return url
+
+
+async def put_webhook(request: Request) -> Response:
+    st, ref = await _batch(request)
+    url = await _callback_url(request, st)
     created, due = await st.webhooks.register(ref, url, st.settings.public_url)
     if due:
         await _wake(st, ref)
     hook = await st.webhooks.get(ref)
     if hook is None:  # removed between the two calls by a concurrent DELETE
         raise NotFound("the webhook was removed meanwhile")
+    await replicated(st.redis, st.settings, f"webhook of batch {ref.name!r}")
     return json_response(hook.to_json(), 201 if created else 200)
 
 
@@ -110,6 +120,56 @@ async def retry_delivery(request: Request) -> Response:
     delivery = await st.webhooks.retry(ref, request.path_params["id"])
     await _wake(st, ref)
     return json_response(delivery.to_json(), 202, headers=rate_headers)
+
+
+# -- the account's operational webhook (events about its webhooks; keys.OPS_BATCH) --------
+
+
+def _ops_json(hook: Webhook) -> dict[str, Any]:
+    shown = hook.to_json()
+    del shown["batch_name"]
+    return shown
+
+
+async def put_operational_webhook(request: Request) -> Response:
+    account = await authenticate(request)
+    st = state(request)
+    url = await _callback_url(request, st)
+    created = await st.webhooks.register_ops(account, url)
+    hook = await st.webhooks.get(ops_ref(account))
+    if hook is None:  # removed between the two calls by a concurrent DELETE
+        raise NotFound("the operational webhook was removed meanwhile")
+    return json_response(_ops_json(hook), 201 if created else 200)
+
+
+async def get_operational_webhook(request: Request) -> Response:
+    account = await authenticate(request)
+    hook = await state(request).webhooks.get(ops_ref(account))
+    if hook is None:
+        raise NotFound("no operational webhook is registered")
+    return json_response(_ops_json(hook))
+
+
+async def delete_operational_webhook(request: Request) -> Response:
+    account = await authenticate(request)
+    st = state(request)
+    ref = ops_ref(account)
+    hook = await st.webhooks.get(ref)
+    if hook is None or not await st.webhooks.delete(ref):
+        raise NotFound("no operational webhook is registered")
+    return json_response(_ops_json(hook))
+
+
+async def list_operational_deliveries(request: Request) -> Response:
+    account = await authenticate(request)
+    st = state(request)
+    cursor, limit = page_params(request)
+    found, next_start = await st.webhooks.deliveries(
+        ops_ref(account), start=decode_position(cursor), limit=limit
+    )
+    return json_response(
+        {"deliveries": [d.to_json() for d in found], "next_cursor": encode_position(next_start)}
+    )
 
 
 def _signing_json(materials: list[SigningMaterial], previous_until: int | None) -> dict[str, Any]:
@@ -157,6 +217,10 @@ routes: list[BaseRoute] = [
     Route("/batches/{name}/webhook", delete_webhook, methods=["DELETE"]),
     Route("/batches/{name}/webhook/deliveries", list_deliveries, methods=["GET"]),
     Route("/batches/{name}/webhook/deliveries/{id}/retry", retry_delivery, methods=["POST"]),
+    Route("/operational-webhook", put_operational_webhook, methods=["PUT"]),
+    Route("/operational-webhook", get_operational_webhook, methods=["GET"]),
+    Route("/operational-webhook", delete_operational_webhook, methods=["DELETE"]),
+    Route("/operational-webhook/deliveries", list_operational_deliveries, methods=["GET"]),
     Route("/webhook-signing", get_signing, methods=["GET"]),
     Route("/webhook-signing/rotate", rotate_signing, methods=["POST"]),
 ]

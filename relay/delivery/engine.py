@@ -2,7 +2,7 @@
 hold the others up.
 
 One engine per worker process that serves the delivery queue, started by the first delivery
-job (``relay.delivery.send.run_due``), which only wakes it: the engine claims due deliveries
+job (:func:`run_due`), which only wakes it: the engine claims due deliveries
 of the woken shards, and of every shard it finds due on its own once a second, whenever it
 has a free slot. So a delivery never waits for a job to finish, and a job never waits for a
 slow receiver.
@@ -19,9 +19,10 @@ Capacity (per process):
   the capacity, however many of them there are, and the other half keeps notifying the
   receivers that answer.
 
-A claimed delivery over its destination's share is handed back unattempted, due again in
-``RELEASE_DELAY_MS`` (``WebhookStore.release``). Claims are leases, as before: if this
-process dies, its deliveries are due again when their leases run out.
+A claimed delivery over its destination's share is handed back unattempted and due at once
+(``WebhookStore.release``), for another process with room for it; this engine claims again
+only after one of its own attempts has ended. Claims are leases, as before: if this process
+dies, its deliveries are due again when their leases run out.
 """
 
 from __future__ import annotations
@@ -32,20 +33,40 @@ import threading
 import time
 from collections import Counter, OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import Protocol
 from urllib.parse import urlsplit
 
+import redis
+
+from relay import keys
 from relay.crypto import SigningMaterial
+from relay.delivery.send import AttemptContext, attempt_once
+from relay.signing_keys import SigningKeys
 from relay.timefmt import now_ms
 from relay.webhook_store import ClaimedDelivery
 
-if TYPE_CHECKING:
-    from relay.worker_context import WorkerContext
+
+class EngineContext(AttemptContext, Protocol):
+    """What the engine works with besides what an attempt does (a ``WorkerContext``)."""
+
+    @property
+    def redis(self) -> redis.Redis: ...
+    @property
+    def signing(self) -> SigningKeys: ...
+
+
+class EngineHost(Protocol):
+    """What the delivery job needs: the process's Redis and its engine (a ``WorkerContext``)."""
+
+    @property
+    def redis(self) -> redis.Redis: ...
+    @property
+    def engine(self) -> Engine: ...
+
 
 log = logging.getLogger("relay.delivery")
 
 LEASE_MARGIN_MS = 5_000
-RELEASE_DELAY_MS = 1_000
 SCAN_INTERVAL = 1.0  # seconds between the engine's own scans for due shards
 MAX_SUSPECTS = 10_000  # destinations remembered as suspect (oldest forgotten first)
 # Errors that mean the destination did not answer at all.
@@ -115,7 +136,7 @@ class Slots:
 class Engine:
     """Claims due deliveries and sends them on a pool of threads (module docstring)."""
 
-    def __init__(self, ctx: WorkerContext) -> None:
+    def __init__(self, ctx: EngineContext) -> None:
         settings = ctx.settings
         self.ctx = ctx
         self.store = ctx.webhooks
@@ -127,6 +148,8 @@ class Engine:
         self._cond = threading.Condition()
         self._woken: set[int] = set()
         self._inflight = 0
+        self._ended = 0  # attempts ended so far: a blocked claim waits for this to move
+        self._blocked_at = -1  # ``_ended`` when every claim last went back unattempted
         self._claiming = False  # between taking the woken shards and starting their attempts
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="delivery-engine", daemon=True)
@@ -166,9 +189,17 @@ class Engine:
                 if self._stopping:
                     return
                 self._cond.wait_for(
-                    lambda: self._stopping or (self._woken and self.slots.free > 0),
+                    lambda: (
+                        self._stopping
+                        or (
+                            bool(self._woken)
+                            and self.slots.free > 0
+                            and self._ended != self._blocked_at
+                        )
+                    ),
                     timeout=max(0.0, min(next_scan, next_flush) - time.monotonic()),
                 )
+                self._blocked_at = -1
                 if self._stopping:
                     return
                 woken, self._woken = self._woken, set()
@@ -182,9 +213,13 @@ class Engine:
                     woken.update(self.store.due_shards())
                     next_scan = now + SCAN_INTERVAL
                 for shard in sorted(woken):
-                    if not self._claim_and_send(shard):  # out of slots: look again later
+                    ended = self._ended
+                    outcome = self._claim_and_send(shard)
+                    if outcome != "drained":  # out of slots, or its destinations are full
                         with self._cond:
                             self._woken.add(shard)
+                    if outcome == "blocked":
+                        self._blocked_at = ended
                 backoff = 0.1
             except Exception as exc:  # Redis away (or full): the leases keep everything safe
                 log.warning("delivery engine: %s; trying again in %.1fs", exc, backoff)
@@ -196,33 +231,36 @@ class Engine:
                 with self._cond:
                     self._claiming = False
 
-    def _claim_and_send(self, shard: int) -> bool:
-        """Claim and start what the free slots allow; False when slots ran out first."""
+    def _claim_and_send(self, shard: int) -> str:
+        """Claim and start what the free slots allow. Returns ``drained`` (nothing more due in
+        the shard), ``full`` (no free slot) or ``blocked`` (what was claimed went back: its
+        destinations have their share in flight)."""
         while not self._stopping:
             free = self.slots.free
             if free <= 0:
-                return False
-            claimed = self.store.claim(
-                shard, limit=min(free, self.batch), lease_ms=self.lease_ms, token=self.token
-            )
+                return "full"
+            limit = min(free, self.batch)
+            claimed = self.store.claim(shard, limit=limit, lease_ms=self.lease_ms, token=self.token)
             if not claimed:
-                return True
+                return "drained"
             materials = self.ctx.signing.for_accounts(self.ctx.redis, {d.account for d in claimed})
+            back = []
             for d in claimed:
                 dest = destination(d.url)
                 if not self.slots.take(dest):
-                    self.store.release(d, self.token, now_ms() + RELEASE_DELAY_MS)
+                    back.append(d)
                     continue
                 with self._cond:
                     self._inflight += 1
                 self._pool.submit(self._attempt, d, materials[d.account], dest)
-            if len(claimed) < min(free, self.batch):
-                return True
-        return True
+            if back:
+                self.store.release_all(back, self.token, now_ms())
+                return "blocked"
+            if len(claimed) < limit:
+                return "drained"
+        return "full"
 
     def _attempt(self, d: ClaimedDelivery, materials: list[SigningMaterial], dest: str) -> None:
-        from relay.delivery.send import attempt_once
-
         answered: bool | None = None
         try:
             error = attempt_once(self.ctx, d, self.token, materials)
@@ -233,4 +271,13 @@ class Engine:
             self.slots.give_back(dest, answered)
             with self._cond:
                 self._inflight -= 1
+                self._ended += 1
                 self._cond.notify_all()
+
+
+def run_due(ctx: EngineHost, shard: int) -> str:
+    """RQ job of the delivery queue: wake this process's engine for the shard's due
+    deliveries (the engine runs the attempts; this job never waits for a receiver)."""
+    ctx.redis.delete(keys.wake(shard))
+    ctx.engine.wake(shard)
+    return "engine woken"

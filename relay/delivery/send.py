@@ -1,10 +1,9 @@
-"""One delivery attempt, and the delivery job that wakes the engine.
+"""One delivery attempt.
 
 :func:`attempt_once` signs and POSTs one claimed delivery through the process's pinned,
 vetted client, within a wall-clock deadline of ``RELAY_DELIVERY_TIMEOUT`` from connect to the
 last byte read (``relay.delivery.deadline``), and records the attempt and the delivery's next
-state in one script. :func:`run_due` is the RQ job of the delivery queue: a wake-up for the
-worker's :class:`relay.delivery.engine.Engine`, which runs the attempts.
+state in one script. The worker's :class:`relay.delivery.engine.Engine` runs the attempts.
 """
 
 from __future__ import annotations
@@ -12,11 +11,11 @@ from __future__ import annotations
 import logging
 import time
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import httpx
 
-from relay import keys
+from relay.config import Settings
 from relay.crypto import SigningMaterial
 from relay.delivery import schedule
 from relay.delivery.deadline import attempt_deadline
@@ -24,12 +23,27 @@ from relay.delivery.signing import build_headers
 from relay.delivery.ssrf import TargetPolicy, TargetUrl, classify_error, validate_url
 from relay.delivery.transport import USER_AGENT
 from relay.exceptions import UnsafeTarget
+from relay.logs import fields, url_host
+from relay.metrics import Metrics
 from relay.model import Attempt
 from relay.timefmt import now_ms
-from relay.webhook_store import ClaimedDelivery
+from relay.webhook_store import ClaimedDelivery, WebhookStore
 
-if TYPE_CHECKING:
-    from relay.worker_context import WorkerContext
+
+class AttemptContext(Protocol):
+    """What one attempt works with (a worker's ``WorkerContext`` is one)."""
+
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def http(self) -> httpx.Client: ...
+    @property
+    def policy(self) -> TargetPolicy: ...
+    @property
+    def webhooks(self) -> WebhookStore: ...
+    @property
+    def metrics(self) -> Metrics: ...
+
 
 log = logging.getLogger("relay.delivery")
 
@@ -60,7 +74,7 @@ def _read_excerpt(response: httpx.Response) -> str:
 
 
 def attempt_once(
-    ctx: WorkerContext, d: ClaimedDelivery, token: str, materials: list[SigningMaterial]
+    ctx: AttemptContext, d: ClaimedDelivery, token: str, materials: list[SigningMaterial]
 ) -> str | None:
     """Make one attempt of one claimed delivery and record it. Returns the attempt's error
     kind (None when the receiver accepted it)."""
@@ -115,11 +129,19 @@ def attempt_once(
     if decision.outcome == schedule.SUCCEEDED:
         ctx.metrics.delivered(d.completed_ms, now_ms())
     ctx.metrics.attempted(decision.outcome, duration_ms)
+    log.log(
+        logging.INFO if error is None else logging.WARNING,
+        "delivery attempt",
+        extra=fields(
+            delivery_id=d.id,
+            account=d.account,
+            batch=d.batch,
+            attempt=d.number,
+            host=url_host(d.url),  # never the path or query: they may carry a token
+            outcome=decision.outcome,
+            status_code=status_code,
+            duration_ms=round(duration_ms, 1),
+            error=error,
+        ),
+    )
     return error
-
-
-def run_due(ctx: WorkerContext, shard: int) -> str:
-    """RQ job: wake this process's delivery engine for the shard's due deliveries."""
-    ctx.redis.delete(keys.wake(shard))
-    ctx.engine.wake(shard)
-    return "engine woken"

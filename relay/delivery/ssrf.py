@@ -181,10 +181,10 @@ def validate_url(url: str, policy: TargetPolicy) -> TargetUrl:
         raise UnsafeTarget("syntax", f"the callback URL does not parse: {exc}") from None
     scheme = parts.scheme.lower()
     if scheme != "https" and not (scheme == "http" and policy.allow_http):
+        allowed = "https:// or http://" if policy.allow_http else "https://"
+        given = f"{scheme}://" if scheme else "no scheme"
         hint = " (RELAY_ALLOW_HTTP_TARGETS=true allows http:// for local work)" * (scheme == "http")
-        raise UnsafeTarget(
-            "scheme", f"the callback URL must use https://, not {scheme or 'no'} scheme{hint}"
-        )
+        raise UnsafeTarget("scheme", f"the callback URL must use {allowed}, not {given}{hint}")
     if "#" in url:
         raise UnsafeTarget(
             "fragment",

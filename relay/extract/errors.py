@@ -35,7 +35,36 @@ an API error or a configuration problem.
 
 from __future__ import annotations
 
-__all__ = ["ExtractionError", "shorten"]
+__all__ = ["CODES", "ExtractionError", "shorten"]
+
+# Every ``processing_error.code`` relay itself produces, and when: the default extractor's,
+# the bounded run's, a plug-in's failure, and the lost worker's. README.md's table of codes
+# must list exactly these (tests/test_readme.py); a plug-in extractor may add its own.
+CODES: dict[str, str] = {
+    "unsupported_format": "not CSV, TSV, JSON, PDF or a PNG, JPEG, TIFF or WebP image "
+    "(or binary data declared as text)",
+    "empty_document": "nothing to read: no bytes, no header, or a header with no rows",
+    "invalid_csv": "CSV or TSV that cannot be parsed",
+    "invalid_json": "JSON that does not parse, or is not a list of objects or "
+    '`{"line_items": [...]}`',
+    "invalid_pdf": "bytes that cannot be opened as a PDF",
+    "invalid_image": "bytes declared or recognised as an image that cannot be decoded",
+    "image_too_large": "an image (all pages of a TIFF together) or a scanned page of more "
+    "than `RELAY_MAX_IMAGE_PIXELS` pixels",
+    "no_table_found": "a readable PDF or image with no table in it",
+    "ocr_unavailable": "the Tesseract OCR engine is not installed on the worker",
+    "too_deeply_nested": "JSON nested deeper than `RELAY_EXTRACT_MAX_DEPTH` levels",
+    "result_too_large": "the rows exceed `RELAY_MAX_RESULT_BYTES` bytes of JSON",
+    "extraction_timeout": "the extraction took longer than `RELAY_EXTRACT_TIMEOUT` (it is killed)",
+    "extraction_memory": "the extraction needed more memory than `RELAY_EXTRACT_MEMORY`",
+    "extraction_crashed": "the extraction process died without answering",
+    "extraction_error": "the extractor failed otherwise: OCR failed, or a plug-in extractor "
+    "raised an exception that is not an `ExtractionError`",
+    "blob_missing": "the uploaded bytes were gone when a worker came to the document (e.g. "
+    "its `RELAY_BLOB_DIR` file was removed, or the directory is not shared with the worker)",
+    "worker_lost": "the worker holding the document was lost 3 times "
+    "(`RELAY_MAX_DOCUMENT_ATTEMPTS`; its lease expired each time)",
+}
 
 
 class ExtractionError(Exception):

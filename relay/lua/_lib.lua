@@ -18,6 +18,41 @@ local function key_finished(p) return p .. 'finished' end
 local function finished_member(account, name) return account .. ':' .. name end
 local function key_purge_docs(p, token) return p .. 'purge:' .. token .. ':docs' end
 local function key_purge_deliveries(p, token) return p .. 'purge:' .. token .. ':deliveries' end
+-- Delivery indexes (relay.keys: account_deliveries, status_deliveries,
+-- account_status_deliveries), each a sorted set scored by the delivery's created_at.
+local function key_account_deliveries(p, account)
+  return p .. 'account:' .. account .. ':deliveries'
+end
+local function key_status_deliveries(p, status) return p .. 'deliveries:' .. status end
+local function key_account_status_deliveries(p, account, status)
+  return key_account_deliveries(p, account) .. ':' .. status
+end
+-- The shard prefix back from a delivery key (keys.delivery = p .. 'delivery:' .. id).
+local function delivery_prefix(delivery_key, id)
+  return string.sub(delivery_key, 1, #delivery_key - #('delivery:' .. id))
+end
+-- Keep a delivery's index entries true when its status goes `from` -> `to` (O(1) each):
+-- `from` '' for a new delivery (also enters the account's index), `to` '' for a purged one
+-- (also leaves it). Call it in the script that changes the status, with the old status.
+local function index_delivery(p, id, from, to)
+  local d = redis.call('HMGET', key_delivery(p, id), 'account', 'created_at')
+  local account, created = d[1], d[2]
+  if not account then
+    return
+  end
+  if from and from ~= '' then
+    redis.call('ZREM', key_status_deliveries(p, from), id)
+    redis.call('ZREM', key_account_status_deliveries(p, account, from), id)
+  else
+    redis.call('ZADD', key_account_deliveries(p, account), created, id)
+  end
+  if to and to ~= '' then
+    redis.call('ZADD', key_status_deliveries(p, to), created, id)
+    redis.call('ZADD', key_account_status_deliveries(p, account, to), created, id)
+  else
+    redis.call('ZREM', key_account_deliveries(p, account), id)
+  end
+end
 -- The shard prefix back from a batch key (keys.batch = p .. 'batch:' .. account .. ':' .. name),
 -- for scripts that get the batch in KEYS but no prefix in ARGV.
 local function batch_prefix(batch_key, account, name)
@@ -87,4 +122,22 @@ local function release_charge(doc_key, pending_key)
       redis.call('DEL', pending_key)
     end
   end
+end
+
+-- Operational events (docs/decisions.md, "Auto-disable and operational events") -------------
+
+-- The reserved pseudo-batch that holds an account's operational webhook and its deliveries
+-- (relay.keys.OPS_BATCH): no batch name can start with '~'.
+local OPS_BATCH = '~ops'
+
+-- Append an operational event (kind 'webhook.disabled' | 'delivery.failed') to the shard's
+-- outbox; the detector turns it into a delivery to the account's operational webhook. The
+-- operational webhook's own deliveries make no events (no loops). `fields` are name, value
+-- pairs of the event's data.
+local function emit_event(outbox_key, kind, account, batch, now, fields)
+  if batch == OPS_BATCH then
+    return
+  end
+  redis.call('XADD', outbox_key, 'MAXLEN', '~', '100000', '*', 'kind', kind,
+             'account', account, 'batch', batch, 'at', now, unpack(fields))
 end

@@ -12,6 +12,7 @@ if w[2] and w[2] ~= '' then
     redis.call('HSET', dk, 'status', 'canceled', 'next_attempt_at', '', 'lease', '',
                'updated_at', ARGV[1])
     redis.call('ZREM', KEYS[2], w[2])
+    index_delivery(ARGV[2], w[2], 'pending', 'canceled')  -- the delivery indexes
   end
 end
 redis.call('DEL', KEYS[1])

@@ -22,6 +22,7 @@ for _, id in ipairs(ids) do
       redis.call('HSET', dk, 'status', 'canceled', 'next_attempt_at', '', 'lease', '',
                  'updated_at', ARGV[1])
       redis.call('ZREM', KEYS[1], id)
+      index_delivery(ARGV[5], id, 'pending', 'canceled')  -- the delivery indexes
     else
       local done = tonumber(redis.call('HGET', dk, 'attempt_count') or
                             redis.call('LLEN', key_delivery_attempts(ARGV[5], id)))

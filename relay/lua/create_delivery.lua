@@ -4,7 +4,10 @@
 --       6 new delivery
 -- ARGV: 1 new delivery id, 2 account, 3 batch name, 4 completion_seq, 5 now (ms),
 --       6 body (exact JSON bytes), 7 the shard's key prefix (the older delivery),
---       8 the batch's completed_at (ms) for this completion
+--       8 the batch's completed_at (ms) for this completion,
+--       9 'event' for an operational event's delivery (ARGV[3] is then relay.keys.OPS_BATCH
+--         and ARGV[4] the event's id): it supersedes nothing and is not the webhook's
+--         `pending` one (every event is delivered), and its seq is 0
 -- Returns: {1, id} created; {0, id} already exists for this seq; {0, ''} no usable webhook.
 local existing = redis.call('HGET', KEYS[2], ARGV[4])
 if existing then
@@ -14,13 +17,15 @@ local w = redis.call('HMGET', KEYS[1], 'url', 'disabled', 'pending')
 if not w[1] or w[2] == '1' then
   return {0, ''}
 end
-if w[3] and w[3] ~= '' then
+local event = ARGV[9] == 'event'
+if not event and w[3] and w[3] ~= '' then
   local older = key_delivery(ARGV[7], w[3])
   local o = redis.call('HMGET', older, 'status', 'seq')
   if o[1] == 'pending' and tonumber(o[2]) < tonumber(ARGV[4]) then
     redis.call('HSET', older, 'status', 'superseded', 'next_attempt_at', '', 'lease', '',
                'updated_at', ARGV[5])
     redis.call('ZREM', KEYS[4], w[3])
+    index_delivery(ARGV[7], w[3], 'pending', 'superseded')  -- the delivery indexes
   end
 end
 redis.call('HSET', KEYS[6], 'id', ARGV[1], 'account', ARGV[2], 'batch', ARGV[3],
@@ -28,8 +33,13 @@ redis.call('HSET', KEYS[6], 'id', ARGV[1], 'account', ARGV[2], 'batch', ARGV[3],
            'updated_at', ARGV[5], 'next_attempt_at', ARGV[5], 'lease', '', 'round_start', 0,
            'body', ARGV[6], 'completed_at', ARGV[8])
 redis.call('HSET', KEYS[2], ARGV[4], ARGV[1])
-redis.call('HSET', KEYS[1], 'pending', ARGV[1])
+if event then
+  redis.call('HSET', KEYS[6], 'seq', 0, 'event', ARGV[4])
+else
+  redis.call('HSET', KEYS[1], 'pending', ARGV[1])
+end
 redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
 redis.call('ZADD', KEYS[5], ARGV[5], ARGV[1])
 redis.call('ZADD', KEYS[4], ARGV[5], ARGV[1])
+index_delivery(ARGV[7], ARGV[1], '', 'pending')  -- the delivery indexes
 return {1, ARGV[1]}

@@ -106,6 +106,7 @@ local left = step - #ids
 if left > 0 then
   local dlvs = redis.call('ZRANGE', dlv_key, 0, left - 1)
   for _, id in ipairs(dlvs) do
+    index_delivery(p, id, redis.call('HGET', key_delivery(p, id), 'status'), '')  -- indexes
     redis.call('UNLINK', key_delivery(p, id), key_delivery_attempts(p, id))
     redis.call('ZREM', KEYS[3], id)
     redis.call('ZREM', KEYS[5], id)

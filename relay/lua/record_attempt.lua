@@ -1,8 +1,9 @@
 -- Record one delivery attempt and move the delivery on.
--- KEYS: 1 delivery, 2 delivery attempts, 3 due, 4 webhook
+-- KEYS: 1 delivery, 2 delivery attempts, 3 due, 4 webhook, 5 outbox (operational events)
 -- ARGV: 1 id, 2 lease token, 3 now (ms), 4 outcome: 'succeeded' | 'retry' | 'failed' | 'gone',
 --       5 next attempt (ms, for 'retry'), 6 attempt JSON, 7 reason (for 'gone'),
---       8 attempts kept (0: all)
+--       8 attempts kept (0: all), 9 RELAY_DISABLE_AFTER (ms, 0: never), 10 the store's
+--       clock (ms: failing since, and the disable decision), 11 reason (auto-disable)
 -- The attempt is always appended: it happened. The delivery moves on only while this
 -- worker still holds its lease (a late answer after the lease passed on changes nothing
 -- but the record). Returns 1 when the delivery moved on, 0 otherwise.
@@ -26,6 +27,33 @@ if d[1] ~= 'pending' or d[2] ~= ARGV[2] then
 end
 local outcome = ARGV[4]
 redis.call('HSET', KEYS[1], 'lease', '', 'updated_at', ARGV[3])
+
+-- Auto-disable (RELAY_DISABLE_AFTER): the webhook's `failing_since` is set by its first failed
+-- attempt after a success or a registration, cleared by a success. A failed attempt that
+-- many ms after it disables the webhook: a retry becomes `canceled` (attempts stop).
+-- A 410 disables at once. The events go out at the end of the script.
+local hook = redis.call('HMGET', KEYS[4], 'url', 'disabled', 'failing_since')
+local disable = nil
+if hook[1] and hook[2] ~= '1' then
+  local clock = tonumber(ARGV[10] or ARGV[3])
+  if outcome == 'succeeded' then
+    redis.call('HSET', KEYS[4], 'failing_since', '')
+  elseif outcome == 'gone' then
+    disable = ARGV[7]
+  else
+    local since = tonumber(hook[3] or '')
+    local after = tonumber(ARGV[9] or '0')
+    if not since then
+      redis.call('HSET', KEYS[4], 'failing_since', clock)
+    elseif after > 0 and clock - since >= after then
+      disable = ARGV[11]
+      if outcome == 'retry' then
+        outcome = 'canceled'
+      end
+    end
+  end
+end
+-- (end of auto-disable)
 if outcome == 'retry' then
   redis.call('HSET', KEYS[1], 'next_attempt_at', ARGV[5])
   redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
@@ -42,7 +70,29 @@ elseif outcome == 'gone' then
   redis.call('HSET', KEYS[1], 'status', 'failed')
   redis.call('HSET', KEYS[4], 'disabled', '1', 'disabled_reason', ARGV[7],
              'updated_at', ARGV[3])
+elseif outcome == 'canceled' then
+  redis.call('HSET', KEYS[1], 'status', 'canceled')
 else
   redis.call('HSET', KEYS[1], 'status', 'failed')
+end
+-- The delivery indexes: pending -> the status it ended in.
+index_delivery(delivery_prefix(KEYS[1], ARGV[1]), ARGV[1], 'pending',
+               redis.call('HGET', KEYS[1], 'status'))
+
+-- Operational events (emit_event in _lib.lua; none about the operational webhook's own).
+local dv = redis.call('HMGET', KEYS[1], 'account', 'batch', 'url', 'attempt_count')
+if disable then
+  redis.call('HSET', KEYS[4], 'disabled', '1', 'disabled_reason', disable,
+             'updated_at', ARGV[3])
+  emit_event(KEYS[5], 'webhook.disabled', dv[1], dv[2], ARGV[10] or ARGV[3],
+             {'url', hook[1], 'reason', disable})
+end
+if outcome == 'failed' then
+  local a = cjson.decode(ARGV[6])
+  local code = type(a.status_code) == 'number' and string.format('%d', a.status_code) or ''
+  local err = type(a.error) == 'string' and a.error or ''
+  emit_event(KEYS[5], 'delivery.failed', dv[1], dv[2], ARGV[10] or ARGV[3],
+             {'id', ARGV[1], 'url', dv[3], 'attempts', dv[4], 'error', err,
+              'status_code', code})
 end
 return 1

@@ -14,7 +14,7 @@ if redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('HSET', KEYS[2], 'created_at', ARGV[2], 'pending', '')
 end
 redis.call('HSET', KEYS[2], 'url', ARGV[1], 'updated_at', ARGV[2], 'disabled', '0',
-           'disabled_reason', '')
+           'disabled_reason', '', 'failing_since', '')
 local seq = 0
 if b[2] and b[2] ~= '' then
   seq = tonumber(b[3] or '0')

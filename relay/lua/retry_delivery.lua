@@ -22,6 +22,9 @@ if d[1] ~= 'pending' then
              'round_start', redis.call('HGET', KEYS[1], 'attempt_count') or
                             redis.call('LLEN', KEYS[4]))
 end
+if d[1] ~= 'pending' then  -- the delivery indexes
+  index_delivery(delivery_prefix(KEYS[1], ARGV[1]), ARGV[1], d[1], 'pending')
+end
 redis.call('HSET', KEYS[1], 'next_attempt_at', ARGV[2], 'updated_at', ARGV[2])
 redis.call('HSET', KEYS[3], 'pending', ARGV[1])
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])

@@ -47,7 +47,8 @@ def _done(api: Api, batch: str) -> bool:
 
 def test_hostile_documents_fail_with_their_codes_and_the_worker_goes_on(stack: Stack) -> None:
     stack.env["RELAY_EXTRACTOR"] = "tests.hostile_extractors:hostile"
-    stack.env["RELAY_EXTRACT_TIMEOUT"] = "8"  # the bomb takes ~1-2 s to hit the limit
+    stack.env["RELAY_EXTRACT_TIMEOUT"] = "8"  # the bomb takes ~1-2 s to hit the limit below
+    stack.env["RELAY_EXTRACT_MEMORY"] = str(512 << 20)  # CSV and PDF need far less than 1 GiB
     stack.api()
     worker = stack.worker()
     stack.detector()

@@ -1,0 +1,58 @@
+"""What an acknowledged write means: with ``RELAY_REDIS_WAIT_REPLICAS`` > 0 the API answers an
+upload, a process request or a webhook registration only once that many replicas have it, or
+once ``RELAY_REDIS_WAIT_TIMEOUT_MS`` has passed (then it answers anyway, logs a warning and
+counts ``relay_replica_wait_timeouts_total``): availability first, and a measure of how often
+an acknowledged write was on the primary alone (docs/decisions.md, "Durability across a
+failover").
+
+Redis ``WAIT`` counts the replicas that have the writes *of the connection it is sent on*; the
+request's writes went out on whatever pooled connections (and RQ's enqueue on another client).
+So the wait rides on a marker write of its own, sent with ``WAIT`` on one connection: Redis
+replicates one ordered stream, so a replica that acknowledged the marker has every write that
+finished before it, the request's included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import redis.asyncio
+from redis.exceptions import RedisError
+
+from relay import keys
+from relay.config import Settings
+
+log = logging.getLogger("relay.api")
+
+WAITS = "relay_replica_waits_total|"
+TIMEOUTS = "relay_replica_wait_timeouts_total|"
+
+
+async def replicated(client: redis.asyncio.Redis, settings: Settings, what: str) -> bool:
+    """Wait until the configured number of replicas have every write made so far; True when
+    they do (or none is asked for), False when the wait timed out or could not be made."""
+    wanted = settings.redis_wait_replicas
+    if wanted <= 0:
+        return True
+    try:
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.hincrby(keys.metrics(), WAITS, 1)
+            pipe.execute_command("WAIT", wanted, settings.redis_wait_timeout_ms)
+            _, acked = await pipe.execute()
+    except RedisError as exc:
+        # The write itself was acknowledged by the primary; only its replication is unknown.
+        log.warning("%s: could not wait for %d replica(s): %s", what, wanted, exc)
+        return False
+    if int(acked) >= wanted:
+        return True
+    log.warning(
+        "%s: acknowledged with %d of %d replica(s) after %d ms (a failover now could lose it)",
+        what,
+        acked,
+        wanted,
+        settings.redis_wait_timeout_ms,
+    )
+    with contextlib.suppress(RedisError):  # the warning above tells all the same
+        await client.hincrby(keys.metrics(), TIMEOUTS, 1)
+    return False

@@ -1,0 +1,284 @@
+"""Everything the console reads and changes, and the only place it touches state.
+
+The console is another edge over the same domain queries as ``GET /deliveries``; its pages
+call :class:`ConsoleQueries` and nothing else. The Deliveries page and recovery are the
+store's exact, indexed search and its chunked recovery (``relay.search``), the same as
+``GET /deliveries`` and ``POST /deliveries/recover``. The overview and the webhooks page read
+the newest deliveries of every shard (at most ``_SCAN_CAP``), until webhooks have an index
+of their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from dataclasses import dataclass, field
+
+import redis
+import redis.asyncio
+
+from relay import keys, queues
+from relay.config import Settings
+from relay.model import Attempt, Delivery, DeliveryStatus, Webhook
+from relay.store import BatchRef
+from relay.timefmt import now_ms
+from relay.webhook_store import AsyncWebhookStore
+
+DAY_MS = 86_400_000
+HOUR_MS = 3_600_000
+# The overview and the webhooks page look at no more than this many of the newest deliveries.
+_SCAN_CAP = 20_000
+_CHUNK = 200
+
+
+@dataclass(frozen=True)
+class DeliveryFilter:
+    status: str = ""
+    account: str = ""
+    batch: str = ""
+    since_ms: int = 0
+    until_ms: int = 0  # 0: no upper bound
+
+
+@dataclass
+class WebhookRow:
+    account: str
+    batch: str
+    webhook: Webhook
+    failed: int = 0  # deliveries failed in the last 24 h
+    succeeded: int = 0
+    last_error: str = ""
+    last_status_code: int | None = None
+
+
+@dataclass
+class Overview:
+    since_ms: int
+    now_ms: int
+    # attempts of the last 24 h per hour (oldest first): {outcome: count}
+    hourly: list[Counter[str]]
+    by_outcome: Counter[str]
+    lag_p50: float | None
+    lag_p99: float | None
+    lag_samples: int
+    due_backlog: int
+    oldest_due_age_s: float | None
+    totals: dict[str, int] = field(default_factory=dict)  # the metrics hash, since start
+    failing: list[WebhookRow] = field(default_factory=list)
+
+
+def outcome_of(attempt: Attempt) -> str:
+    """``succeeded`` (2xx), ``rejected`` (another status) or ``error`` (no answer)."""
+    if attempt.status_code is None:
+        return "error"
+    return "succeeded" if 200 <= attempt.status_code < 300 else "rejected"
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+class ConsoleQueries:
+    """The console's reads and actions over the state layer (``AsyncWebhookStore``)."""
+
+    def __init__(
+        self,
+        store: AsyncWebhookStore,
+        client: redis.asyncio.Redis,
+        sync: redis.Redis,
+        settings: Settings,
+    ) -> None:
+        self.store = store
+        self.redis = client
+        self.sync = sync
+        self.settings = settings
+
+    # -- deliveries ---------------------------------------------------------------------
+
+    async def _ids(self, since_ms: int, until_ms: int) -> list[tuple[int, str]]:
+        # The shard-wide creation index, every shard, newest first.
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for s in range(keys.SHARDS):
+                pipe.zrevrangebyscore(
+                    keys.shard_deliveries(s),
+                    until_ms or "+inf",
+                    since_ms,
+                    start=0,
+                    num=_SCAN_CAP,
+                    withscores=True,
+                )
+            per_shard = await pipe.execute()
+        rows = [(int(score), raw.decode()) for rows in per_shard for raw, score in rows]
+        rows.sort(reverse=True)
+        return rows[:_SCAN_CAP]
+
+    async def _hashes(self, ids: list[str]) -> list[tuple[dict[bytes, bytes], list[bytes]]]:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for ident in ids:
+                shard = keys.shard_of_id("msg", ident) or 0
+                pipe.hgetall(keys.delivery(shard, ident))
+                pipe.lrange(keys.delivery_attempts(shard, ident), 0, -1)
+            replies = await pipe.execute()
+        return list(zip(replies[::2], replies[1::2], strict=True))
+
+    async def search(
+        self, f: DeliveryFilter, limit: int, cursor: str = ""
+    ) -> tuple[list[Delivery], str | None]:
+        """Deliveries matching ``f``, newest first; ``limit`` per page and the next page's
+        cursor (None on the last page): the exact, indexed query of ``GET /deliveries``.
+        Raises ValueError for a batch without its account, InvalidCursor for a bad cursor."""
+        if f.batch and not f.account:
+            raise ValueError("a batch is named within its account: give the account too")
+        return await self.store.search(
+            account=f.account or None,
+            status=f.status or None,
+            batch=f.batch or None,
+            since_ms=f.since_ms or None,
+            until_ms=f.until_ms or None,
+            limit=limit,
+            cursor=cursor or None,
+        )
+
+    async def delivery(self, delivery_id: str) -> Delivery | None:
+        shard = keys.shard_of_id("msg", delivery_id)
+        if shard is None:
+            return None
+        (h, attempts), *_ = await self._hashes([delivery_id])
+        return Delivery.from_hash(h, attempts) if h else None
+
+    async def retry(self, delivery_id: str) -> Delivery:
+        """Deliver again now (same webhook-id) and wake a delivery worker. Raises
+        DeliveryNotFound, NotRetryable."""
+        delivery = await self.store.retry_any(delivery_id)
+        await self._wake(BatchRef(delivery.account, delivery.batch_name).shard)
+        return delivery
+
+    async def recover(self, f: DeliveryFilter) -> int:
+        """Make every delivery matching ``f`` (status failed or canceled) due again now, in
+        the store's chunked server-side recovery; the number made due."""
+        result = await self.store.recover(
+            status=f.status or DeliveryStatus.FAILED,
+            since_ms=f.since_ms,
+            until_ms=f.until_ms or None,
+            account=f.account or None,
+        )
+        for shard in sorted(result.shards):
+            await self._wake(shard)
+        return result.recovered
+
+    async def _wake(self, shard: int) -> None:
+        await asyncio.to_thread(queues.wake, self.sync, shard, self.settings)
+
+    # -- webhooks -----------------------------------------------------------------------
+
+    async def webhooks(self, now: int | None = None) -> list[WebhookRow]:
+        """The webhooks of the batches with deliveries, disabled ones first, then the most
+        failing of the last 24 h.
+
+        The batches come from the newest deliveries until webhooks have an index of their own.
+        """
+        now = now or now_ms()
+        ids = await self._ids(0, 0)
+        rows: dict[tuple[str, str], WebhookRow] = {}
+        order: list[tuple[str, str]] = []
+        hashes: list[tuple[dict[bytes, bytes], list[bytes]]] = []
+        for start in range(0, len(ids), _CHUNK):
+            hashes += await self._hashes([i for _, i in ids[start : start + _CHUNK]])
+        seen: dict[tuple[str, str], list[Delivery]] = {}
+        for h, attempts in hashes:
+            if not h:
+                continue
+            d = Delivery.from_hash(h, attempts)
+            key = (d.account, d.batch_name)
+            if key not in seen:
+                seen[key] = []
+                order.append(key)
+            if d.created_at >= now - DAY_MS:
+                seen[key].append(d)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for account, batch in order:
+                ref = BatchRef(account, batch)
+                pipe.hgetall(keys.webhook(ref.shard, account, batch))
+            replies = await pipe.execute()
+        for (account, batch), h in zip(order, replies, strict=True):
+            if not h:
+                continue
+            row = WebhookRow(account, batch, Webhook.from_hash(batch, h))
+            for d in seen[(account, batch)]:
+                if d.status == DeliveryStatus.FAILED:
+                    row.failed += 1
+                elif d.status == DeliveryStatus.SUCCEEDED:
+                    row.succeeded += 1
+            last = [a for d in seen[(account, batch)] for a in d.attempts]
+            if last:
+                latest = max(last, key=lambda a: a.at)
+                if outcome_of(latest) != "succeeded":
+                    row.last_error = latest.error or f"HTTP {latest.status_code}"
+                    row.last_status_code = latest.status_code
+            rows[(account, batch)] = row
+        return sorted(
+            rows.values(),
+            key=lambda r: (not r.webhook.disabled, -r.failed, r.account, r.batch),
+        )
+
+    async def set_disabled(
+        self, account: str, batch: str, disabled: bool, reason: str = ""
+    ) -> None:
+        """Disable (pending delivery canceled) or enable a webhook. Raises WebhookNotFound."""
+        await self.store.set_disabled(BatchRef(account, batch), disabled, reason)
+
+    # -- overview -----------------------------------------------------------------------
+
+    async def overview(self, now: int | None = None) -> Overview:
+        """The last 24 h: attempts by outcome (per hour), notification lag p50/p99, the
+        backlog of due deliveries, the failing webhooks."""
+        now = now or now_ms()
+        since = now - DAY_MS
+        hourly: list[Counter[str]] = [Counter() for _ in range(24)]
+        by_outcome: Counter[str] = Counter()
+        lags: list[float] = []
+        ids = await self._ids(since - DAY_MS, 0)  # attempts of older deliveries count too
+        for start in range(0, len(ids), _CHUNK):
+            for h, attempts in await self._hashes([i for _, i in ids[start : start + _CHUNK]]):
+                if not h:
+                    continue
+                for raw in attempts:
+                    a = Attempt.from_json(raw)
+                    if a.at < since or a.at > now:
+                        continue
+                    outcome = outcome_of(a)
+                    by_outcome[outcome] += 1
+                    hourly[min(23, (a.at - since) // HOUR_MS)][outcome] += 1
+                done, ok = h.get(b"completed_at"), h.get(b"succeeded_at")
+                if done and ok and int(ok) >= since:
+                    lags.append(max(0.0, (int(ok) - int(done)) / 1000))
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for s in range(keys.SHARDS):
+                pipe.zcount(keys.due(s), "-inf", now)
+                pipe.zrange(keys.due(s), 0, 0, withscores=True)
+            pipe.hgetall(keys.metrics())
+            replies = await pipe.execute()
+        backlog = sum(int(n) for n in replies[0:-1:2])
+        oldest = [int(rows[0][1]) for rows in replies[1:-1:2] if rows and rows[0][1] <= now]
+        totals = {
+            k.decode().partition("=")[2]: int(float(v))
+            for k, v in replies[-1].items()
+            if k.startswith(b"relay_delivery_attempts_total|")
+        }
+        failing = [r for r in await self.webhooks(now) if r.webhook.disabled or r.failed]
+        return Overview(
+            since_ms=since,
+            now_ms=now,
+            hourly=hourly,
+            by_outcome=by_outcome,
+            lag_p50=_percentile(lags, 0.5),
+            lag_p99=_percentile(lags, 0.99),
+            lag_samples=len(lags),
+            due_backlog=backlog,
+            oldest_due_age_s=(now - min(oldest)) / 1000 if oldest else None,
+            totals=totals,
+            failing=failing,
+        )

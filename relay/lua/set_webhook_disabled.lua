@@ -1,0 +1,26 @@
+-- Disable a batch's webhook (with a reason) or enable it again (operators, the console).
+-- Disabling cancels the pending delivery, as removing the webhook does; enabling makes no
+-- delivery due (a retry or recovery does that).
+-- KEYS: 1 webhook, 2 due
+-- ARGV: 1 '1' disable | '0' enable, 2 reason (for disable), 3 now (ms),
+--       4 the shard's key prefix (the pending delivery)
+-- Returns: 1 when the webhook exists (now in the asked state), or the refusal 'missing'.
+local w = redis.call('HMGET', KEYS[1], 'url', 'pending')
+if not w[1] then
+  return refuse('missing')
+end
+if ARGV[1] == '1' then
+  redis.call('HSET', KEYS[1], 'disabled', '1', 'disabled_reason', ARGV[2], 'updated_at', ARGV[3])
+  if w[2] and w[2] ~= '' then
+    local dk = key_delivery(ARGV[4], w[2])
+    if redis.call('HGET', dk, 'status') == 'pending' then
+      redis.call('HSET', dk, 'status', 'canceled', 'next_attempt_at', '', 'lease', '',
+                 'updated_at', ARGV[3])
+      redis.call('ZREM', KEYS[2], w[2])
+    end
+    redis.call('HSET', KEYS[1], 'pending', '')
+  end
+else
+  redis.call('HSET', KEYS[1], 'disabled', '0', 'disabled_reason', '', 'updated_at', ARGV[3])
+end
+return 1

@@ -1,0 +1,46 @@
+"""Many deliveries fast, for the search and recovery tests: the delivery scripts driven
+directly (create, claim, record) with a clock that moves 1 ms per delivery, no HTTP."""
+
+from __future__ import annotations
+
+from relay.model import Attempt
+from relay.store import BatchRef
+from relay.webhook_store import AsyncWebhookStore, WebhookStore
+from tests.helpers import Clients
+
+URL = "https://hooks.example.com/relay"
+
+
+class Seeder(Clients):
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.store = WebhookStore(self.client, self.clock)
+        self.hooks = AsyncWebhookStore(self.aclient, self.clock)
+        self._seq: dict[BatchRef, int] = {}
+
+    def batch(self, account: str, name: str) -> BatchRef:
+        """A batch record as the scripts leave it, with a webhook registered."""
+        ref = BatchRef(account, name)
+        self.client.hset(
+            ref.key,
+            mapping={"account": account, "name": name, "created_at": 1, "total": 1, "queued": 1},
+        )
+        self.run(self.hooks.register(ref, URL, "http://api"))
+        return ref
+
+    def delivery(self, ref: BatchRef, outcome: str = "succeeded", *, tick: int = 1) -> str:
+        """One completion's delivery created ``tick`` ms after the previous one, then, unless
+        ``outcome`` is 'pending', attempted once with that outcome ('succeeded' | 'failed')."""
+        self.clock.advance(tick)
+        seq = self._seq.get(ref, 0) + 1
+        self._seq[ref] = seq
+        created, ident = self.store.create(ref, seq, b'{"type":"batch.completed"}')
+        assert created and ident
+        if outcome == "pending":
+            return ident
+        (claimed,) = self.store.claim(ref.shard, limit=1, lease_ms=60_000, token="seed")
+        assert claimed.id == ident
+        code = 200 if outcome == "succeeded" else 503
+        attempt = Attempt(claimed.number, self.clock(), 1.0, code, None, "")
+        assert self.store.record(claimed, "seed", attempt, outcome=outcome)
+        return ident

@@ -1,0 +1,165 @@
+"""A Redis Sentinel topology on loopback for tests: a primary, a replica and three Sentinels.
+
+The data nodes are :class:`relay.redis_server.RedisServer` processes (AOF on, a password);
+the Sentinels are ``redis-sentinel`` processes (Debian's package; ``make test`` installs it)
+with ``down-after-milliseconds 1000``, so a killed primary is replaced in a few seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from relay.procs import free_port
+from relay.redis_server import HOST, RedisServer
+
+SERVICE = "mymaster"
+PASSWORD = "data-nodes-secret"
+SENTINEL_PASSWORD = "sentinels-secret"
+
+
+def find_redis_sentinel() -> str | None:
+    return shutil.which("redis-sentinel") or (
+        "/usr/bin/redis-sentinel" if Path("/usr/bin/redis-sentinel").exists() else None
+    )
+
+
+def _probe(port: int, password: str | None) -> redis.Redis:
+    return redis.Redis(
+        host=HOST,
+        port=port,
+        password=password,
+        socket_timeout=0.5,
+        socket_connect_timeout=0.5,
+        retry=Retry(NoBackoff(), 0),
+        decode_responses=True,
+    )
+
+
+class Topology:
+    """Start with :meth:`start`, stop with :meth:`close` (kills whatever still runs)."""
+
+    def __init__(self, dir: Path, executable: str) -> None:
+        self.dir = dir
+        self.executable = executable
+        self.primary = RedisServer(
+            dir / "primary", password=PASSWORD, extra_args=("--masterauth", PASSWORD)
+        )
+        self.replica: RedisServer | None = None
+        self.sentinel_ports: list[int] = []
+        self.sentinels: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def sentinels_setting(self) -> str:
+        """The value of ``RELAY_REDIS_SENTINELS``."""
+        return ",".join(f"{HOST}:{p}" for p in self.sentinel_ports)
+
+    @property
+    def url(self) -> str:
+        """``RELAY_REDIS_URL`` through Sentinel: the data nodes' password (host ignored)."""
+        return f"redis://:{PASSWORD}@ignored.invalid:1/0"
+
+    def start(self, timeout: float = 30) -> None:
+        self.primary.start()
+        self.replica = RedisServer(
+            self.dir / "replica",
+            password=PASSWORD,
+            extra_args=(
+                "--replicaof", HOST, str(self.primary.port), "--masterauth", PASSWORD,
+            ),
+        )  # fmt: skip
+        self.replica.start()
+        for i in range(3):
+            port = free_port()
+            conf = self.dir / f"sentinel{i}" / "sentinel.conf"
+            conf.parent.mkdir(parents=True, exist_ok=True)
+            conf.write_text(
+                f"port {port}\nbind {HOST}\ndaemonize no\ndir {conf.parent}\n"
+                f"logfile {conf.parent / 'sentinel.log'}\n"
+                f"requirepass {SENTINEL_PASSWORD}\nsentinel sentinel-pass {SENTINEL_PASSWORD}\n"
+                f"sentinel monitor {SERVICE} {HOST} {self.primary.port} 2\n"
+                f"sentinel auth-pass {SERVICE} {PASSWORD}\n"
+                f"sentinel down-after-milliseconds {SERVICE} 1000\n"
+                f"sentinel failover-timeout {SERVICE} 10000\n"
+                f"sentinel parallel-syncs {SERVICE} 1\n"
+            )
+            self.sentinel_ports.append(port)
+            self.sentinels.append(
+                subprocess.Popen(
+                    [self.executable, str(conf)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            )
+        deadline = time.monotonic() + timeout
+        while not self._settled():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the Sentinel topology did not settle:\n{self.logs()}")
+            time.sleep(0.2)
+
+    def _settled(self) -> bool:
+        """Every Sentinel knows the primary, the replica (in sync) and the two others."""
+        assert self.replica is not None
+        try:
+            info = _probe(self.replica.port, PASSWORD).info("replication")
+            if info.get("master_link_status") != "up":
+                return False
+            for port in self.sentinel_ports:
+                s = _probe(port, SENTINEL_PASSWORD)
+                try:
+                    if s.sentinel_get_master_addr_by_name(SERVICE) != (HOST, self.primary.port):
+                        return False
+                    replicas, others = s.sentinel_slaves(SERVICE), s.sentinel_sentinels(SERVICE)
+                    if len(replicas) < 1 or len(others) < 2:
+                        return False
+                finally:
+                    s.close()
+        except redis.RedisError:
+            return False
+        return True
+
+    def current_primary(self) -> int | None:
+        """The port the Sentinels' majority name as primary now (None when they disagree)."""
+        seen: list[int] = []
+        for port in self.sentinel_ports:
+            s = _probe(port, SENTINEL_PASSWORD)
+            try:
+                addr = s.sentinel_get_master_addr_by_name(SERVICE)
+                if addr:
+                    seen.append(int(addr[1]))
+            except redis.RedisError:
+                pass
+            finally:
+                s.close()
+        best = max(set(seen), key=seen.count, default=None)
+        return best if best is not None and seen.count(best) >= 2 else None
+
+    def client(self, port: int) -> redis.Redis:
+        """A plain client of one data node."""
+        return _probe(port, PASSWORD)
+
+    def logs(self) -> str:
+        parts = []
+        for path in sorted(self.dir.glob("*/*.log")):
+            lines = path.read_text(errors="replace").splitlines()[-15:]
+            parts.append(f"--- {path.relative_to(self.dir)} ---\n" + "\n".join(lines))
+        return "\n".join(parts)
+
+    def close(self) -> None:
+        for proc in self.sentinels:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            proc.wait()
+        self.sentinels = []
+        for server in (self.replica, self.primary):
+            if server is not None:
+                server.kill()

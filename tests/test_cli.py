@@ -1,0 +1,192 @@
+"""The ``relay`` command line as a newcomer meets it: which Redis it reads, what it says when
+that Redis is not there, and how it refuses bad arguments."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis
+
+from relay import auth, cli, dev
+from relay.config import load_settings
+from tests.helpers import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def relay_cli(
+    *args: str, cwd: Path, redis_url: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``relay ARGS`` in ``cwd``, with no RELAY_* variable but ``RELAY_REDIS_URL`` if given."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
+    env["PYTHONPATH"] = str(ROOT)
+    if redis_url is not None:
+        env["RELAY_REDIS_URL"] = redis_url
+    return subprocess.run(
+        [sys.executable, "-m", "relay", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def _dev_checkout(tmp_path: Path, redis_url: str) -> Path:
+    """A directory where ``relay dev`` ran: its state directory names its Redis."""
+    checkout = tmp_path / "checkout"
+    (checkout / ".relay").mkdir(parents=True)
+    dev.write_private(checkout / ".relay" / dev.REDIS_URL_FILE, redis_url)
+    return checkout
+
+
+# -- which Redis ----------------------------------------------------------------------------
+
+
+def test_commands_find_the_redis_of_relay_dev_in_this_checkout(
+    redis_url: str, redis: redis.Redis, tmp_path: Path
+) -> None:
+    checkout = _dev_checkout(tmp_path, redis_url)
+    below = checkout / "docs" / "deep"
+    below.mkdir(parents=True)
+
+    made = relay_cli("keys", "create", "--account", "acme", cwd=below)
+    assert made.returncode == 0, made.stderr
+    key = made.stdout.strip().splitlines()[-1]
+    assert auth.lookup_key(redis, key) == "acme"  # written into relay dev's Redis
+
+    listed = relay_cli("keys", "list", cwd=checkout)
+    assert listed.returncode == 0, listed.stderr
+    assert "acme" in listed.stdout and "active" in listed.stdout
+
+
+def test_relay_redis_url_wins_over_relay_devs(redis_url: str, tmp_path: Path) -> None:
+    checkout = _dev_checkout(tmp_path, redis_url)
+    elsewhere = f"redis://127.0.0.1:{free_port()}/0"
+    out = relay_cli("deliveries", "list", cwd=checkout, redis_url=elsewhere)
+    assert out.returncode == 1
+    assert f"cannot reach Redis at {elsewhere} (RELAY_REDIS_URL)" in out.stderr
+
+
+def test_which_redis_names_its_source(tmp_path: Path) -> None:
+    settings = load_settings(environ={}, dotenv=None)
+    url, source = cli.which_redis(settings, explicit=False, cwd=tmp_path)
+    assert url == "redis://127.0.0.1:6379/0"
+    assert source == "the default; set RELAY_REDIS_URL, or start relay dev here"
+
+    checkout = _dev_checkout(tmp_path, "redis://127.0.0.1:6390/0")
+    url, source = cli.which_redis(settings, explicit=False, cwd=checkout)
+    assert url == "redis://127.0.0.1:6390/0"
+    assert source == f"the Redis of relay dev, from {checkout.resolve()}/.relay/redis.url"
+
+    url, source = cli.which_redis(settings, explicit=True, cwd=checkout)
+    assert (url, source) == ("redis://127.0.0.1:6379/0", "RELAY_REDIS_URL")
+
+
+def test_redacted_hides_only_the_password() -> None:
+    assert cli.redacted("redis://:s3cret@h:1/0") == "redis://:***@h:1/0"
+    assert cli.redacted("rediss://user:s3cret@h:1/0") == "rediss://user:***@h:1/0"
+    assert cli.redacted("redis://h:1/0") == "redis://h:1/0"
+
+
+# -- failures are one line ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("deliveries", "list"),
+        ("deliveries", "retry", "--status", "failed"),
+        ("keys", "list"),
+        ("keys", "create", "--account", "acme"),
+    ],
+)
+def test_an_unreachable_redis_is_one_line_and_exit_1(args: tuple[str, ...], tmp_path: Path) -> None:
+    url = f"redis://:pw@127.0.0.1:{free_port()}/0"
+    out = relay_cli(*args, cwd=tmp_path, redis_url=url)
+    assert out.returncode == 1
+    assert "Traceback" not in out.stderr
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1, out.stderr
+    host = url.replace(":pw@", ":***@")
+    assert lines[0].startswith(f"relay: cannot reach Redis at {host} (RELAY_REDIS_URL): ")
+    assert "pw@" not in out.stderr
+    assert out.stdout == ""
+
+
+def test_a_stopped_relay_dev_is_named_when_its_redis_is_gone(tmp_path: Path) -> None:
+    gone = f"redis://127.0.0.1:{free_port()}/0"
+    checkout = _dev_checkout(tmp_path, gone)
+    out = relay_cli("deliveries", "list", cwd=checkout)
+    assert out.returncode == 1
+    assert out.stderr.startswith(
+        f"relay: cannot reach Redis at {gone} (the Redis of relay dev, from "
+        f"{checkout.resolve()}/.relay/redis.url): "
+    )
+
+
+# -- arguments ------------------------------------------------------------------------------
+
+
+def _parse_error(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as info:
+        cli.main(args)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err.splitlines()[-1]
+
+
+def test_a_bogus_status_is_refused_with_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    line = _parse_error(["deliveries", "list", "--status", "bogus"], capsys)
+    assert line.startswith("relay deliveries list: error: argument --status: invalid choice")
+    for status in ("pending", "succeeded", "failed", "superseded", "canceled"):
+        assert status in line
+    line = _parse_error(["deliveries", "retry", "--status", "pending"], capsys)
+    assert "invalid choice: 'pending'" in line
+
+
+@pytest.mark.parametrize("account", ["ACME", "Acme", "-acme", "a" * 65, "ac me", ""])
+def test_an_account_name_outside_the_rule_is_refused(
+    account: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = _parse_error(["keys", "create", f"--account={account}"], capsys)
+    assert line == (
+        f"relay keys create: error: argument --account: {account!r} is not an account name: "
+        "1-64 of a-z 0-9 _ -, starting with a lowercase letter or a digit (e.g. acme)"
+    )
+
+
+def test_the_cli_and_auth_agree_on_account_names() -> None:
+    for good in ("acme", "0day", "a_b-c", "a" * 64):
+        assert cli.account_name(good) == good
+        assert auth.ACCOUNT_RE.fullmatch(good)
+    with pytest.raises(argparse.ArgumentTypeError):
+        cli.account_name("ACME")
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.ArgumentParser]]:
+    found = [(parser.prog, parser)]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                found += _subparsers(child)
+    return found
+
+
+def test_every_option_and_argument_has_help() -> None:
+    missing = [
+        f"{prog} {action.dest}"
+        for prog, parser in _subparsers(cli.build_parser())
+        for action in parser._actions
+        if not isinstance(action, argparse._SubParsersAction) and not action.help
+    ]
+    assert missing == []
+    progs = {prog for prog, _ in _subparsers(cli.build_parser())}
+    assert "relay deliveries list" in progs and "relay keys create" in progs

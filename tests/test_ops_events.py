@@ -1,0 +1,256 @@
+"""Auto-disable and operational events on a real Redis, with the stores' clock: the decision
+record_attempt.lua takes (failing since, RELAY_DISABLE_AFTER, 410, exhausted schedule), the
+events it appends to the outbox, and the detector turning them into deliveries to the
+account's operational webhook (and never about that webhook's own deliveries)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from relay import keys
+from relay.config import load_settings
+from relay.crypto import generate_key
+from relay.detector import Detector, ensure_groups
+from relay.model import Attempt, DeliveryStatus
+from relay.store import BatchRef
+from relay.webhook_store import (
+    AsyncWebhookStore,
+    ClaimedDelivery,
+    WebhookStore,
+    disable_reason,
+    ops_ref,
+)
+from relay.worker_context import WorkerContext
+from tests.helpers import Clients
+
+REF = BatchRef("acme", "b1")
+URL = "https://hooks.example.com/relay"
+OPS_URL = "https://ops.example.com/events"
+AFTER_MS = 2_000
+
+
+class H(Clients):
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.d = WebhookStore(self.client, self.clock, disable_after_ms=AFTER_MS)
+        self.hooks = AsyncWebhookStore(self.aclient, self.clock)
+        self.client.hset(
+            REF.key,
+            mapping={
+                "account": "acme",
+                "name": "b1",
+                "created_at": 1,
+                "completed_at": 2,
+                "completion_seq": 1,
+            },
+        )
+        self.run(self.hooks.register(REF, URL, "http://api"))
+
+    def claim(self, ref: BatchRef = REF, limit: int = 10) -> ClaimedDelivery:
+        (c,) = self.d.claim(ref.shard, limit=limit, lease_ms=60_000, token="t")
+        return c
+
+    def fail(self, ref: BatchRef = REF, *, outcome: str = "retry", code: int = 500) -> str:
+        """Claim the due delivery, record a failed attempt; returns the delivery id."""
+        c = self.claim(ref)
+        attempt = Attempt(c.number, self.clock(), 1.0, code, "http_status", "")
+        assert self.d.record(c, "t", attempt, outcome=outcome, next_at=0, reason="gone!")
+        return c.id
+
+    def succeed(self) -> None:
+        c = self.claim()
+        self.d.record(
+            c, "t", Attempt(c.number, self.clock(), 1.0, 200, None, ""), outcome="succeeded"
+        )
+
+    def hook(self, ref: BatchRef = REF) -> dict[str, str]:
+        h = self.client.hgetall(keys.webhook(ref.shard, ref.account, ref.name))
+        return {k.decode(): v.decode() for k, v in h.items()}
+
+    def events(self, ref: BatchRef = REF) -> list[dict[str, str]]:
+        out = []
+        for _, fields in self.client.xrange(keys.outbox(ref.shard)):
+            if b"kind" in fields:
+                out.append({k.decode(): v.decode() for k, v in fields.items()})
+        return out
+
+    def status(self, ident: str) -> DeliveryStatus:
+        found = self.d.get(ident)
+        assert found is not None
+        return found.status
+
+
+@pytest.fixture
+def h(redis_url: str) -> Iterator[H]:
+    harness = H(redis_url)
+    yield harness
+    harness.close()
+
+
+def test_failing_for_disable_after_disables_and_stops_the_attempts(h: H) -> None:
+    _, ident = h.d.create(REF, 1, b"{}")
+    start = h.clock()
+    h.fail()
+    assert h.hook()["failing_since"] == str(start)
+    h.clock.advance(AFTER_MS - 1)
+    h.fail()  # 1 ms short: retried
+    assert h.hook()["disabled"] == "0" and h.status(ident) is DeliveryStatus.PENDING
+    assert h.events() == []
+    h.clock.advance(1)
+    h.fail()
+    hook = h.hook()
+    assert hook["disabled"] == "1"
+    assert hook["disabled_reason"] == disable_reason(AFTER_MS)
+    assert "2s" in hook["disabled_reason"]
+    # Attempts stop: the delivery is canceled and nothing is due.
+    assert h.status(ident) is DeliveryStatus.CANCELED
+    assert h.d.claim(REF.shard, limit=10, lease_ms=60_000, token="x") == []
+    assert h.client.zcard(keys.due(REF.shard)) == 0
+    (event,) = h.events()
+    assert event["kind"] == "webhook.disabled"
+    assert (event["account"], event["batch"], event["url"]) == ("acme", "b1", URL)
+    assert event["reason"] == hook["disabled_reason"]
+    assert event["at"] == str(h.clock())
+    # New completions of a disabled webhook make no delivery and no more events.
+    assert h.d.create(REF, 2, b"{}") == (False, "")
+    assert len(h.events()) == 1
+
+
+def test_a_success_clears_failing_since(h: H) -> None:
+    h.d.create(REF, 1, b"{}")
+    h.fail()
+    h.clock.advance(AFTER_MS - 500)
+    h.succeed()
+    assert h.hook()["failing_since"] == ""
+    h.clock.advance(1_000)  # past the first failure + RELAY_DISABLE_AFTER
+    h.d.create(REF, 2, b"{}")
+    h.fail()  # the first failure since the success: counts from here
+    assert h.hook()["disabled"] == "0"
+    assert h.hook()["failing_since"] == str(h.clock())
+
+
+def test_registering_again_enables_and_restarts_the_count(h: H) -> None:
+    h.d.create(REF, 1, b"{}")
+    h.fail()
+    h.clock.advance(AFTER_MS)
+    h.fail()
+    assert h.hook()["disabled"] == "1"
+    h.run(h.hooks.register(REF, URL, "http://api"))  # re-enables; delivers seq 1 again
+    hook = h.hook()
+    assert hook["disabled"] == "0" and hook["failing_since"] == ""
+    h.fail()
+    assert h.hook()["disabled"] == "0"  # a fresh first failure
+    assert len(h.events()) == 1
+
+
+def test_failing_across_deliveries_counts_from_the_first_failure(h: H) -> None:
+    # The count is the webhook's, not one delivery's: an exhausted delivery, then the next.
+    h.d.create(REF, 1, b"{}")
+    first = h.fail(outcome="failed", code=503)
+    h.clock.advance(AFTER_MS)
+    _, second = h.d.create(REF, 2, b"{}")
+    h.fail()
+    assert h.status(first) is DeliveryStatus.FAILED
+    assert h.status(second) is DeliveryStatus.CANCELED
+    assert [e["kind"] for e in h.events()] == ["delivery.failed", "webhook.disabled"]
+
+
+def test_an_exhausted_delivery_emits_delivery_failed(h: H) -> None:
+    _, ident = h.d.create(REF, 1, b"{}")
+    h.fail(code=500)
+    h.fail(outcome="failed", code=502)
+    assert h.status(ident) is DeliveryStatus.FAILED
+    assert h.hook()["disabled"] == "0"
+    (event,) = h.events()
+    assert event["kind"] == "delivery.failed"
+    assert event["id"] == ident and event["batch"] == "b1" and event["url"] == URL
+    assert event["attempts"] == "2"
+    assert (event["status_code"], event["error"]) == ("502", "http_status")
+
+
+def test_an_exhausted_delivery_with_no_http_answer_has_no_status_code(h: H) -> None:
+    h.d.create(REF, 1, b"{}")
+    c = h.claim()
+    attempt = Attempt(c.number, h.clock(), 1.0, None, "connection", "refused")
+    h.d.record(c, "t", attempt, outcome="failed")
+    (event,) = h.events()
+    assert (event["status_code"], event["error"]) == ("", "connection")
+
+
+def test_a_410_disables_at_once_and_emits_webhook_disabled(h: H) -> None:
+    _, ident = h.d.create(REF, 1, b"{}")
+    h.fail(outcome="gone", code=410)
+    assert h.status(ident) is DeliveryStatus.FAILED
+    assert h.hook()["disabled_reason"] == "gone!"
+    (event,) = h.events()
+    assert event["kind"] == "webhook.disabled" and event["reason"] == "gone!"
+
+
+def test_no_event_when_the_webhook_was_removed_meanwhile(h: H) -> None:
+    h.d.create(REF, 1, b"{}")
+    c = h.claim()
+    h.run(h.hooks.delete(REF))
+    h.d.record(c, "t", Attempt(1, h.clock(), 1.0, 410, "http_status", ""), outcome="gone")
+    assert h.events() == []
+
+
+def test_operational_deliveries_make_no_events_about_themselves(h: H) -> None:
+    ops = ops_ref("acme")
+    assert h.d.create_event("acme", "3-1-0", b"{}") == (False, "")  # none registered
+    assert h.run(h.hooks.register_ops("acme", OPS_URL)) is True
+    assert h.run(h.hooks.register_ops("acme", OPS_URL)) is False
+    created, first = h.d.create_event("acme", "3-1-0", b'{"n":1}')
+    assert created and keys.shard_of_id("msg", first) == ops.shard
+    assert h.d.create_event("acme", "3-1-0", b'{"n":1}') == (False, first)  # idempotent
+    _, second = h.d.create_event("acme", "3-2-0", b'{"n":2}')
+    # Each event is its own delivery: none supersedes another.
+    assert h.status(first) is DeliveryStatus.PENDING
+    assert h.status(second) is DeliveryStatus.PENDING
+    # The operational webhook fails: exhausted, then disabled, and no event about it.
+    c = h.claim(ops, limit=1)
+    attempt = Attempt(c.number, h.clock(), 1.0, 500, "http_status", "")
+    h.d.record(c, "t", attempt, outcome="failed")
+    h.clock.advance(AFTER_MS)
+    c = h.claim(ops)
+    h.d.record(c, "t", Attempt(c.number, h.clock(), 1.0, 500, "http_status", ""), outcome="retry")
+    assert h.hook(ops)["disabled"] == "1"
+    for s in range(keys.SHARDS):
+        assert not [f for _, f in h.client.xrange(keys.outbox(s)) if b"kind" in f], s
+
+
+def test_the_detector_delivers_events_to_the_operational_webhook(h: H, redis_url: str) -> None:
+    settings = {
+        "RELAY_REDIS_URL": redis_url,
+        "RELAY_ENCRYPTION_KEY": generate_key(),
+        "RELAY_DISABLE_AFTER": "2s",
+    }
+    ctx = WorkerContext(load_settings(settings, dotenv=None), h.clock)
+    assert ctx.webhooks.disable_after_ms == AFTER_MS
+    ensure_groups(h.client)
+    detector = Detector(ctx, "d1")
+    h.d.create(REF, 1, b"{}")
+    h.fail(outcome="failed", code=500)  # delivery.failed, no operational webhook yet
+    assert detector.read_once(10) == 1
+    ops = ops_ref("acme")
+    ops_deliveries = keys.batch_deliveries(ops.shard, "acme", ops.name)
+    assert h.client.zcard(ops_deliveries) == 0  # dropped: nobody to tell
+    h.run(h.hooks.register_ops("acme", OPS_URL))
+    h.d.create(REF, 2, b"{}")
+    h.clock.advance(AFTER_MS)
+    h.fail()  # disabled
+    assert detector.read_once(10) == 1
+    (ident,) = (i.decode() for i in h.client.zrange(ops_deliveries, 0, -1))
+    found = ctx.webhooks.get(ident)
+    assert found is not None and found.status is DeliveryStatus.PENDING
+    assert found.account == "acme" and found.batch_name == "~ops" and found.url == OPS_URL
+    (c,) = ctx.webhooks.claim(ops.shard, limit=10, lease_ms=1_000, token="t")
+    event = json.loads(c.body)
+    assert event["type"] == "webhook.disabled"
+    assert event["data"] == {"batch_name": "b1", "url": URL, "reason": disable_reason(AFTER_MS)}
+    assert event["timestamp"].endswith("Z")
+    # Acknowledged: read again, nothing; a second handling of the same entry adds nothing.
+    assert detector.read_once(10) == 0
+    ctx.redis.close()
