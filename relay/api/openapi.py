@@ -22,6 +22,7 @@ from relay.api.openapi_parts import (
     LISTING_PAGE,
     NAME,
     PAGE,
+    SEARCH_PAGE,
     errors,
     int_header,
     json_body,
@@ -271,7 +272,7 @@ def _delivery_paths() -> dict[str, Any]:
         ),
         _query("since", "Created at or after this time (RFC 3339).", QUERY_TIME),
         _query("until", "Created before this time (RFC 3339).", QUERY_TIME),
-        *PAGE,
+        *SEARCH_PAGE,
     ]
     return {
         f"{V1}/deliveries": {

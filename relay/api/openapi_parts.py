@@ -11,6 +11,7 @@ from relay.api.openapi_schemas import (
     ref,
 )
 from relay.api.paging import LISTING_CURSOR_PATTERN, POSITION_CURSOR_PATTERN
+from relay.search import CURSOR_PATTERN as SEARCH_CURSOR_PATTERN
 
 ERROR_TEXT = {
     400: "Malformed request (invalid JSON or multipart).",
@@ -130,6 +131,11 @@ def cursor_param(pattern: str, form: str) -> dict[str, Any]:
 
 # A batch's results and deliveries: the next position.
 PAGE = [LIMIT, cursor_param(POSITION_CURSOR_PATTERN, "the next position in base 10")]
+# The account's deliveries: the creation time (ms) and id of the last delivery shown.
+SEARCH_PAGE = [
+    LIMIT,
+    cursor_param(SEARCH_CURSOR_PATTERN, "<created_ms>.<delivery id> of the last one shown"),
+]
 # The account's batches: the creation time (ms) and name of the last batch shown.
 LISTING_PAGE = [
     LIMIT,
