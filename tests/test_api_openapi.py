@@ -8,12 +8,13 @@ from html import escape
 from pathlib import Path
 
 import jsonschema_rs
+import pytest
 from starlette.routing import BaseRoute, Mount, Route
 
 from relay.api.reference import anchor as reference_anchor
 from relay.model import Batch
 from relay.store import BatchRef
-from relay.webhook_store import notification_body
+from relay.webhook_store import event_body, notification_body
 from tests.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
 
 METHODS = {"get", "put", "post", "delete", "patch"}
@@ -237,3 +238,58 @@ def test_webhooks_describe_the_batch_completed_body_relay_sends(api: Api) -> Non
     assert not validator.is_valid({**body, "data": {**body["data"], "extra": 1}})
     data = doc["components"]["schemas"]["BatchCompletedData"]["properties"]
     assert set(data) == set(doc["components"]["schemas"]["Batch"]["properties"]) | {"results_url"}
+
+
+@pytest.mark.parametrize(
+    ("event", "fields"),
+    [
+        (
+            "webhook.disabled",
+            {
+                "kind": "webhook.disabled",
+                "batch": "b1",
+                "url": "https://h.example/x",
+                "reason": "the receiver answered 410 Gone",
+                "at": "1764475200000",
+            },
+        ),
+        (
+            "delivery.failed",
+            {
+                "kind": "delivery.failed",
+                "batch": "b1",
+                "url": "https://h.example/x",
+                "id": "msg_3abcdefghijklmnopqrst",
+                "attempts": "8",
+                "error": "http_status",
+                "status_code": "502",
+                "at": "1764475200000",
+            },
+        ),
+        (
+            "delivery.failed",
+            {
+                "kind": "delivery.failed",
+                "batch": "b1",
+                "url": "https://h.example/x",
+                "id": "msg_3abcdefghijklmnopqrst",
+                "attempts": "3",
+                "error": "timeout",
+                "status_code": "",
+                "at": "1764475200000",
+            },
+        ),
+    ],
+)
+def test_webhooks_describe_the_operational_events_relay_sends(
+    api: Api, event: str, fields: dict[str, str]
+) -> None:
+    doc = api.client.get("/openapi.json").json()
+    hook = doc["webhooks"][event]["post"]
+    schema = hook["requestBody"]["content"]["application/json"]["schema"]
+    validator = jsonschema_rs.validator_for({**schema, "components": doc["components"]})
+    # The exact body the detector POSTs for an outbox entry of that kind.
+    body = json.loads(event_body({k.encode(): v.encode() for k, v in fields.items()}))
+    assert body["type"] == event
+    validator.validate(body)
+    assert not validator.is_valid({**body, "data": {**body["data"], "extra": 1}})

@@ -445,12 +445,42 @@ def _batch_completed() -> dict[str, Any]:
     }
 
 
+def _operational(operation_id: str, summary: str, schema: str) -> dict[str, Any]:
+    return {
+        "post": {
+            "operationId": operation_id,
+            "summary": summary,
+            "description": "POSTed to the account's operational webhook (PUT "
+            "/operational-webhook) through the same pipeline as batch.completed: signed with "
+            "the account's material, retried on the same schedule, recorded with its attempts. "
+            "No event is raised about the operational webhook's own deliveries.",
+            "tags": ["webhooks"],
+            "security": [],
+            "parameters": _webhook_headers(),
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": ref(schema)}},
+            },
+            "responses": _receiver_responses(),
+        }
+    }
+
+
 def operational_webhooks() -> dict[str, Any]:
-    """Hook for the account's operational events (``webhook.disabled``, ``delivery.failed``),
-    POSTed to the operational webhook through the same pipeline: add each event here, as
-    ``{"<event type>": {"post": ...}}`` built like ``_batch_completed`` (same headers and
-    receiver responses, its own body schema in ``openapi_schemas``). Empty until they exist."""
-    return {}
+    """The account's operational events, POSTed to its operational webhook."""
+    return {
+        "webhook.disabled": _operational(
+            "webhookDisabled",
+            "A batch's webhook was disabled: every attempt failed for RELAY_DISABLE_AFTER, or "
+            "the receiver answered 410.",
+            "WebhookDisabledEvent",
+        ),
+        "delivery.failed": _operational(
+            "deliveryFailed",
+            "A delivery exhausted its retry schedule and is failed (still retryable).",
+            "DeliveryFailedEvent",
+        ),
+    }
 
 
 def webhooks() -> dict[str, Any]:

@@ -244,6 +244,35 @@ SCHEMAS: dict[str, Any] = {
             },
         }
     ),
+    "WebhookDisabledEvent": _obj(
+        {
+            "type": {"const": "webhook.disabled"},
+            "timestamp": {**_TIME, "description": "When the webhook was disabled."},
+            "data": _obj(
+                {
+                    "batch_name": {"type": "string"},
+                    "url": {"type": "string"},
+                    "reason": {"type": "string"},
+                }
+            ),
+        }
+    ),
+    "DeliveryFailedEvent": _obj(
+        {
+            "type": {"const": "delivery.failed"},
+            "timestamp": {**_TIME, "description": "When the schedule ran out."},
+            "data": _obj(
+                {
+                    "id": {"type": "string", "description": "The failed delivery's webhook-id."},
+                    "batch_name": {"type": "string"},
+                    "url": {"type": "string"},
+                    "attempts": {"type": "integer", "minimum": 1},
+                    "error": {"type": ["string", "null"]},
+                    "status_code": {"type": ["integer", "null"]},
+                }
+            ),
+        }
+    ),
     "RecoverRequest": {
         "type": "object",
         "required": ["since"],
