@@ -256,6 +256,9 @@ def test_disabling_cancels_the_pending_delivery_and_enabling_allows_a_retry(h: H
     hook = h.run(h.hooks.get(REF))
     assert hook is not None and hook.disabled and hook.disabled_reason == "receiver moved"
     assert h.status(ident) is DeliveryStatus.CANCELED
+    # The status indexes moved with it: the search finds it canceled, not pending.
+    assert [d.id for d in h.d.search(status="canceled")[0]] == [ident]
+    assert h.d.search(status="pending")[0] == []
     assert h.claim() == []
     with pytest.raises(NotRetryable):
         h.d.retry(ident)  # disabled

@@ -53,6 +53,21 @@ local function index_delivery(p, id, from, to)
     redis.call('ZREM', key_account_deliveries(p, account), id)
   end
 end
+
+-- Cancel a webhook's pending delivery (the webhook removed or disabled): canceled, out of
+-- the due set, moved in the delivery indexes. `w_pending` is the webhook's `pending` id.
+local function cancel_pending(p, due_key, w_pending, now)
+  if not w_pending or w_pending == '' then
+    return
+  end
+  local dk = key_delivery(p, w_pending)
+  if redis.call('HGET', dk, 'status') == 'pending' then
+    redis.call('HSET', dk, 'status', 'canceled', 'next_attempt_at', '', 'lease', '',
+               'updated_at', now)
+    redis.call('ZREM', due_key, w_pending)
+    index_delivery(p, w_pending, 'pending', 'canceled')
+  end
+end
 -- The shard prefix back from a batch key (keys.batch = p .. 'batch:' .. account .. ':' .. name),
 -- for scripts that get the batch in KEYS but no prefix in ARGV.
 local function batch_prefix(batch_key, account, name)

@@ -12,12 +12,7 @@ end
 if ARGV[1] == '1' then
   redis.call('HSET', KEYS[1], 'disabled', '1', 'disabled_reason', ARGV[2], 'updated_at', ARGV[3])
   if w[2] and w[2] ~= '' then
-    local dk = key_delivery(ARGV[4], w[2])
-    if redis.call('HGET', dk, 'status') == 'pending' then
-      redis.call('HSET', dk, 'status', 'canceled', 'next_attempt_at', '', 'lease', '',
-                 'updated_at', ARGV[3])
-      redis.call('ZREM', KEYS[2], w[2])
-    end
+    cancel_pending(ARGV[4], KEYS[2], w[2], ARGV[3])
     redis.call('HSET', KEYS[1], 'pending', '')
   end
 else
