@@ -189,6 +189,7 @@ class Detector:
         for s in range(keys.SHARDS):
             try:
                 report = retention.sweep_shard(s, self.settings.purge_batch)
+                retention.purge_events(s)
                 trim_outbox(self.redis, s, GROUP)
             except ResponseError as exc:  # e.g. Redis full: the next sweep tries again
                 log.warning("retention sweep of shard %d: %s", s, exc)

@@ -223,6 +223,12 @@ def status_deliveries(shard: int, status: str) -> str:
 # -- retention (shard-tagged): what finished, and purges under way ------------------------
 
 
+def events(shard: int) -> str:
+    """Sorted set: the shard's operational event deliveries (``OPS_BATCH``) by creation
+    time (ms), for their retention (``relay.retention.Retention.purge_events``)."""
+    return f"{PREFIX}:{tag(shard)}:events"
+
+
 def finished(shard: int) -> str:
     """Sorted set: the shard's finished batches (``finished_member``), scored by the time
     from which their retention counts (ms): their completion, or later while a delivery of

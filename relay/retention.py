@@ -12,7 +12,9 @@ A batch with a pending delivery, or a completion not yet turned into a delivery,
 it is re-scored for when that delivery is next due and looked at again then.
 
 Nothing else grows with the number of batches processed: ``trim_outbox`` drops the completion
-entries every detector has acknowledged (see docs/decisions.md for every key family).
+entries every detector has acknowledged, and ``purge_events`` the operational event deliveries
+(which belong to no batch that finishes) once they are older than the retention and no longer
+pending (see docs/decisions.md for every key family).
 """
 
 from __future__ import annotations
@@ -128,6 +130,17 @@ class Retention:
     def step_on(self, shard: int, token: str) -> str:
         """One more bounded step of a purge under way: 'more' or 'done'."""
         return self._call(shard, token, None)
+
+    def purge_events(self, shard: int, limit: int = STEP) -> int:
+        """Purge at most ``limit`` of the shard's operational event deliveries created more
+        than the retention ago and no longer pending; how many went."""
+        return int(
+            self.scripts(
+                "purge_events",
+                [keys.events(shard), keys.due(shard), keys.shard_deliveries(shard)],
+                [keys.shard_prefix(shard), self.clock() - self.retention_ms, limit],
+            )
+        )
 
     def sweep_shard(self, shard: int, max_calls: int) -> SweepReport:
         """At most ``max_calls`` purge calls: purges under way first, then due batches."""

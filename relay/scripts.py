@@ -37,6 +37,7 @@ NAMES = (
     "set_webhook_disabled",
     "rotate_signing",
     "purge_batch",
+    "purge_events",
     "delivery_page",
     "recover_deliveries",
 )

@@ -32,6 +32,13 @@ def test_lua_key_helpers_equal_the_python_ones(redis: redis.Redis, shard: int) -
     p = keys.shard_prefix(shard)
     doc_id, msg_id = keys.new_id("doc", shard), keys.new_id("msg", shard)
     assert _lua(redis, "key_doc(ARGV[1], ARGV[2])", p, doc_id) == keys.doc(shard, doc_id)
+    assert _lua(redis, "key_events(ARGV[1])", p) == keys.events(shard)
+    for name, made in [
+        ("key_batch_deliveries", keys.batch_deliveries),
+        ("key_delivery_by_seq", keys.batch_delivery_by_seq),
+    ]:
+        expr = f"{name}(ARGV[1], ARGV[2], ARGV[3])"
+        assert _lua(redis, expr, p, "acme", "~ops") == made(shard, "acme", "~ops"), name
     assert _lua(redis, "key_blob(ARGV[1], ARGV[2])", p, doc_id) == keys.blob(shard, doc_id)
     assert _lua(redis, "key_delivery(ARGV[1], ARGV[2])", p, msg_id) == keys.delivery(shard, msg_id)
     assert _lua(

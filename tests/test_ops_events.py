@@ -11,10 +11,12 @@ from collections.abc import Iterator
 import pytest
 
 from relay import keys
+from relay.blobs import BlobStore
 from relay.config import load_settings
 from relay.crypto import generate_key
 from relay.detector import Detector, ensure_groups
 from relay.model import Attempt, DeliveryStatus
+from relay.retention import Retention
 from relay.store import BatchRef
 from relay.webhook_store import (
     AsyncWebhookStore,
@@ -254,3 +256,29 @@ def test_the_detector_delivers_events_to_the_operational_webhook(h: H, redis_url
     # Acknowledged: read again, nothing; a second handling of the same entry adds nothing.
     assert detector.read_once(10) == 0
     ctx.redis.close()
+
+
+def test_event_deliveries_are_purged_after_the_retention_once_they_ended(h: H) -> None:
+    retention = Retention(h.client, BlobStore(""), retention_ms=10_000, clock=h.clock)
+    ops = ops_ref("acme")
+    h.run(h.hooks.register_ops("acme", OPS_URL))
+    before = set(h.client.keys("relay:*"))
+    _, first = h.d.create_event("acme", "3-1-0", b'{"n":1}')
+    _, second = h.d.create_event("acme", "3-2-0", b'{"n":2}')
+    c = h.claim(ops, limit=1)  # one of the two (due at the same ms): it ends, the other not
+    ended, pending = c.id, ({first, second} - {c.id}).pop()
+    event_of_pending = "3-2-0" if pending == second else "3-1-0"
+    h.d.record(c, "t", Attempt(c.number, h.clock(), 1.0, 200, None, ""), outcome="succeeded")
+    h.clock.advance(10_000 - 1)
+    assert retention.purge_events(ops.shard) == 0  # not yet past the retention
+    h.clock.advance(1)
+    assert retention.purge_events(ops.shard) == 1  # the ended one; the pending one stays
+    assert h.d.get(ended) is None and h.d.get(pending) is not None
+    assert [d.id for d in h.d.search(account="acme", batch=ops.name)[0]] == [pending]
+    by_seq = keys.batch_delivery_by_seq(ops.shard, "acme", ops.name)
+    assert h.client.hkeys(by_seq) == [event_of_pending.encode()]
+    # Once the pending one has ended too, nothing of either is left.
+    c = h.claim(ops, limit=1)
+    h.d.record(c, "t", Attempt(c.number, h.clock(), 1.0, 200, None, ""), outcome="succeeded")
+    assert retention.purge_events(ops.shard) == 1
+    assert set(h.client.keys("relay:*")) == before

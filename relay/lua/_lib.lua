@@ -24,6 +24,15 @@ local function key_account_deliveries(p, account)
   return p .. 'account:' .. account .. ':deliveries'
 end
 local function key_status_deliveries(p, status) return p .. 'deliveries:' .. status end
+-- Operational event deliveries of the shard by creation time (relay.keys.events), and a
+-- batch's delivery index and idempotency hash (keys.batch_deliveries, batch_delivery_by_seq).
+local function key_events(p) return p .. 'events' end
+local function key_batch_deliveries(p, account, name)
+  return p .. 'batch:' .. account .. ':' .. name .. ':deliveries'
+end
+local function key_delivery_by_seq(p, account, name)
+  return p .. 'batch:' .. account .. ':' .. name .. ':delivery_by_seq'
+end
 local function key_account_status_deliveries(p, account, status)
   return key_account_deliveries(p, account) .. ':' .. status
 end

@@ -35,6 +35,7 @@ redis.call('HSET', KEYS[6], 'id', ARGV[1], 'account', ARGV[2], 'batch', ARGV[3],
 redis.call('HSET', KEYS[2], ARGV[4], ARGV[1])
 if event then
   redis.call('HSET', KEYS[6], 'seq', 0, 'event', ARGV[4])
+  redis.call('ZADD', key_events(ARGV[7]), ARGV[5], ARGV[1])  -- purged after the retention
 else
   redis.call('HSET', KEYS[1], 'pending', ARGV[1])
 end
