@@ -23,11 +23,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit, urlunsplit
 
 from relay import __version__
 from relay.config import Settings, env_example, explicitly_set, load_settings
 from relay.exceptions import ConfigError, RelayError
+from relay.logs import redact_url
 
 if TYPE_CHECKING:
     from relay.worker_context import WorkerContext
@@ -267,19 +267,6 @@ def which_redis(settings: Settings, *, explicit: bool, cwd: Path | None = None) 
     return settings.redis_url, "the default; set RELAY_REDIS_URL, or start relay dev here"
 
 
-def redacted(url: str) -> str:
-    """``url`` without its password, for messages."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        host = parts.netloc.rpartition("@")[2]
-        user = parts.username or ""
-        return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
-    except ValueError:
-        return "(an unparsable URL)"
-
-
 def queues_choices() -> list[str]:
     from relay.queues import WORKER_QUEUES
 
@@ -402,7 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command != "dev":  # relay dev chooses its Redis itself
             url, source = which_redis(settings, explicit=args.redis_url_explicit)
             settings = dataclasses.replace(settings, redis_url=url)
-            where = f"Redis at {redacted(url)} ({source})"
+            where = f"Redis at {redact_url(url)} ({source})"
         _logging(settings)
         result: int = args.func(settings, args)
         return result

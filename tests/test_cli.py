@@ -14,6 +14,7 @@ import redis
 
 from relay import auth, cli, dev
 from relay.config import load_settings
+from relay.logs import redact_url
 from tests.helpers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,10 +90,11 @@ def test_which_redis_names_its_source(tmp_path: Path) -> None:
     assert (url, source) == ("redis://127.0.0.1:6379/0", "RELAY_REDIS_URL")
 
 
-def test_redacted_hides_only_the_password() -> None:
-    assert cli.redacted("redis://:s3cret@h:1/0") == "redis://:***@h:1/0"
-    assert cli.redacted("rediss://user:s3cret@h:1/0") == "rediss://user:***@h:1/0"
-    assert cli.redacted("redis://h:1/0") == "redis://h:1/0"
+def test_the_cli_masks_only_the_password() -> None:
+    # The one masking helper (relay.logs) that the CLI, relay dev and the logs share.
+    assert redact_url("redis://:s3cret@h:1/0") == "redis://:***@h:1/0"
+    assert redact_url("rediss://user:s3cret@h:1/0") == "rediss://user:***@h:1/0"
+    assert redact_url("redis://h:1/0") == "redis://h:1/0"
 
 
 # -- failures are one line ------------------------------------------------------------------
