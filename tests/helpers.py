@@ -7,6 +7,9 @@ benchmarks; they are re-exported here so that tests import their helpers from on
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from collections.abc import Coroutine
 from typing import Any, Protocol, TypeVar
 
@@ -83,3 +86,22 @@ def refs_in_distinct_shards(account: str, n: int) -> list[BatchRef]:
         found.setdefault(ref.shard, ref)
         i += 1
     return list(found.values())
+
+
+def relay_cli(
+    redis_url: str, *args: str, encryption_key: str | None = None, timeout: float = 30
+) -> subprocess.CompletedProcess[str]:
+    """``python -m relay ARGS`` on ``redis_url`` (no other ``RELAY_*`` from this process),
+    as an operator runs it; its output as text."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
+    env["RELAY_REDIS_URL"] = redis_url
+    if encryption_key is not None:
+        env["RELAY_ENCRYPTION_KEY"] = encryption_key
+    return subprocess.run(
+        [sys.executable, "-m", "relay", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

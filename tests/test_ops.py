@@ -15,19 +15,7 @@ from relay.model import Attempt, DeliveryStatus
 from relay.store import BatchRef
 from relay.timefmt import now_ms
 from relay.webhook_store import AsyncWebhookStore, WebhookStore
-
-
-def relay_cli(redis_url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
-    env["RELAY_REDIS_URL"] = redis_url
-    return subprocess.run(
-        [sys.executable, "-m", "relay", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+from tests.helpers import relay_cli
 
 
 def _failed_delivery(

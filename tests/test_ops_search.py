@@ -11,7 +11,7 @@ import pytest
 from relay.model import Delivery, DeliveryStatus
 from relay.timefmt import rfc3339
 from tests.delivery_seed import Seeder
-from tests.test_ops import relay_cli
+from tests.helpers import relay_cli
 
 _ID = re.compile(r"msg_[0-9a-f][a-z2-7]{20}")
 

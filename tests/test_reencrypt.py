@@ -3,9 +3,7 @@ the command run, and the material then read with B alone."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+from subprocess import CompletedProcess
 
 import pytest
 import redis
@@ -17,22 +15,13 @@ from relay.reencrypt import reencrypt
 from relay.scripts import source
 from relay.signing_keys import FIELDS, SigningKeys
 from relay.timefmt import now_ms
+from tests.helpers import relay_cli
 
 ACCOUNTS = [f"acct-{i:02d}" for i in range(23)]
 
 
-def relay_cli(redis_url: str, encryption_key: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
-    env["RELAY_REDIS_URL"] = redis_url
-    env["RELAY_ENCRYPTION_KEY"] = encryption_key
-    return subprocess.run(
-        [sys.executable, "-m", "relay", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+def reencrypt_cli(redis_url: str, encryption_key: str, *args: str) -> CompletedProcess[str]:
+    return relay_cli(redis_url, *args, encryption_key=encryption_key, timeout=60)
 
 
 def _store_under(client: redis.Redis, key: str) -> dict[str, list[SigningMaterial]]:
@@ -69,7 +58,7 @@ def test_rotate_then_reencrypt_then_read_with_the_new_key_only(
         _read_with(redis, key_b, "acct-05")
 
     # Small batches, so the SCAN walk takes several rounds.
-    done = relay_cli(redis_url, f"{key_b},{key_a}", "reencrypt", "--batch", "5")
+    done = reencrypt_cli(redis_url, f"{key_b},{key_a}", "reencrypt", "--batch", "5")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == (
         "24 value(s) re-encrypted with the first key, 0 already under it, in 23 key(s)"
@@ -84,7 +73,7 @@ def test_rotate_then_reencrypt_then_read_with_the_new_key_only(
 
     # Idempotent: a second run rewrites nothing.
     before = _raw(redis)
-    again = relay_cli(redis_url, f"{key_b},{key_a}", "reencrypt")
+    again = reencrypt_cli(redis_url, f"{key_b},{key_a}", "reencrypt")
     assert again.returncode == 0, again.stderr
     assert again.stdout.startswith("0 value(s) re-encrypted with the first key, 24 already")
     assert _raw(redis) == before
@@ -94,7 +83,7 @@ def test_unreadable_values_are_named_and_fail_the_run(redis_url: str, redis: red
     key_a, key_b, key_c = generate_key(), generate_key(), generate_key()
     SigningKeys(Encryptor([key_a])).for_accounts(redis, {"ok"})
     SigningKeys(Encryptor([key_c])).for_accounts(redis, {"lost"})  # C is not configured
-    done = relay_cli(redis_url, f"{key_b},{key_a}", "reencrypt")
+    done = reencrypt_cli(redis_url, f"{key_b},{key_a}", "reencrypt")
     assert done.returncode == 1
     assert f"unreadable: {keys.signing('lost')} current" in done.stderr
     assert "1 value(s) re-encrypted" in done.stdout and "1 unreadable" in done.stdout
@@ -102,7 +91,7 @@ def test_unreadable_values_are_named_and_fail_the_run(redis_url: str, redis: red
 
 
 def test_without_a_key_it_refuses(redis_url: str) -> None:
-    done = relay_cli(redis_url, "", "reencrypt")
+    done = reencrypt_cli(redis_url, "", "reencrypt")
     assert done.returncode == 2
     assert "RELAY_ENCRYPTION_KEY is not set" in done.stderr
 
