@@ -184,6 +184,47 @@ _FIELDS: tuple[_Field, ...] = (
         _positive_int,
         "How long the API waits for those replicas before answering anyway (and counting it)",
     ),
+    _Field(
+        "redis_socket_timeout",
+        "5",
+        _positive_float,
+        "Seconds any process waits for one Redis reply (the status lane: for its oldest round)"
+        " before it drops the connection and fails or retries the command",
+    ),
+    _Field(
+        "redis_connect_timeout",
+        "1",
+        _positive_float,
+        "Seconds to connect to a Redis data node, TLS and AUTH included",
+    ),
+    _Field(
+        "redis_sentinel_timeout",
+        "0.5",
+        _positive_float,
+        "Seconds to connect to one Sentinel and to get its answer; a Sentinel that misses it"
+        " is skipped for the next one (no retry of its own)",
+    ),
+    _Field(
+        "redis_sentinel_poll",
+        "0.5",
+        _positive_float,
+        "Seconds between two questions each process asks the Sentinels in the background (who"
+        " is the primary?); when it moved, the process drops its connections to the old one",
+    ),
+    _Field(
+        "redis_backoff_cap",
+        "2",
+        _positive_float,
+        "Longest pause, in seconds, between two tries of a process that lost Redis (doubling"
+        " from 0.05 s: commands of workers and CLI, the delivery engine, detector, RQ's dequeue)",
+    ),
+    _Field(
+        "worker_dequeue_timeout",
+        "5",
+        _positive_int,
+        "Seconds a worker blocks waiting for a job (BLPOP); it waits for the reply that long"
+        " plus RELAY_REDIS_SOCKET_TIMEOUT",
+    ),
     _Field("public_url", "http://127.0.0.1:8000", str, "Base URL of the API, used in results_url"),
     _Field("host", "127.0.0.1", str, "Address `relay serve` binds"),
     _Field("port", "8000", _positive_int, "Port `relay serve` binds"),
@@ -400,6 +441,12 @@ class Settings:
     redis_sentinel_password: Secret
     redis_wait_replicas: int
     redis_wait_timeout_ms: int
+    redis_socket_timeout: float
+    redis_connect_timeout: float
+    redis_sentinel_timeout: float
+    redis_sentinel_poll: float
+    redis_backoff_cap: float
+    worker_dequeue_timeout: int
     public_url: str
     host: str
     port: int

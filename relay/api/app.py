@@ -10,6 +10,8 @@ No middleware is installed: the status endpoints are the hot path (``relay.api.g
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 
@@ -28,9 +30,10 @@ from relay.config import Settings
 from relay.console import views as console
 from relay.crypto import Encryptor
 from relay.delivery.addresses import TargetPolicy
+from relay.lane import Lane
 from relay.lane_url import status_client
 from relay.ratelimit import SlidingWindow
-from relay.redis_conn import RedisTarget, async_client, sync_client
+from relay.redis_conn import RedisTarget, async_client, follow_primary, sync_client
 from relay.signing_keys import SigningKeys
 from relay.store import AsyncStore
 from relay.webhook_store import AsyncWebhookStore
@@ -118,9 +121,22 @@ def create_app(settings: Settings) -> Starlette:
                 limits=Limits.from_settings(settings),
             ),
         )
+        follower: asyncio.Task[None] | None = None
+        if target.via_sentinel:
+
+            async def moved() -> None:
+                if isinstance(lane, Lane):
+                    lane.relocate()
+                await client.connection_pool.disconnect()  # in use too: fail now, not later
+
+            follower = asyncio.create_task(follow_primary(target, moved))
         try:
             yield
         finally:
+            if follower is not None:
+                follower.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await follower
             await lane.close()
             await client.aclose()
             sync.close()
