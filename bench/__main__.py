@@ -29,6 +29,7 @@ BENCHMARKS = (
     "hostile",
     "recover",
     "quickstart",
+    "redis_cost",
 )
 
 
