@@ -175,6 +175,20 @@ async def lookup_operator_async(client: redis.asyncio.Redis, key: str | Presente
     return check_operator_record(values, presented)
 
 
+async def operator_key_active(client: redis.asyncio.Redis, prefix: str, operator: str) -> bool:
+    """Whether the key ``prefix`` is still an unrevoked operator key of ``operator`` (a
+    console session's key, checked on every page)."""
+    stored_operator, account, revoked = await client.hmget(
+        keys.api_key(prefix), ["operator", "account", "revoked_at"]
+    )
+    return (
+        stored_operator is not None
+        and account is None
+        and not revoked
+        and stored_operator.decode() == operator
+    )
+
+
 def _ms_or_none(raw: bytes | None) -> int | None:
     return int(raw) if raw else None
 

@@ -21,10 +21,9 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.templating import Jinja2Templates
 
-from relay import keys
 from relay.api.errors import Unauthorized
 from relay.api.state import AppState, state
-from relay.auth import lookup_operator_async, parse_key
+from relay.auth import parse_key
 from relay.console import charts
 from relay.console.queries import ConsoleQueries, DeliveryFilter
 from relay.console.session import Session, Sessions, csrf_ok
@@ -77,7 +76,7 @@ class Console:
 
     def __init__(self, st: AppState) -> None:
         self.sessions = Sessions(st.settings)
-        self.queries = ConsoleQueries(st.webhooks, st.redis, st.sync_redis, st.settings)
+        self.queries = ConsoleQueries(st.webhooks, st.edge.scans, st.edge.wake)
 
 
 def _console(request: Request) -> tuple[AppState, Console]:
@@ -95,11 +94,7 @@ async def _session(request: Request) -> Session | None:
     session = console.sessions.read(request)
     if session is None:
         return None
-    stored = await st.redis.hmget(
-        keys.api_key(session.key_prefix), ["operator", "account", "revoked_at"]
-    )
-    operator, account, revoked = stored
-    if operator is None or account is not None or revoked or operator.decode() != session.operator:
+    if not await st.edge.operator_key_active(session.key_prefix, session.operator):
         return None
     return session
 
@@ -171,10 +166,10 @@ async def login(request: Request) -> Response:
         return PlainTextResponse("CSRF token missing or wrong", status_code=403)
     raw = form.get("key")
     presented = parse_key(raw.strip()) if isinstance(raw, str) else None
-    operator = await lookup_operator_async(st.redis, presented) if presented else None
+    operator = await st.edge.lookup_operator(presented) if presented else None
     if presented is None or operator is None:
         # Counted with the API's bad keys, so the console is no faster way to guess keys.
-        refusal = await st.limits.bad_key(st.redis, request, Unauthorized("not an operator"))
+        refusal = await st.limits.bad_key(request, Unauthorized("not an operator"))
         token, _ = console.sessions.login_token(request)
         return _render(
             request,
