@@ -29,6 +29,7 @@ BENCHMARKS = (
     "hostile",
     "recover",
     "quickstart",
+    "redis_cost",
 )
 # Valid names that the default run (no NAME) leaves out: ``tables`` makes venvs for its peers
 # (from the package index on first use) and takes tens of minutes over its three corpora.
