@@ -1,6 +1,6 @@
 """The console over plain HTTP (no browser): sessions that end server-side, the login's 429,
 callback URLs masked on every page, notices chosen by code. The API runs on real uvicorn
-over a real Redis (``tests.api_fixtures``)."""
+over a real Redis (``tests.support.api_fixtures``)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from relay.logs import mask_query
 from relay.model import Attempt
 from relay.store import BatchRef
 from relay.webhook_store import AsyncWebhookStore, WebhookStore
-from tests.api_fixtures import Api, ApiFactory, api_factory_fixture  # noqa: F401
+from tests.support.api_fixtures import Api, ApiFactory, api_factory_fixture  # noqa: F401
 
 SECRET = "s3cr3t-receiver-token"
 HOOK = f"http://127.0.0.1:9/hooks/in?token={SECRET}&tenant=acme"
