@@ -14,7 +14,7 @@ from relay.extract import ExtractionError, extract_document, run_extractor
 from relay.extract.loader import call_extractor
 from relay.extract.result import Table
 from relay.extract.tables import Extraction, split_tables
-from tests.documents import HEADER, blank_pages_pdf, pdf, table_ops
+from tests.support.documents import HEADER, blank_pages_pdf, pdf, table_ops
 
 PRICES = ["Item", "Unit price", "Currency"]
 

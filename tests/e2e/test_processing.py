@@ -7,8 +7,8 @@ import json
 import redis
 
 from relay import keys
-from tests.documents import HEADER, pdf, table_ops
 from tests.e2e.client import Api
+from tests.support.documents import HEADER, pdf, table_ops
 from tests.support.helpers import wait_until
 from tests.support.procs import Stack
 
