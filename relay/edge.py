@@ -31,9 +31,11 @@ from relay import durable, keys, queues
 from relay.auth import (
     RECORD_FIELDS,
     PresentedKey,
+    console_session_active,
+    end_console_session,
     lookup_key_async,
     lookup_operator_async,
-    operator_key_active,
+    open_console_session,
 )
 from relay.blobs import BlobStore
 from relay.config import Settings
@@ -178,9 +180,15 @@ class Edge:
         """The operator of an active operator key (one round trip)."""
         return await lookup_operator_async(self.redis, presented)
 
-    async def operator_key_active(self, prefix: str, operator: str) -> bool:
-        """Whether the operator key ``prefix`` still exists, unrevoked, for ``operator``."""
-        return await operator_key_active(self.redis, prefix, operator)
+    async def open_console_session(self, sid: str, prefix: str, max_age: int) -> None:
+        await open_console_session(self.redis, sid, prefix, max_age)
+
+    async def end_console_session(self, sid: str, prefix: str) -> None:
+        await end_console_session(self.redis, sid, prefix)
+
+    async def console_session_active(self, sid: str, prefix: str, operator: str) -> bool:
+        """Whether the console session is open and its operator key still active."""
+        return await console_session_active(self.redis, sid, prefix, operator)
 
     async def admit(self, kind: str, account: str) -> Decision:
         """Count one write of ``kind`` (:data:`UPLOADS`, :data:`PROCESS`, :data:`RETRIES`)."""
