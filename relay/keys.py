@@ -97,7 +97,8 @@ def doc(shard: int, doc_id: str) -> str:
 
 
 def doc_items(shard: int, doc_id: str) -> str:
-    """String: the document's ``line_items`` as JSON (succeeded documents only)."""
+    """String: the document's result as JSON, ``{"line_items": [...], "tables": [...]}``
+    (succeeded documents only; a bare list of line items when stored before tables)."""
     return doc(shard, doc_id) + ":items"
 
 

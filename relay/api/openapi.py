@@ -130,7 +130,7 @@ def _batch_paths() -> dict[str, Any]:
         f"{V1}/batches/{{name}}/results": {
             "get": status_operation(
                 "getBatchResults",
-                "The batch plus a page of its documents with line_items.",
+                "The batch plus a page of its documents with line_items and tables.",
                 "BatchResults",
                 [NAME, *PAGE],
                 422,
