@@ -18,8 +18,8 @@ from relay.events import FeedWaiters
 from relay.store import BatchRef
 from relay.webhook_store import event_body
 from relay.worker_context import WorkerContext
-from tests.api_fixtures import V1, Api, ApiFactory, api_factory_fixture, api_fixture  # noqa: F401
-from tests.helpers import relay_cli, wait_until
+from tests.support.api_fixtures import V1, Api, ApiFactory, api_factory_fixture, api_fixture  # noqa: F401
+from tests.support.helpers import relay_cli, wait_until
 
 
 def _complete(api: Api, account: str, name: str) -> None:

@@ -16,9 +16,9 @@ import redis
 from relay import keys
 from tests.e2e.client import Api
 from tests.e2e.test_webhooks import CSV
-from tests.helpers import free_port, wait_until
-from tests.procs import Stack
-from tests.receiver import Receiver
+from tests.support.helpers import free_port, wait_until
+from tests.support.procs import Stack
+from tests.support.receiver import Receiver
 
 
 def _start(stack: Stack, workers: int = 1) -> Api:
