@@ -1,7 +1,7 @@
 """relay's default extractor on one document, and the tables it found.
 
-The document goes through ``relay.extract.extract`` in this process (the function the
-worker's extraction child calls, with the worker's default ``max_image_pixels``) and is
+The document goes through ``relay.extract.extract_document`` in this process (the function
+the worker's extraction child calls, with the worker's default ``max_image_pixels``) and is
 named as an upload would be (``eu-001.pdf``, ``PMC….png``, ``eu-001.tif``). How the tables
 are read back depends on what relay on this checkout offers, the first that works:
 
@@ -9,7 +9,7 @@ are read back depends on what relay on this checkout offers, the first that work
    confidence}]``, or ``Table`` records): those, as a customer gets them;
 2. ``engine``: the engines' own tables (``relay.extract.pdf._tables``; for images
    ``relay.extract.image._pages`` and ``relay.extract.ocr.read_tables``), then the same
-   checks ``extract`` makes (``rows_from_tables``): a document ``extract`` fails has no
+   checks ``extract`` makes (``split_tables``): a document ``extract`` fails has no
    tables;
 3. ``line_items``: the rows of ``line_items`` under their keys as the header row: one
    table per document.
@@ -26,9 +26,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from relay.extract import extract
+from relay.extract import extract_document as extract
 from relay.extract.errors import ExtractionError, shorten
 from relay.extract.image import DEFAULT_MAX_IMAGE_PIXELS
+from relay.extract.limits import DEFAULT_MAX_PAGES
+from relay.extract.result import Table
 
 __all__ = ["RelayResult", "mode", "run_relay"]
 
@@ -83,25 +85,25 @@ def _line_item_table(rows: Sequence[Mapping[str, object]]) -> list[Grid]:
 
 def _engine(content: bytes, kind: str) -> list[Grid]:
     """Mode 2: the engines' tables, failing as ``extract`` would."""
-    from relay.extract.tables import clean_table, rows_from_tables
+    from relay.extract.tables import clean_table, split_tables
 
     found: list[Any]
     if kind == "pdf":
         from relay.extract import pdf
 
-        found = list(pdf._tables(content, DEFAULT_MAX_IMAGE_PIXELS))
+        found = list(pdf._tables(content, DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MAX_PAGES))
     else:
         from relay.extract import image
         from relay.extract.ocr import read_tables
 
         found = []
-        for page in image._pages(content, DEFAULT_MAX_IMAGE_PIXELS):
+        for page in image._pages(content, DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MAX_PAGES):
             for table in read_tables(page):
                 rows = clean_table(table)
                 if rows:
                     found.append(rows)
     grids = [_grid(getattr(t, "rows", t)) for t in found]
-    rows_from_tables([g for g in grids if g], "the document")  # extract's own checks
+    split_tables([Table(1, g) for g in grids if g], "the document")  # extract's own checks
     return grids
 
 

@@ -9,9 +9,13 @@ Contract:
   an image at ``SCAN_DPI`` and read by OCR (``relay.extract.ocr``), like an uploaded image.
   The resolution is lowered when the page would exceed ``max_pixels`` (a poster-sized page
   is not a reason to fail, nor to allocate gigabytes).
-* Tables become rows as ``relay.extract.tables`` says (first row of the first table is the
-  header; later tables continue it). Cells pdfplumber reports as ``None`` (merged or
-  missing) stay ``None``; strings are stripped.
+* The tables are returned as ``relay.extract.result.Table`` in reading order;
+  ``relay.extract.tables`` makes them ``line_items`` and ``tables``. Cells pdfplumber
+  reports as ``None`` (merged or missing) stay ``None``; strings are stripped.
+* A PDF of more than ``max_pages`` pages fails with ``too_many_pages`` before any page is
+  read: the page tree is walked (page dictionaries only, no content) up to one page past
+  the bound, so a PDF claiming a wrong ``/Count`` is counted right, and 5,000 pages cost
+  milliseconds.
 * Errors: bytes pdfplumber cannot open or read -> ``invalid_pdf``; no table anywhere ->
   ``no_table_found``; a header with no rows under it -> ``empty_document``. Running out of
   memory (a decompression bomb under the sandbox's limit) is re-raised as ``MemoryError``,
@@ -21,13 +25,17 @@ Contract:
 from __future__ import annotations
 
 import io
+import itertools
 import math
 from typing import Any
 
 import pdfplumber
+from pdfminer.pdfpage import PDFPage
 
 from relay.extract.errors import ExtractionError, shorten
-from relay.extract.tables import Cells, clean_table, rows_from_tables
+from relay.extract.limits import DEFAULT_MAX_PAGES, too_many_pages
+from relay.extract.result import Table
+from relay.extract.tables import Cells, clean_table
 
 __all__ = ["SCAN_DPI", "extract_pdf"]
 
@@ -85,17 +93,27 @@ def _raise_for_memory(exc: Exception) -> None:
         raise MemoryError("the PDF needs more memory than allowed") from exc
 
 
-def _tables(content: bytes, max_pixels: int) -> list[list[Cells]]:
+def _check_pages(document: Any, max_pages: int) -> None:
+    """``too_many_pages`` past ``max_pages``, from the page tree alone (module docstring)."""
+    found = sum(1 for _ in itertools.islice(PDFPage.create_pages(document.doc), max_pages + 1))
+    if found > max_pages:
+        raise too_many_pages(max_pages)
+
+
+def _tables(content: bytes, max_pixels: int, max_pages: int) -> list[Table]:
     """Every non-empty table of every page, rows cleaned and blank rows dropped."""
     try:
         document = pdfplumber.open(io.BytesIO(content))
     except Exception as exc:  # pdfminer raises many unrelated types for broken files
         _raise_for_memory(exc)
         raise ExtractionError("invalid_pdf", f"could not open the PDF ({_reason(exc)})") from None
-    tables: list[list[Cells]] = []
+    tables: list[Table] = []
     with document:
         try:
+            _check_pages(document, max_pages)
             pages = document.pages
+        except ExtractionError:
+            raise
         except Exception as exc:
             _raise_for_memory(exc)
             raise ExtractionError(
@@ -117,11 +135,13 @@ def _tables(content: bytes, max_pixels: int) -> list[list[Cells]]:
             for table in found:
                 rows = clean_table(table)
                 if rows:
-                    tables.append(rows)
+                    tables.append(Table(number, list(rows)))
     return tables
 
 
-def extract_pdf(content: bytes, *, max_pixels: int) -> list[dict[str, object]]:
-    """Read the PDF's tables as one table of rows (module docstring); ``max_pixels`` bounds
-    the image a scanned page is rendered to."""
-    return rows_from_tables(_tables(content, max_pixels), "the PDF")
+def extract_pdf(
+    content: bytes, *, max_pixels: int, max_pages: int = DEFAULT_MAX_PAGES
+) -> list[Table]:
+    """The PDF's tables in reading order (module docstring); ``max_pixels`` bounds the image
+    a scanned page is rendered to."""
+    return _tables(content, max_pixels, max_pages)
