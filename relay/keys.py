@@ -337,6 +337,16 @@ def api_keys() -> str:
     return f"{PREFIX}:apikeys"
 
 
+def console_session(sid: str) -> str:
+    """String: the API key prefix of a live console session (expires with its cookie)."""
+    return f"{PREFIX}:console:session:{sid}"
+
+
+def console_key_sessions(prefix: str) -> str:
+    """Set: the console session ids opened with one operator key (ended when it is revoked)."""
+    return f"{PREFIX}:console:keysessions:{prefix}"
+
+
 def rate_window(prefix: str) -> str:
     """Sorted set: the sliding window of one API key's status requests."""
     return f"{PREFIX}:ratelimit:{prefix}"

@@ -268,7 +268,7 @@ def _delivery_paths() -> dict[str, Any]:
         ),
         _query(
             "batch_name",
-            "Only the deliveries of this batch.",
+            "Only the deliveries of this batch (given empty it is 422, as the pattern says).",
             {"type": "string", "pattern": BATCH_NAME_PATTERN},
         ),
         _query("since", "Created at or after this time (RFC 3339).", QUERY_TIME),

@@ -346,6 +346,8 @@ SCHEMAS: dict[str, Any] = {
     ),
     "RecoverRequest": {
         "type": "object",
+        "description": "Every field is a string when given: `null` is refused with 422 like "
+        "any other value of the wrong type (leave a field out to take its default).",
         "required": ["since"],
         "properties": {
             "since": {**QUERY_TIME, "description": "Deliveries created at or after (RFC 3339)."},
