@@ -40,6 +40,7 @@ from relay.auth import (
 from relay.blobs import BlobStore
 from relay.config import Settings
 from relay.crypto import Encryptor, SigningMaterial
+from relay.events import AsyncEventLog, FeedWaiters
 from relay.lane import StatusClient, StatusPipe
 from relay.lane_url import status_client
 from relay.ratelimit import Decision, SlidingWindow
@@ -103,6 +104,8 @@ class Edge:
     webhooks: AsyncWebhookStore
     signing: SigningKeys
     scans: Scans
+    events: AsyncEventLog  # the event feeds (GET /events)
+    waiters: FeedWaiters  # the long polls of this process and their one listener
     status_limit: SlidingWindow
     write_limits: dict[str, SlidingWindow]
     auth_failures: SlidingWindow
@@ -130,6 +133,12 @@ class Edge:
             webhooks=AsyncWebhookStore(client),
             signing=SigningKeys(Encryptor.from_setting(settings.encryption_key)),
             scans=Scans(client),
+            events=AsyncEventLog(client, round(settings.retention * 1000)),
+            waiters=FeedWaiters(
+                client,
+                max_waiters=settings.events_max_waiters,
+                max_per_account=settings.events_max_waiters_per_account,
+            ),
             status_limit=SlidingWindow(settings.status_rate_limit),
             write_limits={
                 kind: SlidingWindow(rate, functools.partial(keys.account_rate_window, kind))

@@ -11,6 +11,8 @@ No middleware is installed: the status endpoints are the hot path (``relay.api.g
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 
@@ -19,7 +21,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from relay.api import batches, deliveries, documents, health, openapi, reference, webhooks
+from relay.api import (
+    batches,
+    deliveries,
+    documents,
+    events,
+    health,
+    openapi,
+    reference,
+    webhooks,
+)
 from relay.api.errors import exception_handlers
 from relay.api.limits import Limits
 from relay.api.state import STATE_KEY, AppState
@@ -46,6 +57,7 @@ def api_routes() -> list[BaseRoute]:
         Route("/openapi.json", openapi.openapi_json, methods=["GET"]),
         *webhooks.routes,
         *deliveries.routes,
+        *events.routes,
     ]
 
 
@@ -88,6 +100,7 @@ def create_app(settings: Settings) -> Starlette:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         edge = Edge.open(settings)
+        listener = asyncio.create_task(edge.waiters.run(), name="relay-event-listener")
         setattr(
             app.state,
             STATE_KEY,
@@ -99,11 +112,16 @@ def create_app(settings: Settings) -> Starlette:
                 policy=TargetPolicy.from_settings(settings),
                 key_cache=KeyCache(),
                 limits=Limits(edge),
+                events=edge.events,
+                waiters=edge.waiters,
             ),
         )
         try:
             yield
         finally:
+            listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listener
             await edge.close()
 
     routes: list[BaseRoute] = [

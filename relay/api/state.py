@@ -11,6 +11,7 @@ from relay.auth import KeyCache
 from relay.config import Settings
 from relay.delivery.addresses import TargetPolicy
 from relay.edge import Edge
+from relay.events import AsyncEventLog, FeedWaiters
 from relay.store import AsyncStore
 from relay.webhook_store import AsyncWebhookStore
 
@@ -28,6 +29,8 @@ class AppState:
     policy: TargetPolicy  # callback URLs checked at registration
     key_cache: KeyCache
     limits: Limits  # per-account write rates, bad keys per client address
+    events: AsyncEventLog  # the event feeds (GET /events)
+    waiters: FeedWaiters  # the long polls of this process and their one listener
 
 
 def state(request: Request) -> AppState:
