@@ -53,28 +53,29 @@ class Cluster:
 
     def __init__(self, dir: Path, primaries: int = 3, replicas: int = 1) -> None:
         self.dir = dir
-        self.nodes = [
-            RedisServer(
-                dir / f"node{i}",
-                port=cluster_port(),
-                password=PASSWORD,
-                extra_args=(
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    str(dir / f"node{i}" / "nodes.conf"),
-                    "--cluster-node-timeout",
-                    str(NODE_TIMEOUT_MS),
-                    "--masterauth",
-                    PASSWORD,
-                    # A replica fails over however long ago it last heard its primary.
-                    "--cluster-replica-validity-factor",
-                    "0",
-                ),
-            )  # fmt: skip
-            for i in range(primaries * (1 + replicas))
-        ]
+        self.nodes = [self._node(dir / f"node{i}") for i in range(primaries * (1 + replicas))]
         self.replicas = replicas
+
+    @staticmethod
+    def _node(dir: Path) -> RedisServer:
+        return RedisServer(
+            dir,
+            port=cluster_port(),
+            password=PASSWORD,
+            extra_args=(
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                str(dir / "nodes.conf"),
+                "--cluster-node-timeout",
+                str(NODE_TIMEOUT_MS),
+                "--masterauth",
+                PASSWORD,
+                # A replica fails over however long ago it last heard its primary.
+                "--cluster-replica-validity-factor",
+                "0",
+            ),
+        )
 
     @property
     def nodes_setting(self) -> str:
