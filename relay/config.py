@@ -363,6 +363,18 @@ _FIELDS: tuple[_Field, ...] = (
         "Attempts in flight per worker process to one scheme://host:port",
     ),
     _Field(
+        "events_max_waiters",
+        "1000",
+        _positive_int,
+        "Requests long polling GET /events (wait=) at once in one API process; more get 429",
+    ),
+    _Field(
+        "events_max_waiters_per_account",
+        "10",
+        _positive_int,
+        "Requests of one account long polling its event feeds at once in one API process",
+    ),
+    _Field(
         "allow_http_targets",
         "false",
         _bool,
@@ -454,6 +466,8 @@ class Settings:
     delivery_batch: int
     delivery_concurrency: int
     delivery_per_destination: int
+    events_max_waiters: int
+    events_max_waiters_per_account: int
     allow_http_targets: bool
     allow_private_targets: bool
     encryption_key: Secret = field(repr=True)

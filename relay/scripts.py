@@ -40,6 +40,9 @@ NAMES = (
     "purge_events",
     "delivery_page",
     "recover_deliveries",
+    "append_event",
+    "event_page",
+    "trim_event_log",
 )
 
 

@@ -23,6 +23,7 @@ from relay.crypto import Encryptor
 from relay.delivery.engine import Engine
 from relay.delivery.ssrf import TargetPolicy, make_client
 from relay.delivery.transport import USER_AGENT
+from relay.events import EventLog
 from relay.extract.sandbox import ExtractorHost, SandboxConfig
 from relay.metrics import Metrics
 from relay.redis_conn import RedisTarget, sync_client
@@ -58,6 +59,10 @@ class WorkerContext:
             max_attempts=self.settings.max_stored_attempts,
             disable_after_ms=round(self.settings.disable_after * 1000),
         )
+
+    @cached_property
+    def events(self) -> EventLog:
+        return EventLog(self.redis, round(self.settings.retention * 1000), self.clock)
 
     @cached_property
     def retention(self) -> Retention:

@@ -10,6 +10,8 @@ No middleware is installed: the status endpoints are the hot path (``relay.api.g
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 
@@ -18,7 +20,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from relay.api import batches, deliveries, documents, health, openapi, reference, webhooks
+from relay.api import (
+    batches,
+    deliveries,
+    documents,
+    events,
+    health,
+    openapi,
+    reference,
+    webhooks,
+)
 from relay.api.errors import exception_handlers
 from relay.api.limits import Limits
 from relay.api.state import STATE_KEY, AppState
@@ -28,6 +39,7 @@ from relay.config import Settings
 from relay.console import views as console
 from relay.crypto import Encryptor
 from relay.delivery.addresses import TargetPolicy
+from relay.events import AsyncEventLog, FeedWaiters
 from relay.lane_url import status_client
 from relay.ratelimit import SlidingWindow
 from relay.redis_conn import RedisTarget, async_client, sync_client
@@ -52,6 +64,7 @@ def api_routes() -> list[BaseRoute]:
         Route("/openapi.json", openapi.openapi_json, methods=["GET"]),
         *webhooks.routes,
         *deliveries.routes,
+        *events.routes,
     ]
 
 
@@ -97,6 +110,12 @@ def create_app(settings: Settings) -> Starlette:
         client = async_client(target)
         sync = sync_client(target)
         lane = status_client(target, client)
+        waiters = FeedWaiters(
+            client,
+            max_waiters=settings.events_max_waiters,
+            max_per_account=settings.events_max_waiters_per_account,
+        )
+        listener = asyncio.create_task(waiters.run(), name="relay-event-listener")
         setattr(
             app.state,
             STATE_KEY,
@@ -116,11 +135,16 @@ def create_app(settings: Settings) -> Starlette:
                 status_limit=SlidingWindow(settings.status_rate_limit),
                 lane=lane,
                 limits=Limits.from_settings(settings),
+                events=AsyncEventLog(client, round(settings.retention * 1000)),
+                waiters=waiters,
             ),
         )
         try:
             yield
         finally:
+            listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listener
             await lane.close()
             await client.aclose()
             sync.close()

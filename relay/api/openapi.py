@@ -19,6 +19,7 @@ from relay.api.bodies import json_response
 from relay.api.openapi_parts import (
     DELIVERY_ID,
     DOC_ID,
+    LIMIT,
     LISTING_PAGE,
     NAME,
     PAGE,
@@ -267,7 +268,7 @@ def _delivery_paths() -> dict[str, Any]:
         ),
         _query(
             "batch_name",
-            "Only the deliveries of this batch.",
+            "Only the deliveries of this batch (given empty it is 422, as the pattern says).",
             {"type": "string", "pattern": BATCH_NAME_PATTERN},
         ),
         _query("since", "Created at or after this time (RFC 3339).", QUERY_TIME),
@@ -297,6 +298,60 @@ def _delivery_paths() -> dict[str, Any]:
                     **errors(400, 401, 413, 415, 422),
                 },
                 body=json_body("RecoverRequest"),
+            )
+        },
+    }
+
+
+def _event_paths() -> dict[str, Any]:
+    def feed(types: list[str]) -> list[dict[str, Any]]:
+        return [
+            _query(
+                "after",
+                "The id of the last event seen: the events after it (absent: from the oldest "
+                "kept). An id that aged out of the feed (RELAY_RETENTION) reads from the "
+                "oldest kept; any other id that is not an event of this feed is 422 "
+                "invalid_cursor.",
+                {"type": "string", "pattern": DELIVERY_ID_PATTERN},
+            ),
+            _query("type", "Only events of this type.", {"type": "string", "enum": types}),
+            _query(
+                "batch_name",
+                "Only the events of this batch.",
+                {"type": "string", "pattern": BATCH_NAME_PATTERN},
+            ),
+            LIMIT,
+            _query(
+                "wait",
+                "Long polling: with nothing after `after`, answer as soon as an event is "
+                "recorded, or with an empty page after this many seconds (at most 30). "
+                "Bounded per API process and per account (429 too_many_waiters).",
+                {"type": "number", "minimum": 0, "maximum": 30},
+            ),
+        ]
+
+    listed = {"200": response("EventList", "A page of events."), **errors(401, 422)}
+    return {
+        f"{V1}/events": {
+            "get": operation(
+                "listEvents",
+                "Every event relay created for the account (batch.completed), oldest first, "
+                "whether or not a webhook is registered, kept as long as RELAY_RETENTION: a "
+                "receiver that was down catches up from the last id it processed. Never "
+                "skips or repeats an event.",
+                "events",
+                listed,
+                params=feed(["batch.completed"]),
+            )
+        },
+        f"{V1}/operational-events": {
+            "get": operation(
+                "listOperationalEvents",
+                "The account's operational events (webhook.disabled, delivery.failed), "
+                "whether or not an operational webhook is registered; as GET /events.",
+                "events",
+                listed,
+                params=feed(["webhook.disabled", "delivery.failed"]),
             )
         },
     }
@@ -505,6 +560,7 @@ def document() -> dict[str, Any]:
             **_batch_paths(),
             **_webhook_paths(),
             **_delivery_paths(),
+            **_event_paths(),
             **_ops_paths(),
         },
         "webhooks": webhooks(),

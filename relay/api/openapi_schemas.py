@@ -318,8 +318,36 @@ SCHEMAS: dict[str, Any] = {
             ),
         }
     ),
+    "EventList": _obj(
+        {
+            "events": {
+                "type": "array",
+                "items": {
+                    "oneOf": [
+                        ref("BatchCompletedFeedEvent"),
+                        ref("WebhookDisabledFeedEvent"),
+                        ref("DeliveryFailedFeedEvent"),
+                    ]
+                },
+                "description": "Oldest first: each event's id (its webhook-id), type, "
+                "timestamp and data, as its webhook body has them.",
+            },
+            "next_cursor": {
+                "type": ["string", "null"],
+                "pattern": DELIVERY_ID_PATTERN,
+                "description": "The id of the last event read (pass it as `after`); the "
+                "`after` given when there was none; null when the feed is empty.",
+            },
+            "has_more": {
+                "type": "boolean",
+                "description": "More events follow now: read again without waiting.",
+            },
+        }
+    ),
     "RecoverRequest": {
         "type": "object",
+        "description": "Every field is a string when given: `null` is refused with 422 like "
+        "any other value of the wrong type (leave a field out to take its default).",
         "required": ["since"],
         "properties": {
             "since": {**QUERY_TIME, "description": "Deliveries created at or after (RFC 3339)."},
@@ -357,3 +385,7 @@ SCHEMAS: dict[str, Any] = {
         }
     ),
 }
+_EVENT_ID = {**_MSG_ID, "description": "The event's id: the webhook-id of its deliveries."}
+for _name in ("BatchCompletedEvent", "WebhookDisabledEvent", "DeliveryFailedEvent"):
+    _event = SCHEMAS[_name]
+    SCHEMAS[_name.replace("Event", "FeedEvent")] = _obj({"id": _EVENT_ID, **_event["properties"]})

@@ -12,6 +12,7 @@ from relay.api.limits import Limits
 from relay.auth import KeyCache
 from relay.config import Settings
 from relay.delivery.addresses import TargetPolicy
+from relay.events import AsyncEventLog, FeedWaiters
 from relay.lane import StatusClient
 from relay.ratelimit import SlidingWindow
 from relay.signing_keys import SigningKeys
@@ -36,6 +37,8 @@ class AppState:
     status_limit: SlidingWindow
     lane: StatusClient  # the status endpoints' one round trip (relay.api.gate)
     limits: Limits  # per-account write rates, bad keys per client address
+    events: AsyncEventLog  # the event feeds (GET /events)
+    waiters: FeedWaiters  # the long polls of this process and their one listener
 
 
 def state(request: Request) -> AppState:
