@@ -39,6 +39,8 @@ from relay.config import Settings
 from relay.console import views as console
 from relay.crypto import Encryptor
 from relay.delivery.addresses import TargetPolicy
+from relay.delivery.probe import Prober
+from relay.delivery.transport import USER_AGENT, make_client
 from relay.events import AsyncEventLog, FeedWaiters
 from relay.lane_url import status_client
 from relay.ratelimit import SlidingWindow
@@ -116,6 +118,12 @@ def create_app(settings: Settings) -> Starlette:
             max_per_account=settings.events_max_waiters_per_account,
         )
         listener = asyncio.create_task(waiters.run(), name="relay-event-listener")
+        policy = TargetPolicy.from_settings(settings)
+        webhooks = AsyncWebhookStore(client)
+        signing = SigningKeys(Encryptor.from_setting(settings.encryption_key))
+        http = make_client(
+            policy, settings.delivery_timeout, max_connections=16, user_agent=USER_AGENT
+        )
         setattr(
             app.state,
             STATE_KEY,
@@ -128,15 +136,23 @@ def create_app(settings: Settings) -> Starlette:
                     BlobStore(settings.blob_dir),
                     max_pending_bytes=settings.account_max_pending_bytes,
                 ),
-                webhooks=AsyncWebhookStore(client),
-                signing=SigningKeys(Encryptor.from_setting(settings.encryption_key)),
-                policy=TargetPolicy.from_settings(settings),
+                webhooks=webhooks,
+                signing=signing,
+                policy=policy,
                 key_cache=KeyCache(),
                 status_limit=SlidingWindow(settings.status_rate_limit),
                 lane=lane,
                 limits=Limits.from_settings(settings),
                 events=AsyncEventLog(client, round(settings.retention * 1000)),
                 waiters=waiters,
+                prober=Prober(
+                    webhooks,
+                    signing,
+                    client,
+                    http,
+                    policy,
+                    settings.delivery_timeout,
+                ),
             ),
         )
         try:
@@ -146,6 +162,7 @@ def create_app(settings: Settings) -> Starlette:
             with contextlib.suppress(asyncio.CancelledError):
                 await listener
             await lane.close()
+            http.close()
             await client.aclose()
             sync.close()
 

@@ -12,6 +12,7 @@ from relay.api.limits import Limits
 from relay.auth import KeyCache
 from relay.config import Settings
 from relay.delivery.addresses import TargetPolicy
+from relay.delivery.probe import Prober
 from relay.events import AsyncEventLog, FeedWaiters
 from relay.lane import StatusClient
 from relay.ratelimit import SlidingWindow
@@ -39,6 +40,7 @@ class AppState:
     limits: Limits  # per-account write rates, bad keys per client address
     events: AsyncEventLog  # the event feeds (GET /events)
     waiters: FeedWaiters  # the long polls of this process and their one listener
+    prober: Prober  # test sends, through the delivery transport
 
 
 def state(request: Request) -> AppState:

@@ -19,6 +19,8 @@ import redis.asyncio
 
 from relay import keys, queues
 from relay.config import Settings
+from relay.delivery.probe import Prober, ProbeResult
+from relay.exceptions import WebhookNotFound
 from relay.model import Attempt, Delivery, DeliveryStatus, Webhook
 from relay.store import BatchRef
 from relay.timefmt import now_ms
@@ -90,11 +92,13 @@ class ConsoleQueries:
         client: redis.asyncio.Redis,
         sync: redis.Redis,
         settings: Settings,
+        prober: Prober | None = None,
     ) -> None:
         self.store = store
         self.redis = client
         self.sync = sync
         self.settings = settings
+        self.prober = prober  # test sends (the API process's delivery transport)
 
     # -- deliveries ---------------------------------------------------------------------
 
@@ -229,6 +233,13 @@ class ConsoleQueries:
     ) -> None:
         """Disable (pending delivery canceled) or enable a webhook. Raises WebhookNotFound."""
         await self.store.set_disabled(BatchRef(account, batch), disabled, reason)
+
+    async def test_send(self, account: str, batch: str) -> ProbeResult:
+        """Send a signed webhook.test to the webhook now; nothing is recorded. Raises
+        WebhookNotFound."""
+        if self.prober is None:
+            raise WebhookNotFound("test sends are not available here")
+        return await self.prober.send(BatchRef(account, batch))
 
     # -- overview -----------------------------------------------------------------------
 
