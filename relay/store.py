@@ -429,6 +429,14 @@ class Store:
             return None
         return BatchRef(account.decode(), batch.decode())
 
+    def drop_lease(self, shard: int, doc_id: str) -> bool:
+        """Drop the expired lease of a document that is gone (its batch purged); False when
+        the document is there or its lease was renewed meanwhile."""
+        dropped = self.scripts(
+            "drop_lease", [keys.leases(shard), keys.doc(shard, doc_id)], [doc_id, self.clock()]
+        )
+        return int(dropped) == 1
+
     def requeue(self, ref: BatchRef, doc_id: str, max_claims: int) -> str:
         """Return an expired lease's document to the fair queue (at the front of its batch's
         list), or fail it with worker_lost."""
