@@ -113,6 +113,8 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
             else:
                 log.warning("worker stopped on an error", exc_info=True)
         if args.burst or (worker is not None and worker.stop_requested):
+            if "background" in ctx.__dict__:  # documents moved to the background end first
+                ctx.background.join(ctx.settings.extract_timeout + 5)
             _finish_deliveries(ctx, wait_for_due=args.burst)
             return 0
         if time.monotonic() - started > 60:  # it had been working: not a restart loop

@@ -274,6 +274,19 @@ _FIELDS: tuple[_Field, ...] = (
         "A worker's claim on a document lasts this long without renewal",
     ),
     _Field(
+        "background_after",
+        "2",
+        _positive_float,
+        "Seconds a document may extract while others wait before its worker moves it to"
+        " the background and serves them",
+    ),
+    _Field(
+        "background_extractions",
+        "1",
+        _non_negative_int,
+        "Documents one worker process extracts in the background at once (0: none)",
+    ),
+    _Field(
         "max_document_attempts",
         "3",
         _positive_int,
@@ -427,6 +440,8 @@ class Settings:
     auth_failure_rate_limit: RateLimit
     forwarded_allow_ips: str
     lease_seconds: float
+    background_after: float
+    background_extractions: int
     max_document_attempts: int
     sweep_interval: float
     retention: float

@@ -40,6 +40,9 @@ from relay.auth import (
 from relay.blobs import BlobStore
 from relay.config import Settings
 from relay.crypto import Encryptor, SigningMaterial
+from relay.delivery.addresses import TargetPolicy
+from relay.delivery.probe import Prober
+from relay.delivery.transport import USER_AGENT, make_client
 from relay.events import AsyncEventLog, FeedWaiters
 from relay.lane import StatusClient, StatusPipe
 from relay.lane_url import status_client
@@ -109,12 +112,19 @@ class Edge:
     status_limit: SlidingWindow
     write_limits: dict[str, SlidingWindow]
     auth_failures: SlidingWindow
+    prober: Prober  # test sends, through a delivery client of this process
 
     @classmethod
     def open(cls, settings: Settings) -> Edge:
         """Clients for the settings' Redis (connected on first use) and what runs over them."""
         target = RedisTarget.from_settings(settings)
         client = async_client(target)
+        webhooks = AsyncWebhookStore(client)
+        signing = SigningKeys(Encryptor.from_setting(settings.encryption_key))
+        policy = TargetPolicy.from_settings(settings)
+        http = make_client(
+            policy, settings.delivery_timeout, max_connections=16, user_agent=USER_AGENT
+        )
         rates = {
             UPLOADS: settings.account_upload_rate_limit,
             PROCESS: settings.account_process_rate_limit,
@@ -130,8 +140,8 @@ class Edge:
                 BlobStore(settings.blob_dir),
                 max_pending_bytes=settings.account_max_pending_bytes,
             ),
-            webhooks=AsyncWebhookStore(client),
-            signing=SigningKeys(Encryptor.from_setting(settings.encryption_key)),
+            webhooks=webhooks,
+            signing=signing,
             scans=Scans(client),
             events=AsyncEventLog(client, round(settings.retention * 1000)),
             waiters=FeedWaiters(
@@ -145,9 +155,11 @@ class Edge:
                 for kind, rate in rates.items()
             },
             auth_failures=SlidingWindow(settings.auth_failure_rate_limit, keys.auth_failure_window),
+            prober=Prober(webhooks, signing, client, http, policy, settings.delivery_timeout),
         )
 
     async def close(self) -> None:
+        self.prober.http.close()
         await self.lane.close()
         await self.redis.aclose()
         self.sync_redis.close()

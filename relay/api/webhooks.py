@@ -18,7 +18,7 @@ from relay.api.paths import batch_ref
 from relay.api.state import AppState, state
 from relay.crypto import SigningMaterial
 from relay.delivery.ssrf import in_documented_form, vet_url
-from relay.exceptions import UnsafeTarget
+from relay.exceptions import UnsafeTarget, WebhookNotFound
 from relay.model import Webhook
 from relay.store import BatchRef
 from relay.timefmt import rfc3339
@@ -120,7 +120,34 @@ async def retry_delivery(request: Request) -> Response:
     return json_response(delivery.to_json(), 202, headers=rate_headers)
 
 
+async def test_webhook(request: Request) -> Response:
+    """Send a signed webhook.test event to the batch's webhook now and answer with the
+    attempt; the batch's deliveries are untouched. Counted against the account's retry rate
+    (each is a signed POST to the receiver)."""
+    account = await authenticate(request)
+    st = state(request)
+    rate_headers = await st.limits.admit(RETRIES, account)
+    ref = await _existing(st, batch_ref(request, account))
+    try:
+        result = await st.edge.prober.send(ref)
+    except WebhookNotFound as exc:
+        raise NotFound(f"batch {ref.name!r} has no webhook", headers=rate_headers) from exc
+    return json_response(result.to_json(), headers=rate_headers)
+
+
 # -- the account's operational webhook (events about its webhooks; the ~ops batch) --------
+
+
+async def test_operational_webhook(request: Request) -> Response:
+    """The test send of the operational webhook."""
+    account = await authenticate(request)
+    st = state(request)
+    rate_headers = await st.limits.admit(RETRIES, account)
+    try:
+        result = await st.edge.prober.send(ops_ref(account))
+    except WebhookNotFound as exc:
+        raise NotFound("no operational webhook is registered", headers=rate_headers) from exc
+    return json_response(result.to_json(), headers=rate_headers)
 
 
 def _ops_json(hook: Webhook) -> dict[str, Any]:
@@ -204,6 +231,8 @@ routes: list[BaseRoute] = [
     Route("/batches/{name}/webhook", delete_webhook, methods=["DELETE"]),
     Route("/batches/{name}/webhook/deliveries", list_deliveries, methods=["GET"]),
     Route("/batches/{name}/webhook/deliveries/{id}/retry", retry_delivery, methods=["POST"]),
+    Route("/batches/{name}/webhook/test", test_webhook, methods=["POST"]),
+    Route("/operational-webhook/test", test_operational_webhook, methods=["POST"]),
     Route("/operational-webhook", put_operational_webhook, methods=["PUT"]),
     Route("/operational-webhook", get_operational_webhook, methods=["GET"]),
     Route("/operational-webhook", delete_operational_webhook, methods=["DELETE"]),

@@ -14,6 +14,8 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from relay.delivery.probe import Prober, ProbeResult
+from relay.exceptions import WebhookNotFound
 from relay.model import Attempt, Delivery, DeliveryStatus, Webhook
 from relay.scans import Scans
 from relay.store import BatchRef
@@ -84,10 +86,12 @@ class ConsoleQueries:
         store: AsyncWebhookStore,
         scans: Scans,
         wake: Callable[[int], Awaitable[None]],
+        prober: Prober | None = None,
     ) -> None:
         self.store = store
         self.scans = scans
         self._wake = wake
+        self.prober = prober  # test sends (the API process's delivery transport)
 
     # -- deliveries ---------------------------------------------------------------------
 
@@ -191,6 +195,13 @@ class ConsoleQueries:
     ) -> None:
         """Disable (pending delivery canceled) or enable a webhook. Raises WebhookNotFound."""
         await self.store.set_disabled(BatchRef(account, batch), disabled, reason)
+
+    async def test_send(self, account: str, batch: str) -> ProbeResult:
+        """Send a signed webhook.test to the webhook now; nothing is recorded. Raises
+        WebhookNotFound."""
+        if self.prober is None:
+            raise WebhookNotFound("test sends are not available here")
+        return await self.prober.send(BatchRef(account, batch))
 
     # -- overview -----------------------------------------------------------------------
 

@@ -79,7 +79,9 @@ class Console:
 
     def __init__(self, st: AppState) -> None:
         self.sessions = Sessions(st.settings)
-        self.queries = ConsoleQueries(st.webhooks, st.edge.scans, st.edge.wake)
+        self.queries = ConsoleQueries(
+            st.webhooks, st.edge.scans, st.edge.wake, prober=st.edge.prober
+        )
 
 
 def _console(request: Request) -> tuple[AppState, Console]:
@@ -360,6 +362,23 @@ async def webhook_enable(request: Request) -> Response:
     return await _toggle(request, False)
 
 
+async def webhook_test(request: Request) -> Response:
+    """Send a signed webhook.test to one webhook now and show the attempt above the list."""
+    session, fields, refused = await _guarded_form(request)
+    if refused is not None or session is None:
+        return refused or _to_login()
+    _, console = _console(request)
+    account, batch = fields.get("account", ""), fields.get("batch", "")
+    try:
+        result = await console.queries.test_send(account, batch)
+    except StateError as exc:
+        return _back("/console/webhooks", err=error_code(exc))
+    rows = await console.queries.webhooks()
+    return _render(
+        request, "webhooks.html", session, rows=rows, test=result, test_batch=(account, batch)
+    )
+
+
 async def stylesheet(request: Request) -> Response:
     return Response(_CSS, media_type="text/css", headers={"cache-control": "max-age=300"})
 
@@ -384,5 +403,6 @@ def routes() -> list[BaseRoute]:
         Route(
             "/console/webhooks/enable", webhook_enable, methods=["POST"], include_in_schema=False
         ),
+        Route("/console/webhooks/test", webhook_test, methods=["POST"], include_in_schema=False),
         Route("/console/static/console.css", stylesheet, methods=["GET"], include_in_schema=False),
     ]
