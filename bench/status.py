@@ -32,8 +32,9 @@ from bench._seed import upload_http
 from bench._stack import ACCOUNT, Stack, wait_http
 from relay import keys
 from relay.auth import parse_key
-from relay.procs import free_port, spawn
+from relay.redis_server import free_port
 from relay.store import BatchRef
+from tests.support.procs import spawn
 
 NAME = "status"
 CONNECTIONS = 32

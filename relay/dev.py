@@ -40,10 +40,10 @@ from redis.retry import Retry
 from relay.config import Settings, load_settings
 from relay.exceptions import RelayError
 from relay.logs import redact_url
-from relay.procs import STOP_TIMEOUT
 from relay.redis_conn import RedisTarget, sync_client
 from relay.redis_server import RedisServer, RedisServerError, port_is_free
 from relay.supervise import (
+    STOP_TIMEOUT,
     Child,
     Console,
     RestartBudget,

@@ -21,16 +21,33 @@ import time
 import urllib.error
 import urllib.request
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import IO
 
 from relay.exceptions import RelayError
-from relay.procs import STOP_TIMEOUT, terminate_all
 
 RESTARTS_PER_MINUTE = 5
+STOP_TIMEOUT = 10.0  # seconds a process has between SIGTERM and SIGKILL
+
+
+def terminate_all(
+    popens: Iterable[subprocess.Popen[bytes]], timeout: float = STOP_TIMEOUT
+) -> list[subprocess.Popen[bytes]]:
+    """SIGTERM every one still running, then give them ``timeout`` seconds together (they
+    shut down side by side, not one after another). Returns those still running then; what
+    to do with them (SIGKILL, their process group too) is the caller's."""
+    running = [p for p in popens if p.poll() is None]
+    for popen in running:
+        with contextlib.suppress(ProcessLookupError):
+            popen.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for popen in running:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            popen.wait(max(0.0, deadline - time.monotonic()))
+    return [p for p in running if p.poll() is None]
 
 
 class DevError(RelayError):

@@ -12,8 +12,8 @@ import pytest
 from relay.config import RateLimit
 from relay.model import DeliveryStatus
 from relay.timefmt import rfc3339
-from tests.api_fixtures import V1, Api, ApiFactory, api_factory_fixture, api_fixture  # noqa: F401
-from tests.delivery_seed import Seeder
+from tests.support.api_fixtures import V1, Api, ApiFactory, api_factory_fixture, api_fixture  # noqa: F401
+from tests.support.delivery_seed import Seeder
 
 
 @pytest.fixture(name="seed")

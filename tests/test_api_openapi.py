@@ -15,7 +15,7 @@ from relay.api.reference import anchor as reference_anchor
 from relay.model import Batch
 from relay.store import BatchRef
 from relay.webhook_store import event_body, notification_body
-from tests.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
+from tests.support.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
 
 METHODS = {"get", "put", "post", "delete", "patch"}
 

@@ -1,8 +1,9 @@
 """The operator console in a real headless Chromium (Debian's ``chromium``, driven by
 Playwright; ``make chromium`` installs it, no browser is ever downloaded).
 
-The API runs in-process on uvicorn (``tests.api_fixtures``), a real delivery worker runs as a
-subprocess (``tests.procs``) and posts to a real HTTP receiver (``tests.receiver``). With
+The API runs in-process on uvicorn (``tests.support.api_fixtures``), a real delivery worker runs
+as a subprocess (``tests.support.procs``) and posts to a real HTTP receiver
+(``tests.support.receiver``). With
 ``RELAY_CONSOLE_SCREENSHOTS=docs/console`` the walk-through also saves a 1280-px-wide
 screenshot of each page there (how the README's pictures are made).
 """
@@ -29,10 +30,10 @@ from relay.auth import create_key, create_operator_key
 from relay.model import Attempt, Batch
 from relay.store import BatchRef
 from relay.webhook_store import AsyncWebhookStore, WebhookStore, notification_body
-from tests.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
-from tests.helpers import FakeClock, wait_until
-from tests.procs import Stack
-from tests.receiver import Receiver, Reply
+from tests.support.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
+from tests.support.helpers import FakeClock, wait_until
+from tests.support.procs import Stack
+from tests.support.receiver import Receiver, Reply
 
 CHROMIUM = "/usr/bin/chromium"
 XSS = b"<script>window.__pwned = 1; document.title = 'pwned'</script><b>bold?</b>"

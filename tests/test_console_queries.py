@@ -12,8 +12,8 @@ from relay.console.queries import ConsoleQueries, DeliveryFilter
 from relay.model import Attempt, DeliveryStatus
 from relay.store import BatchRef
 from relay.webhook_store import AsyncWebhookStore, WebhookStore
-from tests.api_fixtures import make_settings
-from tests.helpers import Clients, refs_in_distinct_shards
+from tests.support.api_fixtures import make_settings
+from tests.support.helpers import Clients, refs_in_distinct_shards
 
 
 class Q(Clients):

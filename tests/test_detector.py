@@ -18,7 +18,7 @@ from relay.queues import DELIVERY, PROCESSING, queue_key
 from relay.store import AsyncStore, BatchRef
 from relay.webhook_store import AsyncWebhookStore
 from relay.worker_context import WorkerContext
-from tests.helpers import Clients
+from tests.support.helpers import Clients
 
 REF = BatchRef("acme", "b1")
 

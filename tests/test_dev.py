@@ -19,7 +19,7 @@ from redis import Redis
 from relay import dev
 from relay.config import load_settings
 from relay.supervise import Console
-from tests.helpers import free_port, wait_until
+from tests.support.helpers import free_port, wait_until
 
 # -- files in the state directory -----------------------------------------------------------
 

@@ -49,7 +49,7 @@ from schemathesis.transport.serialization import contains_binary
 from relay.api.openapi import SOFT_DELETE, document
 from relay.api.openapi_parts import EXAMPLE_BATCH
 from relay.config import RateLimit
-from tests.api_fixtures import Api, ApiFactory, api_factory_fixture  # noqa: F401
+from tests.support.api_fixtures import Api, ApiFactory, api_factory_fixture  # noqa: F401
 
 CI = bool(os.environ.get("CI"))
 MAX_EXAMPLES = 10

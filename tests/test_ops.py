@@ -15,7 +15,7 @@ from relay.model import Attempt, DeliveryStatus
 from relay.store import BatchRef
 from relay.timefmt import now_ms
 from relay.webhook_store import AsyncWebhookStore, WebhookStore
-from tests.helpers import relay_cli
+from tests.support.helpers import relay_cli
 
 
 def _failed_delivery(

@@ -1,7 +1,7 @@
 """Bounded extraction (``relay.extract.sandbox``): real child processes, real limits.
 
-Hostile plug-ins live in ``tests/hostile_extractors.py``; hostile documents are built by
-``tests/documents.py``. Each test checks the failure *and* that the same host then extracts
+Hostile plug-ins live in ``tests/support/hostile_extractors.py``; hostile documents are built by
+``tests/support/documents.py``. Each test checks the failure *and* that the same host then extracts
 an ordinary document: one bad document never costs the next one.
 """
 
@@ -19,7 +19,7 @@ import pytest
 from relay.exceptions import ConfigError
 from relay.extract import extract
 from relay.extract.sandbox import ExtractorHost, Outcome, SandboxConfig
-from tests.documents import pdf_bomb, wide_csv
+from tests.support.documents import pdf_bomb, wide_csv
 
 MIB = 1 << 20
 CSV = b"sku,qty\nA-1,2\nB-7,5\n"
@@ -115,7 +115,9 @@ def test_the_wide_csv_fails_result_too_large_early_and_small(host_factory: HostF
 def test_a_plugin_returning_more_than_the_bound_is_result_too_large(
     host_factory: HostFactory,
 ) -> None:
-    host = host_factory(extractor="tests.hostile_extractors:hostile", max_result_bytes=8 * MIB)
+    host = host_factory(
+        extractor="tests.support.hostile_extractors:hostile", max_result_bytes=8 * MIB
+    )
     data, error = _run(host, b"huge\n")
     assert data is None and error is not None and error[0] == "result_too_large"
     assert "8388608 bytes" in error[1]
@@ -164,7 +166,7 @@ def test_a_pdf_decompression_bomb_fails_on_memory_and_the_host_goes_on(
 def test_a_slow_extractor_is_killed_at_the_deadline_and_the_next_document_runs(
     host_factory: HostFactory,
 ) -> None:
-    host = host_factory(extractor="tests.hostile_extractors:slow", timeout=1.0)
+    host = host_factory(extractor="tests.support.hostile_extractors:slow", timeout=1.0)
     _still_works(host)
     first_pid = host.pid
     assert first_pid is not None
@@ -190,14 +192,14 @@ def _is_zombie_or_gone(pid: int) -> bool:
 
 
 def test_a_memory_hog_fails_extraction_memory(host_factory: HostFactory) -> None:
-    host = host_factory(extractor="tests.hostile_extractors:hostile", memory=256 * MIB)
+    host = host_factory(extractor="tests.support.hostile_extractors:hostile", memory=256 * MIB)
     data, error = _run(host, b"hog\n")
     assert data is None and error is not None and error[0] == "extraction_memory"
     _still_works(host)
 
 
 def test_a_crashing_extractor_fails_extraction_crashed(host_factory: HostFactory) -> None:
-    host = host_factory(extractor="tests.hostile_extractors:hostile")
+    host = host_factory(extractor="tests.support.hostile_extractors:hostile")
     data, error = _run(host, b"crash\n")
     assert data is None and error == (
         "extraction_crashed",

@@ -13,7 +13,7 @@ from relay.blobs import BlobStore
 from relay.exceptions import BatchDeleted, BatchNotFound
 from relay.model import Batch, Document, Status
 from relay.store import AsyncStore, BatchRef, Claim, Store
-from tests.helpers import Clients
+from tests.support.helpers import Clients
 
 LEASE_MS = 60_000
 

@@ -20,8 +20,8 @@ from relay.blobs import BlobStore
 from relay.queues import PROCESSING, queue_key
 from relay.store import AsyncStore, BatchRef
 from tests.e2e.client import Api
-from tests.helpers import wait_until
-from tests.procs import Stack
+from tests.support.helpers import wait_until
+from tests.support.procs import Stack
 
 CSV = b"sku,qty\nA-1,2\nB-2,1\n"
 BACKLOG = 3000

@@ -8,8 +8,8 @@ import redis
 
 from relay import keys
 from tests.e2e.client import Api
-from tests.helpers import wait_until
-from tests.procs import Stack
+from tests.support.helpers import wait_until
+from tests.support.procs import Stack
 
 
 def test_documents_are_extracted_by_a_worker(stack: Stack) -> None:
@@ -40,7 +40,7 @@ def test_documents_are_extracted_by_a_worker(stack: Stack) -> None:
 def test_worker_killed_mid_document_is_processed_by_another(
     stack: Stack, redis: redis.Redis
 ) -> None:
-    stack.env["RELAY_EXTRACTOR"] = "tests.slow_extractor:extract"
+    stack.env["RELAY_EXTRACTOR"] = "tests.support.slow_extractor:extract"
     stack.api()
     victim = stack.worker()
     stack.detector()
