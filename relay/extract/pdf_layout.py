@@ -22,6 +22,7 @@ row) gives its four sides, as pdfplumber's edges do.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -69,6 +70,9 @@ class PageLayout:
     height: float
     chars: list[Char] = field(default_factory=list)
     rules: list[Rule] = field(default_factory=list)
+    # Whether the page has a text layer at all (turned text and spaces included): a page
+    # without one is a scan for OCR, a page with only turned text has no table to read.
+    has_text: bool = False
 
 
 def _segment(x0: float, y0: float, x1: float, y1: float, out: list[Rule]) -> None:
@@ -106,7 +110,7 @@ def _polygon(points: list[tuple[float, float]], filled: bool, out: list[Rule]) -
         if len(xs) <= 2 and len(ys) <= 2:
             _box(xs[0], ys[0], xs[-1], ys[-1], filled, out)
             return
-    for (ax, ay), (bx, by) in zip(points, points[1:], strict=False):
+    for (ax, ay), (bx, by) in itertools.pairwise(points):
         _segment(ax, ay, bx, by, out)
 
 
@@ -120,7 +124,14 @@ def _compose(inner: Matrix, outer: Matrix) -> Matrix:
     """``inner`` then ``outer`` (PDF row-vector convention)."""
     a, b, c, d, e, f = inner
     A, B, C, D, E, F = outer
-    return (a * A + b * C, a * B + b * D, c * A + d * C, c * B + d * D, e * A + f * C + E, e * B + f * D + F)
+    return (
+        a * A + b * C,
+        a * B + b * D,
+        c * A + d * C,
+        c * B + d * D,
+        e * A + f * C + E,
+        e * B + f * D + F,
+    )
 
 
 def _matrix(raw: Any, obj: Any) -> Matrix:
@@ -150,7 +161,9 @@ class _View:
             return self.h - y, self.w - x
         return x, self.h - y
 
-    def box(self, left: float, bottom: float, right: float, top: float) -> tuple[float, float, float, float]:
+    def box(
+        self, left: float, bottom: float, right: float, top: float
+    ) -> tuple[float, float, float, float]:
         ax, ay = self.point(left, bottom)
         bx, by = self.point(right, top)
         return min(ax, bx), min(ay, by), max(ax, bx), max(ay, by)
@@ -168,7 +181,9 @@ def _path_rules(raw: Any, obj: Any, ctm: Matrix, view: _View, out: list[Rule]) -
     points: list[tuple[float, float]] = []
     for index in range(raw.FPDFPath_CountSegments(obj)):
         segment = raw.FPDFPath_GetPathSegment(obj, index)
-        if not segment or not raw.FPDFPathSegment_GetPoint(segment, ctypes.byref(x), ctypes.byref(y)):
+        if not segment or not raw.FPDFPathSegment_GetPoint(
+            segment, ctypes.byref(x), ctypes.byref(y)
+        ):
             continue
         kind = raw.FPDFPathSegment_GetType(segment)
         px, py = x.value * a + y.value * c + e, x.value * b + y.value * d + f
@@ -186,7 +201,9 @@ def _path_rules(raw: Any, obj: Any, ctm: Matrix, view: _View, out: list[Rule]) -
     _polygon(points, filled, out)
 
 
-def _objects(raw: Any, parent: Any, ctm: Matrix, form: bool, depth: int) -> Iterator[tuple[Any, Matrix]]:
+def _objects(
+    raw: Any, parent: Any, ctm: Matrix, form: bool, depth: int
+) -> Iterator[tuple[Any, Matrix]]:
     """Every path object under ``parent`` (a page or a form XObject) with its full matrix."""
     count = raw.FPDFFormObj_CountObjects(parent) if form else raw.FPDFPage_CountObjects(parent)
     get = raw.FPDFFormObj_GetObject if form else raw.FPDFPage_GetObject
@@ -204,7 +221,7 @@ def _objects(raw: Any, parent: Any, ctm: Matrix, form: bool, depth: int) -> Iter
 
 def read_pdfium(page: Any) -> PageLayout:
     """The characters and rules of a ``pypdfium2.PdfPage``."""
-    import pypdfium2.raw as raw  # noqa: PLC0415 (beside pdfplumber, which imports it anyway)
+    import pypdfium2.raw as raw
 
     view = _View(tuple(float(v) for v in page.get_mediabox()), int(page.get_rotation()))  # type: ignore[arg-type]
     layout = PageLayout(view.width, view.height)
@@ -212,7 +229,9 @@ def read_pdfium(page: Any) -> PageLayout:
     try:
         rect = raw.FS_RECTF()
         chars = layout.chars
-        for index in range(textpage.count_chars()):
+        count = textpage.count_chars()
+        layout.has_text = count > 0
+        for index in range(count):
             code = raw.FPDFText_GetUnicode(textpage, index)
             if code <= 32 or code == 0xA0 or raw.FPDFText_IsGenerated(textpage, index) == 1:
                 continue  # spaces (pdfium adds its own guesses): words come from gaps
@@ -241,6 +260,7 @@ def read_pdfium(page: Any) -> PageLayout:
 def read_plumber(page: Any) -> PageLayout:
     """The characters and rules of a ``pdfplumber.page.Page``."""
     layout = PageLayout(float(page.width), float(page.height))
+    layout.has_text = bool(page.chars)
     for char in page.chars:
         text = char.get("text") or ""
         if not text.strip():
@@ -258,7 +278,10 @@ def read_plumber(page: Any) -> PageLayout:
     for line in page.lines:
         points = [(float(x), float(page.height) - float(y)) for x, y in line.get("pts", [])]
         if len(points) < 2:
-            points = [(float(line["x0"]), float(line["top"])), (float(line["x1"]), float(line["bottom"]))]
+            points = [
+                (float(line["x0"]), float(line["top"])),
+                (float(line["x1"]), float(line["bottom"])),
+            ]
         _polygon(points, False, layout.rules)
     for rect in page.rects:
         _box(

@@ -23,6 +23,7 @@ particular document: every threshold is relative to the size of the text.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -197,9 +198,7 @@ def _merge(rules: Iterable[Rule], horizontal: bool) -> list[Rule]:
 
 
 def _crosses(h: Rule, v: Rule) -> bool:
-    return (
-        h.x0 - _REACH <= v.x0 <= h.x1 + _REACH and v.top - _REACH <= h.top <= v.bottom + _REACH
-    )
+    return h.x0 - _REACH <= v.x0 <= h.x1 + _REACH and v.top - _REACH <= h.top <= v.bottom + _REACH
 
 
 def _grids(rules: Sequence[Rule]) -> list[tuple[list[Rule], list[Rule]]]:
@@ -239,7 +238,11 @@ def _covers(rules: Sequence[Rule], horizontal: bool, at: float, point: float) ->
     for r in rules:
         if horizontal and abs(r.top - at) <= _SNAP and r.x0 - _REACH <= point <= r.x1 + _REACH:
             return True
-        if not horizontal and abs(r.x0 - at) <= _SNAP and r.top - _REACH <= point <= r.bottom + _REACH:
+        if (
+            not horizontal
+            and abs(r.x0 - at) <= _SNAP
+            and r.top - _REACH <= point <= r.bottom + _REACH
+        ):
             return True
     return False
 
@@ -267,8 +270,8 @@ def _bands(
     wrapped over lines has words, not figures). The lines of the band that have no word in
     those columns (a label wrapped over two lines) join the row above."""
     rows: list[tuple[int, list[_Line]]] = []
-    columns = list(zip(xs, xs[1:], strict=False))
-    for index, (top, bottom) in enumerate(zip(ys, ys[1:], strict=False)):
+    columns = list(itertools.pairwise(xs))
+    for index, (top, bottom) in enumerate(itertools.pairwise(ys)):
         band = [ln for ln in lines if top <= (ln.top + ln.bottom) / 2 < bottom]
         full: list[tuple[float, float]] = []
         numeric = False
@@ -354,7 +357,11 @@ def _ruled(hs: list[Rule], vs: list[Rule], lines: Sequence[_Line]) -> _Region | 
         return None
     if split_cells * 2 >= filled_cells or (cols == 1 and split_cells):
         return region  # a frame around an unruled table: read it as one
-    grid: Grid = [[None] * cols for _ in range(rows)]
+    # A cell of its own is "" when blank; the cells a spanning cell covers are None.
+    grid: Grid = [
+        ["" if find(i * cols + j) == i * cols + j else None for j in range(cols)]
+        for i in range(rows)
+    ]
     for (i, j), parts in texts.items():
         grid[i][j] = "\n".join(parts)
     region.grid = grid
@@ -435,7 +442,7 @@ def _unruled(block: Sequence[_Line]) -> Grid | None:
     edges = [float("-inf"), *cuts, float("inf")]
     grid: Grid = []
     for line in block:
-        row: list[str | None] = [None] * (len(edges) - 1)
+        row: list[str | None] = [""] * (len(edges) - 1)
         for chunk in line.chunks:
             # a chunk crossing a cut is split there when a word gap lies on it, else kept whole
             pieces: list[list[_Word]] = [[chunk.words[0]]]
@@ -446,23 +453,27 @@ def _unruled(block: Sequence[_Line]) -> Grid | None:
                     pieces[-1].append(word)
             for piece in pieces:
                 column = sum(1 for cut in cuts if cut < piece[0].x0)
+                last = sum(1 for cut in cuts if cut < piece[-1].x1)
                 text = " ".join(w.text for w in piece)
-                row[column] = text if row[column] is None else f"{row[column]} {text}"
+                row[column] = f"{row[column]} {text}" if row[column] else text
+                for covered in range(column + 1, last + 1):
+                    if not row[covered]:
+                        row[covered] = None  # under a cell spanning columns
         grid.append(row)
     grid = _trim(grid)
     if len(grid) < 2 or len(grid[0]) < 2:
         return None
-    if sum(sum(cell is not None for cell in row) >= 2 for row in grid) < 2:
+    if sum(sum(bool(cell) for cell in row) >= 2 for row in grid) < 2:
         return None
     return grid
 
 
 def _trim(grid: Grid) -> Grid:
     """``grid`` without empty rows and columns."""
-    rows = [row for row in grid if any(cell is not None for cell in row)]
+    rows = [row for row in grid if any(row)]
     if not rows:
         return []
-    keep = [j for j in range(len(rows[0])) if any(row[j] is not None for row in rows)]
+    keep = [j for j in range(len(rows[0])) if any(row[j] for row in rows)]
     return [[row[j] for j in keep] for row in rows]
 
 
@@ -502,4 +513,7 @@ def find_tables(layout: PageLayout) -> list[Grid]:
 
 def _within(line: _Line, region: _Region) -> bool:
     middle = (line.top + line.bottom) / 2
-    return region.top - 1 <= middle <= region.bottom + 1 and region.x0 - 1 <= (line.x0 + line.x1) / 2 <= region.x1 + 1
+    return (
+        region.top - 1 <= middle <= region.bottom + 1
+        and region.x0 - 1 <= (line.x0 + line.x1) / 2 <= region.x1 + 1
+    )
