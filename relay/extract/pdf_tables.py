@@ -47,6 +47,8 @@ _MAX_LINE_GAP = 2.2
 _MAX_SINGLES = 2
 # A chunk of more words than this is prose, not a cell (when most chunks are).
 _PROSE_WORDS = 7
+# Columns whose cells have at least this many words (the median) are text, not cells.
+_PROSE_COLUMN_WORDS = 4
 
 
 @dataclass
@@ -329,7 +331,7 @@ def _ruled(hs: list[Rule], vs: list[Rule], lines: Sequence[_Line]) -> _Region | 
         for j in range(1, cols):
             x = xs[j]
             if not _covers(vs, False, x, y) and any(
-                w.x0 < x - 1 and w.x1 > x + 1 for ln in band for w in ln.words
+                c.x0 < x - 1 and c.x1 > x + 1 for ln in band for c in ln.chunks
             ):
                 union(i * cols + j, i * cols + j - 1)
     for i in range(1, rows):
@@ -339,31 +341,41 @@ def _ruled(hs: list[Rule], vs: list[Rule], lines: Sequence[_Line]) -> _Region | 
         for j in range(cols):
             if not _covers(hs, True, ys[below], (xs[j] + xs[j + 1]) / 2):
                 union(i * cols + j, (i - 1) * cols + j)
-    texts: dict[tuple[int, int], list[str]] = {}
-    split_cells = filled_cells = 0
+    # Each word goes to the cell its middle falls in, then to that cell's top-left anchor;
+    # a cell's text is its lines, top to bottom, each line's words left to right.
+    words: dict[int, dict[int, list[str]]] = {}
+    filled: set[int] = set()
+    split_cells = 0
     for i, band in enumerate(bands):
-        for j in range(cols):
-            text = _text(band, xs[j], xs[j + 1])
-            if text is None:
-                continue
-            texts.setdefault(divmod(find(i * cols + j), cols), []).append(text)
-            filled_cells += 1
-            for ln in band:
-                inner = [c for c in ln.chunks if xs[j] <= (c.x0 + c.x1) / 2 < xs[j + 1]]
-                if len(inner) >= 2:
-                    split_cells += 1
-                    break
-    if filled_cells == 0:
+        for k, ln in enumerate(band):
+            for j in range(cols):
+                inside_words = [w for w in ln.words if xs[j] <= (w.x0 + w.x1) / 2 < xs[j + 1]]
+                if not inside_words:
+                    continue
+                filled.add(i * cols + j)
+                line_key = i * 10_000 + k
+                words.setdefault(find(i * cols + j), {}).setdefault(line_key, []).extend(
+                    w.text for w in inside_words
+                )
+    for cell in filled:
+        i, j = divmod(cell, cols)
+        for ln in bands[i]:
+            inner = [c for c in ln.chunks if xs[j] <= (c.x0 + c.x1) / 2 < xs[j + 1]]
+            if len(inner) >= 2:
+                split_cells += 1
+                break
+    if not filled:
         return None
-    if split_cells * 2 >= filled_cells or (cols == 1 and split_cells):
+    if split_cells * 2 >= len(filled) or (cols == 1 and split_cells):
         return region  # a frame around an unruled table: read it as one
     # A cell of its own is "" when blank; the cells a spanning cell covers are None.
     grid: Grid = [
         ["" if find(i * cols + j) == i * cols + j else None for j in range(cols)]
         for i in range(rows)
     ]
-    for (i, j), parts in texts.items():
-        grid[i][j] = "\n".join(parts)
+    for anchor, lines_of in words.items():
+        i, j = divmod(anchor, cols)
+        grid[i][j] = "\n".join(" ".join(lines_of[key]) for key in sorted(lines_of))
     region.grid = grid
     return region
 
@@ -461,11 +473,21 @@ def _unruled(block: Sequence[_Line]) -> Grid | None:
                         row[covered] = None  # under a cell spanning columns
         grid.append(row)
     grid = _trim(grid)
-    if len(grid) < 2 or len(grid[0]) < 2:
+    if len(grid) < 2 or len(grid[0]) < 2 or _prose(grid):
         return None
     if sum(sum(bool(cell) for cell in row) >= 2 for row in grid) < 2:
         return None
     return grid
+
+
+def _prose(grid: Grid) -> bool:
+    """Whether every column mostly holds several words a line: text set in columns (a
+    table has at least one column of short cells: figures, codes, names)."""
+    for j in range(len(grid[0])):
+        counts = sorted(len(cell.split()) for row in grid if (cell := row[j]))
+        if counts and counts[len(counts) // 2] < _PROSE_COLUMN_WORDS:
+            return False
+    return True
 
 
 def _trim(grid: Grid) -> Grid:
