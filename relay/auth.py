@@ -231,6 +231,14 @@ def revoke_key(client: redis.Redis, prefix_or_key: str) -> bool:
             pipe.hset(record_key, "revoked_at", now_ms())
 
     client.transaction(revoke, record_key)
+    if found:
+        # The console's sessions of this key end now too (each request also reads
+        # revoked_at, so none would open anything; this removes them as well).
+        index = keys.console_key_sessions(prefix)
+        sids = [s.decode() if isinstance(s, bytes) else str(s) for s in client.smembers(index)]
+        for sid in sids:
+            client.delete(keys.console_session(sid))
+        client.delete(index)
     return found
 
 

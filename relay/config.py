@@ -201,6 +201,12 @@ _FIELDS: tuple[_Field, ...] = (
         "Largest image (all pages) the default extractor decodes, else image_too_large",
     ),
     _Field(
+        "max_pages",
+        "500",
+        _positive_int,
+        "Most pages of a PDF or TIFF the default extractor reads, else too_many_pages",
+    ),
+    _Field(
         "extract_timeout",
         "60",
         _positive_float,
@@ -216,7 +222,8 @@ _FIELDS: tuple[_Field, ...] = (
         "max_result_bytes",
         str(16 * 1024 * 1024),
         _positive_int,
-        "Largest line_items of one document as JSON bytes (else result_too_large)",
+        "Largest result (line_items and tables) of one document as JSON bytes "
+        "(else result_too_large)",
     ),
     _Field(
         "extract_max_depth",
@@ -406,6 +413,7 @@ class Settings:
     extractor: str
     max_upload_bytes: int
     max_image_pixels: int
+    max_pages: int
     extract_timeout: float
     extract_memory: int
     max_result_bytes: int

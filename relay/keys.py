@@ -97,7 +97,8 @@ def doc(shard: int, doc_id: str) -> str:
 
 
 def doc_items(shard: int, doc_id: str) -> str:
-    """String: the document's ``line_items`` as JSON (succeeded documents only)."""
+    """String: the document's result as JSON, ``{"line_items": [...], "tables": [...]}``
+    (succeeded documents only; a bare list of line items when stored before tables)."""
     return doc(shard, doc_id) + ":items"
 
 
@@ -269,6 +270,16 @@ def api_key(prefix: str) -> str:
 def api_keys() -> str:
     """Set: every API key prefix (``relay keys list``)."""
     return f"{PREFIX}:apikeys"
+
+
+def console_session(sid: str) -> str:
+    """String: the API key prefix of a live console session (expires with its cookie)."""
+    return f"{PREFIX}:console:session:{sid}"
+
+
+def console_key_sessions(prefix: str) -> str:
+    """Set: the console session ids opened with one operator key (ended when it is revoked)."""
+    return f"{PREFIX}:console:keysessions:{prefix}"
 
 
 def rate_window(prefix: str) -> str:

@@ -20,6 +20,7 @@ from relay import queues
 from relay.config import Settings
 from relay.exceptions import StateError
 from relay.keys import shard_of_id
+from relay.logs import mask_query
 from relay.model import Delivery, DeliveryStatus
 from relay.redis_conn import RedisTarget, sync_client
 from relay.search import RECOVERABLE, Recovery
@@ -42,7 +43,8 @@ def _line(d: Delivery) -> str:
 def _table(d: Delivery) -> str:
     head = (
         f"delivery {_t(d.id)}\n  account {_t(d.account)}  batch {_t(d.batch_name)}  "
-        f"completion_seq {d.completion_seq}\n  url {_t(d.url)}\n  status {d.status.value}  "
+        f"completion_seq {d.completion_seq}\n  url {_t(mask_query(d.url))}\n"
+        f"  status {d.status.value}  "
         f"created {rfc3339(d.created_at)}  next attempt {rfc3339(d.next_attempt_at) or '-'}\n"
     )
     rows = [("#", "at", "ms", "status", "error", "response")]

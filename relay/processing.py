@@ -100,10 +100,10 @@ def process_claimed(ctx: WorkerContext, claim: Claim) -> str:
     t0 = time.perf_counter()
     with _LeaseKeeper(store, claim, lease_ms):
         content = store.read_blob(claim)
-        rows: bytes | None = None  # line_items, serialised as JSON by the bounded extraction
+        result: bytes | None = None  # line_items and tables, as JSON from the bounded extraction
         error: tuple[str, str] | None = ("blob_missing", "the uploaded bytes are gone")
         if content is not None:
-            rows, error = ctx.extraction.run(
+            result, error = ctx.extraction.run(
                 content,
                 filename=claim.filename,
                 content_type=claim.content_type,
@@ -112,7 +112,7 @@ def process_claimed(ctx: WorkerContext, claim: Claim) -> str:
     # A full Redis refuses the finish before it changes anything; retry within the lease.
     # If it stays full, the job fails and the expired lease brings the document back.
     stored, seq = retry_while_full(
-        lambda: store.finish(claim, line_items=rows, error=error),
+        lambda: store.finish(claim, result=result, error=error),
         within=ctx.settings.lease_seconds / 2,
         what=f"storing the outcome of {claim.doc_id}",
         log=log,

@@ -98,6 +98,18 @@ def _doc_keys(ref: BatchRef, doc_id: str) -> dict[str, str]:
     }
 
 
+def _result(stored: bytes | None) -> tuple[Any, Any]:
+    """A document's stored result as ``(line_items, tables)``: both ``None`` when there is
+    none (not succeeded); ``tables`` ``None`` for a result stored by a version before tables
+    (a bare list of line items)."""
+    if not stored:
+        return None, None
+    value = json.loads(stored)
+    if isinstance(value, list):
+        return value, None
+    return value["line_items"], value["tables"]
+
+
 class AsyncStore:
     """The API's view: uploads, hand-outs, deletes and reads.
 
@@ -249,9 +261,9 @@ class AsyncStore:
 
     async def results(
         self, ref: BatchRef, *, start: int, limit: int
-    ) -> tuple[Batch | None, list[tuple[Document, Any]], int | None]:
-        """The batch, ``limit`` documents from position ``start`` with their line_items,
-        and the next position (None on the last page)."""
+    ) -> tuple[Batch | None, list[tuple[Document, Any, Any]], int | None]:
+        """The batch, ``limit`` documents from position ``start`` with their line_items and
+        tables (``_result``), and the next position (None on the last page)."""
         s = ref.shard
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hgetall(ref.key)
@@ -266,10 +278,10 @@ class AsyncStore:
                 pipe.hgetall(keys.doc(s, raw.decode()))
                 pipe.get(keys.doc_items(s, raw.decode()))
             replies = await pipe.execute()
-        docs: list[tuple[Document, Any]] = []
-        for h, items in zip(replies[::2], replies[1::2], strict=True):
+        docs: list[tuple[Document, Any, Any]] = []
+        for h, stored in zip(replies[::2], replies[1::2], strict=True):
             if h:
-                docs.append((Document.from_hash(h), json.loads(items) if items else None))
+                docs.append((Document.from_hash(h), *_result(stored)))
         return Batch.from_hash(batch_hash), docs, next_start
 
     async def list_batches(
@@ -363,14 +375,18 @@ class Store:
         self,
         claim: Claim,
         *,
-        line_items: list[dict[str, Any]] | bytes | None,
+        line_items: list[dict[str, Any]] | None = None,
+        tables: list[dict[str, Any]] | None = None,
+        result: bytes | None = None,
         error: tuple[str, str] | None,
     ) -> tuple[bool, int]:
         """Store the outcome. Returns (stored, completion_seq or 0); not stored when the
-        lease was lost meanwhile (another worker owns the document now). ``line_items`` may
-        come already serialised (JSON bytes, as the bounded extraction returns them)."""
-        if isinstance(line_items, list):
-            line_items = json.dumps(line_items, separators=(",", ":")).encode()
+        lease was lost meanwhile (another worker owns the document now). The result comes
+        as ``line_items`` and ``tables``, or already serialised as ``result`` (the JSON of
+        ``{"line_items": [...], "tables": [...]}`` the bounded extraction returns)."""
+        if result is None and line_items is not None:
+            value = {"line_items": line_items, "tables": tables or []}
+            result = json.dumps(value, separators=(",", ":")).encode()
         k = _doc_keys(claim.batch, claim.doc_id)
         outcome = "failed" if error is not None else "succeeded"
         code, message = error if error is not None else ("", "")
@@ -390,7 +406,7 @@ class Store:
                 claim.token,
                 self.clock(),
                 outcome,
-                line_items if line_items is not None else "",
+                result if result is not None else "",
                 code,
                 message,
             ],

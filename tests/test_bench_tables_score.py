@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.tables.corpora import corpora_dir, html_grid, icdar_truth
+from bench.tables.peer_driver import html_tables
 from bench.tables.score import Counts, normalise, relations, score_document, summarise
 
 TRUTH = [["a", "b"], ["1", "2"]]  # (a,b,R) (1,2,R) (a,1,B) (b,2,B)
@@ -173,3 +174,17 @@ def test_a_real_ground_truth_scores_one_against_itself() -> None:
     counts = score_document(truth, truth)
     assert counts.truth > 20
     assert counts.f1 == 1.0
+
+
+def test_peer_html_becomes_a_grid_with_spans_at_top_left() -> None:
+    # rapid-table answers HTML; its spans are laid out like the ground truth's.
+    html = (
+        "<html><body><table>"
+        '<tr><td rowspan="2">Gene</td><td colspan="2"><b>Dose</b></td></tr>'
+        "<tr><td>mg</td><td>n</td></tr>"
+        "<tr><td>A</td><td> </td><td>3</td></tr>"
+        "</table></body></html>"
+    )
+    assert html_tables(html) == [
+        [["Gene", "Dose", None], [None, "mg", "n"], ["A", None, "3"]],
+    ]

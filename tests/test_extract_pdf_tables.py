@@ -15,7 +15,7 @@ import pypdfium2
 import pytest
 
 from relay.extract import ExtractionError, extract
-from relay.extract.pdf import PDFIUM_MAX_CONTENT, _content_size, read_pdf_tables
+from relay.extract.pdf import PDFIUM_MAX_CONTENT, _content_size, extract_pdf
 from relay.extract.pdf_layout import read_pdfium, read_plumber
 from relay.extract.pdf_tables import find_tables
 from relay.extract.result import Table
@@ -89,7 +89,7 @@ def _table(page: int, rows: Sequence[Sequence[str | None]], confidence: None = N
 
 
 def tables_of(*pages: Sequence[str]) -> list[Table]:
-    return read_pdf_tables(pdf(["\n".join(ops) for ops in pages]), MAX_PIXELS)
+    return extract_pdf(pdf(["\n".join(ops) for ops in pages]), max_pixels=MAX_PIXELS)
 
 
 def test_a_ruled_table_comes_back_cell_for_cell() -> None:
@@ -190,7 +190,7 @@ def test_an_empty_ruled_cell_is_an_empty_string() -> None:
 )
 def test_prose_is_no_table(ops: list[str]) -> None:
     content = pdf(["\n".join(ops)])
-    assert read_pdf_tables(content, MAX_PIXELS) == []
+    assert extract_pdf(content, max_pixels=MAX_PIXELS) == []
     with pytest.raises(ExtractionError) as caught:
         extract(content, filename="letter.pdf", content_type="application/pdf", fields=[])
     assert caught.value.code == "no_table_found"

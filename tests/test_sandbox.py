@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from relay.exceptions import ConfigError
-from relay.extract import extract
+from relay.extract import extract_document
 from relay.extract.sandbox import ExtractorHost, Outcome, SandboxConfig
 from tests.support.documents import pdf_bomb, wide_csv
 
@@ -61,7 +61,10 @@ def _run(
 def _still_works(host: ExtractorHost) -> None:
     data, error = _run(host, CSV)
     assert error is None and data is not None
-    assert json.loads(data) == [{"sku": "A-1", "qty": "2"}, {"sku": "B-7", "qty": "5"}]
+    assert json.loads(data)["line_items"] == [
+        {"sku": "A-1", "qty": "2"},
+        {"sku": "B-7", "qty": "5"},
+    ]
 
 
 def _peak_rss_mib(pid: int) -> float:
@@ -79,10 +82,20 @@ def test_rows_come_back_as_json_identical_to_an_in_process_run(
     content = b"sku;desc;qty\nA;Caf\xc3\xa9 \xf0\x9f\x98\x80;1\nB;x;2\n"
     data, error = _run(host, content, fields=["qty", "desc", "missing"])
     assert error is None and data is not None
-    expected = extract(
+    expected = extract_document(
         content, filename="doc.csv", content_type="", fields=["qty", "desc", "missing"]
     )
-    assert json.loads(data) == expected
+    assert json.loads(data) == {
+        "line_items": expected.line_items,
+        "tables": [table.to_json() for table in expected.tables],
+    }
+    assert json.loads(data)["tables"] == [
+        {
+            "page": 1,
+            "rows": [["qty", "desc", "missing"], ["1", "Café 😀", None], ["2", "x", None]],
+            "confidence": None,
+        }
+    ]
     assert "😀".encode() in data, "valid non-ASCII text is stored as UTF-8, not escaped"
 
 
@@ -93,7 +106,7 @@ def test_a_lone_surrogate_becomes_u_fffd_and_valid_text_stays_intact(
     content = b'[{"bad": "x\\ud800y", "\\udfff": 1, "good": "caf\\u00e9 \\ud83d\\ude00"}]'
     data, error = _run(host, content, "doc.json")
     assert error is None and data is not None
-    assert json.loads(data.decode("utf-8")) == [
+    assert json.loads(data.decode("utf-8"))["line_items"] == [
         {"bad": "x\ufffdy", "\ufffd": 1, "good": "café \U0001f600"}
     ]
 
@@ -126,14 +139,22 @@ def test_a_plugin_returning_more_than_the_bound_is_result_too_large(
 
 def test_result_bound_is_exact_on_the_serialised_size(host_factory: HostFactory) -> None:
     rows = b'[{"v": "' + b"x" * 1000 + b'"}]'
-    exact = len(json.dumps([{"v": "x" * 1000}], separators=(",", ":")))
+    exact = len(
+        json.dumps(
+            {
+                "line_items": [{"v": "x" * 1000}],
+                "tables": [{"page": 1, "rows": [["v"], ["x" * 1000]], "confidence": None}],
+            },
+            separators=(",", ":"),
+        )
+    )
     fits = host_factory(max_result_bytes=exact)
     data, error = _run(fits, rows, "doc.json")
     assert error is None and data is not None and len(data) == exact
     too_small = host_factory(max_result_bytes=exact - 1)
     assert _run(too_small, rows, "doc.json")[1] == (
         "result_too_large",
-        f"the extracted rows exceed {exact - 1} bytes of JSON (line_items)",
+        f"the extracted result exceeds {exact - 1} bytes of JSON (line_items and tables)",
     )
 
 
@@ -141,7 +162,9 @@ def test_json_nested_past_the_depth_bound_is_refused(host_factory: HostFactory) 
     host = host_factory(max_depth=8)
     shallow = b'[{"a": [[[[1]]]]}]'  # 6 levels
     data, error = _run(host, shallow, "doc.json")
-    assert error is None and data is not None and json.loads(data) == [{"a": [[[[1]]]]}]
+    assert (
+        error is None and data is not None and json.loads(data)["line_items"] == [{"a": [[[[1]]]]}]
+    )
     deep = b'[{"a": ' + b"[" * 20 + b"1" + b"]" * 20 + b"}]"
     data, error = _run(host, deep, "doc.json")
     assert data is None and error == (

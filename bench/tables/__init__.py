@@ -8,9 +8,9 @@ its own, run in a subprocess) are scored the same way (``bench.tables.score``, t
 2013 adjacency relations): mean per-document F1, micro precision/recall/F1, documents
 with no table, seconds per page.
 
-Seconds: wall clock around the extraction of each document (relay in this process, a peer
-in its driver process), after the engine's imports and without reading the file from
-disk; summed over the corpus and divided by its pages.
+Seconds: wall clock around the extraction of each document (relay through its extraction
+child as the worker runs it, a peer in its driver process), after the engine's imports and
+without reading the file from disk; summed over the corpus and divided by its pages.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
-from bench._common import BenchError, CpuMeter, Outcome, progress, table
+from bench._common import BenchError, CpuMeter, Outcome, environment, progress, table
 from bench.tables import peers
 from bench.tables.corpora import Doc, Grid, corpora_dir, load_images, load_pdfs
-from bench.tables.relay_side import mode, run_relay
+from bench.tables.relay_side import RelayRunner
 from bench.tables.scans import PARAMS as SCAN_PARAMS
 from bench.tables.scans import build_scans
 from bench.tables.score import Counts, score_document, summarise
@@ -75,21 +75,19 @@ def _load(corpus: str, limit: int | None) -> list[Doc]:
     return build_scans(load_pdfs(limit))
 
 
-def _warm_relay() -> None:
-    """Import what relay's engines import on their first page, so no document pays it."""
-    import cv2  # noqa: F401
-    import img2table.document  # noqa: F401
-    import pdfplumber  # noqa: F401
+_RELAY_SETTINGS: dict[str, Any] = {}
 
 
 def _run_relay(docs: Sequence[Doc]) -> list[DocResult]:
-    _warm_relay()
     out: list[DocResult] = []
-    for doc in docs:
-        suffix = doc.path.suffix
-        content = doc.path.read_bytes()
-        got = run_relay(content, f"{doc.name}{suffix}", doc.kind)
-        out.append(DocResult(doc.name, doc.pages, got.tables, got.seconds, got.error, got.message))
+    with RelayRunner() as relay:
+        _RELAY_SETTINGS.update(relay.settings())
+        for doc in docs:
+            content = doc.path.read_bytes()
+            got = relay.run(content, f"{doc.name}{doc.path.suffix}")
+            out.append(
+                DocResult(doc.name, doc.pages, got.tables, got.seconds, got.error, got.message)
+            )
     return out
 
 
@@ -197,10 +195,10 @@ def run(
         limit = QUICK_LIMIT
     out = Outcome()
     versions = _versions()
-    progress(NAME, f"corpora in {corpora_dir()}; relay read in mode {mode()!r}")
+    progress(NAME, f"corpora in {corpora_dir()}")
     data: dict[str, Any] = {
         "options": {"corpus": corpora, "engines": chosen, "limit": limit},
-        "relay_mode": mode(),
+        "relay_settings": _RELAY_SETTINGS,
         "versions": {"relay": versions},
         "scan_params": SCAN_PARAMS,
         "corpora": {},
@@ -251,6 +249,12 @@ def run(
             )
         )
     data["versions"].update(peers.versions_seen())
+    if _RELAY_SETTINGS:
+        out.tables.append(
+            "relay: "
+            + ", ".join(f"{k} {v}" for k, v in _RELAY_SETTINGS.items())
+            + f"; commit {environment()['commit']}"
+        )
     out.tables.append(
         "versions: "
         + "; ".join(

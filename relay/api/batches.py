@@ -103,7 +103,8 @@ async def get_batch(request: Request) -> Response:
 
 
 async def batch_results(request: Request) -> Response:
-    """The batch plus a page of its documents with ``line_items`` (status endpoint)."""
+    """The batch plus a page of its documents with ``line_items`` and ``tables`` (status
+    endpoint)."""
 
     async def render(account: str, replies: list[Any]) -> Any:
         ref = batch_ref(request, account)
@@ -113,7 +114,9 @@ async def batch_results(request: Request) -> Response:
         if batch is None:
             raise NotFound("no such batch")
         body = batch.to_json()
-        body["documents"] = [{**doc.to_json(), "line_items": items} for doc, items in docs]
+        body["documents"] = [
+            {**doc.to_json(), "line_items": items, "tables": tables} for doc, items, tables in docs
+        ]
         body["next_cursor"] = encode_position(next_start)
         return body
 

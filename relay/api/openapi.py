@@ -129,7 +129,7 @@ def _batch_paths() -> dict[str, Any]:
         f"{V1}/batches/{{name}}/results": {
             "get": status_operation(
                 "getBatchResults",
-                "The batch plus a page of its documents with line_items.",
+                "The batch plus a page of its documents with line_items and tables.",
                 "BatchResults",
                 [NAME, *PAGE],
                 422,
@@ -267,7 +267,7 @@ def _delivery_paths() -> dict[str, Any]:
         ),
         _query(
             "batch_name",
-            "Only the deliveries of this batch.",
+            "Only the deliveries of this batch (given empty it is 422, as the pattern says).",
             {"type": "string", "pattern": BATCH_NAME_PATTERN},
         ),
         _query("since", "Created at or after this time (RFC 3339).", QUERY_TIME),

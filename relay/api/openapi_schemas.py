@@ -111,7 +111,52 @@ SCHEMAS: dict[str, Any] = {
             "line_items": {
                 "type": ["array", "null"],
                 "items": {"type": "object"},
-                "description": "The extracted rows; null unless the document succeeded.",
+                "description": (
+                    "The extracted rows; null unless the document succeeded. The first "
+                    "table's header row gives the keys; a later table is appended only when "
+                    "it continues the first (a table split over pages: next page, same "
+                    "columns); other tables are in `tables` only."
+                ),
+            },
+            "tables": {
+                "type": ["array", "null"],
+                "items": ref("Table"),
+                "description": (
+                    "Every table found, in reading order (page, then top to bottom). For "
+                    "CSV, TSV and JSON one table: the line_items as a grid, the header row "
+                    "of their keys first. Null unless the document succeeded (and for "
+                    "results stored before tables existed); [] when a plug-in extractor "
+                    "reports rows only."
+                ),
+            },
+        }
+    ),
+    "Table": _obj(
+        {
+            "page": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "The PDF page or TIFF page (1 for any other document).",
+            },
+            "rows": {
+                "type": "array",
+                "items": {"type": "array", "items": {"type": ["string", "null"]}},
+                "description": (
+                    "The grid: every row as long; a spanning cell's text at its top-left "
+                    "position, the cells it covers null."
+                ),
+            },
+            "confidence": {
+                "type": ["array", "null"],
+                "items": {
+                    "type": "array",
+                    "items": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
+                },
+                "description": (
+                    "Per cell, how sure OCR is of its text (0-1, null for an empty cell), "
+                    "in the shape of rows; null when the text comes from a PDF's text layer "
+                    "or a CSV, TSV or JSON document."
+                ),
             },
         }
     ),
@@ -275,6 +320,8 @@ SCHEMAS: dict[str, Any] = {
     ),
     "RecoverRequest": {
         "type": "object",
+        "description": "Every field is a string when given: `null` is refused with 422 like "
+        "any other value of the wrong type (leave a field out to take its default).",
         "required": ["since"],
         "properties": {
             "since": {**QUERY_TIME, "description": "Deliveries created at or after (RFC 3339)."},

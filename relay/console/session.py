@@ -1,10 +1,16 @@
 """Console sessions and CSRF tokens.
 
-A session is a cookie ``relay_console`` holding ``{"op", "key", "csrf"}`` (the operator's name,
-their key's public prefix and a random CSRF token) signed with itsdangerous
-(HMAC-SHA256, timestamped): HttpOnly, SameSite=Strict, Secure when the request came over
-https, expiring after ``RELAY_CONSOLE_SESSION``. Every request re-reads the key record, so a
-revoked operator key ends its sessions at once.
+A session is a cookie ``relay_console`` holding ``{"op", "key", "csrf", "sid"}`` (the
+operator's name, their key's public prefix, a random CSRF token and a random session id)
+signed with itsdangerous (HMAC-SHA256, timestamped): HttpOnly, SameSite=Strict, Secure when
+the request came over https, expiring after ``RELAY_CONSOLE_SESSION``.
+
+A signature alone cannot be taken back, so the session also lives in Redis
+(``keys.console_session(sid)``: the key prefix, expiring with the cookie) and every request
+checks it there together with the key record. Logout deletes it, and revoking the operator
+key deletes every session of that key (``keys.console_key_sessions``) besides marking the key
+revoked, which every request also reads: from then on the old cookie, and the CSRF token
+bound to it, open nothing.
 
 CSRF: every form that changes state carries the session's token in a hidden ``csrf`` field,
 compared in constant time (session-bound tokens). The login form, before any session exists,
@@ -23,10 +29,12 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
+import redis.asyncio
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 from starlette.requests import Request
 from starlette.responses import Response
 
+from relay import keys
 from relay.config import Settings
 
 SESSION_COOKIE = "relay_console"
@@ -52,6 +60,7 @@ class Session:
     operator: str
     key_prefix: str
     csrf: str
+    sid: str
 
 
 class Sessions:
@@ -86,16 +95,20 @@ class Sessions:
             return None
         if not isinstance(data, dict):
             return None
-        op, key, csrf = data.get("op"), data.get("key"), data.get("csrf")
-        if not (isinstance(op, str) and isinstance(key, str) and isinstance(csrf, str)):
+        fields = [data.get(name) for name in ("op", "key", "csrf", "sid")]
+        strings = [value for value in fields if isinstance(value, str) and value]
+        if len(strings) != len(fields):
             return None
-        return Session(op, key, csrf)
+        return Session(*strings)
 
-    def start(self, request: Request, response: Response, operator: str, prefix: str) -> None:
-        token = secrets.token_urlsafe(32)
-        value = self._session.dumps({"op": operator, "key": prefix, "csrf": token})
+    def start(self, request: Request, response: Response, operator: str, prefix: str) -> str:
+        """Set the session cookie on ``response``; the new session id, which the caller
+        stores with :func:`remember` (the cookie opens nothing until then)."""
+        token, sid = secrets.token_urlsafe(32), secrets.token_urlsafe(24)
+        value = self._session.dumps({"op": operator, "key": prefix, "csrf": token, "sid": sid})
         self._cookie(request, response, SESSION_COOKIE, value, self.max_age)
         response.delete_cookie(LOGIN_COOKIE, path=PATH)
+        return sid
 
     def end(self, response: Response) -> None:
         response.delete_cookie(SESSION_COOKIE, path=PATH, httponly=True, samesite="strict")
@@ -127,6 +140,30 @@ class Sessions:
         except BadSignature:
             return False
         return isinstance(token, str) and hmac.compare_digest(token, presented)
+
+
+# -- the server side: sessions that logout and key revocation end ---------------------------
+
+
+async def remember(client: redis.asyncio.Redis, sid: str, prefix: str, max_age: int) -> None:
+    """Store a new session of the key ``prefix`` for ``max_age`` seconds."""
+    index = keys.console_key_sessions(prefix)
+    async with client.pipeline(transaction=False) as pipe:
+        pipe.set(keys.console_session(sid), prefix, ex=max_age)
+        pipe.sadd(index, sid)
+        pipe.expire(index, max_age)  # outlives every session it names: each login renews it
+        await pipe.execute()
+
+
+async def forget(client: redis.asyncio.Redis, session: Session) -> None:
+    """End ``session`` (logout): its cookie and CSRF token open nothing from now on."""
+    await client.delete(keys.console_session(session.sid))
+    await client.srem(keys.console_key_sessions(session.key_prefix), session.sid)
+
+
+def alive_key(session: Session) -> str:
+    """The Redis key whose value must be ``session.key_prefix`` for the session to count."""
+    return keys.console_session(session.sid)
 
 
 def csrf_ok(session: Session, presented: str) -> bool:

@@ -4,20 +4,25 @@ Contract:
 
 * The PDF must open with pdfplumber (pdfminer) and with PDFium; bytes either cannot open
   or read -> ``invalid_pdf``.
+* A PDF of more than ``max_pages`` pages fails with ``too_many_pages`` before any page is
+  read: the page tree is walked (page dictionaries only, no content) up to one page past
+  the bound, so a PDF claiming a wrong ``/Count`` is counted right, and 5,000 pages cost
+  milliseconds.
 * A page with a text layer is read as characters and rules (``relay.extract.pdf_layout``)
   and its tables found by ``relay.extract.pdf_tables``: ruled, partly ruled and unruled
-  tables, each table of a page a ``Table`` of its own, in reading order (page order, then
-  top to bottom). PDFium reads the page (about ten times faster than pdfminer), unless the
-  page's content streams inflate past ``PDFIUM_MAX_CONTENT`` bytes: such a page (a huge
-  drawing, or a decompression bomb) is read through pdfminer, where running out of memory
-  is a ``MemoryError`` relay can report, not an abort of the process.
+  tables, each table of a page a ``Table`` of its own. PDFium reads the page (about ten
+  times faster than pdfminer), unless the page's content streams inflate past
+  ``PDFIUM_MAX_CONTENT`` bytes: such a page (a huge drawing, or a decompression bomb) is
+  read through pdfminer, where running out of memory is a ``MemoryError`` relay can
+  report, not an abort of the whole process.
 * A page with no text layer (no characters: a scan, a photo saved as PDF) is rendered to
   an image at ``SCAN_DPI`` and read by OCR (``relay.extract.ocr``), like an uploaded image.
   The resolution is lowered when the page would exceed ``max_pixels`` (a poster-sized page
   is not a reason to fail, nor to allocate gigabytes).
-* ``extract_pdf`` turns the tables into rows as ``relay.extract.tables`` says (first row
-  of the first table is the header; later tables continue it). Merged or missing cells are
-  ``None``; strings are stripped.
+* The tables are returned as ``relay.extract.result.Table`` in reading order (page order,
+  then top to bottom); ``relay.extract.tables`` makes them ``line_items`` and ``tables``.
+  A blank cell is ``""``, the cells a spanning cell covers are ``None``; strings are
+  stripped.
 * Errors: no table anywhere -> ``no_table_found``; a header with no rows under it ->
   ``empty_document``. Running out of memory (a decompression bomb under the sandbox's
   limit) is re-raised as ``MemoryError``, never disguised as ``invalid_pdf``.
@@ -26,20 +31,23 @@ Contract:
 from __future__ import annotations
 
 import io
+import itertools
 import math
 import zlib
 from collections.abc import Sequence
 from typing import Any
 
 import pdfplumber
+from pdfminer.pdfpage import PDFPage
 
 from relay.extract.errors import ExtractionError, shorten
+from relay.extract.limits import DEFAULT_MAX_PAGES, too_many_pages
 from relay.extract.pdf_layout import PageLayout, read_pdfium, read_plumber
 from relay.extract.pdf_tables import find_tables
 from relay.extract.result import Table
-from relay.extract.tables import Cells, clean_table, rows_from_tables
+from relay.extract.tables import Cells, clean_table
 
-__all__ = ["PDFIUM_MAX_CONTENT", "SCAN_DPI", "extract_pdf", "read_pdf_tables"]
+__all__ = ["PDFIUM_MAX_CONTENT", "SCAN_DPI", "extract_pdf"]
 
 # A page whose content streams (its own and its forms') inflate past this many bytes is
 # read through pdfminer rather than PDFium. A real page's content is 10-500 KB; PDFium
@@ -96,6 +104,13 @@ def _out_of_memory(exc: BaseException) -> bool:
 def _raise_for_memory(exc: Exception) -> None:
     if _out_of_memory(exc):
         raise MemoryError("the PDF needs more memory than allowed") from exc
+
+
+def _check_pages(document: Any, max_pages: int) -> None:
+    """``too_many_pages`` past ``max_pages``, from the page tree alone (module docstring)."""
+    found = sum(1 for _ in itertools.islice(PDFPage.create_pages(document.doc), max_pages + 1))
+    if found > max_pages:
+        raise too_many_pages(max_pages)
 
 
 def _inflated_size(stream: Any, limit: int) -> int:
@@ -211,9 +226,8 @@ def _open_pdfium(content: bytes) -> Any:
         raise ExtractionError("invalid_pdf", f"could not open the PDF ({_reason(exc)})") from None
 
 
-def read_pdf_tables(content: bytes, max_pixels: int) -> list[Table]:
-    """Every table of every page, in reading order (module docstring); ``max_pixels``
-    bounds the image a scanned page is rendered to."""
+def _tables(content: bytes, max_pixels: int, max_pages: int) -> list[Table]:
+    """Every non-empty table of every page in reading order (module docstring)."""
     try:
         document = pdfplumber.open(io.BytesIO(content))
     except Exception as exc:  # pdfminer raises many unrelated types for broken files
@@ -222,7 +236,10 @@ def read_pdf_tables(content: bytes, max_pixels: int) -> list[Table]:
     tables: list[Table] = []
     with document:
         try:
+            _check_pages(document, max_pages)
             pages = document.pages
+        except ExtractionError:
+            raise
         except Exception as exc:
             _raise_for_memory(exc)
             raise ExtractionError(
@@ -252,13 +269,9 @@ def read_pdf_tables(content: bytes, max_pixels: int) -> list[Table]:
     return tables
 
 
-# The engines' tables, as the benchmark reads them (``bench.tables.relay_side``).
-_tables = read_pdf_tables
-
-
-def extract_pdf(content: bytes, *, max_pixels: int) -> list[dict[str, object]]:
-    """Read the PDF's tables as one table of rows (module docstring); ``max_pixels`` bounds
-    the image a scanned page is rendered to."""
-    return rows_from_tables(
-        [table.rows for table in read_pdf_tables(content, max_pixels)], "the PDF"
-    )
+def extract_pdf(
+    content: bytes, *, max_pixels: int, max_pages: int = DEFAULT_MAX_PAGES
+) -> list[Table]:
+    """The PDF's tables in reading order (module docstring); ``max_pixels`` bounds the image
+    a scanned page is rendered to."""
+    return _tables(content, max_pixels, max_pages)
