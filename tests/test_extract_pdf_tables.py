@@ -182,11 +182,13 @@ def test_an_empty_ruled_cell_is_an_empty_string() -> None:
         # two columns of prose side by side are text, not a two-column table
         paragraph(80.0, [line[:34] for line in PROSE * 2], x=72.0)
         + paragraph(80.0, [line[34:68] for line in PROSE * 2], x=320.0),
-        # a bulleted list
-        [text_at(72, 80 + 14 * i, "\x95") for i in range(4)]
+        # a list: dashes, then numbered headings, hanging apart from their text
+        [text_at(72, 80 + 14 * i, "-") for i in range(4)]
         + paragraph(80.0, [line[:50] for line in PROSE], x=90.0),
+        [text_at(72, 80 + 16 * i, f"{i + 1}.{i + 2}.") for i in range(3)]
+        + [text_at(110, 80 + 16 * i, f"Heading number {i}") for i in range(3)],
     ],
-    ids=["paragraph", "two-columns", "bullets"],
+    ids=["paragraph", "two-columns", "dashes", "numbered"],
 )
 def test_prose_is_no_table(ops: list[str]) -> None:
     content = pdf(["\n".join(ops)])

@@ -24,6 +24,7 @@ particular document: every threshold is relative to the size of the text.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -47,6 +48,8 @@ _MAX_LINE_GAP = 2.2
 _MAX_SINGLES = 2
 # A chunk of more words than this is prose, not a cell (when most chunks are).
 _PROSE_WORDS = 7
+# A list item's marker: a bullet or dash, or a number or letter with a dot or parenthesis.
+_MARKER = re.compile(r"[^\w\s]{1,2}|\(?(?:\d{1,3}[.)])+|\(?[A-Za-z][.)]|\(?[ivxIVX]{1,5}[.)]")
 # Columns whose cells have at least this many words (the median) are text, not cells.
 _PROSE_COLUMN_WORDS = 4
 
@@ -298,8 +301,10 @@ def _bands(
 
 
 def _ruled(hs: list[Rule], vs: list[Rule], lines: Sequence[_Line]) -> _Region | None:
-    ys = _positions(r.top for r in hs)
-    xs = _positions(r.x0 for r in vs)
+    # An open-sided grid (no rule down its outer sides, or none along its top or bottom)
+    # ends where its rules of the other orientation end.
+    ys = _positions([r.top for r in hs] + [min(r.top for r in vs), max(r.bottom for r in vs)])
+    xs = _positions([r.x0 for r in vs] + [min(r.x0 for r in hs), max(r.x1 for r in hs)])
     region = _Region(xs[0], ys[0], xs[-1], ys[-1], None, ys)
     inside = [
         ln
@@ -471,13 +476,43 @@ def _unruled(block: Sequence[_Line]) -> Grid | None:
                 for covered in range(column + 1, last + 1):
                     if not row[covered]:
                         row[covered] = None  # under a cell spanning columns
-        grid.append(row)
+        if not _continues(grid, row):
+            grid.append(row)
     grid = _trim(grid)
-    if len(grid) < 2 or len(grid[0]) < 2 or _prose(grid):
+    if len(grid) < 2 or len(grid[0]) < 2 or _prose(grid) or _listing(grid):
         return None
     if sum(sum(bool(cell) for cell in row) >= 2 for row in grid) < 2:
         return None
     return grid
+
+
+def _continues(grid: Grid, row: list[str | None]) -> bool:
+    """Whether ``row`` is the next line of a wrapped cell of the last row of ``grid`` (it
+    has text in one column only, under text, and that column is not the first or the text
+    starts in lower case: a heading row of a table has its text in the first column): if
+    so its text joins that cell."""
+    filled = [j for j, cell in enumerate(row) if cell]
+    if not grid or len(filled) != 1:
+        return False
+    j = filled[0]
+    above = grid[-1][j]
+    text = row[j] or ""
+    if not above or sum(bool(cell) for cell in grid[-1]) < 2:
+        return False
+    if j == 0 and not text[:1].islower():
+        return False
+    grid[-1][j] = f"{above}\n{text}"
+    return True
+
+
+def _listing(grid: Grid) -> bool:
+    """Whether ``grid`` is a list: two columns, the first only markers (bullets, dashes,
+    ``1.``, ``2.3.``, ``(a)``, ``iv)``): numbered headings and bulleted items line up in
+    columns but are not a table."""
+    if len(grid[0]) != 2:
+        return False
+    markers = [row[0] for row in grid if row[0]]
+    return bool(markers) and all(_MARKER.fullmatch(marker) for marker in markers)
 
 
 def _prose(grid: Grid) -> bool:
