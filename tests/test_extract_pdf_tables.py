@@ -16,7 +16,7 @@ import pytest
 
 from relay.extract import ExtractionError, extract
 from relay.extract.pdf import PDFIUM_MAX_CONTENT, _content_size, extract_pdf
-from relay.extract.pdf_layout import read_pdfium, read_plumber
+from relay.extract.pdf_layout import PageLayout, read_pdfium, read_plumber
 from relay.extract.pdf_tables import find_tables
 from relay.extract.result import Table
 from tests.support.documents import pdf, pdf_bomb, table_ops
@@ -211,9 +211,17 @@ def test_pdfminer_reads_the_same_tables_as_pdfium() -> None:
     ops += cells(COUNTRIES, [72.0, 220.0, 330.0], 300.0)
     content = pdf(["\n".join(ops)])
     with pdfplumber.open(io.BytesIO(content)) as document:
-        careful = find_tables(read_plumber(document.pages[0]))
-    fast = find_tables(read_pdfium(pypdfium2.PdfDocument(content)[0]))
-    assert careful == fast == [ITEMS, COUNTRIES]
+        careful = read_plumber(document.pages[0])
+    fast = read_pdfium(pypdfium2.PdfDocument(content)[0])
+
+    def rules(layout: PageLayout) -> list[tuple[float, ...]]:
+        return sorted(
+            tuple(round(v, 1) for v in (r.x0, r.top, r.x1, r.bottom)) for r in layout.rules
+        )
+
+    assert rules(careful) == rules(fast) and len(rules(fast)) == len(ITEMS) + 1 + len(ITEMS[0]) + 1
+    assert "".join(c.text for c in careful.chars) == "".join(c.text for c in fast.chars)
+    assert find_tables(careful) == find_tables(fast) == [ITEMS, COUNTRIES]
 
 
 def test_a_page_whose_content_inflates_past_the_bound_is_counted_without_holding_it() -> None:

@@ -70,31 +70,36 @@ class PageLayout:
     height: float
     chars: list[Char] = field(default_factory=list)
     rules: list[Rule] = field(default_factory=list)
+    # Middles of what the page draws that is no rule: curves and slanted strokes (a chart's
+    # data lines, pie slices, a logo). Text among many of them is a chart, not a table.
+    marks: list[tuple[float, float]] = field(default_factory=list)
     # Whether the page has a text layer at all (turned text and spaces included): a page
     # without one is a scan for OCR, a page with only turned text has no table to read.
     has_text: bool = False
 
 
-def _segment(x0: float, y0: float, x1: float, y1: float, out: list[Rule]) -> None:
-    """A straight segment (top-left coordinates) as a rule, if it is one."""
+def _segment(x0: float, y0: float, x1: float, y1: float, out: PageLayout) -> None:
+    """A straight segment (top-left coordinates) as a rule, if it is one, else a mark."""
     dx, dy = abs(x1 - x0), abs(y1 - y0)
     if dy <= _SKEW and dx >= _MIN_RULE:
         y = (y0 + y1) / 2
-        out.append(Rule(min(x0, x1), y, max(x0, x1), y))
+        out.rules.append(Rule(min(x0, x1), y, max(x0, x1), y))
     elif dx <= _SKEW and dy >= _MIN_RULE:
         x = (x0 + x1) / 2
-        out.append(Rule(x, min(y0, y1), x, max(y0, y1)))
+        out.rules.append(Rule(x, min(y0, y1), x, max(y0, y1)))
+    elif dx > _SKEW and dy > _SKEW:
+        out.marks.append(((x0 + x1) / 2, (y0 + y1) / 2))
 
 
-def _box(x0: float, top: float, x1: float, bottom: float, filled: bool, out: list[Rule]) -> None:
+def _box(x0: float, top: float, x1: float, bottom: float, filled: bool, out: PageLayout) -> None:
     """A rectangle: a thin filled one is one rule along its middle, any other its sides."""
     width, height = x1 - x0, bottom - top
     if filled and height <= THIN and width >= _MIN_RULE:
         y = (top + bottom) / 2
-        out.append(Rule(x0, y, x1, y))
+        out.rules.append(Rule(x0, y, x1, y))
     elif filled and width <= THIN and height >= _MIN_RULE:
         x = (x0 + x1) / 2
-        out.append(Rule(x, top, x, bottom))
+        out.rules.append(Rule(x, top, x, bottom))
     else:
         _segment(x0, top, x1, top, out)
         _segment(x0, bottom, x1, bottom, out)
@@ -102,7 +107,7 @@ def _box(x0: float, top: float, x1: float, bottom: float, filled: bool, out: lis
         _segment(x1, top, x1, bottom, out)
 
 
-def _polygon(points: list[tuple[float, float]], filled: bool, out: list[Rule]) -> None:
+def _polygon(points: list[tuple[float, float]], filled: bool, out: PageLayout) -> None:
     """A closed or open polyline: an axis-aligned rectangle as a box, else its segments."""
     if len(points) in (4, 5) and (len(points) == 4 or points[0] == points[-1]):
         xs = sorted({round(x, 2) for x, _ in points[:4]})
@@ -169,7 +174,7 @@ class _View:
         return min(ax, bx), min(ay, by), max(ax, bx), max(ay, by)
 
 
-def _path_rules(raw: Any, obj: Any, ctm: Matrix, view: _View, out: list[Rule]) -> None:
+def _path_rules(raw: Any, obj: Any, ctm: Matrix, view: _View, out: PageLayout) -> None:
     fill_mode, stroke = ctypes.c_int(), ctypes.c_int()
     if not raw.FPDFPath_GetDrawMode(obj, ctypes.byref(fill_mode), ctypes.byref(stroke)):
         return
@@ -195,6 +200,7 @@ def _path_rules(raw: Any, obj: Any, ctm: Matrix, view: _View, out: list[Rule]) -
             points.append(point)
         else:  # a curve: whatever was straight so far still counts
             _polygon(points, filled, out)
+            out.marks.append(point)
             points = [point]
         if raw.FPDFPathSegment_GetClose(segment) and points:
             points.append(points[0])
@@ -248,9 +254,8 @@ def read_pdfium(page: Any) -> PageLayout:
             chars.append(Char(x0, top, x1, bottom, text, bottom - top))
     finally:
         textpage.close()
-    rules = layout.rules
     for obj, ctm in _objects(raw, page, _IDENTITY, False, 0):
-        _path_rules(raw, obj, ctm, view, rules)
+        _path_rules(raw, obj, ctm, view, layout)
     return layout
 
 
@@ -276,13 +281,13 @@ def read_plumber(page: Any) -> PageLayout:
             )
         )
     for line in page.lines:
-        points = [(float(x), float(page.height) - float(y)) for x, y in line.get("pts", [])]
+        points = [(float(x), float(y)) for x, y in line.get("pts", [])]  # (x, top)
         if len(points) < 2:
             points = [
                 (float(line["x0"]), float(line["top"])),
                 (float(line["x1"]), float(line["bottom"])),
             ]
-        _polygon(points, False, layout.rules)
+        _polygon(points, False, layout)
     for rect in page.rects:
         _box(
             float(rect["x0"]),
@@ -290,6 +295,9 @@ def read_plumber(page: Any) -> PageLayout:
             float(rect["x1"]),
             float(rect["bottom"]),
             bool(rect.get("fill")) and not rect.get("stroke"),
-            layout.rules,
+            layout,
         )
+    for curve in page.curves:
+        points = curve.get("pts") or []
+        layout.marks += [(float(x), float(y)) for x, y in points[1:-1]]
     return layout

@@ -48,6 +48,10 @@ _MAX_LINE_GAP = 2.2
 _MAX_SINGLES = 2
 # A chunk of more words than this is prose, not a cell (when most chunks are).
 _PROSE_WORDS = 7
+# A ruled grid with fewer of its cells filled than this share is no table (a chart's grid).
+_MIN_FILL = 0.2
+# A candidate with at least this many curves or slanted strokes among its lines is a chart.
+_CHART_MARKS = 4
 # A list item's marker: a bullet or dash, or a number or letter with a dot or parenthesis.
 _MARKER = re.compile(r"[^\w\s]{1,2}|\(?(?:\d{1,3}[.)])+|\(?[A-Za-z][.)]|\(?[ivxIVX]{1,5}[.)]")
 # Columns whose cells have at least this many words (the median) are text, not cells.
@@ -260,6 +264,7 @@ class _Region:
     bottom: float
     grid: Grid | None  # None: read the region as an unruled table
     hints: list[float] = field(default_factory=list)  # horizontal rules inside, for rows
+    skip: bool = False  # not a table: nothing in it is read
 
 
 def _numeric(text: str) -> bool:
@@ -371,6 +376,9 @@ def _ruled(hs: list[Rule], vs: list[Rule], lines: Sequence[_Line]) -> _Region | 
                 break
     if not filled:
         return None
+    if len(filled) < _MIN_FILL * rows * cols:
+        region.skip = True  # a chart's grid lines, a form's boxes: taken, but no table
+        return region
     if split_cells * 2 >= len(filled) or (cols == 1 and split_cells):
         return region  # a frame around an unruled table: read it as one
     # A cell of its own is "" when blank; the cells a spanning cell covers are None.
@@ -544,28 +552,41 @@ def find_tables(layout: PageLayout) -> list[Grid]:
     lines = _lines(layout.chars)
     found: list[tuple[float, float, Grid]] = []
     taken: list[_Region] = []
+
+    def unruled(candidates: list[_Line]) -> None:
+        for block in _blocks(candidates):
+            if _chart(layout, block):
+                continue
+            table = _unruled(block)
+            if table:
+                found.append((block[0].top, block[0].x0, table))
+
     for hs, vs in _grids(layout.rules):
         region = _ruled(hs, vs, lines)
         if region is None:
             continue
         taken.append(region)
+        if region.skip:
+            continue
         if region.grid is not None:
             grid = _trim(region.grid)
             if grid:
                 found.append((region.top, region.x0, grid))
         else:
-            inside = [ln for ln in lines if _within(ln, region)]
-            for block in _blocks(inside):
-                table = _unruled(block)
-                if table:
-                    found.append((block[0].top, block[0].x0, table))
-    rest = [ln for ln in lines if not any(_within(ln, region) for region in taken)]
-    for block in _blocks(rest):
-        table = _unruled(block)
-        if table:
-            found.append((block[0].top, block[0].x0, table))
+            unruled([ln for ln in lines if _within(ln, region)])
+    unruled([ln for ln in lines if not any(_within(ln, region) for region in taken)])
     found.sort(key=lambda t: (t[0], t[1]))
     return [grid for _, _, grid in found]
+
+
+def _chart(layout: PageLayout, block: Sequence[_Line]) -> bool:
+    """Whether ``block`` is the text of a chart: curves or slanted strokes among its lines
+    (its width again to each side: a legend or an axis beside the plot)."""
+    x0, x1 = min(ln.x0 for ln in block), max(ln.x1 for ln in block)
+    top, bottom = block[0].top, block[-1].bottom
+    reach = (x1 - x0) / 2
+    marks = sum(x0 - reach <= x <= x1 + reach and top <= y <= bottom for x, y in layout.marks)
+    return marks >= _CHART_MARKS
 
 
 def _within(line: _Line, region: _Region) -> bool:
