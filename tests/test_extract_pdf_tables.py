@@ -143,6 +143,14 @@ def test_two_unruled_tables_apart_by_a_paragraph_are_two_tables() -> None:
     assert tables_of(ops) == [_table(1, ITEMS), _table(1, COUNTRIES)]
 
 
+def test_two_unruled_tables_under_one_another_with_a_title_between_are_two() -> None:
+    ops = cells(ITEMS, [72.0, 220.0, 330.0], 100.0)
+    below = 100.0 + 16 * len(ITEMS) + 10  # a title stands apart from the rows above it
+    ops += [text_at(72, below, "Table 2: Countries")]
+    ops += cells(COUNTRIES, [72.0, 180.0, 300.0], below + 18)
+    assert tables_of(ops) == [_table(1, ITEMS), _table(1, COUNTRIES)]
+
+
 def test_tables_of_two_pages_carry_their_page_numbers() -> None:
     found = tables_of(
         [table_ops(ITEMS)], paragraph(60.0, PROSE) + cells(COUNTRIES, [72.0, 220.0, 330.0], 140.0)

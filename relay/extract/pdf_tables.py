@@ -426,23 +426,22 @@ def _blocks(lines: Sequence[_Line]) -> list[list[_Line]]:
         while block and len(block[-1].chunks) < 2:
             block.pop()
         if sum(len(line.chunks) >= 2 for line in block) >= 2:
-            out.append(block)
+            out += _apart(block)
     return out
 
 
-def _columns(block: Sequence[_Line]) -> list[float]:
-    """x positions of the white strips that run through the multi-chunk lines of ``block``."""
+def _strips(block: Sequence[_Line]) -> list[tuple[float, float]]:
+    """The white strips that run down through the multi-chunk lines of ``block``: x
+    intervals crossed by the chunks of few of them (a heading over columns may cross)."""
     multi = [line for line in block if len(line.chunks) >= 2]
     x0 = min(line.x0 for line in block)
     x1 = max(line.x1 for line in block)
-    spans = sorted((c.x0, c.x1) for line in multi for c in line.chunks)
-    # Coverage by chunks of multi-chunk lines; a strip crossed by few of them (headings) is white.
     allowed = len(multi) // 8
-    events: list[tuple[float, int]] = []
-    for a, b in spans:
-        events += [(a, 1), (b, -1)]
-    events.sort()
-    cuts: list[float] = []
+    events = sorted(
+        [(c.x0, 1) for line in multi for c in line.chunks]
+        + [(c.x1, -1) for line in multi for c in line.chunks]
+    )
+    strips: list[tuple[float, float]] = []
     depth = 0
     white_from: float | None = None
     for x, step in events:
@@ -451,10 +450,47 @@ def _columns(block: Sequence[_Line]) -> list[float]:
         if before > allowed >= depth:
             white_from = x
         elif before <= allowed < depth and white_from is not None:
-            if x - white_from > 0.5:
-                cuts.append((white_from + x) / 2)
+            if x - white_from > 0.5 and x0 < (white_from + x) / 2 < x1:
+                strips.append((white_from, x))
             white_from = None
-    return [c for c in cuts if x0 < c < x1]
+    return strips
+
+
+def _columns(block: Sequence[_Line]) -> list[float]:
+    """Where ``block``'s columns part: the middles of its white strips."""
+    return [(a + b) / 2 for a, b in _strips(block)]
+
+
+def _apart(block: list[_Line]) -> list[list[_Line]]:
+    """``block`` cut at a single-chunk line (a title) between two runs of lines, when the
+    runs' columns do not line up or the title stands apart (more white above it than
+    between the block's other lines): two tables one under the other, not one."""
+    gaps = sorted(b.top - a.bottom for a, b in itertools.pairwise(block))
+    usual = gaps[len(gaps) // 2]
+    for k in range(2, len(block) - 2):
+        title = block[k]
+        if len(title.chunks) >= 2:
+            continue
+        upper, lower = block[:k], block[k + 1 :]
+        while len(upper[-1].chunks) < 2:
+            upper = upper[:-1]
+        if sum(len(ln.chunks) >= 2 for ln in upper) < 2:
+            continue
+        if sum(len(ln.chunks) >= 2 for ln in lower) < 2:
+            continue
+        apart = title.top - block[k - 1].bottom > max(2 * usual, usual + title.height / 2)
+        if apart or not _aligned(_strips(upper), _strips(lower)):
+            return [upper, *_apart(lower)]
+    return [block]
+
+
+def _aligned(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> bool:
+    """Whether two sets of white strips part the same columns: as many, each one's middle
+    inside the other's."""
+    return len(a) == len(b) and all(
+        q[0] <= (p[0] + p[1]) / 2 <= q[1] and p[0] <= (q[0] + q[1]) / 2 <= p[1]
+        for p, q in zip(a, b, strict=True)
+    )
 
 
 def _unruled(block: Sequence[_Line]) -> Grid | None:
