@@ -606,7 +606,7 @@ def find_tables(layout: PageLayout) -> list[Grid]:
             continue
         if region.grid is not None:
             grid = _trim(region.grid)
-            if grid:
+            if grid and len(grid[0]) >= 2:  # one column: a boxed heading, caption or note
                 found.append((region.top, region.x0, grid))
         else:
             unruled([ln for ln in lines if _within(ln, region)])
