@@ -286,6 +286,19 @@ _FIELDS: tuple[_Field, ...] = (
         "A worker's claim on a document lasts this long without renewal",
     ),
     _Field(
+        "background_after",
+        "2",
+        _positive_float,
+        "Seconds a document may extract while others wait before its worker moves it to"
+        " the background and serves them",
+    ),
+    _Field(
+        "background_extractions",
+        "1",
+        _non_negative_int,
+        "Documents one worker process extracts in the background at once (0: none)",
+    ),
+    _Field(
         "max_document_attempts",
         "3",
         _positive_int,
@@ -348,6 +361,18 @@ _FIELDS: tuple[_Field, ...] = (
         "8",
         _positive_int,
         "Attempts in flight per worker process to one scheme://host:port",
+    ),
+    _Field(
+        "events_max_waiters",
+        "1000",
+        _positive_int,
+        "Requests long polling GET /events (wait=) at once in one API process; more get 429",
+    ),
+    _Field(
+        "events_max_waiters_per_account",
+        "10",
+        _positive_int,
+        "Requests of one account long polling its event feeds at once in one API process",
     ),
     _Field(
         "allow_http_targets",
@@ -427,6 +452,8 @@ class Settings:
     auth_failure_rate_limit: RateLimit
     forwarded_allow_ips: str
     lease_seconds: float
+    background_after: float
+    background_extractions: int
     max_document_attempts: int
     sweep_interval: float
     retention: float
@@ -439,6 +466,8 @@ class Settings:
     delivery_batch: int
     delivery_concurrency: int
     delivery_per_destination: int
+    events_max_waiters: int
+    events_max_waiters_per_account: int
     allow_http_targets: bool
     allow_private_targets: bool
     encryption_key: Secret = field(repr=True)

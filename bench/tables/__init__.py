@@ -78,10 +78,12 @@ def _load(corpus: str, limit: int | None) -> list[Doc]:
 _RELAY_SETTINGS: dict[str, Any] = {}
 
 
-def _run_relay(docs: Sequence[Doc]) -> list[DocResult]:
+def _run_relay(docs: Sequence[Doc], meter: CpuMeter) -> list[DocResult]:
     out: list[DocResult] = []
     with RelayRunner() as relay:
         _RELAY_SETTINGS.update(relay.settings())
+        if relay.host.pid:  # the extraction child (a replacement child is not counted)
+            meter.track("relay-extract", relay.host.pid)
         for doc in docs:
             content = doc.path.read_bytes()
             got = relay.run(content, f"{doc.name}{doc.path.suffix}")
@@ -91,9 +93,9 @@ def _run_relay(docs: Sequence[Doc]) -> list[DocResult]:
     return out
 
 
-def _run_engine(engine: str, docs: Sequence[Doc]) -> list[DocResult]:
+def _run_engine(engine: str, docs: Sequence[Doc], meter: CpuMeter) -> list[DocResult]:
     if engine == "relay":
-        return _run_relay(docs)
+        return _run_relay(docs, meter)
     answers = peers.run_peer(engine, [(doc.name, doc.path, doc.kind) for doc in docs])
     out: list[DocResult] = []
     for doc in docs:
@@ -171,6 +173,32 @@ def _score(
     return counts, data
 
 
+def _goals(out: Outcome, corpus: str, results: dict[str, Any]) -> None:
+    """Issue 14's goal on ``corpus``: relay's mean F1 at least the best peer's, and its
+    seconds per page at most that peer's (reported, not asserted)."""
+    relay = results.get("relay")
+    scored = {e: r for e, r in results.items() if e != "relay" and "mean_f1" in r}
+    if not relay or "mean_f1" not in relay or not scored:
+        return
+    best = max(scored, key=lambda e: (scored[e]["mean_f1"], -(scored[e]["seconds_per_page"] or 0)))
+    peer = scored[best]
+    out.goal(
+        f"{corpus}: relay mean F1 (best peer {best} {peer['mean_f1']:.3f})",
+        relay["mean_f1"],
+        "",
+        f">= {peer['mean_f1']:.3f}",
+        relay["mean_f1"] >= peer["mean_f1"],
+    )
+    relay_s, peer_s = relay["seconds_per_page"] or 0.0, peer["seconds_per_page"] or 0.0
+    out.goal(
+        f"{corpus}: relay s/page ({best} {peer_s:.3f})",
+        relay_s,
+        "s",
+        f"<= {peer_s:.3f}",
+        relay_s <= peer_s,
+    )
+
+
 def _choose(requested: Sequence[str] | None, allowed: Sequence[str], what: str) -> list[str]:
     if not requested:
         return list(allowed)
@@ -215,7 +243,7 @@ def run(
             meter = CpuMeter({})
             t0 = time.monotonic()
             try:
-                got = _run_engine(engine, docs)
+                got = _run_engine(engine, docs, meter)
             except peers.PeerUnavailable as exc:
                 progress(NAME, f"{name}: {engine} unavailable: {exc}")
                 results[engine] = {"unavailable": str(exc)}
@@ -240,6 +268,7 @@ def run(
                 ]
             )
         data["corpora"][name] = {"documents": len(docs), "pages": pages, "engines": results}
+        _goals(out, name, results)
         out.tables.append(
             table(
                 f"{name}: {len(docs)} documents, {pages} pages"
