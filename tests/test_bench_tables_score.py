@@ -210,3 +210,22 @@ def test_the_scan_of_a_pdf_is_deterministic() -> None:
         # An A4 page at 200 dpi is 1654 x 2339 px; turned 0.5 degrees the canvas grows.
         assert 1654 < image.width < 1700
         assert 2339 < image.height < 2370
+
+
+def test_the_bench_scores_relay_on_one_pdf() -> None:
+    # The whole path on one document: corpus, relay's extraction host, scorer, goals-free.
+    if not (corpora_dir() / "icdar2013-eu" / "eu-001.pdf").exists():
+        pytest.skip("the shared corpora are not here")
+    from bench.tables import run
+
+    outcome = run(corpus=["pdf"], engines=["relay"], limit=1)
+    relay = outcome.data["corpora"]["pdf"]["engines"]["relay"]
+    assert relay["documents"] == 1
+    assert relay["pages"] == 3
+    assert relay["relations"]["truth"] == 489  # eu-001's ground truth, laid out
+    (doc,) = relay["per_document"]
+    assert doc["name"] == "eu-001"
+    assert doc["seconds"] > 0
+    assert doc["error"] is not None or doc["tables"] > 0
+    assert outcome.data["relay_settings"]["mode"] == "sandbox"
+    assert any(text.startswith("== pdf: 1 documents") for text in outcome.tables)
