@@ -15,6 +15,7 @@ without reading the file from disk; summed over the corpus and divided by its pa
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
-from bench._common import BenchError, CpuMeter, Outcome, environment, progress, table
+from bench._common import RESULTS, BenchError, CpuMeter, Outcome, environment, progress, table
 from bench.tables import peers
 from bench.tables.corpora import Doc, Grid, corpora_dir, load_images, load_pdfs
 from bench.tables.relay_side import RelayRunner
@@ -173,6 +174,22 @@ def _score(
     return counts, data
 
 
+def _per_document(corpus: str, results: dict[str, Any]) -> str:
+    """Each document's F1 by engine (``!code`` for a failure), to see where they differ."""
+    scored = {e: r["per_document"] for e, r in results.items() if "per_document" in r}
+    if not scored:
+        return ""
+    names = [d["name"] for d in next(iter(scored.values()))]
+    rows = []
+    for i, name in enumerate(names):
+        cells: list[Any] = [name]
+        for docs in scored.values():
+            doc = docs[i]
+            cells.append(f"!{doc['error']}" if doc["error"] else f"{doc['f1']:.2f}")
+        rows.append(cells)
+    return table(f"{corpus}: F1 per document", ["document", *scored], rows)
+
+
 def _goals(out: Outcome, corpus: str, results: dict[str, Any]) -> None:
     """Issue 14's goal on ``corpus``: relay's mean F1 at least the best peer's, and its
     seconds per page at most that peer's (reported, not asserted)."""
@@ -237,6 +254,7 @@ def run(
             raise BenchError(f"corpus {name!r} is empty: is {corpora_dir()} there?")
         rows: list[list[Any]] = []
         results: dict[str, Any] = {}
+        grids: dict[str, Any] = {"truth": {d.name: d.truth for d in docs}}
         pages = sum(d.pages for d in docs)
         for engine in [e for e in ENGINES[name] if e in chosen]:
             progress(NAME, f"{name}: {engine} on {len(docs)} documents ({pages} pages)")
@@ -250,6 +268,7 @@ def run(
                 rows.append([engine, "unavailable", "", "", "", "", "", ""])
                 continue
             cpu = meter.stop()
+            grids[engine] = {r.name: r.tables for r in got}
             _, scored = _score(docs, got)
             scored["wall_s"] = round(time.monotonic() - t0, 1)
             scored["cpu"] = cpu
@@ -269,6 +288,10 @@ def run(
             )
         data["corpora"][name] = {"documents": len(docs), "pages": pages, "engines": results}
         _goals(out, name, results)
+        grids_path = RESULTS / f"tables-grids-{name}{'.quick' if quick or limit else ''}.json"
+        RESULTS.mkdir(exist_ok=True)
+        grids_path.write_text(json.dumps(grids) + "\n")
+        data["corpora"][name]["grids"] = str(grids_path.relative_to(RESULTS.parent.parent))
         out.tables.append(
             table(
                 f"{name}: {len(docs)} documents, {pages} pages"
@@ -277,6 +300,7 @@ def run(
                 rows,
             )
         )
+        out.tables.append(_per_document(name, results))
     data["versions"].update(peers.versions_seen())
     if _RELAY_SETTINGS:
         out.tables.append(
