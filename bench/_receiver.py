@@ -10,7 +10,8 @@ import httpx
 
 from bench._common import ROOT
 from bench._stack import wait_http
-from relay.procs import Proc, free_port, spawn
+from relay.redis_server import free_port
+from tests.support.procs import Proc, spawn
 
 
 class ReceiverProcess:

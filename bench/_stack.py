@@ -1,5 +1,5 @@
-"""Real relay processes on a private Redis, for the benchmarks (as tests/procs.py is for the tests;
-both run their processes as :class:`relay.procs.Proc`).
+"""Real relay processes on a private Redis, for the benchmarks (as tests/support/procs.py is for
+the tests; both run their processes as its :class:`Proc`).
 
 ``Stack`` starts its own ``redis-server`` (127.0.0.1, a free port, AOF everysec as in
 production) in a temporary directory and ``python -m relay serve|worker|detector`` children
@@ -21,8 +21,8 @@ import httpx
 import redis
 
 from bench._common import BenchError, proc_status_kib
-from relay.procs import Proc, free_port, relay_env, spawn, stop_all, wait_until
-from relay.redis_server import RedisServer
+from relay.redis_server import RedisServer, free_port
+from tests.support.procs import Proc, relay_env, spawn, stop_all, wait_until
 
 ACCOUNT = "bench"
 

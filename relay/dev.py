@@ -40,10 +40,10 @@ from redis.retry import Retry
 from relay.config import Settings, load_settings
 from relay.exceptions import RelayError
 from relay.logs import redact_url
-from relay.procs import STOP_TIMEOUT
 from relay.redis_conn import RedisTarget, sync_client
 from relay.redis_server import RedisServer, RedisServerError, port_is_free
 from relay.supervise import (
+    STOP_TIMEOUT,
     Child,
     Console,
     RestartBudget,
@@ -317,13 +317,14 @@ class Supervisor:
         self.redis_restart_at: float | None = None
         self.children: list[Child] = []
         self.stopping = threading.Event()
+        console.on_closed = self.request_stop  # `relay dev | head`: head is done, so are we
 
     def say(self, text: str) -> None:
         self.console.say("dev", text)
 
     def request_stop(self) -> None:
-        if not self.stopping.is_set():
-            self.say("stopping...")
+        """Ask the supervisor to stop everything. Safe in a signal handler: it only sets an
+        event (printing here could wait on the console's lock held by the interrupted code)."""
         self.stopping.set()
 
     def run(self) -> int:
@@ -405,6 +406,7 @@ class Supervisor:
         announced = False
         while not self.stopping.is_set():
             now = time.monotonic()
+            self.console.check()
             self._watch_redis(now)
             for child in self.children:
                 self._watch(child, now)
@@ -428,11 +430,13 @@ class Supervisor:
             code = child.proc.poll()
             if code is None:
                 return
+            # Whatever its forks left running (an RQ work-horse, an extraction sandbox) goes
+            # with it now, not at the restart: nothing of a crashed child keeps running.
+            child.send(signal.SIGKILL, group=True)
             delay = child.budget.delay(now)
             child.restart_at = now + delay
             self.say(f"{child.name} exited with code {code}; restarting in {delay:.1f} s")
         elif now >= child.restart_at:
-            child.send(signal.SIGKILL, group=True)  # whatever its forks left running
             child.join_output(0.5)
             child.budget.record(now)
             child.restart_at = None
@@ -459,6 +463,8 @@ class Supervisor:
             self._write_pids()
 
     def _shutdown(self) -> None:
+        if self.children or self.redis is not None:
+            self.say("stopping...")
         stop_children(self.children)
         if self.redis is not None and self.redis.running:
             self.say("stopping the private Redis (the AOF is flushed)")

@@ -84,6 +84,23 @@ def redact_url(url: str) -> str:
     return re.sub(r"([?&]password=)[^&#]*", r"\1***", url)
 
 
+MASK = "…"
+
+
+def mask_query(url: str) -> str:
+    """A callback URL as operators see it (console, CLI, logs): every query value and the
+    fragment masked, names kept (``https://h/p?token=…&page=…``). Receivers often put a token
+    in the query; the customer who registered the URL sees it whole through the API.
+
+    Text only, no parsing that could fail: the query runs from the first ``?`` to the first
+    ``#``; an item without ``=`` is masked whole."""
+    rest, hashed, _ = url.partition("#")
+    head, sep, query = rest.partition("?")
+    items = (item.partition("=") for item in query.split("&")) if query else ()
+    masked = "&".join(f"{name}={MASK}" if eq else MASK for name, eq, _ in items)
+    return head + (f"?{masked}" if sep else "") + (f"#{MASK}" if hashed else "")
+
+
 def _timestamp(record: logging.LogRecord) -> str:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
     return f"{stamp}.{int(record.msecs):03d}Z"

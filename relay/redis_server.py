@@ -24,7 +24,6 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from relay.exceptions import RelayError
-from relay.procs import free_port
 
 HOST = "127.0.0.1"
 AppendFsync = Literal["always", "everysec", "no"]
@@ -32,6 +31,14 @@ AppendFsync = Literal["always", "everysec", "no"]
 # Where Debian, Homebrew and source builds put it, for a PATH that lacks them (cron, sudo -E...).
 _FALLBACK_PATHS = ("/usr/bin/redis-server", "/usr/local/bin/redis-server", "/usr/sbin/redis-server")
 _BIND_RETRIES = 5
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now (it may be taken later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
 class RedisServerError(RelayError):

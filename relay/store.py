@@ -20,7 +20,7 @@ from redis.exceptions import ResponseError
 from relay import keys
 from relay.blobs import BlobStore
 from relay.exceptions import BatchDeleted, BatchNotFound, QuotaExceeded, StateError
-from relay.model import Batch, Document
+from relay.model import Batch, Document, valid_batch_name
 from relay.scripts import AsyncScripts, Scripts, refusal
 from relay.timefmt import now_ms
 
@@ -96,6 +96,18 @@ def _doc_keys(ref: BatchRef, doc_id: str) -> dict[str, str]:
         "blob": keys.blob(s, doc_id),
         "pending_bytes": keys.account_pending_bytes(s, ref.account),
     }
+
+
+def _result(stored: bytes | None) -> tuple[Any, Any]:
+    """A document's stored result as ``(line_items, tables)``: both ``None`` when there is
+    none (not succeeded); ``tables`` ``None`` for a result stored by a version before tables
+    (a bare list of line items)."""
+    if not stored:
+        return None, None
+    value = json.loads(stored)
+    if isinstance(value, list):
+        return value, None
+    return value["line_items"], value["tables"]
 
 
 class AsyncStore:
@@ -234,6 +246,9 @@ class AsyncStore:
             self.blobs.discard(doc_id, self.blobs.kind)
         return canceled
 
+    async def batch_exists(self, ref: BatchRef) -> bool:
+        return bool(await self.redis.exists(ref.key))
+
     async def get_batch(self, ref: BatchRef) -> Batch | None:
         h = await self.redis.hgetall(ref.key)
         return Batch.from_hash(h) if h else None
@@ -249,9 +264,9 @@ class AsyncStore:
 
     async def results(
         self, ref: BatchRef, *, start: int, limit: int
-    ) -> tuple[Batch | None, list[tuple[Document, Any]], int | None]:
-        """The batch, ``limit`` documents from position ``start`` with their line_items,
-        and the next position (None on the last page)."""
+    ) -> tuple[Batch | None, list[tuple[Document, Any, Any]], int | None]:
+        """The batch, ``limit`` documents from position ``start`` with their line_items and
+        tables (``_result``), and the next position (None on the last page)."""
         s = ref.shard
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hgetall(ref.key)
@@ -266,10 +281,10 @@ class AsyncStore:
                 pipe.hgetall(keys.doc(s, raw.decode()))
                 pipe.get(keys.doc_items(s, raw.decode()))
             replies = await pipe.execute()
-        docs: list[tuple[Document, Any]] = []
-        for h, items in zip(replies[::2], replies[1::2], strict=True):
+        docs: list[tuple[Document, Any, Any]] = []
+        for h, stored in zip(replies[::2], replies[1::2], strict=True):
             if h:
-                docs.append((Document.from_hash(h), json.loads(items) if items else None))
+                docs.append((Document.from_hash(h), *_result(stored)))
         return Batch.from_hash(batch_hash), docs, next_start
 
     async def list_batches(
@@ -363,14 +378,18 @@ class Store:
         self,
         claim: Claim,
         *,
-        line_items: list[dict[str, Any]] | bytes | None,
+        line_items: list[dict[str, Any]] | None = None,
+        tables: list[dict[str, Any]] | None = None,
+        result: bytes | None = None,
         error: tuple[str, str] | None,
     ) -> tuple[bool, int]:
         """Store the outcome. Returns (stored, completion_seq or 0); not stored when the
-        lease was lost meanwhile (another worker owns the document now). ``line_items`` may
-        come already serialised (JSON bytes, as the bounded extraction returns them)."""
-        if isinstance(line_items, list):
-            line_items = json.dumps(line_items, separators=(",", ":")).encode()
+        lease was lost meanwhile (another worker owns the document now). The result comes
+        as ``line_items`` and ``tables``, or already serialised as ``result`` (the JSON of
+        ``{"line_items": [...], "tables": [...]}`` the bounded extraction returns)."""
+        if result is None and line_items is not None:
+            value = {"line_items": line_items, "tables": tables or []}
+            result = json.dumps(value, separators=(",", ":")).encode()
         k = _doc_keys(claim.batch, claim.doc_id)
         outcome = "failed" if error is not None else "succeeded"
         code, message = error if error is not None else ("", "")
@@ -390,7 +409,7 @@ class Store:
                 claim.token,
                 self.clock(),
                 outcome,
-                line_items if line_items is not None else "",
+                result if result is not None else "",
                 code,
                 message,
             ],
@@ -410,6 +429,14 @@ class Store:
             return None
         return BatchRef(account.decode(), batch.decode())
 
+    def drop_lease(self, shard: int, doc_id: str) -> bool:
+        """Drop the expired lease of a document that is gone (its batch purged); False when
+        the document is there or its lease was renewed meanwhile."""
+        dropped = self.scripts(
+            "drop_lease", [keys.leases(shard), keys.doc(shard, doc_id)], [doc_id, self.clock()]
+        )
+        return int(dropped) == 1
+
     def requeue(self, ref: BatchRef, doc_id: str, max_claims: int) -> str:
         """Return an expired lease's document to the fair queue (at the front of its batch's
         list), or fail it with worker_lost."""
@@ -428,3 +455,38 @@ class Store:
             [doc_id, self.clock(), max_claims, keys.shard_prefix(ref.shard), ref.account, ref.name],
         )
         return str(reply.decode() if isinstance(reply, bytes) else reply)
+
+
+# -- the status endpoints' reads (relay.edge.Edge.status) --------------------------------
+
+
+@dataclass(frozen=True)
+class DocumentQuery:
+    """``GET /documents/{id}``: the document, when it is the account's."""
+
+    doc_id: str
+
+    def queue(self, pipe: Any, account: str) -> None:
+        shard = keys.shard_of_id("doc", self.doc_id)
+        if shard is not None:
+            pipe.hgetall(keys.doc(shard, self.doc_id))
+
+    def decode(self, replies: list[Any], account: str) -> Document | None:
+        h = replies[0] if replies else None
+        if not h or h.get(b"account", b"").decode() != account:
+            return None
+        return Document.from_hash(h)
+
+
+@dataclass(frozen=True)
+class BatchQuery:
+    """``GET /batches/{name}``: the account's batch of that name."""
+
+    name: str
+
+    def queue(self, pipe: Any, account: str) -> None:
+        if valid_batch_name(self.name):
+            pipe.hgetall(BatchRef(account, self.name).key)
+
+    def decode(self, replies: list[Any], account: str) -> Batch | None:
+        return Batch.from_hash(replies[0]) if replies and replies[0] else None

@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import json
 import os
+import select
 import signal
 import subprocess
 import threading
@@ -21,16 +22,33 @@ import time
 import urllib.error
 import urllib.request
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import IO
 
 from relay.exceptions import RelayError
-from relay.procs import STOP_TIMEOUT, terminate_all
 
 RESTARTS_PER_MINUTE = 5
+STOP_TIMEOUT = 10.0  # seconds a process has between SIGTERM and SIGKILL
+
+
+def terminate_all(
+    popens: Iterable[subprocess.Popen[bytes]], timeout: float = STOP_TIMEOUT
+) -> list[subprocess.Popen[bytes]]:
+    """SIGTERM every one still running, then give them ``timeout`` seconds together (they
+    shut down side by side, not one after another). Returns those still running then; what
+    to do with them (SIGKILL, their process group too) is the caller's."""
+    running = [p for p in popens if p.poll() is None]
+    for popen in running:
+        with contextlib.suppress(ProcessLookupError):
+            popen.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for popen in running:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            popen.wait(max(0.0, deadline - time.monotonic()))
+    return [p for p in running if p.poll() is None]
 
 
 class DevError(RelayError):
@@ -76,23 +94,63 @@ def healthy(url: str, timeout: float = 1.0) -> bool:
 
 
 class Console:
-    """Lines from many threads, each behind a padded name: ``worker   | ...``."""
+    """Lines from many threads, each behind a padded name: ``worker   | ...``.
+
+    Writing never raises: when the output goes away (``relay dev | head`` once ``head`` is
+    done: EPIPE; a closed terminal: EIO) the console goes quiet, points its file descriptor at
+    /dev/null (so neither a later write nor the flush at exit fails) and calls ``on_closed``
+    once: the supervisor stops everything, as it would on Ctrl-C.
+    """
 
     def __init__(self, out: IO[str], width: int = 8) -> None:
         self._out = out
         self._width = width
         self._lock = threading.Lock()
+        self.closed = False
+        self.on_closed: Callable[[], None] | None = None
 
     def say(self, name: str, text: str) -> None:
-        with self._lock:
-            for line in text.splitlines() or [""]:
-                self._out.write(f"{name:<{self._width}} | {line}\n")
-            self._out.flush()
+        self._emit(
+            "".join(f"{name:<{self._width}} | {line}\n" for line in text.splitlines() or [""])
+        )
 
     def write(self, text: str) -> None:
+        self._emit(text)
+
+    def _emit(self, text: str) -> None:
         with self._lock:
-            self._out.write(text)
-            self._out.flush()
+            if self.closed:
+                return
+            try:
+                self._out.write(text)
+                self._out.flush()
+            except (OSError, ValueError):  # EPIPE, EIO; ValueError: the file was closed
+                self._close()
+
+    def check(self) -> None:
+        """Notice a reader that went away while nothing was written (a pipe's write end
+        polls as POLLERR once its last reader closed)."""
+        with self._lock:
+            if self.closed:
+                return
+            try:
+                fd = self._out.fileno()
+            except (OSError, ValueError):  # not a file (a test's StringIO)
+                return
+            poller = select.poll()
+            poller.register(fd, 0)  # POLLERR and POLLHUP are always reported
+            if any(events & (select.POLLERR | select.POLLNVAL) for _, events in poller.poll(0)):
+                self._close()
+
+    def _close(self) -> None:
+        self.closed = True
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._out.fileno())
+            os.close(devnull)
+        if self.on_closed is not None:
+            # Another thread: the callback may take the lock (it may say something).
+            threading.Thread(target=self.on_closed, name="dev-output-closed", daemon=True).start()
 
 
 class Child:

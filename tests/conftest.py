@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from relay.redis_server import AppendFsync, RedisServer, find_redis_server
-from tests.sentinels import Topology, find_redis_sentinel
+from tests.support.sentinels import Topology, find_redis_sentinel
 
 # -- Redis ----------------------------------------------------------------------------------
 
@@ -66,7 +66,7 @@ def redis_factory(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
 
     ``redis_factory(appendonly=True, appendfsync="everysec", password=None, port=None)``
     returns a started :class:`RedisServer` in a new directory under ``tmp_path``; all are
-    stopped after the test. Typed as ``tests/helpers.py``'s ``RedisFactory``.
+    stopped after the test. Typed as ``tests/support/helpers.py``'s ``RedisFactory``.
     """
     _require_redis_server()
     servers: list[RedisServer] = []
@@ -96,8 +96,9 @@ def redis_factory(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
 
 @pytest.fixture
 def sentinel_topology(tmp_path: Path) -> Iterator[Topology]:
-    """A primary, a replica and three Sentinels on loopback (``tests/sentinels.py``), settled
-    (every Sentinel knows the replica and the two others); everything killed after the test."""
+    """A primary, a replica and three Sentinels on loopback (``tests/support/sentinels.py``),
+    settled (every Sentinel knows the replica and the two others); everything killed after the
+    test."""
     executable = find_redis_sentinel()
     if executable is None:
         pytest.fail(

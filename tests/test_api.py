@@ -11,7 +11,7 @@ import pytest
 
 from relay import keys
 from relay.queues import PROCESSING
-from tests.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
+from tests.support.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
 
 RFC3339_MS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
 QUEUE = f"rq:queue:{PROCESSING}"

@@ -12,15 +12,15 @@ from relay.api.state import STATE_KEY, AppState
 from relay.auth import revoke_key
 from relay.config import RateLimit
 from relay.lane import Lane, PipelineClient
-from tests.api_fixtures import (  # noqa: F401
+from tests.support.api_fixtures import (  # noqa: F401
     V1,
     Api,
     ApiFactory,
     api_factory_fixture,
     api_fixture,
 )
-from tests.helpers import RedisFactory
-from tests.redis_forms import FORMS, Form, RedisForm, redis_form_fixture  # noqa: F401
+from tests.support.helpers import RedisFactory
+from tests.support.redis_forms import FORMS, Form, RedisForm, redis_form_fixture  # noqa: F401
 
 STATUS_HEADERS = ("ratelimit-limit", "ratelimit-remaining", "ratelimit-reset")
 
@@ -226,7 +226,7 @@ def test_first_requests_after_a_redis_restart_succeed(
     if form == "fallback":
         url += "?protocol=3"  # an option the lane lacks: redis-py serves the status path
     api = api_factory(redis_url=url)
-    lane = cast(AppState, getattr(api.app.state, STATE_KEY)).lane
+    lane = cast(AppState, getattr(api.app.state, STATE_KEY)).edge.lane
     assert isinstance(lane, PipelineClient if form == "fallback" else Lane)
     api.upload_ok("acme", "b1")
     auth = api.auth("acme")

@@ -12,8 +12,8 @@ import pytest
 from relay.config import RateLimit
 from relay.model import DeliveryStatus
 from relay.timefmt import rfc3339
-from tests.api_fixtures import V1, Api, ApiFactory, api_factory_fixture, api_fixture  # noqa: F401
-from tests.delivery_seed import Seeder
+from tests.support.api_fixtures import V1, Api, ApiFactory, api_factory_fixture, api_fixture  # noqa: F401
+from tests.support.delivery_seed import Seeder
 
 
 @pytest.fixture(name="seed")
@@ -94,6 +94,9 @@ def test_since_and_until_are_exact(api: Api, seed: Seeder) -> None:
         {"since": "yesterday"},
         {"since": "2026-11-30T04:00:00"},  # no zone
         {"batch_name": "../etc"},
+        {"batch_name": ""},  # given empty: outside the documented pattern
+        {"status": ""},  # given empty: outside the documented enum
+        {"since": ""},
         {"limit": "0"},
         {"cursor": "not-a-cursor"},
     ],
@@ -136,6 +139,22 @@ def test_recover_makes_the_accounts_failed_deliveries_due(api: Api, seed: Seeder
     assert bad.status_code == 422
     missing = api.client.post(f"{V1}/deliveries/recover", json={}, headers=api.auth("acme"))
     assert missing.status_code == 422
+
+
+@pytest.mark.parametrize("field", ["status", "until", "since"])
+def test_recover_refuses_null_with_422_never_500(api: Api, seed: Seeder, field: str) -> None:
+    # The red team's body: schema-typed strings given null were an assert (500) for status.
+    seed_30_and_12(seed)
+    body = {"since": "2000-01-01T00:00:00Z", "until": "2000-01-01T00:00:00Z", field: None}
+    r = api.client.post(f"{V1}/deliveries/recover", json=body, headers=api.auth("acme"))
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["type"] == "validation_error"
+    assert field in r.json()["error"]["message"]
+    # Left out, the same field takes its default.
+    del body[field]
+    if field != "since":
+        r = api.client.post(f"{V1}/deliveries/recover", json=body, headers=api.auth("acme"))
+        assert r.status_code == 202, r.text
 
 
 def test_recover_counts_against_the_retry_rate_limit(api_factory: ApiFactory) -> None:

@@ -13,9 +13,9 @@ from relay import keys
 from relay.config import RateLimit
 from relay.detector import Detector, ensure_groups
 from relay.worker_context import WorkerContext
-from tests.api_fixtures import V1, Api, ApiFactory, api_factory_fixture  # noqa: F401
-from tests.helpers import refs_in_distinct_shards
-from tests.procs import Stack
+from tests.support.api_fixtures import V1, Api, ApiFactory, api_factory_fixture  # noqa: F401
+from tests.support.helpers import refs_in_distinct_shards
+from tests.support.procs import Stack
 
 RATE_HEADERS = ("ratelimit-limit", "ratelimit-remaining", "ratelimit-reset")
 UNKNOWN_KEY = "rk_zzzzzzzz_" + "A" * 43

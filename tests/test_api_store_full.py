@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import httpx
 
-from tests.api_fixtures import V1, ApiFactory, api_factory_fixture  # noqa: F401
-from tests.helpers import RedisFactory
+from tests.support.api_fixtures import V1, ApiFactory, api_factory_fixture  # noqa: F401
+from tests.support.helpers import RedisFactory
 
 
 def test_writes_are_503_store_full_and_reads_go_on(

@@ -13,7 +13,7 @@ from relay.api.app import create_app
 from relay.api.documents import MULTIPART_OVERHEAD
 from relay.auth import create_key
 from relay.queues import PROCESSING
-from tests.api_fixtures import (  # noqa: F401
+from tests.support.api_fixtures import (  # noqa: F401
     CSV,
     TEST_MAX_UPLOAD,
     V1,

@@ -18,7 +18,7 @@ from relay.delivery.ssrf import (
     in_documented_form,
     validate_url,
 )
-from tests.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
+from tests.support.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
 
 HOOK = "https://hooks.example.com/relay"
 PUBLIC = "93.184.215.14"

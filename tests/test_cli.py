@@ -15,7 +15,7 @@ import redis
 from relay import auth, cli, dev
 from relay.config import load_settings
 from relay.logs import redact_url
-from tests.helpers import free_port
+from tests.support.helpers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 

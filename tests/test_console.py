@@ -1,8 +1,9 @@
 """The operator console in a real headless Chromium (Debian's ``chromium``, driven by
 Playwright; ``make chromium`` installs it, no browser is ever downloaded).
 
-The API runs in-process on uvicorn (``tests.api_fixtures``), a real delivery worker runs as a
-subprocess (``tests.procs``) and posts to a real HTTP receiver (``tests.receiver``). With
+The API runs in-process on uvicorn (``tests.support.api_fixtures``), a real delivery worker runs
+as a subprocess (``tests.support.procs``) and posts to a real HTTP receiver
+(``tests.support.receiver``). With
 ``RELAY_CONSOLE_SCREENSHOTS=docs/console`` the walk-through also saves a 1280-px-wide
 screenshot of each page there (how the README's pictures are made).
 """
@@ -10,6 +11,7 @@ screenshot of each page there (how the README's pictures are made).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import time
@@ -29,10 +31,10 @@ from relay.auth import create_key, create_operator_key
 from relay.model import Attempt, Batch
 from relay.store import BatchRef
 from relay.webhook_store import AsyncWebhookStore, WebhookStore, notification_body
-from tests.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
-from tests.helpers import FakeClock, wait_until
-from tests.procs import Stack
-from tests.receiver import Receiver, Reply
+from tests.support.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
+from tests.support.helpers import FakeClock, wait_until
+from tests.support.procs import Stack
+from tests.support.receiver import Receiver, Reply
 
 CHROMIUM = "/usr/bin/chromium"
 XSS = b"<script>window.__pwned = 1; document.title = 'pwned'</script><b>bold?</b>"
@@ -385,3 +387,28 @@ def test_every_page_shows_its_labels(local_api: Api, page: Page) -> None:
     assert rows.nth(0).locator("button:has-text('Enable')").count() == 1
     assert page.locator("button:has-text('Disable')").count() == 7
     shot(page, "webhooks")
+
+
+def test_the_test_button_sends_a_signed_test_event_and_shows_the_attempt(
+    local_api: Api, page: Page, tmp_path: Path
+) -> None:
+    api = local_api
+    with Receiver() as rx:
+        rx.script("/t", [Reply(500)] * 3 + [Reply(503, body=b"maintenance <b>window</b>")])
+        ident, stack = failed_delivery(api, tmp_path, rx.url("/t"), "acme")
+        try:
+            log_in(page, api, create_operator_key(api.redis, "ops"))
+            page.click("nav >> text=Webhooks")
+            row = page.locator("tbody tr", has_text="acme")
+            row.locator("button:has-text('Test')").click()
+            result = page.inner_text("#test-result")
+            assert "HTTP 503" in result and "http_status" in result
+            assert "maintenance <b>window</b>" in result  # text, not markup
+            shot(page, "webhook-test")
+            assert len(rx.requests) == 4
+            assert json.loads(rx.requests[-1].body)["type"] == "webhook.test"
+            # Nothing recorded: the batch's one delivery keeps its three attempts.
+            d = WebhookStore(api.redis).get(ident)
+            assert d is not None and len(d.attempts) == 3 and d.status == "failed"
+        finally:
+            stack.close()

@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from relay.config import Secret
 from relay.console.session import SESSION_COOKIE, Sessions, csrf_ok, signing_key
-from tests.api_fixtures import make_settings
+from tests.support.api_fixtures import make_settings
 
 
 def request(scheme: str = "http", cookie: str = "") -> Request:

@@ -14,7 +14,7 @@ from relay.exceptions import InvalidCursor
 from relay.model import Delivery, DeliveryStatus
 from relay.search import RecoverRun
 from relay.webhook_store import WebhookStore
-from tests.delivery_seed import Seeder
+from tests.support.delivery_seed import Seeder
 
 
 @pytest.fixture(name="h")

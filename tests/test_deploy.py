@@ -23,8 +23,8 @@ from ruamel.yaml import YAML
 from relay import healthcheck
 from relay.config import env_example
 from relay.redis_server import find_redis_server
-from tests.helpers import free_port, wait_until
-from tests.procs import Stack
+from tests.support.helpers import free_port, wait_until
+from tests.support.procs import Stack
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
+import re
+import signal
 import socket
 import stat
 import subprocess
@@ -19,7 +22,7 @@ from redis import Redis
 from relay import dev
 from relay.config import load_settings
 from relay.supervise import Console
-from tests.helpers import free_port, wait_until
+from tests.support.helpers import free_port, wait_until
 
 # -- files in the state directory -----------------------------------------------------------
 
@@ -280,3 +283,94 @@ def test_make_run_takes_a_port_and_make_clean_keeps_the_dev_data() -> None:
     assert data[-1] == "rm -rf .relay"
     said = "\n".join(data)
     assert "dev API key" in said and "encryption key" in said and "Redis data" in said
+
+
+# -- nothing relay dev started outlives it ---------------------------------------------------
+
+
+def _started_by(redis_url: str) -> list[int]:
+    """Pids of the running processes whose environment points at ``redis_url`` (the children
+    of a relay dev and whatever they forked: they all inherit ``RELAY_REDIS_URL``)."""
+    marker = f"RELAY_REDIS_URL={redis_url}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if marker in environ.split(b"\0") and dev_pid_alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def dev_pid_alive(pid: int) -> bool:
+    from relay.supervise import _pid_alive
+
+    return _pid_alive(pid)
+
+
+_PRIVATE_REDIS = re.compile(r"private Redis (redis://\S+) \(pid (\d+),")
+
+
+def _relay_dev(tmp_path: Path, pipe: str = "") -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
+    command = f"{sys.executable} -m relay dev --port {free_port()} --state-dir s {pipe}"
+    return subprocess.Popen(
+        ["bash", "-c", command],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own group: the test signals it, nothing else
+    )
+
+
+def _assert_nothing_left(redis_url: str, redis_pid: int, output: str) -> None:
+    wait_until(lambda: not dev_pid_alive(redis_pid), 30, 0.2, "redis-server still runs")
+    wait_until(lambda: not _started_by(redis_url), 30, 0.2, f"children left: {output}")
+
+
+@pytest.mark.timeout(240)
+def test_relay_dev_piped_into_head_leaves_no_process(tmp_path: Path) -> None:
+    proc = _relay_dev(tmp_path, "| head -n 3")
+    try:
+        output, _ = proc.communicate(timeout=180)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert len(output.splitlines()) == 3, output
+    found = _PRIVATE_REDIS.search(output)
+    assert found is not None, output
+    _assert_nothing_left(found.group(1), int(found.group(2)), output)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_relay_dev_stops_everything_on_a_signal(tmp_path: Path, sig: signal.Signals) -> None:
+    proc = _relay_dev(tmp_path)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
+    reader.start()
+    try:
+        # Every child has started once dev.pids is written.
+        wait_until(lambda: (tmp_path / "s" / "dev.pids").exists(), 120, 0.1, "never started")
+        text = "".join(lines)
+        found = _PRIVATE_REDIS.search(text)
+        assert found is not None, text
+        wait_until(lambda: _started_by(found.group(1)), 60, 0.1, "no child seen")
+        # The signal to relay dev alone (bash exec'd it: a single command).
+        os.kill(proc.pid, sig)
+        assert proc.wait(120) == 0, "".join(lines)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    reader.join(10)
+    if proc.stdout is not None:
+        proc.stdout.close()
+    text = "".join(lines)
+    assert "stopping the private Redis" in text, text
+    _assert_nothing_left(found.group(1), int(found.group(2)), text)

@@ -25,10 +25,10 @@ from relay.crypto import SigningMaterial
 from relay.delivery.signing import build_headers
 from relay.keys import new_id
 from relay.model import Batch, Status
-from relay.procs import spawn
 from relay.timefmt import now_ms
 from relay.webhook_store import notification_body
-from tests.helpers import free_port, wait_until
+from tests.support.helpers import free_port, wait_until
+from tests.support.procs import spawn
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

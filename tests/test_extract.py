@@ -21,10 +21,10 @@ from relay.extract import ExtractionError, Extractor, extract, load_extractor, r
 from relay.extract.csv_tsv import sniffer_sample
 from relay.extract.limits import ExtractLimits, RowBudget, applied, encode_rows
 from relay.extract.pdf import _out_of_memory
-from tests.documents import pdf as _pdf
-from tests.documents import quote_storm, wide_csv
-from tests.documents import table_ops as _table_ops
-from tests.documents import text_ops as _text_ops
+from tests.support.documents import pdf as _pdf
+from tests.support.documents import quote_storm, wide_csv
+from tests.support.documents import table_ops as _table_ops
+from tests.support.documents import text_ops as _text_ops
 
 Rows = list[dict[str, object]]
 

@@ -22,9 +22,9 @@ from relay.exceptions import ConfigError, StoreProtocolError, StoreUnavailable
 from relay.lane import Lane, PipelineClient
 from relay.lane_url import lane_from_url, status_client, unsupported_options
 from relay.redis_server import RedisServer
-from tests.helpers import RedisFactory
-from tests.redis_forms import FORMS, Form, RedisForm, redis_form_fixture, tls_url  # noqa: F401
-from tests.tls import Pki
+from tests.support.helpers import RedisFactory
+from tests.support.redis_forms import FORMS, Form, RedisForm, redis_form_fixture, tls_url  # noqa: F401
+from tests.support.tls import Pki
 
 
 def test_concurrent_requests_get_their_own_replies(redis_url: str, redis: redis.Redis) -> None:

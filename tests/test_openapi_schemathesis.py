@@ -14,8 +14,11 @@ collected: an endpoint added to the document is tested without touching this fil
 
 Bounded: at most ``MAX_EXAMPLES`` generated examples per operation and per mode, a deadline
 per example and a pytest timeout per test; the stateful run is ``STATEFUL_RUNS`` sequences of
-at most ``STATEFUL_STEPS`` calls. Under CI the runs are derandomized (a red build names a
-real regression, not a new draw); local runs draw new examples each time.
+at most ``STATEFUL_STEPS`` calls.
+
+Every run draws a fresh random seed (CI too: each build explores new requests), prints it
+before the first test, and a failure names it: ``RELAY_SCHEMATHESIS_SEED=<seed>`` replays
+that run's draws (the same seed gives the same requests on the same document).
 
 Each operation gets a fresh app on a flushed Redis, seeded with one batch (the name the
 document's examples use) holding one document; requests carry a valid API key. This machine
@@ -29,6 +32,7 @@ from __future__ import annotations
 import email
 import email.policy
 import os
+import random
 import socket
 from collections.abc import Iterator
 from typing import Any, ClassVar
@@ -36,7 +40,7 @@ from typing import Any, ClassVar
 import jsonschema_rs
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, seed, settings
 from schemathesis.checks import CHECKS, load_all_checks
 from schemathesis.config import SchemathesisConfig
 from schemathesis.core.failures import AcceptedNegativeData
@@ -49,9 +53,11 @@ from schemathesis.transport.serialization import contains_binary
 from relay.api.openapi import SOFT_DELETE, document
 from relay.api.openapi_parts import EXAMPLE_BATCH
 from relay.config import RateLimit
-from tests.api_fixtures import Api, ApiFactory, api_factory_fixture  # noqa: F401
+from tests.support.api_fixtures import Api, ApiFactory, api_factory_fixture  # noqa: F401
 
-CI = bool(os.environ.get("CI"))
+SEED_VARIABLE = "RELAY_SCHEMATHESIS_SEED"
+SEED = int(os.environ.get(SEED_VARIABLE) or random.SystemRandom().randrange(2**32))
+REPLAY = f"replay this run's draws with {SEED_VARIABLE}={SEED}"
 MAX_EXAMPLES = 10
 STATEFUL_RUNS = 15
 STATEFUL_STEPS = 8
@@ -150,7 +156,8 @@ def negative_data_rejection_reading_binary(
 
 CONFIG = SchemathesisConfig.from_dict(
     {
-        "generation": {"mode": "all", "max-examples": MAX_EXAMPLES, "deterministic": CI},
+        "seed": SEED,
+        "generation": {"mode": "all", "max-examples": MAX_EXAMPLES},
         "phases": {
             "examples": {"enabled": True},
             "coverage": {"enabled": True},
@@ -167,6 +174,14 @@ CONFIG = SchemathesisConfig.from_dict(
     }
 )
 schema = schemathesis.openapi.from_dict(document(), config=CONFIG)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def announce_seed(request: pytest.FixtureRequest) -> None:
+    """The seed on the terminal whatever the capture mode, before anything can fail."""
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        print(f"\nschemathesis seed {SEED}: {REPLAY}", flush=True)
 
 
 @pytest.fixture(name="public_dns")
@@ -253,7 +268,6 @@ def test_every_check_is_enabled() -> None:
 @schema.parametrize()
 @settings(
     deadline=2000,
-    derandomize=CI,
     # Generation health, not API conformance: the callback URL pattern's host-length
     # lookahead makes drafts get discarded (the pattern is the contract, so it stays).
     suppress_health_check=[
@@ -263,7 +277,11 @@ def test_every_check_is_enabled() -> None:
     ],
 )
 def test_every_operation_conforms(case: schemathesis.Case[Any], seeded: Api) -> None:
-    case.call_and_validate(base_url=seeded.base_url)
+    try:
+        case.call_and_validate(base_url=seeded.base_url)
+    except Exception as exc:
+        exc.add_note(REPLAY)
+        raise
 
 
 @pytest.mark.timeout(120)
@@ -281,12 +299,15 @@ def test_stateful_sequences_conform(seeded: Api) -> None:
         ) -> None:
             super().validate_response(response, case, **kwargs)
 
-    Sequences.run(
-        settings=settings(
-            max_examples=STATEFUL_RUNS,
-            stateful_step_count=STATEFUL_STEPS,
-            deadline=None,
-            derandomize=CI,
-            suppress_health_check=list(HealthCheck),
+    try:
+        seed(SEED)(Sequences).run(
+            settings=settings(
+                max_examples=STATEFUL_RUNS,
+                stateful_step_count=STATEFUL_STEPS,
+                deadline=None,
+                suppress_health_check=list(HealthCheck),
+            )
         )
-    )
+    except Exception as exc:
+        exc.add_note(REPLAY)
+        raise

@@ -15,18 +15,22 @@ from relay.model import Attempt, DeliveryStatus
 from relay.store import BatchRef
 from relay.timefmt import now_ms
 from relay.webhook_store import AsyncWebhookStore, WebhookStore
-from tests.helpers import relay_cli
+from tests.support.helpers import relay_cli
 
 
 def _failed_delivery(
-    redis_url: str, client: redis.Redis, name: str, excerpt: str = "busy, try later"
+    redis_url: str,
+    client: redis.Redis,
+    name: str,
+    excerpt: str = "busy, try later",
+    url: str = "https://hooks.example.com/x",
 ) -> str:
     ref = BatchRef("acme", name)
     client.hset(ref.key, mapping={"account": "acme", "name": name, "created_at": 1})
 
     async def register() -> None:
         aclient = redis.asyncio.Redis.from_url(redis_url)
-        await AsyncWebhookStore(aclient).register(ref, "https://hooks.example.com/x", "http://a")
+        await AsyncWebhookStore(aclient).register(ref, url, "http://a")
         await aclient.aclose()
 
     asyncio.run(register())
@@ -132,3 +136,14 @@ def test_show_escapes_control_characters_from_the_receiver(
     )
     assert "\x07" not in shown.stdout and "\r" not in shown.stdout
     assert "\\x1b[2J\\x1b[Hall good\\r\\n\\x9b31m\\u202eevil\\x07" in shown.stdout
+
+
+def test_show_masks_the_query_values_of_the_callback_url(
+    redis_url: str, redis: redis.Redis
+) -> None:
+    url = "https://hooks.example.com/in?token=SECRET-123&v=2"
+    ident = _failed_delivery(redis_url, redis, "b1", url=url)
+    shown = relay_cli(redis_url, "deliveries", "show", ident)
+    assert shown.returncode == 0, shown.stderr
+    assert "SECRET-123" not in shown.stdout
+    assert "url https://hooks.example.com/in?token=…&v=…" in shown.stdout

@@ -26,7 +26,7 @@ from relay.webhook_store import (
     ops_ref,
 )
 from relay.worker_context import WorkerContext
-from tests.helpers import Clients
+from tests.support.helpers import Clients
 
 REF = BatchRef("acme", "b1")
 URL = "https://hooks.example.com/relay"

@@ -10,8 +10,8 @@ import pytest
 
 from relay.model import Delivery, DeliveryStatus
 from relay.timefmt import rfc3339
-from tests.delivery_seed import Seeder
-from tests.helpers import relay_cli
+from tests.support.delivery_seed import Seeder
+from tests.support.helpers import relay_cli
 
 _ID = re.compile(r"msg_[0-9a-f][a-z2-7]{20}")
 

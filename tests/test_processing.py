@@ -22,8 +22,8 @@ from relay.model import Document, Status
 from relay.processing import run_document
 from relay.store import AsyncStore, BatchRef
 from relay.worker_context import WorkerContext
-from tests.extractors import REFUSED_CODE, Gate
-from tests.helpers import FakeClock, wait_until
+from tests.support.extractors import REFUSED_CODE, Gate
+from tests.support.helpers import FakeClock, wait_until
 
 REF = BatchRef("acme", "b1")
 CSV = b"sku,qty\nA-1,2\nB-7,5\n"
@@ -101,7 +101,10 @@ def test_a_document_is_extracted_and_its_batch_completes(make_ctx: ContextFactor
     doc = document(ctx, doc_id)
     assert doc.status is Status.SUCCEEDED and doc.completed_at == ctx.clock()
     items = ctx.redis.get(keys.doc_items(REF.shard, doc_id))
-    assert items == b'[{"sku":"A-1"},{"sku":"B-7"}]'  # only the batch's fields
+    assert items == (  # only the batch's fields, in the rows and in the table
+        b'{"line_items":[{"sku":"A-1"},{"sku":"B-7"}],'
+        b'"tables":[{"page":1,"rows":[["sku"],["A-1"],["B-7"]],"confidence":null}]}'
+    )
     assert ctx.redis.get(keys.blob(REF.shard, doc_id)) is None  # its bytes are gone
     assert ctx.redis.zscore(keys.leases(REF.shard), doc_id) is None
     assert counted(ctx) == {"succeeded": 1}
@@ -111,7 +114,7 @@ def test_a_document_is_extracted_and_its_batch_completes(make_ctx: ContextFactor
 
 
 def test_an_extraction_error_fails_the_document_with_its_code(make_ctx: ContextFactory) -> None:
-    ctx = make_ctx(RELAY_EXTRACTOR="tests.extractors:refuses")
+    ctx = make_ctx(RELAY_EXTRACTOR="tests.support.extractors:refuses")
     doc_id = upload(ctx)
     assert run_document(ctx, doc_id, REF.account, REF.name) == "failed; batch completed (seq 1)"
     doc = document(ctx, doc_id)
@@ -123,7 +126,7 @@ def test_an_extraction_error_fails_the_document_with_its_code(make_ctx: ContextF
 def test_a_plug_in_raising_anything_else_is_an_extraction_error(
     make_ctx: ContextFactory,
 ) -> None:
-    ctx = make_ctx(RELAY_EXTRACTOR="tests.extractors:crashes")
+    ctx = make_ctx(RELAY_EXTRACTOR="tests.support.extractors:crashes")
     doc_id = upload(ctx)
     assert run_document(ctx, doc_id, REF.account, REF.name).startswith("failed")
     doc = document(ctx, doc_id)
@@ -152,7 +155,7 @@ def test_the_lease_is_renewed_while_the_extractor_runs(
     make_ctx: ContextFactory, tmp_path: Path
 ) -> None:
     ctx = make_ctx(
-        RELAY_EXTRACTOR="tests.extractors:gated",
+        RELAY_EXTRACTOR="tests.support.extractors:gated",
         RELAY_LEASE_SECONDS="0.15",
         RELAY_EXTRACT_TIMEOUT="30",
     )
@@ -179,7 +182,7 @@ def test_the_lease_is_renewed_while_the_extractor_runs(
 def test_an_outcome_after_the_lease_was_lost_is_not_stored(
     make_ctx: ContextFactory, tmp_path: Path
 ) -> None:
-    ctx = make_ctx(RELAY_EXTRACTOR="tests.extractors:gated", RELAY_LEASE_SECONDS="60")
+    ctx = make_ctx(RELAY_EXTRACTOR="tests.support.extractors:gated", RELAY_LEASE_SECONDS="60")
     gate = Gate(tmp_path / "gate")
     with mid_document(ctx, gate) as (doc_id, job):
         fake_clock(ctx).advance(60_000)  # the lease runs out (its next renewal is 20 s away)

@@ -11,7 +11,7 @@ import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from relay.redis_conn import async_client, sync_client
-from tests.helpers import RedisFactory
+from tests.support.helpers import RedisFactory
 
 # Runs INCR, then answers more than the static reply buffer holds, so the reply goes to the
 # output list, where a 1-byte hard limit makes Redis close the connection: the command ran, its

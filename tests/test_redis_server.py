@@ -16,9 +16,11 @@ from redis.retry import Retry
 
 from relay import redis_server
 from relay.redis_server import RedisServer, RedisServerError
-from tests.helpers import free_port
+from tests.support.helpers import free_port
 
-Factory = Callable[..., RedisServer]  # the redis_factory fixture (tests/helpers.py RedisFactory)
+Factory = Callable[
+    ..., RedisServer
+]  # the redis_factory fixture (tests/support/helpers.py RedisFactory)
 
 
 def _get(url: str, key: str) -> bytes | None:

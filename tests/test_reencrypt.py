@@ -15,7 +15,7 @@ from relay.reencrypt import reencrypt
 from relay.scripts import source
 from relay.signing_keys import FIELDS, SigningKeys
 from relay.timefmt import now_ms
-from tests.helpers import relay_cli
+from tests.support.helpers import relay_cli
 
 ACCOUNTS = [f"acct-{i:02d}" for i in range(23)]
 

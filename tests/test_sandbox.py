@@ -1,7 +1,7 @@
 """Bounded extraction (``relay.extract.sandbox``): real child processes, real limits.
 
-Hostile plug-ins live in ``tests/hostile_extractors.py``; hostile documents are built by
-``tests/documents.py``. Each test checks the failure *and* that the same host then extracts
+Hostile plug-ins live in ``tests/support/hostile_extractors.py``; hostile documents are built by
+``tests/support/documents.py``. Each test checks the failure *and* that the same host then extracts
 an ordinary document: one bad document never costs the next one.
 """
 
@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from relay.exceptions import ConfigError
-from relay.extract import extract
+from relay.extract import extract_document
 from relay.extract.sandbox import ExtractorHost, Outcome, SandboxConfig
-from tests.documents import pdf_bomb, wide_csv
+from tests.support.documents import pdf_bomb, wide_csv
 
 MIB = 1 << 20
 CSV = b"sku,qty\nA-1,2\nB-7,5\n"
@@ -61,7 +61,10 @@ def _run(
 def _still_works(host: ExtractorHost) -> None:
     data, error = _run(host, CSV)
     assert error is None and data is not None
-    assert json.loads(data) == [{"sku": "A-1", "qty": "2"}, {"sku": "B-7", "qty": "5"}]
+    assert json.loads(data)["line_items"] == [
+        {"sku": "A-1", "qty": "2"},
+        {"sku": "B-7", "qty": "5"},
+    ]
 
 
 def _peak_rss_mib(pid: int) -> float:
@@ -79,10 +82,20 @@ def test_rows_come_back_as_json_identical_to_an_in_process_run(
     content = b"sku;desc;qty\nA;Caf\xc3\xa9 \xf0\x9f\x98\x80;1\nB;x;2\n"
     data, error = _run(host, content, fields=["qty", "desc", "missing"])
     assert error is None and data is not None
-    expected = extract(
+    expected = extract_document(
         content, filename="doc.csv", content_type="", fields=["qty", "desc", "missing"]
     )
-    assert json.loads(data) == expected
+    assert json.loads(data) == {
+        "line_items": expected.line_items,
+        "tables": [table.to_json() for table in expected.tables],
+    }
+    assert json.loads(data)["tables"] == [
+        {
+            "page": 1,
+            "rows": [["qty", "desc", "missing"], ["1", "Café 😀", None], ["2", "x", None]],
+            "confidence": None,
+        }
+    ]
     assert "😀".encode() in data, "valid non-ASCII text is stored as UTF-8, not escaped"
 
 
@@ -93,7 +106,7 @@ def test_a_lone_surrogate_becomes_u_fffd_and_valid_text_stays_intact(
     content = b'[{"bad": "x\\ud800y", "\\udfff": 1, "good": "caf\\u00e9 \\ud83d\\ude00"}]'
     data, error = _run(host, content, "doc.json")
     assert error is None and data is not None
-    assert json.loads(data.decode("utf-8")) == [
+    assert json.loads(data.decode("utf-8"))["line_items"] == [
         {"bad": "x\ufffdy", "\ufffd": 1, "good": "café \U0001f600"}
     ]
 
@@ -115,7 +128,9 @@ def test_the_wide_csv_fails_result_too_large_early_and_small(host_factory: HostF
 def test_a_plugin_returning_more_than_the_bound_is_result_too_large(
     host_factory: HostFactory,
 ) -> None:
-    host = host_factory(extractor="tests.hostile_extractors:hostile", max_result_bytes=8 * MIB)
+    host = host_factory(
+        extractor="tests.support.hostile_extractors:hostile", max_result_bytes=8 * MIB
+    )
     data, error = _run(host, b"huge\n")
     assert data is None and error is not None and error[0] == "result_too_large"
     assert "8388608 bytes" in error[1]
@@ -124,14 +139,22 @@ def test_a_plugin_returning_more_than_the_bound_is_result_too_large(
 
 def test_result_bound_is_exact_on_the_serialised_size(host_factory: HostFactory) -> None:
     rows = b'[{"v": "' + b"x" * 1000 + b'"}]'
-    exact = len(json.dumps([{"v": "x" * 1000}], separators=(",", ":")))
+    exact = len(
+        json.dumps(
+            {
+                "line_items": [{"v": "x" * 1000}],
+                "tables": [{"page": 1, "rows": [["v"], ["x" * 1000]], "confidence": None}],
+            },
+            separators=(",", ":"),
+        )
+    )
     fits = host_factory(max_result_bytes=exact)
     data, error = _run(fits, rows, "doc.json")
     assert error is None and data is not None and len(data) == exact
     too_small = host_factory(max_result_bytes=exact - 1)
     assert _run(too_small, rows, "doc.json")[1] == (
         "result_too_large",
-        f"the extracted rows exceed {exact - 1} bytes of JSON (line_items)",
+        f"the extracted result exceeds {exact - 1} bytes of JSON (line_items and tables)",
     )
 
 
@@ -139,7 +162,9 @@ def test_json_nested_past_the_depth_bound_is_refused(host_factory: HostFactory) 
     host = host_factory(max_depth=8)
     shallow = b'[{"a": [[[[1]]]]}]'  # 6 levels
     data, error = _run(host, shallow, "doc.json")
-    assert error is None and data is not None and json.loads(data) == [{"a": [[[[1]]]]}]
+    assert (
+        error is None and data is not None and json.loads(data)["line_items"] == [{"a": [[[[1]]]]}]
+    )
     deep = b'[{"a": ' + b"[" * 20 + b"1" + b"]" * 20 + b"}]"
     data, error = _run(host, deep, "doc.json")
     assert data is None and error == (
@@ -164,7 +189,7 @@ def test_a_pdf_decompression_bomb_fails_on_memory_and_the_host_goes_on(
 def test_a_slow_extractor_is_killed_at_the_deadline_and_the_next_document_runs(
     host_factory: HostFactory,
 ) -> None:
-    host = host_factory(extractor="tests.hostile_extractors:slow", timeout=1.0)
+    host = host_factory(extractor="tests.support.hostile_extractors:slow", timeout=1.0)
     _still_works(host)
     first_pid = host.pid
     assert first_pid is not None
@@ -190,14 +215,14 @@ def _is_zombie_or_gone(pid: int) -> bool:
 
 
 def test_a_memory_hog_fails_extraction_memory(host_factory: HostFactory) -> None:
-    host = host_factory(extractor="tests.hostile_extractors:hostile", memory=256 * MIB)
+    host = host_factory(extractor="tests.support.hostile_extractors:hostile", memory=256 * MIB)
     data, error = _run(host, b"hog\n")
     assert data is None and error is not None and error[0] == "extraction_memory"
     _still_works(host)
 
 
 def test_a_crashing_extractor_fails_extraction_crashed(host_factory: HostFactory) -> None:
-    host = host_factory(extractor="tests.hostile_extractors:hostile")
+    host = host_factory(extractor="tests.support.hostile_extractors:hostile")
     data, error = _run(host, b"crash\n")
     assert data is None and error == (
         "extraction_crashed",

@@ -15,15 +15,15 @@ import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from relay import keys
-from relay.api.durable import TIMEOUTS, WAITS, replicated
 from relay.config import Secret, load_settings
+from relay.durable import TIMEOUTS, WAITS, replicated
 from relay.exceptions import ConfigError
 from relay.lane import Address, Lane
 from relay.lane_url import SentinelLocate, lane_from_url, status_client
 from relay.redis_conn import RedisTarget, async_client, sync_client
 from relay.redis_server import HOST
-from tests.helpers import wait_until
-from tests.sentinels import (
+from tests.support.helpers import wait_until
+from tests.support.sentinels import (
     PASSWORD,
     SENTINEL_PASSWORD,
     SERVICE,

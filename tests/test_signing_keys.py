@@ -14,7 +14,7 @@ from relay.crypto import Encryptor, SigningMaterial, generate_key
 from relay.exceptions import ConfigError
 from relay.scripts import AsyncScripts
 from relay.signing_keys import SigningKeys
-from tests.helpers import Clients
+from tests.support.helpers import Clients
 
 GRACE_S = 60.0
 

@@ -35,7 +35,7 @@ from relay.delivery.ssrf import (
     vet_url,
 )
 from relay.exceptions import UnsafeTarget
-from tests.tls import Pki
+from tests.support.tls import Pki
 
 STRICT = TargetPolicy()
 LOCAL_HTTP = TargetPolicy(allow_http=True)  # http allowed, private still refused

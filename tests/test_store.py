@@ -13,7 +13,7 @@ from relay.blobs import BlobStore
 from relay.exceptions import BatchDeleted, BatchNotFound
 from relay.model import Batch, Document, Status
 from relay.store import AsyncStore, BatchRef, Claim, Store
-from tests.helpers import Clients
+from tests.support.helpers import Clients
 
 LEASE_MS = 60_000
 
@@ -110,9 +110,27 @@ def test_full_chain_to_succeeded_and_batch_completion(h: Harness) -> None:
     assert len(events) == 1 and events[0][b"seq"] == b"1"
     snapshot = json.loads(events[0][b"snapshot"])
     assert snapshot["succeeded"] == "1" and snapshot["completed_at"] == str(done.completed_at)
-    # The blob is gone once processed; the line items are kept.
+    # The blob is gone once processed; the line items (and tables) are kept.
     assert h.client.get(keys.blob(REF.shard, doc.id)) is None
-    assert json.loads(h.client.get(keys.doc_items(REF.shard, doc.id)) or b"null") == [{"a": "1"}]
+    stored_result = json.loads(h.client.get(keys.doc_items(REF.shard, doc.id)) or b"null")
+    assert stored_result == {"line_items": [{"a": "1"}], "tables": []}
+
+
+def test_results_carry_tables_and_read_a_result_stored_before_tables(h: Harness) -> None:
+    new, old = h.upload(REF), h.upload(REF)
+    h.run(h.api.process(REF, None))
+    table = {"page": 2, "rows": [["a"], ["1"]], "confidence": None}
+    for doc in (new, old):
+        claim = h.claim(REF, doc.id)
+        assert claim is not None
+        h.worker.finish(claim, line_items=[{"a": "1"}], tables=[table], error=None)
+    # A result an earlier version stored: the bare list of line items.
+    h.client.set(keys.doc_items(REF.shard, old.id), b'[{"a": "2"}]')
+    _, docs, _ = h.run(h.api.results(REF, start=0, limit=10))
+    assert [(d.id, items, tables) for d, items, tables in docs] == [
+        (new.id, [{"a": "1"}], [table]),
+        (old.id, [{"a": "2"}], None),
+    ]
 
 
 def test_failed_document_carries_processing_error(h: Harness) -> None:
@@ -277,7 +295,7 @@ def test_results_pages_through_documents_in_upload_order(h: Harness) -> None:
     while start is not None:
         batch, docs, start = h.run(h.api.results(REF, start=start, limit=2))
         assert batch is not None
-        seen += [d.id for d, _ in docs]
+        seen += [d.id for d, _, _ in docs]
     assert seen == ids
 
 

@@ -17,7 +17,7 @@ from relay.blobs import BlobStore
 from relay.exceptions import QuotaExceeded
 from relay.model import Document, Status
 from relay.store import AsyncStore, BatchRef, Store
-from tests.helpers import refs_in_distinct_shards
+from tests.support.helpers import refs_in_distinct_shards
 
 T = TypeVar("T")
 LEASE_MS = 60_000

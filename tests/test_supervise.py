@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from relay import supervise
-from tests.helpers import free_port, wait_until
+from tests.support.helpers import free_port, wait_until
 
 # -- the state directory --------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """Safe text (``relay.text``) and the places foreign text enters: request bodies, uploads.
 
-The API cases run the real app on uvicorn with a real Redis (``tests.api_fixtures``).
+The API cases run the real app on uvicorn with a real Redis (``tests.support.api_fixtures``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from relay.queues import PROCESSING
 from relay.text import for_terminal, holds_lone_surrogate, scrub_surrogates
-from tests.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
+from tests.support.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
 
 
 def test_scrub_replaces_only_lone_surrogates() -> None:

@@ -12,7 +12,7 @@ from relay.exceptions import DeliveryNotFound, NotRetryable, WebhookNotFound
 from relay.model import Attempt, DeliveryStatus
 from relay.store import BatchRef
 from relay.webhook_store import AsyncWebhookStore, ClaimedDelivery, WebhookStore
-from tests.helpers import Clients
+from tests.support.helpers import Clients
 
 REF = BatchRef("acme", "b1")
 URL = "https://hooks.example.com/relay"

@@ -12,9 +12,8 @@ import pytest
 import redis
 from rq import Worker
 
-from relay.procs import Proc
-from tests.helpers import wait_until
-from tests.procs import Stack
+from tests.support.helpers import wait_until
+from tests.support.procs import Proc, Stack
 
 
 def _workers(client: redis.Redis) -> int:
@@ -53,7 +52,7 @@ def test_a_stop_signal_ends_an_idle_worker(
 @pytest.mark.timeout(60)
 def test_a_stop_signal_mid_document_finishes_it_then_exits(redis_url: str, tmp_path: Path) -> None:
     stack = Stack(redis_url=redis_url, tmp=tmp_path)
-    stack.env["RELAY_EXTRACTOR"] = "tests.slow_extractor:extract"
+    stack.env["RELAY_EXTRACTOR"] = "tests.support.slow_extractor:extract"
     try:
         stack.api()
         worker = stack.worker()

@@ -1,9 +1,10 @@
 """The Starlette application: routes, error handlers and the per-process resources.
 
-``create_app(settings)`` builds everything; the lifespan opens the Redis clients (an asyncio
-one for the handlers, a synchronous one for RQ enqueueing in a thread) and closes them on
-shutdown. Starting does not need Redis to be up: the clients connect on first use, the API
-answers 503 while Redis is unreachable and recovers by itself when it is back.
+``create_app(settings)`` builds everything; the lifespan opens the process's
+:class:`relay.edge.Edge` (the Redis clients: an asyncio one for the handlers, a synchronous
+one for RQ enqueueing in a thread, the status lane) and closes it on shutdown. Starting does
+not need Redis to be up: the clients connect on first use, the API answers 503 while Redis
+is unreachable and recovers by itself when it is back.
 
 No middleware is installed: the status endpoints are the hot path (``relay.api.gate``).
 """
@@ -20,23 +21,24 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from relay.api import batches, deliveries, documents, health, openapi, reference, webhooks
+from relay.api import (
+    batches,
+    deliveries,
+    documents,
+    events,
+    health,
+    openapi,
+    reference,
+    webhooks,
+)
 from relay.api.errors import exception_handlers
 from relay.api.limits import Limits
 from relay.api.state import STATE_KEY, AppState
 from relay.auth import KeyCache
-from relay.blobs import BlobStore
 from relay.config import Settings
 from relay.console import views as console
-from relay.crypto import Encryptor
 from relay.delivery.addresses import TargetPolicy
-from relay.lane import Lane
-from relay.lane_url import status_client
-from relay.ratelimit import SlidingWindow
-from relay.redis_conn import RedisTarget, async_client, follow_primary, sync_client
-from relay.signing_keys import SigningKeys
-from relay.store import AsyncStore
-from relay.webhook_store import AsyncWebhookStore
+from relay.edge import Edge
 
 API_PREFIX = "/api/v1"
 
@@ -55,6 +57,7 @@ def api_routes() -> list[BaseRoute]:
         Route("/openapi.json", openapi.openapi_json, methods=["GET"]),
         *webhooks.routes,
         *deliveries.routes,
+        *events.routes,
     ]
 
 
@@ -96,50 +99,33 @@ def create_app(settings: Settings) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        target = RedisTarget.from_settings(settings)
-        client = async_client(target)
-        sync = sync_client(target)
-        lane = status_client(target, client)
+        edge = Edge.open(settings)
+        listener = asyncio.create_task(edge.waiters.run(), name="relay-event-listener")
+        follower = edge.follow_primary()
         setattr(
             app.state,
             STATE_KEY,
             AppState(
                 settings=settings,
-                redis=client,
-                sync_redis=sync,
-                store=AsyncStore(
-                    client,
-                    BlobStore(settings.blob_dir),
-                    max_pending_bytes=settings.account_max_pending_bytes,
-                ),
-                webhooks=AsyncWebhookStore(client),
-                signing=SigningKeys(Encryptor.from_setting(settings.encryption_key)),
+                edge=edge,
+                store=edge.store,
+                webhooks=edge.webhooks,
                 policy=TargetPolicy.from_settings(settings),
                 key_cache=KeyCache(),
-                status_limit=SlidingWindow(settings.status_rate_limit),
-                lane=lane,
-                limits=Limits.from_settings(settings),
+                limits=Limits(edge),
+                events=edge.events,
+                waiters=edge.waiters,
             ),
         )
-        follower: asyncio.Task[None] | None = None
-        if target.via_sentinel:
-
-            async def moved() -> None:
-                if isinstance(lane, Lane):
-                    lane.relocate()
-                await client.connection_pool.disconnect()  # in use too: fail now, not later
-
-            follower = asyncio.create_task(follow_primary(target, moved))
         try:
             yield
         finally:
-            if follower is not None:
-                follower.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await follower
-            await lane.close()
-            await client.aclose()
-            sync.close()
+            for task in (listener, follower):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+            await edge.close()
 
     routes: list[BaseRoute] = [
         # Full paths rather than a Mount: a Mount matches its rest with ``.*``, which stops at

@@ -8,13 +8,10 @@ account. A recover call counts as one manual retry against ``RELAY_ACCOUNT_RETRY
 
 from __future__ import annotations
 
-import asyncio
-
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from relay import queues
 from relay.api.access import authenticate
 from relay.api.bodies import json_response, read_json
 from relay.api.errors import Unprocessable
@@ -25,11 +22,13 @@ from relay.model import DeliveryStatus, valid_batch_name
 from relay.search import MAX_MS, RECOVERABLE
 from relay.timefmt import parse_rfc3339
 
+_ABSENT = object()
+
 
 def _time(name: str, value: object) -> int | None:
     """An RFC 3339 time with a zone (ms; one before 1970 is 1970, nothing is created then),
-    None when absent; 422 otherwise."""
-    if value is None:
+    None when absent; 422 otherwise (``null`` too: the document types it a string)."""
+    if value is _ABSENT:
         return None
     at = parse_rfc3339(value) if isinstance(value, str) else None
     if at is None:
@@ -40,7 +39,9 @@ def _time(name: str, value: object) -> int | None:
 
 
 def _status(value: object, allowed: tuple[DeliveryStatus, ...]) -> DeliveryStatus | None:
-    if value is None:
+    """One of ``allowed``, None when absent; 422 otherwise (the empty string and ``null``
+    too: neither is in the documented enum)."""
+    if value is _ABSENT:
         return None
     if not isinstance(value, str) or value not in {s.value for s in allowed}:
         raise Unprocessable(f"status must be one of {', '.join(s.value for s in allowed)}")
@@ -53,13 +54,16 @@ async def search_deliveries(request: Request) -> Response:
     st = state(request)
     cursor, limit = page_params(request)
     q = request.query_params
-    batch = q.get("batch_name") or None
+    # A parameter given empty is given: `batch_name=` does not match the documented pattern
+    # and `status=` is not in the enum, so both are 422 like any other value outside them.
+    batch = q.get("batch_name")
     if batch is not None and not valid_batch_name(batch):
         raise Unprocessable("batch_name is not a valid batch name")
-    since, until = _time("since", q.get("since")), _time("until", q.get("until"))
+    since = _time("since", q.get("since", _ABSENT))
+    until = _time("until", q.get("until", _ABSENT))
     found, after = await st.webhooks.search(
         account=account,
-        status=_status(q.get("status") or None, tuple(DeliveryStatus)),
+        status=_status(q.get("status", _ABSENT), tuple(DeliveryStatus)),
         batch=batch,
         since_ms=since,
         until_ms=until,
@@ -73,7 +77,7 @@ async def recover_deliveries(request: Request) -> Response:
     """Every matching delivery of the account due again now: 202 ``{"recovered": N}``."""
     account = await authenticate(request)
     st = state(request)
-    rate_headers = await st.limits.admit(st.redis, RETRIES, account)
+    rate_headers = await st.limits.admit(RETRIES, account)
     body = await read_json(request)
     if (
         not isinstance(body, dict)
@@ -86,17 +90,18 @@ async def recover_deliveries(request: Request) -> Response:
         }
     ):
         raise Unprocessable('expected {"since": T, "until": T (optional), "status": "failed"}')
+    # Every field is typed a string in the document: null is refused (422) like any other
+    # value of the wrong type, never taken as absent (docs/decisions.md).
     since = _time("since", body["since"])
-    until = _time("until", body.get("until"))
-    status = _status(body.get("status", "failed"), RECOVERABLE)
-    if since is None:
-        raise Unprocessable("since is required")
-    assert status is not None
+    until = _time("until", body.get("until", _ABSENT))
+    status = _status(body.get("status", DeliveryStatus.FAILED.value), RECOVERABLE)
+    if since is None or status is None:  # both present by now; typed for mypy
+        raise Unprocessable("since and status must be given")
     result = await st.webhooks.recover(
         status=status, since_ms=since, until_ms=until, account=account
     )
     for shard in sorted(result.shards):
-        await asyncio.to_thread(queues.wake, st.sync_redis, shard, st.settings)
+        await st.edge.wake(shard)
     return json_response(
         {"recovered": result.recovered, "skipped": result.skipped}, 202, headers=rate_headers
     )

@@ -111,7 +111,52 @@ SCHEMAS: dict[str, Any] = {
             "line_items": {
                 "type": ["array", "null"],
                 "items": {"type": "object"},
-                "description": "The extracted rows; null unless the document succeeded.",
+                "description": (
+                    "The extracted rows; null unless the document succeeded. The first "
+                    "table's header row gives the keys; a later table is appended only when "
+                    "it continues the first (a table split over pages: next page, same "
+                    "columns); other tables are in `tables` only."
+                ),
+            },
+            "tables": {
+                "type": ["array", "null"],
+                "items": ref("Table"),
+                "description": (
+                    "Every table found, in reading order (page, then top to bottom). For "
+                    "CSV, TSV and JSON one table: the line_items as a grid, the header row "
+                    "of their keys first. Null unless the document succeeded (and for "
+                    "results stored before tables existed); [] when a plug-in extractor "
+                    "reports rows only."
+                ),
+            },
+        }
+    ),
+    "Table": _obj(
+        {
+            "page": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "The PDF page or TIFF page (1 for any other document).",
+            },
+            "rows": {
+                "type": "array",
+                "items": {"type": "array", "items": {"type": ["string", "null"]}},
+                "description": (
+                    "The grid: every row as long; a spanning cell's text at its top-left "
+                    "position, the cells it covers null."
+                ),
+            },
+            "confidence": {
+                "type": ["array", "null"],
+                "items": {
+                    "type": "array",
+                    "items": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
+                },
+                "description": (
+                    "Per cell, how sure OCR is of its text (0-1, null for an empty cell), "
+                    "in the shape of rows; null when the text comes from a PDF's text layer "
+                    "or a CSV, TSV or JSON document."
+                ),
             },
         }
     ),
@@ -273,8 +318,68 @@ SCHEMAS: dict[str, Any] = {
             ),
         }
     ),
+    "WebhookTestEvent": _obj(
+        {
+            "type": {"const": "webhook.test"},
+            "timestamp": {**_TIME, "description": "When the test was sent."},
+            "data": _obj(
+                {
+                    "batch_name": {"type": ["string", "null"]},
+                    "url": {"type": "string"},
+                }
+            ),
+        }
+    ),
+    "TestSend": _obj(
+        {
+            "id": {**_MSG_ID, "description": "The test event's webhook-id (new each time)."},
+            "type": {"const": "webhook.test"},
+            "url": {"type": "string"},
+            "at": {**_TIME, "description": "When it was sent."},
+            "succeeded": {"type": "boolean", "description": "The receiver answered 2xx."},
+            "status_code": {"type": ["integer", "null"]},
+            "duration_ms": {"type": "number", "minimum": 0},
+            "response_excerpt": {
+                "type": "string",
+                "description": "The first KiB of the answer, or the error's message.",
+            },
+            "error": {
+                "type": ["string", "null"],
+                "description": "http_status, timeout, connection, dns, blocked_destination...; "
+                "null on a 2xx.",
+            },
+        }
+    ),
+    "EventList": _obj(
+        {
+            "events": {
+                "type": "array",
+                "items": {
+                    "oneOf": [
+                        ref("BatchCompletedFeedEvent"),
+                        ref("WebhookDisabledFeedEvent"),
+                        ref("DeliveryFailedFeedEvent"),
+                    ]
+                },
+                "description": "Oldest first: each event's id (its webhook-id), type, "
+                "timestamp and data, as its webhook body has them.",
+            },
+            "next_cursor": {
+                "type": ["string", "null"],
+                "pattern": DELIVERY_ID_PATTERN,
+                "description": "The id of the last event read (pass it as `after`); the "
+                "`after` given when there was none; null when the feed is empty.",
+            },
+            "has_more": {
+                "type": "boolean",
+                "description": "More events follow now: read again without waiting.",
+            },
+        }
+    ),
     "RecoverRequest": {
         "type": "object",
+        "description": "Every field is a string when given: `null` is refused with 422 like "
+        "any other value of the wrong type (leave a field out to take its default).",
         "required": ["since"],
         "properties": {
             "since": {**QUERY_TIME, "description": "Deliveries created at or after (RFC 3339)."},
@@ -312,3 +417,7 @@ SCHEMAS: dict[str, Any] = {
         }
     ),
 }
+_EVENT_ID = {**_MSG_ID, "description": "The event's id: the webhook-id of its deliveries."}
+for _name in ("BatchCompletedEvent", "WebhookDisabledEvent", "DeliveryFailedEvent"):
+    _event = SCHEMAS[_name]
+    SCHEMAS[_name.replace("Event", "FeedEvent")] = _obj({"id": _EVENT_ID, **_event["properties"]})

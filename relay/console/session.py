@@ -1,10 +1,16 @@
 """Console sessions and CSRF tokens.
 
-A session is a cookie ``relay_console`` holding ``{"op", "key", "csrf"}`` (the operator's name,
-their key's public prefix and a random CSRF token) signed with itsdangerous
-(HMAC-SHA256, timestamped): HttpOnly, SameSite=Strict, Secure when the request came over
-https, expiring after ``RELAY_CONSOLE_SESSION``. Every request re-reads the key record, so a
-revoked operator key ends its sessions at once.
+A session is a cookie ``relay_console`` holding ``{"op", "key", "csrf", "sid"}`` (the
+operator's name, their key's public prefix, a random CSRF token and a random session id)
+signed with itsdangerous (HMAC-SHA256, timestamped): HttpOnly, SameSite=Strict, Secure when
+the request came over https, expiring after ``RELAY_CONSOLE_SESSION``.
+
+A signature alone cannot be taken back, so the session also lives in Redis
+(``keys.console_session(sid)``: the key prefix, expiring with the cookie) and every request
+checks it there together with the key record. Logout deletes it, and revoking the operator
+key deletes every session of that key (``keys.console_key_sessions``) besides marking the key
+revoked, which every request also reads: from then on the old cookie, and the CSRF token
+bound to it, open nothing.
 
 CSRF: every form that changes state carries the session's token in a hidden ``csrf`` field,
 compared in constant time (session-bound tokens). The login form, before any session exists,
@@ -52,6 +58,7 @@ class Session:
     operator: str
     key_prefix: str
     csrf: str
+    sid: str
 
 
 class Sessions:
@@ -86,16 +93,20 @@ class Sessions:
             return None
         if not isinstance(data, dict):
             return None
-        op, key, csrf = data.get("op"), data.get("key"), data.get("csrf")
-        if not (isinstance(op, str) and isinstance(key, str) and isinstance(csrf, str)):
+        fields = [data.get(name) for name in ("op", "key", "csrf", "sid")]
+        strings = [value for value in fields if isinstance(value, str) and value]
+        if len(strings) != len(fields):
             return None
-        return Session(op, key, csrf)
+        return Session(*strings)
 
-    def start(self, request: Request, response: Response, operator: str, prefix: str) -> None:
-        token = secrets.token_urlsafe(32)
-        value = self._session.dumps({"op": operator, "key": prefix, "csrf": token})
+    def start(self, request: Request, response: Response, operator: str, prefix: str) -> str:
+        """Set the session cookie on ``response``; the new session id, which the caller
+        stores with ``relay.auth.open_console_session`` (the cookie opens nothing until then)."""
+        token, sid = secrets.token_urlsafe(32), secrets.token_urlsafe(24)
+        value = self._session.dumps({"op": operator, "key": prefix, "csrf": token, "sid": sid})
         self._cookie(request, response, SESSION_COOKIE, value, self.max_age)
         response.delete_cookie(LOGIN_COOKIE, path=PATH)
+        return sid
 
     def end(self, response: Response) -> None:
         response.delete_cookie(SESSION_COOKIE, path=PATH, httponly=True, samesite="strict")

@@ -21,14 +21,15 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.templating import Jinja2Templates
 
-from relay import keys
 from relay.api.errors import Unauthorized
 from relay.api.state import AppState, state
-from relay.auth import lookup_operator_async, parse_key
+from relay.auth import parse_key
 from relay.console import charts
+from relay.console.notices import error_code, notices
 from relay.console.queries import ConsoleQueries, DeliveryFilter
 from relay.console.session import Session, Sessions, csrf_ok
 from relay.exceptions import StateError
+from relay.logs import mask_query
 from relay.model import DeliveryStatus
 from relay.timefmt import now_ms
 
@@ -50,6 +51,7 @@ def _environment() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
     )
     env.filters["when"] = _when
+    env.filters["masked"] = mask_query  # callback URLs: query values are the receiver's secrets
     return env
 
 
@@ -77,7 +79,9 @@ class Console:
 
     def __init__(self, st: AppState) -> None:
         self.sessions = Sessions(st.settings)
-        self.queries = ConsoleQueries(st.webhooks, st.redis, st.sync_redis, st.settings)
+        self.queries = ConsoleQueries(
+            st.webhooks, st.edge.scans, st.edge.wake, prober=st.edge.prober
+        )
 
 
 def _console(request: Request) -> tuple[AppState, Console]:
@@ -90,16 +94,13 @@ def _console(request: Request) -> tuple[AppState, Console]:
 
 
 async def _session(request: Request) -> Session | None:
-    """The request's session, when signed, unexpired and its operator key still active."""
+    """The request's session, when signed, unexpired, still stored (not logged out) and its
+    operator key still active."""
     st, console = _console(request)
     session = console.sessions.read(request)
     if session is None:
         return None
-    stored = await st.redis.hmget(
-        keys.api_key(session.key_prefix), ["operator", "account", "revoked_at"]
-    )
-    operator, account, revoked = stored
-    if operator is None or account is not None or revoked or operator.decode() != session.operator:
+    if not await st.edge.console_session_active(session.sid, session.key_prefix, session.operator):
         return None
     return session
 
@@ -111,8 +112,10 @@ def _to_login() -> Response:
 def _render(
     request: Request, name: str, session: Session | None, status: int = 200, **context: Any
 ) -> Response:
-    context.setdefault("message", request.query_params.get("msg", ""))
-    context.setdefault("error", request.query_params.get("err", ""))
+    # A notice is a fixed text chosen by its code: nothing from the URL reaches the page.
+    message, error = notices(request.query_params)
+    context.setdefault("message", message)
+    context.setdefault("error", error)
     response = templates.TemplateResponse(
         request,
         name,
@@ -171,29 +174,38 @@ async def login(request: Request) -> Response:
         return PlainTextResponse("CSRF token missing or wrong", status_code=403)
     raw = form.get("key")
     presented = parse_key(raw.strip()) if isinstance(raw, str) else None
-    operator = await lookup_operator_async(st.redis, presented) if presented else None
+    operator = await st.edge.lookup_operator(presented) if presented else None
     if presented is None or operator is None:
         # Counted with the API's bad keys, so the console is no faster way to guess keys.
-        refusal = await st.limits.bad_key(st.redis, request, Unauthorized("not an operator"))
+        refusal = await st.limits.bad_key(request, Unauthorized("not an operator"))
         token, _ = console.sessions.login_token(request)
-        return _render(
+        page = _render(
             request,
             "login.html",
             None,
             status=refusal.status_code,
             csrf=token,
-            error="This key does not open the console (an active operator key is needed).",
+            error=(
+                "Too many attempts with a wrong key from this address: wait, then try again."
+                if refusal.status_code == 429
+                else "This key does not open the console (an active operator key is needed)."
+            ),
         )
+        page.headers.update(refusal.headers)  # the 429's Retry-After and RateLimit-*
+        return page
     response = RedirectResponse("/console", status_code=303)
-    console.sessions.start(request, response, operator, presented.prefix)
+    sid = console.sessions.start(request, response, operator, presented.prefix)
+    await st.edge.open_console_session(sid, presented.prefix, console.sessions.max_age)
     return response
 
 
 async def logout(request: Request) -> Response:
-    _, console = _console(request)
-    _, _, refused = await _guarded_form(request)
+    st, console = _console(request)
+    session, _, refused = await _guarded_form(request)
     if refused is not None:
         return refused
+    if session is not None:
+        await st.edge.end_console_session(session.sid, session.key_prefix)
     response = _to_login()
     console.sessions.end(response)
     return response
@@ -254,7 +266,7 @@ async def deliveries(request: Request) -> Response:
         statuses=[s.value for s in DeliveryStatus],
         next_url=next_url,
         first_url=("/console/deliveries?" + urlencode(values)) if cursor else "",
-        error=error or q.get("err", ""),
+        error=error or notices(q)[1],  # else the notice of the URL's code
     )
 
 
@@ -279,8 +291,8 @@ async def retry(request: Request) -> Response:
     try:
         await console.queries.retry(ident)
     except StateError as exc:
-        return _back(path, err=exc.message)
-    return _back(path, msg="Retry queued: the delivery is due now (same webhook-id).")
+        return _back(path, err=error_code(exc))
+    return _back(path, msg="retried")
 
 
 async def recovery_page(request: Request) -> Response:
@@ -315,12 +327,9 @@ async def recover(request: Request) -> Response:
             until_ms=parse_time(fields.get("until", ""), now),
         )
     except ValueError:
-        return _back(
-            "/console/recovery",
-            err="Status is failed or canceled; since is required (6h, 2d or 2026-11-30T12:00).",
-        )
+        return _back("/console/recovery", err="bad_recovery")
     count = await console.queries.recover(f)
-    return _back("/console/recovery", msg=f"Recovered {count} deliveries: due again now.")
+    return _back("/console/recovery", msg="recovered", n=str(count))
 
 
 async def webhooks_page(request: Request) -> Response:
@@ -341,9 +350,8 @@ async def _toggle(request: Request, disable: bool) -> Response:
     try:
         await console.queries.set_disabled(account, batch, disable, reason)
     except StateError as exc:
-        return _back("/console/webhooks", err=exc.message)
-    done = "disabled" if disable else "enabled"
-    return _back("/console/webhooks", msg=f"Webhook of {account}/{batch} {done}.")
+        return _back("/console/webhooks", err=error_code(exc))
+    return _back("/console/webhooks", msg="disabled" if disable else "enabled")
 
 
 async def webhook_disable(request: Request) -> Response:
@@ -352,6 +360,23 @@ async def webhook_disable(request: Request) -> Response:
 
 async def webhook_enable(request: Request) -> Response:
     return await _toggle(request, False)
+
+
+async def webhook_test(request: Request) -> Response:
+    """Send a signed webhook.test to one webhook now and show the attempt above the list."""
+    session, fields, refused = await _guarded_form(request)
+    if refused is not None or session is None:
+        return refused or _to_login()
+    _, console = _console(request)
+    account, batch = fields.get("account", ""), fields.get("batch", "")
+    try:
+        result = await console.queries.test_send(account, batch)
+    except StateError as exc:
+        return _back("/console/webhooks", err=error_code(exc))
+    rows = await console.queries.webhooks()
+    return _render(
+        request, "webhooks.html", session, rows=rows, test=result, test_batch=(account, batch)
+    )
 
 
 async def stylesheet(request: Request) -> Response:
@@ -378,5 +403,6 @@ def routes() -> list[BaseRoute]:
         Route(
             "/console/webhooks/enable", webhook_enable, methods=["POST"], include_in_schema=False
         ),
+        Route("/console/webhooks/test", webhook_test, methods=["POST"], include_in_schema=False),
         Route("/console/static/console.css", stylesheet, methods=["GET"], include_in_schema=False),
     ]

@@ -1,16 +1,22 @@
-"""Turning an uploaded document into rows (``line_items``): the default extractor and the
-plug-in contract.
+"""Turning an uploaded document into rows (``line_items``) and ``tables``: the default
+extractor and the plug-in contract.
 
 The extractor is pluggable: ``RELAY_EXTRACTOR=package.module:callable`` names a callable
 ``callable(content: bytes, *, filename: str, content_type: str, fields: list[str]) ->
-list[dict]``. Raising ``ExtractionError(code, message)`` fails the document with that code;
-any other exception fails it with code ``extraction_error`` (``loader.run_extractor``).
+list[dict]`` (or ``{"line_items": [...], "tables": [...]}``: ``relay.extract.loader``).
+Raising ``ExtractionError(code, message)`` fails the document with that code; any other
+exception fails it with code ``extraction_error`` (``loader.run_extractor``).
 
 ``extract`` (``relay.extract:extract``) is the default. It reads real tables: CSV and TSV
 (``csv_tsv``), JSON (``json_``), PDF tables (``pdf``; scanned pages by OCR) and tables in
 PNG, JPEG, TIFF and WebP images (``image``, by OCR: ``ocr``); anything else is
 ``unsupported_format``. When ``fields`` is non-empty each row keeps exactly those keys, in
-that order, missing ones ``None``.
+that order, missing ones ``None``. ``extract`` returns the rows (the v1 contract, for
+in-process callers and plug-ins that wrap it); ``extract_document``, what the worker runs
+for the default, returns the rows and the tables (``relay.extract.tables.Extraction``):
+for PDFs and images every table found, kept apart (``relay.extract.tables`` says which of
+them make ``line_items``); for CSV, TSV and JSON one table, the ``line_items`` as a grid
+(``tables.table_of_records``: header row of the keys, values as strings).
 
 The format is decided, first match wins, by:
 
@@ -39,16 +45,20 @@ from relay.extract.csv_tsv import choose_dialect, decode_text, extract_delimited
 from relay.extract.errors import ExtractionError
 from relay.extract.image import DEFAULT_MAX_IMAGE_PIXELS, extract_image
 from relay.extract.json_ import extract_json, parse_json, rows_from_json
+from relay.extract.limits import DEFAULT_MAX_PAGES
 from relay.extract.loader import Extractor, load_extractor, run_extractor
 from relay.extract.pdf import extract_pdf
 from relay.extract.sniff import IMAGE_FORMATS, sniff_format
+from relay.extract.tables import Extraction, split_tables, table_of_records
 
 __all__ = [
     "DEFAULT_MAX_IMAGE_PIXELS",
+    "DEFAULT_MAX_PAGES",
     "ExtractionError",
     "Extractor",
     "detect_format",
     "extract",
+    "extract_document",
     "load_extractor",
     "run_extractor",
 ]
@@ -135,27 +145,31 @@ def _sniff(text: str) -> list[dict[str, object]]:
     raise ExtractionError("unsupported_format", f"{_UNSUPPORTED}, got text that is none of them")
 
 
-def extract(
+def extract_document(
     content: bytes,
     *,
     filename: str,
     content_type: str,
     fields: list[str],
     max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
-) -> list[dict[str, object]]:
-    """The default extractor: the rows of the one table in ``content`` (module docstring).
+    max_pages: int = DEFAULT_MAX_PAGES,
+) -> Extraction:
+    """The default extractor: the rows and the tables of ``content`` (module docstring).
 
     ``max_image_pixels`` bounds an image, or a scanned PDF page rendered for OCR
-    (``RELAY_MAX_IMAGE_PIXELS``; the worker passes it in). Raises ``ExtractionError`` with
-    one of the codes listed in ``relay.extract.errors``.
+    (``RELAY_MAX_IMAGE_PIXELS``), ``max_pages`` a PDF or TIFF (``RELAY_MAX_PAGES``); the
+    worker passes both in. Raises ``ExtractionError`` with one of the codes listed in
+    ``relay.extract.errors``.
     """
     if not content or content.isspace():
         raise ExtractionError("empty_document", "the document is empty")
     kind = detect_format(content, filename=filename, content_type=content_type)
-    if kind == "pdf":
-        rows = extract_pdf(content, max_pixels=max_image_pixels)
-    elif kind == "image":
-        rows = extract_image(content, max_pixels=max_image_pixels)
+    if kind in ("pdf", "image"):
+        if kind == "pdf":
+            found = extract_pdf(content, max_pixels=max_image_pixels, max_pages=max_pages)
+        else:
+            found = extract_image(content, max_pixels=max_image_pixels, max_pages=max_pages)
+        rows, tables = split_tables(found, "the PDF" if kind == "pdf" else "the image")
     else:
         text = decode_text(content)
         if kind == "json":
@@ -164,6 +178,30 @@ def extract(
             rows = _sniff(text)
         else:
             rows = extract_delimited(text, choose_dialect(text, prefer_tab=kind == "tsv"))
+        tables = []
     if fields:
-        return [{field: row.get(field) for field in fields} for row in rows]
-    return rows
+        rows = [{field: row.get(field) for field in fields} for row in rows]
+    if kind not in ("pdf", "image"):
+        tables = [table_of_records(rows)]
+    return Extraction(rows, tables)
+
+
+def extract(
+    content: bytes,
+    *,
+    filename: str,
+    content_type: str,
+    fields: list[str],
+    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
+    max_pages: int = DEFAULT_MAX_PAGES,
+) -> list[dict[str, object]]:
+    """The default extractor's rows (``line_items``) of ``content``: ``extract_document``
+    without the tables (module docstring)."""
+    return extract_document(
+        content,
+        filename=filename,
+        content_type=content_type,
+        fields=fields,
+        max_image_pixels=max_image_pixels,
+        max_pages=max_pages,
+    ).line_items

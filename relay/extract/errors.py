@@ -18,16 +18,17 @@ Codes the default extractor uses:
     invalid_pdf         bytes pdfplumber cannot open as a PDF
     invalid_image       bytes declared or recognised as an image that Pillow cannot decode
     image_too_large     an image (or a scanned page) of more than RELAY_MAX_IMAGE_PIXELS
+    too_many_pages      a PDF or multi-page TIFF of more than RELAY_MAX_PAGES pages
     ocr_unavailable     the Tesseract OCR engine is not installed on the worker
     too_deeply_nested   JSON nesting deeper than ``RELAY_EXTRACT_MAX_DEPTH`` levels
-    result_too_large    rows past ``RELAY_MAX_RESULT_BYTES`` of JSON
+    result_too_large    line_items and tables past ``RELAY_MAX_RESULT_BYTES`` of JSON
 
 Codes of the bounded run (``relay.extract.sandbox``), whatever the extractor:
 
     extraction_timeout  longer than ``RELAY_EXTRACT_TIMEOUT`` (the extraction is killed)
     extraction_memory   more memory than ``RELAY_EXTRACT_MEMORY`` (a MemoryError, or killed)
     extraction_crashed  the extraction process died without answering
-    result_too_large    rows past ``RELAY_MAX_RESULT_BYTES`` of JSON
+    result_too_large    line_items and tables past ``RELAY_MAX_RESULT_BYTES`` of JSON
 
 It is deliberately not a ``relay.exceptions.RelayError``: it is a per-document result, never
 an API error or a configuration problem.
@@ -52,9 +53,12 @@ CODES: dict[str, str] = {
     "image_too_large": "an image (all pages of a TIFF together) or a scanned page of more "
     "than `RELAY_MAX_IMAGE_PIXELS` pixels",
     "no_table_found": "a readable PDF or image with no table in it",
+    "too_many_pages": "a PDF or multi-page TIFF of more than `RELAY_MAX_PAGES` pages (refused "
+    "before any page is read)",
     "ocr_unavailable": "the Tesseract OCR engine is not installed on the worker",
     "too_deeply_nested": "JSON nested deeper than `RELAY_EXTRACT_MAX_DEPTH` levels",
-    "result_too_large": "the rows exceed `RELAY_MAX_RESULT_BYTES` bytes of JSON",
+    "result_too_large": "the result (`line_items` and `tables`) exceeds "
+    "`RELAY_MAX_RESULT_BYTES` bytes of JSON",
     "extraction_timeout": "the extraction took longer than `RELAY_EXTRACT_TIMEOUT` (it is killed)",
     "extraction_memory": "the extraction needed more memory than `RELAY_EXTRACT_MEMORY`",
     "extraction_crashed": "the extraction process died without answering",

@@ -7,13 +7,15 @@ Contract:
   before its pixels are decoded, so a decompression bomb (a few KiB of PNG that inflate to
   gigabytes) costs nothing. Bytes Pillow cannot read fail with ``invalid_image``.
 * Every page of a multi-page TIFF is read, in order; of an animated PNG or WebP only the
-  first frame (an animation is not a document).
+  first frame (an animation is not a document). A TIFF of more than ``max_pages`` pages
+  fails with ``too_many_pages`` before any is decoded.
 * Each page is turned upright as its EXIF orientation says (phones store photos sideways
   and say so there), flattened onto white when it has transparency, and read by
   ``relay.extract.ocr.read_tables``: bordered and borderless tables, a slight skew
   straightened.
-* Tables become rows as ``relay.extract.tables`` says: the first row is the header, later
-  tables continue it, no table -> ``no_table_found``. Values are strings, as for CSV; a
+* The tables are returned as ``relay.extract.result.Table`` in reading order (``page`` is
+  the TIFF page, 1 for any other image); ``relay.extract.tables`` makes them ``line_items``
+  and ``tables`` (no table -> ``no_table_found``). Values are strings, as for CSV; a
   cell with no text is ``None``; a merged cell's text repeats in every column it spans; the
   lines of a cell's text are joined with ``\n``.
 
@@ -29,7 +31,9 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from relay.extract.errors import ExtractionError, shorten
-from relay.extract.tables import Cells, clean_table, rows_from_tables
+from relay.extract.limits import DEFAULT_MAX_PAGES, too_many_pages
+from relay.extract.result import Table
+from relay.extract.tables import clean_table
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -68,9 +72,12 @@ def _open(content: bytes, max_pixels: int) -> Image:
     return image
 
 
-def _frames(image: Image, max_pixels: int) -> list[int]:
-    """The frame numbers to read, once their total size is known to be within bounds."""
+def _frames(image: Image, max_pixels: int, max_pages: int) -> list[int]:
+    """The frame numbers to read, once their number and total size are known to be within
+    bounds."""
     count = getattr(image, "n_frames", 1) if image.format == "TIFF" else 1
+    if count > max_pages:
+        raise too_many_pages(max_pages)
     total = 0
     for frame in range(count):
         image.seek(frame)  # reads the frame's header only
@@ -93,10 +100,10 @@ def _upright(image: Image) -> Image:
     return turned.convert("RGB")
 
 
-def _pages(content: bytes, max_pixels: int) -> Iterator[Image]:
+def _pages(content: bytes, max_pixels: int, max_pages: int) -> Iterator[Image]:
     image = _open(content, max_pixels)
     with image:
-        for frame in _frames(image, max_pixels):
+        for frame in _frames(image, max_pixels, max_pages):
             image.seek(frame)
             try:
                 page = _upright(image)
@@ -107,14 +114,16 @@ def _pages(content: bytes, max_pixels: int) -> Iterator[Image]:
             yield page
 
 
-def extract_image(content: bytes, *, max_pixels: int) -> list[dict[str, object]]:
-    """The rows of the table(s) in an image (module docstring)."""
+def extract_image(
+    content: bytes, *, max_pixels: int, max_pages: int = DEFAULT_MAX_PAGES
+) -> list[Table]:
+    """The tables in an image, in reading order (module docstring)."""
     from relay.extract.ocr import read_tables
 
-    tables: list[list[Cells]] = []
-    for page in _pages(content, max_pixels):
+    tables: list[Table] = []
+    for number, page in enumerate(_pages(content, max_pixels, max_pages), start=1):
         for table in read_tables(page):
             rows = clean_table(table)
             if rows:
-                tables.append(rows)
-    return rows_from_tables(tables, "the image")
+                tables.append(Table(number, list(rows)))
+    return tables

@@ -4,12 +4,14 @@
 ``RELAY_*`` settings) with :func:`applied`. The default extractor reads them while it works,
 so a document that would grow past a bound fails early instead of first filling memory:
 
-* ``max_result_bytes``: the rows as compact JSON (what is stored as ``line_items``); the
-  readers charge each row to a :class:`RowBudget` as they build it (``result_too_large``);
+* ``max_result_bytes``: the result as compact JSON (what is stored: ``line_items`` and
+  ``tables``); the readers charge each row to a :class:`RowBudget` as they build it
+  (``result_too_large``);
 * ``max_depth``: the deepest nesting of a JSON document's values (``too_deeply_nested``).
 
-Any extractor's rows, plug-ins' included, are then serialised by :func:`encode_rows`, which
-checks the size again, exactly, row by row, and never builds more than the bound.
+Any extractor's result, plug-ins' included, is then serialised by :func:`encode_result`,
+which checks the size again, exactly, row by row and table by table, and never builds more
+than the bound.
 Outside :func:`applied` (a plain in-process call) nothing is bounded.
 """
 
@@ -22,9 +24,24 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from relay.extract.errors import ExtractionError
+from relay.extract.result import Table
 from relay.text import scrub_surrogates
 
-__all__ = ["ExtractLimits", "RowBudget", "applied", "check_depth", "current", "encode_rows"]
+__all__ = [
+    "DEFAULT_MAX_PAGES",
+    "ExtractLimits",
+    "RowBudget",
+    "applied",
+    "check_depth",
+    "current",
+    "encode_result",
+    "encode_rows",
+    "too_many_pages",
+]
+
+# RELAY_MAX_PAGES's default (docs/decisions.md): a long report of tables fits; past it a
+# document would spend RELAY_EXTRACT_TIMEOUT's minute on pages alone.
+DEFAULT_MAX_PAGES = 500
 
 
 @dataclass(frozen=True)
@@ -56,7 +73,14 @@ def applied(limits: ExtractLimits) -> Iterator[None]:
 
 def too_large(limit: int) -> ExtractionError:
     return ExtractionError(
-        "result_too_large", f"the extracted rows exceed {limit} bytes of JSON (line_items)"
+        "result_too_large",
+        f"the extracted result exceeds {limit} bytes of JSON (line_items and tables)",
+    )
+
+
+def too_many_pages(max_pages: int) -> ExtractionError:
+    return ExtractionError(
+        "too_many_pages", f"the document has more than the {max_pages:,} pages allowed"
     )
 
 
@@ -112,6 +136,28 @@ def check_depth(value: object, max_depth: int | None = None) -> None:
         stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
 
 
+def _encode_items(
+    items: Sequence[object], total: int, max_bytes: int | None, what: str
+) -> tuple[list[bytes], int]:
+    """Each of ``items`` as compact JSON, the running ``total`` of bytes checked against
+    ``max_bytes`` after each (``result_too_large``)."""
+    parts: list[bytes] = []
+    for index, item in enumerate(items):
+        try:
+            text = json.dumps(item, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise ExtractionError(
+                "extraction_error",
+                f"extractor returned {what} that are not JSON-serialisable (item {index}): {exc}",
+            ) from None
+        data = scrub_surrogates(text).encode()
+        total += len(data) + 1
+        if max_bytes is not None and total > max_bytes:
+            raise too_large(max_bytes)
+        parts.append(data)
+    return parts, total
+
+
 def encode_rows(rows: Sequence[Mapping[str, object]], max_bytes: int | None) -> bytes:
     """``rows`` as compact UTF-8 JSON, lone surrogates replaced by U+FFFD.
 
@@ -123,19 +169,27 @@ def encode_rows(rows: Sequence[Mapping[str, object]], max_bytes: int | None) -> 
     decode back to a string that no response can encode; replacing them here, where a
     document's text enters relay, leaves every valid character as it was.
     """
-    parts: list[bytes] = []
-    total = 1
-    for index, row in enumerate(rows):
-        try:
-            text = json.dumps(row, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise ExtractionError(
-                "extraction_error",
-                f"extractor returned rows that are not JSON-serialisable (row {index}): {exc}",
-            ) from None
-        data = scrub_surrogates(text).encode()
-        total += len(data) + 1
-        if max_bytes is not None and total > max_bytes:
-            raise too_large(max_bytes)
-        parts.append(data)
+    parts, _ = _encode_items(rows, 1, max_bytes, "rows")
     return b"[" + b",".join(parts) + b"]"
+
+
+_RESULT_HEAD, _RESULT_MIDDLE, _RESULT_TAIL = b'{"line_items":[', b'],"tables":[', b"]}"
+
+
+def encode_result(
+    rows: Sequence[Mapping[str, object]], tables: Sequence[Table], max_bytes: int | None
+) -> bytes:
+    """A document's result as stored, ``{"line_items": [...], "tables": [...]}``, encoded as
+    :func:`encode_rows` does, the bound counting both."""
+    total = len(_RESULT_HEAD) + len(_RESULT_MIDDLE) + len(_RESULT_TAIL) - 2
+    row_parts, total = _encode_items(rows, total, max_bytes, "rows")
+    table_parts, _ = _encode_items([t.to_json() for t in tables], total, max_bytes, "tables")
+    return b"".join(
+        [
+            _RESULT_HEAD,
+            b",".join(row_parts),
+            _RESULT_MIDDLE,
+            b",".join(table_parts),
+            _RESULT_TAIL,
+        ]
+    )

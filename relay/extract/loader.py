@@ -4,15 +4,29 @@
 (a dotted attribute path such as ``module:Class.method`` works too); anything that cannot
 work is a ``ConfigError`` at start, not a failure of every document later.
 
+An extractor returns either
+
+* its rows, a list of dicts (the v1 contract): they are the document's ``line_items``, and
+  its ``tables`` is ``[]`` (the extractor reported none); or
+* ``{"line_items": [...], "tables": [...]}``: the rows, and the tables found, each
+  ``{"page": N, "rows": [[cell, ...], ...], "confidence": [[...]] | null}`` as in
+  ``relay.extract.result.Table`` (page a positive integer; every row a list of strings or
+  ``null``, all of one length; ``confidence`` absent, ``null`` or of the same shape, each
+  value ``null`` or a number from 0 to 1). ``tables`` may be left out.
+
+The default extractor returns an :class:`relay.extract.tables.Extraction` (the same two).
+
 ``call_extractor`` is the only place an extractor is called; it raises ``ExtractionError``
-for every failure. ``run_extractor`` wraps it for in-process use and never raises for a
-document's sake; it returns ``(rows, None)`` or ``(None, (code, message))``:
+for every failure and returns an ``Extraction``. ``run_extractor`` wraps it for in-process
+use and never raises for a document's sake; it returns ``(rows, None)`` (the
+``line_items``) or ``(None, (code, message))``:
 
 * ``ExtractionError(code, message)`` -> that code and message;
 * ``MemoryError`` -> ``extraction_memory``;
 * any other ``Exception`` -> ``extraction_error`` with ``"TypeName: text"``;
-* a result that is not a list of dicts with string keys, or that ``json.dumps`` cannot
-  serialise as strict JSON -> ``extraction_error`` with ``"extractor returned ..."``.
+* a result of neither shape (rows that are not dicts with string keys, a malformed table),
+  or that ``json.dumps`` cannot serialise as strict JSON -> ``extraction_error`` with
+  ``"extractor returned ..."``.
 
 Messages are cut to 500 characters and codes to 64: they are stored and sent in webhooks.
 """
@@ -21,10 +35,14 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
+from collections.abc import Mapping
 from typing import Protocol, cast
 
 from relay.exceptions import ConfigError
 from relay.extract.errors import ExtractionError, shorten
+from relay.extract.result import Table
+from relay.extract.tables import Extraction
 
 __all__ = ["Extractor", "call_extractor", "load_extractor", "run_extractor"]
 
@@ -33,17 +51,18 @@ MAX_CODE = 64
 _SPEC_SHAPE = "expected 'package.module:callable'"
 
 Rows = list[dict[str, object]]
+Result = Rows | Mapping[str, object] | Extraction
 
 
 class Extractor(Protocol):
-    """An extractor: document bytes and what is known about them in, rows out.
+    """An extractor: document bytes and what is known about them in, rows (and tables) out.
 
     ``content`` is positional-only so that a plug-in may name its first parameter freely.
     """
 
     def __call__(
         self, content: bytes, /, *, filename: str, content_type: str, fields: list[str]
-    ) -> Rows: ...
+    ) -> Result: ...
 
 
 def _import(spec: str, module_name: str) -> object:
@@ -102,6 +121,65 @@ def _shape_problem(result: object) -> str | None:
     return None
 
 
+def _grid_problem(grid: object, cell_ok: type | tuple[type, ...], what: str) -> str | None:
+    if not isinstance(grid, list) or not all(isinstance(row, list) for row in grid):
+        return f"{what} is not a list of lists"
+    if len({len(row) for row in grid}) > 1:
+        return f"{what} has rows of different lengths"
+    for row in grid:
+        for cell in row:
+            if cell is not None and (isinstance(cell, bool) or not isinstance(cell, cell_ok)):
+                return f"{what} has a cell that is {type(cell).__name__}"
+    return None
+
+
+def _table(index: int, value: object) -> Table | str:
+    """The plug-in's ``tables[index]`` as a ``Table``, or why it is not one."""
+    what = f"extractor returned a table (item {index})"
+    if not isinstance(value, dict):
+        return f"{what} that is {type(value).__name__}, expected an object"
+    page, rows, confidence = value.get("page"), value.get("rows"), value.get("confidence")
+    if isinstance(page, bool) or not isinstance(page, int) or page < 1:
+        return f"{what} whose page is not a positive integer"
+    problem = _grid_problem(rows, str, f"{what} whose rows")
+    if problem is None and confidence is not None:
+        problem = _grid_problem(confidence, (int, float), f"{what} whose confidence")
+        shape = [len(row) for row in cast(list[list[object]], rows)]
+        if problem is None and [len(row) for row in confidence] != shape:
+            problem = f"{what} whose confidence does not have the shape of its rows"
+        scores = [c for row in confidence for c in row if c is not None]
+        if problem is None and not all(math.isfinite(c) and 0 <= c <= 1 for c in scores):
+            problem = f"{what} with a confidence outside 0-1"
+    if problem is not None:
+        return problem
+    return Table(page, cast(list[list[str | None]], rows), confidence)
+
+
+def _extraction(result: object) -> Extraction | str:
+    """``result`` (either shape of the module docstring) as an ``Extraction``, or why it
+    breaks the contract."""
+    if isinstance(result, Extraction):
+        return result
+    if not isinstance(result, dict):
+        problem = _shape_problem(result)
+        return problem if problem is not None else Extraction(cast(Rows, result), [])
+    if "line_items" not in result:
+        return 'extractor returned a dict without "line_items", expected a list of dicts'
+    rows, tables = result["line_items"], result.get("tables", [])
+    problem = _shape_problem(rows)
+    if problem is not None:
+        return problem.replace("extractor returned", 'extractor returned "line_items" as', 1)
+    if not isinstance(tables, list):
+        return f'extractor returned "tables" as {type(tables).__name__}, expected a list'
+    found: list[Table] = []
+    for index, value in enumerate(tables):
+        table = _table(index, value)
+        if isinstance(table, str):
+            return table
+        found.append(table)
+    return Extraction(cast(Rows, rows), found)
+
+
 def _problem_with(result: object) -> str | None:
     """Why ``result`` breaks the contract's return type, or ``None`` if it does not."""
     problem = _shape_problem(result)
@@ -121,9 +199,9 @@ def call_extractor(
     filename: str,
     content_type: str,
     fields: list[str],
-) -> Rows:
-    """Call ``extractor``; its rows, checked for shape (not yet for JSON: the caller
-    serialises them), or ``ExtractionError`` for every failure (module docstring).
+) -> Extraction:
+    """Call ``extractor``; its rows and tables, checked for shape (not yet for JSON: the
+    caller serialises them), or ``ExtractionError`` for every failure (module docstring).
 
     ``MemoryError`` is ``extraction_memory``: the extraction needed more than it may use.
     """
@@ -142,10 +220,10 @@ def call_extractor(
     except Exception as exc:  # the contract: any other failure is the document's, not ours
         message = shorten(f"{type(exc).__name__}: {exc}", MAX_MESSAGE)
         raise ExtractionError("extraction_error", message) from None
-    problem = _shape_problem(result)
-    if problem is not None:
-        raise ExtractionError("extraction_error", shorten(problem, MAX_MESSAGE))
-    return result
+    extraction = _extraction(result)
+    if isinstance(extraction, str):
+        raise ExtractionError("extraction_error", shorten(extraction, MAX_MESSAGE))
+    return extraction
 
 
 def run_extractor(
@@ -156,14 +234,14 @@ def run_extractor(
     content_type: str,
     fields: list[str],
 ) -> tuple[Rows | None, tuple[str, str] | None]:
-    """Call ``extractor`` and map every outcome to rows or a failure (module docstring)."""
+    """Call ``extractor`` and map every outcome to its rows or a failure (module docstring)."""
     try:
-        result = call_extractor(
+        extraction = call_extractor(
             extractor, content, filename=filename, content_type=content_type, fields=fields
         )
     except ExtractionError as exc:
         return None, (exc.code, exc.message)
-    problem = _problem_with(result)
+    problem = _problem_with(extraction.line_items)  # tables were checked cell by cell
     if problem is not None:
         return None, ("extraction_error", shorten(problem, MAX_MESSAGE))
-    return result, None
+    return extraction.line_items, None

@@ -2,8 +2,9 @@
 wall-clock deadline and a result-size bound, so no document can stall or exhaust a worker.
 
 :meth:`ExtractorHost.run` is what the processing job calls (one host per worker process, in
-its ``WorkerContext``). It returns the rows already serialised
-as JSON (``line_items``), or a failure ``(code, message)``:
+its ``WorkerContext``). It returns the result already serialised as JSON,
+``{"line_items": [...], "tables": [...]}`` (``relay.extract.limits.encode_result``), or a
+failure ``(code, message)``:
 
 =====================  ==========================================================================
 ``extraction_timeout``  the document took longer than ``RELAY_EXTRACT_TIMEOUT`` (the child is
@@ -11,7 +12,7 @@ as JSON (``line_items``), or a failure ``(code, message)``:
 ``extraction_memory``   it needed more than ``RELAY_EXTRACT_MEMORY`` bytes of address space
                         (``RLIMIT_AS`` in the child: a ``MemoryError``, or the child was killed)
 ``extraction_crashed``  the child died without answering (a crash in native code)
-``result_too_large``    its rows pass ``RELAY_MAX_RESULT_BYTES`` as JSON
+``result_too_large``    its result passes ``RELAY_MAX_RESULT_BYTES`` as JSON
 =====================  ==========================================================================
 
 plus every code of the extractor contract (``relay.extract.loader``).
@@ -26,7 +27,8 @@ its peak RSS passes half the memory limit (so one big document's heap does not l
 
 The bounds are enforced where the data is: the child stops the default extractor as soon as
 its rows pass the result bound (``relay.extract.limits``) and serialises any extractor's rows
-row by row, checking the size; the worker reads at most the bound (plus a few bytes) back.
+and tables one by one, checking the size; the worker reads at most the bound (plus a few
+bytes) back.
 Messages are length-prefixed bytes over a pipe: a JSON header, the document, the JSON reply.
 """
 
@@ -48,9 +50,15 @@ from multiprocessing.process import BaseProcess
 
 from relay.config import Settings
 from relay.exceptions import ConfigError
-from relay.extract import extract
+from relay.extract import extract, extract_document
 from relay.extract.errors import ExtractionError, shorten
-from relay.extract.limits import ExtractLimits, applied, encode_rows
+from relay.extract.limits import (
+    DEFAULT_MAX_PAGES,
+    ExtractLimits,
+    applied,
+    encode_result,
+    too_large,
+)
 from relay.extract.loader import MAX_MESSAGE, Extractor, call_extractor, load_extractor
 from relay.text import scrub_surrogates
 
@@ -78,6 +86,7 @@ class SandboxConfig:
     max_result_bytes: int
     max_depth: int
     max_image_pixels: int = 50_000_000  # RELAY_MAX_IMAGE_PIXELS's default
+    max_pages: int = DEFAULT_MAX_PAGES
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SandboxConfig:
@@ -88,6 +97,7 @@ class SandboxConfig:
             max_result_bytes=settings.max_result_bytes,
             max_depth=settings.extract_max_depth,
             max_image_pixels=settings.max_image_pixels,
+            max_pages=settings.max_pages,
         )
 
 
@@ -108,14 +118,14 @@ def _extract_one(
     limits = ExtractLimits(config.max_result_bytes, config.max_depth, tuple(fields))
     try:
         with applied(limits):
-            rows = call_extractor(
+            rows, tables = call_extractor(
                 extractor,
                 content,
                 filename=str(request["filename"]),
                 content_type=str(request["content_type"]),
                 fields=fields,
             )
-            return _OK + encode_rows(rows, config.max_result_bytes), False
+            return _OK + encode_result(rows, tables, config.max_result_bytes), False
     except ExtractionError as exc:
         return _failure(exc.code, exc.message), exc.code == "extraction_memory"
 
@@ -129,8 +139,12 @@ def _serve(conn: Connection, config: SandboxConfig) -> None:
         os.environ[var] = "1"
     try:
         extractor = load_extractor(config.extractor)
-        if extractor is extract:  # the default takes the image bound from the settings
-            extractor = functools.partial(extract, max_image_pixels=config.max_image_pixels)
+        if extractor is extract:  # the default: rows and tables, bounds from the settings
+            extractor = functools.partial(
+                extract_document,
+                max_image_pixels=config.max_image_pixels,
+                max_pages=config.max_pages,
+            )
     except ConfigError as exc:
         conn.send_bytes(_CONFIG + str(exc).encode())
         return
@@ -233,10 +247,22 @@ class ExtractorHost:
         with self._lock:
             self._drop()
 
+    def lower_priority(self, niceness: int = 10) -> None:
+        """Let the child's work yield the CPU to other processes (``nice``): for a document
+        moved to the background (``relay.processing``). Not undoable without privileges,
+        so such a host is closed after its document."""
+        pid = self.pid
+        if pid is None:
+            return
+        try:
+            os.setpriority(os.PRIO_PROCESS, pid, niceness)
+        except OSError:  # gone meanwhile, or not allowed: it only costs the foreground CPU
+            log.debug("could not lower the priority of child %s", pid, exc_info=True)
+
     def run(
         self, content: bytes, *, filename: str, content_type: str, fields: list[str]
     ) -> Outcome:
-        """Extract one document under the bounds: ``(line_items JSON, None)`` or
+        """Extract one document under the bounds: ``(result JSON, None)`` or
         ``(None, (code, message))`` (module docstring)."""
         header = json.dumps(
             {"filename": filename, "content_type": content_type, "fields": list(fields)}
@@ -278,7 +304,7 @@ class ExtractorHost:
         except OSError:  # longer than the bound: the child broke its own contract
             self._drop()
             limit = self.config.max_result_bytes
-            return None, ("result_too_large", f"the extracted rows exceed {limit} bytes of JSON")
+            return None, ("result_too_large", too_large(limit).message)
         tag, retire, body = reply[:1], reply[1:2], reply[2:]
         if retire == _RETIRE:
             self._drop()

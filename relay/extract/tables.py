@@ -1,29 +1,59 @@
-"""Tables found on pages (PDF or image) into one list of rows.
+"""The tables a page reader found (PDF or image) into the document's ``line_items`` and
+``tables``.
 
-Contract, shared by the PDF and image readers:
+Contract, shared by the PDF and image readers (``relay.extract.result.Table`` is what they
+hand over, in reading order):
 
-* A table is a list of rows of cells (``str`` or ``None``). Strings are stripped; rows
-  with nothing in them are dropped; a table left with no rows is ignored.
-* The first row of the first table is the header. Header names are stripped and their
-  inner whitespace collapsed ("Unit\\nPrice" -> "Unit Price": a line wrapped inside a cell
-  is layout, not meaning); blank and repeated names are disambiguated as for CSV.
-* A later table whose first row equals the header continues the table (the header repeated
-  on each page): that row is skipped. Any other later table is taken as a continuation
-  without a repeated header: all its rows are appended under the same header.
-* Rows shorter or longer than the header are handled as for CSV (``build_records``).
+* Every table is cleaned: string cells stripped; rows with nothing in them dropped (with
+  their confidences); rows padded with ``None`` to the table's widest row; a table left
+  with no rows is dropped. What is left is the document's ``tables``, in reading order.
+* ``line_items`` keeps the v1 contract: the first row of the first table is the header.
+  Header names are stripped and their inner whitespace collapsed ("Unit\\nPrice" ->
+  "Unit Price": a line wrapped inside a cell is layout, not meaning); blank and repeated
+  names are disambiguated as for CSV. Rows shorter or longer than the header are handled as
+  for CSV (``build_records``).
+* A later table is appended to ``line_items`` only when it **continues** the first: it
+  comes right after the first table or after the last table that continued it (reading
+  order), it starts on the *next* page (a table split at a page break; two tables on one
+  page are two tables), and it has the **same columns**:
+
+  - the same number of columns as the first table, and
+  - if its first row is a header row, the same header: a first row whose names equal the
+    header is a repeated header and is skipped; a first row that *looks like a header*
+    (every cell filled, no cell with a digit) but differs from it starts another table.
+    Any other first row is data, and the whole table is appended.
+
+  Every other table is in ``tables`` only. (A continuation whose first row is all text,
+  like a list of names, is therefore kept apart: adding a wrong table's rows to
+  ``line_items`` is the worse mistake, and ``tables`` still has it.)
 * No table at all -> ``no_table_found``; a header with no rows under it -> ``empty_document``.
+
+For CSV, TSV and JSON documents ``tables`` is :func:`table_of_records`: the ``line_items``
+themselves as one grid.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple, TypeVar
 
 from relay.extract.csv_tsv import build_records
 from relay.extract.errors import ExtractionError
+from relay.extract.result import Confidence, Grid, Table
 
-__all__ = ["Cells", "clean_table", "rows_from_tables"]
+__all__ = ["Cells", "Extraction", "clean_table", "split_tables", "table_of_records"]
 
 Cells = list[str | None]
+Rows = list[dict[str, object]]
+_T = TypeVar("_T")
+
+
+class Extraction(NamedTuple):
+    """What the default extractor returns: the v1 rows and every table apart."""
+
+    line_items: Rows
+    tables: list[Table]
 
 
 def _clean(row: Sequence[str | None]) -> Cells:
@@ -39,17 +69,81 @@ def clean_table(rows: Iterable[Sequence[str | None]]) -> list[Cells]:
     return [cleaned for cleaned in map(_clean, rows) if any(cleaned)]
 
 
-def rows_from_tables(tables: Sequence[list[Cells]], where: str) -> list[dict[str, object]]:
-    """One list of rows from ``tables`` (cleaned, non-empty), as the module docstring says;
+def _cleaned(table: Table) -> Table | None:
+    """``table`` as the module docstring says (stripped, blank rows dropped, rectangular),
+    or ``None`` when nothing is left."""
+    rows: Grid = []
+    confidence: Confidence = []
+    scores = table.confidence
+    for index, raw in enumerate(table.rows):
+        row = _clean(raw)
+        if not any(row):
+            continue
+        rows.append(row)
+        if scores is not None:
+            score = _padded(list(scores[index]) if index < len(scores) else [], len(row))
+            confidence.append([s if c else None for c, s in zip(row, score, strict=False)])
+    if not rows:
+        return None
+    width = max(len(row) for row in rows)
+    rows = [_padded(row, width) for row in rows]
+    kept = [_padded(score, width) for score in confidence] if scores is not None else None
+    return Table(table.page, rows, kept)
+
+
+def _padded(row: list[_T | None], width: int) -> list[_T | None]:
+    return row + [None] * (width - len(row)) if len(row) < width else row
+
+
+def _looks_like_header(row: Sequence[str | None]) -> bool:
+    return all(cell and not any(ch.isdigit() for ch in cell) for cell in row)
+
+
+def _continues(table: Table, previous: Table, header: list[str]) -> bool:
+    """Whether ``table`` continues the first table, ``previous`` being its last piece so
+    far (module docstring: next page, same columns)."""
+    if table.page != previous.page + 1 or len(table.rows[0]) != len(header):
+        return False
+    first = table.rows[0]
+    return _header_names(first) == header or not _looks_like_header(first)
+
+
+def split_tables(found: Sequence[Table], where: str) -> Extraction:
+    """``line_items`` and ``tables`` from a page reader's tables (module docstring);
     ``where`` names the document in messages ("the PDF", "the image")."""
+    tables = [table for table in map(_cleaned, found) if table is not None]
     if not tables:
         raise ExtractionError("no_table_found", f"no table found in {where}")
-    header = _header_names(tables[0][0])
-    body: list[Cells] = list(tables[0][1:])
+    first = tables[0]
+    header = _header_names(first.rows[0])
+    body: list[Cells] = list(first.rows[1:])
+    previous = first
     for table in tables[1:]:
-        repeats_header = _header_names(table[0]) == header
-        body.extend(table[1:] if repeats_header else table)
+        if not _continues(table, previous, header):
+            break
+        repeats_header = _header_names(table.rows[0]) == header
+        body.extend(table.rows[1:] if repeats_header else table.rows)
+        previous = table
     records = build_records(header, body)
     if not records:
         raise ExtractionError("empty_document", "the table has a header row but no data rows")
-    return records
+    return Extraction(records, tables)
+
+
+def _text(value: object) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def table_of_records(records: Sequence[dict[str, object]]) -> Table:
+    """``records`` (CSV, TSV or JSON ``line_items``) as one table on page 1: a header row of
+    their keys (first seen first), then one row per record; values as strings (numbers,
+    booleans, lists and objects as their compact JSON text), missing or null ones ``None``."""
+    keys: dict[str, None] = {}
+    for record in records:
+        keys.update(dict.fromkeys(record))
+    names = list(keys)
+    rows: Grid = [list[str | None](names)]
+    rows.extend([_text(record.get(name)) for name in names] for record in records)
+    return Table(1, rows, None)

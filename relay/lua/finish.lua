@@ -1,6 +1,6 @@
 -- A worker stores a document's outcome: processing -> succeeded | failed.
 -- KEYS: 1 doc, 2 batch, 3 leases, 4 outbox, 5 doc_items, 6 blob, 7 account_pending_bytes
--- ARGV: 1 doc id, 2 lease token, 3 now (ms), 4 'succeeded' | 'failed', 5 line_items JSON,
+-- ARGV: 1 doc id, 2 lease token, 3 now (ms), 4 'succeeded' | 'failed', 5 result JSON,
 --       6 error code, 7 error message
 -- Returns: {1, completion_seq or 0} when stored; {0, status} when the lease was lost
 -- (the document was handed to another worker, or already ended) and the outcome is dropped.

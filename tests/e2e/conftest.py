@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.client import close_all
-from tests.procs import Stack
-from tests.receiver import Receiver
+from tests.support.procs import Stack
+from tests.support.receiver import Receiver
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """End to end: hostile documents on a real worker process, which fails them and goes on.
 
-One worker (``RELAY_EXTRACTOR=tests.hostile_extractors:hostile``, which reads ordinary
+One worker (``RELAY_EXTRACTOR=tests.support.hostile_extractors:hostile``, which reads ordinary
 documents with the default extractor) takes the 71 KB CSV that would become 340 MB of rows,
 a 1 MB PDF that inflates to 1 GiB, and a document that never finishes; then an ordinary one.
 """
@@ -11,10 +11,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.documents import pdf_bomb, wide_csv
 from tests.e2e.client import Api
-from tests.helpers import wait_until
-from tests.procs import Stack
+from tests.support.documents import pdf_bomb, wide_csv
+from tests.support.helpers import wait_until
+from tests.support.procs import Stack
 
 CSV = b"sku,qty\nA-1,2\nB-7,5\n"
 MIB = 1 << 20
@@ -46,7 +46,7 @@ def _done(api: Api, batch: str) -> bool:
 
 
 def test_hostile_documents_fail_with_their_codes_and_the_worker_goes_on(stack: Stack) -> None:
-    stack.env["RELAY_EXTRACTOR"] = "tests.hostile_extractors:hostile"
+    stack.env["RELAY_EXTRACTOR"] = "tests.support.hostile_extractors:hostile"
     stack.env["RELAY_EXTRACT_TIMEOUT"] = "8"  # the bomb takes ~1-2 s to hit the limit below
     stack.env["RELAY_EXTRACT_MEMORY"] = str(512 << 20)  # CSV and PDF need far less than 1 GiB
     stack.api()

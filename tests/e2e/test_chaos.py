@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from relay.procs import Proc
 from tests.e2e.client import Api, close_all
-from tests.helpers import RedisFactory, wait_until
-from tests.procs import Stack
-from tests.receiver import Receiver, Reply
+from tests.support.helpers import RedisFactory, wait_until
+from tests.support.procs import Proc, Stack
+from tests.support.receiver import Receiver, Reply
 
 BATCHES = 200
 

@@ -14,10 +14,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.client import Api, close_all
-from tests.helpers import wait_until
-from tests.procs import Stack
-from tests.receiver import Receiver, Reply
-from tests.sentinels import SENTINEL_PASSWORD, Topology
+from tests.support.helpers import wait_until
+from tests.support.procs import Stack
+from tests.support.receiver import Receiver, Reply
+from tests.support.sentinels import SENTINEL_PASSWORD, Topology
 
 BATCHES = 12
 FAILURES = 4  # each receiver path answers 500 this many times, then 200

@@ -37,13 +37,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from relay.procs import Proc
 from tests.e2e.client import close_all
 from tests.e2e.traffic import Traffic, p99
-from tests.helpers import RedisFactory, wait_until
-from tests.procs import Stack
-from tests.receiver import Receiver
-from tests.sentinels import SENTINEL_PASSWORD, SERVICE, Topology
+from tests.support.helpers import RedisFactory, wait_until
+from tests.support.procs import Proc, Stack
+from tests.support.receiver import Receiver
+from tests.support.sentinels import SENTINEL_PASSWORD, SERVICE, Topology
 
 REPEATS = int(os.environ.get("RELAY_FAULT_REPEATS", "2"))
 # The client's deadline for every request. A request's Redis work is bounded by the API's own
@@ -324,7 +323,7 @@ def test_worker_and_detector_killed_mid_job_under_traffic(
     stack = Stack(
         redis_url=server.url,
         tmp=tmp_path,
-        env={**SETTINGS, "RELAY_EXTRACTOR": "tests.slow_extractor:extract"},
+        env={**SETTINGS, "RELAY_EXTRACTOR": "tests.support.slow_extractor:extract"},
     )
     report = Report("processes", capsys)
     try:

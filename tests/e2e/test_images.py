@@ -7,10 +7,10 @@ import shutil
 import pytest
 from PIL import Image
 
-from tests.drawn_tables import EXPECTED, draw_table, encode
 from tests.e2e.client import Api
-from tests.helpers import wait_until
-from tests.procs import Stack
+from tests.support.drawn_tables import EXPECTED, draw_table, encode
+from tests.support.helpers import wait_until
+from tests.support.procs import Stack
 
 pytestmark = pytest.mark.skipif(
     shutil.which("tesseract") is None,

@@ -7,10 +7,10 @@ import time
 from pathlib import Path
 
 from tests.e2e.client import Api
-from tests.helpers import wait_until
-from tests.hostile import Hostile
-from tests.procs import Stack
-from tests.receiver import Receiver
+from tests.support.helpers import wait_until
+from tests.support.hostile import Hostile
+from tests.support.procs import Stack
+from tests.support.receiver import Receiver
 
 CSV = b"sku,qty\nA-1,2\n"
 

@@ -17,13 +17,13 @@ import redis
 
 from relay.config import Secret
 from relay.crypto import Encryptor
-from relay.procs import free_port
+from relay.redis_server import free_port
 from relay.signing_keys import SigningKeys
 from tests.e2e.client import Api
 from tests.e2e.test_webhooks import settled
-from tests.helpers import wait_until
-from tests.procs import Stack
-from tests.receiver import Receiver, Reply
+from tests.support.helpers import wait_until
+from tests.support.procs import Stack
+from tests.support.receiver import Receiver, Reply
 
 CSV = b"sku,qty\nA-1,2\nB-7,5\n"
 TEXT_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (DEBUG|INFO|WARNING|ERROR) \S+ ")

@@ -18,9 +18,9 @@ from relay import keys
 from relay.metrics import ATTEMPT_BUCKETS, LAG_BUCKETS
 from tests.e2e.client import Api
 from tests.e2e.test_webhooks import settled
-from tests.helpers import wait_until
-from tests.procs import Stack
-from tests.receiver import Receiver, Reply
+from tests.support.helpers import wait_until
+from tests.support.procs import Stack
+from tests.support.receiver import Receiver, Reply
 
 CSV = b"sku,qty\nA-1,2\nB-7,5\n"
 

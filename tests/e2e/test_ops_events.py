@@ -13,9 +13,9 @@ from relay import keys
 from tests.e2e.client import Api
 from tests.e2e.test_webhooks import CSV, settled
 from tests.e2e.verify import verify_both
-from tests.helpers import wait_until
-from tests.procs import Stack
-from tests.receiver import Receiver, Reply
+from tests.support.helpers import wait_until
+from tests.support.procs import Stack
+from tests.support.receiver import Receiver, Reply
 
 
 def _start(stack: Stack, **settings: str) -> Api:

@@ -8,8 +8,9 @@ import redis
 
 from relay import keys
 from tests.e2e.client import Api
-from tests.helpers import wait_until
-from tests.procs import Stack
+from tests.support.documents import HEADER, pdf, table_ops
+from tests.support.helpers import wait_until
+from tests.support.procs import Stack
 
 
 def test_documents_are_extracted_by_a_worker(stack: Stack) -> None:
@@ -20,17 +21,26 @@ def test_documents_are_extracted_by_a_worker(stack: Stack) -> None:
     api.upload("p1", b"sku;qty\nA;1\nB;2\n", "a.csv")
     api.upload("p1", json.dumps({"line_items": [{"sku": "C", "qty": 3}]}).encode(), "b.json")
     api.upload("p1", b"\x00\x01garbage", "c.bin")
-    api.process("p1", fields=["sku"])
+    invoice = table_ops([HEADER, ["A1", "Bolt", "10"]], top=720)
+    prices = table_ops([["Item", "Unit price"], ["Bolt", "0.10"]], top=500)
+    api.upload("p1", pdf([invoice + "\n" + prices]), "d.pdf")
+    api.process("p1", fields=["sku", "SKU"])
     batch = wait_until(lambda: api.batch("p1")["all_done"] and api.batch("p1"), 30)
     results = api.http.get("/batches/p1/results").json()
-    assert batch["counts"]["succeeded"] == 2, results["documents"]
+    assert batch["counts"]["succeeded"] == 3, results["documents"]
     assert batch["counts"]["failed"] == 1
     assert batch["status"] == "succeeded" and batch["completion_seq"] == 1
     results = api.http.get("/batches/p1/results").json()
     by_name = {d["filename"]: d for d in results["documents"]}
-    assert by_name["a.csv"]["line_items"] == [{"sku": "A"}, {"sku": "B"}]
-    assert by_name["b.json"]["line_items"] == [{"sku": "C"}]
-    assert by_name["c.bin"]["line_items"] is None
+    assert by_name["a.csv"]["line_items"] == [{"sku": "A", "SKU": None}, {"sku": "B", "SKU": None}]
+    assert by_name["a.csv"]["tables"] == [
+        {"page": 1, "rows": [["sku", "SKU"], ["A", None], ["B", None]], "confidence": None}
+    ]
+    assert by_name["b.json"]["line_items"] == [{"sku": "C", "SKU": None}]
+    # Two different tables: both in tables, only the first gives line_items.
+    assert by_name["d.pdf"]["line_items"] == [{"sku": None, "SKU": "A1"}]
+    assert [t["rows"][0] for t in by_name["d.pdf"]["tables"]] == [HEADER, ["Item", "Unit price"]]
+    assert by_name["c.bin"]["line_items"] is None and by_name["c.bin"]["tables"] is None
     assert by_name["c.bin"]["processing_error"]["code"] == "unsupported_format"
     for d in results["documents"]:
         assert d["created_at"] <= d["started_at"] <= d["completed_at"]
@@ -40,7 +50,7 @@ def test_documents_are_extracted_by_a_worker(stack: Stack) -> None:
 def test_worker_killed_mid_document_is_processed_by_another(
     stack: Stack, redis: redis.Redis
 ) -> None:
-    stack.env["RELAY_EXTRACTOR"] = "tests.slow_extractor:extract"
+    stack.env["RELAY_EXTRACTOR"] = "tests.support.slow_extractor:extract"
     stack.api()
     victim = stack.worker()
     stack.detector()

@@ -12,9 +12,9 @@ import redis
 
 from relay import keys
 from tests.e2e.client import Api
-from tests.helpers import wait_until
-from tests.procs import Stack
-from tests.receiver import Receiver, Reply
+from tests.support.helpers import wait_until
+from tests.support.procs import Stack
+from tests.support.receiver import Receiver, Reply
 
 CSV = b"sku,qty\nA-1,2\n"
 

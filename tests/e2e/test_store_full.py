@@ -14,10 +14,9 @@ import httpx
 import pytest
 import redis
 
-from relay.procs import Proc
-from tests.helpers import RedisFactory, wait_until
-from tests.procs import Stack
-from tests.receiver import Receiver
+from tests.support.helpers import RedisFactory, wait_until
+from tests.support.procs import Proc, Stack
+from tests.support.receiver import Receiver
 
 CSV = b"sku,qty\nA-1,2\n"
 
@@ -89,7 +88,7 @@ def test_a_full_redis_refuses_writes_and_everything_carries_on(
         redis_url=server.url,
         tmp=tmp_path,
         env={
-            "RELAY_EXTRACTOR": "tests.slow_extractor:extract",
+            "RELAY_EXTRACTOR": "tests.support.slow_extractor:extract",
             "RELAY_ACCOUNT_UPLOAD_RATE_LIMIT": "100000/minute",
             "RELAY_ACCOUNT_PROCESS_RATE_LIMIT": "100000/minute",
         },

@@ -14,9 +14,9 @@ from relay.detector import GROUP
 from relay.queues import DELIVERY, queue_key
 from tests.e2e.client import Api
 from tests.e2e.verify import verify_both, verify_v1, verify_v1a
-from tests.helpers import free_port, wait_until
-from tests.procs import Stack
-from tests.receiver import Receiver, Reply
+from tests.support.helpers import free_port, wait_until
+from tests.support.procs import Stack
+from tests.support.receiver import Receiver, Reply
 
 CSV = b"sku,qty\nA-1,2\nB-7,5\n"
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from tests.receiver import Receiver, Reply
+from tests.support.receiver import Receiver, Reply
 
 CSV = b"sku,qty\nA,1\nB,2\n"
 

@@ -11,7 +11,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from standardwebhooks.webhooks import Webhook
 
-from tests.receiver import Received
+from tests.support.receiver import Received
 
 
 def verify_v1(received: Received, secret: str) -> Any:

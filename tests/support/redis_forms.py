@@ -1,7 +1,7 @@
 """Real Redis servers reached through each URL form relay takes: ``redis://``, ``unix://``
 (with a password and a db) and ``rediss://`` (a test CA, client certificates required).
 
-A test module imports the fixture (``from tests.redis_forms import redis_form_fixture  #
+A test module imports the fixture (``from tests.support.redis_forms import redis_form_fixture  #
 noqa: F401``) and calls ``redis_form(form)``, getting a started :class:`RedisServer` and the
 URL to reach it in that form. The server also listens on its plain TCP port, which the harness
 uses to see it is up; the tests talk to it through the URL only.
@@ -17,8 +17,8 @@ from urllib.parse import quote
 import pytest
 
 from relay.redis_server import RedisServer, find_redis_server
-from tests.helpers import free_port
-from tests.tls import Pki
+from tests.support.helpers import free_port
+from tests.support.tls import Pki
 
 Form = Literal["redis", "unix", "rediss"]
 FORMS: tuple[Form, ...] = ("redis", "unix", "rediss")

@@ -42,6 +42,24 @@ def text_ops(lines: Sequence[str]) -> str:
     )
 
 
+def _write_pdf(objects: Sequence[bytes]) -> bytes:
+    """A PDF 1.4 of ``objects`` (numbered from 1, the first the catalog), with a correct
+    cross-reference table."""
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%b\nendobj\n" % (number, body)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
+        len(objects) + 1,
+        xref,
+    )
+    return bytes(out)
+
+
 def _pdf_from_streams(streams: Sequence[bytes], stream_dict: bytes = b"") -> bytes:
     """A valid PDF 1.4 (correct xref offsets) with one content stream per page, each stored
     as given, its dictionary extended by ``stream_dict`` (e.g. a filter)."""
@@ -59,19 +77,7 @@ def _pdf_from_streams(streams: Sequence[bytes], stream_dict: bytes = b"") -> byt
         )
         stream = b"<< /Length %d%b >>\nstream\n%b\nendstream" % (len(data), stream_dict, data)
         objects += [page.encode(), stream]
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n%b\nendobj\n" % (number, body)
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
-        len(objects) + 1,
-        xref,
-    )
-    return bytes(out)
+    return _write_pdf(objects)
 
 
 def pdf(pages: Sequence[str]) -> bytes:
@@ -113,3 +119,18 @@ def wide_csv(columns: int = 1_000, rows: int = 5_000, *, padded: bool = False) -
 def quote_storm(size: int = 16 * 1024) -> bytes:
     """Text that costs csv.Sniffer quadratic time: ``\\n"`` repeated."""
     return b'\n"' * (size // 2)
+
+
+def blank_pages_pdf(pages: int) -> bytes:
+    """A valid PDF of ``pages`` blank pages (~60 bytes each): every page shares one empty
+    content stream, as an attacker's many-page PDF would."""
+    first_page = 4
+    kids = " ".join(f"{first_page + i} 0 R" for i in range(pages))
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        f"<< /Type /Pages /Kids [{kids}] /Count {pages} >>".encode(),
+        b"<< /Length 0 >>\nstream\n\nendstream",
+    ]
+    page = b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 3 0 R >>"
+    objects += [page] * pages
+    return _write_pdf(objects)

@@ -17,8 +17,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from relay.procs import free_port
-from relay.redis_server import HOST, RedisServer
+from relay.redis_server import HOST, RedisServer, free_port
 
 SERVICE = "mymaster"
 PASSWORD = "data-nodes-secret"

@@ -1,7 +1,7 @@
 """Small helpers shared by the tests (no fixtures here: those live in ``conftest.py``).
 
-``free_port`` and ``wait_until`` are relay's own (``relay.procs``), shared with the
-benchmarks; they are re-exported here so that tests import their helpers from one place.
+``free_port`` (relay's, :mod:`relay.redis_server`) and ``wait_until`` (``procs.py`` here, shared
+with the benchmarks) are re-exported so that tests import their helpers from one place.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from typing import Any, Protocol, TypeVar
 import redis
 import redis.asyncio
 
-from relay.procs import free_port as free_port
-from relay.procs import wait_until as wait_until
 from relay.redis_server import AppendFsync, RedisServer
+from relay.redis_server import free_port as free_port
 from relay.store import BatchRef
 from relay.timefmt import now_ms
+from tests.support.procs import wait_until as wait_until
 
 T = TypeVar("T")
 

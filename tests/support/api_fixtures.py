@@ -1,6 +1,6 @@
 """Fixtures for the HTTP API tests: the real app served by uvicorn on the test's real Redis.
 
-A test module imports both fixture functions (``from tests.api_fixtures import
+A test module imports both fixture functions (``from tests.support.api_fixtures import
 api_factory_fixture, api_fixture  # noqa: F401``): pytest registers imported fixtures under
 their ``name`` (``api_factory``, ``api``), and the distinct function names keep the test
 parameters from shadowing the imports. ``Api`` bundles an ``httpx.Client`` pointed at a
@@ -28,7 +28,7 @@ from starlette.applications import Starlette
 from relay.api.app import create_app
 from relay.auth import create_key
 from relay.config import Secret, Settings, load_settings
-from tests.helpers import free_port, wait_until
+from tests.support.helpers import free_port, wait_until
 
 V1 = "/api/v1"
 CSV = b"sku,qty\nA-1,2\nB-2,5\n"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from relay.model import Attempt
 from relay.store import BatchRef
 from relay.webhook_store import AsyncWebhookStore, WebhookStore
-from tests.helpers import Clients
+from tests.support.helpers import Clients
 
 URL = "https://hooks.example.com/relay"
 

@@ -1,9 +1,10 @@
-"""Child processes on this machine: a free port, waiting for a condition, a process with its
-output in a log file, and stopping processes (SIGTERM, then SIGKILL).
+"""Real relay processes for tests and benchmarks: a process with its output in a log file,
+waiting for a condition, stopping processes (SIGTERM, then SIGKILL), and the ``Stack`` of
+API, workers and detectors an end-to-end test runs.
 
-One implementation for every harness that runs relay's processes: the end-to-end tests
-(``tests/procs.py``), the benchmarks (``bench/_stack.py``), :mod:`relay.redis_server` and
-``relay dev`` (:mod:`relay.supervise`, whose children print to a console instead of a file).
+``Stack`` starts ``python -m relay serve|worker|detector`` with a test's settings, keeps
+their output in files (shown when a test fails), and kills or stops them on demand. The
+benchmarks (``bench/_stack.py``) start their processes with the same :class:`Proc`.
 """
 
 from __future__ import annotations
@@ -11,29 +12,23 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from relay.crypto import generate_key
+import httpx
 
-HOST = "127.0.0.1"
-SOURCE_ROOT = Path(__file__).resolve().parent.parent  # the checkout relay runs from
-STOP_TIMEOUT = 10.0  # seconds a process has between SIGTERM and SIGKILL
+from relay.crypto import generate_key
+from relay.redis_server import free_port
+from relay.supervise import STOP_TIMEOUT, terminate_all
+
+SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the checkout relay runs from
 
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now (it may be taken later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def wait_until(
@@ -75,23 +70,6 @@ def relay_env(redis_url: str, settings: Mapping[str, str] | None = None) -> dict
     )
     env.update(settings or {})
     return env
-
-
-def terminate_all(
-    popens: Iterable[subprocess.Popen[bytes]], timeout: float = STOP_TIMEOUT
-) -> list[subprocess.Popen[bytes]]:
-    """SIGTERM every one still running, then give them ``timeout`` seconds together (they
-    shut down side by side, not one after another). Returns those still running then; what
-    to do with them (SIGKILL, their process group too) is the caller's."""
-    running = [p for p in popens if p.poll() is None]
-    for popen in running:
-        with contextlib.suppress(ProcessLookupError):
-            popen.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    for popen in running:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            popen.wait(max(0.0, deadline - time.monotonic()))
-    return [p for p in running if p.poll() is None]
 
 
 @dataclass
@@ -167,3 +145,78 @@ def stop_all(procs: Iterable[Proc], timeout: float = STOP_TIMEOUT) -> None:
         with contextlib.suppress(ProcessLookupError):
             popen.kill()
         popen.wait()
+
+
+@dataclass
+class Stack:
+    """Processes sharing one Redis and one set of settings (``RELAY_*`` overrides)."""
+
+    redis_url: str
+    tmp: Path
+    env: dict[str, str] = field(default_factory=dict)
+    procs: list[Proc] = field(default_factory=list)
+    api_url: str = ""
+
+    def __post_init__(self) -> None:
+        settings = {
+            "RELAY_LEASE_SECONDS": "3",
+            "RELAY_SWEEP_INTERVAL": "0.2",
+            "RELAY_DELIVERY_TIMEOUT": "2",
+            "RELAY_RETRY_SCHEDULE": "0.2,0.2,0.2",
+            "RELAY_RETRY_JITTER": "0",
+            "RELAY_LOG_LEVEL": "info",
+            "RELAY_STATUS_RATE_LIMIT": "100000/minute",
+        }
+        self.env = relay_env(self.redis_url, {**settings, **self.env})
+
+    def _spawn(self, name: str, *args: str, env: dict[str, str] | None = None) -> Proc:
+        argv = [sys.executable, "-m", "relay", *args]
+        proc = spawn(name, argv, self.tmp, {**self.env, **(env or {})}, self.tmp)
+        self.procs.append(proc)
+        return proc
+
+    def api(self, **env: str) -> Proc:
+        port = free_port()
+        proc = self._spawn("api", "serve", "--host", "127.0.0.1", "--port", str(port), env=env)
+        self.api_url = f"http://127.0.0.1:{port}"
+
+        def up() -> bool:
+            try:
+                return httpx.get(self.api_url + "/healthz", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(up, 20, 0.1, "the API did not come up: " + self.logs())
+        return proc
+
+    def worker(self, *args: str, **env: str) -> Proc:
+        """``relay worker ARGS`` (e.g. ``"--queues", "processing"``)."""
+        return self._spawn("worker", "worker", *args, env=env)
+
+    def detector(self, **env: str) -> Proc:
+        return self._spawn("detector", "detector", env=env)
+
+    def cli(self, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "relay", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=self.tmp,
+            check=False,
+        )
+
+    def create_key(self, account: str) -> str:
+        done = self.cli("keys", "create", "--account", account)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip().splitlines()[-1]
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {p.name} (pid {p.pid}, rc {p.popen.poll()}) ---\n{p.tail(4000)}"
+            for p in self.procs
+        )
+
+    def close(self) -> None:
+        stop_all(self.procs, timeout=15)

@@ -1,5 +1,5 @@
 """Extractor plug-ins that misbehave, for the bounded-extraction tests
-(``RELAY_EXTRACTOR=tests.hostile_extractors:<name>``).
+(``RELAY_EXTRACTOR=tests.support.hostile_extractors:<name>``).
 
 Each behaves only when the document asks (its first line), and otherwise reads it with the
 default extractor, so one worker can be shown to go on with the next document.

@@ -1,0 +1,288 @@
+"""What a document costs Redis: commands and Redis CPU per document, per webhook registration
+and per delivery attempt, from ``INFO commandstats`` and ``INFO cpu`` deltas (issue 16).
+
+One stack (private Redis with AOF ``appendfsync everysec``, ``relay serve``, one ``relay
+worker`` serving both queues, ``relay detector``) and a receiver process. ``BATCHES`` batches
+of ``PER_BATCH`` one-row CSVs, each batch with a webhook, in four phases, each measured on its
+own:
+
+1. upload     ``POST /documents``, ``PER_BATCH`` per batch;
+2. register   ``PUT /batches/{name}/webhook`` for every batch (a batch exists once it has a
+              document);
+3. notify     ``POST /batches/{name}/process`` for every batch, until the receiver holds one
+              notification per batch (processing, completion, delivery, attempt);
+4. retry      ``POST .../deliveries/{id}/retry`` for every delivery, until the receiver holds
+              a second notification per batch: one delivery attempt, and the call that asks
+              for it.
+
+relay's processes keep talking to Redis while idle (the detector's blocking read, the
+sweepers, the delivery engine's once-a-second look for due work), so the bench first measures
+that idle rate for ``IDLE_S`` seconds and takes it out of each phase (idle rate x phase
+length); both the raw and the net figures are written. Commands are counted as Redis counts
+them: a script is one ``EVALSHA`` plus every command it calls.
+
+The figures of this bench before the work on issue 16 (``BEFORE``) are printed beside this
+run's.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import redis
+
+from bench._common import CSV_DOC, BenchError, Outcome, progress, table
+from bench._receiver import ReceiverProcess
+from bench._seed import upload_http
+from bench._stack import Stack
+
+NAME = "redis_cost"
+BATCHES = 200
+PER_BATCH = 10
+IDLE_S = 5.0
+
+# This bench on v0.2 (commit 75eae6a), before the work on issue 16, on the 2-core machine the
+# README's figures come from. (The issue measured 814 us for a document on a busier machine;
+# the commands, 80, agree.)
+BEFORE: dict[str, dict[str, float]] = {
+    "document (upload to notification)": {"commands": 80.6, "cpu_us": 419.6},
+    "upload, per document": {"commands": 37.2, "cpu_us": 161.7},
+    "process + notify, per document": {"commands": 43.3, "cpu_us": 257.9},
+    "webhook registration": {"commands": 7.9, "cpu_us": 71.1},
+    "delivery attempt (retry call + attempt)": {"commands": 68.7, "cpu_us": 343.3},
+}
+
+
+class RedisMeter:
+    """``INFO commandstats`` calls and ``INFO cpu`` seconds of one Redis, between marks."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+
+    def read(self) -> tuple[dict[str, int], float]:
+        stats: dict[str, Any] = self.client.info("commandstats")
+        calls = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+        cpu: dict[str, Any] = self.client.info("cpu")
+        seconds = float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"])
+        return calls, seconds
+
+    @staticmethod
+    def delta(
+        before: tuple[dict[str, int], float], after: tuple[dict[str, int], float]
+    ) -> tuple[dict[str, int], float]:
+        calls = {k: v - before[0].get(k, 0) for k, v in after[0].items()}
+        # The INFO calls of the meter itself are not relay's.
+        calls["info"] = max(0, calls.get("info", 0) - 2)
+        return {k: v for k, v in calls.items() if v > 0}, after[1] - before[1]
+
+
+class Phase:
+    """One measured phase: raw deltas, its length, and net figures once idle is known."""
+
+    def __init__(self, name: str, calls: dict[str, int], cpu_s: float, wall_s: float) -> None:
+        self.name = name
+        self.calls = calls
+        self.cpu_s = cpu_s
+        self.wall_s = wall_s
+
+    @property
+    def commands(self) -> int:
+        return sum(self.calls.values())
+
+    def net(self, idle: Phase) -> tuple[float, float]:
+        """(commands, CPU seconds) with the idle rate times this phase's length taken out."""
+        scale = self.wall_s / idle.wall_s
+        return (
+            max(0.0, self.commands - idle.commands * scale),
+            max(0.0, self.cpu_s - idle.cpu_s * scale),
+        )
+
+
+def _measure(meter: RedisMeter, name: str, action: Any) -> Phase:
+    before = meter.read()
+    t0 = time.monotonic()
+    action()
+    wall = time.monotonic() - t0
+    calls, cpu = RedisMeter.delta(before, meter.read())
+    return Phase(name, calls, cpu, wall)
+
+
+def _parallel(http: httpx.Client, calls: list[tuple[str, str, dict[str, Any]]]) -> None:
+    def one(call: tuple[str, str, dict[str, Any]]) -> None:
+        method, path, kwargs = call
+        r = http.request(method, path, **kwargs)
+        if r.status_code >= 300:
+            raise BenchError(f"{method} {path} answered {r.status_code}: {r.text[:300]}")
+
+    with ThreadPoolExecutor(8) as pool:
+        for future in [pool.submit(one, c) for c in calls]:
+            future.result()
+
+
+def run(quick: bool = False, profile: bool = False) -> Outcome:
+    batches = 10 if quick else BATCHES
+    idle_s = 1.0 if quick else IDLE_S
+    settings = {"RELAY_ACCOUNT_RETRY_RATE_LIMIT": "1000000/minute"}
+    with Stack(settings=settings, appendonly=True) as stack:
+        started = stack.start(workers=1)
+        receiver = ReceiverProcess(stack.tmp, stack.env)
+        meter = RedisMeter(stack.redis)
+        http = httpx.Client(
+            base_url=stack.api_url,
+            headers={"Authorization": f"Bearer {started.key}"},
+            timeout=30,
+        )
+        names = [f"cost-{i}" for i in range(batches)]
+        try:
+            progress(NAME, f"idle for {idle_s:.0f} s (relay's background rate)")
+            time.sleep(1.0)  # let start-up traffic settle
+            idle = _measure(meter, "idle", lambda: time.sleep(idle_s))
+
+            progress(NAME, f"{batches * PER_BATCH} uploads")
+
+            def upload_all() -> None:
+                for n in names:
+                    upload_http(http, n, PER_BATCH, CSV_DOC, threads=8)
+
+            upload = _measure(meter, "upload", upload_all)
+
+            progress(NAME, f"{batches} webhook registrations")
+            register = _measure(
+                meter,
+                "register",
+                lambda: _parallel(
+                    http,
+                    [
+                        ("PUT", f"/api/v1/batches/{n}/webhook", {"json": {"url": receiver.url()}})
+                        for n in names
+                    ],
+                ),
+            )
+
+            progress(NAME, "process every batch until every notification is in")
+
+            def process_all() -> None:
+                _parallel(http, [("POST", f"/api/v1/batches/{n}/process", {}) for n in names])
+                got = receiver.wait(batches, 120)
+                if got < batches:
+                    raise BenchError(f"{got} of {batches} notifications within 120 s")
+
+            notify = _measure(meter, "notify", process_all)
+
+            ids = []
+            for n in names:
+                page = http.get(f"/api/v1/batches/{n}/webhook/deliveries").json()
+                ids.append((n, page["deliveries"][0]["id"]))
+            progress(NAME, f"{batches} retried deliveries")
+
+            def retry_all() -> None:
+                _parallel(
+                    http,
+                    [
+                        ("POST", f"/api/v1/batches/{n}/webhook/deliveries/{i}/retry", {})
+                        for n, i in ids
+                    ],
+                )
+                got = receiver.wait(2 * batches, 120)
+                if got < 2 * batches:
+                    raise BenchError(f"{got - batches} of {batches} retries within 120 s")
+
+            retry = _measure(meter, "retry", retry_all)
+        finally:
+            http.close()
+            receiver.stop()
+
+    docs = batches * PER_BATCH
+    per: dict[str, dict[str, float]] = {}
+
+    def put(label: str, phases: list[Phase], n: int) -> None:
+        commands = sum(p.net(idle)[0] for p in phases) / n
+        cpu_us = sum(p.net(idle)[1] for p in phases) / n * 1e6
+        raw_commands = sum(p.commands for p in phases) / n
+        raw_cpu_us = sum(p.cpu_s for p in phases) / n * 1e6
+        per[label] = {
+            "commands": round(commands, 1),
+            "cpu_us": round(cpu_us, 1),
+            "raw_commands": round(raw_commands, 1),
+            "raw_cpu_us": round(raw_cpu_us, 1),
+        }
+
+    put("document (upload to notification)", [upload, notify], docs)
+    put("upload, per document", [upload], docs)
+    put("process + notify, per document", [notify], docs)
+    put("webhook registration", [register], batches)
+    put("delivery attempt (retry call + attempt)", [retry], batches)
+
+    def before(label: str, key: str) -> str:
+        value = BEFORE.get(label, {}).get(key)
+        return "" if value is None else f"{value:g}"
+
+    rows = [
+        [
+            label,
+            f["commands"],
+            before(label, "commands"),
+            f["cpu_us"],
+            before(label, "cpu_us"),
+            f["raw_commands"],
+            f["raw_cpu_us"],
+        ]
+        for label, f in per.items()
+    ]
+    out = Outcome()
+    out.tables.append(
+        table(
+            f"Redis cost ({batches} batches x {PER_BATCH} one-row CSVs, webhook each, "
+            "AOF everysec; net of relay's idle rate)",
+            ["per", "commands", "before", "CPU us", "before", "raw cmds", "raw us"],
+            rows,
+        )
+    )
+    top = sorted(
+        ((k, v) for p in (upload, notify) for k, v in p.calls.items()),
+        key=lambda kv: -kv[1],
+    )
+    merged: dict[str, int] = {}
+    for k, v in top:
+        merged[k] = merged.get(k, 0) + v
+    out.tables.append(
+        table(
+            "commands per document, upload + notify, by command (raw)",
+            ["command", "per document"],
+            [[k, round(v / docs, 2)] for k, v in sorted(merged.items(), key=lambda kv: -kv[1])][
+                :15
+            ],
+        )
+    )
+    out.tables.append(
+        table(
+            "idle rate (taken out of each phase)",
+            ["commands/s", "CPU ms/s"],
+            [[round(idle.commands / idle.wall_s, 1), round(idle.cpu_s / idle.wall_s * 1e3, 2)]],
+        )
+    )
+    document = per["document (upload to notification)"]
+    out.data = {
+        "batches": batches,
+        "per_batch": PER_BATCH,
+        "per": per,
+        "before": BEFORE,
+        "phases": {
+            p.name: {
+                "commands": p.commands,
+                "cpu_s": round(p.cpu_s, 4),
+                "wall_s": round(p.wall_s, 2),
+                "calls": p.calls,
+            }
+            for p in (idle, register, upload, notify, retry)
+        },
+        "by_command_per_document": {k: round(v / docs, 3) for k, v in merged.items()},
+    }
+    out.goal("commands per document", document["commands"], "", "<= 25", document["commands"] <= 25)
+    out.goal(
+        "Redis CPU per document", document["cpu_us"], "us", "<= 250", document["cpu_us"] <= 250
+    )
+    return out
