@@ -36,6 +36,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+import redis
+from rq import Worker
 
 from tests.e2e.client import close_all
 from tests.e2e.traffic import Traffic, p99
@@ -52,6 +54,7 @@ REPEATS = int(os.environ.get("RELAY_FAULT_REPEATS", "2"))
 DEADLINE = 10.0
 BACK_WITHIN = 15.0  # the API answers again this soon after the new primary is named
 STOP_FOR = 10.0  # how long the hung primary stays stopped
+WINDOW = 5.0  # the shortest span of polls a fault's p99 is taken over
 
 SETTINGS = {
     "RELAY_RETRY_SCHEDULE": "0.5,1,1,1,1,2,2,2,2,2,2,2",
@@ -86,8 +89,10 @@ class Report:
             back = wait_until(
                 lambda: traffic.answered_again(named) or 0.0, BACK_WITHIN + 5, 0.1, "no answer"
             )
-        time.sleep(1.0)  # the polls sent just before it answered again are in by now
-        during = traffic.polls(at, back)
+        # The fault's time: until the API answered again, and at least WINDOW seconds.
+        until = max(back, at + WINDOW)
+        time.sleep(max(1.0, until + 1.0 - time.monotonic()))  # those polls are in by now
+        during = traffic.polls(at, until)
         latencies = [s.duration for s in during]
         failed = sum(1 for s in during if s.outcome != "200")
         self.say(
@@ -338,8 +343,18 @@ def test_worker_and_detector_killed_mid_job_under_traffic(
             content=b"sleep=0.5\n" + b"sku,qty\nA,1\n",  # each document holds a worker 0.5 s
         )
         traffic.start()
+        probe = redis.Redis.from_url(server.url)
         for n in range(1, REPEATS + 1):
-            time.sleep(2.0)  # both workers busy with documents
+            time.sleep(2.0)
+            victim = workers[n % 2].pid
+            wait_until(
+                lambda v=victim: any(  # type: ignore[misc]
+                    w.pid == v and w.get_state() == "busy" for w in Worker.all(connection=probe)
+                ),
+                30,
+                0.05,
+                "the worker never took a job",
+            )
             at = time.monotonic()
             workers[n % 2].kill()
             detector.kill()
@@ -347,6 +362,7 @@ def test_worker_and_detector_killed_mid_job_under_traffic(
             workers[n % 2] = stack.worker()
             detector = stack.detector()
             report.measure(traffic, n, at, at, "processes killed")
+        probe.close()
         time.sleep(4.0)  # the killed worker's lease runs out (RELAY_LEASE_SECONDS=3)
         _settle(traffic, fault_receiver, report, stack)
     except BaseException:
