@@ -23,6 +23,7 @@ particular document: every threshold is relative to the size of the text.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import re
 from collections.abc import Iterable, Sequence
@@ -48,6 +49,8 @@ _MAX_LINE_GAP = 2.2
 _MAX_SINGLES = 2
 # A chunk of more words than this is prose, not a cell (when most chunks are).
 _PROSE_WORDS = 7
+# A ruled grid of more cells than this is a drawing (hatching, a map's graticule).
+_MAX_CELLS = 50_000
 # A ruled grid with fewer of its cells filled than this share is no table (a chart's grid).
 _MIN_FILL = 0.2
 # A candidate with at least this many curves or slanted strokes among its lines is a chart.
@@ -242,18 +245,25 @@ def _positions(values: Iterable[float]) -> list[float]:
     return out
 
 
-def _covers(rules: Sequence[Rule], horizontal: bool, at: float, point: float) -> bool:
-    """Whether a rule of ``rules`` lies at ``at`` and covers ``point`` along its length."""
-    for r in rules:
-        if horizontal and abs(r.top - at) <= _SNAP and r.x0 - _REACH <= point <= r.x1 + _REACH:
-            return True
-        if (
-            not horizontal
-            and abs(r.x0 - at) <= _SNAP
-            and r.top - _REACH <= point <= r.bottom + _REACH
-        ):
-            return True
-    return False
+class _Index:
+    """Rules of one orientation by position, to ask whether one covers a point."""
+
+    def __init__(self, rules: Sequence[Rule], horizontal: bool) -> None:
+        spans = sorted(
+            (r.top, r.x0, r.x1) if horizontal else (r.x0, r.top, r.bottom) for r in rules
+        )
+        self.at = [span[0] for span in spans]
+        self.spans = spans
+
+    def covers(self, at: float, point: float) -> bool:
+        """Whether a rule lies at ``at`` (within the snap) and reaches ``point``."""
+        for k in range(bisect.bisect_left(self.at, at - _SNAP), len(self.at)):
+            position, start, end = self.spans[k]
+            if position > at + _SNAP:
+                return False
+            if start - _REACH <= point <= end + _REACH:
+                return True
+        return False
 
 
 @dataclass
@@ -320,6 +330,10 @@ def _ruled(hs: list[Rule], vs: list[Rule], lines: Sequence[_Line]) -> _Region | 
     rows_of = _bands(ys, xs, inside)
     bands = [band for _, band in rows_of]
     rows, cols = len(bands), len(xs) - 1
+    if rows * cols > _MAX_CELLS:
+        region.skip = True  # a drawing's hatching, not a table anyone reads
+        return region
+    h_index, v_index = _Index(hs, True), _Index(vs, False)
     # Cells merged where no rule separates them and text runs across (a spanning cell:
     # its text goes to its top-left cell); the lines of one band split into rows stay apart.
     parent = list(range(rows * cols))
@@ -340,7 +354,7 @@ def _ruled(hs: list[Rule], vs: list[Rule], lines: Sequence[_Line]) -> _Region | 
         y = (band[0].top + band[-1].bottom) / 2
         for j in range(1, cols):
             x = xs[j]
-            if not _covers(vs, False, x, y) and any(
+            if not v_index.covers(x, y) and any(
                 c.x0 < x - 1 and c.x1 > x + 1 for ln in band for c in ln.chunks
             ):
                 union(i * cols + j, i * cols + j - 1)
@@ -349,7 +363,7 @@ def _ruled(hs: list[Rule], vs: list[Rule], lines: Sequence[_Line]) -> _Region | 
         if above == below or not upper or not lower:
             continue  # lines of one band, or an empty band between: no merge
         for j in range(cols):
-            if not _covers(hs, True, ys[below], (xs[j] + xs[j + 1]) / 2):
+            if not h_index.covers(ys[below], (xs[j] + xs[j + 1]) / 2):
                 union(i * cols + j, (i - 1) * cols + j)
     # Each word goes to the cell its middle falls in, then to that cell's top-left anchor;
     # a cell's text is its lines, top to bottom, each line's words left to right.
