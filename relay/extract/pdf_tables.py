@@ -38,7 +38,7 @@ Grid = list[list[str | None]]
 # Words: a gap wider than this share of the line's height separates two words.
 _WORD_GAP = 0.18
 # Chunks (cells side by side): a gap wider than this share of the line's height.
-_CHUNK_GAP = 0.9
+_CHUNK_GAP = 0.75
 # Rules closer than this (points) are one rule; collinear pieces closer than this are joined.
 _SNAP = 3.0
 # A rule reaches a crossing rule if it comes within this (points).
