@@ -178,6 +178,13 @@ def test_a_heading_spanning_two_ruled_columns_sits_at_its_top_left() -> None:
     assert tables_of(ops) == [_table(1, [["Part", "Price per unit in euro and cent", None], *body])]
 
 
+def test_text_drawn_twice_for_bold_is_read_once() -> None:
+    xs = [72.0, 220.0, 330.0]
+    ops = cells(COUNTRIES, xs, 100.0)
+    ops += [text_at(x + 0.4, 100.0, text) for x, text in zip(xs, COUNTRIES[0], strict=True)]
+    assert tables_of(ops) == [_table(1, COUNTRIES)]
+
+
 def test_an_empty_ruled_cell_is_an_empty_string() -> None:
     rows = [["SKU", "Note", "Qty"], ["A1", "", "3"], ["B2", "fragile", "1"]]
     assert tables_of([table_ops(rows)]) == [_table(1, rows)]

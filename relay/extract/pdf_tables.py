@@ -138,8 +138,12 @@ def _split(line: _Line) -> None:
         if current and char.x0 - current[-1].x1 > _WORD_GAP * height:
             words.append(_word(current))
             current = []
-        if current and char.x0 < current[-1].x0 + 0.1 and char.text == current[-1].text:
-            continue  # the same glyph drawn twice (fake bold)
+        if (
+            current
+            and char.text == current[-1].text
+            and char.x0 - current[-1].x0 < 0.3 * (current[-1].x1 - current[-1].x0)
+        ):
+            continue  # the same glyph drawn twice, a little apart (fake bold, shadows)
         current.append(char)
     if current:
         words.append(_word(current))
