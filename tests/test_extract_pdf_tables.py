@@ -178,6 +178,15 @@ def test_a_heading_spanning_two_ruled_columns_sits_at_its_top_left() -> None:
     assert tables_of(ops) == [_table(1, [["Part", "Price per unit in euro and cent", None], *body])]
 
 
+def test_dot_leaders_part_a_label_from_its_figure() -> None:
+    rows = [["Total population", "12,345"], ["Men", "6,001"], ["Women", "6,344"]]
+    ops = []
+    for i, (label, value) in enumerate(rows):
+        # the dots run up to one space before the figure: no white between the columns
+        ops.append(text_at(72, 100 + 16 * i, f"{label} {'.' * (40 - len(label))} {value}"))
+    assert tables_of(ops) == [_table(1, rows)]
+
+
 def test_text_drawn_twice_for_bold_is_read_once() -> None:
     xs = [72.0, 220.0, 330.0]
     ops = cells(COUNTRIES, xs, 100.0)

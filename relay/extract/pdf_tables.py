@@ -37,6 +37,9 @@ Grid = list[list[str | None]]
 
 # Words: a gap wider than this share of the line's height separates two words.
 _WORD_GAP = 0.18
+# Leaders: a run of at least this many of these characters parts two cells.
+_LEADER_RUN = 4
+_LEADER_CHARS = frozenset("._\u00b7\u2026\u2024\u2027")
 # Chunks (cells side by side): a gap wider than this share of the line's height.
 _CHUNK_GAP = 0.75
 # Rules closer than this (points) are one rule; collinear pieces closer than this are joined.
@@ -127,14 +130,45 @@ def _lines(chars: Iterable[Char]) -> list[_Line]:
         line.top = min(c.top for c in line.chars)
         line.bottom = max(c.bottom for c in line.chars)
         _split(line)
-    return lines
+    return [line for line in lines if line.words]  # a line of leaders only is a rule
+
+
+def _leaders(chars: Sequence[Char], height: float) -> list[bool]:
+    """Which of a line's characters (in x order) are leaders: runs of at least
+    ``_LEADER_RUN`` dots, middle dots, ellipses or underscores that lead the eye from a
+    label to its figure ("Total ........ 123"). They part cells like white space."""
+    marks = [False] * len(chars)
+    i = 0
+    while i < len(chars):
+        if chars[i].text not in _LEADER_CHARS:
+            i += 1
+            continue
+        j = i + 1
+        while (
+            j < len(chars)
+            and chars[j].text in _LEADER_CHARS
+            and chars[j].x0 - chars[j - 1].x1 <= height
+        ):
+            j += 1
+        if j - i >= _LEADER_RUN:
+            marks[i:j] = [True] * (j - i)
+        i = j
+    return marks
 
 
 def _split(line: _Line) -> None:
     height = max(line.bottom - line.top, 1.0)
     words: list[_Word] = []
+    breaks: set[int] = set()  # indices of words a leader comes before
     current: list[Char] = []
-    for char in line.chars:
+    leaders = _leaders(line.chars, height)
+    for char, leader in zip(line.chars, leaders, strict=True):
+        if leader:
+            if current:
+                words.append(_word(current))
+                current = []
+            breaks.add(len(words))
+            continue
         if current and char.x0 - current[-1].x1 > _WORD_GAP * height:
             words.append(_word(current))
             current = []
@@ -149,8 +183,8 @@ def _split(line: _Line) -> None:
         words.append(_word(current))
     line.words = words
     chunks: list[_Chunk] = []
-    for word in words:
-        if chunks and word.x0 - chunks[-1].x1 <= _CHUNK_GAP * height:
+    for index, word in enumerate(words):
+        if chunks and index not in breaks and word.x0 - chunks[-1].x1 <= _CHUNK_GAP * height:
             chunks[-1].words.append(word)
         else:
             chunks.append(_Chunk([word]))
