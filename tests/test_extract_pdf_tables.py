@@ -178,6 +178,23 @@ def test_a_heading_spanning_two_ruled_columns_sits_at_its_top_left() -> None:
     assert tables_of(ops) == [_table(1, [["Part", "Price per unit in euro and cent", None], *body])]
 
 
+def test_figures_set_midway_beside_a_two_line_label_are_one_row() -> None:
+    ops = cells([["Substance", "Air", "Water"]], [72.0, 250.0, 330.0], 100.0)
+    ops += [text_at(72, 120, "Chlorine and inorganic"), text_at(72, 132, "compounds (as HCl)")]
+    ops += [text_at(250, 126, "10 000"), text_at(330, 126, "-")]
+    ops += cells([["Halons", "1", "-"]], [72.0, 250.0, 330.0], 150.0)
+    assert tables_of(ops) == [
+        _table(
+            1,
+            [
+                ["Substance", "Air", "Water"],
+                ["Chlorine and inorganic\ncompounds (as HCl)", "10 000", "-"],
+                ["Halons", "1", "-"],
+            ],
+        )
+    ]
+
+
 def test_dot_leaders_part_a_label_from_its_figure() -> None:
     rows = [["Total population", "12,345"], ["Men", "6,001"], ["Women", "6,344"]]
     ops = []

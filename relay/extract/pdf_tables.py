@@ -545,6 +545,21 @@ def _aligned(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> bool
     )
 
 
+def _overlapping(lines: Sequence[_Line]) -> list[list[_Line]]:
+    """Consecutive lines grouped where they overlap by more than a quarter of a line's
+    height: figures set midway beside a label of two lines are one row with it."""
+    groups: list[list[_Line]] = []
+    for line in lines:
+        if groups:
+            last = groups[-1][-1]
+            overlap = min(last.bottom, line.bottom) - max(last.top, line.top)
+            if overlap > 0.25 * min(last.height, line.height):
+                groups[-1].append(line)
+                continue
+        groups.append([line])
+    return groups
+
+
 def _unruled(block: Sequence[_Line]) -> Grid | None:
     cuts = _columns(block)
     if not cuts:
@@ -554,9 +569,9 @@ def _unruled(block: Sequence[_Line]) -> Grid | None:
         return None
     edges = [float("-inf"), *cuts, float("inf")]
     grid: Grid = []
-    for line in block:
+    for group in _overlapping(block):
         row: list[str | None] = [""] * (len(edges) - 1)
-        for chunk in line.chunks:
+        for chunk in (chunk for line in group for chunk in line.chunks):
             # a chunk crossing a cut is split there when a word gap lies on it, else kept whole
             pieces: list[list[_Word]] = [[chunk.words[0]]]
             for prev, word in zip(chunk.words, chunk.words[1:], strict=False):
@@ -568,7 +583,8 @@ def _unruled(block: Sequence[_Line]) -> Grid | None:
                 column = sum(1 for cut in cuts if cut < piece[0].x0)
                 last = sum(1 for cut in cuts if cut < piece[-1].x1)
                 text = " ".join(w.text for w in piece)
-                row[column] = f"{row[column]} {text}" if row[column] else text
+                glue = "\n" if len(group) > 1 else " "
+                row[column] = f"{row[column]}{glue}{text}" if row[column] else text
                 for covered in range(column + 1, last + 1):
                     if not row[covered]:
                         row[covered] = None  # under a cell spanning columns
