@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from relay import __version__
 from relay.config import Settings, env_example, explicitly_set, load_settings
 from relay.exceptions import ConfigError, RelayError
+from relay.extract.errors import ExtractorConfigError
 from relay.logs import redact_url
 
 if TYPE_CHECKING:
@@ -435,7 +436,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _logging(settings)
         result: int = args.func(settings, args)
         return result
-    except ConfigError as exc:
+    except (ConfigError, ExtractorConfigError) as exc:
         print(f"relay: configuration error: {exc}", file=sys.stderr)
         return 2
     except RelayError as exc:
