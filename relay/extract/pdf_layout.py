@@ -237,21 +237,27 @@ def read_pdfium(page: Any) -> PageLayout:
         chars = layout.chars
         count = textpage.count_chars()
         layout.has_text = count > 0
+        # All the page's UTF-16 code units in one call (one unit per character index; a
+        # character beyond the BMP takes two indices, a surrogate pair).
+        buffer = (ctypes.c_ushort * (count + 1))()
+        raw.FPDFText_GetText(textpage, 0, count, buffer)
+        units = list(buffer)
         for index in range(count):
-            code = raw.FPDFText_GetUnicode(textpage, index)
-            if code <= 32 or code == 0xA0 or raw.FPDFText_IsGenerated(textpage, index) == 1:
+            code = units[index]
+            if code <= 32 or code == 0xA0 or 0xDC00 <= code <= 0xDFFF:
                 continue  # spaces (pdfium adds its own guesses): words come from gaps
+            if 0xD800 <= code <= 0xDBFF:
+                low = units[index + 1]
+                if not 0xDC00 <= low <= 0xDFFF:
+                    continue
+                code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
             turn = (math.degrees(raw.FPDFText_GetCharAngle(textpage, index)) + view.rotation) % 360
             if min(turn, 360 - turn) > _UPRIGHT:
                 continue  # vertical or slanted text: axis labels, stamps, not table cells
             if not raw.FPDFText_GetLooseCharBox(textpage, index, rect):
                 continue
-            try:
-                text = chr(code)
-            except ValueError:
-                continue
             x0, top, x1, bottom = view.box(rect.left, rect.bottom, rect.right, rect.top)
-            chars.append(Char(x0, top, x1, bottom, text, bottom - top))
+            chars.append(Char(x0, top, x1, bottom, chr(code), bottom - top))
     finally:
         textpage.close()
     for obj, ctm in _objects(raw, page, _IDENTITY, False, 0):

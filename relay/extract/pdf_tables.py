@@ -23,6 +23,7 @@ particular document: every threshold is relative to the size of the text.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import re
 from collections.abc import Iterable, Sequence
@@ -36,8 +37,11 @@ Grid = list[list[str | None]]
 
 # Words: a gap wider than this share of the line's height separates two words.
 _WORD_GAP = 0.18
+# Leaders: a run of at least this many of these characters parts two cells.
+_LEADER_RUN = 4
+_LEADER_CHARS = frozenset("._\u00b7\u2026\u2024\u2027")
 # Chunks (cells side by side): a gap wider than this share of the line's height.
-_CHUNK_GAP = 0.9
+_CHUNK_GAP = 0.75
 # Rules closer than this (points) are one rule; collinear pieces closer than this are joined.
 _SNAP = 3.0
 # A rule reaches a crossing rule if it comes within this (points).
@@ -48,6 +52,10 @@ _MAX_LINE_GAP = 2.2
 _MAX_SINGLES = 2
 # A chunk of more words than this is prose, not a cell (when most chunks are).
 _PROSE_WORDS = 7
+# Between two rules of a partly ruled table, at most this many lines may be one row.
+_BAND_LINES = 4
+# A ruled grid of more cells than this is a drawing (hatching, a map's graticule).
+_MAX_CELLS = 50_000
 # A ruled grid with fewer of its cells filled than this share is no table (a chart's grid).
 _MIN_FILL = 0.2
 # A candidate with at least this many curves or slanted strokes among its lines is a chart.
@@ -124,26 +132,61 @@ def _lines(chars: Iterable[Char]) -> list[_Line]:
         line.top = min(c.top for c in line.chars)
         line.bottom = max(c.bottom for c in line.chars)
         _split(line)
-    return lines
+    return [line for line in lines if line.words]  # a line of leaders only is a rule
+
+
+def _leaders(chars: Sequence[Char], height: float) -> list[bool]:
+    """Which of a line's characters (in x order) are leaders: runs of at least
+    ``_LEADER_RUN`` dots, middle dots, ellipses or underscores that lead the eye from a
+    label to its figure ("Total ........ 123"). They part cells like white space."""
+    marks = [False] * len(chars)
+    i = 0
+    while i < len(chars):
+        if chars[i].text not in _LEADER_CHARS:
+            i += 1
+            continue
+        j = i + 1
+        while (
+            j < len(chars)
+            and chars[j].text in _LEADER_CHARS
+            and chars[j].x0 - chars[j - 1].x1 <= height
+        ):
+            j += 1
+        if j - i >= _LEADER_RUN:
+            marks[i:j] = [True] * (j - i)
+        i = j
+    return marks
 
 
 def _split(line: _Line) -> None:
     height = max(line.bottom - line.top, 1.0)
     words: list[_Word] = []
+    breaks: set[int] = set()  # indices of words a leader comes before
     current: list[Char] = []
-    for char in line.chars:
+    leaders = _leaders(line.chars, height)
+    for char, leader in zip(line.chars, leaders, strict=True):
+        if leader:
+            if current:
+                words.append(_word(current))
+                current = []
+            breaks.add(len(words))
+            continue
         if current and char.x0 - current[-1].x1 > _WORD_GAP * height:
             words.append(_word(current))
             current = []
-        if current and char.x0 < current[-1].x0 + 0.1 and char.text == current[-1].text:
-            continue  # the same glyph drawn twice (fake bold)
+        if (
+            current
+            and char.text == current[-1].text
+            and char.x0 - current[-1].x0 < 0.3 * (current[-1].x1 - current[-1].x0)
+        ):
+            continue  # the same glyph drawn twice, a little apart (fake bold, shadows)
         current.append(char)
     if current:
         words.append(_word(current))
     line.words = words
     chunks: list[_Chunk] = []
-    for word in words:
-        if chunks and word.x0 - chunks[-1].x1 <= _CHUNK_GAP * height:
+    for index, word in enumerate(words):
+        if chunks and index not in breaks and word.x0 - chunks[-1].x1 <= _CHUNK_GAP * height:
             chunks[-1].words.append(word)
         else:
             chunks.append(_Chunk([word]))
@@ -242,18 +285,25 @@ def _positions(values: Iterable[float]) -> list[float]:
     return out
 
 
-def _covers(rules: Sequence[Rule], horizontal: bool, at: float, point: float) -> bool:
-    """Whether a rule of ``rules`` lies at ``at`` and covers ``point`` along its length."""
-    for r in rules:
-        if horizontal and abs(r.top - at) <= _SNAP and r.x0 - _REACH <= point <= r.x1 + _REACH:
-            return True
-        if (
-            not horizontal
-            and abs(r.x0 - at) <= _SNAP
-            and r.top - _REACH <= point <= r.bottom + _REACH
-        ):
-            return True
-    return False
+class _Index:
+    """Rules of one orientation by position, to ask whether one covers a point."""
+
+    def __init__(self, rules: Sequence[Rule], horizontal: bool) -> None:
+        spans = sorted(
+            (r.top, r.x0, r.x1) if horizontal else (r.x0, r.top, r.bottom) for r in rules
+        )
+        self.at = [span[0] for span in spans]
+        self.spans = spans
+
+    def covers(self, at: float, point: float) -> bool:
+        """Whether a rule lies at ``at`` (within the snap) and reaches ``point``."""
+        for k in range(bisect.bisect_left(self.at, at - _SNAP), len(self.at)):
+            position, start, end = self.spans[k]
+            if position > at + _SNAP:
+                return False
+            if start - _REACH <= point <= end + _REACH:
+                return True
+        return False
 
 
 @dataclass
@@ -271,6 +321,22 @@ def _numeric(text: str) -> bool:
     return any(ch.isdigit() for ch in text)
 
 
+def _full_columns(
+    band: Sequence[_Line], columns: Sequence[tuple[float, float]]
+) -> list[tuple[float, float]]:
+    """The columns that have a word on every line of ``band``, when there are two at least
+    and figures fill one of them: the band's lines are rows of their own (else none)."""
+    full: list[tuple[float, float]] = []
+    numeric = False
+    if len(band) >= 2:
+        for x0, x1 in columns:
+            cells = [[w for w in ln.words if x0 <= (w.x0 + w.x1) / 2 < x1] for ln in band]
+            if all(cells):
+                full.append((x0, x1))
+                numeric = numeric or all(_numeric(w.text) for ws in cells for w in ws)
+    return full if len(full) >= 2 and numeric else []
+
+
 def _bands(
     ys: Sequence[float], xs: Sequence[float], lines: Sequence[_Line]
 ) -> list[tuple[int, list[_Line]]]:
@@ -283,15 +349,8 @@ def _bands(
     columns = list(itertools.pairwise(xs))
     for index, (top, bottom) in enumerate(itertools.pairwise(ys)):
         band = [ln for ln in lines if top <= (ln.top + ln.bottom) / 2 < bottom]
-        full: list[tuple[float, float]] = []
-        numeric = False
-        if len(band) >= 2:
-            for x0, x1 in columns:
-                cells = [[w for w in ln.words if x0 <= (w.x0 + w.x1) / 2 < x1] for ln in band]
-                if all(cells):
-                    full.append((x0, x1))
-                    numeric = numeric or all(_numeric(w.text) for ws in cells for w in ws)
-        if len(full) < 2 or not numeric:
+        full = _full_columns(band, columns)
+        if not full:
             rows.append((index, band))
             continue
         split: list[list[_Line]] = []
@@ -320,6 +379,10 @@ def _ruled(hs: list[Rule], vs: list[Rule], lines: Sequence[_Line]) -> _Region | 
     rows_of = _bands(ys, xs, inside)
     bands = [band for _, band in rows_of]
     rows, cols = len(bands), len(xs) - 1
+    if rows * cols > _MAX_CELLS:
+        region.skip = True  # a drawing's hatching, not a table anyone reads
+        return region
+    h_index, v_index = _Index(hs, True), _Index(vs, False)
     # Cells merged where no rule separates them and text runs across (a spanning cell:
     # its text goes to its top-left cell); the lines of one band split into rows stay apart.
     parent = list(range(rows * cols))
@@ -340,7 +403,7 @@ def _ruled(hs: list[Rule], vs: list[Rule], lines: Sequence[_Line]) -> _Region | 
         y = (band[0].top + band[-1].bottom) / 2
         for j in range(1, cols):
             x = xs[j]
-            if not _covers(vs, False, x, y) and any(
+            if not v_index.covers(x, y) and any(
                 c.x0 < x - 1 and c.x1 > x + 1 for ln in band for c in ln.chunks
             ):
                 union(i * cols + j, i * cols + j - 1)
@@ -349,7 +412,7 @@ def _ruled(hs: list[Rule], vs: list[Rule], lines: Sequence[_Line]) -> _Region | 
         if above == below or not upper or not lower:
             continue  # lines of one band, or an empty band between: no merge
         for j in range(cols):
-            if not _covers(hs, True, ys[below], (xs[j] + xs[j + 1]) / 2):
+            if not h_index.covers(ys[below], (xs[j] + xs[j + 1]) / 2):
                 union(i * cols + j, (i - 1) * cols + j)
     # Each word goes to the cell its middle falls in, then to that cell's top-left anchor;
     # a cell's text is its lines, top to bottom, each line's words left to right.
@@ -493,7 +556,53 @@ def _aligned(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> bool
     )
 
 
-def _unruled(block: Sequence[_Line]) -> Grid | None:
+def _overlapping(lines: Sequence[_Line]) -> list[list[_Line]]:
+    """Consecutive lines grouped where they overlap by more than a quarter of a line's
+    height: figures set midway beside a label of two lines are one row with it."""
+    groups: list[list[_Line]] = []
+    for line in lines:
+        if groups:
+            last = groups[-1][-1]
+            overlap = min(last.bottom, line.bottom) - max(last.top, line.top)
+            if overlap > 0.25 * min(last.height, line.height):
+                groups[-1].append(line)
+                continue
+        groups.append([line])
+    return groups
+
+
+def _ruled_rows(
+    block: Sequence[_Line], edges: Sequence[float], rules: Sequence[Rule]
+) -> list[list[_Line]]:
+    """The rows of an unruled table: its lines, those overlapping grouped; where
+    horizontal rules across the table part groups of rows (a partly ruled table), a group
+    of at most ``_BAND_LINES`` lines with no more than two lines of several cells between
+    two rules is one row (a header or a cell wrapped over lines), unless figures fill two
+    of its columns on every line (rows of their own)."""
+    groups = _overlapping(block)
+    x0, x1 = min(ln.x0 for ln in block), max(ln.x1 for ln in block)
+    top, bottom = block[0].top, block[-1].bottom
+    ys = sorted(
+        r.top
+        for r in rules
+        if top < r.top < bottom and min(r.x1, x1) - max(r.x0, x0) >= 0.7 * (x1 - x0)
+    )
+    if not ys:
+        return groups
+    columns = list(itertools.pairwise(edges))
+    rows: list[list[_Line]] = []
+    for upper, lower in itertools.pairwise([top - 1.0, *ys, bottom + 1.0]):
+        band = [g for g in groups if upper <= (g[0].top + g[-1].bottom) / 2 < lower]
+        lines = [ln for g in band for ln in g]
+        multi = sum(any(len(ln.chunks) >= 2 for ln in g) for g in band)
+        if band and len(lines) <= _BAND_LINES and multi <= 2 and not _full_columns(lines, columns):
+            rows.append(lines)
+        else:
+            rows += band
+    return rows
+
+
+def _unruled(block: Sequence[_Line], rules: Sequence[Rule] = ()) -> Grid | None:
     cuts = _columns(block)
     if not cuts:
         return None
@@ -502,9 +611,9 @@ def _unruled(block: Sequence[_Line]) -> Grid | None:
         return None
     edges = [float("-inf"), *cuts, float("inf")]
     grid: Grid = []
-    for line in block:
+    for group in _ruled_rows(block, edges, rules):
         row: list[str | None] = [""] * (len(edges) - 1)
-        for chunk in line.chunks:
+        for chunk in (chunk for line in group for chunk in line.chunks):
             # a chunk crossing a cut is split there when a word gap lies on it, else kept whole
             pieces: list[list[_Word]] = [[chunk.words[0]]]
             for prev, word in zip(chunk.words, chunk.words[1:], strict=False):
@@ -516,7 +625,8 @@ def _unruled(block: Sequence[_Line]) -> Grid | None:
                 column = sum(1 for cut in cuts if cut < piece[0].x0)
                 last = sum(1 for cut in cuts if cut < piece[-1].x1)
                 text = " ".join(w.text for w in piece)
-                row[column] = f"{row[column]} {text}" if row[column] else text
+                glue = "\n" if len(group) > 1 else " "
+                row[column] = f"{row[column]}{glue}{text}" if row[column] else text
                 for covered in range(column + 1, last + 1):
                     if not row[covered]:
                         row[covered] = None  # under a cell spanning columns
@@ -589,11 +699,13 @@ def find_tables(layout: PageLayout) -> list[Grid]:
     found: list[tuple[float, float, Grid]] = []
     taken: list[_Region] = []
 
+    across = _merge((r for r in layout.rules if r.horizontal), True)
+
     def unruled(candidates: list[_Line]) -> None:
         for block in _blocks(candidates):
             if _chart(layout, block):
                 continue
-            table = _unruled(block)
+            table = _unruled(block, across)
             if table:
                 found.append((block[0].top, block[0].x0, table))
 
