@@ -245,8 +245,8 @@ async def _aclose_with_sentinels(self: Any, close_connection_pool: bool | None =
 
 
 # Clients of the primary whose close() closes their connections to the Sentinels too (set
-# as ``client.sentinel`` by the builders below; RQ's scheduler builds one of the same class
-# without it, on a pool of its own made from this one's settings).
+# as ``client.sentinel`` by the builders below) and stops their follower (a class built from
+# one's settings elsewhere, without them, closes like a plain client).
 _SentinelRedis: Any = type(
     "_SentinelRedis",
     (redis.Redis,),
