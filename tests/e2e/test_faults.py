@@ -47,6 +47,11 @@ from tests.support.receiver import Receiver
 from tests.support.sentinels import SENTINEL_PASSWORD, SERVICE, Topology
 
 REPEATS = int(os.environ.get("RELAY_FAULT_REPEATS", "2"))
+# Opt-in (RELAY_FAULT_SUITE=1) until the suite has passed ten runs in a row here.
+pytestmark = pytest.mark.skipif(
+    os.environ.get("RELAY_FAULT_SUITE") != "1",
+    reason="the fault suite is opt-in for now: RELAY_FAULT_SUITE=1",
+)
 # The client's deadline for every request. A request's Redis work is bounded by the API's own
 # timeouts (RELAY_REDIS_SOCKET_TIMEOUT 5 s for a reply, RELAY_REDIS_CONNECT_TIMEOUT 1 s,
 # RELAY_REDIS_SENTINEL_TIMEOUT 0.5 s per Sentinel): a request that outlives 10 s waited on
