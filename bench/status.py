@@ -7,13 +7,16 @@
 2. the same app doing one pipelined Redis round trip (``/redis``): the floor for any endpoint
    that reads Redis;
 3. relay's ``GET /api/v1/batches/{name}`` with ``Authorization: Bearer`` and the rate limit
-   on (raised to 1,000,000/minute so nothing is refused).
+   on (raised to 1,000,000/minute so nothing is refused);
+4. the same request to relay's app on uvicorn's stock httptools protocol, without the HTTP
+   bounds of ``relay.api.server`` (``bench/unbounded_api.py``): what the bounds cost.
 
-Each gets a short warm-up run first, then the three are measured in interleaved rounds
+Each gets a short warm-up run first, then the four are measured in interleaved rounds
 (default 2) and the best round of each is reported (all rounds are in the JSON): the machine
 may be shared, and a burst of someone else's load should not land on one target only.
 ``wrk``'s "Non-2xx or 3xx responses" line shows whether every answer was a success (every
-round of every target is checked). Goal: relay at least half the bare endpoint's requests/s.
+round of every target is checked). Goals: relay at least half the bare endpoint's requests/s,
+and at least 0.9 of itself on stock uvicorn.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from relay.store import BatchRef
 from tests.support.procs import spawn
 
 NAME = "status"
+# relay's app on uvicorn's stock protocol (bench/unbounded_api.py): what the HTTP bounds cost.
+UNBOUNDED = "relay, stock uvicorn (no HTTP bounds)"
 CONNECTIONS = 32
 THREADS = 1
 
@@ -122,11 +127,23 @@ def run(quick: bool = False, profile: bool = False) -> Outcome:
         st.procs.append(bare)
         bare_url = f"http://127.0.0.1:{port}"
         wait_http(bare_url + "/bare", 30, bare)
+        unbounded_port = free_port()
+        unbounded = spawn(
+            "unbounded",
+            [sys.executable, "-m", "bench.unbounded_api", "--port", str(unbounded_port)],
+            st.tmp,
+            st.env,
+            ROOT,
+        )
+        st.procs.append(unbounded)
+        unbounded_url = f"http://127.0.0.1:{unbounded_port}/api/v1/batches/status"
+        wait_http(f"http://127.0.0.1:{unbounded_port}/healthz", 30, unbounded)
         relay_url = f"{st.api_url}/api/v1/batches/status"
         targets: list[tuple[str, str, dict[str, str], int]] = [
             ("bare Starlette JSON endpoint", bare_url + "/bare", {}, bare.pid),
             ("Starlette + 1 pipelined Redis round trip", bare_url + "/redis", {}, bare.pid),
             ("relay GET /api/v1/batches/{name}", relay_url, auth, api.pid),
+            (UNBOUNDED, unbounded_url, auth, unbounded.pid),
         ]
         runs: dict[str, list[dict[str, Any]]] = {label: [] for label, *_ in targets}
         profiles: dict[str, Any] = {}
@@ -160,7 +177,9 @@ def run(quick: bool = False, profile: bool = False) -> Outcome:
     bare_r = results[targets[0][0]]
     redis_r = results[targets[1][0]]
     relay_r = results[targets[2][0]]
+    unbounded_r = results[UNBOUNDED]
     vs_bare = ratio(relay_r["requests_per_s"], bare_r["requests_per_s"])
+    vs_unbounded = ratio(relay_r["requests_per_s"], unbounded_r["requests_per_s"])
     vs_redis = ratio(relay_r["requests_per_s"], redis_r["requests_per_s"])
     all_ok = all(r["non_2xx"] == 0 and r["socket_errors"] == 0 for rs in runs.values() for r in rs)
     out.data = {
@@ -172,6 +191,7 @@ def run(quick: bool = False, profile: bool = False) -> Outcome:
         },
         "ratio_relay_over_bare": vs_bare,
         "ratio_relay_over_one_round_trip": vs_redis,
+        "ratio_relay_over_stock_uvicorn": vs_unbounded,
         "all_answers_2xx": all_ok,
         "rate_limit_window_size_after": window,
         "rate_limit_headers": limit_headers,
@@ -219,4 +239,11 @@ def run(quick: bool = False, profile: bool = False) -> Outcome:
         out.tables.append(render(profiles))
     out.goal("status req/s, relay / bare Starlette", vs_bare, "x", ">= 0.5", vs_bare >= 0.5)
     out.goal("status answers all 2xx", float(all_ok), "", "1 (yes)", all_ok)
+    out.goal(
+        "status req/s, relay serve (HTTP bounds) / relay on stock uvicorn",
+        vs_unbounded,
+        "x",
+        ">= 0.9",
+        vs_unbounded >= 0.9,
+    )
     return out
