@@ -241,3 +241,26 @@ def test_the_connection_bound_holds(api_factory: ApiFactory) -> None:
     while not served():
         assert time.monotonic() < deadline, "never served again"
         time.sleep(0.2)
+
+
+def test_requests_within_the_bounds_pass_in_pieces_and_pipelined(bounded: Api) -> None:
+    body = json.dumps({"since": "2026-01-01T00:00:00Z"}).encode()
+    head = (
+        f"POST {V1}/deliveries/recover HTTP/1.1\r\nHost: relay\r\n"
+        f"Authorization: Bearer {bounded.key('acme')}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    ).encode()
+    with connect(bounded) as sock:
+        for piece in (head[:20], head[20:], body[:5], body[5:]):  # each in time
+            sock.sendall(piece)
+            time.sleep(0.2)
+        assert read_all(sock).startswith(b"HTTP/1.1 202 ")
+    # Two requests in one write: both answered, in order.
+    with connect(bounded) as sock:
+        sock.sendall(
+            b"GET /healthz HTTP/1.1\r\nHost: relay\r\n\r\n"
+            b"GET /nope HTTP/1.1\r\nHost: relay\r\nConnection: close\r\n\r\n"
+        )
+        raw = read_all(sock)
+    assert raw.startswith(b"HTTP/1.1 200 ") and b"HTTP/1.1 404 " in raw

@@ -131,10 +131,6 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             if self._drained > LINGER_BYTES:
                 self.transport.close()
             return
-        if self._phase is _IDLE:
-            self._begin_head()
-            if self._timer is None:  # armed already when the connection is new
-                self._started = self.loop.time()
         self._unset_keepalive_if_required()
         try:
             self.parser.feed_data(data)
@@ -152,29 +148,25 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 self.logger.warning(msg)
                 self.send_400_response(msg)
             return
-        if self._phase is _HEAD:
+        # A request that came whole in this read left nothing to bound: the common case
+        # costs two comparisons. What is left incomplete gets its deadline now.
+        phase = self._phase
+        if phase is _HEAD:
             self._head_bytes += len(data)
             if self._head_bytes > self.limits.max_header_bytes:
                 self._close_with(431, "headers_too_large", self._too_many_bytes())
-            elif self._timer is None:
+            elif self._timer is None:  # (a new connection's runs from its accept)
+                self._started = self.loop.time()
                 self._arm(self.limits.header_timeout, self._head_timed_out)
-        elif self._phase is _BODY and self._timer is None:
+        elif phase is _BODY and self._timer is None:
+            self._started = self.loop.time()
             self._arm(self.limits.body_timeout, self._body_timed_out)
 
     # -- parser callbacks ----------------------------------------------------------------
 
     def on_message_begin(self) -> None:
+        self._phase = _HEAD
         super().on_message_begin()
-        if self._phase is not _HEAD:  # a pipelined request right after the previous one
-            self._begin_head()
-            self._started = self.loop.time()
-
-    def on_url(self, url: bytes) -> None:
-        self._head_size += len(url)
-        if self._head_size > self.limits.max_header_bytes:
-            self._refused = self._too_many_bytes()
-            raise _HeadRefused
-        super().on_url(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._header_count += 1
@@ -193,22 +185,22 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         return None
 
     def on_headers_complete(self) -> None:
-        self._disarm()
+        if self._timer is not None:
+            self._disarm()
+        if self._head_size + len(self.url) > self.limits.max_header_bytes:
+            self._refused = self._too_many_bytes()  # a long request line, arrived in one read
+            raise _HeadRefused
         self._phase = _BODY
-        self._started = self.loop.time()
+        self._head_bytes = self._head_size = self._header_count = 0
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
-        self._disarm()
+        if self._timer is not None:
+            self._disarm()
         self._phase = _IDLE
         super().on_message_complete()
 
     # -- deadlines -----------------------------------------------------------------------
-
-    def _begin_head(self) -> None:
-        self._phase = _HEAD
-        self._head_bytes = self._head_size = self._header_count = 0
-        self._refused = ""
 
     def _too_many_bytes(self) -> str:
         return f"the request line and headers exceed {self.limits.max_header_bytes} bytes"
