@@ -1,6 +1,6 @@
 """relay's app on uvicorn's stock httptools protocol, without ``relay.api.server``'s bounds.
 
-The ``status`` benchmark serves it beside ``relay serve`` to measure, in the same run, what the
+The ``http_bounds`` benchmark serves it beside ``relay serve`` to measure, in the same run, what the
 HTTP bounds cost: the same app and settings, only the protocol class differs.
 """
 

@@ -11,6 +11,15 @@ Configuration (environment; the values come from relay's ``GET /api/v1/webhook-s
 
 Set a secret, a public key or both; every kind you set must verify. The names do not start with
 RELAY_ because relay refuses unknown RELAY_* settings and you may run both in one shell.
+
+Catching up (optional): with
+
+    EVENTS_API_URL               relay's API, e.g. http://127.0.0.1:8000/api/v1
+    EVENTS_API_KEY               an API key of the account (rk_...)
+
+the receiver keeps the id of the last event it processed in a file (``--state``, default
+``.receiver-last-id``) and, when it starts, reads ``GET /events?after=<that id>``: whatever
+completed while it was down is processed first, in order, each once.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
+import httpx
 import uvicorn
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -107,11 +117,57 @@ def first_time(msg_id: str) -> bool:
     return True
 
 
-async def process(msg_id: str, event: dict[str, Any]) -> None:
-    """The slow part, run after the answer has gone out (a real app hands it to a job queue)."""
+STATE: dict[str, str] = {"path": ".receiver-last-id"}
+
+
+def last_processed() -> str | None:
+    try:
+        with open(STATE["path"]) as f:
+            return f.read().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def remember(msg_id: str) -> None:
+    """Keep the id of the last event processed (written aside, then renamed: never torn)."""
+    tmp = STATE["path"] + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(msg_id)
+    os.replace(tmp, STATE["path"])
+
+
+def handle(msg_id: str, event: dict[str, Any]) -> None:
+    """The work itself (a real app hands it to a job queue)."""
     data = event["data"]
     # e.g. GET data["results_url"] with your API key and store the line items.
     print(f"processed {msg_id} batch={data['batch_name']} seq={data['completion_seq']}", flush=True)
+    remember(msg_id)
+
+
+async def process(msg_id: str, event: dict[str, Any]) -> None:
+    """The slow part, run after the answer has gone out."""
+    handle(msg_id, event)
+
+
+def catch_up(api_url: str, api_key: str) -> int:
+    """Process every event after the last one processed (GET /events, page by page)."""
+    after = last_processed()
+    done = 0
+    with httpx.Client(
+        base_url=api_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=30
+    ) as client:
+        while True:
+            params: dict[str, Any] = {"limit": 100, **({"after": after} if after else {})}
+            r = client.get("/events", params=params)
+            r.raise_for_status()
+            page = r.json()
+            for event in page["events"]:
+                if first_time(event["id"]):
+                    handle(event["id"], event)
+                    done += 1
+            after = page["next_cursor"]
+            if not page["has_more"]:
+                return done
 
 
 async def hook(request: Request) -> PlainTextResponse:
@@ -141,7 +197,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="Receive relay's batch-completion webhooks.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9000)
+    parser.add_argument("--state", default=STATE["path"], help="the last processed id's file")
     args = parser.parse_args()
+    STATE["path"] = args.state
     secrets = _env("WEBHOOK_SECRET", "WEBHOOK_PREVIOUS_SECRET")
     public_keys = _env("WEBHOOK_PUBLIC_KEY", "WEBHOOK_PREVIOUS_PUBLIC_KEY")
     if not secrets and not public_keys:
@@ -150,6 +208,9 @@ def main() -> None:
         verifier = Verifier(secrets, public_keys)
     except ValueError as exc:  # binascii.Error is a ValueError
         sys.exit(f"unusable WEBHOOK_* value: {exc}")
+    api_url, api_key = _env("EVENTS_API_URL"), _env("EVENTS_API_KEY")
+    if api_url and api_key:
+        print(f"caught up: {catch_up(api_url[0], api_key[0])} event(s)", flush=True)
     app = Starlette(routes=[Route("/hook", hook, methods=["POST"])])
     app.state.verifier = verifier
     print(

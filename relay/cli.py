@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import re
 import signal
 import sys
 import time
@@ -117,6 +116,8 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
             else:
                 log.warning("worker stopped on an error", exc_info=True)
         if args.burst or (worker is not None and worker.stop_requested):
+            if "background" in ctx.__dict__:  # documents moved to the background end first
+                ctx.background.join(ctx.settings.extract_timeout + 5)
             _finish_deliveries(ctx, wait_for_due=args.burst)
             return 0
         if time.monotonic() - started > 60:  # it had been working: not a restart loop
@@ -221,21 +222,46 @@ def account_name(text: str) -> str:
     return text
 
 
-_DURATION = re.compile(r"^(\d+)([smhd])$")
-
-
-def parse_duration(text: str) -> float:
-    """``90s``, ``15m``, ``2h``, ``7d`` -> seconds."""
-    m = _DURATION.match(text.strip())
-    if m is None:
-        raise argparse.ArgumentTypeError(f"expected a duration like 30m, 2h or 7d, got {text!r}")
-    return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
-
-
 def cmd_deliveries(settings: Settings, args: argparse.Namespace) -> int:
     from relay import ops
 
     return ops.run(settings, args)
+
+
+def cmd_events(settings: Settings, args: argparse.Namespace) -> int:
+    """One JSON line per event of an account's feed, oldest first; the last id on stderr."""
+    import json
+    import time
+
+    from relay.events import FEED_BATCHES, FEED_OPS, EventLog
+    from relay.exceptions import InvalidCursor
+    from relay.redis_conn import RedisTarget, sync_client
+
+    client = sync_client(RedisTarget.from_settings(settings))
+    log = EventLog(client, round(settings.retention * 1000))
+    feed = FEED_OPS if args.operational else FEED_BATCHES
+    after: str | None = args.after
+    try:
+        while True:
+            page = log.page(
+                args.account, feed, after=after, limit=args.limit, type_=args.type, batch=args.batch
+            )
+            for event in page.events:
+                print(json.dumps(event, separators=(",", ":")), flush=True)
+            after = page.next_cursor
+            if page.has_more:
+                continue
+            if not args.follow:
+                break
+            time.sleep(0.5)
+    except InvalidCursor as exc:
+        print(f"relay: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    if after:
+        print(f"last id: {after}", file=sys.stderr)
+    return 0
 
 
 def cmd_reencrypt(settings: Settings, args: argparse.Namespace) -> int:
@@ -365,6 +391,22 @@ def build_parser() -> argparse.ArgumentParser:
     dretry.add_argument("--until", help=f"{when}, exclusive")
     dretry.add_argument("--account", help="one account (default: all)")
     dl.set_defaults(func=cmd_deliveries)
+
+    ev = sub.add_parser(
+        "events", help="an account's event feed, oldest first (one JSON line per event)"
+    )
+    ev.add_argument("--account", required=True, type=account_name, help="the account")
+    ev.add_argument(
+        "--operational",
+        action="store_true",
+        help="the operational feed (webhook.disabled, delivery.failed)",
+    )
+    ev.add_argument("--after", help="the id of the last event seen (msg_...)")
+    ev.add_argument("--type", help="only events of this type")
+    ev.add_argument("--batch", help="only the events of this batch")
+    ev.add_argument("--limit", type=int, default=100, help="events per read (default 100)")
+    ev.add_argument("--follow", action="store_true", help="keep printing new events")
+    ev.set_defaults(func=cmd_events)
 
     reenc = sub.add_parser(
         "reencrypt", help="re-encrypt every stored secret with the first RELAY_ENCRYPTION_KEY"

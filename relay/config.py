@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from relay.exceptions import ConfigError
+from relay.timefmt import parse_duration
 
 PREFIX = "RELAY_"
 
@@ -75,19 +76,6 @@ def _log_format(raw: str) -> str:
     value = raw.strip().lower()
     if value not in {"text", "json"}:
         raise ValueError("expected text or json")
-    return value
-
-
-_DURATION_UNITS = {"s": 1, "m": 60, "h": 3_600, "d": 86_400}
-
-
-def _duration(raw: str) -> float:
-    """Seconds from ``30d``, ``12h``, ``15m``, ``4s`` or a bare number of seconds."""
-    text = raw.strip().lower()
-    factor = _DURATION_UNITS.get(text[-1:], 0)
-    value = float(text[:-1] if factor else text) * (factor or 1)
-    if value <= 0:
-        raise ValueError("a duration > 0 such as 30d, 12h, 15m, 4s (or seconds)")
     return value
 
 
@@ -324,6 +312,19 @@ _FIELDS: tuple[_Field, ...] = (
         "A worker's claim on a document lasts this long without renewal",
     ),
     _Field(
+        "background_after",
+        "2",
+        _positive_float,
+        "Seconds a document may extract while others wait before its worker moves it to"
+        " the background and serves them",
+    ),
+    _Field(
+        "background_extractions",
+        "1",
+        _non_negative_int,
+        "Documents one worker process extracts in the background at once (0: none)",
+    ),
+    _Field(
         "max_document_attempts",
         "3",
         _positive_int,
@@ -333,14 +334,14 @@ _FIELDS: tuple[_Field, ...] = (
     _Field(
         "retention",
         "30d",
-        _duration,
+        parse_duration,
         "A finished batch (none of its deliveries pending) is purged this long after it"
         " completed (s, m, h, d suffixes)",
     ),
     _Field(
         "disable_after",
         "5d",
-        _duration,
+        parse_duration,
         "A batch webhook whose attempts have all failed this long (no success since the first"
         " failure) is disabled (s, m, h, d suffixes)",
     ),
@@ -388,6 +389,18 @@ _FIELDS: tuple[_Field, ...] = (
         "Attempts in flight per worker process to one scheme://host:port",
     ),
     _Field(
+        "events_max_waiters",
+        "1000",
+        _positive_int,
+        "Requests long polling GET /events (wait=) at once in one API process; more get 429",
+    ),
+    _Field(
+        "events_max_waiters_per_account",
+        "10",
+        _positive_int,
+        "Requests of one account long polling its event feeds at once in one API process",
+    ),
+    _Field(
         "allow_http_targets",
         "false",
         _bool,
@@ -420,7 +433,7 @@ _FIELDS: tuple[_Field, ...] = (
     _Field(
         "console_session",
         "8h",
-        _duration,
+        parse_duration,
         "A console login lasts this long (s, m, h, d suffixes)",
     ),
     _Field("log_level", "info", str, "debug, info, warning or error"),
@@ -471,6 +484,8 @@ class Settings:
     http_keepalive_timeout: int
     http_max_connections: int
     lease_seconds: float
+    background_after: float
+    background_extractions: int
     max_document_attempts: int
     sweep_interval: float
     retention: float
@@ -483,6 +498,8 @@ class Settings:
     delivery_batch: int
     delivery_concurrency: int
     delivery_per_destination: int
+    events_max_waiters: int
+    events_max_waiters_per_account: int
     allow_http_targets: bool
     allow_private_targets: bool
     encryption_key: Secret = field(repr=True)

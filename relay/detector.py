@@ -37,7 +37,7 @@ from relay.model import Batch
 from relay.redis_conn import is_store_full
 from relay.retention import trim_outbox
 from relay.store import BatchRef
-from relay.webhook_store import event_body, notification_body, ops_ref
+from relay.webhook_store import EVENT_TYPE, event_body, notification_body, ops_ref
 from relay.worker_context import WorkerContext
 
 log = logging.getLogger("relay.detector")
@@ -45,6 +45,11 @@ log = logging.getLogger("relay.detector")
 GROUP = keys.OUTBOX_GROUP
 RECLAIM_IDLE_MS = 10_000
 READ_COUNT = 200
+
+
+def _entry_order(entry_id: bytes) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition(b"-")
+    return int(ms), int(seq or 0)
 
 
 def ensure_groups(client: redis.Redis) -> None:
@@ -89,8 +94,11 @@ class Detector:
         snapshot = {k.encode(): str(v).encode() for k, v in json.loads(fields[b"snapshot"]).items()}
         batch = Batch.from_hash(snapshot)
         body = notification_body(batch, self.settings.public_url)
+        # The event's id is its webhook-id: the same for the feed and every delivery.
+        event_id = keys.event_id(shard, shard, entry_id.decode())
+        self.ctx.events.append(account, keys.FEED_BATCHES, event_id, EVENT_TYPE, name, body)
         created, _ = self.ctx.webhooks.create(
-            BatchRef(account, name), seq, body, batch.completed_at or 0
+            BatchRef(account, name), seq, body, batch.completed_at or 0, delivery_id=event_id
         )
         if created:
             queues.wake(self.redis, shard, self.settings)
@@ -102,8 +110,15 @@ class Detector:
         Idempotent on the entry (shard and stream id); dropped when the account has no
         operational webhook or it is disabled."""
         account = fields[b"account"].decode()
-        event_id = f"{shard}-{entry_id.decode()}"
-        created, _ = self.ctx.webhooks.create_event(account, event_id, event_body(fields))
+        body = event_body(fields)
+        # In the operator's feed whether or not an operational webhook is registered; the
+        # id of its delivery (in the shard of the account's operational webhook) is the same.
+        event_id = keys.event_id(ops_ref(account).shard, shard, entry_id.decode())
+        kind, batch = fields[b"kind"].decode(), fields.get(b"batch", b"").decode()
+        self.ctx.events.append(account, keys.FEED_OPS, event_id, kind, batch, body)
+        created, _ = self.ctx.webhooks.create_event(
+            account, f"{shard}-{entry_id.decode()}", body, delivery_id=event_id
+        )
         if created:
             queues.wake(self.redis, ops_ref(account).shard, self.settings)
         self.redis.xack(keys.outbox(shard), GROUP, entry_id)
@@ -113,13 +128,17 @@ class Detector:
         replies = self.redis.xreadgroup(
             GROUP, self.consumer, streams, count=READ_COUNT, block=block_ms
         )
-        handled = 0
-        for stream, entries in replies or []:
-            shard = self.outboxes[stream.decode()]
-            for entry_id, fields in entries:
-                self.handle(shard, entry_id, fields)
-                handled += 1
-        return handled
+        # Handled in completion order across the shards (outbox entry ids are Redis time),
+        # so the account feeds record events in the order they were raised.
+        read = [
+            (_entry_order(entry_id), self.outboxes[stream.decode()], entry_id, fields)
+            for stream, entries in replies or []
+            for entry_id, fields in entries
+        ]
+        read.sort(key=lambda r: (r[0], r[1]))
+        for _, shard, entry_id, fields in read:
+            self.handle(shard, entry_id, fields)
+        return len(read)
 
     def reclaim(self) -> int:
         """Take over entries another (dead) detector read but never acknowledged."""
@@ -146,7 +165,7 @@ class Detector:
             for doc_id in store.expired_leases(s):
                 ref = store.doc_batch(s, doc_id)
                 if ref is None:
-                    self.redis.zrem(keys.leases(s), doc_id)
+                    store.drop_lease(s, doc_id)
                     continue
                 outcome = store.requeue(ref, doc_id, self.settings.max_document_attempts)
                 if outcome == "requeued":
@@ -190,6 +209,7 @@ class Detector:
             try:
                 report = retention.sweep_shard(s, self.settings.purge_batch)
                 retention.purge_events(s)
+                self.ctx.events.trim(s)
                 trim_outbox(self.redis, s, GROUP)
             except ResponseError as exc:  # e.g. Redis full: the next sweep tries again
                 log.warning("retention sweep of shard %d: %s", s, exc)

@@ -259,6 +259,71 @@ def purge_deliveries(shard: int, token: str) -> str:
     return f"{PREFIX}:{tag(shard)}:purge:{token}:deliveries"
 
 
+# -- the event feeds (shard-tagged: the account's events shard) ------------------------
+
+
+EVENTS_BATCH = "~events"
+"""The reserved pseudo-batch naming the shard of an account's event feeds
+(``events_shard``): one key per feed, so one stream orders all of an account's events
+whatever shard raised them (``relay.events``)."""
+
+FEED_BATCHES = "events"  # batch.completed: the account's feed (GET /events)
+FEED_OPS = "ops_events"  # webhook.disabled, delivery.failed: the operator's feed
+FEEDS = (FEED_BATCHES, FEED_OPS)
+
+
+def events_shard(account: str) -> int:
+    """The shard holding the account's event feeds."""
+    return shard_for_batch(account, EVENTS_BATCH)
+
+
+def event_log(account: str, feed: str) -> str:
+    """Stream: one feed of the account, in the order relay recorded its events; the entry
+    ids are the feed's positions (``relay.events``)."""
+    return f"{PREFIX}:{tag(events_shard(account))}:account:{account}:{feed}"
+
+
+def event_positions(account: str, feed: str) -> str:
+    """Hash: event id -> its entry id in ``event_log`` (idempotent appends, ``after=``)."""
+    return event_log(account, feed) + ":ids"
+
+
+def event_logs(shard: int) -> str:
+    """Sorted set: the shard's non-empty feeds (``<feed>:<account>``), scored by the time of
+    their oldest entry (ms), for the retention sweeper."""
+    return f"{PREFIX}:{tag(shard)}:event_logs"
+
+
+def events_channel() -> str:
+    """Pub/sub channel: ``<feed>:<account>`` is published when a feed gets an event (the
+    API's long polls wake on it)."""
+    return f"{PREFIX}:events"
+
+
+_EVENT_BITS = (4, 48, 48)  # the raising shard, the outbox entry's ms, its sequence number
+
+
+def event_id(home: int, raised: int, entry_id: str) -> str:
+    """The id of the event of outbox entry ``entry_id`` of shard ``raised``: also the id of
+    its deliveries (the ``webhook-id``), which live in shard ``home``. A ``msg_`` id, the
+    same for every detector that handles the entry, unique across shards."""
+    ms, _, seq = entry_id.partition("-")
+    value = (raised << 96) | (int(ms) << 48) | (int(seq or 0) & ((1 << 48) - 1))
+    token = "".join(_ID_ALPHABET[(value >> (5 * i)) & 31] for i in reversed(range(20)))
+    return f"msg_{home:x}{token}"
+
+
+def event_time(ident: str) -> int | None:
+    """When the event of an ``event_id`` was raised (ms), None for another kind of id."""
+    m = _ID_RE.fullmatch(ident)
+    if m is None or m.group(1) != "msg":
+        return None
+    value = 0
+    for c in m.group(3):
+        value = (value << 5) | _ID_ALPHABET.index(c)
+    return (value >> 48) & ((1 << 48) - 1)
+
+
 # -- account-wide records (no shard) -------------------------------------------------------
 
 

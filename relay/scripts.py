@@ -25,6 +25,7 @@ NAMES = (
     "renew",
     "finish",
     "requeue",
+    "drop_lease",
     "delete_batch",
     "ratelimit",
     "create_delivery",
@@ -34,12 +35,16 @@ NAMES = (
     "cancel_deliveries",
     "retry_delivery",
     "register_webhook",
+    "register_ops_webhook",
     "set_webhook_disabled",
     "rotate_signing",
     "purge_batch",
     "purge_events",
     "delivery_page",
     "recover_deliveries",
+    "append_event",
+    "event_page",
+    "trim_event_log",
 )
 
 

@@ -97,10 +97,15 @@ def notification_body(batch: Batch, public_url: str) -> bytes:
 
 
 def _create_call(
-    ref: BatchRef, seq: int | str, body: bytes, completed_ms: int, now: int
+    ref: BatchRef,
+    seq: int | str,
+    body: bytes,
+    completed_ms: int,
+    now: int,
+    new_id: str | None = None,
 ) -> tuple[list[str], list[Any]]:
     s, a, n = ref.shard, ref.account, ref.name
-    new_id = keys.new_id("msg", s)
+    new_id = new_id or keys.new_id("msg", s)
     return (
         [
             keys.webhook(s, a, n),
@@ -209,18 +214,27 @@ class WebhookStore:
         self.disable_after_ms = disable_after_ms
 
     def create(
-        self, ref: BatchRef, seq: int, body: bytes, completed_ms: int = 0
+        self,
+        ref: BatchRef,
+        seq: int,
+        body: bytes,
+        completed_ms: int = 0,
+        *,
+        delivery_id: str | None = None,
     ) -> tuple[bool, str]:
         """Create the delivery of completion ``seq``: (created, id); id '' = no webhook.
-        ``completed_ms`` (the batch's completed_at) lets workers measure notification lag."""
-        k, a = _create_call(ref, seq, body, completed_ms, self.clock())
+        ``completed_ms`` (the batch's completed_at) lets workers measure notification lag;
+        ``delivery_id`` is the event's id (``relay.keys.event_id``), a new one when None."""
+        k, a = _create_call(ref, seq, body, completed_ms, self.clock(), delivery_id)
         created, ident = self.scripts("create_delivery", k, a)
         return int(created) == 1, ident.decode() if isinstance(ident, bytes) else str(ident)
 
-    def create_event(self, account: str, event_id: str, body: bytes) -> tuple[bool, str]:
+    def create_event(
+        self, account: str, event_id: str, body: bytes, *, delivery_id: str | None = None
+    ) -> tuple[bool, str]:
         """Create the delivery of one operational event to the account's operational
         webhook: (created, id); idempotent on ``event_id``; id '' = no operational webhook."""
-        k, a = _create_call(ops_ref(account), event_id, body, 0, self.clock())
+        k, a = _create_call(ops_ref(account), event_id, body, 0, self.clock(), delivery_id)
         created, ident = self.scripts("create_delivery", k, [*a, "event"])
         return int(created) == 1, ident.decode() if isinstance(ident, bytes) else str(ident)
 
@@ -422,12 +436,15 @@ class AsyncWebhookStore:
             h = await self.redis.hgetall(ref.key)
             batch = Batch.from_hash(h)
             if batch.completed_at is not None and batch.completion_seq == seq:
+                # The completion's event id (its outbox entry, recorded by complete_if_done).
+                entry = h.get(b"completion_entry", b"").decode()
                 k, a = _create_call(
                     ref,
                     seq,
                     notification_body(batch, public_url),
                     batch.completed_at,
                     self.clock(),
+                    keys.event_id(s, s, entry) if entry else None,
                 )
                 made, _ = await self.scripts("create_delivery", k, a)
                 due = int(made) == 1
@@ -444,19 +461,7 @@ class AsyncWebhookStore:
         Returns whether it was created."""
         ref = ops_ref(account)
         key = keys.webhook(ref.shard, account, ref.name)
-        now = self.clock()
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hsetnx(key, "created_at", now)
-            fields = {
-                "url": url,
-                "updated_at": now,
-                "disabled": "0",
-                "disabled_reason": "",
-                "failing_since": "",
-            }
-            pipe.hset(key, mapping=fields)
-            pipe.hsetnx(key, "pending", "")
-            created, _, _ = await pipe.execute()
+        created = await self.scripts("register_ops_webhook", [key], [url, self.clock()])
         return int(created) == 1
 
     async def get(self, ref: BatchRef) -> Webhook | None:

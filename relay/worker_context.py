@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import httpx
 import redis
@@ -22,6 +23,7 @@ from relay.crypto import Encryptor
 from relay.delivery.engine import Engine
 from relay.delivery.ssrf import TargetPolicy, make_client
 from relay.delivery.transport import USER_AGENT
+from relay.events import EventLog
 from relay.extract.sandbox import ExtractorHost, SandboxConfig
 from relay.metrics import Metrics
 from relay.redis_conn import RedisTarget, sync_client
@@ -30,6 +32,9 @@ from relay.signing_keys import SigningKeys
 from relay.store import Store
 from relay.timefmt import now_ms
 from relay.webhook_store import WebhookStore
+
+if TYPE_CHECKING:
+    from relay.processing import Background
 
 
 @dataclass
@@ -54,6 +59,10 @@ class WorkerContext:
             max_attempts=self.settings.max_stored_attempts,
             disable_after_ms=round(self.settings.disable_after * 1000),
         )
+
+    @cached_property
+    def events(self) -> EventLog:
+        return EventLog(self.redis, round(self.settings.retention * 1000), self.clock)
 
     @cached_property
     def retention(self) -> Retention:
@@ -92,5 +101,13 @@ class WorkerContext:
 
     @cached_property
     def extraction(self) -> ExtractorHost:
-        """The bounded child that runs this process's extractor (``relay.extract.sandbox``)."""
+        """The bounded child that runs this process's extractor (``relay.extract.sandbox``);
+        replaced when its document is moved to the background (``relay.processing``)."""
         return ExtractorHost(SandboxConfig.from_settings(self.settings))
+
+    @cached_property
+    def background(self) -> Background:
+        """The documents this process extracts in the background (``relay.processing``)."""
+        from relay.processing import Background  # processing imports this module
+
+        return Background(self.settings.background_extractions)

@@ -1,38 +1,38 @@
 """relay's default extractor on one document, and the tables it found.
 
-The document goes through ``relay.extract.extract_document`` in this process (the function
-the worker's extraction child calls, with the worker's default ``max_image_pixels``) and is
-named as an upload would be (``eu-001.pdf``, ``PMC….png``, ``eu-001.tif``). How the tables
-are read back depends on what relay on this checkout offers, the first that works:
+A document is handled the way the worker handles it: through ``relay.extract.sandbox``'s
+``ExtractorHost`` (the long-lived extraction child with ``RELAY_EXTRACT_TIMEOUT``,
+``RELAY_EXTRACT_MEMORY``, ``RELAY_MAX_RESULT_BYTES``, ``RELAY_MAX_IMAGE_PIXELS`` and
+``RELAY_MAX_PAGES`` at their defaults, or as set in this process's environment), named as
+an upload would be (``eu-001.pdf``, ``PMC….png``, ``eu-001.tif``) with the matching content
+type. The tables are the result's ``tables`` (``[{page, rows, confidence}]``), as a customer
+gets them; a failed document has none and its failure code is counted.
 
-1. ``tables``: the extractor's result carries the document's tables (``[{page, rows,
-   confidence}]``, or ``Table`` records): those, as a customer gets them;
-2. ``engine``: the engines' own tables (``relay.extract.pdf._tables``; for images
-   ``relay.extract.image._pages`` and ``relay.extract.ocr.read_tables``), then the same
-   checks ``extract`` makes (``split_tables``): a document ``extract`` fails has no
-   tables;
-3. ``line_items``: the rows of ``line_items`` under their keys as the header row: one
-   table per document.
+Should the sandbox's result carry no ``tables`` (an older relay), the document goes through
+``relay.extract.extract_document`` in this process instead, or, older still, ``line_items``
+under their keys as the header row make one table (``mode()`` says which).
 
-A failure is the ``ExtractionError`` code ``extract`` raises; ``MemoryError`` is
-``extraction_memory`` and any other exception ``extraction_error`` (as
-``relay.extract.loader`` maps them). A failed document has no tables.
+Seconds: the wall clock around ``ExtractorHost.run`` (sending the document, extracting,
+serialising the result, reading it back); the child is started and has imported the OCR
+stack (a small CSV and a small PNG go through first) before the first document.
 """
 
 from __future__ import annotations
 
+import io
+import json
+import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
-from relay.extract import extract_document as extract
+from relay.config import load_settings
 from relay.extract.errors import ExtractionError, shorten
-from relay.extract.image import DEFAULT_MAX_IMAGE_PIXELS
-from relay.extract.limits import DEFAULT_MAX_PAGES
-from relay.extract.result import Table
+from relay.extract.sandbox import ExtractorHost, SandboxConfig
 
-__all__ = ["RelayResult", "mode", "run_relay"]
+__all__ = ["RelayResult", "RelayRunner"]
 
 Grid = list[list[str | None]]
 
@@ -58,7 +58,7 @@ def _grid(rows: object) -> Grid:
 
 
 def _tables_of(result: object) -> list[Grid] | None:
-    """The tables in an extractor's result, when it carries any (mode 1)."""
+    """The tables in an extractor's result (a mapping, or an object with ``tables``)."""
     tables: object = None
     if isinstance(result, Mapping):
         tables = result.get("tables")
@@ -73,95 +73,111 @@ def _tables_of(result: object) -> list[Grid] | None:
     return grids
 
 
-def _line_item_table(rows: Sequence[Mapping[str, object]]) -> list[Grid]:
-    if not rows:
+def _line_item_table(rows: object) -> list[Grid]:
+    if not isinstance(rows, list) or not rows or not isinstance(rows[0], Mapping):
         return []
-    header = list(rows[0].keys())
-    grid: Grid = [[str(k) for k in header]]
+    header = [str(k) for k in rows[0]]
+    grid: Grid = [list[str | None](header)]
     for row in rows:
-        grid.append([None if row.get(k) is None else str(row.get(k)) for k in header])
+        if isinstance(row, Mapping):
+            grid.append([None if row.get(k) is None else str(row.get(k)) for k in header])
     return [grid]
 
 
-def _engine(content: bytes, kind: str) -> list[Grid]:
-    """Mode 2: the engines' tables, failing as ``extract`` would."""
-    from relay.extract.tables import clean_table, split_tables
+def _warm_png() -> bytes:
+    from PIL import Image, ImageDraw
 
-    found: list[Any]
-    if kind == "pdf":
-        from relay.extract import pdf
-
-        found = list(pdf._tables(content, DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MAX_PAGES))
-    else:
-        from relay.extract import image
-        from relay.extract.ocr import read_tables
-
-        found = []
-        for page in image._pages(content, DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MAX_PAGES):
-            for table in read_tables(page):
-                rows = clean_table(table)
-                if rows:
-                    found.append(rows)
-    grids = [_grid(getattr(t, "rows", t)) for t in found]
-    split_tables([Table(1, g) for g in grids if g], "the document")  # extract's own checks
-    return grids
+    image = Image.new("L", (240, 80), 255)
+    ImageDraw.Draw(image).rectangle((10, 10, 230, 70), outline=0, width=2)
+    buffer = io.BytesIO()
+    image.save(buffer, "PNG")
+    return buffer.getvalue()
 
 
-def _engine_available() -> bool:
-    try:
-        from relay.extract import image, ocr, pdf
-    except ImportError:
-        return False
-    return all(
-        callable(getattr(module, name, None))
-        for module, name in ((pdf, "_tables"), (image, "_pages"), (ocr, "read_tables"))
-    )
+def _settings_config() -> SandboxConfig:
+    relay_env = {k: v for k, v in os.environ.items() if k.startswith("RELAY_")}
+    return SandboxConfig.from_settings(load_settings(relay_env, dotenv=None))
 
 
-_MODE: str | None = None
+class RelayRunner:
+    """relay's extraction host for a run of documents (a context manager)."""
 
+    def __init__(self) -> None:
+        self.config = _settings_config()
+        self.host = ExtractorHost(self.config)
+        self.mode = "sandbox"
+        reply, failure = self.host.run(
+            b"a,b\n1,2\n", filename="warm.csv", content_type="text/csv", fields=[]
+        )
+        if failure is not None or reply is None:
+            raise RuntimeError(f"relay's extraction child failed on a CSV: {failure}")
+        if _tables_of(json.loads(reply)) is None:
+            self.mode = "in_process"
+            try:
+                from relay.extract import extract_document  # noqa: F401
+            except ImportError:
+                self.mode = "line_items"
+        # The child imports OpenCV and img2table on its first image: not a document's time.
+        self.host.run(_warm_png(), filename="warm.png", content_type="image/png", fields=[])
 
-def mode() -> str:
-    """Which of the module docstring's ways this checkout allows: ``tables``, ``engine`` or
-    ``line_items`` (decided on a tiny CSV-free probe: the result type of ``extract``)."""
-    global _MODE
-    if _MODE is None:
-        probe = extract(b"a,b\n1,2\n", filename="probe.csv", content_type="text/csv", fields=[])
-        if _tables_of(probe) is not None:
-            _MODE = "tables"
-        elif _engine_available():
-            _MODE = "engine"
-        else:
-            _MODE = "line_items"
-    return _MODE
+    def settings(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "extractor": self.config.extractor,
+            "extract_timeout_s": self.config.timeout,
+            "extract_memory_bytes": self.config.memory,
+            "max_result_bytes": self.config.max_result_bytes,
+            "max_image_pixels": getattr(self.config, "max_image_pixels", None),
+            "max_pages": getattr(self.config, "max_pages", None),
+        }
 
+    def __enter__(self) -> RelayRunner:
+        return self
 
-def _call(how: Callable[[], list[Grid]]) -> RelayResult:
-    t0 = time.perf_counter()
-    try:
-        tables = how()
-    except ExtractionError as exc:
-        return RelayResult([], time.perf_counter() - t0, exc.code, shorten(exc.message, 200))
-    except MemoryError:
-        return RelayResult([], time.perf_counter() - t0, "extraction_memory", "MemoryError")
-    except Exception as exc:
-        message = shorten(f"{type(exc).__name__}: {exc}", 200)
-        return RelayResult([], time.perf_counter() - t0, "extraction_error", message)
-    return RelayResult(tables, time.perf_counter() - t0)
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.host.close()
 
+    def run(self, content: bytes, filename: str) -> RelayResult:
+        """relay's tables of one document (module docstring)."""
+        content_type = _CONTENT_TYPES.get(filename.rsplit(".", 1)[-1].lower(), "")
+        if self.mode == "sandbox":
+            t0 = time.perf_counter()
+            reply, failure = self.host.run(
+                content, filename=filename, content_type=content_type, fields=[]
+            )
+            seconds = time.perf_counter() - t0
+            if failure is not None or reply is None:
+                code, message = failure or ("extraction_error", "no reply")
+                return RelayResult([], seconds, code, shorten(message, 200))
+            return RelayResult(_tables_of(json.loads(reply)) or [], seconds)
+        return self._in_process(content, filename, content_type)
 
-def run_relay(content: bytes, filename: str, kind: str) -> RelayResult:
-    """relay's tables of one document (module docstring); ``kind`` is ``pdf`` or ``image``."""
-    how = mode()
-    content_type = _CONTENT_TYPES.get(filename.rsplit(".", 1)[-1].lower(), "")
+    def _in_process(self, content: bytes, filename: str, content_type: str) -> RelayResult:
+        import relay.extract
 
-    def via_extract() -> list[Grid]:
-        result: object = extract(content, filename=filename, content_type=content_type, fields=[])
-        if how == "tables":
-            return _tables_of(result) or []
-        assert isinstance(result, list)
-        return _line_item_table(result)
-
-    if how == "engine":
-        return _call(lambda: _engine(content, kind))
-    return _call(via_extract)
+        t0 = time.perf_counter()
+        try:
+            if self.mode == "in_process":
+                got: object = relay.extract.extract_document(
+                    content, filename=filename, content_type=content_type, fields=[]
+                )
+                tables = _tables_of(got) or []
+            else:
+                rows = relay.extract.extract(
+                    content, filename=filename, content_type=content_type, fields=[]
+                )
+                tables = _line_item_table(rows)
+        except ExtractionError as exc:
+            seconds = time.perf_counter() - t0
+            return RelayResult([], seconds, exc.code, shorten(exc.message, 200))
+        except MemoryError:
+            return RelayResult([], time.perf_counter() - t0, "extraction_memory", "MemoryError")
+        except Exception as exc:
+            message = shorten(f"{type(exc).__name__}: {exc}", 200)
+            return RelayResult([], time.perf_counter() - t0, "extraction_error", message)
+        return RelayResult(tables, time.perf_counter() - t0)

@@ -19,6 +19,7 @@ from relay.api.bodies import json_response
 from relay.api.openapi_parts import (
     DELIVERY_ID,
     DOC_ID,
+    LIMIT,
     LISTING_PAGE,
     NAME,
     PAGE,
@@ -191,6 +192,33 @@ def _webhook_paths() -> dict[str, Any]:
                 params=[NAME, DELIVERY_ID],
             )
         },
+        f"{webhook}/test": {
+            "post": operation(
+                "testWebhook",
+                "Send a signed webhook.test event to the batch's webhook now, through the "
+                "delivery transport and deadline, and answer with the attempt. Nothing is "
+                "recorded: the batch's deliveries are untouched. Counts against the account's "
+                "retry rate limit.",
+                "webhooks",
+                {
+                    "200": response("TestSend", "The attempt.", rate_headers()),
+                    **errors(401, 404),
+                },
+                params=[NAME],
+            )
+        },
+        f"{V1}/operational-webhook/test": {
+            "post": operation(
+                "testOperationalWebhook",
+                "Send a signed webhook.test event to the operational webhook now (as "
+                "POST /batches/{name}/webhook/test).",
+                "webhooks",
+                {
+                    "200": response("TestSend", "The attempt.", rate_headers()),
+                    **errors(401, 404),
+                },
+            )
+        },
         f"{V1}/operational-webhook": {
             "put": operation(
                 "putOperationalWebhook",
@@ -297,6 +325,60 @@ def _delivery_paths() -> dict[str, Any]:
                     **errors(400, 401, 413, 415, 422),
                 },
                 body=json_body("RecoverRequest"),
+            )
+        },
+    }
+
+
+def _event_paths() -> dict[str, Any]:
+    def feed(types: list[str]) -> list[dict[str, Any]]:
+        return [
+            _query(
+                "after",
+                "The id of the last event seen: the events after it (absent: from the oldest "
+                "kept). An id that aged out of the feed (RELAY_RETENTION) reads from the "
+                "oldest kept; any other id that is not an event of this feed is 422 "
+                "invalid_cursor.",
+                {"type": "string", "pattern": DELIVERY_ID_PATTERN},
+            ),
+            _query("type", "Only events of this type.", {"type": "string", "enum": types}),
+            _query(
+                "batch_name",
+                "Only the events of this batch.",
+                {"type": "string", "pattern": BATCH_NAME_PATTERN},
+            ),
+            LIMIT,
+            _query(
+                "wait",
+                "Long polling: with nothing after `after`, answer as soon as an event is "
+                "recorded, or with an empty page after this many seconds (at most 30). "
+                "Bounded per API process and per account (429 too_many_waiters).",
+                {"type": "number", "minimum": 0, "maximum": 30},
+            ),
+        ]
+
+    listed = {"200": response("EventList", "A page of events."), **errors(401, 422)}
+    return {
+        f"{V1}/events": {
+            "get": operation(
+                "listEvents",
+                "Every event relay created for the account (batch.completed), oldest first, "
+                "whether or not a webhook is registered, kept as long as RELAY_RETENTION: a "
+                "receiver that was down catches up from the last id it processed. Never "
+                "skips or repeats an event.",
+                "events",
+                listed,
+                params=feed(["batch.completed"]),
+            )
+        },
+        f"{V1}/operational-events": {
+            "get": operation(
+                "listOperationalEvents",
+                "The account's operational events (webhook.disabled, delivery.failed), "
+                "whether or not an operational webhook is registered; as GET /events.",
+                "events",
+                listed,
+                params=feed(["webhook.disabled", "delivery.failed"]),
             )
         },
     }
@@ -483,9 +565,36 @@ def operational_webhooks() -> dict[str, Any]:
     }
 
 
+def _test_event() -> dict[str, Any]:
+    return {
+        "post": {
+            "operationId": "webhookTest",
+            "summary": "A test send (POST /batches/{name}/webhook/test, the console's Test "
+            "button): signed like every delivery, sent once, never retried or recorded.",
+            "description": "Answer it as you would a real event; its webhook-id is new each "
+            "time. data.batch_name is null for the operational webhook.",
+            "tags": ["webhooks"],
+            "security": [],
+            "parameters": _webhook_headers(),
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": ref("WebhookTestEvent")}},
+            },
+            "responses": {
+                "2XX": {"description": "Reported as succeeded."},
+                "default": {"description": "Reported with its status code or error."},
+            },
+        }
+    }
+
+
 def webhooks() -> dict[str, Any]:
     """The OpenAPI 3.1 ``webhooks``: what relay POSTs to receivers."""
-    return {"batch.completed": _batch_completed(), **operational_webhooks()}
+    return {
+        "batch.completed": _batch_completed(),
+        **operational_webhooks(),
+        "webhook.test": _test_event(),
+    }
 
 
 @cache
@@ -505,6 +614,7 @@ def document() -> dict[str, Any]:
             **_batch_paths(),
             **_webhook_paths(),
             **_delivery_paths(),
+            **_event_paths(),
             **_ops_paths(),
         },
         "webhooks": webhooks(),

@@ -318,6 +318,64 @@ SCHEMAS: dict[str, Any] = {
             ),
         }
     ),
+    "WebhookTestEvent": _obj(
+        {
+            "type": {"const": "webhook.test"},
+            "timestamp": {**_TIME, "description": "When the test was sent."},
+            "data": _obj(
+                {
+                    "batch_name": {"type": ["string", "null"]},
+                    "url": {"type": "string"},
+                }
+            ),
+        }
+    ),
+    "TestSend": _obj(
+        {
+            "id": {**_MSG_ID, "description": "The test event's webhook-id (new each time)."},
+            "type": {"const": "webhook.test"},
+            "url": {"type": "string"},
+            "at": {**_TIME, "description": "When it was sent."},
+            "succeeded": {"type": "boolean", "description": "The receiver answered 2xx."},
+            "status_code": {"type": ["integer", "null"]},
+            "duration_ms": {"type": "number", "minimum": 0},
+            "response_excerpt": {
+                "type": "string",
+                "description": "The first KiB of the answer, or the error's message.",
+            },
+            "error": {
+                "type": ["string", "null"],
+                "description": "http_status, timeout, connection, dns, blocked_destination...; "
+                "null on a 2xx.",
+            },
+        }
+    ),
+    "EventList": _obj(
+        {
+            "events": {
+                "type": "array",
+                "items": {
+                    "oneOf": [
+                        ref("BatchCompletedFeedEvent"),
+                        ref("WebhookDisabledFeedEvent"),
+                        ref("DeliveryFailedFeedEvent"),
+                    ]
+                },
+                "description": "Oldest first: each event's id (its webhook-id), type, "
+                "timestamp and data, as its webhook body has them.",
+            },
+            "next_cursor": {
+                "type": ["string", "null"],
+                "pattern": DELIVERY_ID_PATTERN,
+                "description": "The id of the last event read (pass it as `after`); the "
+                "`after` given when there was none; null when the feed is empty.",
+            },
+            "has_more": {
+                "type": "boolean",
+                "description": "More events follow now: read again without waiting.",
+            },
+        }
+    ),
     "RecoverRequest": {
         "type": "object",
         "description": "Every field is a string when given: `null` is refused with 422 like "
@@ -359,3 +417,7 @@ SCHEMAS: dict[str, Any] = {
         }
     ),
 }
+_EVENT_ID = {**_MSG_ID, "description": "The event's id: the webhook-id of its deliveries."}
+for _name in ("BatchCompletedEvent", "WebhookDisabledEvent", "DeliveryFailedEvent"):
+    _event = SCHEMAS[_name]
+    SCHEMAS[_name.replace("Event", "FeedEvent")] = _obj({"id": _EVENT_ID, **_event["properties"]})

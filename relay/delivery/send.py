@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol
 
@@ -73,23 +74,40 @@ def _read_excerpt(response: httpx.Response) -> str:
     return data[:EXCERPT_BYTES].decode("utf-8", "replace")
 
 
-def attempt_once(
-    ctx: AttemptContext, d: ClaimedDelivery, token: str, materials: list[SigningMaterial]
-) -> str | None:
-    """Make one attempt of one claimed delivery and record it. Returns the attempt's error
-    kind (None when the receiver accepted it)."""
-    started_ms = now_ms()
+@dataclass(frozen=True)
+class Sent:
+    """What one signed POST got: the answer's status, Retry-After and first KiB, or the
+    error kind (``http_status`` for a non-2xx answer) and its message."""
+
+    status_code: int | None
+    retry_after: str | None
+    error: str | None
+    excerpt: str
+    duration_ms: float
+
+
+def post_signed(
+    http: httpx.Client,
+    policy: TargetPolicy,
+    timeout: float,
+    url: str,
+    msg_id: str,
+    body: bytes,
+    materials: list[SigningMaterial],
+) -> Sent:
+    """Sign ``body`` as ``msg_id`` and POST it to ``url`` through the vetted, pinned client
+    within the wall-clock deadline ``timeout`` (every attempt, and the test send)."""
     t0 = time.perf_counter()
     status_code: int | None = None
     retry_after: str | None = None
     error: str | None = None
     excerpt = ""
     try:
-        checked_url(d.url, ctx.policy)
-        headers = build_headers(d.id, int(time.time()), d.body, materials, USER_AGENT)
+        checked_url(url, policy)
+        headers = build_headers(msg_id, int(time.time()), body, materials, USER_AGENT)
         with (
-            attempt_deadline(ctx.settings.delivery_timeout),
-            ctx.http.stream("POST", d.url, content=d.body, headers=headers) as response,
+            attempt_deadline(timeout),
+            http.stream("POST", url, content=body, headers=headers) as response,
         ):
             status_code = response.status_code
             retry_after = response.headers.get("retry-after")
@@ -102,6 +120,20 @@ def attempt_once(
     duration_ms = (time.perf_counter() - t0) * 1000
     if status_code is not None and not 200 <= status_code < 300:
         error = "http_status"
+    return Sent(status_code, retry_after, error, excerpt[:EXCERPT_BYTES], duration_ms)
+
+
+def attempt_once(
+    ctx: AttemptContext, d: ClaimedDelivery, token: str, materials: list[SigningMaterial]
+) -> str | None:
+    """Make one attempt of one claimed delivery and record it. Returns the attempt's error
+    kind (None when the receiver accepted it)."""
+    started_ms = now_ms()
+    sent = post_signed(
+        ctx.http, ctx.policy, ctx.settings.delivery_timeout, d.url, d.id, d.body, materials
+    )
+    status_code, retry_after, error = sent.status_code, sent.retry_after, sent.error
+    excerpt, duration_ms = sent.excerpt, sent.duration_ms
     decision = schedule.decide(
         status_code=status_code,
         retry_after=retry_after,

@@ -110,8 +110,12 @@ local function complete_if_done(batch_key, outbox_key)
   for i = 1, #flat, 2 do
     snapshot[flat[i]] = flat[i + 1]
   end
-  redis.call('XADD', outbox_key, 'MAXLEN', '~', '100000', '*',
-             'account', c[6], 'batch', c[7], 'seq', seq, 'snapshot', cjson.encode(snapshot))
+  local entry = redis.call('XADD', outbox_key, 'MAXLEN', '~', '100000', '*',
+                          'account', c[6], 'batch', c[7], 'seq', seq,
+                          'snapshot', cjson.encode(snapshot))
+  -- The entry names the completion's event (relay.keys.event_id): a webhook registered
+  -- later delivers it with the same id.
+  redis.call('HSET', batch_key, 'completion_entry', entry)
   return seq
 end
 

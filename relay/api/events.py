@@ -1,0 +1,104 @@
+"""Routes: the account's event feeds, GET /events and GET /operational-events.
+
+Both read ``relay.events`` (the state layer): every event relay created for the account,
+oldest first, with the id, type, timestamp and data of its webhook; ``after`` is the id of
+the last event seen. ``wait=SECONDS`` (at most 30) holds a request with nothing new until an
+event is recorded or the wait ends (``relay.events.FeedWaiters``: one subscription per
+process, no connection per waiting request, bounded per process and per account).
+"""
+
+from __future__ import annotations
+
+import re
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from relay.api.access import authenticate
+from relay.api.bodies import json_response
+from relay.api.errors import RateLimited, Unprocessable
+from relay.api.paging import invalid_cursor
+from relay.api.state import AppState, state
+from relay.events import (
+    FEED_BATCHES,
+    FEED_OPS,
+    MAX_WAIT_S,
+    TYPES,
+    FeedPage,
+    TooManyWaiters,
+    wait_for_events,
+)
+from relay.model import valid_batch_name
+
+EVENT_ID_PATTERN = "^msg_[0-9a-f][a-z2-7]{20}$"
+_EVENT_ID_RE = re.compile(EVENT_ID_PATTERN[1:-1])
+_LIMIT_RE = re.compile(r"[0-9]{1,4}")
+_WAIT_RE = re.compile(r"[0-9]{1,2}(\.[0-9]{1,3})?")
+MAX_LIMIT = 200
+
+
+def _params(request: Request, feed: str) -> tuple[str | None, int, str | None, str | None, float]:
+    q = request.query_params
+    after = q.get("after") or None
+    if after is not None and not _EVENT_ID_RE.fullmatch(after):
+        raise invalid_cursor()
+    limit = 50
+    raw = q.get("limit")
+    if raw is not None:
+        if not _LIMIT_RE.fullmatch(raw) or not 1 <= int(raw) <= MAX_LIMIT:
+            raise Unprocessable(f"limit must be an integer from 1 to {MAX_LIMIT}")
+        limit = int(raw)
+    type_ = q.get("type") or None
+    if type_ is not None and type_ not in TYPES[feed]:
+        raise Unprocessable(f"type must be one of {', '.join(TYPES[feed])}")
+    batch = q.get("batch_name") or None
+    if batch is not None and not valid_batch_name(batch):
+        raise Unprocessable("batch_name is not a valid batch name")
+    wait = 0.0
+    raw = q.get("wait")
+    if raw:
+        if not _WAIT_RE.fullmatch(raw) or float(raw) > MAX_WAIT_S:
+            raise Unprocessable(f"wait must be a number of seconds from 0 to {MAX_WAIT_S}")
+        wait = float(raw)
+    return after, limit, type_, batch, wait
+
+
+async def _feed(request: Request, feed: str) -> Response:
+    account = await authenticate(request)
+    st: AppState = state(request)
+    after, limit, type_, batch, wait = _params(request, feed)
+
+    async def read(position: str | None) -> FeedPage:
+        return await st.events.page(
+            account, feed, after=position, limit=limit, type_=type_, batch=batch
+        )
+
+    if wait > 0:
+        try:
+            page = await wait_for_events(read, st.waiters, feed, account, after, wait)
+        except TooManyWaiters as exc:
+            raise RateLimited(
+                str(exc), error_type="too_many_waiters", headers={"Retry-After": "1"}
+            ) from exc
+    else:
+        page = await read(after)
+    return json_response(
+        {"events": page.events, "next_cursor": page.next_cursor, "has_more": page.has_more}
+    )
+
+
+async def list_events(request: Request) -> Response:
+    """The account's events (``batch.completed``), oldest first."""
+    return await _feed(request, FEED_BATCHES)
+
+
+async def list_operational_events(request: Request) -> Response:
+    """The account's operational events (``webhook.disabled``, ``delivery.failed``)."""
+    return await _feed(request, FEED_OPS)
+
+
+routes: list[BaseRoute] = [
+    Route("/events", list_events, methods=["GET"]),
+    Route("/operational-events", list_operational_events, methods=["GET"]),
+]

@@ -1,0 +1,18 @@
+-- Record one event in one of an account's feeds (relay.events), once: the detector appends
+-- every event it handles, and handles an outbox entry again after a crash.
+-- KEYS: 1 the feed's log (stream), 2 its positions (hash: event id -> entry id),
+--       3 the shard's event_logs (sorted set)
+-- ARGV: 1 event id, 2 '<feed>:<account>' (event_logs member and published message),
+--       3 the channel to publish on, 4 type, 5 batch name, 6 body (exact JSON bytes)
+-- Returns: {1, entry id} appended; {0, entry id} already there.
+local known = redis.call('HGET', KEYS[2], ARGV[1])
+if known then
+  return {0, known}
+end
+local entry = redis.call('XADD', KEYS[1], '*', 'id', ARGV[1], 'type', ARGV[4],
+                         'batch', ARGV[5], 'body', ARGV[6])
+redis.call('HSET', KEYS[2], ARGV[1], entry)
+local ms = string.match(entry, '^(%d+)')
+redis.call('ZADD', KEYS[3], 'NX', ms, ARGV[2])
+redis.call('PUBLISH', ARGV[3], ARGV[2])
+return {1, entry}

@@ -1,0 +1,148 @@
+"""The event feeds on a real Redis, the detector in the test's process: one entry per event
+whatever the shard and however often an outbox entry is handled, the same id as the
+deliveries, completions of the same instant in different shards, ``after`` exact, retention.
+The HTTP side (and long polling) runs in tests/test_api_events.py and tests/e2e/."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from relay import keys
+from relay.detector import GROUP, Detector
+from relay.events import EventLog
+from relay.exceptions import InvalidCursor
+from relay.store import BatchRef
+from tests.test_detector import H
+
+
+@pytest.fixture
+def h(redis_url: str) -> Iterator[H]:
+    harness = H(redis_url)
+    yield harness
+    harness.close()
+
+
+def _feed(h: H, account: str = "acme", **kw: object) -> list[dict[str, object]]:
+    page = h.ctx.events.page(account, limit=200, **kw)  # type: ignore[arg-type]
+    return page.events
+
+
+def _two_shards(account: str = "acme") -> tuple[str, str]:
+    """Two batch names of ``account`` in different shards."""
+    first = "s-0"
+    other = next(
+        f"s-{i}"
+        for i in range(1, 100)
+        if keys.shard_for_batch(account, f"s-{i}") != keys.shard_for_batch(account, first)
+    )
+    return first, other
+
+
+def test_every_completion_is_in_the_feed_once_with_its_delivery_id(h: H) -> None:
+    h.complete(register=True)  # b1, with a webhook
+    h.complete(BatchRef("acme", "other"), register=False)  # no webhook: in the feed anyway
+    detector = Detector(h.ctx, "d1")
+    assert detector.read_once(10) == 2
+    events = _feed(h)
+    assert [e["data"]["batch_name"] for e in events] == ["b1", "other"]  # type: ignore[index]
+    (delivery_id,) = h.deliveries()
+    assert events[0]["id"] == delivery_id  # the webhook-id
+    stored = h.client.hget(keys.delivery(REF_SHARD, delivery_id), "body")
+    assert stored is not None
+    body = {k: v for k, v in events[0].items() if k != "id"}
+    assert body == json.loads(stored)
+    assert events[0]["type"] == "batch.completed"
+    # A detector that dies after the append and before XACK handles the entry again: the
+    # feed and the delivery stay one each.
+    for s in range(keys.SHARDS):
+        for entry_id, fields in h.client.xrange(keys.outbox(s)):
+            detector.handle(s, entry_id, fields)
+    assert [e["id"] for e in _feed(h)] == [e["id"] for e in events]
+    assert len(h.deliveries()) == 1
+
+
+REF_SHARD = BatchRef("acme", "b1").shard
+
+
+def test_a_late_webhook_delivers_the_completion_with_the_event_id(h: H) -> None:
+    h.complete(register=False)
+    Detector(h.ctx, "d1").read_once(10)
+    h.register()
+    (delivery_id,) = h.deliveries()
+    assert [e["id"] for e in _feed(h)] == [delivery_id]
+
+
+def test_same_instant_in_two_shards_both_recorded_in_order(h: H) -> None:
+    """Two completions with the same outbox time in different shards (and one earlier,
+    read in the same call): each once, ordered by the outbox, ties by shard."""
+    a, b = _two_shards()
+    sa, sb = keys.shard_for_batch("acme", a), keys.shard_for_batch("acme", b)
+    for name, shard, seq, entry in [
+        (b, sb, 1, "5000-0"),
+        (a, sa, 1, "5000-0"),
+        (b, sb, 2, "5000-1"),
+    ]:
+        snapshot = {"account": "acme", "name": name, "completed_at": 5000, "completion_seq": seq}
+        h.client.xadd(
+            keys.outbox(shard),
+            {"account": "acme", "batch": name, "seq": seq, "snapshot": json.dumps(snapshot)},
+            id=entry,
+        )
+    assert Detector(h.ctx, "d1").read_once(10) == 3
+    events = _feed(h)
+    entries = [
+        h.client.hget(keys.event_positions("acme", keys.FEED_BATCHES), e["id"]) for e in events
+    ]
+    assert len(set(entries)) == 3  # three events, three entries
+    seqs = [(e["data"]["batch_name"], e["data"]["completion_seq"]) for e in events]  # type: ignore[index]
+    assert seqs == ([(a, 1), (b, 1), (b, 2)] if sa < sb else [(b, 1), (a, 1), (b, 2)])
+    assert len({e["id"] for e in events}) == 3
+
+
+def test_after_is_exact_and_unknown_ids_are_refused(h: H) -> None:
+    for i in range(5):
+        h.complete(BatchRef("acme", f"b{i}"), register=False)
+    h.complete(BatchRef("globex", "g1"), register=False)
+    Detector(h.ctx, "d1").read_once(10)
+    log = h.ctx.events
+    ids = [e["id"] for e in _feed(h)]
+    assert len(ids) == 5
+    seen: list[object] = []
+    after = None
+    while True:
+        page = log.page("acme", after=after, limit=2)
+        seen += [e["id"] for e in page.events]
+        if not page.has_more:
+            break
+        after = page.next_cursor
+    assert seen == ids
+    # Another account's event id is no position in this feed.
+    (foreign,) = [e["id"] for e in _feed(h, "globex")]
+    with pytest.raises(InvalidCursor):
+        log.page("acme", after=str(foreign))
+    with pytest.raises(InvalidCursor):
+        log.page("acme", after=keys.new_id("msg", 3))
+
+
+def test_filters_and_retention(h: H) -> None:
+    h.complete(BatchRef("acme", "keep"), register=False)
+    h.complete(BatchRef("acme", "other"), register=False)
+    Detector(h.ctx, "d1").read_once(10)
+    only = _feed(h, batch="keep")
+    assert [e["data"]["batch_name"] for e in only] == ["keep"]  # type: ignore[index]
+    assert _feed(h, type_="batch.completed") == _feed(h)
+    first_id = _feed(h)[0]["id"]
+    # Retention: a log whose entries are all older than the cutoff is emptied, and an id
+    # that aged out reads from the oldest event kept (all of which come after it).
+    log = EventLog(h.client, retention_ms=1000, clock=lambda: 10**14)  # far ahead
+    assert log.trim(keys.events_shard("acme")) == 2
+    assert log.page("acme").events == []
+    assert not h.client.exists(keys.event_log("acme", keys.FEED_BATCHES))
+    h.complete(BatchRef("acme", "later"), register=False)
+    Detector(h.ctx, "d1").read_once(10)
+    page = log.page("acme", after=str(first_id))
+    assert [e["data"]["batch_name"] for e in page.events] == ["later"]
+    assert h.client.xpending(keys.outbox(BatchRef("acme", "later").shard), GROUP)["pending"] == 0
