@@ -3,7 +3,8 @@
 -- ARGV: 1 id, 2 lease token, 3 now (ms), 4 outcome: 'succeeded' | 'retry' | 'failed' | 'gone',
 --       5 next attempt (ms, for 'retry'), 6 attempt JSON, 7 reason (for 'gone'),
 --       8 attempts kept (0: all), 9 RELAY_DISABLE_AFTER (ms, 0: never), 10 the store's
---       clock (ms: failing since, and the disable decision), 11 reason (auto-disable)
+--       clock (ms: failing since, and the disable decision), 11 reason (auto-disable),
+--       12 '1' for an endpoint verification's challenge (webhook.verify)
 -- The attempt is always appended: it happened. The delivery moves on only while this
 -- worker still holds its lease (a late answer after the lease passed on changes nothing
 -- but the record). Returns 1 when the delivery moved on, 0 otherwise.
@@ -32,9 +33,16 @@ redis.call('HSET', KEYS[1], 'lease', '', 'updated_at', ARGV[3])
 -- attempt after a success or a registration, cleared by a success. A failed attempt that
 -- many ms after it disables the webhook: a retry becomes `canceled` (attempts stop).
 -- A 410 disables at once. The events go out at the end of the script.
-local hook = redis.call('HMGET', KEYS[4], 'url', 'disabled', 'failing_since')
+local hook = redis.call('HMGET', KEYS[4], 'url', 'disabled', 'failing_since', 'verify_id')
 local disable = nil
-if hook[1] and hook[2] ~= '1' then
+-- An endpoint verification's challenge (ARGV[12] = '1'): its own short schedule decides,
+-- not RELAY_DISABLE_AFTER; its last failure comes as 'gone' with the reason.
+local verify = ARGV[12] == '1' and hook[4] == ARGV[1]
+if hook[1] and hook[2] ~= '1' and ARGV[12] == '1' then
+  if outcome == 'gone' then
+    disable = ARGV[7]
+  end
+elseif hook[1] and hook[2] ~= '1' then
   local clock = tonumber(ARGV[10] or ARGV[3])
   if outcome == 'succeeded' then
     redis.call('HSET', KEYS[4], 'failing_since', '')
@@ -79,8 +87,21 @@ end
 index_delivery(delivery_prefix(KEYS[1], ARGV[1]), ARGV[1], 'pending',
                redis.call('HGET', KEYS[1], 'status'))
 
--- Operational events (emit_event in _lib.lua; none about the operational webhook's own).
 local dv = redis.call('HMGET', KEYS[1], 'account', 'batch', 'url', 'attempt_count')
+if verify then
+  -- The verification ended: what was parked meanwhile goes now, or never.
+  local p = delivery_prefix(KEYS[1], ARGV[1])
+  if outcome == 'succeeded' then
+    redis.call('HSET', KEYS[4], 'verification', 'verified', 'challenge', '',
+               'verified_at', ARGV[3])
+    release_parked(p, KEYS[3], dv[1], dv[2], ARGV[3], false)
+  else
+    redis.call('HSET', KEYS[4], 'verification', 'failed')
+    release_parked(p, KEYS[3], dv[1], dv[2], ARGV[3], true)
+  end
+end
+
+-- Operational events (emit_event in _lib.lua; none about the operational webhook's own).
 if disable then
   redis.call('HSET', KEYS[4], 'disabled', '1', 'disabled_reason', disable,
              'updated_at', ARGV[3])
