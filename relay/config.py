@@ -401,6 +401,20 @@ _FIELDS: tuple[_Field, ...] = (
         "Requests of one account long polling its event feeds at once in one API process",
     ),
     _Field(
+        "require_verified_webhooks",
+        "false",
+        _bool,
+        "Verify every webhook registration (a signed webhook.verify challenge must be echoed"
+        " before anything else is sent to it), as a registration with verify: true does",
+    ),
+    _Field(
+        "verify_schedule",
+        "1,2,5,10",
+        _schedule,
+        "Seconds to wait after each failed endpoint verification attempt (len+1 attempts;"
+        " then the webhook is disabled)",
+    ),
+    _Field(
         "allow_http_targets",
         "false",
         _bool,
@@ -500,6 +514,8 @@ class Settings:
     delivery_per_destination: int
     events_max_waiters: int
     events_max_waiters_per_account: int
+    require_verified_webhooks: bool
+    verify_schedule: tuple[float, ...]
     allow_http_targets: bool
     allow_private_targets: bool
     encryption_key: Secret = field(repr=True)
