@@ -2,23 +2,32 @@
 
 Input is a ``PageLayout`` (``relay.extract.pdf_layout``: characters and rules); output the
 page's tables as grids, top to bottom (``find_tables``). Nothing here is tuned to a
-particular document: every threshold is relative to the size of the text.
+particular document: the thresholds are relative to the size of the text, except the few
+in points that say when two drawn rules meet.
 
 1. **Text lines.** Characters are grouped into lines (vertical overlap), a line into
    words (a gap wider than a fraction of the text height) and words into *chunks*: a gap
    of about an em or more separates what are probably two cells.
 2. **Ruled tables.** Rules are snapped and joined; connected horizontal and vertical rules
-   with at least two of each make a grid. Its elementary cells are merged where no rule
-   separates them (spanning cells, text at the top-left). A grid whose cells mostly hold
-   several chunks side by side is only a frame (an outline, or rules between rows only):
-   its area is read as an unruled table instead.
+   with at least two of each make a grid, which ends where its rules end when it has no
+   outer frame. Its cells are merged where no rule separates them and text runs across
+   (spanning cells, text at the top-left); where rules only group rows (figures on every
+   line of a band), each text line is a row. A grid whose cells mostly hold several
+   chunks side by side is only a frame (an outline, or rules between rows only): its area
+   is read as an unruled table instead.
 3. **Unruled tables.** Outside ruled grids, runs of lines that have two or more chunks
    (with at most a line or two of single chunks among them: a wrapped cell, a spanning
-   heading) are table candidates. Columns are the vertical strips of white that run
-   through the candidate's lines; each line is a row; a chunk that crosses a strip (a
-   heading over several columns) stays whole at its first column. A candidate needs at
-   least two columns and two rows of at least two cells, and prose is excluded (long
-   chunks of many words in two columns are text columns, not a table).
+   heading) are table candidates; a title standing apart, or columns that stop lining up,
+   part two candidates. Columns are the vertical strips of white (or dot leaders) that run
+   through the candidate's lines; a chunk that crosses a strip (a heading over several
+   columns) stays whole at its first column. Rows are text lines, those overlapping one
+   another (figures set midway beside a two-line label) joined, a lower-case or later-column
+   continuation joined to its cell; where rules run across the candidate (a partly ruled
+   table), a few lines between two rules are one row.
+4. **Not tables.** Prose set in columns (every column's cells of several words), lists (a
+   first column of markers), one-column boxes, charts (a grid under a fifth filled, or
+   text among curves and slanted strokes). A table needs two columns and two rows of at
+   least two cells.
 """
 
 from __future__ import annotations
@@ -203,16 +212,6 @@ def _word(chars: Sequence[Char]) -> _Word:
     )
 
 
-def _text(lines: Iterable[_Line], x0: float, x1: float) -> str | None:
-    """The words of ``lines`` whose middle lies in [x0, x1), line by line."""
-    out = []
-    for line in lines:
-        words = [w.text for w in line.words if x0 <= (w.x0 + w.x1) / 2 < x1]
-        if words:
-            out.append(" ".join(words))
-    return "\n".join(out) if out else None
-
-
 # --- ruled tables -------------------------------------------------------------------------
 
 
@@ -313,7 +312,6 @@ class _Region:
     x1: float
     bottom: float
     grid: Grid | None  # None: read the region as an unruled table
-    hints: list[float] = field(default_factory=list)  # horizontal rules inside, for rows
     skip: bool = False  # not a table: nothing in it is read
 
 
@@ -369,7 +367,7 @@ def _ruled(hs: list[Rule], vs: list[Rule], lines: Sequence[_Line]) -> _Region | 
     # ends where its rules of the other orientation end.
     ys = _positions([r.top for r in hs] + [min(r.top for r in vs), max(r.bottom for r in vs)])
     xs = _positions([r.x0 for r in vs] + [min(r.x0 for r in hs), max(r.x1 for r in hs)])
-    region = _Region(xs[0], ys[0], xs[-1], ys[-1], None, ys)
+    region = _Region(xs[0], ys[0], xs[-1], ys[-1], None)
     inside = [
         ln
         for ln in lines
@@ -416,7 +414,7 @@ def _ruled(hs: list[Rule], vs: list[Rule], lines: Sequence[_Line]) -> _Region | 
                 union(i * cols + j, (i - 1) * cols + j)
     # Each word goes to the cell its middle falls in, then to that cell's top-left anchor;
     # a cell's text is its lines, top to bottom, each line's words left to right.
-    words: dict[int, dict[int, list[str]]] = {}
+    words: dict[int, dict[tuple[int, int], list[str]]] = {}
     filled: set[int] = set()
     split_cells = 0
     for i, band in enumerate(bands):
@@ -426,8 +424,7 @@ def _ruled(hs: list[Rule], vs: list[Rule], lines: Sequence[_Line]) -> _Region | 
                 if not inside_words:
                     continue
                 filled.add(i * cols + j)
-                line_key = i * 10_000 + k
-                words.setdefault(find(i * cols + j), {}).setdefault(line_key, []).extend(
+                words.setdefault(find(i * cols + j), {}).setdefault((i, k), []).extend(
                     w.text for w in inside_words
                 )
     for cell in filled:
