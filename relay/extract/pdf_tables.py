@@ -69,6 +69,8 @@ _MAX_CELLS = 50_000
 _MIN_FILL = 0.2
 # A candidate with at least this many curves or slanted strokes among its lines is a chart.
 _CHART_MARKS = 4
+# A bullet: one or two symbols, no letter or digit.
+_BULLET = re.compile(r"[^\w\s]{1,2}")
 # A list item's marker: a bullet or dash, or a number or letter with a dot or parenthesis.
 _MARKER = re.compile(r"[^\w\s]{1,2}|\(?(?:\d{1,3}[.)])+|\(?[A-Za-z][.)]|\(?[ivxIVX]{1,5}[.)]")
 # Columns whose cells have at least this many words (the median) are text, not cells.
@@ -199,6 +201,8 @@ def _split(line: _Line) -> None:
             chunks[-1].words.append(word)
         else:
             chunks.append(_Chunk([word]))
+    if len(chunks) >= 2 and len(chunks[0].words) == 1 and _BULLET.fullmatch(chunks[0].text):
+        chunks[1].words.insert(0, chunks.pop(0).words[0])  # a bullet belongs to its item
     line.chunks = chunks
 
 
@@ -469,7 +473,7 @@ def _blocks(lines: Sequence[_Line]) -> list[list[_Line]]:
             if current:
                 blocks.append(current)
             current, singles = [], 0
-        if len(line.chunks) >= 2:
+        if _tabular(line):
             current.append(line)
             singles = 0
         elif current and singles < _MAX_SINGLES:
@@ -483,11 +487,18 @@ def _blocks(lines: Sequence[_Line]) -> list[list[_Line]]:
         blocks.append(current)
     out = []
     for block in blocks:
-        while block and len(block[-1].chunks) < 2:
+        while block and not _tabular(block[-1]):
             block.pop()
-        if sum(len(line.chunks) >= 2 for line in block) >= 2:
+        if sum(_tabular(line) for line in block) >= 2:
             out += _apart(block)
     return out
+
+
+def _tabular(line: _Line) -> bool:
+    """Whether ``line`` may be a table's row: cells side by side, not two runs of prose
+    (a line across two text columns of a page)."""
+    long = sum(len(chunk.words) > _PROSE_WORDS for chunk in line.chunks)
+    return len(line.chunks) >= 2 and long < 2
 
 
 def _strips(block: Sequence[_Line]) -> list[tuple[float, float]]:
