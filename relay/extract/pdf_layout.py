@@ -219,9 +219,9 @@ def _path_rules(raw: Any, obj: Any, ctm: Matrix, view: _View, out: PageLayout) -
         return  # a clipping path or an invisible one
     shade = False
     if filled and not stroked:
-        r, g, b, alpha = (ctypes.c_uint() for _ in range(4))
-        if raw.FPDFPageObj_GetFillColor(obj, r, g, b, alpha):
-            shade = _light(r.value / 255, g.value / 255, b.value / 255)
+        red, green, blue, alpha = (ctypes.c_uint() for _ in range(4))
+        if raw.FPDFPageObj_GetFillColor(obj, red, green, blue, alpha):
+            shade = _light(red.value / 255, green.value / 255, blue.value / 255)
     a, b, c, d, e, f = ctm
     x, y = ctypes.c_float(), ctypes.c_float()
     points: list[tuple[float, float]] = []
