@@ -10,6 +10,7 @@ CLI. Waking a worker for due deliveries is the queues' business (``relay.queues.
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,7 @@ EVENT_TYPE = "batch.completed"
 # Operational events, delivered to the account's operational webhook (keys.OPS_BATCH).
 WEBHOOK_DISABLED = "webhook.disabled"
 DELIVERY_FAILED = "delivery.failed"
+VERIFY_EVENT = "webhook.verify"  # endpoint verification: a challenge to echo
 DEFAULT_DISABLE_AFTER_MS = 5 * 86_400_000
 
 
@@ -79,6 +81,26 @@ def event_body(fields: dict[bytes, bytes]) -> bytes:
         data = {"batch_name": text("batch"), "url": text("url"), "reason": text("reason")}
     event = {"type": kind, "timestamp": rfc3339(int(text("at"))), "data": data}
     return json.dumps(event, separators=(",", ":")).encode()
+
+
+def verify_body(batch_name: str, url: str, challenge: str, at_ms: int) -> bytes:
+    """The exact bytes of an endpoint verification's challenge (``webhook.verify``): the
+    receiver answers 2xx with ``challenge`` in its body. ``batch_name`` is null for the
+    operational webhook."""
+    data = {"batch_name": batch_name or None, "url": url, "challenge": challenge}
+    event = {"type": VERIFY_EVENT, "timestamp": rfc3339(at_ms), "data": data}
+    return json.dumps(event, separators=(",", ":")).encode()
+
+
+VERIFY_PREFIX = b'{"type":"' + b"webhook.verify" + b'"'
+
+
+def verify_challenge(body: bytes) -> str | None:
+    """The challenge of a ``verify_body``, None for any other delivery body."""
+    if not body.startswith(VERIFY_PREFIX):
+        return None
+    challenge = json.loads(body)["data"]["challenge"]
+    return challenge if isinstance(challenge, str) else None
 
 
 def notification_body(batch: Batch, public_url: str) -> bytes:
@@ -229,8 +251,11 @@ class WebhookStore:
         outcome: str,
         next_at: int = 0,
         reason: str = "",
+        verify: bool = False,
     ) -> bool:
-        """Append the attempt; move the delivery on while the lease is still ours."""
+        """Append the attempt; move the delivery on while the lease is still ours.
+        ``verify``: the attempt delivered an endpoint verification's challenge (its outcome
+        verifies the webhook, or fails it)."""
         s = d.shard
         moved = self.scripts(
             "record_attempt",
@@ -255,6 +280,7 @@ class WebhookStore:
                         "disable_after": str(self.disable_after_ms),
                         "clock": str(self.clock()),
                         "disable_reason": disable_reason(self.disable_after_ms),
+                        "verify": "1" if verify else "",
                     }
                 )
             ],
@@ -348,10 +374,22 @@ class AsyncWebhookStore:
         self.scripts = AsyncScripts(client)
         self.clock = clock  # ms since the epoch; tests pass their own
 
-    async def register(self, ref: BatchRef, url: str, public_url: str) -> tuple[bool, bool]:
+    async def _challenge(self, ref: BatchRef, url: str, challenge: str) -> None:
+        """Create the delivery of an endpoint verification's challenge (due now)."""
+        now = self.clock()
+        body = verify_body("" if ref.name == keys.OPS_BATCH else ref.name, url, challenge, now)
+        k, a = _create_call(ref, f"verify:{challenge}", body, 0, now)
+        await self.scripts("create_delivery", k, [*a, "verify"])
+
+    async def register(
+        self, ref: BatchRef, url: str, public_url: str, *, verify: bool = False
+    ) -> tuple[bool, bool]:
         """Register or replace the URL. Returns (created, a delivery became due now).
-        Raises BatchNotFound."""
+        With ``verify``, the webhook is pending until the receiver echoes a signed
+        ``webhook.verify`` challenge; nothing else is sent to it meanwhile. Raises
+        BatchNotFound."""
         s = ref.shard
+        challenge = secrets.token_urlsafe(24) if verify else ""
         try:
             created, seq, dlv, status = await self.scripts(
                 "register_webhook",
@@ -359,14 +397,25 @@ class AsyncWebhookStore:
                     ref.key,
                     keys.webhook(s, ref.account, ref.name),
                     keys.batch_delivery_by_seq(s, ref.account, ref.name),
+                    keys.due(s),
                 ],
-                [url, self.clock(), keys.shard_prefix(s)],
+                [
+                    url,
+                    self.clock(),
+                    keys.shard_prefix(s),
+                    "1" if verify else "",
+                    challenge,
+                    ref.account,
+                    ref.name,
+                ],
             )
         except ResponseError as exc:
             if refusal(exc) == "missing":
                 raise BatchNotFound(f"no batch named {ref.name!r}") from exc
             raise
-        due = False
+        due = verify
+        if verify:
+            await self._challenge(ref, url, challenge)
         seq, dlv, status = int(seq), dlv.decode(), status.decode()
         if seq and not dlv:
             # The batch is done and its latest completion was never delivered: deliver it.
@@ -393,12 +442,26 @@ class AsyncWebhookStore:
             due = True
         return int(created) == 1, due
 
-    async def register_ops(self, account: str, url: str) -> bool:
-        """Register or replace the account's operational webhook (and enable it again).
-        Returns whether it was created."""
+    async def register_ops(self, account: str, url: str, *, verify: bool = False) -> bool:
+        """Register or replace the account's operational webhook (and enable it again),
+        verified first with ``verify`` (as ``register``). Returns whether it was created."""
         ref = ops_ref(account)
         key = keys.webhook(ref.shard, account, ref.name)
-        created = await self.scripts("register_ops_webhook", [key], [url, self.clock()])
+        challenge = secrets.token_urlsafe(24) if verify else ""
+        created = await self.scripts(
+            "register_ops_webhook",
+            [key, keys.due(ref.shard)],
+            [
+                url,
+                self.clock(),
+                "1" if verify else "",
+                challenge,
+                keys.shard_prefix(ref.shard),
+                account,
+            ],
+        )
+        if verify:
+            await self._challenge(ref, url, challenge)
         return int(created) == 1
 
     async def get(self, ref: BatchRef) -> Webhook | None:
@@ -410,7 +473,7 @@ class AsyncWebhookStore:
         removed = await self.scripts(
             "cancel_deliveries",
             [keys.webhook(s, ref.account, ref.name), keys.due(s)],
-            [self.clock(), keys.shard_prefix(s)],
+            [self.clock(), keys.shard_prefix(s), ref.account, ref.name],
         )
         return int(removed) == 1
 
@@ -423,7 +486,14 @@ class AsyncWebhookStore:
             await self.scripts(
                 "set_webhook_disabled",
                 [keys.webhook(s, ref.account, ref.name), keys.due(s)],
-                ["1" if disabled else "0", reason, self.clock(), keys.shard_prefix(s)],
+                [
+                    "1" if disabled else "0",
+                    reason,
+                    self.clock(),
+                    keys.shard_prefix(s),
+                    ref.account,
+                    ref.name,
+                ],
             )
         except ResponseError as exc:
             if refusal(exc) == "missing":

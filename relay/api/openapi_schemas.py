@@ -37,6 +37,12 @@ def _obj(props: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _optional(names: list[str], props: dict[str, Any]) -> dict[str, Any]:
+    """``_obj(props)`` with ``names`` not required."""
+    schema = _obj(props)
+    return {**schema, "required": [n for n in schema["required"] if n not in names]}
+
+
 _TIME = {
     "type": "string",
     "format": "date-time",
@@ -202,7 +208,8 @@ SCHEMAS: dict[str, Any] = {
             },
         },
     },
-    "WebhookRequest": _obj(
+    "WebhookRequest": _optional(
+        ["verify"],
         {
             "url": {
                 "type": "string",
@@ -215,8 +222,16 @@ SCHEMAS: dict[str, Any] = {
                 "invalid_webhook_url with the reason. A relay run for local work "
                 "(RELAY_ALLOW_HTTP_TARGETS, RELAY_ALLOW_PRIVATE_TARGETS) also takes http:// "
                 "and IP literals.",
-            }
-        }
+            },
+            "verify": {
+                "type": "boolean",
+                "default": False,
+                "description": "Verify the endpoint first: relay sends a signed webhook.verify "
+                "event whose data.challenge the receiver must echo in a 2xx body; until then "
+                "nothing else is sent (notifications wait). Always on with "
+                "RELAY_REQUIRE_VERIFIED_WEBHOOKS.",
+            },
+        },
     ),
     "Webhook": _obj(
         {
@@ -226,6 +241,21 @@ SCHEMAS: dict[str, Any] = {
             "disabled_reason": {"type": ["string", "null"]},
             "created_at": _TIME,
             "updated_at": _TIME,
+            "verification": ref("Verification"),
+        }
+    ),
+    "Verification": _obj(
+        {
+            "status": {
+                "type": "string",
+                "enum": ["none", "pending", "verified", "failed"],
+                "description": "none: not asked (verify: false); pending: the signed "
+                "webhook.verify challenge was sent and is not echoed yet, nothing else is "
+                "sent meanwhile (notifications wait, none is lost); verified: echoed; "
+                "failed: never echoed (the webhook is disabled with the reason, and a "
+                "webhook.disabled event is raised).",
+            },
+            "verified_at": _TIME_OR_NULL,
         }
     ),
     "OperationalWebhook": _obj(
@@ -235,6 +265,7 @@ SCHEMAS: dict[str, Any] = {
             "disabled_reason": {"type": ["string", "null"]},
             "created_at": _TIME,
             "updated_at": _TIME,
+            "verification": ref("Verification"),
         }
     ),
     "Attempt": _obj(
@@ -330,6 +361,22 @@ SCHEMAS: dict[str, Any] = {
                 {
                     "batch_name": {"type": ["string", "null"]},
                     "url": {"type": "string"},
+                }
+            ),
+        }
+    ),
+    "WebhookVerifyEvent": _obj(
+        {
+            "type": {"const": "webhook.verify"},
+            "timestamp": {**_TIME, "description": "When the challenge was made."},
+            "data": _obj(
+                {
+                    "batch_name": {"type": ["string", "null"]},
+                    "url": {"type": "string"},
+                    "challenge": {
+                        "type": "string",
+                        "description": "Echo it in the body of a 2xx answer.",
+                    },
                 }
             ),
         }
