@@ -60,17 +60,19 @@ def _scan_dpi(page: Any, max_pixels: int) -> float:
     return min(float(SCAN_DPI), math.sqrt(max_pixels / area_in2))
 
 
-def _ocr_page(page: Any, max_pixels: int) -> list[list[Cells]]:
+def _ocr_page(page: Any, max_pixels: int, number: int) -> list[Table]:
     """The tables of a page without a text layer, rendered and read by OCR."""
+    if not any(page.objects.values()):  # nothing drawn at all: blank, nothing to render
+        return []
     from relay.extract.ocr import read_tables  # imports OpenCV: only when a scan arrives
 
     image = page.to_image(resolution=_scan_dpi(page, max_pixels)).original
-    return read_tables(image)
+    return read_tables(image, number)
 
 
-def _page_tables(page: Any, max_pixels: int) -> list[list[Cells]]:
+def _page_tables(page: Any, max_pixels: int, number: int) -> list[Table | list[Cells]]:
     if not page.chars:
-        return _ocr_page(page, max_pixels)
+        return list(_ocr_page(page, max_pixels, number))
     return [list(table) for table in page.extract_tables()]
 
 
@@ -123,7 +125,7 @@ def _tables(content: bytes, max_pixels: int, max_pages: int) -> list[Table]:
             raise ExtractionError("invalid_pdf", "the PDF has no pages")
         for number, page in enumerate(pages, start=1):
             try:
-                found = _page_tables(page, max_pixels)
+                found = _page_tables(page, max_pixels, number)
             except ExtractionError:
                 raise
             except Exception as exc:
@@ -133,6 +135,9 @@ def _tables(content: bytes, max_pixels: int, max_pages: int) -> list[Table]:
             finally:
                 page.close()  # drop the page's parsed objects: long PDFs would pile them up
             for table in found:
+                if isinstance(table, Table):  # read by OCR: cleaned, with its confidence
+                    tables.append(table)
+                    continue
                 rows = clean_table(table)
                 if rows:
                     tables.append(Table(number, list(rows)))
