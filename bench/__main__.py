@@ -30,6 +30,7 @@ BENCHMARKS = (
     "recover",
     "quickstart",
     "redis_cost",
+    "heavy",
 )
 # Valid names that the default run (no NAME) leaves out: ``tables`` makes venvs for its peers
 # (from the package index on first use) and takes tens of minutes over its three corpora.

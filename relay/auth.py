@@ -175,6 +175,46 @@ async def lookup_operator_async(client: redis.asyncio.Redis, key: str | Presente
     return check_operator_record(values, presented)
 
 
+# -- console sessions: the server side, so that logout and key revocation end them ---------
+
+
+async def open_console_session(
+    client: redis.asyncio.Redis, sid: str, prefix: str, max_age: int
+) -> None:
+    """Store a new console session of the operator key ``prefix`` for ``max_age`` seconds."""
+    index = keys.console_key_sessions(prefix)
+    async with client.pipeline(transaction=False) as pipe:
+        pipe.set(keys.console_session(sid), prefix, ex=max_age)
+        pipe.sadd(index, sid)
+        pipe.expire(index, max_age)  # outlives every session it names: each login renews it
+        await pipe.execute()
+
+
+async def end_console_session(client: redis.asyncio.Redis, sid: str, prefix: str) -> None:
+    """End a session (logout): its cookie and CSRF token open nothing from now on."""
+    await client.delete(keys.console_session(sid))
+    await client.srem(keys.console_key_sessions(prefix), sid)
+
+
+async def console_session_active(
+    client: redis.asyncio.Redis, sid: str, prefix: str, operator: str
+) -> bool:
+    """Whether the session ``sid`` is still open and its key ``prefix`` still an unrevoked
+    operator key of ``operator`` (checked on every console page, one round trip)."""
+    async with client.pipeline(transaction=False) as pipe:
+        pipe.get(keys.console_session(sid))
+        pipe.hmget(keys.api_key(prefix), ["operator", "account", "revoked_at"])
+        alive, (stored_operator, account, revoked) = await pipe.execute()
+    if alive is None or alive.decode() != prefix:
+        return False
+    return (
+        stored_operator is not None
+        and account is None
+        and not revoked
+        and stored_operator.decode() == operator
+    )
+
+
 def _ms_or_none(raw: bytes | None) -> int | None:
     return int(raw) if raw else None
 

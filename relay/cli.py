@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import re
 import signal
 import sys
 import time
@@ -114,6 +113,8 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
             else:
                 log.warning("worker stopped on an error", exc_info=True)
         if args.burst or (worker is not None and worker.stop_requested):
+            if "background" in ctx.__dict__:  # documents moved to the background end first
+                ctx.background.join(ctx.settings.extract_timeout + 5)
             _finish_deliveries(ctx, wait_for_due=args.burst)
             return 0
         if time.monotonic() - started > 60:  # it had been working: not a restart loop
@@ -216,17 +217,6 @@ def account_name(text: str) -> str:
             "letter or a digit (e.g. acme)"
         )
     return text
-
-
-_DURATION = re.compile(r"^(\d+)([smhd])$")
-
-
-def parse_duration(text: str) -> float:
-    """``90s``, ``15m``, ``2h``, ``7d`` -> seconds."""
-    m = _DURATION.match(text.strip())
-    if m is None:
-        raise argparse.ArgumentTypeError(f"expected a duration like 30m, 2h or 7d, got {text!r}")
-    return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
 
 
 def cmd_deliveries(settings: Settings, args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from relay.exceptions import ConfigError
+from relay.timefmt import parse_duration
 
 PREFIX = "RELAY_"
 
@@ -75,19 +76,6 @@ def _log_format(raw: str) -> str:
     value = raw.strip().lower()
     if value not in {"text", "json"}:
         raise ValueError("expected text or json")
-    return value
-
-
-_DURATION_UNITS = {"s": 1, "m": 60, "h": 3_600, "d": 86_400}
-
-
-def _duration(raw: str) -> float:
-    """Seconds from ``30d``, ``12h``, ``15m``, ``4s`` or a bare number of seconds."""
-    text = raw.strip().lower()
-    factor = _DURATION_UNITS.get(text[-1:], 0)
-    value = float(text[:-1] if factor else text) * (factor or 1)
-    if value <= 0:
-        raise ValueError("a duration > 0 such as 30d, 12h, 15m, 4s (or seconds)")
     return value
 
 
@@ -286,6 +274,19 @@ _FIELDS: tuple[_Field, ...] = (
         "A worker's claim on a document lasts this long without renewal",
     ),
     _Field(
+        "background_after",
+        "2",
+        _positive_float,
+        "Seconds a document may extract while others wait before its worker moves it to"
+        " the background and serves them",
+    ),
+    _Field(
+        "background_extractions",
+        "1",
+        _non_negative_int,
+        "Documents one worker process extracts in the background at once (0: none)",
+    ),
+    _Field(
         "max_document_attempts",
         "3",
         _positive_int,
@@ -295,14 +296,14 @@ _FIELDS: tuple[_Field, ...] = (
     _Field(
         "retention",
         "30d",
-        _duration,
+        parse_duration,
         "A finished batch (none of its deliveries pending) is purged this long after it"
         " completed (s, m, h, d suffixes)",
     ),
     _Field(
         "disable_after",
         "5d",
-        _duration,
+        parse_duration,
         "A batch webhook whose attempts have all failed this long (no success since the first"
         " failure) is disabled (s, m, h, d suffixes)",
     ),
@@ -394,7 +395,7 @@ _FIELDS: tuple[_Field, ...] = (
     _Field(
         "console_session",
         "8h",
-        _duration,
+        parse_duration,
         "A console login lasts this long (s, m, h, d suffixes)",
     ),
     _Field("log_level", "info", str, "debug, info, warning or error"),
@@ -439,6 +440,8 @@ class Settings:
     auth_failure_rate_limit: RateLimit
     forwarded_allow_ips: str
     lease_seconds: float
+    background_after: float
+    background_extractions: int
     max_document_attempts: int
     sweep_interval: float
     retention: float

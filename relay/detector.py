@@ -165,7 +165,7 @@ class Detector:
             for doc_id in store.expired_leases(s):
                 ref = store.doc_batch(s, doc_id)
                 if ref is None:
-                    self.redis.zrem(keys.leases(s), doc_id)
+                    store.drop_lease(s, doc_id)
                     continue
                 outcome = store.requeue(ref, doc_id, self.settings.max_document_attempts)
                 if outcome == "requeued":

@@ -11,7 +11,6 @@ before it is printed: a response excerpt holding ANSI escapes must not rewrite t
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 
 from redis import Redis
@@ -25,11 +24,10 @@ from relay.model import Delivery, DeliveryStatus
 from relay.redis_conn import RedisTarget, sync_client
 from relay.search import RECOVERABLE, Recovery
 from relay.text import for_terminal as _t
-from relay.timefmt import parse_rfc3339, rfc3339
+from relay.timefmt import parse_duration, parse_rfc3339, rfc3339
 from relay.webhook_store import WebhookStore
 
 MAX_LIST = 1000
-_DURATION = re.compile(r"([0-9]{1,9})([smhd])")
 
 
 def _line(d: Delivery) -> str:
@@ -72,10 +70,11 @@ def _when(text: str | None, now: int) -> int | None:
     at = parse_rfc3339(text)
     if at is not None:
         return at
-    m = _DURATION.fullmatch(text.strip())
-    if m is None:
-        raise _Usage(f"expected an RFC 3339 time or a duration like 6h, got {_t(text)!r}")
-    return now - int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)] * 1000
+    try:
+        seconds = parse_duration(text)
+    except ValueError:
+        raise _Usage(f"expected an RFC 3339 time or a duration like 6h, got {_t(text)!r}") from None
+    return now - round(seconds * 1000)
 
 
 class _Usage(Exception):

@@ -10,6 +10,15 @@ worker joins in: a job that finds more work when it starts wakes the next.
 Each claim takes a lease that a background thread renews while the extractor runs. If this
 process dies, the lease expires and the detector's sweeper hands the document out again
 (at most ``RELAY_MAX_DOCUMENT_ATTEMPTS`` claims, then ``failed`` with ``worker_lost``).
+
+One heavy document does not hold the line (``docs/architecture.md``, "Why processing is
+fair"): a document is extracted in a thread of its own while the job watches. Once it has
+run ``RELAY_BACKGROUND_AFTER`` seconds and other documents wait, the job moves it to the
+background (:class:`Background`): it goes on in its extraction child, reniced so the
+foreground has the CPU first, and is stored by its thread when done; the job takes a fresh
+child and goes on claiming in fair order. At most ``RELAY_BACKGROUND_EXTRACTIONS`` documents
+per worker process are in the background; when that many are, a slow foreground document
+is waited for, as before.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import threading
 import time
 
 from relay import keys, queues
+from relay.extract.sandbox import ExtractorHost
 from relay.logs import fields
 from relay.redis_conn import retry_while_full
 from relay.store import BatchRef, Claim, Store
@@ -93,8 +103,9 @@ class ShardRotation:
                 return claim
 
 
-def process_claimed(ctx: WorkerContext, claim: Claim) -> str:
-    """Extract a claimed document (its lease renewed meanwhile) and store the outcome."""
+def process_claimed(ctx: WorkerContext, claim: Claim, host: ExtractorHost | None = None) -> str:
+    """Extract a claimed document (its lease renewed meanwhile) with ``host`` (the worker's
+    extraction child by default) and store the outcome."""
     store = ctx.store
     lease_ms = int(ctx.settings.lease_seconds * 1000)
     t0 = time.perf_counter()
@@ -103,7 +114,7 @@ def process_claimed(ctx: WorkerContext, claim: Claim) -> str:
         result: bytes | None = None  # line_items and tables, as JSON from the bounded extraction
         error: tuple[str, str] | None = ("blob_missing", "the uploaded bytes are gone")
         if content is not None:
-            result, error = ctx.extraction.run(
+            result, error = (host or ctx.extraction).run(
                 content,
                 filename=claim.filename,
                 content_type=claim.content_type,
@@ -138,6 +149,106 @@ def process_claimed(ctx: WorkerContext, claim: Claim) -> str:
     return f"{outcome}; batch completed (seq {seq})" if seq else outcome
 
 
+class _Extraction:
+    """One claimed document processed in a thread of its own (``process_claimed``)."""
+
+    def __init__(self, ctx: WorkerContext, claim: Claim, host: ExtractorHost) -> None:
+        self.ctx, self.claim, self.host = ctx, claim, host
+        self.done = threading.Event()
+        self.background: Background | None = None  # set when moved there
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(
+            target=self._run, name=f"extract-{claim.doc_id}", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            process_claimed(self.ctx, self.claim, self.host)
+        except Exception:  # e.g. Redis gone for good: the lease brings the document back
+            log.exception("processing %s failed", self.claim.doc_id)
+        finally:
+            with self._lock:
+                self.done.set()
+                background = self.background
+            if background is not None:
+                background.release(self)
+
+    def to_background(self, background: Background) -> bool:
+        """Mark this extraction as the background's; False when it ended meanwhile."""
+        with self._lock:
+            if self.done.is_set():
+                return False
+            self.background = background
+            return True
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+
+class Background:
+    """The documents this worker process extracts in the background, at most ``limit``
+    (``RELAY_BACKGROUND_EXTRACTIONS``). Each keeps the extraction child it started in, at a
+    lower priority, which is closed when its document is stored."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._running: set[_Extraction] = set()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._running)
+
+    def has_room(self) -> bool:
+        return len(self) < self.limit
+
+    def adopt(self, extraction: _Extraction) -> bool:
+        """Take ``extraction`` (False when full, or when it ended meanwhile)."""
+        with self._lock:
+            if len(self._running) >= self.limit or not extraction.to_background(self):
+                return False
+            self._running.add(extraction)
+        extraction.host.lower_priority()
+        log.info(
+            "document moved to the background",
+            extra=fields(doc_id=extraction.claim.doc_id, account=extraction.claim.batch.account),
+        )
+        return True
+
+    def release(self, extraction: _Extraction) -> None:
+        extraction.host.close()
+        with self._lock:
+            self._running.discard(extraction)
+
+    def join(self, timeout: float) -> None:
+        """Wait, up to ``timeout`` seconds in all, for the documents in the background to be
+        stored (a worker that stops lets them finish; one cut short comes back by its lease)."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            running = list(self._running)
+        for extraction in running:
+            extraction.join(max(0.0, deadline - time.monotonic()))
+
+
+_WATCH = 0.1  # seconds between looks at the fair queue while a slow document extracts
+
+
+def process_fairly(ctx: WorkerContext, claim: Claim) -> None:
+    """Process ``claim``; if it is still extracting after ``RELAY_BACKGROUND_AFTER`` seconds
+    while other documents wait, move it to the background and return (module docstring)."""
+    extraction = _Extraction(ctx, claim, ctx.extraction)
+    if extraction.done.wait(ctx.settings.background_after):
+        return
+    background = ctx.background
+    while not extraction.done.wait(_WATCH):
+        if not background.has_room() or not ctx.store.waiting_shards():
+            continue
+        if background.adopt(extraction):
+            ctx.__dict__.pop("extraction", None)  # the foreground takes a fresh child
+        return
+
+
 def run_documents(ctx: WorkerContext, shard: int, budget: float = queues.PROCESS_BUDGET) -> str:
     """RQ job: process documents in fair order, ``shard`` first, for about ``budget``
     seconds (the document under way is finished). Returns how many (for RQ's logs)."""
@@ -154,7 +265,7 @@ def run_documents(ctx: WorkerContext, shard: int, budget: float = queues.PROCESS
             return f"{done} documents; none waiting"
         if done == 0 and rotation.active:
             queues.wake_processing(ctx.redis, claim.batch.shard, ctx.settings)
-        process_claimed(ctx, claim)
+        process_fairly(ctx, claim)
         done += 1
         if time.monotonic() >= deadline:
             break

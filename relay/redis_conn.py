@@ -46,8 +46,8 @@ import redis.asyncio.sentinel
 import redis.connection
 import redis.sentinel
 from redis.backoff import ExponentialBackoff, NoBackoff
+from redis.exceptions import BusyLoadingError, OutOfMemoryError, ReadOnlyError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import OutOfMemoryError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.maint_notifications import MaintNotificationsConfig
 from redis.retry import Retry
@@ -58,6 +58,20 @@ if TYPE_CHECKING:
     from relay.config import Settings
 
 _RETRY_ON = [RedisConnectionError, RedisTimeoutError, ConnectionResetError]
+
+# What a read that cannot reach Redis raises (a gauge skipped, ``relay_redis_up`` 0).
+UNREACHABLE: tuple[type[Exception], ...] = (RedisConnectionError, RedisTimeoutError)
+# What means Redis cannot serve now (the API's 503 store_unavailable): unreachable, timing
+# out, loading its dataset, read-only after a failover. The edges map these classes without
+# importing the client (docs/architecture.md, "Import contracts").
+UNAVAILABLE: tuple[type[Exception], ...] = (
+    RedisConnectionError,  # BusyLoadingError is a subclass
+    BusyLoadingError,
+    RedisTimeoutError,
+    ReadOnlyError,
+)
+# An error reply to a command (OutOfMemoryError, a script's refusal, ...).
+REPLY_ERROR: type[Exception] = ResponseError
 
 
 def _common() -> dict[str, Any]:

@@ -95,3 +95,10 @@ class SigningKeys:
             [self.new_token(), now, now + int(grace_s * 1000)],
         )
         return await self.get(client, account)
+
+
+async def previous_until(client: redis.asyncio.Redis, account: str) -> int | None:
+    """When the account's previous signing material stops being used (ms); None when no
+    rotation is under way."""
+    raw = await client.hget(keys.signing(account), "previous_until")
+    return int(raw) if raw else None

@@ -20,7 +20,7 @@ from redis.exceptions import ResponseError
 from relay import keys
 from relay.blobs import BlobStore
 from relay.exceptions import BatchDeleted, BatchNotFound, QuotaExceeded, StateError
-from relay.model import Batch, Document
+from relay.model import Batch, Document, valid_batch_name
 from relay.scripts import AsyncScripts, Scripts, refusal
 from relay.timefmt import now_ms
 
@@ -246,6 +246,9 @@ class AsyncStore:
             self.blobs.discard(doc_id, self.blobs.kind)
         return canceled
 
+    async def batch_exists(self, ref: BatchRef) -> bool:
+        return bool(await self.redis.exists(ref.key))
+
     async def get_batch(self, ref: BatchRef) -> Batch | None:
         h = await self.redis.hgetall(ref.key)
         return Batch.from_hash(h) if h else None
@@ -426,6 +429,14 @@ class Store:
             return None
         return BatchRef(account.decode(), batch.decode())
 
+    def drop_lease(self, shard: int, doc_id: str) -> bool:
+        """Drop the expired lease of a document that is gone (its batch purged); False when
+        the document is there or its lease was renewed meanwhile."""
+        dropped = self.scripts(
+            "drop_lease", [keys.leases(shard), keys.doc(shard, doc_id)], [doc_id, self.clock()]
+        )
+        return int(dropped) == 1
+
     def requeue(self, ref: BatchRef, doc_id: str, max_claims: int) -> str:
         """Return an expired lease's document to the fair queue (at the front of its batch's
         list), or fail it with worker_lost."""
@@ -444,3 +455,38 @@ class Store:
             [doc_id, self.clock(), max_claims, keys.shard_prefix(ref.shard), ref.account, ref.name],
         )
         return str(reply.decode() if isinstance(reply, bytes) else reply)
+
+
+# -- the status endpoints' reads (relay.edge.Edge.status) --------------------------------
+
+
+@dataclass(frozen=True)
+class DocumentQuery:
+    """``GET /documents/{id}``: the document, when it is the account's."""
+
+    doc_id: str
+
+    def queue(self, pipe: Any, account: str) -> None:
+        shard = keys.shard_of_id("doc", self.doc_id)
+        if shard is not None:
+            pipe.hgetall(keys.doc(shard, self.doc_id))
+
+    def decode(self, replies: list[Any], account: str) -> Document | None:
+        h = replies[0] if replies else None
+        if not h or h.get(b"account", b"").decode() != account:
+            return None
+        return Document.from_hash(h)
+
+
+@dataclass(frozen=True)
+class BatchQuery:
+    """``GET /batches/{name}``: the account's batch of that name."""
+
+    name: str
+
+    def queue(self, pipe: Any, account: str) -> None:
+        if valid_batch_name(self.name):
+            pipe.hgetall(BatchRef(account, self.name).key)
+
+    def decode(self, replies: list[Any], account: str) -> Batch | None:
+        return Batch.from_hash(replies[0]) if replies and replies[0] else None

@@ -51,3 +51,22 @@ def parse_rfc3339(text: str) -> int | None:
         return None
     seconds = int(moment.timestamp())
     return seconds * 1000 + int((frac + "000")[:3])
+
+
+_DURATION = re.compile(r"([0-9]{1,9}(?:\.[0-9]+)?)([smhd]?)")
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3_600, "d": 86_400}
+
+
+def parse_duration(text: str) -> float:
+    """``90s``, ``15m``, ``12h``, ``30d`` or a bare number of seconds -> seconds (> 0).
+
+    The one reading of a duration: the settings (``RELAY_RETENTION`` ...), the CLI's options
+    and ``relay deliveries --since 6h``. Raises ValueError for anything else.
+    """
+    m = _DURATION.fullmatch(text.strip().lower())
+    value = float(m.group(1)) * _DURATION_UNITS[m.group(2)] if m else 0.0
+    if value <= 0:
+        raise ValueError(
+            f"expected a duration > 0 such as 30d, 12h, 15m, 4s (or seconds), got {text!r}"
+        )
+    return value

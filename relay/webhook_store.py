@@ -461,19 +461,7 @@ class AsyncWebhookStore:
         Returns whether it was created."""
         ref = ops_ref(account)
         key = keys.webhook(ref.shard, account, ref.name)
-        now = self.clock()
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hsetnx(key, "created_at", now)
-            fields = {
-                "url": url,
-                "updated_at": now,
-                "disabled": "0",
-                "disabled_reason": "",
-                "failing_since": "",
-            }
-            pipe.hset(key, mapping=fields)
-            pipe.hsetnx(key, "pending", "")
-            created, _, _ = await pipe.execute()
+        created = await self.scripts("register_ops_webhook", [key], [url, self.clock()])
         return int(created) == 1
 
     async def get(self, ref: BatchRef) -> Webhook | None:

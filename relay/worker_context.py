@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import httpx
 import redis
@@ -31,6 +32,9 @@ from relay.signing_keys import SigningKeys
 from relay.store import Store
 from relay.timefmt import now_ms
 from relay.webhook_store import WebhookStore
+
+if TYPE_CHECKING:
+    from relay.processing import Background
 
 
 @dataclass
@@ -97,5 +101,13 @@ class WorkerContext:
 
     @cached_property
     def extraction(self) -> ExtractorHost:
-        """The bounded child that runs this process's extractor (``relay.extract.sandbox``)."""
+        """The bounded child that runs this process's extractor (``relay.extract.sandbox``);
+        replaced when its document is moved to the background (``relay.processing``)."""
         return ExtractorHost(SandboxConfig.from_settings(self.settings))
+
+    @cached_property
+    def background(self) -> Background:
+        """The documents this process extracts in the background (``relay.processing``)."""
+        from relay.processing import Background  # processing imports this module
+
+        return Background(self.settings.background_extractions)

@@ -226,7 +226,7 @@ def test_first_requests_after_a_redis_restart_succeed(
     if form == "fallback":
         url += "?protocol=3"  # an option the lane lacks: redis-py serves the status path
     api = api_factory(redis_url=url)
-    lane = cast(AppState, getattr(api.app.state, STATE_KEY)).lane
+    lane = cast(AppState, getattr(api.app.state, STATE_KEY)).edge.lane
     assert isinstance(lane, PipelineClient if form == "fallback" else Lane)
     api.upload_ok("acme", "b1")
     auth = api.auth("acme")

@@ -6,12 +6,14 @@ import json
 import re
 from html import escape
 from pathlib import Path
+from typing import Any
 
 import jsonschema_rs
 import pytest
 from starlette.routing import BaseRoute, Mount, Route
 
 from relay.api.reference import anchor as reference_anchor
+from relay.delivery.probe import ProbeResult, probe_body
 from relay.model import Batch
 from relay.store import BatchRef
 from relay.webhook_store import event_body, notification_body
@@ -293,3 +295,55 @@ def test_webhooks_describe_the_operational_events_relay_sends(
     assert body["type"] == event
     validator.validate(body)
     assert not validator.is_valid({**body, "data": {**body["data"], "extra": 1}})
+
+
+def test_webhooks_describe_the_test_event_and_the_feed_and_test_send_answers(
+    api: Api,
+) -> None:
+    doc = api.client.get("/openapi.json").json()
+
+    def validator(schema: dict[str, Any]) -> Any:
+        return jsonschema_rs.validator_for({**schema, "components": doc["components"]})
+
+    hook = doc["webhooks"]["webhook.test"]["post"]
+    check = validator(hook["requestBody"]["content"]["application/json"]["schema"])
+    for name in ("b1", ""):
+        body = json.loads(probe_body(name, "https://h.example/x", 1764475200000))
+        check.validate(body)
+        assert not check.is_valid({**body, "extra": 1})
+    answer = ProbeResult(
+        "msg_3abcdefghijklmnopqrst", "https://h.example/x", 1, None, 1.5, "x", "timeout"
+    )
+    validator(ref_schema(doc, "TestSend")).validate(answer.to_json())
+    # A feed page of each kind of event (the bodies relay sends, with their id).
+    feed = validator(ref_schema(doc, "EventList"))
+    api.upload_ok("acme", "b1")
+    api.client.delete(f"{V1}/batches/b1", headers=api.auth("acme"))
+    batch = Batch.from_hash(api.redis.hgetall(BatchRef("acme", "b1").key))
+    completed = json.loads(notification_body(batch, "https://relay.example"))
+    disabled = json.loads(
+        event_body(
+            {
+                b"kind": b"webhook.disabled",
+                b"batch": b"b1",
+                b"url": b"u",
+                b"reason": b"r",
+                b"at": b"1764475200000",
+            }
+        )
+    )
+    page = {
+        "events": [
+            {"id": "msg_3abcdefghijklmnopqrst", **completed},
+            {"id": "msg_4abcdefghijklmnopqrst", **disabled},
+        ],
+        "next_cursor": "msg_4abcdefghijklmnopqrst",
+        "has_more": False,
+    }
+    feed.validate(page)
+    assert not feed.is_valid({**page, "events": [completed]})  # the id is required
+
+
+def ref_schema(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    schema: dict[str, Any] = doc["components"]["schemas"][name]
+    return schema

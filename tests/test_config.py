@@ -9,6 +9,7 @@ import pytest
 from relay.config import RateLimit, env_example, load_settings
 from relay.exceptions import ConfigError
 from relay.queues import document_job_timeout
+from relay.timefmt import parse_duration
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -100,3 +101,26 @@ def test_retention_purge_and_attempt_defaults() -> None:
 def test_bad_retention_settings_name_the_variable(name: str, value: str) -> None:
     with pytest.raises(ConfigError, match=name):
         load_settings({name: value}, dotenv=None)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("30d", 2_592_000.0),
+        ("12h", 43_200.0),
+        ("15m", 900.0),
+        ("4s", 4.0),
+        ("90", 90.0),
+        ("0.5s", 0.5),
+        (" 2H ", 7_200.0),
+    ],
+)
+def test_one_duration_parser_reads_settings_and_commands(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+    assert load_settings({"RELAY_RETENTION": text}, dotenv=None).retention == seconds
+
+
+@pytest.mark.parametrize("text", ["", "0", "0s", "-5m", "5w", "m", "1e3", "5 minutes"])
+def test_a_duration_that_does_not_parse_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="expected a duration"):
+        parse_duration(text)

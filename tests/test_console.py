@@ -11,6 +11,7 @@ screenshot of each page there (how the README's pictures are made).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import time
@@ -386,3 +387,28 @@ def test_every_page_shows_its_labels(local_api: Api, page: Page) -> None:
     assert rows.nth(0).locator("button:has-text('Enable')").count() == 1
     assert page.locator("button:has-text('Disable')").count() == 7
     shot(page, "webhooks")
+
+
+def test_the_test_button_sends_a_signed_test_event_and_shows_the_attempt(
+    local_api: Api, page: Page, tmp_path: Path
+) -> None:
+    api = local_api
+    with Receiver() as rx:
+        rx.script("/t", [Reply(500)] * 3 + [Reply(503, body=b"maintenance <b>window</b>")])
+        ident, stack = failed_delivery(api, tmp_path, rx.url("/t"), "acme")
+        try:
+            log_in(page, api, create_operator_key(api.redis, "ops"))
+            page.click("nav >> text=Webhooks")
+            row = page.locator("tbody tr", has_text="acme")
+            row.locator("button:has-text('Test')").click()
+            result = page.inner_text("#test-result")
+            assert "HTTP 503" in result and "http_status" in result
+            assert "maintenance <b>window</b>" in result  # text, not markup
+            shot(page, "webhook-test")
+            assert len(rx.requests) == 4
+            assert json.loads(rx.requests[-1].body)["type"] == "webhook.test"
+            # Nothing recorded: the batch's one delivery keeps its three attempts.
+            d = WebhookStore(api.redis).get(ident)
+            assert d is not None and len(d.attempts) == 3 and d.status == "failed"
+        finally:
+            stack.close()

@@ -7,9 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from relay import keys
+from relay import keys, queues
 from relay.console.queries import ConsoleQueries, DeliveryFilter
 from relay.model import Attempt, DeliveryStatus
+from relay.scans import Scans
 from relay.store import BatchRef
 from relay.webhook_store import AsyncWebhookStore, WebhookStore
 from tests.support.api_fixtures import make_settings
@@ -21,7 +22,12 @@ class Q(Clients):
         super().__init__(url)
         self.d = WebhookStore(self.client, self.clock)
         self.hooks = AsyncWebhookStore(self.aclient, self.clock)
-        self.q = ConsoleQueries(self.hooks, self.aclient, self.client, make_settings(url))
+        settings = make_settings(url)
+
+        async def wake(shard: int) -> None:
+            queues.wake(self.client, shard, settings)
+
+        self.q = ConsoleQueries(self.hooks, Scans(self.aclient), wake)
 
     def delivery(self, ref: BatchRef, *, fail: bool) -> str:
         """A batch with a webhook and one delivery, attempted once: failed or succeeded."""

@@ -134,6 +134,21 @@ def test_sweep_leases_requeues_and_enqueues(h: H, caplog: pytest.LogCaptureFixtu
     assert h.queued_jobs(PROCESSING) == 1
 
 
+def test_sweep_leases_drops_the_expired_lease_of_a_document_that_is_gone(h: H) -> None:
+    """A purged batch's document leaves its lease behind: drop_lease.lua removes it once it
+    has expired, and never the lease of a document that is there."""
+    gone, kept = "doc_0gone", "doc_0kept"
+    shard = 0
+    h.client.hset(keys.doc(shard, kept), mapping={"account": "acme", "batch": "b1"})
+    h.client.zadd(keys.leases(shard), {gone: h.clock() + 1, kept: h.clock() + 1})
+    assert h.ctx.store.drop_lease(shard, gone) is False  # not expired yet
+    h.clock.advance(5)
+    assert h.ctx.store.drop_lease(shard, kept) is False  # its document is there
+    assert Detector(h.ctx).sweep_leases() == 0
+    assert h.client.zscore(keys.leases(shard), gone) is None
+    assert h.ctx.store.drop_lease(shard, gone) is False  # nothing left to drop
+
+
 def test_sweep_ready_wakes_the_queue_for_documents_whose_job_vanished(h: H) -> None:
     doc = h.run(h.api.upload(REF, filename="a.csv", content_type="text/csv", content=b"a\n1\n"))
     # Handed out (waiting in the fair queue) but the process died before enqueueing a job.

@@ -101,7 +101,10 @@ def test_a_document_is_extracted_and_its_batch_completes(make_ctx: ContextFactor
     doc = document(ctx, doc_id)
     assert doc.status is Status.SUCCEEDED and doc.completed_at == ctx.clock()
     items = ctx.redis.get(keys.doc_items(REF.shard, doc_id))
-    assert items == b'[{"sku":"A-1"},{"sku":"B-7"}]'  # only the batch's fields
+    assert items == (  # only the batch's fields, in the rows and in the table
+        b'{"line_items":[{"sku":"A-1"},{"sku":"B-7"}],'
+        b'"tables":[{"page":1,"rows":[["sku"],["A-1"],["B-7"]],"confidence":null}]}'
+    )
     assert ctx.redis.get(keys.blob(REF.shard, doc_id)) is None  # its bytes are gone
     assert ctx.redis.zscore(keys.leases(REF.shard), doc_id) is None
     assert counted(ctx) == {"succeeded": 1}

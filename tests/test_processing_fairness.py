@@ -5,7 +5,9 @@ of earlier versions still works."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -19,24 +21,26 @@ from relay.processing import ShardRotation, run_document, run_documents
 from relay.queues import PROCESSING, queue_key
 from relay.store import AsyncStore, BatchRef
 from relay.worker_context import WorkerContext
+from tests.support.extractors import Gate
+from tests.support.helpers import wait_until
 
 CSV = b"sku,qty\nA,1\n"
 
 
 class H:
-    def __init__(self, url: str) -> None:
-        env = {"RELAY_REDIS_URL": url, "RELAY_ENCRYPTION_KEY": generate_key()}
+    def __init__(self, url: str, **settings: str) -> None:
+        env = {"RELAY_REDIS_URL": url, "RELAY_ENCRYPTION_KEY": generate_key(), **settings}
         self.ctx = WorkerContext(load_settings(env, dotenv=None))
         self.client = redis.Redis.from_url(url)
         self.loop = asyncio.new_event_loop()
         self.aclient = redis.asyncio.Redis.from_url(url)
         self.api = AsyncStore(self.aclient, BlobStore(""))
 
-    def hand_out(self, ref: BatchRef, n: int) -> list[str]:
+    def hand_out(self, ref: BatchRef, n: int, content: bytes = CSV) -> list[str]:
         async def main() -> list[str]:
             for i in range(n):
                 await self.api.upload(
-                    ref, filename=f"{i}.csv", content_type="text/csv", content=CSV
+                    ref, filename=f"{i}.csv", content_type="text/csv", content=content
                 )
             return await self.api.process(ref, None)
 
@@ -49,6 +53,9 @@ class H:
         return found
 
     def close(self) -> None:
+        if "background" in self.ctx.__dict__:
+            self.ctx.background.join(10)
+        self.ctx.extraction.close()
         self.loop.run_until_complete(self.aclient.aclose())
         self.loop.close()
         self.client.close()
@@ -109,3 +116,56 @@ def test_a_job_naming_its_document_still_runs(h: H) -> None:
     assert run_document(h.ctx, doc_id, ref.account, ref.name) == "not queued"
     # Its stale entry in the fair queue is dropped, not processed twice.
     assert run_documents(h.ctx, ref.shard) == "0 documents; none waiting"
+
+
+def _niceness(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[16])  # field 19: nice
+
+
+def test_a_slow_document_moves_to_the_background_while_others_wait(
+    redis_url: str, tmp_path: Path
+) -> None:
+    h = H(
+        redis_url,
+        RELAY_EXTRACTOR="tests.support.extractors:gated",
+        RELAY_BACKGROUND_AFTER="0.2",
+    )
+    try:
+        gate, quick = Gate(tmp_path / "slow"), Gate(tmp_path / "quick")
+        quick.open()
+        slow_ref, other = in_shard("slow", 3), in_shard("other", 3)
+        (slow,) = h.hand_out(slow_ref, 1, gate.document(CSV))
+        (fast,) = h.hand_out(other, 1, quick.document(CSV))
+        slow_host = h.ctx.extraction
+        # The slow document is claimed first and holds; the other one is served meanwhile.
+        assert run_documents(h.ctx, 3) == "2 documents; none waiting"
+        assert gate.wait_started(10)
+        assert h.status(fast) == b"succeeded" and h.status(slow) == b"processing"
+        assert len(h.ctx.background) == 1 and not h.ctx.background.has_room()
+        assert h.ctx.extraction is not slow_host  # the foreground took a fresh child
+        assert slow_host.pid is not None and _niceness(slow_host.pid) == 10
+        gate.open()
+        wait_until(lambda: h.status(slow) == b"succeeded", 20, message="never stored")
+        wait_until(lambda: len(h.ctx.background) == 0, 10, message="never released")
+        assert slow_host.pid is None  # its child is gone with its document
+    finally:
+        h.close()
+
+
+def test_a_slow_document_alone_stays_in_the_foreground(redis_url: str, tmp_path: Path) -> None:
+    h = H(
+        redis_url,
+        RELAY_EXTRACTOR="tests.support.extractors:gated",
+        RELAY_BACKGROUND_AFTER="0.2",
+    )
+    try:
+        gate = Gate(tmp_path / "slow")
+        (slow,) = h.hand_out(in_shard("slow", 5), 1, gate.document(CSV))
+        host = h.ctx.extraction
+        threading.Timer(1.0, gate.open).start()  # nothing else waits: no reason to move it
+        assert run_documents(h.ctx, 5) == "1 documents; none waiting"
+        assert h.status(slow) == b"succeeded"
+        assert len(h.ctx.background) == 0 and h.ctx.extraction is host
+    finally:
+        h.close()

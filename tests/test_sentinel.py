@@ -15,8 +15,8 @@ import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from relay import keys
-from relay.api.durable import TIMEOUTS, WAITS, replicated
 from relay.config import Secret, load_settings
+from relay.durable import TIMEOUTS, WAITS, replicated
 from relay.exceptions import ConfigError
 from relay.lane import Address, Lane
 from relay.lane_url import SentinelLocate, lane_from_url, status_client

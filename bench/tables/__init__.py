@@ -15,6 +15,7 @@ without reading the file from disk; summed over the corpus and divided by its pa
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
-from bench._common import BenchError, CpuMeter, Outcome, environment, progress, table
+from bench._common import RESULTS, BenchError, CpuMeter, Outcome, environment, progress, table
 from bench.tables import peers
 from bench.tables.corpora import Doc, Grid, corpora_dir, load_images, load_pdfs
 from bench.tables.relay_side import RelayRunner
@@ -78,10 +79,12 @@ def _load(corpus: str, limit: int | None) -> list[Doc]:
 _RELAY_SETTINGS: dict[str, Any] = {}
 
 
-def _run_relay(docs: Sequence[Doc]) -> list[DocResult]:
+def _run_relay(docs: Sequence[Doc], meter: CpuMeter) -> list[DocResult]:
     out: list[DocResult] = []
     with RelayRunner() as relay:
         _RELAY_SETTINGS.update(relay.settings())
+        if relay.host.pid:  # the extraction child (a replacement child is not counted)
+            meter.track("relay-extract", relay.host.pid)
         for doc in docs:
             content = doc.path.read_bytes()
             got = relay.run(content, f"{doc.name}{doc.path.suffix}")
@@ -91,9 +94,9 @@ def _run_relay(docs: Sequence[Doc]) -> list[DocResult]:
     return out
 
 
-def _run_engine(engine: str, docs: Sequence[Doc]) -> list[DocResult]:
+def _run_engine(engine: str, docs: Sequence[Doc], meter: CpuMeter) -> list[DocResult]:
     if engine == "relay":
-        return _run_relay(docs)
+        return _run_relay(docs, meter)
     answers = peers.run_peer(engine, [(doc.name, doc.path, doc.kind) for doc in docs])
     out: list[DocResult] = []
     for doc in docs:
@@ -171,6 +174,48 @@ def _score(
     return counts, data
 
 
+def _per_document(corpus: str, results: dict[str, Any]) -> str:
+    """Each document's F1 by engine (``!code`` for a failure), to see where they differ."""
+    scored = {e: r["per_document"] for e, r in results.items() if "per_document" in r}
+    if not scored:
+        return ""
+    names = [d["name"] for d in next(iter(scored.values()))]
+    rows = []
+    for i, name in enumerate(names):
+        cells: list[Any] = [name]
+        for docs in scored.values():
+            doc = docs[i]
+            cells.append(f"!{doc['error']}" if doc["error"] else f"{doc['f1']:.2f}")
+        rows.append(cells)
+    return table(f"{corpus}: F1 per document", ["document", *scored], rows)
+
+
+def _goals(out: Outcome, corpus: str, results: dict[str, Any]) -> None:
+    """Issue 14's goal on ``corpus``: relay's mean F1 at least the best peer's, and its
+    seconds per page at most that peer's (reported, not asserted)."""
+    relay = results.get("relay")
+    scored = {e: r for e, r in results.items() if e != "relay" and "mean_f1" in r}
+    if not relay or "mean_f1" not in relay or not scored:
+        return
+    best = max(scored, key=lambda e: (scored[e]["mean_f1"], -(scored[e]["seconds_per_page"] or 0)))
+    peer = scored[best]
+    out.goal(
+        f"{corpus}: relay mean F1 (best peer {best} {peer['mean_f1']:.3f})",
+        relay["mean_f1"],
+        "",
+        f">= {peer['mean_f1']:.3f}",
+        relay["mean_f1"] >= peer["mean_f1"],
+    )
+    relay_s, peer_s = relay["seconds_per_page"] or 0.0, peer["seconds_per_page"] or 0.0
+    out.goal(
+        f"{corpus}: relay s/page ({best} {peer_s:.3f})",
+        relay_s,
+        "s",
+        f"<= {peer_s:.3f}",
+        relay_s <= peer_s,
+    )
+
+
 def _choose(requested: Sequence[str] | None, allowed: Sequence[str], what: str) -> list[str]:
     if not requested:
         return list(allowed)
@@ -209,19 +254,21 @@ def run(
             raise BenchError(f"corpus {name!r} is empty: is {corpora_dir()} there?")
         rows: list[list[Any]] = []
         results: dict[str, Any] = {}
+        grids: dict[str, Any] = {"truth": {d.name: d.truth for d in docs}}
         pages = sum(d.pages for d in docs)
         for engine in [e for e in ENGINES[name] if e in chosen]:
             progress(NAME, f"{name}: {engine} on {len(docs)} documents ({pages} pages)")
             meter = CpuMeter({})
             t0 = time.monotonic()
             try:
-                got = _run_engine(engine, docs)
+                got = _run_engine(engine, docs, meter)
             except peers.PeerUnavailable as exc:
                 progress(NAME, f"{name}: {engine} unavailable: {exc}")
                 results[engine] = {"unavailable": str(exc)}
                 rows.append([engine, "unavailable", "", "", "", "", "", ""])
                 continue
             cpu = meter.stop()
+            grids[engine] = {r.name: r.tables for r in got}
             _, scored = _score(docs, got)
             scored["wall_s"] = round(time.monotonic() - t0, 1)
             scored["cpu"] = cpu
@@ -240,6 +287,11 @@ def run(
                 ]
             )
         data["corpora"][name] = {"documents": len(docs), "pages": pages, "engines": results}
+        _goals(out, name, results)
+        grids_path = RESULTS / f"tables-grids-{name}{'.quick' if quick or limit else ''}.json"
+        RESULTS.mkdir(exist_ok=True)
+        grids_path.write_text(json.dumps(grids) + "\n")
+        data["corpora"][name]["grids"] = str(grids_path.relative_to(RESULTS.parent.parent))
         out.tables.append(
             table(
                 f"{name}: {len(docs)} documents, {pages} pages"
@@ -248,6 +300,7 @@ def run(
                 rows,
             )
         )
+        out.tables.append(_per_document(name, results))
     data["versions"].update(peers.versions_seen())
     if _RELAY_SETTINGS:
         out.tables.append(

@@ -12,7 +12,7 @@ from starlette.requests import Request
 
 from relay.api.errors import ApiError, Unauthorized
 from relay.api.state import state
-from relay.auth import PresentedKey, lookup_key_async, parse_key
+from relay.auth import PresentedKey, parse_key
 
 
 def presented_key(request: Request) -> PresentedKey:
@@ -29,7 +29,7 @@ async def refuse(request: Request, exc: Unauthorized) -> ApiError:
     """The answer to a failed authentication: ``exc`` (401), or a 429 past the client
     address's limit of bad keys. Costs one round trip, on failures only."""
     st = state(request)
-    return await st.limits.bad_key(st.redis, request, exc)
+    return await st.limits.bad_key(request, exc)
 
 
 async def authenticate(request: Request) -> str:
@@ -39,7 +39,7 @@ async def authenticate(request: Request) -> str:
     st = state(request)
     try:
         presented = presented_key(request)
-        account = await lookup_key_async(st.redis, presented)
+        account = await st.edge.lookup_key(presented)
         if account is None:
             st.key_cache.drop(presented.prefix)
             raise Unauthorized("unknown or revoked API key")

@@ -1,9 +1,10 @@
 """The Starlette application: routes, error handlers and the per-process resources.
 
-``create_app(settings)`` builds everything; the lifespan opens the Redis clients (an asyncio
-one for the handlers, a synchronous one for RQ enqueueing in a thread) and closes them on
-shutdown. Starting does not need Redis to be up: the clients connect on first use, the API
-answers 503 while Redis is unreachable and recovers by itself when it is back.
+``create_app(settings)`` builds everything; the lifespan opens the process's
+:class:`relay.edge.Edge` (the Redis clients: an asyncio one for the handlers, a synchronous
+one for RQ enqueueing in a thread, the status lane) and closes it on shutdown. Starting does
+not need Redis to be up: the clients connect on first use, the API answers 503 while Redis
+is unreachable and recovers by itself when it is back.
 
 No middleware is installed: the status endpoints are the hot path (``relay.api.gate``).
 """
@@ -34,18 +35,10 @@ from relay.api.errors import exception_handlers
 from relay.api.limits import Limits
 from relay.api.state import STATE_KEY, AppState
 from relay.auth import KeyCache
-from relay.blobs import BlobStore
 from relay.config import Settings
 from relay.console import views as console
-from relay.crypto import Encryptor
 from relay.delivery.addresses import TargetPolicy
-from relay.events import AsyncEventLog, FeedWaiters
-from relay.lane_url import status_client
-from relay.ratelimit import SlidingWindow
-from relay.redis_conn import RedisTarget, async_client, sync_client
-from relay.signing_keys import SigningKeys
-from relay.store import AsyncStore
-from relay.webhook_store import AsyncWebhookStore
+from relay.edge import Edge
 
 API_PREFIX = "/api/v1"
 
@@ -106,37 +99,21 @@ def create_app(settings: Settings) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        target = RedisTarget.from_settings(settings)
-        client = async_client(target)
-        sync = sync_client(target)
-        lane = status_client(target, client)
-        waiters = FeedWaiters(
-            client,
-            max_waiters=settings.events_max_waiters,
-            max_per_account=settings.events_max_waiters_per_account,
-        )
-        listener = asyncio.create_task(waiters.run(), name="relay-event-listener")
+        edge = Edge.open(settings)
+        listener = asyncio.create_task(edge.waiters.run(), name="relay-event-listener")
         setattr(
             app.state,
             STATE_KEY,
             AppState(
                 settings=settings,
-                redis=client,
-                sync_redis=sync,
-                store=AsyncStore(
-                    client,
-                    BlobStore(settings.blob_dir),
-                    max_pending_bytes=settings.account_max_pending_bytes,
-                ),
-                webhooks=AsyncWebhookStore(client),
-                signing=SigningKeys(Encryptor.from_setting(settings.encryption_key)),
+                edge=edge,
+                store=edge.store,
+                webhooks=edge.webhooks,
                 policy=TargetPolicy.from_settings(settings),
                 key_cache=KeyCache(),
-                status_limit=SlidingWindow(settings.status_rate_limit),
-                lane=lane,
-                limits=Limits.from_settings(settings),
-                events=AsyncEventLog(client, round(settings.retention * 1000)),
-                waiters=waiters,
+                limits=Limits(edge),
+                events=edge.events,
+                waiters=edge.waiters,
             ),
         )
         try:
@@ -145,9 +122,7 @@ def create_app(settings: Settings) -> Starlette:
             listener.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await listener
-            await lane.close()
-            await client.aclose()
-            sync.close()
+            await edge.close()
 
     routes: list[BaseRoute] = [
         # Full paths rather than a Mount: a Mount matches its rest with ``.*``, which stops at

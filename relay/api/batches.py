@@ -7,18 +7,15 @@ Cursors: ``relay.api.paging``.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
-from relay import queues
 from relay.api.access import authenticate
 from relay.api.bodies import EMPTY, json_response, read_json
-from relay.api.durable import replicated
 from relay.api.errors import NotFound, Unprocessable
-from relay.api.gate import no_reads, serve_status
+from relay.api.gate import NO_READS, serve_status
 from relay.api.limits import PROCESS
 from relay.api.paging import (
     decode_listing_cursor,
@@ -27,9 +24,10 @@ from relay.api.paging import (
     encode_position,
     page_params,
 )
-from relay.api.paths import batch_ref, path_batch
+from relay.api.paths import batch_ref
 from relay.api.state import state
 from relay.model import Batch
+from relay.store import BatchQuery
 
 MAX_FIELDS = 100
 MAX_FIELD_NAME = 128
@@ -71,42 +69,37 @@ async def process_batch(request: Request) -> Response:
     """Hand the batch's queued, not yet handed documents to the workers: 202, the batch."""
     account = await authenticate(request)
     st = state(request)
-    rate_headers = await st.limits.admit(st.redis, PROCESS, account)
+    rate_headers = await st.limits.admit(PROCESS, account)
     ref = batch_ref(request, account)
     fields = parse_fields(await read_json(request, allow_empty=True))
     doc_ids = await st.store.process(ref, fields)
     if doc_ids:
         # The documents wait in the shard's fair queue; a job takes them from there. A crash
         # before this wake-up loses nothing: the sweeper wakes the queue for any that wait.
-        await asyncio.to_thread(queues.wake_processing, st.sync_redis, ref.shard, st.settings)
+        await st.edge.wake_processing(ref.shard)
     batch = await st.store.get_batch(ref)
     if batch is None:
         raise NotFound("no such batch")
-    await replicated(st.redis, st.settings, f"process of batch {ref.name!r}")
+    await st.edge.replicated(f"process of batch {ref.name!r}")
     return json_response(batch.to_json(), 202, headers=rate_headers)
 
 
 async def get_batch(request: Request) -> Response:
     """The batch with ``all_done`` and ``counts`` (rate-limited status endpoint)."""
 
-    def reads(account: str, pipe: Any) -> None:
-        ref = path_batch(request, account)
-        if ref is not None:
-            pipe.hgetall(ref.key)
-
-    async def render(account: str, replies: list[Any]) -> Any:
-        if not replies or not replies[0]:
+    async def render(account: str, batch: Batch | None) -> Any:
+        if batch is None:
             raise NotFound("no such batch")
-        return Batch.from_hash(replies[0]).to_json()
+        return batch.to_json()
 
-    return await serve_status(request, reads, render)
+    return await serve_status(request, BatchQuery(request.path_params["name"]), render)
 
 
 async def batch_results(request: Request) -> Response:
     """The batch plus a page of its documents with ``line_items`` and ``tables`` (status
     endpoint)."""
 
-    async def render(account: str, replies: list[Any]) -> Any:
+    async def render(account: str, _: None) -> Any:
         ref = batch_ref(request, account)
         cursor, limit = page_params(request)
         start = decode_position(cursor)
@@ -120,7 +113,7 @@ async def batch_results(request: Request) -> Response:
         body["next_cursor"] = encode_position(next_start)
         return body
 
-    return await serve_status(request, no_reads, render)
+    return await serve_status(request, NO_READS, render)
 
 
 async def list_batches(request: Request) -> Response:

@@ -8,13 +8,10 @@ account. A recover call counts as one manual retry against ``RELAY_ACCOUNT_RETRY
 
 from __future__ import annotations
 
-import asyncio
-
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from relay import queues
 from relay.api.access import authenticate
 from relay.api.bodies import json_response, read_json
 from relay.api.errors import Unprocessable
@@ -80,7 +77,7 @@ async def recover_deliveries(request: Request) -> Response:
     """Every matching delivery of the account due again now: 202 ``{"recovered": N}``."""
     account = await authenticate(request)
     st = state(request)
-    rate_headers = await st.limits.admit(st.redis, RETRIES, account)
+    rate_headers = await st.limits.admit(RETRIES, account)
     body = await read_json(request)
     if (
         not isinstance(body, dict)
@@ -104,7 +101,7 @@ async def recover_deliveries(request: Request) -> Response:
         status=status, since_ms=since, until_ms=until, account=account
     )
     for shard in sorted(result.shards):
-        await asyncio.to_thread(queues.wake, st.sync_redis, shard, st.settings)
+        await st.edge.wake(shard)
     return json_response(
         {"recovered": result.recovered, "skipped": result.skipped}, 202, headers=rate_headers
     )

@@ -20,10 +20,8 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import Request
 from starlette.responses import Response
 
-from relay import keys
 from relay.api.access import authenticate
 from relay.api.bodies import declared_length, json_response, media_type
-from relay.api.durable import replicated
 from relay.api.errors import (
     BadRequest,
     NotFound,
@@ -35,7 +33,7 @@ from relay.api.gate import serve_status
 from relay.api.limits import UPLOADS
 from relay.api.state import state
 from relay.model import Document, valid_batch_name
-from relay.store import BatchRef
+from relay.store import BatchRef, DocumentQuery
 
 # Room for boundaries, part headers and the batch_name field around the file's bytes.
 MULTIPART_OVERHEAD = 64 * 1024
@@ -108,7 +106,7 @@ async def upload_document(request: Request) -> Response:
     against the account's pending-bytes quota (``relay.store.AsyncStore``)."""
     account = await authenticate(request)
     st = state(request)
-    rate_headers = await st.limits.admit(st.redis, UPLOADS, account)
+    rate_headers = await st.limits.admit(UPLOADS, account)
     limit = st.settings.max_upload_bytes
     form = await _parse_form(request, limit + MULTIPART_OVERHEAD)
     try:
@@ -141,7 +139,7 @@ async def upload_document(request: Request) -> Response:
         content_type=content_type,
         content=content,
     )
-    await replicated(st.redis, st.settings, f"upload {doc.id}")
+    await st.edge.replicated(f"upload {doc.id}")
     return json_response(
         doc.to_json(),
         201,
@@ -151,17 +149,10 @@ async def upload_document(request: Request) -> Response:
 
 async def get_document(request: Request) -> Response:
     """The document (rate-limited status endpoint; another account's is a 404)."""
-    doc_id: str = request.path_params["id"]
-    shard = keys.shard_of_id("doc", doc_id)
 
-    def reads(account: str, pipe: Any) -> None:
-        if shard is not None:
-            pipe.hgetall(keys.doc(shard, doc_id))
-
-    async def render(account: str, replies: list[Any]) -> Any:
-        h = replies[0] if replies else None
-        if not h or h.get(b"account", b"").decode() != account:
+    async def render(account: str, doc: Document | None) -> Any:
+        if doc is None:
             raise NotFound("no such document")
-        return Document.from_hash(h).to_json()
+        return doc.to_json()
 
-    return await serve_status(request, reads, render)
+    return await serve_status(request, DocumentQuery(request.path_params["id"]), render)

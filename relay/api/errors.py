@@ -25,9 +25,6 @@ import json
 import logging
 from typing import Any
 
-from redis.exceptions import BusyLoadingError, ReadOnlyError, ResponseError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -43,7 +40,7 @@ from relay.exceptions import (
     StateError,
     StoreUnavailable,
 )
-from relay.redis_conn import is_store_full
+from relay.redis_conn import REPLY_ERROR, UNAVAILABLE, is_store_full
 
 logger = logging.getLogger("relay.api")
 
@@ -254,11 +251,8 @@ def exception_handlers() -> dict[Any, Any]:
         StateError: on_state_error,
         ConfigError: on_config_error,
         StoreUnavailable: on_store_unavailable,
-        RedisConnectionError: on_store_unavailable,  # BusyLoadingError is a subclass
-        BusyLoadingError: on_store_unavailable,
-        RedisTimeoutError: on_store_unavailable,
-        ReadOnlyError: on_store_unavailable,
-        ResponseError: on_response_error,  # OutOfMemoryError is a subclass
+        **dict.fromkeys(UNAVAILABLE, on_store_unavailable),
+        REPLY_ERROR: on_response_error,  # OutOfMemoryError is a subclass
         HTTPException: on_http_exception,
         ClientDisconnect: on_client_disconnect,
         Exception: on_internal_error,

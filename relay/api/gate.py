@@ -2,15 +2,16 @@
 
 ``GET /documents/{id}``, ``GET /batches/{name}`` and ``GET /batches/{name}/results`` are
 the endpoints clients poll, so each costs one pipelined Redis round trip in the steady
-state, sent down the lane (``relay.lane``: one multiplexed connection, hiredis packing
-and parsing). The round trip holds:
+state (``relay.edge.Edge.status``, sent down the lane: ``relay.lane``, one multiplexed
+connection, hiredis packing and parsing). The round trip holds:
 
 1. ``HMGET api_key(prefix) hash account revoked_at`` - the key record, read fresh;
 2. ``EVALSHA ratelimit`` - the sliding window of this key (``relay.ratelimit``), sent as a
    raw command because a pipeline holding redis-py ``Script`` objects adds a ``SCRIPT
    EXISTS`` round trip to every execute; on ``NOSCRIPT`` (a new or restarted Redis) the
    script is loaded and the pipeline sent once more;
-3. the endpoint's reads (``HGETALL`` of the batch or document).
+3. the endpoint's reads (``HGETALL`` of the batch or document): a query object of the store
+   (``relay.store.DocumentQuery``, ``BatchQuery``) queues them and decodes their replies.
 
 The reads in 3 need the account (batch keys contain it), which the request only proves with
 the record read in 1. So a small in-process :class:`relay.auth.KeyCache` remembers
@@ -41,81 +42,61 @@ only), and past that limit it is a 429 with the address window's headers.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
-from redis.exceptions import NoScriptError
 from starlette.requests import Request
 from starlette.responses import Response
 
-from relay import keys
 from relay.api.access import presented_key, refuse
 from relay.api.bodies import json_response
 from relay.api.errors import ApiError, RateLimited, Unauthorized, error_response
 from relay.api.state import AppState, state
-from relay.auth import RECORD_FIELDS, PresentedKey, check_record, lookup_key_async
+from relay.auth import check_record
+from relay.edge import NO_READS, StatusQuery, StatusRound
 
-# Queues the endpoint's reads on the pipeline for the given account.
-Reads = Callable[[str, Any], None]
-# Turns (account, replies of those reads) into the JSON body; raises ApiError for 4xx.
-Render = Callable[[str, list[Any]], Awaitable[Any]]
+T = TypeVar("T")
 
+# Turns (account, the query's record) into the JSON body; raises ApiError for 4xx.
+Render = Callable[[str, T], Awaitable[Any]]
 
-def no_reads(account: str, pipe: Any) -> None:
-    """For endpoints that read after the gate (results pagination)."""
-
-
-async def _execute(st: AppState, presented: PresentedKey, account: str, reads: Reads) -> list[Any]:
-    pipe = st.lane.pipeline()
-    pipe.hmget(keys.api_key(presented.prefix), list(RECORD_FIELDS))
-    st.status_limit.queue(pipe, presented.prefix)
-    reads(account, pipe)
-    return await pipe.execute(raise_on_error=False)
+__all__ = ["NO_READS", "serve_status"]
 
 
-async def _send(st: AppState, presented: PresentedKey, account: str, reads: Reads) -> list[Any]:
-    replies = await _execute(st, presented, account, reads)
-    if isinstance(replies[1], NoScriptError):
-        await st.status_limit.load(st.redis)
-        replies = await _execute(st, presented, account, reads)
-    for reply in replies:
-        if isinstance(reply, Exception):
-            raise reply
-    return replies
-
-
-async def _authenticated(st: AppState, request: Request, reads: Reads) -> tuple[str, list[Any]]:
+async def _authenticated(
+    st: AppState, request: Request, query: StatusQuery[T]
+) -> tuple[str, StatusRound[T]]:
     presented = presented_key(request)
     account = st.key_cache.get(presented)
     if account is None:
-        account = await lookup_key_async(st.redis, presented)
+        account = await st.edge.lookup_key(presented)
         if account is None:
             raise Unauthorized("unknown or revoked API key")
         st.key_cache.put(presented, account)
-    replies = await _send(st, presented, account, reads)
-    if check_record(replies[0], presented) != account:
+    read = await st.edge.status(presented, account, query)
+    if check_record(read.record, presented) != account:
         st.key_cache.drop(presented.prefix)
         raise Unauthorized("unknown or revoked API key")
-    return account, replies
+    return account, read
 
 
-async def serve_status(request: Request, reads: Reads, render: Render) -> Response:
+async def serve_status(request: Request, query: StatusQuery[T], render: Render[T]) -> Response:
     """Authenticate, count and read in one round trip, then render (module docstring)."""
     st = state(request)
     try:
-        account, replies = await _authenticated(st, request, reads)
+        account, read = await _authenticated(st, request, query)
     except Unauthorized as exc:
         raise await refuse(request, exc) from None
-    decision = st.status_limit.decide(replies[1])
+    decision = read.decision
     headers = decision.headers()
     if not decision.allowed:
         limited = RateLimited(
             f"rate limit of {decision.limit} status requests per "
-            f"{st.status_limit.rate.window_ms // 1000} s exceeded; retry after "
+            f"{st.edge.status_limit.rate.window_ms // 1000} s exceeded; retry after "
             f"{decision.retry_after} s"
         )
         return error_response(limited, headers)
     try:
-        body = await render(account, replies[2:])
+        body = await render(account, read.value)
     except ApiError as exc:
         return error_response(exc, headers)
     return json_response(body, headers=headers)

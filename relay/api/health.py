@@ -13,16 +13,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.requests import Request
 from starlette.responses import Response
 
-from relay import keys, queues
 from relay import metrics as counters
 from relay.api.bodies import json_response
 from relay.api.state import AppState, state
-from relay.keys import OUTBOX_GROUP
+from relay.redis_conn import UNREACHABLE
 from relay.timefmt import now_ms
 
 # (labels, value) pairs of one gauge.
@@ -60,36 +57,20 @@ async def _up(st: AppState) -> Samples:
 
 @gauge("relay_queue_depth", "Jobs waiting in each RQ queue")
 async def _queue_depth(st: AppState) -> Samples:
-    names = (queues.PROCESSING, queues.DELIVERY)
-    async with st.redis.pipeline(transaction=False) as pipe:
-        for name in names:
-            pipe.llen(queues.queue_key(name))
-        lengths = await pipe.execute()
-    return [({"queue": name}, float(n)) for name, n in zip(names, lengths, strict=True)]
+    depths = await st.edge.scans.queue_depths()
+    return [({"queue": name}, float(n)) for name, n in depths.items()]
 
 
 @gauge("relay_documents", "Documents waiting for a worker (queued, handed out) or processing")
 async def _documents(st: AppState) -> Samples:
     # Terminal documents are counted as they finish (relay_documents_processed_total).
-    async with st.redis.pipeline(transaction=False) as pipe:
-        for s in range(keys.SHARDS):
-            pipe.get(keys.waiting(s))
-            pipe.zcard(keys.leases(s))
-        counts = await pipe.execute()
-    return [
-        ({"status": "queued"}, float(sum(int(n or 0) for n in counts[0::2]))),
-        ({"status": "processing"}, float(sum(counts[1::2]))),
-    ]
+    queued, processing = await st.edge.scans.documents()
+    return [({"status": "queued"}, float(queued)), ({"status": "processing"}, float(processing))]
 
 
 @gauge("relay_deliveries_due", "Pending deliveries whose next attempt time has come")
 async def _due(st: AppState) -> Samples:
-    now = now_ms()
-    async with st.redis.pipeline(transaction=False) as pipe:
-        for s in range(keys.SHARDS):
-            pipe.zcount(keys.due(s), "-inf", now)
-        counts = await pipe.execute()
-    return [({}, float(sum(counts)))]
+    return [({}, float(await st.edge.scans.due(now_ms())))]
 
 
 @gauge(
@@ -97,15 +78,9 @@ async def _due(st: AppState) -> Samples:
     "Seconds since the oldest due delivery (its next attempt time passed, not leased) came due",
 )
 async def _oldest_due(st: AppState) -> Samples:
-    # A claimed delivery stays in `due` scored at its lease expiry, in the future while the
-    # lease holds: only scores up to now are due (an expired lease is due again).
     now = now_ms()
-    async with st.redis.pipeline(transaction=False) as pipe:
-        for s in range(keys.SHARDS):
-            pipe.zrangebyscore(keys.due(s), "-inf", now, start=0, num=1, withscores=True)
-        firsts = await pipe.execute()
-    scores = [score for found in firsts for _, score in found]
-    return [({}, max(0.0, (now - min(scores)) / 1000) if scores else 0.0)]
+    oldest = await st.edge.scans.oldest_due(now)
+    return [({}, max(0.0, (now - oldest) / 1000) if oldest is not None else 0.0)]
 
 
 @gauge(
@@ -113,25 +88,7 @@ async def _oldest_due(st: AppState) -> Samples:
     "Batch completions in the outboxes not yet acknowledged by the detectors",
 )
 async def _outbox_backlog(st: AppState) -> Samples:
-    async with st.redis.pipeline(transaction=False) as pipe:
-        for s in range(keys.SHARDS):
-            pipe.xinfo_groups(keys.outbox(s))
-            pipe.xlen(keys.outbox(s))
-        replies = await pipe.execute(raise_on_error=False)
-    total = 0
-    for groups, length in zip(replies[0::2], replies[1::2], strict=True):
-        if isinstance(groups, (RedisConnectionError, RedisTimeoutError)):
-            raise groups
-        if isinstance(groups, Exception) or isinstance(length, Exception):
-            continue  # no outbox on this shard yet: nothing waits
-        info = next((g for g in groups if g["name"] in (OUTBOX_GROUP, OUTBOX_GROUP.encode())), None)
-        if info is None:  # no detector has run yet: every entry waits
-            total += int(length)
-        elif info.get("lag") is None:  # Redis cannot tell (entries deleted mid-stream)
-            total += int(length)  # an upper bound: acknowledged entries are trimmed each sweep
-        else:  # not yet read by any detector + read but not acknowledged
-            total += int(info["lag"]) + int(info["pending"])
-    return [({}, float(total))]
+    return [({}, float(await st.edge.scans.outbox_backlog()))]
 
 
 def _number(value: float) -> str:
@@ -155,14 +112,14 @@ async def render_metrics(st: AppState) -> str:
     for g in REGISTRY:
         try:
             samples = await g.collect(st)
-        except (RedisConnectionError, RedisTimeoutError):
+        except UNREACHABLE:
             redis_up = 0.0
             continue
         lines += [f"# HELP {g.name} {g.help}", f"# TYPE {g.name} gauge"]
         lines += [_line(g.name, labels, value) for labels, value in samples]
     try:
-        lines.append(counters.render(await st.redis.hgetall(keys.metrics())).rstrip("\n"))
-    except (RedisConnectionError, RedisTimeoutError):
+        lines.append(counters.render(await st.edge.scans.counters()).rstrip("\n"))
+    except UNREACHABLE:
         redis_up = 0.0
     lines += [
         "# HELP relay_redis_up 1 when every gauge could read Redis in this scrape",
@@ -179,7 +136,7 @@ async def healthz(request: Request) -> Response:
 
 async def readyz(request: Request) -> Response:
     """Redis answers PING; otherwise the 503 ``store_unavailable`` error."""
-    await state(request).redis.ping()
+    await state(request).edge.ping()
     return json_response({"status": "ready"})
 
 

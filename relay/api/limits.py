@@ -23,21 +23,15 @@ counted per /64, the block one host usually holds.
 
 from __future__ import annotations
 
-import functools
 import ipaddress
 from dataclasses import dataclass
 
-import redis.asyncio
 from starlette.requests import Request
 
-from relay import keys
 from relay.api.errors import ApiError, RateLimited
-from relay.config import Settings
-from relay.ratelimit import SlidingWindow
+from relay.edge import PROCESS, RETRIES, UPLOADS, Edge
 
-UPLOADS = "uploads"
-PROCESS = "process"
-RETRIES = "retries"
+__all__ = ["PROCESS", "RETRIES", "UPLOADS", "Limits", "client_address"]
 
 _WHAT = {UPLOADS: "uploads", PROCESS: "process calls", RETRIES: "manual retries"}
 
@@ -58,46 +52,29 @@ def client_address(request: Request) -> str:
 
 @dataclass(frozen=True)
 class Limits:
-    """The API process's write windows (by kind) and its bad-key window."""
+    """The API process's write windows (by kind) and its bad-key window, as HTTP answers
+    (the windows themselves are the edge's: ``relay.edge.Edge.admit``)."""
 
-    writes: dict[str, SlidingWindow]
-    auth_failures: SlidingWindow
+    edge: Edge
 
-    @classmethod
-    def from_settings(cls, settings: Settings) -> Limits:
-        rates = {
-            UPLOADS: settings.account_upload_rate_limit,
-            PROCESS: settings.account_process_rate_limit,
-            RETRIES: settings.account_retry_rate_limit,
-        }
-        return cls(
-            writes={
-                kind: SlidingWindow(rate, functools.partial(keys.account_rate_window, kind))
-                for kind, rate in rates.items()
-            },
-            auth_failures=SlidingWindow(settings.auth_failure_rate_limit, keys.auth_failure_window),
-        )
-
-    async def admit(self, client: redis.asyncio.Redis, kind: str, account: str) -> dict[str, str]:
+    async def admit(self, kind: str, account: str) -> dict[str, str]:
         """Count one write of ``kind`` by ``account``; returns its ``RateLimit-*`` headers.
         Raises RateLimited (429, with the headers and ``Retry-After``) past the limit."""
-        window = self.writes[kind]
-        decision = await window.hit(client, account)
+        decision = await self.edge.admit(kind, account)
         if not decision.allowed:
+            window_ms = self.edge.write_limits[kind].rate.window_ms
             raise RateLimited(
                 f"rate limit of {decision.limit} {_WHAT[kind]} per "
-                f"{window.rate.window_ms // 1000} s exceeded for this account; retry after "
+                f"{window_ms // 1000} s exceeded for this account; retry after "
                 f"{decision.retry_after} s",
                 headers=decision.headers(),
             )
         return decision.headers()
 
-    async def bad_key(
-        self, client: redis.asyncio.Redis, request: Request, refused: ApiError
-    ) -> ApiError:
+    async def bad_key(self, request: Request, refused: ApiError) -> ApiError:
         """Count a request that failed authentication against its client address: the
         error to answer, ``refused`` (the 401) within the limit, a 429 past it."""
-        decision = await self.auth_failures.hit(client, client_address(request))
+        decision = await self.edge.count_bad_key(client_address(request))
         if decision.allowed:
             return refused
         return RateLimited(

@@ -192,6 +192,33 @@ def _webhook_paths() -> dict[str, Any]:
                 params=[NAME, DELIVERY_ID],
             )
         },
+        f"{webhook}/test": {
+            "post": operation(
+                "testWebhook",
+                "Send a signed webhook.test event to the batch's webhook now, through the "
+                "delivery transport and deadline, and answer with the attempt. Nothing is "
+                "recorded: the batch's deliveries are untouched. Counts against the account's "
+                "retry rate limit.",
+                "webhooks",
+                {
+                    "200": response("TestSend", "The attempt.", rate_headers()),
+                    **errors(401, 404),
+                },
+                params=[NAME],
+            )
+        },
+        f"{V1}/operational-webhook/test": {
+            "post": operation(
+                "testOperationalWebhook",
+                "Send a signed webhook.test event to the operational webhook now (as "
+                "POST /batches/{name}/webhook/test).",
+                "webhooks",
+                {
+                    "200": response("TestSend", "The attempt.", rate_headers()),
+                    **errors(401, 404),
+                },
+            )
+        },
         f"{V1}/operational-webhook": {
             "put": operation(
                 "putOperationalWebhook",
@@ -538,9 +565,36 @@ def operational_webhooks() -> dict[str, Any]:
     }
 
 
+def _test_event() -> dict[str, Any]:
+    return {
+        "post": {
+            "operationId": "webhookTest",
+            "summary": "A test send (POST /batches/{name}/webhook/test, the console's Test "
+            "button): signed like every delivery, sent once, never retried or recorded.",
+            "description": "Answer it as you would a real event; its webhook-id is new each "
+            "time. data.batch_name is null for the operational webhook.",
+            "tags": ["webhooks"],
+            "security": [],
+            "parameters": _webhook_headers(),
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": ref("WebhookTestEvent")}},
+            },
+            "responses": {
+                "2XX": {"description": "Reported as succeeded."},
+                "default": {"description": "Reported with its status code or error."},
+            },
+        }
+    }
+
+
 def webhooks() -> dict[str, Any]:
     """The OpenAPI 3.1 ``webhooks``: what relay POSTs to receivers."""
-    return {"batch.completed": _batch_completed(), **operational_webhooks()}
+    return {
+        "batch.completed": _batch_completed(),
+        **operational_webhooks(),
+        "webhook.test": _test_event(),
+    }
 
 
 @cache

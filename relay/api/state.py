@@ -4,18 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import redis
-import redis.asyncio
 from starlette.requests import Request
 
 from relay.api.limits import Limits
 from relay.auth import KeyCache
 from relay.config import Settings
 from relay.delivery.addresses import TargetPolicy
+from relay.edge import Edge
 from relay.events import AsyncEventLog, FeedWaiters
-from relay.lane import StatusClient
-from relay.ratelimit import SlidingWindow
-from relay.signing_keys import SigningKeys
 from relay.store import AsyncStore
 from relay.webhook_store import AsyncWebhookStore
 
@@ -27,15 +23,11 @@ class AppState:
     """Per-process resources of the API (``relay.api.app.create_app`` builds them)."""
 
     settings: Settings
-    redis: redis.asyncio.Redis
-    sync_redis: redis.Redis  # RQ is synchronous: used only from a worker thread
-    store: AsyncStore
+    edge: Edge  # everything the routes ask of Redis (relay.edge)
+    store: AsyncStore  # the edge's stores, as the routes use them
     webhooks: AsyncWebhookStore
-    signing: SigningKeys
     policy: TargetPolicy  # callback URLs checked at registration
     key_cache: KeyCache
-    status_limit: SlidingWindow
-    lane: StatusClient  # the status endpoints' one round trip (relay.api.gate)
     limits: Limits  # per-account write rates, bad keys per client address
     events: AsyncEventLog  # the event feeds (GET /events)
     waiters: FeedWaiters  # the long polls of this process and their one listener

@@ -9,10 +9,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from relay import keys, queues
 from relay.api.access import authenticate
 from relay.api.bodies import json_response, read_json
-from relay.api.durable import replicated
 from relay.api.errors import NotFound, Unprocessable
 from relay.api.limits import RETRIES
 from relay.api.paging import decode_position, encode_position, page_params
@@ -20,7 +18,7 @@ from relay.api.paths import batch_ref
 from relay.api.state import AppState, state
 from relay.crypto import SigningMaterial
 from relay.delivery.ssrf import in_documented_form, vet_url
-from relay.exceptions import UnsafeTarget
+from relay.exceptions import UnsafeTarget, WebhookNotFound
 from relay.model import Webhook
 from relay.store import BatchRef
 from relay.timefmt import rfc3339
@@ -30,7 +28,7 @@ MAX_URL_CHARS = 2048
 
 
 async def _existing(st: AppState, ref: BatchRef) -> BatchRef:
-    if not await st.redis.exists(ref.key):
+    if not await st.store.batch_exists(ref):
         raise NotFound(f"no batch named {ref.name!r}")
     return ref
 
@@ -42,7 +40,7 @@ async def _batch(request: Request) -> tuple[AppState, BatchRef]:
 
 
 async def _wake(st: AppState, ref: BatchRef) -> None:
-    await asyncio.to_thread(queues.wake, st.sync_redis, ref.shard, st.settings)
+    await st.edge.wake(ref.shard)
 
 
 async def _callback_url(request: Request, st: AppState) -> str:
@@ -80,7 +78,7 @@ async def put_webhook(request: Request) -> Response:
     hook = await st.webhooks.get(ref)
     if hook is None:  # removed between the two calls by a concurrent DELETE
         raise NotFound("the webhook was removed meanwhile")
-    await replicated(st.redis, st.settings, f"webhook of batch {ref.name!r}")
+    await st.edge.replicated(f"webhook of batch {ref.name!r}")
     return json_response(hook.to_json(), 201 if created else 200)
 
 
@@ -115,14 +113,41 @@ async def retry_delivery(request: Request) -> Response:
     """Send a delivery again now: 202. Counted against the account's retry rate first."""
     account = await authenticate(request)
     st = state(request)
-    rate_headers = await st.limits.admit(st.redis, RETRIES, account)
+    rate_headers = await st.limits.admit(RETRIES, account)
     ref = await _existing(st, batch_ref(request, account))
     delivery = await st.webhooks.retry(ref, request.path_params["id"])
     await _wake(st, ref)
     return json_response(delivery.to_json(), 202, headers=rate_headers)
 
 
-# -- the account's operational webhook (events about its webhooks; keys.OPS_BATCH) --------
+async def test_webhook(request: Request) -> Response:
+    """Send a signed webhook.test event to the batch's webhook now and answer with the
+    attempt; the batch's deliveries are untouched. Counted against the account's retry rate
+    (each is a signed POST to the receiver)."""
+    account = await authenticate(request)
+    st = state(request)
+    rate_headers = await st.limits.admit(RETRIES, account)
+    ref = await _existing(st, batch_ref(request, account))
+    try:
+        result = await st.edge.prober.send(ref)
+    except WebhookNotFound as exc:
+        raise NotFound(f"batch {ref.name!r} has no webhook", headers=rate_headers) from exc
+    return json_response(result.to_json(), headers=rate_headers)
+
+
+# -- the account's operational webhook (events about its webhooks; the ~ops batch) --------
+
+
+async def test_operational_webhook(request: Request) -> Response:
+    """The test send of the operational webhook."""
+    account = await authenticate(request)
+    st = state(request)
+    rate_headers = await st.limits.admit(RETRIES, account)
+    try:
+        result = await st.edge.prober.send(ops_ref(account))
+    except WebhookNotFound as exc:
+        raise NotFound("no operational webhook is registered", headers=rate_headers) from exc
+    return json_response(result.to_json(), headers=rate_headers)
 
 
 def _ops_json(hook: Webhook) -> dict[str, Any]:
@@ -190,25 +215,14 @@ def _signing_json(materials: list[SigningMaterial], previous_until: int | None) 
     }
 
 
-async def _previous_until(st: AppState, account: str) -> int | None:
-    raw = await st.redis.hget(keys.signing(account), "previous_until")
-    return int(raw) if raw else None
-
-
 async def get_signing(request: Request) -> Response:
     account = await authenticate(request)
-    st = state(request)
-    materials = await st.signing.get(st.redis, account)
-    return json_response(_signing_json(materials, await _previous_until(st, account)))
+    return json_response(_signing_json(*await state(request).edge.signing_material(account)))
 
 
 async def rotate_signing(request: Request) -> Response:
     account = await authenticate(request)
-    st = state(request)
-    materials = await st.signing.rotate(
-        st.redis, st.store.scripts, account, st.settings.signing_grace_seconds
-    )
-    return json_response(_signing_json(materials, await _previous_until(st, account)))
+    return json_response(_signing_json(*await state(request).edge.rotate_signing(account)))
 
 
 routes: list[BaseRoute] = [
@@ -217,6 +231,8 @@ routes: list[BaseRoute] = [
     Route("/batches/{name}/webhook", delete_webhook, methods=["DELETE"]),
     Route("/batches/{name}/webhook/deliveries", list_deliveries, methods=["GET"]),
     Route("/batches/{name}/webhook/deliveries/{id}/retry", retry_delivery, methods=["POST"]),
+    Route("/batches/{name}/webhook/test", test_webhook, methods=["POST"]),
+    Route("/operational-webhook/test", test_operational_webhook, methods=["POST"]),
     Route("/operational-webhook", put_operational_webhook, methods=["PUT"]),
     Route("/operational-webhook", get_operational_webhook, methods=["GET"]),
     Route("/operational-webhook", delete_operational_webhook, methods=["DELETE"]),

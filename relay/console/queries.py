@@ -4,30 +4,26 @@ The console is another edge over the same domain queries as ``GET /deliveries``;
 call :class:`ConsoleQueries` and nothing else. The Deliveries page and recovery are the
 store's exact, indexed search and its chunked recovery (``relay.search``), the same as
 ``GET /deliveries`` and ``POST /deliveries/recover``. The overview and the webhooks page read
-the newest deliveries of every shard (at most ``_SCAN_CAP``), until webhooks have an index
-of their own.
+the newest deliveries of every shard (at most ``relay.scans.SCAN_CAP``), until webhooks have
+an index of their own.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-import redis
-import redis.asyncio
-
-from relay import keys, queues
-from relay.config import Settings
+from relay.delivery.probe import Prober, ProbeResult
+from relay.exceptions import WebhookNotFound
 from relay.model import Attempt, Delivery, DeliveryStatus, Webhook
+from relay.scans import Scans
 from relay.store import BatchRef
 from relay.timefmt import now_ms
 from relay.webhook_store import AsyncWebhookStore
 
 DAY_MS = 86_400_000
 HOUR_MS = 3_600_000
-# The overview and the webhooks page look at no more than this many of the newest deliveries.
-_SCAN_CAP = 20_000
 _CHUNK = 200
 
 
@@ -82,47 +78,28 @@ def _percentile(values: list[float], q: float) -> float | None:
 
 
 class ConsoleQueries:
-    """The console's reads and actions over the state layer (``AsyncWebhookStore``)."""
+    """The console's reads and actions over the state layer: the webhook store, the
+    cross-shard reads (``relay.scans``) and a way to wake a shard's delivery job."""
 
     def __init__(
         self,
         store: AsyncWebhookStore,
-        client: redis.asyncio.Redis,
-        sync: redis.Redis,
-        settings: Settings,
+        scans: Scans,
+        wake: Callable[[int], Awaitable[None]],
+        prober: Prober | None = None,
     ) -> None:
         self.store = store
-        self.redis = client
-        self.sync = sync
-        self.settings = settings
+        self.scans = scans
+        self._wake = wake
+        self.prober = prober  # test sends (the API process's delivery transport)
 
     # -- deliveries ---------------------------------------------------------------------
 
     async def _ids(self, since_ms: int, until_ms: int) -> list[tuple[int, str]]:
-        # The shard-wide creation index, every shard, newest first.
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for s in range(keys.SHARDS):
-                pipe.zrevrangebyscore(
-                    keys.shard_deliveries(s),
-                    until_ms or "+inf",
-                    since_ms,
-                    start=0,
-                    num=_SCAN_CAP,
-                    withscores=True,
-                )
-            per_shard = await pipe.execute()
-        rows = [(int(score), raw.decode()) for rows in per_shard for raw, score in rows]
-        rows.sort(reverse=True)
-        return rows[:_SCAN_CAP]
+        return await self.scans.newest_deliveries(since_ms, until_ms)
 
     async def _hashes(self, ids: list[str]) -> list[tuple[dict[bytes, bytes], list[bytes]]]:
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for ident in ids:
-                shard = keys.shard_of_id("msg", ident) or 0
-                pipe.hgetall(keys.delivery(shard, ident))
-                pipe.lrange(keys.delivery_attempts(shard, ident), 0, -1)
-            replies = await pipe.execute()
-        return list(zip(replies[::2], replies[1::2], strict=True))
+        return await self.scans.delivery_hashes(ids)
 
     async def search(
         self, f: DeliveryFilter, limit: int, cursor: str = ""
@@ -143,11 +120,7 @@ class ConsoleQueries:
         )
 
     async def delivery(self, delivery_id: str) -> Delivery | None:
-        shard = keys.shard_of_id("msg", delivery_id)
-        if shard is None:
-            return None
-        (h, attempts), *_ = await self._hashes([delivery_id])
-        return Delivery.from_hash(h, attempts) if h else None
+        return await self.scans.delivery(delivery_id)
 
     async def retry(self, delivery_id: str) -> Delivery:
         """Deliver again now (same webhook-id) and wake a delivery worker. Raises
@@ -168,9 +141,6 @@ class ConsoleQueries:
         for shard in sorted(result.shards):
             await self._wake(shard)
         return result.recovered
-
-    async def _wake(self, shard: int) -> None:
-        await asyncio.to_thread(queues.wake, self.sync, shard, self.settings)
 
     # -- webhooks -----------------------------------------------------------------------
 
@@ -198,15 +168,11 @@ class ConsoleQueries:
                 order.append(key)
             if d.created_at >= now - DAY_MS:
                 seen[key].append(d)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for account, batch in order:
-                ref = BatchRef(account, batch)
-                pipe.hgetall(keys.webhook(ref.shard, account, batch))
-            replies = await pipe.execute()
-        for (account, batch), h in zip(order, replies, strict=True):
-            if not h:
+        hooks = await self.scans.webhooks_of([BatchRef(a, b) for a, b in order])
+        for (account, batch), hook in zip(order, hooks, strict=True):
+            if hook is None:
                 continue
-            row = WebhookRow(account, batch, Webhook.from_hash(batch, h))
+            row = WebhookRow(account, batch, hook)
             for d in seen[(account, batch)]:
                 if d.status == DeliveryStatus.FAILED:
                     row.failed += 1
@@ -229,6 +195,13 @@ class ConsoleQueries:
     ) -> None:
         """Disable (pending delivery canceled) or enable a webhook. Raises WebhookNotFound."""
         await self.store.set_disabled(BatchRef(account, batch), disabled, reason)
+
+    async def test_send(self, account: str, batch: str) -> ProbeResult:
+        """Send a signed webhook.test to the webhook now; nothing is recorded. Raises
+        WebhookNotFound."""
+        if self.prober is None:
+            raise WebhookNotFound("test sends are not available here")
+        return await self.prober.send(BatchRef(account, batch))
 
     # -- overview -----------------------------------------------------------------------
 
@@ -255,17 +228,10 @@ class ConsoleQueries:
                 done, ok = h.get(b"completed_at"), h.get(b"succeeded_at")
                 if done and ok and int(ok) >= since:
                     lags.append(max(0.0, (int(ok) - int(done)) / 1000))
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for s in range(keys.SHARDS):
-                pipe.zcount(keys.due(s), "-inf", now)
-                pipe.zrange(keys.due(s), 0, 0, withscores=True)
-            pipe.hgetall(keys.metrics())
-            replies = await pipe.execute()
-        backlog = sum(int(n) for n in replies[0:-1:2])
-        oldest = [int(rows[0][1]) for rows in replies[1:-1:2] if rows and rows[0][1] <= now]
+        backlog, oldest, counters = await self.scans.due_backlog(now)
         totals = {
             k.decode().partition("=")[2]: int(float(v))
-            for k, v in replies[-1].items()
+            for k, v in counters.items()
             if k.startswith(b"relay_delivery_attempts_total|")
         }
         failing = [r for r in await self.webhooks(now) if r.webhook.disabled or r.failed]
@@ -278,7 +244,7 @@ class ConsoleQueries:
             lag_p99=_percentile(lags, 0.99),
             lag_samples=len(lags),
             due_backlog=backlog,
-            oldest_due_age_s=(now - min(oldest)) / 1000 if oldest else None,
+            oldest_due_age_s=(now - oldest) / 1000 if oldest is not None else None,
             totals=totals,
             failing=failing,
         )

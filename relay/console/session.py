@@ -29,12 +29,10 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-import redis.asyncio
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 from starlette.requests import Request
 from starlette.responses import Response
 
-from relay import keys
 from relay.config import Settings
 
 SESSION_COOKIE = "relay_console"
@@ -103,7 +101,7 @@ class Sessions:
 
     def start(self, request: Request, response: Response, operator: str, prefix: str) -> str:
         """Set the session cookie on ``response``; the new session id, which the caller
-        stores with :func:`remember` (the cookie opens nothing until then)."""
+        stores with ``relay.auth.open_console_session`` (the cookie opens nothing until then)."""
         token, sid = secrets.token_urlsafe(32), secrets.token_urlsafe(24)
         value = self._session.dumps({"op": operator, "key": prefix, "csrf": token, "sid": sid})
         self._cookie(request, response, SESSION_COOKIE, value, self.max_age)
@@ -140,30 +138,6 @@ class Sessions:
         except BadSignature:
             return False
         return isinstance(token, str) and hmac.compare_digest(token, presented)
-
-
-# -- the server side: sessions that logout and key revocation end ---------------------------
-
-
-async def remember(client: redis.asyncio.Redis, sid: str, prefix: str, max_age: int) -> None:
-    """Store a new session of the key ``prefix`` for ``max_age`` seconds."""
-    index = keys.console_key_sessions(prefix)
-    async with client.pipeline(transaction=False) as pipe:
-        pipe.set(keys.console_session(sid), prefix, ex=max_age)
-        pipe.sadd(index, sid)
-        pipe.expire(index, max_age)  # outlives every session it names: each login renews it
-        await pipe.execute()
-
-
-async def forget(client: redis.asyncio.Redis, session: Session) -> None:
-    """End ``session`` (logout): its cookie and CSRF token open nothing from now on."""
-    await client.delete(keys.console_session(session.sid))
-    await client.srem(keys.console_key_sessions(session.key_prefix), session.sid)
-
-
-def alive_key(session: Session) -> str:
-    """The Redis key whose value must be ``session.key_prefix`` for the session to count."""
-    return keys.console_session(session.sid)
 
 
 def csrf_ok(session: Session, presented: str) -> bool:

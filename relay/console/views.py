@@ -21,14 +21,13 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.templating import Jinja2Templates
 
-from relay import keys
 from relay.api.errors import Unauthorized
 from relay.api.state import AppState, state
-from relay.auth import lookup_operator_async, parse_key
+from relay.auth import parse_key
 from relay.console import charts
 from relay.console.notices import error_code, notices
 from relay.console.queries import ConsoleQueries, DeliveryFilter
-from relay.console.session import Session, Sessions, alive_key, csrf_ok, forget, remember
+from relay.console.session import Session, Sessions, csrf_ok
 from relay.exceptions import StateError
 from relay.logs import mask_query
 from relay.model import DeliveryStatus
@@ -80,7 +79,9 @@ class Console:
 
     def __init__(self, st: AppState) -> None:
         self.sessions = Sessions(st.settings)
-        self.queries = ConsoleQueries(st.webhooks, st.redis, st.sync_redis, st.settings)
+        self.queries = ConsoleQueries(
+            st.webhooks, st.edge.scans, st.edge.wake, prober=st.edge.prober
+        )
 
 
 def _console(request: Request) -> tuple[AppState, Console]:
@@ -99,13 +100,7 @@ async def _session(request: Request) -> Session | None:
     session = console.sessions.read(request)
     if session is None:
         return None
-    async with st.redis.pipeline(transaction=False) as pipe:
-        pipe.get(alive_key(session))
-        pipe.hmget(keys.api_key(session.key_prefix), ["operator", "account", "revoked_at"])
-        alive, (operator, account, revoked) = await pipe.execute()
-    if alive is None or alive.decode() != session.key_prefix:
-        return None
-    if operator is None or account is not None or revoked or operator.decode() != session.operator:
+    if not await st.edge.console_session_active(session.sid, session.key_prefix, session.operator):
         return None
     return session
 
@@ -179,10 +174,10 @@ async def login(request: Request) -> Response:
         return PlainTextResponse("CSRF token missing or wrong", status_code=403)
     raw = form.get("key")
     presented = parse_key(raw.strip()) if isinstance(raw, str) else None
-    operator = await lookup_operator_async(st.redis, presented) if presented else None
+    operator = await st.edge.lookup_operator(presented) if presented else None
     if presented is None or operator is None:
         # Counted with the API's bad keys, so the console is no faster way to guess keys.
-        refusal = await st.limits.bad_key(st.redis, request, Unauthorized("not an operator"))
+        refusal = await st.limits.bad_key(request, Unauthorized("not an operator"))
         token, _ = console.sessions.login_token(request)
         page = _render(
             request,
@@ -200,7 +195,7 @@ async def login(request: Request) -> Response:
         return page
     response = RedirectResponse("/console", status_code=303)
     sid = console.sessions.start(request, response, operator, presented.prefix)
-    await remember(st.redis, sid, presented.prefix, console.sessions.max_age)
+    await st.edge.open_console_session(sid, presented.prefix, console.sessions.max_age)
     return response
 
 
@@ -210,7 +205,7 @@ async def logout(request: Request) -> Response:
     if refused is not None:
         return refused
     if session is not None:
-        await forget(st.redis, session)
+        await st.edge.end_console_session(session.sid, session.key_prefix)
     response = _to_login()
     console.sessions.end(response)
     return response
@@ -367,6 +362,23 @@ async def webhook_enable(request: Request) -> Response:
     return await _toggle(request, False)
 
 
+async def webhook_test(request: Request) -> Response:
+    """Send a signed webhook.test to one webhook now and show the attempt above the list."""
+    session, fields, refused = await _guarded_form(request)
+    if refused is not None or session is None:
+        return refused or _to_login()
+    _, console = _console(request)
+    account, batch = fields.get("account", ""), fields.get("batch", "")
+    try:
+        result = await console.queries.test_send(account, batch)
+    except StateError as exc:
+        return _back("/console/webhooks", err=error_code(exc))
+    rows = await console.queries.webhooks()
+    return _render(
+        request, "webhooks.html", session, rows=rows, test=result, test_batch=(account, batch)
+    )
+
+
 async def stylesheet(request: Request) -> Response:
     return Response(_CSS, media_type="text/css", headers={"cache-control": "max-age=300"})
 
@@ -391,5 +403,6 @@ def routes() -> list[BaseRoute]:
         Route(
             "/console/webhooks/enable", webhook_enable, methods=["POST"], include_in_schema=False
         ),
+        Route("/console/webhooks/test", webhook_test, methods=["POST"], include_in_schema=False),
         Route("/console/static/console.css", stylesheet, methods=["GET"], include_in_schema=False),
     ]

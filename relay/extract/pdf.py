@@ -1,25 +1,31 @@
-"""PDF tables into rows, with pdfplumber; scanned pages through OCR.
+"""PDF tables: pages with a text layer read by relay's table finder, scanned pages by OCR.
 
 Contract:
 
-* Every page with a text layer is read with ``page.extract_tables()`` (pdfplumber's
-  default, ruling-line based detection), in page order and, within a page, in pdfplumber's
-  order.
-* A page with no text layer (no characters: a scan, a photo saved as PDF) is rendered to
-  an image at ``SCAN_DPI`` and read by OCR (``relay.extract.ocr``), like an uploaded image.
-  The resolution is lowered when the page would exceed ``max_pixels`` (a poster-sized page
-  is not a reason to fail, nor to allocate gigabytes).
-* The tables are returned as ``relay.extract.result.Table`` in reading order;
-  ``relay.extract.tables`` makes them ``line_items`` and ``tables``. Cells pdfplumber
-  reports as ``None`` (merged or missing) stay ``None``; strings are stripped.
+* The PDF must open with pdfplumber (pdfminer) and with PDFium; bytes either cannot open
+  or read -> ``invalid_pdf``.
 * A PDF of more than ``max_pages`` pages fails with ``too_many_pages`` before any page is
   read: the page tree is walked (page dictionaries only, no content) up to one page past
   the bound, so a PDF claiming a wrong ``/Count`` is counted right, and 5,000 pages cost
   milliseconds.
-* Errors: bytes pdfplumber cannot open or read -> ``invalid_pdf``; no table anywhere ->
-  ``no_table_found``; a header with no rows under it -> ``empty_document``. Running out of
-  memory (a decompression bomb under the sandbox's limit) is re-raised as ``MemoryError``,
-  never disguised as ``invalid_pdf``.
+* A page with a text layer is read as characters and rules (``relay.extract.pdf_layout``)
+  and its tables found by ``relay.extract.pdf_tables``: ruled, partly ruled and unruled
+  tables, each table of a page a ``Table`` of its own. PDFium reads the page (about ten
+  times faster than pdfminer), unless the page's content streams inflate past
+  ``PDFIUM_MAX_CONTENT`` bytes: such a page (a huge drawing, or a decompression bomb) is
+  read through pdfminer, where running out of memory is a ``MemoryError`` relay can
+  report, not an abort of the whole process.
+* A page with no text layer (no characters: a scan, a photo saved as PDF) is rendered to
+  an image at ``SCAN_DPI`` and read by OCR (``relay.extract.ocr``), like an uploaded image.
+  The resolution is lowered when the page would exceed ``max_pixels`` (a poster-sized page
+  is not a reason to fail, nor to allocate gigabytes).
+* The tables are returned as ``relay.extract.result.Table`` in reading order (page order,
+  then top to bottom); ``relay.extract.tables`` makes them ``line_items`` and ``tables``.
+  A blank cell is ``""``, the cells a spanning cell covers are ``None``; strings are
+  stripped.
+* Errors: no table anywhere -> ``no_table_found``; a header with no rows under it ->
+  ``empty_document``. Running out of memory (a decompression bomb under the sandbox's
+  limit) is re-raised as ``MemoryError``, never disguised as ``invalid_pdf``.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from __future__ import annotations
 import io
 import itertools
 import math
+import zlib
+from collections.abc import Sequence
 from typing import Any
 
 import pdfplumber
@@ -34,10 +42,21 @@ from pdfminer.pdfpage import PDFPage
 
 from relay.extract.errors import ExtractionError, shorten
 from relay.extract.limits import DEFAULT_MAX_PAGES, too_many_pages
+from relay.extract.pdf_layout import PageLayout, read_pdfium, read_plumber
+from relay.extract.pdf_tables import find_tables
 from relay.extract.result import Table
 from relay.extract.tables import Cells, clean_table
 
-__all__ = ["SCAN_DPI", "extract_pdf"]
+__all__ = ["PDFIUM_MAX_CONTENT", "SCAN_DPI", "extract_pdf"]
+
+# A page whose content streams (its own and its forms') inflate past this many bytes is
+# read through pdfminer rather than PDFium. A real page's content is 10-500 KB; PDFium
+# holds the inflated stream and its parsed objects (tens of bytes each) at once, and when
+# an allocation fails under the sandbox's memory limit it aborts the process, where
+# pdfminer raises a MemoryError relay reports as ``extraction_memory``.
+PDFIUM_MAX_CONTENT = 8 << 20
+_INFLATE_CHUNK = 1 << 20
+_FORM_DEPTH = 4
 
 # Tesseract is trained on and tuned for text at about 300 dpi; 200 dpi keeps body text of a
 # printed invoice (8-10 pt) at 22-28 px per line, which it reads as well, and renders and
@@ -70,12 +89,6 @@ def _ocr_page(page: Any, max_pixels: int, number: int) -> list[Table]:
     return read_tables(image, number)
 
 
-def _page_tables(page: Any, max_pixels: int, number: int) -> list[Table | list[Cells]]:
-    if not page.chars:
-        return list(_ocr_page(page, max_pixels, number))
-    return [list(table) for table in page.extract_tables()]
-
-
 def _out_of_memory(exc: BaseException) -> bool:
     """Whether ``exc`` is, or was caused by, a MemoryError (pdfplumber wraps pdfminer's
     errors, so a decompression bomb stopped by the memory limit arrives as a
@@ -102,8 +115,121 @@ def _check_pages(document: Any, max_pages: int) -> None:
         raise too_many_pages(max_pages)
 
 
+def _inflated_size(stream: Any, limit: int) -> int:
+    """How many bytes ``stream`` (a pdfminer stream) decodes to, counting no further than
+    just past ``limit``; a Flate stream is inflated a chunk at a time and never held."""
+    from pdfminer.pdftypes import LITERALS_FLATE_DECODE
+
+    filters = stream.get_filters()
+    raw = stream.rawdata
+    if (
+        raw is not None
+        and not stream.decipher
+        and len(filters) == 1
+        and filters[0][0] in LITERALS_FLATE_DECODE
+    ):
+        inflater = zlib.decompressobj()
+        size, pending = 0, raw
+        try:
+            while pending and size <= limit:
+                size += len(inflater.decompress(pending, _INFLATE_CHUNK))
+                pending = inflater.unconsumed_tail
+        except zlib.error:
+            pass  # a damaged stream: what inflated so far is what a reader gets
+        return size
+    return len(stream.get_data())
+
+
+def _content_size(page: Any, limit: int) -> int:
+    """The inflated size of a pdfplumber page's content streams and of the form XObjects
+    its resources name (nested up to ``_FORM_DEPTH``), counted up to just past ``limit``."""
+    from pdfminer.pdftypes import PDFStream, resolve1
+    from pdfminer.psparser import LIT
+
+    total = 0
+    seen: set[int] = set()
+
+    def add(stream: Any) -> None:
+        nonlocal total
+        if isinstance(stream, PDFStream) and id(stream) not in seen and total <= limit:
+            seen.add(id(stream))
+            total += _inflated_size(stream, limit - total)
+
+    def forms(resources: Any, depth: int) -> None:
+        resources = resolve1(resources)
+        if depth > _FORM_DEPTH or not isinstance(resources, dict):
+            return
+        xobjects = resolve1(resources.get("XObject"))
+        if not isinstance(xobjects, dict):
+            return
+        for ref in xobjects.values():
+            xobject = resolve1(ref)
+            if isinstance(xobject, PDFStream) and xobject.get("Subtype") is LIT("Form"):
+                if id(xobject) in seen:
+                    continue
+                add(xobject)
+                forms(xobject.get("Resources"), depth + 1)
+
+    for stream in page.page_obj.contents:
+        add(resolve1(stream))
+    forms(page.page_obj.resources, 0)
+    return total
+
+
+def _layout(page: Any, document: Any, index: int) -> PageLayout:
+    """A page's characters and rules: PDFium's reading, or pdfminer's for a page whose
+    content PDFium should not be given (``PDFIUM_MAX_CONTENT``)."""
+    if _content_size(page, PDFIUM_MAX_CONTENT) > PDFIUM_MAX_CONTENT:
+        return read_plumber(page)
+    pdfium_page = document[index]
+    try:
+        return read_pdfium(pdfium_page)
+    finally:
+        pdfium_page.close()
+
+
+def _as_tables(number: int, found: Sequence[Any]) -> list[Table]:
+    """The OCR path's tables (``Table`` records, or plain grids) as cleaned ``Table``s."""
+    tables: list[Table] = []
+    for table in found:
+        if isinstance(table, Table):
+            if clean_table(table.rows):
+                tables.append(table)
+            continue
+        rows = clean_table(table)
+        if rows:
+            tables.append(Table(number, rows))
+    return tables
+
+
+def _page_tables(page: Any, document: Any, number: int, max_pixels: int) -> list[Table]:
+    layout = _layout(page, document, number - 1)
+    if not layout.has_text:
+        return _as_tables(number, _ocr_page(page, max_pixels, number))
+    tables = []
+    for grid in find_tables(layout):
+        rows = clean_table(grid)
+        if rows:
+            tables.append(Table(number, _rectangular(rows)))
+    return tables
+
+
+def _rectangular(rows: list[Cells]) -> list[Cells]:
+    width = max(len(row) for row in rows)
+    return [row + [None] * (width - len(row)) for row in rows]
+
+
+def _open_pdfium(content: bytes) -> Any:
+    import pypdfium2  # pdfplumber renders with it: installed with it
+
+    try:
+        return pypdfium2.PdfDocument(content)
+    except Exception as exc:  # PdfiumError: a file PDFium cannot parse, or a password
+        raise ExtractionError("invalid_pdf", f"could not open the PDF ({_reason(exc)})") from None
+
+
 def _tables(content: bytes, max_pixels: int, max_pages: int) -> list[Table]:
-    """Every non-empty table of every page, rows cleaned and blank rows dropped."""
+    """Every non-empty table of every page in reading order (module docstring)."""
     try:
         document = pdfplumber.open(io.BytesIO(content))
     except Exception as exc:  # pdfminer raises many unrelated types for broken files
@@ -123,24 +249,25 @@ def _tables(content: bytes, max_pixels: int, max_pages: int) -> list[Table]:
             ) from None
         if not pages:
             raise ExtractionError("invalid_pdf", "the PDF has no pages")
-        for number, page in enumerate(pages, start=1):
-            try:
-                found = _page_tables(page, max_pixels, number)
-            except ExtractionError:
-                raise
-            except Exception as exc:
-                _raise_for_memory(exc)
-                message = f"could not read page {number} of the PDF ({_reason(exc)})"
-                raise ExtractionError("invalid_pdf", message) from None
-            finally:
-                page.close()  # drop the page's parsed objects: long PDFs would pile them up
-            for table in found:
-                if isinstance(table, Table):  # read by OCR: cleaned, with its confidence
-                    tables.append(table)
-                    continue
-                rows = clean_table(table)
-                if rows:
-                    tables.append(Table(number, list(rows)))
+        pdfium = _open_pdfium(content)
+        try:
+            if len(pdfium) != len(pages):
+                raise ExtractionError(
+                    "invalid_pdf", "the PDF's page tree reads differently in two parsers"
+                )
+            for number, page in enumerate(pages, start=1):
+                try:
+                    tables += _page_tables(page, pdfium, number, max_pixels)
+                except ExtractionError:
+                    raise
+                except Exception as exc:
+                    _raise_for_memory(exc)
+                    message = f"could not read page {number} of the PDF ({_reason(exc)})"
+                    raise ExtractionError("invalid_pdf", message) from None
+                finally:
+                    page.close()  # drop the page's parsed objects: long PDFs would pile up
+        finally:
+            pdfium.close()
     return tables
 
 

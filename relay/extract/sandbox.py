@@ -247,6 +247,18 @@ class ExtractorHost:
         with self._lock:
             self._drop()
 
+    def lower_priority(self, niceness: int = 10) -> None:
+        """Let the child's work yield the CPU to other processes (``nice``): for a document
+        moved to the background (``relay.processing``). Not undoable without privileges,
+        so such a host is closed after its document."""
+        pid = self.pid
+        if pid is None:
+            return
+        try:
+            os.setpriority(os.PRIO_PROCESS, pid, niceness)
+        except OSError:  # gone meanwhile, or not allowed: it only costs the foreground CPU
+            log.debug("could not lower the priority of child %s", pid, exc_info=True)
+
     def run(
         self, content: bytes, *, filename: str, content_type: str, fields: list[str]
     ) -> Outcome:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 import redis
@@ -120,3 +121,57 @@ def test_the_sweeper_replaces_a_processing_job_that_vanished(
         message="the document whose job vanished was never processed",
     )
     assert api.batch("lost")["all_done"] is True
+
+
+HEAVY_SECONDS = 20
+
+
+def _status(api: Api, doc_id: str) -> dict[str, Any]:
+    found: dict[str, Any] = api.http.get(f"/documents/{doc_id}").json()
+    return found
+
+
+@pytest.mark.timeout(180)
+def test_a_small_document_is_not_held_behind_another_accounts_slow_one(stack: Stack) -> None:
+    # ONE processing worker. Account A's document holds its extraction for 20 s (a slow
+    # plug-in stands for a long or slow document); account B's one-row CSV arrives while it
+    # runs and is done within seconds: the worker moves A's document to the background
+    # (RELAY_BACKGROUND_AFTER) and serves B. A's document is still stored, whole.
+    stack.env["RELAY_EXTRACTOR"] = "tests.support.slow_extractor:extract"
+    stack.env["RELAY_LEASE_SECONDS"] = "10"
+    stack.api()
+    stack.worker("--queues", "processing")
+    stack.detector()
+    heavy_api = Api(stack.api_url, stack.create_key("heavy"))
+    small_api = Api(stack.api_url, stack.create_key("small"))
+    heavy = heavy_api.upload("long", b"sleep=%d\nsku,qty\nH-1,1\n" % HEAVY_SECONDS, "long.csv")
+    heavy_api.process("long")
+    wait_until(
+        lambda: _status(heavy_api, heavy["id"])["status"] == "processing", 30, message="idle"
+    )
+    time.sleep(1)  # well into the heavy document
+    small = small_api.upload("one", b"sku,qty\nS-1,1\n", "one.csv")
+    t0 = time.time()
+    small_api.process("one")
+    done = wait_until(
+        lambda: (d := _status(small_api, small["id"]))["status"] == "succeeded" and d,
+        HEAVY_SECONDS * 2,
+        0.05,
+        "the small document was never processed",
+    )
+    waited = time.time() - t0
+    assert waited < 10, f"the small document took {waited:.1f} s behind the slow one"
+    assert _status(heavy_api, heavy["id"])["status"] == "processing"  # not waited for
+    assert done["completed_at"] is not None
+    heavy_done = wait_until(
+        lambda: (d := _status(heavy_api, heavy["id"]))["status"] != "processing" and d,
+        HEAVY_SECONDS * 3,
+        0.2,
+        "the slow document never ended",
+    )
+    assert heavy_done["status"] == "succeeded", heavy_done
+    results = heavy_api.http.get("/batches/long/results").json()
+    assert results["documents"][0]["line_items"] == [{"sku": "H-1", "qty": "1"}]
+    assert heavy_api.batch("long")["all_done"] is True
+    heavy_api.close()
+    small_api.close()

@@ -1,0 +1,144 @@
+"""One heavy document and another account's small ones, on ONE processing worker.
+
+Account ``heavy`` processes a real long PDF (a ruled 30-row table on each of ``pages``
+pages, read by the default extractor). Once it is being extracted, account ``bench-other``
+uploads a one-row CSV and calls ``process``, several times one after the other; each
+latency runs from just before that call to the document's ``completed_at``. The same run
+is made twice on fresh stacks: with the background of ``relay.processing`` (the default,
+``RELAY_BACKGROUND_EXTRACTIONS=1``) and without it (``0``: v1's behaviour, the small
+document waits for the heavy one). Also reported: the heavy document's own extraction
+time in each, i.e. what moving it to the background (reniced) costs it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+
+from bench._common import BenchError, Outcome, percentile, progress, table, wait_until, write_result
+from bench._stack import ACCOUNT, Stack
+from relay import keys
+from tests.support.documents import HEADER, pdf, table_ops
+
+OTHER = "bench-other"
+SMALL = b"sku,qty\nS-1,1\n"
+
+
+def _doc(st: Stack, doc_id: str) -> dict[bytes, bytes]:
+    shard = keys.shard_of_id("doc", doc_id)
+    if shard is None:
+        raise BenchError(f"not a document id: {doc_id!r}")
+    found: dict[bytes, bytes] = st.redis.hgetall(keys.doc(shard, doc_id))
+    return found
+
+
+def _completed_at(st: Stack, doc_id: str, interval: float) -> int:
+    def completed() -> int:
+        return int(_doc(st, doc_id).get(b"completed_at") or 0)
+
+    return wait_until(completed, 600, interval, f"{doc_id} to complete")
+
+
+def _upload(client: httpx.Client, batch: str, name: str, content: bytes, kind: str) -> str:
+    r = client.post(
+        "/api/v1/documents",
+        files={"file": (name, content, kind)},
+        data={"batch_name": batch},
+    )
+    if r.status_code != 201:
+        raise BenchError(f"upload answered {r.status_code}: {r.text[:300]}")
+    doc_id: str = r.json()["id"]
+    return doc_id
+
+
+def _process(client: httpx.Client, batch: str) -> None:
+    r = client.post(f"/api/v1/batches/{batch}/process")
+    if r.status_code != 202:
+        raise BenchError(f"process answered {r.status_code}: {r.text[:300]}")
+
+
+def _one_run(background: int, heavy_pdf: bytes, samples: int) -> dict[str, Any]:
+    settings = {"RELAY_BACKGROUND_EXTRACTIONS": str(background), "RELAY_EXTRACT_TIMEOUT": "300"}
+    with Stack(settings=settings) as st:
+        started = st.start(workers=1)
+        heavy = httpx.Client(
+            base_url=st.api_url, headers={"Authorization": f"Bearer {started.key}"}, timeout=60
+        )
+        other = httpx.Client(
+            base_url=st.api_url,
+            headers={"Authorization": f"Bearer {st.create_key(OTHER)}"},
+            timeout=60,
+        )
+        try:
+            heavy_id = _upload(heavy, "long", "long.pdf", heavy_pdf, "application/pdf")
+            _process(heavy, "long")
+            wait_until(
+                lambda: _doc(st, heavy_id).get(b"status") == b"processing", 60, 0.01, "claim"
+            )
+            time.sleep(0.5)
+            latencies: list[float] = []
+            for i in range(samples):
+                if _doc(st, heavy_id).get(b"status") != b"processing":
+                    break  # the heavy document ended: later samples would measure nothing
+                batch = f"small-{i}"
+                doc_id = _upload(other, batch, "one.csv", SMALL, "text/csv")
+                t0 = time.time()
+                _process(other, batch)
+                done = _completed_at(st, doc_id, 0.005)
+                latencies.append(round(done / 1000 - t0, 3))
+            end = _completed_at(st, heavy_id, 0.05)
+            record = _doc(st, heavy_id)
+            return {
+                "background_extractions": background,
+                "small_latency_s": latencies,
+                "small_p50_s": percentile(latencies, 50) if latencies else None,
+                "small_max_s": max(latencies) if latencies else None,
+                "heavy_status": record.get(b"status", b"").decode(),
+                "heavy_seconds": round((end - int(record[b"started_at"])) / 1000, 2),
+            }
+        finally:
+            heavy.close()
+            other.close()
+
+
+def run(*, quick: bool = False, profile: bool = False) -> Outcome:
+    pages, samples = (40, 2) if quick else (400, 5)
+    rows = [HEADER] + [[f"A-{i}", "Bolt M6 zinc", str(i)] for i in range(30)]
+    heavy_pdf = pdf([table_ops(rows)] * pages)
+    progress("heavy", f"a {pages}-page PDF ({len(heavy_pdf) // 1024} KiB), {samples} small docs")
+    runs = []
+    for background in (1, 0):
+        progress("heavy", f"RELAY_BACKGROUND_EXTRACTIONS={background}")
+        runs.append(_one_run(background, heavy_pdf, samples))
+    out = Outcome()
+    out.tables.append(
+        table(
+            "one processing worker: a small CSV of another account behind a long PDF",
+            ["background", "small p50 s", "small max s", "samples", "heavy doc s", "status"],
+            [
+                [
+                    r["background_extractions"],
+                    r["small_p50_s"],
+                    r["small_max_s"],
+                    len(r["small_latency_s"]),
+                    r["heavy_seconds"],
+                    r["heavy_status"],
+                ]
+                for r in runs
+            ],
+        )
+    )
+    with_bg = runs[0]
+    if with_bg["small_max_s"] is not None:
+        out.goal(
+            "small document behind a heavy one (max)",
+            with_bg["small_max_s"],
+            "s",
+            "a few seconds (< 10 s)",
+            with_bg["small_max_s"] < 10,
+        )
+    out.data = {"pages": pages, "account": ACCOUNT, "runs": runs}
+    write_result("heavy", quick, out.data)
+    return out

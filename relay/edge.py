@@ -1,0 +1,253 @@
+"""What the API process and its console reach Redis through: the edges' side of the state layer.
+
+The routes (``relay.api``) and the console (``relay.console``) import no key builder and no
+Redis client (docs/architecture.md, "Import contracts"): an :class:`Edge`, built once per
+process, owns the clients and offers what the edges ask of Redis as calls that return
+records and decisions:
+
+- the status round trip (:meth:`Edge.status`): the key record, the status window's count and
+  the reads of a *query object* (``relay.store.DocumentQuery``, ``BatchQuery``) in one
+  pipelined round trip, sent down the lane (``relay.lane``) or a redis-py pipeline;
+- the windows of writes and of bad keys (:meth:`Edge.admit`, :meth:`Edge.count_bad_key`);
+- key and operator lookups, the signing material, the replicas' acknowledgement of a write
+  (``relay.durable``), the wake-ups of the RQ queues and the operators' reads across shards
+  (:class:`relay.scans.Scans`).
+
+The stores themselves (:attr:`Edge.store`, :attr:`Edge.webhooks`) are used as they are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+import redis
+import redis.asyncio
+from redis.exceptions import NoScriptError
+
+from relay import durable, keys, queues
+from relay.auth import (
+    RECORD_FIELDS,
+    PresentedKey,
+    console_session_active,
+    end_console_session,
+    lookup_key_async,
+    lookup_operator_async,
+    open_console_session,
+)
+from relay.blobs import BlobStore
+from relay.config import Settings
+from relay.crypto import Encryptor, SigningMaterial
+from relay.delivery.addresses import TargetPolicy
+from relay.delivery.probe import Prober
+from relay.delivery.transport import USER_AGENT, make_client
+from relay.events import AsyncEventLog, FeedWaiters
+from relay.lane import StatusClient, StatusPipe
+from relay.lane_url import status_client
+from relay.ratelimit import Decision, SlidingWindow
+from relay.redis_conn import RedisTarget, async_client, sync_client
+from relay.scans import Scans
+from relay.signing_keys import SigningKeys, previous_until
+from relay.store import AsyncStore
+from relay.webhook_store import AsyncWebhookStore
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+# The kinds of per-account write windows (RELAY_ACCOUNT_*_RATE_LIMIT).
+UPLOADS = "uploads"
+PROCESS = "process"
+RETRIES = "retries"
+
+
+class StatusQuery(Protocol[T_co]):
+    """The reads of one status endpoint, queued on the round trip after the gate's own."""
+
+    def queue(self, pipe: StatusPipe, account: str) -> None:
+        """Queue the reads for ``account`` (it may queue none: a name no batch can have)."""
+
+    def decode(self, replies: list[Any], account: str) -> T_co:
+        """The record the replies of those reads hold, for ``account``."""
+
+
+class NoReads:
+    """For the endpoints that read after the gate (results pagination)."""
+
+    def queue(self, pipe: StatusPipe, account: str) -> None:
+        return None
+
+    def decode(self, replies: list[Any], account: str) -> None:
+        return None
+
+
+NO_READS = NoReads()
+
+
+@dataclass(frozen=True)
+class StatusRound(Generic[T]):
+    """What one status round trip read: the key record (``HMGET RECORD_FIELDS``, to check
+    before anything else is used), the status window's decision and the query's record."""
+
+    record: list[bytes | None]
+    decision: Decision
+    value: T
+
+
+@dataclass
+class Edge:
+    """The API process's Redis resources (:meth:`open` builds them, :meth:`close` closes)."""
+
+    settings: Settings
+    redis: redis.asyncio.Redis
+    sync_redis: redis.Redis  # RQ is synchronous: used only from a worker thread
+    lane: StatusClient  # the status endpoints' one round trip
+    store: AsyncStore
+    webhooks: AsyncWebhookStore
+    signing: SigningKeys
+    scans: Scans
+    events: AsyncEventLog  # the event feeds (GET /events)
+    waiters: FeedWaiters  # the long polls of this process and their one listener
+    status_limit: SlidingWindow
+    write_limits: dict[str, SlidingWindow]
+    auth_failures: SlidingWindow
+    prober: Prober  # test sends, through a delivery client of this process
+
+    @classmethod
+    def open(cls, settings: Settings) -> Edge:
+        """Clients for the settings' Redis (connected on first use) and what runs over them."""
+        target = RedisTarget.from_settings(settings)
+        client = async_client(target)
+        webhooks = AsyncWebhookStore(client)
+        signing = SigningKeys(Encryptor.from_setting(settings.encryption_key))
+        policy = TargetPolicy.from_settings(settings)
+        http = make_client(
+            policy, settings.delivery_timeout, max_connections=16, user_agent=USER_AGENT
+        )
+        rates = {
+            UPLOADS: settings.account_upload_rate_limit,
+            PROCESS: settings.account_process_rate_limit,
+            RETRIES: settings.account_retry_rate_limit,
+        }
+        return cls(
+            settings=settings,
+            redis=client,
+            sync_redis=sync_client(target),
+            lane=status_client(target, client),
+            store=AsyncStore(
+                client,
+                BlobStore(settings.blob_dir),
+                max_pending_bytes=settings.account_max_pending_bytes,
+            ),
+            webhooks=webhooks,
+            signing=signing,
+            scans=Scans(client),
+            events=AsyncEventLog(client, round(settings.retention * 1000)),
+            waiters=FeedWaiters(
+                client,
+                max_waiters=settings.events_max_waiters,
+                max_per_account=settings.events_max_waiters_per_account,
+            ),
+            status_limit=SlidingWindow(settings.status_rate_limit),
+            write_limits={
+                kind: SlidingWindow(rate, functools.partial(keys.account_rate_window, kind))
+                for kind, rate in rates.items()
+            },
+            auth_failures=SlidingWindow(settings.auth_failure_rate_limit, keys.auth_failure_window),
+            prober=Prober(webhooks, signing, client, http, policy, settings.delivery_timeout),
+        )
+
+    async def close(self) -> None:
+        self.prober.http.close()
+        await self.lane.close()
+        await self.redis.aclose()
+        self.sync_redis.close()
+
+    # -- the status round trip ------------------------------------------------------------
+
+    async def _round(self, presented: PresentedKey, account: str, query: StatusQuery[T]) -> Any:
+        pipe = self.lane.pipeline()
+        pipe.hmget(keys.api_key(presented.prefix), list(RECORD_FIELDS))
+        self.status_limit.queue(pipe, presented.prefix)
+        query.queue(pipe, account)
+        return await pipe.execute(raise_on_error=False)
+
+    async def status(
+        self, presented: PresentedKey, account: str, query: StatusQuery[T]
+    ) -> StatusRound[T]:
+        """The key record, the status window and ``query``'s reads for the (cached) account
+        in one round trip; once more after a ``NOSCRIPT`` (a new or restarted Redis)."""
+        replies = await self._round(presented, account, query)
+        if isinstance(replies[1], NoScriptError):
+            await self.status_limit.load(self.redis)
+            replies = await self._round(presented, account, query)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return StatusRound(
+            record=replies[0],
+            decision=self.status_limit.decide(replies[1]),
+            value=query.decode(replies[2:], account),
+        )
+
+    # -- keys and windows -----------------------------------------------------------------
+
+    async def lookup_key(self, presented: PresentedKey) -> str | None:
+        """The account of an active key (one round trip)."""
+        return await lookup_key_async(self.redis, presented)
+
+    async def lookup_operator(self, presented: PresentedKey) -> str | None:
+        """The operator of an active operator key (one round trip)."""
+        return await lookup_operator_async(self.redis, presented)
+
+    async def open_console_session(self, sid: str, prefix: str, max_age: int) -> None:
+        await open_console_session(self.redis, sid, prefix, max_age)
+
+    async def end_console_session(self, sid: str, prefix: str) -> None:
+        await end_console_session(self.redis, sid, prefix)
+
+    async def console_session_active(self, sid: str, prefix: str, operator: str) -> bool:
+        """Whether the console session is open and its operator key still active."""
+        return await console_session_active(self.redis, sid, prefix, operator)
+
+    async def admit(self, kind: str, account: str) -> Decision:
+        """Count one write of ``kind`` (:data:`UPLOADS`, :data:`PROCESS`, :data:`RETRIES`)."""
+        return await self.write_limits[kind].hit(self.redis, account)
+
+    async def count_bad_key(self, address: str) -> Decision:
+        """Count a failed authentication against the client's address."""
+        return await self.auth_failures.hit(self.redis, address)
+
+    # -- signing material ------------------------------------------------------------------
+
+    async def signing_material(self, account: str) -> tuple[list[SigningMaterial], int | None]:
+        """The account's signing material (made on first use) and when the previous one
+        stops being used (None outside a rotation)."""
+        materials = await self.signing.get(self.redis, account)
+        return materials, await previous_until(self.redis, account)
+
+    async def rotate_signing(self, account: str) -> tuple[list[SigningMaterial], int | None]:
+        """New signing material; the old one kept for ``RELAY_SIGNING_GRACE_SECONDS``."""
+        materials = await self.signing.rotate(
+            self.redis, self.store.scripts, account, self.settings.signing_grace_seconds
+        )
+        return materials, await previous_until(self.redis, account)
+
+    # -- writes acknowledged, jobs woken ---------------------------------------------------
+
+    async def replicated(self, what: str) -> bool:
+        """Wait for ``RELAY_REDIS_WAIT_REPLICAS`` replicas to have every write so far."""
+        return await durable.replicated(self.redis, self.settings, what)
+
+    async def wake(self, shard: int) -> None:
+        """Enqueue a delivery job for the shard unless one waits (in a thread: RQ blocks)."""
+        await asyncio.to_thread(queues.wake, self.sync_redis, shard, self.settings)
+
+    async def wake_processing(self, shard: int) -> None:
+        """Enqueue a processing job unless one waits (in a thread: RQ blocks)."""
+        await asyncio.to_thread(queues.wake_processing, self.sync_redis, shard, self.settings)
+
+    async def ping(self) -> None:
+        """Redis answers; raises the client's error when it does not."""
+        await self.redis.ping()

@@ -1,0 +1,685 @@
+"""Tables on a PDF page with a text layer: ruled, partly ruled and unruled, kept apart.
+
+Input is a ``PageLayout`` (``relay.extract.pdf_layout``: characters and rules); output the
+page's tables as grids, top to bottom (``find_tables``). Nothing here is tuned to a
+particular document: every threshold is relative to the size of the text.
+
+1. **Text lines.** Characters are grouped into lines (vertical overlap), a line into
+   words (a gap wider than a fraction of the text height) and words into *chunks*: a gap
+   of about an em or more separates what are probably two cells.
+2. **Ruled tables.** Rules are snapped and joined; connected horizontal and vertical rules
+   with at least two of each make a grid. Its elementary cells are merged where no rule
+   separates them (spanning cells, text at the top-left). A grid whose cells mostly hold
+   several chunks side by side is only a frame (an outline, or rules between rows only):
+   its area is read as an unruled table instead.
+3. **Unruled tables.** Outside ruled grids, runs of lines that have two or more chunks
+   (with at most a line or two of single chunks among them: a wrapped cell, a spanning
+   heading) are table candidates. Columns are the vertical strips of white that run
+   through the candidate's lines; each line is a row; a chunk that crosses a strip (a
+   heading over several columns) stays whole at its first column. A candidate needs at
+   least two columns and two rows of at least two cells, and prose is excluded (long
+   chunks of many words in two columns are text columns, not a table).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from relay.extract.pdf_layout import Char, PageLayout, Rule
+
+__all__ = ["find_tables"]
+
+Grid = list[list[str | None]]
+
+# Words: a gap wider than this share of the line's height separates two words.
+_WORD_GAP = 0.18
+# Leaders: a run of at least this many of these characters parts two cells.
+_LEADER_RUN = 4
+_LEADER_CHARS = frozenset("._\u00b7\u2026\u2024\u2027")
+# Chunks (cells side by side): a gap wider than this share of the line's height.
+_CHUNK_GAP = 0.75
+# Rules closer than this (points) are one rule; collinear pieces closer than this are joined.
+_SNAP = 3.0
+# A rule reaches a crossing rule if it comes within this (points).
+_REACH = 3.0
+# Lines further apart than this many line heights are not in one table.
+_MAX_LINE_GAP = 2.2
+# At most this many consecutive single-chunk lines inside an unruled table.
+_MAX_SINGLES = 2
+# A chunk of more words than this is prose, not a cell (when most chunks are).
+_PROSE_WORDS = 7
+# A ruled grid of more cells than this is a drawing (hatching, a map's graticule).
+_MAX_CELLS = 50_000
+# A ruled grid with fewer of its cells filled than this share is no table (a chart's grid).
+_MIN_FILL = 0.2
+# A candidate with at least this many curves or slanted strokes among its lines is a chart.
+_CHART_MARKS = 4
+# A list item's marker: a bullet or dash, or a number or letter with a dot or parenthesis.
+_MARKER = re.compile(r"[^\w\s]{1,2}|\(?(?:\d{1,3}[.)])+|\(?[A-Za-z][.)]|\(?[ivxIVX]{1,5}[.)]")
+# Columns whose cells have at least this many words (the median) are text, not cells.
+_PROSE_COLUMN_WORDS = 4
+
+
+@dataclass
+class _Word:
+    x0: float
+    top: float
+    x1: float
+    bottom: float
+    text: str
+
+
+@dataclass
+class _Chunk:
+    words: list[_Word]
+
+    @property
+    def x0(self) -> float:
+        return self.words[0].x0
+
+    @property
+    def x1(self) -> float:
+        return self.words[-1].x1
+
+    @property
+    def text(self) -> str:
+        return " ".join(word.text for word in self.words)
+
+
+@dataclass
+class _Line:
+    top: float
+    bottom: float
+    chars: list[Char]
+    words: list[_Word] = field(default_factory=list)
+    chunks: list[_Chunk] = field(default_factory=list)
+
+    @property
+    def height(self) -> float:
+        return self.bottom - self.top
+
+    @property
+    def x0(self) -> float:
+        return self.words[0].x0
+
+    @property
+    def x1(self) -> float:
+        return self.words[-1].x1
+
+
+# --- text lines ---------------------------------------------------------------------------
+
+
+def _lines(chars: Iterable[Char]) -> list[_Line]:
+    """Characters into lines: a character joins the line its vertical middle falls in."""
+    lines: list[_Line] = []
+    for char in sorted(chars, key=lambda c: (c.top + c.bottom) / 2):
+        middle = (char.top + char.bottom) / 2
+        for line in reversed(lines[-3:]):
+            if line.top <= middle <= line.bottom:
+                line.chars.append(char)
+                break
+        else:
+            lines.append(_Line(char.top, char.bottom, [char]))
+    for line in lines:
+        line.chars.sort(key=lambda c: c.x0)
+        line.top = min(c.top for c in line.chars)
+        line.bottom = max(c.bottom for c in line.chars)
+        _split(line)
+    return [line for line in lines if line.words]  # a line of leaders only is a rule
+
+
+def _leaders(chars: Sequence[Char], height: float) -> list[bool]:
+    """Which of a line's characters (in x order) are leaders: runs of at least
+    ``_LEADER_RUN`` dots, middle dots, ellipses or underscores that lead the eye from a
+    label to its figure ("Total ........ 123"). They part cells like white space."""
+    marks = [False] * len(chars)
+    i = 0
+    while i < len(chars):
+        if chars[i].text not in _LEADER_CHARS:
+            i += 1
+            continue
+        j = i + 1
+        while (
+            j < len(chars)
+            and chars[j].text in _LEADER_CHARS
+            and chars[j].x0 - chars[j - 1].x1 <= height
+        ):
+            j += 1
+        if j - i >= _LEADER_RUN:
+            marks[i:j] = [True] * (j - i)
+        i = j
+    return marks
+
+
+def _split(line: _Line) -> None:
+    height = max(line.bottom - line.top, 1.0)
+    words: list[_Word] = []
+    breaks: set[int] = set()  # indices of words a leader comes before
+    current: list[Char] = []
+    leaders = _leaders(line.chars, height)
+    for char, leader in zip(line.chars, leaders, strict=True):
+        if leader:
+            if current:
+                words.append(_word(current))
+                current = []
+            breaks.add(len(words))
+            continue
+        if current and char.x0 - current[-1].x1 > _WORD_GAP * height:
+            words.append(_word(current))
+            current = []
+        if (
+            current
+            and char.text == current[-1].text
+            and char.x0 - current[-1].x0 < 0.3 * (current[-1].x1 - current[-1].x0)
+        ):
+            continue  # the same glyph drawn twice, a little apart (fake bold, shadows)
+        current.append(char)
+    if current:
+        words.append(_word(current))
+    line.words = words
+    chunks: list[_Chunk] = []
+    for index, word in enumerate(words):
+        if chunks and index not in breaks and word.x0 - chunks[-1].x1 <= _CHUNK_GAP * height:
+            chunks[-1].words.append(word)
+        else:
+            chunks.append(_Chunk([word]))
+    line.chunks = chunks
+
+
+def _word(chars: Sequence[Char]) -> _Word:
+    return _Word(
+        chars[0].x0,
+        min(c.top for c in chars),
+        max(c.x1 for c in chars),
+        max(c.bottom for c in chars),
+        "".join(c.text for c in chars),
+    )
+
+
+def _text(lines: Iterable[_Line], x0: float, x1: float) -> str | None:
+    """The words of ``lines`` whose middle lies in [x0, x1), line by line."""
+    out = []
+    for line in lines:
+        words = [w.text for w in line.words if x0 <= (w.x0 + w.x1) / 2 < x1]
+        if words:
+            out.append(" ".join(words))
+    return "\n".join(out) if out else None
+
+
+# --- ruled tables -------------------------------------------------------------------------
+
+
+def _merge(rules: Iterable[Rule], horizontal: bool) -> list[Rule]:
+    """Rules of one orientation snapped to common positions and joined end to end."""
+    if horizontal:
+        items = sorted(((r.top, r.x0, r.x1) for r in rules), key=lambda t: t[0])
+    else:
+        items = sorted(((r.x0, r.top, r.bottom) for r in rules), key=lambda t: t[0])
+    groups: list[list[tuple[float, float, float]]] = []
+    for item in items:
+        if groups and item[0] - groups[-1][0][0] <= _SNAP:
+            groups[-1].append(item)
+        else:
+            groups.append([item])
+    merged: list[Rule] = []
+    for group in groups:
+        position = sum(g[0] for g in group) / len(group)
+        spans = sorted((g[1], g[2]) for g in group)
+        start, end = spans[0]
+        pieces = []
+        for a, b in spans[1:]:
+            if a <= end + _SNAP:
+                end = max(end, b)
+            else:
+                pieces.append((start, end))
+                start, end = a, b
+        pieces.append((start, end))
+        for a, b in pieces:
+            if horizontal:
+                merged.append(Rule(a, position, b, position))
+            else:
+                merged.append(Rule(position, a, position, b))
+    return merged
+
+
+def _crosses(h: Rule, v: Rule) -> bool:
+    return h.x0 - _REACH <= v.x0 <= h.x1 + _REACH and v.top - _REACH <= h.top <= v.bottom + _REACH
+
+
+def _grids(rules: Sequence[Rule]) -> list[tuple[list[Rule], list[Rule]]]:
+    """Connected sets of crossing rules with at least two of each orientation."""
+    hs = _merge((r for r in rules if r.horizontal), True)
+    vs = _merge((r for r in rules if not r.horizontal), False)
+    parent = list(range(len(hs) + len(vs)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i, h in enumerate(hs):
+        for j, v in enumerate(vs):
+            if _crosses(h, v):
+                parent[find(i)] = find(len(hs) + j)
+    groups: dict[int, tuple[list[Rule], list[Rule]]] = {}
+    for i, h in enumerate(hs):
+        groups.setdefault(find(i), ([], []))[0].append(h)
+    for j, v in enumerate(vs):
+        groups.setdefault(find(len(hs) + j), ([], []))[1].append(v)
+    return [(h, v) for h, v in groups.values() if len(h) >= 2 and len(v) >= 2]
+
+
+def _positions(values: Iterable[float]) -> list[float]:
+    out: list[float] = []
+    for value in sorted(values):
+        if not out or value - out[-1] > _SNAP:
+            out.append(value)
+    return out
+
+
+class _Index:
+    """Rules of one orientation by position, to ask whether one covers a point."""
+
+    def __init__(self, rules: Sequence[Rule], horizontal: bool) -> None:
+        spans = sorted(
+            (r.top, r.x0, r.x1) if horizontal else (r.x0, r.top, r.bottom) for r in rules
+        )
+        self.at = [span[0] for span in spans]
+        self.spans = spans
+
+    def covers(self, at: float, point: float) -> bool:
+        """Whether a rule lies at ``at`` (within the snap) and reaches ``point``."""
+        for k in range(bisect.bisect_left(self.at, at - _SNAP), len(self.at)):
+            position, start, end = self.spans[k]
+            if position > at + _SNAP:
+                return False
+            if start - _REACH <= point <= end + _REACH:
+                return True
+        return False
+
+
+@dataclass
+class _Region:
+    x0: float
+    top: float
+    x1: float
+    bottom: float
+    grid: Grid | None  # None: read the region as an unruled table
+    hints: list[float] = field(default_factory=list)  # horizontal rules inside, for rows
+    skip: bool = False  # not a table: nothing in it is read
+
+
+def _numeric(text: str) -> bool:
+    return any(ch.isdigit() for ch in text)
+
+
+def _bands(
+    ys: Sequence[float], xs: Sequence[float], lines: Sequence[_Line]
+) -> list[tuple[int, list[_Line]]]:
+    """The rows of a ruled grid: one per band between horizontal rules, or one per text
+    line of a band when the rules are only between groups of rows: at least two columns
+    have a word on every line of the band, figures in one of them at least (a header cell
+    wrapped over lines has words, not figures). The lines of the band that have no word in
+    those columns (a label wrapped over two lines) join the row above."""
+    rows: list[tuple[int, list[_Line]]] = []
+    columns = list(itertools.pairwise(xs))
+    for index, (top, bottom) in enumerate(itertools.pairwise(ys)):
+        band = [ln for ln in lines if top <= (ln.top + ln.bottom) / 2 < bottom]
+        full: list[tuple[float, float]] = []
+        numeric = False
+        if len(band) >= 2:
+            for x0, x1 in columns:
+                cells = [[w for w in ln.words if x0 <= (w.x0 + w.x1) / 2 < x1] for ln in band]
+                if all(cells):
+                    full.append((x0, x1))
+                    numeric = numeric or all(_numeric(w.text) for ws in cells for w in ws)
+        if len(full) < 2 or not numeric:
+            rows.append((index, band))
+            continue
+        split: list[list[_Line]] = []
+        for ln in band:
+            anchor = any(x0 <= (w.x0 + w.x1) / 2 < x1 for w in ln.words for x0, x1 in full)
+            if anchor or not split:
+                split.append([ln])
+            else:
+                split[-1].append(ln)
+        rows += [(index, lines) for lines in split]
+    return rows
+
+
+def _ruled(hs: list[Rule], vs: list[Rule], lines: Sequence[_Line]) -> _Region | None:
+    # An open-sided grid (no rule down its outer sides, or none along its top or bottom)
+    # ends where its rules of the other orientation end.
+    ys = _positions([r.top for r in hs] + [min(r.top for r in vs), max(r.bottom for r in vs)])
+    xs = _positions([r.x0 for r in vs] + [min(r.x0 for r in hs), max(r.x1 for r in hs)])
+    region = _Region(xs[0], ys[0], xs[-1], ys[-1], None, ys)
+    inside = [
+        ln
+        for ln in lines
+        if ys[0] <= (ln.top + ln.bottom) / 2 < ys[-1]
+        and any(xs[0] <= (w.x0 + w.x1) / 2 < xs[-1] for w in ln.words)
+    ]
+    rows_of = _bands(ys, xs, inside)
+    bands = [band for _, band in rows_of]
+    rows, cols = len(bands), len(xs) - 1
+    if rows * cols > _MAX_CELLS:
+        region.skip = True  # a drawing's hatching, not a table anyone reads
+        return region
+    h_index, v_index = _Index(hs, True), _Index(vs, False)
+    # Cells merged where no rule separates them and text runs across (a spanning cell:
+    # its text goes to its top-left cell); the lines of one band split into rows stay apart.
+    parent = list(range(rows * cols))
+
+    def find(k: int) -> int:
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    def union(a: int, b: int) -> None:
+        ra, rb = find(a), find(b)
+        parent[max(ra, rb)] = min(ra, rb)
+
+    for i, band in enumerate(bands):
+        if not band:
+            continue
+        y = (band[0].top + band[-1].bottom) / 2
+        for j in range(1, cols):
+            x = xs[j]
+            if not v_index.covers(x, y) and any(
+                c.x0 < x - 1 and c.x1 > x + 1 for ln in band for c in ln.chunks
+            ):
+                union(i * cols + j, i * cols + j - 1)
+    for i in range(1, rows):
+        (above, upper), (below, lower) = rows_of[i - 1], rows_of[i]
+        if above == below or not upper or not lower:
+            continue  # lines of one band, or an empty band between: no merge
+        for j in range(cols):
+            if not h_index.covers(ys[below], (xs[j] + xs[j + 1]) / 2):
+                union(i * cols + j, (i - 1) * cols + j)
+    # Each word goes to the cell its middle falls in, then to that cell's top-left anchor;
+    # a cell's text is its lines, top to bottom, each line's words left to right.
+    words: dict[int, dict[int, list[str]]] = {}
+    filled: set[int] = set()
+    split_cells = 0
+    for i, band in enumerate(bands):
+        for k, ln in enumerate(band):
+            for j in range(cols):
+                inside_words = [w for w in ln.words if xs[j] <= (w.x0 + w.x1) / 2 < xs[j + 1]]
+                if not inside_words:
+                    continue
+                filled.add(i * cols + j)
+                line_key = i * 10_000 + k
+                words.setdefault(find(i * cols + j), {}).setdefault(line_key, []).extend(
+                    w.text for w in inside_words
+                )
+    for cell in filled:
+        i, j = divmod(cell, cols)
+        for ln in bands[i]:
+            inner = [c for c in ln.chunks if xs[j] <= (c.x0 + c.x1) / 2 < xs[j + 1]]
+            if len(inner) >= 2:
+                split_cells += 1
+                break
+    if not filled:
+        return None
+    if len(filled) < _MIN_FILL * rows * cols:
+        region.skip = True  # a chart's grid lines, a form's boxes: taken, but no table
+        return region
+    if split_cells * 2 >= len(filled) or (cols == 1 and split_cells):
+        return region  # a frame around an unruled table: read it as one
+    # A cell of its own is "" when blank; the cells a spanning cell covers are None.
+    grid: Grid = [
+        ["" if find(i * cols + j) == i * cols + j else None for j in range(cols)]
+        for i in range(rows)
+    ]
+    for anchor, lines_of in words.items():
+        i, j = divmod(anchor, cols)
+        grid[i][j] = "\n".join(" ".join(lines_of[key]) for key in sorted(lines_of))
+    region.grid = grid
+    return region
+
+
+# --- unruled tables -----------------------------------------------------------------------
+
+
+def _blocks(lines: Sequence[_Line]) -> list[list[_Line]]:
+    """Runs of lines that may be a table (module docstring, step 3)."""
+    blocks: list[list[_Line]] = []
+    current: list[_Line] = []
+    singles = 0
+    for line in lines:
+        close = bool(current) and line.top - current[-1].bottom <= _MAX_LINE_GAP * max(
+            line.height, current[-1].height
+        )
+        if not close:
+            if current:
+                blocks.append(current)
+            current, singles = [], 0
+        if len(line.chunks) >= 2:
+            current.append(line)
+            singles = 0
+        elif current and singles < _MAX_SINGLES:
+            current.append(line)
+            singles += 1
+        else:
+            if current:
+                blocks.append(current)
+            current, singles = [], 0
+    if current:
+        blocks.append(current)
+    out = []
+    for block in blocks:
+        while block and len(block[-1].chunks) < 2:
+            block.pop()
+        if sum(len(line.chunks) >= 2 for line in block) >= 2:
+            out += _apart(block)
+    return out
+
+
+def _strips(block: Sequence[_Line]) -> list[tuple[float, float]]:
+    """The white strips that run down through the multi-chunk lines of ``block``: x
+    intervals crossed by the chunks of few of them (a heading over columns may cross)."""
+    multi = [line for line in block if len(line.chunks) >= 2]
+    x0 = min(line.x0 for line in block)
+    x1 = max(line.x1 for line in block)
+    allowed = len(multi) // 8
+    events = sorted(
+        [(c.x0, 1) for line in multi for c in line.chunks]
+        + [(c.x1, -1) for line in multi for c in line.chunks]
+    )
+    strips: list[tuple[float, float]] = []
+    depth = 0
+    white_from: float | None = None
+    for x, step in events:
+        before = depth
+        depth += step
+        if before > allowed >= depth:
+            white_from = x
+        elif before <= allowed < depth and white_from is not None:
+            if x - white_from > 0.5 and x0 < (white_from + x) / 2 < x1:
+                strips.append((white_from, x))
+            white_from = None
+    return strips
+
+
+def _columns(block: Sequence[_Line]) -> list[float]:
+    """Where ``block``'s columns part: the middles of its white strips."""
+    return [(a + b) / 2 for a, b in _strips(block)]
+
+
+def _apart(block: list[_Line]) -> list[list[_Line]]:
+    """``block`` cut at a single-chunk line (a title) between two runs of lines, when the
+    runs' columns do not line up or the title stands apart (more white above it than
+    between the block's other lines): two tables one under the other, not one."""
+    gaps = sorted(b.top - a.bottom for a, b in itertools.pairwise(block))
+    usual = gaps[len(gaps) // 2]
+    for k in range(2, len(block) - 2):
+        title = block[k]
+        if len(title.chunks) >= 2:
+            continue
+        upper, lower = block[:k], block[k + 1 :]
+        while len(upper[-1].chunks) < 2:
+            upper = upper[:-1]
+        if sum(len(ln.chunks) >= 2 for ln in upper) < 2:
+            continue
+        if sum(len(ln.chunks) >= 2 for ln in lower) < 2:
+            continue
+        apart = title.top - block[k - 1].bottom > max(2 * usual, usual + title.height / 2)
+        if apart or not _aligned(_strips(upper), _strips(lower)):
+            return [upper, *_apart(lower)]
+    return [block]
+
+
+def _aligned(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> bool:
+    """Whether two sets of white strips part the same columns: as many, each one's middle
+    inside the other's."""
+    return len(a) == len(b) and all(
+        q[0] <= (p[0] + p[1]) / 2 <= q[1] and p[0] <= (q[0] + q[1]) / 2 <= p[1]
+        for p, q in zip(a, b, strict=True)
+    )
+
+
+def _unruled(block: Sequence[_Line]) -> Grid | None:
+    cuts = _columns(block)
+    if not cuts:
+        return None
+    chunks = [c for line in block for c in line.chunks]
+    if sum(len(c.words) > _PROSE_WORDS for c in chunks) * 2 > len(chunks):
+        return None
+    edges = [float("-inf"), *cuts, float("inf")]
+    grid: Grid = []
+    for line in block:
+        row: list[str | None] = [""] * (len(edges) - 1)
+        for chunk in line.chunks:
+            # a chunk crossing a cut is split there when a word gap lies on it, else kept whole
+            pieces: list[list[_Word]] = [[chunk.words[0]]]
+            for prev, word in zip(chunk.words, chunk.words[1:], strict=False):
+                if any(prev.x1 <= cut <= word.x0 for cut in cuts):
+                    pieces.append([word])
+                else:
+                    pieces[-1].append(word)
+            for piece in pieces:
+                column = sum(1 for cut in cuts if cut < piece[0].x0)
+                last = sum(1 for cut in cuts if cut < piece[-1].x1)
+                text = " ".join(w.text for w in piece)
+                row[column] = f"{row[column]} {text}" if row[column] else text
+                for covered in range(column + 1, last + 1):
+                    if not row[covered]:
+                        row[covered] = None  # under a cell spanning columns
+        if not _continues(grid, row):
+            grid.append(row)
+    grid = _trim(grid)
+    if len(grid) < 2 or len(grid[0]) < 2 or _prose(grid) or _listing(grid):
+        return None
+    if sum(sum(bool(cell) for cell in row) >= 2 for row in grid) < 2:
+        return None
+    return grid
+
+
+def _continues(grid: Grid, row: list[str | None]) -> bool:
+    """Whether ``row`` is the next line of a wrapped cell of the last row of ``grid`` (it
+    has text in one column only, under text, and that column is not the first or the text
+    starts in lower case: a heading row of a table has its text in the first column): if
+    so its text joins that cell."""
+    filled = [j for j, cell in enumerate(row) if cell]
+    if not grid or len(filled) != 1:
+        return False
+    j = filled[0]
+    above = grid[-1][j]
+    text = row[j] or ""
+    if not above or sum(bool(cell) for cell in grid[-1]) < 2:
+        return False
+    if j == 0 and not text[:1].islower():
+        return False
+    grid[-1][j] = f"{above}\n{text}"
+    return True
+
+
+def _listing(grid: Grid) -> bool:
+    """Whether ``grid`` is a list: two columns, the first only markers (bullets, dashes,
+    ``1.``, ``2.3.``, ``(a)``, ``iv)``): numbered headings and bulleted items line up in
+    columns but are not a table."""
+    if len(grid[0]) != 2:
+        return False
+    markers = [row[0] for row in grid if row[0]]
+    return bool(markers) and all(_MARKER.fullmatch(marker) for marker in markers)
+
+
+def _prose(grid: Grid) -> bool:
+    """Whether every column mostly holds several words a line: text set in columns (a
+    table has at least one column of short cells: figures, codes, names)."""
+    for j in range(len(grid[0])):
+        counts = sorted(len(cell.split()) for row in grid if (cell := row[j]))
+        if counts and counts[len(counts) // 2] < _PROSE_COLUMN_WORDS:
+            return False
+    return True
+
+
+def _trim(grid: Grid) -> Grid:
+    """``grid`` without empty rows and columns."""
+    rows = [row for row in grid if any(row)]
+    if not rows:
+        return []
+    keep = [j for j in range(len(rows[0])) if any(row[j] for row in rows)]
+    return [[row[j] for j in keep] for row in rows]
+
+
+# --- a page -------------------------------------------------------------------------------
+
+
+def find_tables(layout: PageLayout) -> list[Grid]:
+    """The tables of one page, top to bottom (module docstring)."""
+    if not layout.chars:
+        return []
+    lines = _lines(layout.chars)
+    found: list[tuple[float, float, Grid]] = []
+    taken: list[_Region] = []
+
+    def unruled(candidates: list[_Line]) -> None:
+        for block in _blocks(candidates):
+            if _chart(layout, block):
+                continue
+            table = _unruled(block)
+            if table:
+                found.append((block[0].top, block[0].x0, table))
+
+    for hs, vs in _grids(layout.rules):
+        region = _ruled(hs, vs, lines)
+        if region is None:
+            continue
+        taken.append(region)
+        if region.skip:
+            continue
+        if region.grid is not None:
+            grid = _trim(region.grid)
+            if grid and len(grid[0]) >= 2:  # one column: a boxed heading, caption or note
+                found.append((region.top, region.x0, grid))
+        else:
+            unruled([ln for ln in lines if _within(ln, region)])
+    unruled([ln for ln in lines if not any(_within(ln, region) for region in taken)])
+    found.sort(key=lambda t: (t[0], t[1]))
+    return [grid for _, _, grid in found]
+
+
+def _chart(layout: PageLayout, block: Sequence[_Line]) -> bool:
+    """Whether ``block`` is the text of a chart: curves or slanted strokes among its lines
+    (its width again to each side: a legend or an axis beside the plot)."""
+    x0, x1 = min(ln.x0 for ln in block), max(ln.x1 for ln in block)
+    top, bottom = block[0].top, block[-1].bottom
+    reach = (x1 - x0) / 2
+    marks = sum(x0 - reach <= x <= x1 + reach and top <= y <= bottom for x, y in layout.marks)
+    return marks >= _CHART_MARKS
+
+
+def _within(line: _Line, region: _Region) -> bool:
+    middle = (line.top + line.bottom) / 2
+    return (
+        region.top - 1 <= middle <= region.bottom + 1
+        and region.x0 - 1 <= (line.x0 + line.x1) / 2 <= region.x1 + 1
+    )

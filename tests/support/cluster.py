@@ -1,0 +1,205 @@
+"""A Redis Cluster on loopback for tests: three primaries, each with one replica.
+
+The nodes are :class:`relay.redis_server.RedisServer` processes (AOF on, a password, every
+node also authenticating to its primary) started with ``--cluster-enabled yes`` and a short
+``cluster-node-timeout``, so a killed primary is replaced by its replica in a few seconds;
+``redis-cli --cluster create`` (Debian's redis-tools, beside redis-server) assigns the slots.
+
+A node's cluster bus listens 10,000 ports above its port, so ports are picked below 55536
+with both free.
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import time
+from pathlib import Path
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from relay.redis_server import HOST, RedisServer, port_is_free
+
+PASSWORD = "cluster-nodes-secret"
+NODE_TIMEOUT_MS = 1000
+
+
+def cluster_port() -> int:
+    """A free port whose cluster-bus port (+10,000) is free too."""
+    for _ in range(1000):
+        port = random.randint(20_000, 45_000)
+        if port_is_free(port) and port_is_free(port + 10_000):
+            return port
+    raise RuntimeError("no free port pair for a cluster node")
+
+
+def probe(port: int) -> redis.Redis:
+    """A plain, short-timeout client of one node (not cluster-aware)."""
+    return redis.Redis(
+        host=HOST,
+        port=port,
+        password=PASSWORD,
+        socket_timeout=1,
+        socket_connect_timeout=1,
+        retry=Retry(NoBackoff(), 0),
+        decode_responses=True,
+    )
+
+
+class Cluster:
+    """Start with :meth:`start`, stop with :meth:`close` (kills whatever still runs)."""
+
+    def __init__(self, dir: Path, primaries: int = 3, replicas: int = 1) -> None:
+        self.dir = dir
+        self.nodes = [self._node(dir / f"node{i}") for i in range(primaries * (1 + replicas))]
+        self.replicas = replicas
+
+    @staticmethod
+    def _node(dir: Path) -> RedisServer:
+        return RedisServer(
+            dir,
+            port=cluster_port(),
+            password=PASSWORD,
+            extra_args=(
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                str(dir / "nodes.conf"),
+                "--cluster-node-timeout",
+                str(NODE_TIMEOUT_MS),
+                "--masterauth",
+                PASSWORD,
+                # A replica fails over however long ago it last heard its primary.
+                "--cluster-replica-validity-factor",
+                "0",
+            ),
+        )
+
+    @property
+    def nodes_setting(self) -> str:
+        """The value of ``RELAY_REDIS_CLUSTER_NODES``: every node as a seed."""
+        return ",".join(f"{HOST}:{n.port}" for n in self.nodes)
+
+    @property
+    def url(self) -> str:
+        """``RELAY_REDIS_URL`` beside the nodes: the nodes' password (host ignored)."""
+        return f"redis://:{PASSWORD}@ignored.invalid:1/0"
+
+    def start(self, timeout: float = 30) -> None:
+        for node in self.nodes:
+            node.start()
+        done = subprocess.run(
+            [
+                "redis-cli", "-a", PASSWORD, "--no-auth-warning",
+                "--cluster", "create", *[f"{HOST}:{n.port}" for n in self.nodes],
+                "--cluster-replicas", str(self.replicas), "--cluster-yes",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"redis-cli --cluster create failed:\n{done.stdout}\n{done.stderr}")
+        self.wait_ok(timeout)
+        self.wait_replicas_synced(timeout)
+
+    def wait_replicas_synced(self, timeout: float = 30) -> None:
+        """Until every running replica's link to its primary is up (a replica that never
+        synced would take over with nothing)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            pending = []
+            for node in self.nodes:
+                if not node.running:
+                    continue
+                client = probe(node.port)
+                try:
+                    info = client.info("replication")
+                    if info.get("role") == "slave" and info.get("master_link_status") != "up":
+                        pending.append(node.port)
+                except redis.RedisError:
+                    pending.append(node.port)
+                finally:
+                    client.close()
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"replicas {pending} did not sync:\n{self.logs()}")
+            time.sleep(0.1)
+
+    def wait_ok(self, timeout: float = 30) -> None:
+        """Until every live node says ``cluster_state:ok`` and agrees on which primaries own
+        the slots, all of them running (a killed primary is replaced first)."""
+        deadline = time.monotonic() + timeout
+        while not self._ok():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the cluster did not settle:\n{self.logs()}")
+            time.sleep(0.1)
+
+    def _ok(self) -> bool:
+        views = set()
+        for node in self.nodes:
+            if not node.running:
+                continue
+            client = probe(node.port)
+            try:
+                if client.cluster("INFO").get("cluster_state") != "ok":
+                    return False
+                views.add(tuple(sorted(self._primaries_seen(client))))
+            except redis.RedisError:
+                return False
+            finally:
+                client.close()
+        if len(views) != 1:
+            return False
+        running = {n.port for n in self.nodes if n.running}
+        return set(views.pop()) <= running
+
+    @staticmethod
+    def _primaries_seen(client: redis.Redis) -> list[int]:
+        ports = []
+        for slot_range in client.execute_command("CLUSTER", "SLOTS"):
+            ports.append(int(slot_range[2][1]))
+        return ports
+
+    def primaries(self) -> list[RedisServer]:
+        """The nodes that own slots now."""
+        for node in self.nodes:
+            if node.running:
+                client = probe(node.port)
+                try:
+                    owners = set(self._primaries_seen(client))
+                finally:
+                    client.close()
+                return [n for n in self.nodes if n.port in owners]
+        return []
+
+    def owner(self, key: str) -> RedisServer:
+        """The primary that owns ``key``'s slot now."""
+        for node in self.nodes:
+            if not node.running:
+                continue
+            client = probe(node.port)
+            try:
+                slot = int(client.execute_command("CLUSTER", "KEYSLOT", key))
+                for start, end, primary, *_ in client.execute_command("CLUSTER", "SLOTS"):
+                    if int(start) <= slot <= int(end):
+                        port = int(primary[1])
+                        return next(n for n in self.nodes if n.port == port)
+            finally:
+                client.close()
+        raise RuntimeError(f"no node knows the owner of {key!r}")
+
+    def logs(self) -> str:
+        parts = []
+        for path in sorted(self.dir.glob("*/*.log")):
+            lines = path.read_text(errors="replace").splitlines()[-10:]
+            parts.append(f"--- {path.relative_to(self.dir)} ---\n" + "\n".join(lines))
+        return "\n".join(parts)
+
+    def close(self) -> None:
+        for node in self.nodes:
+            node.kill()

@@ -1,0 +1,256 @@
+"""The PDF table finder (``relay.extract.pdf_tables`` over ``relay.extract.pdf_layout``):
+ruled, partly ruled and unruled tables found, several tables kept apart, prose left alone.
+
+Every PDF is written by hand in the test (Helvetica text and drawing operators placed at
+known points, ``tests.support.documents``), so the expected cells are known exactly.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+
+import pdfplumber
+import pypdfium2
+import pytest
+
+from relay.extract import ExtractionError, extract
+from relay.extract.pdf import PDFIUM_MAX_CONTENT, _content_size, extract_pdf
+from relay.extract.pdf_layout import PageLayout, read_pdfium, read_plumber
+from relay.extract.pdf_tables import find_tables
+from relay.extract.result import Table
+from tests.support.documents import pdf, pdf_bomb, table_ops
+
+PAGE_HEIGHT = 792.0
+MAX_PIXELS = 40_000_000
+
+ITEMS = [
+    ["Item", "Qty", "Price"],
+    ["Bolt", "10", "0.25"],
+    ["Nut", "200", "0.05"],
+    ["Washer", "5", "1.10"],
+]
+COUNTRIES = [
+    ["Country", "Population", "Area"],
+    ["Austria", "8.9", "83,879"],
+    ["Belgium", "11.6", "30,528"],
+    ["Cyprus", "0.9", "9,251"],
+]
+
+
+def _escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
+
+
+def text_at(x: float, top: float, text: str, size: float = 10.0) -> str:
+    """Helvetica ``text`` with its baseline ``size`` points below ``top`` (from the top)."""
+    return f"BT /F1 {size} Tf {x} {PAGE_HEIGHT - top - size} Td ({_escape(text)}) Tj ET"
+
+
+def hline(x0: float, x1: float, top: float) -> str:
+    return f"0.5 w {x0} {PAGE_HEIGHT - top} m {x1} {PAGE_HEIGHT - top} l S"
+
+
+def bar(x0: float, x1: float, top: float, thickness: float = 0.8) -> str:
+    """A rule drawn as a thin filled rectangle, as many producers do."""
+    return f"{x0} {PAGE_HEIGHT - top - thickness} {x1 - x0} {thickness} re f"
+
+
+def vbar(x: float, top: float, bottom: float, thickness: float = 0.8) -> str:
+    return f"{x} {PAGE_HEIGHT - bottom} {thickness} {bottom - top} re f"
+
+
+def cells(
+    rows: Sequence[Sequence[str]], xs: Sequence[float], top: float, pitch: float = 16.0
+) -> list[str]:
+    """``rows`` as text only, column ``j`` starting at ``xs[j]``, a row every ``pitch``."""
+    return [
+        text_at(xs[j], top + i * pitch, cell)
+        for i, row in enumerate(rows)
+        for j, cell in enumerate(row)
+        if cell
+    ]
+
+
+def paragraph(top: float, lines: Sequence[str], x: float = 72.0) -> list[str]:
+    return [text_at(x, top + i * 14.0, line) for i, line in enumerate(lines)]
+
+
+PROSE = [
+    "Dear customer, thank you for your order of last week. The goods you asked",
+    "for left our warehouse this morning and should reach you within three days.",
+    "Should anything be missing, please write to us and we will set it right at",
+    "once. We look forward to serving you again and wish you a pleasant season.",
+]
+
+
+def _table(page: int, rows: Sequence[Sequence[str | None]], confidence: None = None) -> Table:
+    return Table(page, [list(row) for row in rows], confidence)
+
+
+def tables_of(*pages: Sequence[str]) -> list[Table]:
+    return extract_pdf(pdf(["\n".join(ops) for ops in pages]), max_pixels=MAX_PIXELS)
+
+
+def test_a_ruled_table_comes_back_cell_for_cell() -> None:
+    found = tables_of([table_ops(ITEMS)])
+    assert found == [_table(1, ITEMS, None)]
+
+
+def test_rules_drawn_as_thin_filled_rectangles_make_a_grid() -> None:
+    xs, ys = [72.0, 192.0, 262.0, 342.0], [100.0 + 20 * i for i in range(len(ITEMS) + 1)]
+    ops = [bar(xs[0], xs[-1], y) for y in ys] + [vbar(x, ys[0], ys[-1]) for x in xs]
+    ops += cells(ITEMS, [x + 4 for x in xs], ys[0] + 5, pitch=20.0)
+    assert tables_of(ops) == [_table(1, ITEMS)]
+
+
+def test_a_table_with_only_horizontal_rules_under_its_heading() -> None:
+    # booktabs style: a rule above, one under the header, one at the bottom; no verticals
+    xs = [72.0, 200.0, 300.0]
+    ops = [hline(70, 380, 96), hline(70, 380, 114), hline(70, 380, 100 + 16 * len(COUNTRIES))]
+    ops += cells(COUNTRIES, xs, 100.0)
+    assert tables_of(ops) == [_table(1, COUNTRIES)]
+
+
+def test_an_unruled_table_is_found_by_its_columns() -> None:
+    ops = paragraph(60.0, PROSE[:2]) + cells(COUNTRIES, [72.0, 220.0, 330.0], 120.0)
+    assert tables_of(ops) == [_table(1, COUNTRIES)]
+
+
+def test_right_aligned_figures_stay_in_their_column() -> None:
+    # numbers set flush right end on one x; their left edges wander
+    rows = [["Year", "Revenue", "Staff"], ["2021", "1,250.5", "12"], ["2022", "980.0", "7"]]
+    ops = []
+    for i, row in enumerate(rows):
+        top = 100.0 + 16 * i
+        ops.append(text_at(72, top, row[0]))
+        ops.append(text_at(250 - 5.6 * len(row[1]), top, row[1]))
+        ops.append(text_at(340 - 5.6 * len(row[2]), top, row[2]))
+    assert tables_of(ops) == [_table(1, rows)]
+
+
+def test_two_different_tables_on_one_page_are_kept_apart_in_reading_order() -> None:
+    ops = [table_ops(ITEMS, top=720.0)]  # ruled, at the top of the page
+    ops += paragraph(200.0, PROSE)
+    ops += cells(COUNTRIES, [72.0, 220.0, 330.0], 300.0)  # unruled, further down
+    assert tables_of(ops) == [_table(1, ITEMS), _table(1, COUNTRIES)]
+
+
+def test_two_unruled_tables_apart_by_a_paragraph_are_two_tables() -> None:
+    ops = cells(ITEMS, [72.0, 220.0, 330.0], 80.0)
+    ops += paragraph(170.0, PROSE)
+    ops += cells(COUNTRIES, [72.0, 200.0, 300.0], 260.0)
+    assert tables_of(ops) == [_table(1, ITEMS), _table(1, COUNTRIES)]
+
+
+def test_two_unruled_tables_under_one_another_with_a_title_between_are_two() -> None:
+    ops = cells(ITEMS, [72.0, 220.0, 330.0], 100.0)
+    below = 100.0 + 16 * len(ITEMS) + 10  # a title stands apart from the rows above it
+    ops += [text_at(72, below, "Table 2: Countries")]
+    ops += cells(COUNTRIES, [72.0, 180.0, 300.0], below + 18)
+    assert tables_of(ops) == [_table(1, ITEMS), _table(1, COUNTRIES)]
+
+
+def test_tables_of_two_pages_carry_their_page_numbers() -> None:
+    found = tables_of(
+        [table_ops(ITEMS)], paragraph(60.0, PROSE) + cells(COUNTRIES, [72.0, 220.0, 330.0], 140.0)
+    )
+    assert found == [_table(1, ITEMS), _table(2, COUNTRIES)]
+
+
+def test_a_heading_spanning_two_ruled_columns_sits_at_its_top_left() -> None:
+    left, width, top = 72.0, 100.0, 100.0
+    xs = [left + width * j for j in range(4)]
+    ys = [top + 20 * i for i in range(4)]
+    # the vertical rule between the last two columns starts under the heading row
+    ops = [hline(xs[0], xs[-1], y) for y in ys]
+    ops += [
+        f"0.5 w {x} {PAGE_HEIGHT - ys[0]} m {x} {PAGE_HEIGHT - ys[-1]} l S"
+        for x in (xs[0], xs[1], xs[3])
+    ]
+    ops += [f"0.5 w {xs[2]} {PAGE_HEIGHT - ys[1]} m {xs[2]} {PAGE_HEIGHT - ys[-1]} l S"]
+    ops += [
+        text_at(xs[0] + 4, ys[0] + 5, "Part"),
+        text_at(xs[1] + 4, ys[0] + 5, "Price per unit in euro and cent"),
+    ]
+    body = [["Bolt", "0.25", "0.20"], ["Nut", "0.05", "0.04"]]
+    ops += cells(body, [x + 4 for x in xs[:3]], ys[1] + 5, pitch=20.0)
+    assert tables_of(ops) == [_table(1, [["Part", "Price per unit in euro and cent", None], *body])]
+
+
+def test_dot_leaders_part_a_label_from_its_figure() -> None:
+    rows = [["Total population", "12,345"], ["Men", "6,001"], ["Women", "6,344"]]
+    ops = []
+    for i, (label, value) in enumerate(rows):
+        # the dots run up to one space before the figure: no white between the columns
+        ops.append(text_at(72, 100 + 16 * i, f"{label} {'.' * (40 - len(label))} {value}"))
+    assert tables_of(ops) == [_table(1, rows)]
+
+
+def test_text_drawn_twice_for_bold_is_read_once() -> None:
+    xs = [72.0, 220.0, 330.0]
+    ops = cells(COUNTRIES, xs, 100.0)
+    ops += [text_at(x + 0.4, 100.0, text) for x, text in zip(xs, COUNTRIES[0], strict=True)]
+    assert tables_of(ops) == [_table(1, COUNTRIES)]
+
+
+def test_an_empty_ruled_cell_is_an_empty_string() -> None:
+    rows = [["SKU", "Note", "Qty"], ["A1", "", "3"], ["B2", "fragile", "1"]]
+    assert tables_of([table_ops(rows)]) == [_table(1, rows)]
+
+
+@pytest.mark.parametrize(
+    "ops",
+    [
+        paragraph(80.0, PROSE),
+        # two columns of prose side by side are text, not a two-column table
+        paragraph(80.0, [line[:34] for line in PROSE * 2], x=72.0)
+        + paragraph(80.0, [line[34:68] for line in PROSE * 2], x=320.0),
+        # a list: dashes, then numbered headings, hanging apart from their text
+        [text_at(72, 80 + 14 * i, "-") for i in range(4)]
+        + paragraph(80.0, [line[:50] for line in PROSE], x=90.0),
+        [text_at(72, 80 + 16 * i, f"{i + 1}.{i + 2}.") for i in range(3)]
+        + [text_at(110, 80 + 16 * i, f"Heading number {i}") for i in range(3)],
+    ],
+    ids=["paragraph", "two-columns", "dashes", "numbered"],
+)
+def test_prose_is_no_table(ops: list[str]) -> None:
+    content = pdf(["\n".join(ops)])
+    assert extract_pdf(content, max_pixels=MAX_PIXELS) == []
+    with pytest.raises(ExtractionError) as caught:
+        extract(content, filename="letter.pdf", content_type="application/pdf", fields=[])
+    assert caught.value.code == "no_table_found"
+
+
+def test_the_first_table_gives_line_items() -> None:
+    ops = paragraph(60.0, PROSE[:2]) + cells(COUNTRIES, [72.0, 220.0, 330.0], 120.0)
+    rows = extract(pdf(["\n".join(ops)]), filename="c.pdf", content_type="", fields=[])
+    assert rows[0] == {"Country": "Austria", "Population": "8.9", "Area": "83,879"}
+    assert len(rows) == 3
+
+
+def test_pdfminer_reads_the_same_tables_as_pdfium() -> None:
+    # the careful path, for pages whose content is too large to hand to PDFium
+    ops = [table_ops(ITEMS, top=720.0), *paragraph(200.0, PROSE)]
+    ops += cells(COUNTRIES, [72.0, 220.0, 330.0], 300.0)
+    content = pdf(["\n".join(ops)])
+    with pdfplumber.open(io.BytesIO(content)) as document:
+        careful = read_plumber(document.pages[0])
+    fast = read_pdfium(pypdfium2.PdfDocument(content)[0])
+
+    def rules(layout: PageLayout) -> list[tuple[float, ...]]:
+        return sorted(
+            tuple(round(v, 1) for v in (r.x0, r.top, r.x1, r.bottom)) for r in layout.rules
+        )
+
+    assert rules(careful) == rules(fast) and len(rules(fast)) == len(ITEMS) + 1 + len(ITEMS[0]) + 1
+    assert "".join(c.text for c in careful.chars) == "".join(c.text for c in fast.chars)
+    assert find_tables(careful) == find_tables(fast) == [ITEMS, COUNTRIES]
+
+
+def test_a_page_whose_content_inflates_past_the_bound_is_counted_without_holding_it() -> None:
+    small, big = pdf([table_ops(ITEMS)]), pdf_bomb(PDFIUM_MAX_CONTENT + (1 << 20))
+    with pdfplumber.open(io.BytesIO(small)) as document:
+        assert 0 < _content_size(document.pages[0], PDFIUM_MAX_CONTENT) < 4096
+    with pdfplumber.open(io.BytesIO(big)) as document:
+        assert _content_size(document.pages[0], PDFIUM_MAX_CONTENT) > PDFIUM_MAX_CONTENT
