@@ -386,6 +386,7 @@ RUNTIME = {
     "httpx",
     "cryptography",
     "pdfplumber",
+    "pypdfium2",
     "rapidocr-onnxruntime",
     "rapid-table",
     "onnxruntime",
@@ -449,4 +450,6 @@ def test_the_installed_runtime_closure_holds_no_dev_tool() -> None:
                 todo.append(dep)
     assert not seen & DEV_TOOLS, seen & DEV_TOOLS
     assert {"starlette", "redis", "cryptography"} <= seen
-    assert len(seen) < 40, sorted(seen)
+    # 43 with the OCR stack (onnxruntime brings protobuf and flatbuffers, rapidocr shapely,
+    # pyclipper, PyYAML, six and tqdm): a bound that catches a dev tool's tree coming in.
+    assert len(seen) < 50, sorted(seen)
