@@ -25,7 +25,8 @@ from multiprocessing.context import ForkContext, ForkServerContext
 from bench._common import CSV_DOC, BenchError, Outcome, ratio, table
 from relay.config import load_settings
 from relay.extract import extract
-from relay.extract.sandbox import ExtractorHost, SandboxConfig
+from relay.extract.sandbox import ExtractorHost
+from relay.worker_context import sandbox_config
 
 NAME = "extract_overhead"
 
@@ -71,7 +72,7 @@ def _per_doc_seconds(call: Callable[[], bytes], n: int, rounds: int) -> float:
 
 def run(*, quick: bool = False, profile: bool = False) -> Outcome:
     n, n_child, rounds = (200, 20, 3) if quick else (2_000, 200, 5)
-    host = ExtractorHost(SandboxConfig.from_settings(load_settings(environ={}, dotenv=None)))
+    host = ExtractorHost(sandbox_config(load_settings(environ={}, dotenv=None)))
 
     def bounded() -> bytes:
         data, error = host.run(CSV_DOC, filename="doc.csv", content_type="text/csv", fields=[])

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from relay import __version__
 from relay.config import Settings, env_example, explicitly_set, load_settings
 from relay.exceptions import ConfigError, RelayError
+from relay.extract.errors import ExtractorConfigError
 from relay.logs import redact_url
 
 if TYPE_CHECKING:
@@ -270,6 +271,23 @@ def cmd_reencrypt(settings: Settings, args: argparse.Namespace) -> int:
     return run(sync_client(RedisTarget.from_settings(settings)), encryptor, batch=args.batch)
 
 
+# The commands an operator runs by hand, which may find the Redis of a ``relay dev`` in this
+# checkout. The processes (serve, worker, detector) take RELAY_REDIS_URL or its default and
+# nothing else: a dev checkout's file must never decide where a deployed process writes;
+# ``relay dev`` chooses its Redis itself.
+OPERATOR_COMMANDS = frozenset({"keys", "deliveries", "events", "reencrypt"})
+
+
+def command_redis(
+    command: str, settings: Settings, *, explicit: bool, cwd: Path | None = None
+) -> tuple[str, str]:
+    """The Redis URL ``command`` uses and where it comes from: :func:`which_redis` for an
+    operator command, ``RELAY_REDIS_URL`` (or its default) for every other."""
+    if command in OPERATOR_COMMANDS:
+        return which_redis(settings, explicit=explicit, cwd=cwd)
+    return settings.redis_url, "RELAY_REDIS_URL" if explicit else "the default RELAY_REDIS_URL"
+
+
 def which_redis(settings: Settings, *, explicit: bool, cwd: Path | None = None) -> tuple[str, str]:
     """The Redis URL a command uses, and where it comes from (for messages).
 
@@ -428,14 +446,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         settings = load_settings()
         args.redis_url_explicit = "RELAY_REDIS_URL" in explicitly_set()
-        if args.command != "dev":  # relay dev chooses its Redis itself
-            url, source = which_redis(settings, explicit=args.redis_url_explicit)
-            settings = dataclasses.replace(settings, redis_url=url)
-            where = f"Redis at {redact_url(url)} ({source})"
+        url, source = command_redis(args.command, settings, explicit=args.redis_url_explicit)
+        settings = dataclasses.replace(settings, redis_url=url)
+        where = f"Redis at {redact_url(url)} ({source})"
         _logging(settings)
         result: int = args.func(settings, args)
         return result
-    except ConfigError as exc:
+    except (ConfigError, ExtractorConfigError) as exc:
         print(f"relay: configuration error: {exc}", file=sys.stderr)
         return 2
     except RelayError as exc:

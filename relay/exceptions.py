@@ -18,7 +18,8 @@ Redis's own errors (unreachable, timing out, loading) are not wrapped: every edg
 redis-py's exceptions as they are; ``StoreUnavailable`` is for what relay's own Redis
 client (``relay.lane``) finds wrong. ``relay.extract.ExtractionError`` is not here either: it
 belongs to the extractor plug-in contract and is a document-level result, never an error
-of an operation.
+of an operation; nor ``relay.extract.errors.ExtractorConfigError`` (an extractor that cannot
+be loaded), which relay.extract defines itself because it imports nothing of relay.
 """
 
 from __future__ import annotations

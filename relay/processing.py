@@ -242,11 +242,19 @@ def process_fairly(ctx: WorkerContext, claim: Claim) -> None:
         return
     background = ctx.background
     while not extraction.done.wait(_WATCH):
-        if not background.has_room() or not ctx.store.waiting_shards():
+        if not background.has_room() or not _others_wait(ctx):
             continue
         if background.adopt(extraction):
             ctx.__dict__.pop("extraction", None)  # the foreground takes a fresh child
         return
+
+
+def _others_wait(ctx: WorkerContext) -> bool:
+    try:
+        return bool(ctx.store.waiting_shards())
+    except Exception:  # Redis unreachable: keep the document where it is, and look again
+        log.warning("could not read which shards have documents waiting", exc_info=True)
+        return False
 
 
 def run_documents(ctx: WorkerContext, shard: int, budget: float = queues.PROCESS_BUDGET) -> str:

@@ -239,30 +239,27 @@ class WebhookStore:
         return int(created) == 1, ident.decode() if isinstance(ident, bytes) else str(ident)
 
     def claim(self, shard: int, *, limit: int, lease_ms: int, token: str) -> list[ClaimedDelivery]:
-        flat = self.scripts(
+        reply = self.scripts(
             "claim_deliveries",
             [keys.due(shard)],
             [self.clock(), lease_ms, limit, token, keys.shard_prefix(shard)],
         )
-        out = []
-        for i in range(0, len(flat), 10):
-            r = flat[i : i + 10]
-            out.append(
-                ClaimedDelivery(
-                    id=r[0].decode(),
-                    shard=shard,
-                    account=r[1].decode(),
-                    batch=r[2].decode(),
-                    url=r[3].decode(),
-                    body=bytes(r[4]),
-                    number=int(r[5]),
-                    round_attempts=int(r[6]),
-                    created_at=int(r[7]),
-                    seq=int(r[8]),
-                    completed_ms=int(r[9] or 0),
-                )
+        return [
+            ClaimedDelivery(
+                id=c["id"],
+                shard=shard,
+                account=c["account"],
+                batch=c["batch"],
+                url=c["url"],
+                body=c["body"].encode(),
+                number=int(c["number"]),
+                round_attempts=int(c["round_attempts"]),
+                created_at=int(c["created_at"]),
+                seq=int(c["seq"]),
+                completed_ms=int(c["completed_ms"] or 0),
             )
-        return out
+            for c in json.loads(reply)
+        ]
 
     def record(
         self,
@@ -286,17 +283,21 @@ class WebhookStore:
                 keys.outbox(s),
             ],
             [
-                d.id,
-                token,
-                attempt.at,
-                outcome,
-                next_at,
-                attempt.encode(),
-                reason,
-                self.max_attempts,
-                self.disable_after_ms,
-                self.clock(),
-                disable_reason(self.disable_after_ms),
+                json.dumps(
+                    {
+                        "id": d.id,
+                        "token": token,
+                        "now": str(attempt.at),
+                        "outcome": outcome,
+                        "next_at": str(next_at),
+                        "attempt": attempt.encode(),
+                        "reason": reason,
+                        "keep": str(self.max_attempts),
+                        "disable_after": str(self.disable_after_ms),
+                        "clock": str(self.clock()),
+                        "disable_reason": disable_reason(self.disable_after_ms),
+                    }
+                )
             ],
         )
         return int(moved) == 1

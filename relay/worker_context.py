@@ -103,7 +103,7 @@ class WorkerContext:
     def extraction(self) -> ExtractorHost:
         """The bounded child that runs this process's extractor (``relay.extract.sandbox``);
         replaced when its document is moved to the background (``relay.processing``)."""
-        return ExtractorHost(SandboxConfig.from_settings(self.settings))
+        return ExtractorHost(sandbox_config(self.settings))
 
     @cached_property
     def background(self) -> Background:
@@ -111,3 +111,16 @@ class WorkerContext:
         from relay.processing import Background  # processing imports this module
 
         return Background(self.settings.background_extractions)
+
+
+def sandbox_config(settings: Settings) -> SandboxConfig:
+    """The extraction child's bounds from the settings (relay.extract knows no settings)."""
+    return SandboxConfig(
+        extractor=settings.extractor,
+        timeout=settings.extract_timeout,
+        memory=settings.extract_memory,
+        max_result_bytes=settings.max_result_bytes,
+        max_depth=settings.extract_max_depth,
+        max_image_pixels=settings.max_image_pixels,
+        max_pages=settings.max_pages,
+    )

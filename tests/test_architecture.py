@@ -131,20 +131,7 @@ def test_the_document_states_the_four_contracts() -> None:
     }
 
 
-# Contracts the tree does not keep yet, with the reason; strict, so keeping one fails here too.
-PENDING: dict[tuple[str, ...], str] = {
-    ("relay.extract",): "sandbox.py and loader.py take Settings and raise ConfigError; "
-    "limits.py uses relay.text (being reworked by issue 14 right now)",
-}
-
-
-def _marked(contract: Contract) -> object:
-    reason = PENDING.get(contract.sources)
-    marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-    return pytest.param(contract, marks=marks, id=",".join(contract.sources))
-
-
-@pytest.mark.parametrize("contract", [_marked(c) for c in CONTRACTS])
+@pytest.mark.parametrize("contract", CONTRACTS, ids=lambda c: ",".join(c.sources))
 def test_import_contract(contract: Contract) -> None:
     imports = graph()
     assert all(any(within(m, s) for m in imports) for s in contract.sources), contract.sources

@@ -90,6 +90,19 @@ def test_which_redis_names_its_source(tmp_path: Path) -> None:
     assert (url, source) == ("redis://127.0.0.1:6379/0", "RELAY_REDIS_URL")
 
 
+def test_only_operator_commands_take_the_redis_of_a_dev_checkout(tmp_path: Path) -> None:
+    """serve, worker and detector never read .relay/redis.url: a dev checkout's file must not
+    decide where a deployed process writes."""
+    settings = load_settings(environ={}, dotenv=None)
+    checkout = _dev_checkout(tmp_path, "redis://127.0.0.1:6390/0")
+    for command in ("keys", "deliveries", "events", "reencrypt"):
+        url, _ = cli.command_redis(command, settings, explicit=False, cwd=checkout)
+        assert url == "redis://127.0.0.1:6390/0", command
+    for command in ("serve", "worker", "detector", "dev"):
+        url, source = cli.command_redis(command, settings, explicit=False, cwd=checkout)
+        assert (url, source) == ("redis://127.0.0.1:6379/0", "the default RELAY_REDIS_URL")
+
+
 def test_the_cli_masks_only_the_password() -> None:
     # The one masking helper (relay.logs) that the CLI, relay dev and the logs share.
     assert redact_url("redis://:s3cret@h:1/0") == "redis://:***@h:1/0"

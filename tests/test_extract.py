@@ -16,9 +16,9 @@ from typing import cast
 
 import pytest
 
-from relay.exceptions import ConfigError
 from relay.extract import ExtractionError, Extractor, extract, load_extractor, run_extractor
 from relay.extract.csv_tsv import sniffer_sample
+from relay.extract.errors import ExtractorConfigError
 from relay.extract.limits import ExtractLimits, RowBudget, applied, encode_rows
 from relay.extract.pdf import _out_of_memory
 from tests.support.documents import pdf as _pdf
@@ -381,7 +381,7 @@ def test_load_extractor_resolves_the_default_and_dotted_attributes() -> None:
     ],
 )
 def test_load_extractor_rejects_bad_specs_with_a_clear_config_error(spec: str, said: str) -> None:
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(ExtractorConfigError) as caught:
         load_extractor(spec)
     assert said in str(caught.value)
     assert repr(spec) in str(caught.value)
@@ -395,9 +395,9 @@ def test_load_extractor_reports_a_plugin_that_fails_to_import(
     monkeypatch.syspath_prepend(str(tmp_path))
     for name in ("relay_test_plugin_broken", "relay_test_plugin_raises"):
         monkeypatch.delitem(sys.modules, name, raising=False)
-    with pytest.raises(ConfigError, match="no module 'relay_test_missing_dependency'"):
+    with pytest.raises(ExtractorConfigError, match="no module 'relay_test_missing_dependency'"):
         load_extractor("relay_test_plugin_broken:extract")
-    with pytest.raises(ConfigError, match="RuntimeError: no licence key"):
+    with pytest.raises(ExtractorConfigError, match="RuntimeError: no licence key"):
         load_extractor("relay_test_plugin_raises:extract")
 
 

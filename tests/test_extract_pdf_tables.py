@@ -112,6 +112,31 @@ def test_a_table_with_only_horizontal_rules_under_its_heading() -> None:
     assert tables_of(ops) == [_table(1, COUNTRIES)]
 
 
+def test_a_header_of_two_lines_between_rules_is_one_row() -> None:
+    xs = [72.0, 200.0, 300.0]
+    ops = [hline(70, 380, 96), hline(70, 380, 130), hline(70, 380, 134 + 16 * 3)]
+    ops += cells([["Country", "Population", "Area"], ["", "(millions)", "(km2)"]], xs, 100.0)
+    ops += cells(COUNTRIES[1:], xs, 134.0)
+    assert tables_of(ops) == [
+        _table(1, [["Country", "Population\n(millions)", "Area\n(km2)"], *COUNTRIES[1:]])
+    ]
+
+
+def test_rules_between_rows_keep_a_wrapped_cell_in_its_row() -> None:
+    # a label wrapped onto a second line that starts in capitals, like a new row would:
+    # only the rules between the rows tell it apart
+    xs = [72.0, 250.0, 330.0]
+    rows = [["Part", "Qty", "Price"], ["Stainless bolt", "10", "0.25"], ["Nut", "20", "0.05"]]
+    ops = [*cells(rows[:2], xs, 100.0), text_at(72, 132, "With Hex Head")]
+    ops += cells(rows[2:], xs, 152.0)
+    ops += [hline(70, 380, y) for y in (96, 114, 147, 168)]
+    assert tables_of(ops) == [
+        _table(1, [rows[0], ["Stainless bolt\nWith Hex Head", "10", "0.25"], rows[2]])
+    ]
+    ops = ops[:-4]  # without the rules the second line is a row of its own
+    assert tables_of(ops) == [_table(1, [rows[0], rows[1], ["With Hex Head", "", ""], rows[2]])]
+
+
 def test_an_unruled_table_is_found_by_its_columns() -> None:
     ops = paragraph(60.0, PROSE[:2]) + cells(COUNTRIES, [72.0, 220.0, 330.0], 120.0)
     assert tables_of(ops) == [_table(1, COUNTRIES)]
@@ -176,6 +201,23 @@ def test_a_heading_spanning_two_ruled_columns_sits_at_its_top_left() -> None:
     body = [["Bolt", "0.25", "0.20"], ["Nut", "0.05", "0.04"]]
     ops += cells(body, [x + 4 for x in xs[:3]], ys[1] + 5, pitch=20.0)
     assert tables_of(ops) == [_table(1, [["Part", "Price per unit in euro and cent", None], *body])]
+
+
+def test_figures_set_midway_beside_a_two_line_label_are_one_row() -> None:
+    ops = cells([["Substance", "Air", "Water"]], [72.0, 250.0, 330.0], 100.0)
+    ops += [text_at(72, 120, "Chlorine and inorganic"), text_at(72, 132, "compounds (as HCl)")]
+    ops += [text_at(250, 126, "10 000"), text_at(330, 126, "-")]
+    ops += cells([["Halons", "1", "-"]], [72.0, 250.0, 330.0], 150.0)
+    assert tables_of(ops) == [
+        _table(
+            1,
+            [
+                ["Substance", "Air", "Water"],
+                ["Chlorine and inorganic\ncompounds (as HCl)", "10 000", "-"],
+                ["Halons", "1", "-"],
+            ],
+        )
+    ]
 
 
 def test_dot_leaders_part_a_label_from_its_figure() -> None:

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from relay.exceptions import ConfigError
 from relay.extract import extract_document
+from relay.extract.errors import ExtractorConfigError
 from relay.extract.sandbox import ExtractorHost, Outcome, SandboxConfig
 from tests.support.documents import pdf_bomb, wide_csv
 
@@ -233,5 +233,7 @@ def test_a_crashing_extractor_fails_extraction_crashed(host_factory: HostFactory
 
 def test_an_extractor_that_cannot_be_loaded_is_a_config_error(host_factory: HostFactory) -> None:
     host = host_factory(extractor="tests.no_such_module:extract")
-    with pytest.raises(ConfigError, match=re.escape("no module named 'tests.no_such_module'")):
+    with pytest.raises(
+        ExtractorConfigError, match=re.escape("no module named 'tests.no_such_module'")
+    ):
         _run(host, CSV)

@@ -31,6 +31,7 @@ from typing import Any
 from relay.config import load_settings
 from relay.extract.errors import ExtractionError, shorten
 from relay.extract.sandbox import ExtractorHost, SandboxConfig
+from relay.worker_context import sandbox_config
 
 __all__ = ["RelayResult", "RelayRunner"]
 
@@ -96,7 +97,7 @@ def _warm_png() -> bytes:
 
 def _settings_config() -> SandboxConfig:
     relay_env = {k: v for k, v in os.environ.items() if k.startswith("RELAY_")}
-    return SandboxConfig.from_settings(load_settings(relay_env, dotenv=None))
+    return sandbox_config(load_settings(relay_env, dotenv=None))
 
 
 class RelayRunner:

@@ -6,7 +6,8 @@ one for RQ enqueueing in a thread, the status lane) and closes it on shutdown. S
 not need Redis to be up: the clients connect on first use, the API answers 503 while Redis
 is unreachable and recovers by itself when it is back.
 
-No middleware is installed: the status endpoints are the hot path (``relay.api.gate``).
+One middleware is installed, the status endpoints' fast path (``relay.api.gate``): the polled
+GETs are served before the router walks the routes; everything else goes through as usual.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -32,6 +34,7 @@ from relay.api import (
     webhooks,
 )
 from relay.api.errors import exception_handlers
+from relay.api.gate import StatusFastPath
 from relay.api.limits import Limits
 from relay.api.state import STATE_KEY, AppState
 from relay.auth import KeyCache
@@ -141,7 +144,17 @@ def create_app(settings: Settings) -> Starlette:
         # The operator console (operator keys only; customer keys never open it).
         *console.routes(),
     ]
-    app = Starlette(routes=routes, exception_handlers=exception_handlers(), lifespan=lifespan)
+    handlers = exception_handlers()
+    fast_path = Middleware(
+        StatusFastPath,
+        prefix=API_PREFIX,
+        batch=batches.get_batch,
+        document=documents.get_document,
+        handlers=handlers,
+    )
+    app = Starlette(
+        routes=routes, middleware=[fast_path], exception_handlers=handlers, lifespan=lifespan
+    )
     # An API answers a stray trailing slash with a JSON 404, not a redirect.
     app.router.redirect_slashes = False
     return app

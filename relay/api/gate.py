@@ -100,3 +100,59 @@ async def serve_status(request: Request, query: StatusQuery[T], render: Render[T
     except ApiError as exc:
         return error_response(exc, headers)
     return json_response(body, headers=headers)
+
+
+# -- the fast path: the polled GETs served before Starlette's routing ----------------------
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+class StatusFastPath:
+    """ASGI middleware that serves ``GET {prefix}/batches/{name}`` and ``GET
+    {prefix}/documents/{id}`` (the endpoints clients poll) with their own handlers, without
+    the router's walk over every route and its per-route exception wrapping; every other
+    request goes on to the app. A handler's exception is answered by the app's handlers for
+    its class (``relay.api.errors.exception_handlers``, most specific first, as Starlette
+    picks them); one with no handler goes on up to the server-error middleware (500)."""
+
+    def __init__(
+        self,
+        app: Any,
+        *,
+        prefix: str,
+        batch: Endpoint,
+        document: Endpoint,
+        handlers: dict[Any, Any],
+    ) -> None:
+        self.app = app
+        self.routes = (
+            (prefix + "/batches/", "name", batch),
+            (prefix + "/documents/", "id", document),
+        )
+        self.handlers = {k: v for k, v in handlers.items() if k is not Exception}
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET":
+            path: str = scope["path"]
+            for start, param, endpoint in self.routes:
+                if path.startswith(start):
+                    rest = path[len(start) :]
+                    if rest and "/" not in rest:
+                        scope["path_params"] = {param: rest}
+                        await self._serve(endpoint, scope, receive, send)
+                        return
+                    break
+        await self.app(scope, receive, send)
+
+    async def _serve(self, endpoint: Endpoint, scope: Any, receive: Any, send: Any) -> None:
+        request = Request(scope, receive)
+        try:
+            response = await endpoint(request)
+        except Exception as exc:
+            handler = next(
+                (self.handlers[c] for c in type(exc).__mro__ if c in self.handlers), None
+            )
+            if handler is None:
+                raise
+            response = await handler(request, exc)
+        await response(scope, receive, send)

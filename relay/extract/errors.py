@@ -36,7 +36,7 @@ an API error or a configuration problem.
 
 from __future__ import annotations
 
-__all__ = ["CODES", "ExtractionError", "shorten"]
+__all__ = ["CODES", "ExtractionError", "ExtractorConfigError", "shorten"]
 
 # Every ``processing_error.code`` relay itself produces, and when: the default extractor's,
 # the bounded run's, a plug-in's failure, and the lost worker's. README.md's table of codes
@@ -101,3 +101,11 @@ def shorten(text: str, limit: int) -> str:
     if len(flat) <= limit:
         return flat
     return flat[: max(limit - 3, 0)] + "..."
+
+
+class ExtractorConfigError(Exception):
+    """The configured extractor (``RELAY_EXTRACTOR``) cannot be loaded, or its child cannot
+    start: a setting's fault, reported at start, not a failure of every document later.
+
+    Defined here so that relay.extract imports nothing of relay outside itself; the CLI
+    reports it as the configuration error it is (``relay: configuration error: ...``)."""

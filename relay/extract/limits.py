@@ -18,6 +18,7 @@ Outside :func:`applied` (a plain in-process call) nothing is bounded.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -25,7 +26,19 @@ from dataclasses import dataclass
 
 from relay.extract.errors import ExtractionError
 from relay.extract.result import Table
-from relay.text import scrub_surrogates
+
+# A lone surrogate (``"\\ud800"`` from JSON) cannot be encoded as UTF-8: one in a stored row
+# would fail every response that carries it. The same rule as ``relay.text``, kept here so that
+# relay.extract imports nothing of relay outside itself.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def scrub_surrogates(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD; other characters untouched."""
+    if text.isascii() or _LONE_SURROGATE.search(text) is None:
+        return text
+    return _LONE_SURROGATE.sub("\ufffd", text)
+
 
 __all__ = [
     "DEFAULT_MAX_PAGES",

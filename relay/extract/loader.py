@@ -2,7 +2,7 @@
 
 ``load_extractor("package.module:callable")`` imports the module and returns the callable
 (a dotted attribute path such as ``module:Class.method`` works too); anything that cannot
-work is a ``ConfigError`` at start, not a failure of every document later.
+work is an ``ExtractorConfigError`` at start, not a failure of every document later.
 
 An extractor returns either
 
@@ -39,8 +39,7 @@ import math
 from collections.abc import Mapping
 from typing import Protocol, cast
 
-from relay.exceptions import ConfigError
-from relay.extract.errors import ExtractionError, shorten
+from relay.extract.errors import ExtractionError, ExtractorConfigError, shorten
 from relay.extract.result import Table
 from relay.extract.tables import Extraction
 
@@ -71,13 +70,15 @@ def _import(spec: str, module_name: str) -> object:
     except ModuleNotFoundError as exc:
         missing = exc.name or module_name
         if module_name == missing or module_name.startswith(f"{missing}."):
-            raise ConfigError(f"extractor {spec!r}: no module named {module_name!r}") from exc
+            raise ExtractorConfigError(
+                f"extractor {spec!r}: no module named {module_name!r}"
+            ) from exc
         # The module exists but one of its own imports does not: name the real culprit.
         message = f"extractor {spec!r}: importing {module_name!r} failed: no module {missing!r}"
-        raise ConfigError(message) from exc
+        raise ExtractorConfigError(message) from exc
     except Exception as exc:  # a broken plug-in must stop start-up with a readable reason
         reason = shorten(f"{type(exc).__name__}: {exc}", 200)
-        raise ConfigError(
+        raise ExtractorConfigError(
             f"extractor {spec!r}: importing {module_name!r} failed: {reason}"
         ) from exc
 
@@ -85,25 +86,27 @@ def _import(spec: str, module_name: str) -> object:
 def load_extractor(spec: str) -> Extractor:
     """The callable that ``spec`` (``package.module:callable``) names.
 
-    Raises ``ConfigError`` when the spec is malformed, the module cannot be imported, the
-    attribute does not exist, or it is not callable. The signature is not checked: a
+    Raises ``ExtractorConfigError`` when the spec is malformed, the module cannot be
+    imported, the attribute does not exist, or it is not callable. The signature is not checked: a
     mismatch shows as an ``extraction_error`` on the first document.
     """
     module_name, colon, attr_path = spec.strip().partition(":")
     parts = attr_path.split(".")
     names_ok = all(name.isidentifier() for name in [*module_name.split("."), *parts])
     if not colon or not names_ok:
-        raise ConfigError(f"extractor {spec!r}: {_SPEC_SHAPE}")
+        raise ExtractorConfigError(f"extractor {spec!r}: {_SPEC_SHAPE}")
     target = _import(spec, module_name)
     for depth, name in enumerate(parts, start=1):
         try:
             target = getattr(target, name)
         except AttributeError:
             where = ".".join([module_name, *parts[: depth - 1]])
-            raise ConfigError(f"extractor {spec!r}: {where!r} has no attribute {name!r}") from None
+            raise ExtractorConfigError(
+                f"extractor {spec!r}: {where!r} has no attribute {name!r}"
+            ) from None
     if not callable(target):
         kind = type(target).__name__
-        raise ConfigError(f"extractor {spec!r}: {attr_path!r} is a {kind}, not a callable")
+        raise ExtractorConfigError(f"extractor {spec!r}: {attr_path!r} is a {kind}, not a callable")
     return cast(Extractor, target)
 
 

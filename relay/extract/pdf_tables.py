@@ -52,6 +52,8 @@ _MAX_LINE_GAP = 2.2
 _MAX_SINGLES = 2
 # A chunk of more words than this is prose, not a cell (when most chunks are).
 _PROSE_WORDS = 7
+# Between two rules of a partly ruled table, at most this many lines may be one row.
+_BAND_LINES = 4
 # A ruled grid of more cells than this is a drawing (hatching, a map's graticule).
 _MAX_CELLS = 50_000
 # A ruled grid with fewer of its cells filled than this share is no table (a chart's grid).
@@ -319,6 +321,22 @@ def _numeric(text: str) -> bool:
     return any(ch.isdigit() for ch in text)
 
 
+def _full_columns(
+    band: Sequence[_Line], columns: Sequence[tuple[float, float]]
+) -> list[tuple[float, float]]:
+    """The columns that have a word on every line of ``band``, when there are two at least
+    and figures fill one of them: the band's lines are rows of their own (else none)."""
+    full: list[tuple[float, float]] = []
+    numeric = False
+    if len(band) >= 2:
+        for x0, x1 in columns:
+            cells = [[w for w in ln.words if x0 <= (w.x0 + w.x1) / 2 < x1] for ln in band]
+            if all(cells):
+                full.append((x0, x1))
+                numeric = numeric or all(_numeric(w.text) for ws in cells for w in ws)
+    return full if len(full) >= 2 and numeric else []
+
+
 def _bands(
     ys: Sequence[float], xs: Sequence[float], lines: Sequence[_Line]
 ) -> list[tuple[int, list[_Line]]]:
@@ -331,15 +349,8 @@ def _bands(
     columns = list(itertools.pairwise(xs))
     for index, (top, bottom) in enumerate(itertools.pairwise(ys)):
         band = [ln for ln in lines if top <= (ln.top + ln.bottom) / 2 < bottom]
-        full: list[tuple[float, float]] = []
-        numeric = False
-        if len(band) >= 2:
-            for x0, x1 in columns:
-                cells = [[w for w in ln.words if x0 <= (w.x0 + w.x1) / 2 < x1] for ln in band]
-                if all(cells):
-                    full.append((x0, x1))
-                    numeric = numeric or all(_numeric(w.text) for ws in cells for w in ws)
-        if len(full) < 2 or not numeric:
+        full = _full_columns(band, columns)
+        if not full:
             rows.append((index, band))
             continue
         split: list[list[_Line]] = []
@@ -545,7 +556,53 @@ def _aligned(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> bool
     )
 
 
-def _unruled(block: Sequence[_Line]) -> Grid | None:
+def _overlapping(lines: Sequence[_Line]) -> list[list[_Line]]:
+    """Consecutive lines grouped where they overlap by more than a quarter of a line's
+    height: figures set midway beside a label of two lines are one row with it."""
+    groups: list[list[_Line]] = []
+    for line in lines:
+        if groups:
+            last = groups[-1][-1]
+            overlap = min(last.bottom, line.bottom) - max(last.top, line.top)
+            if overlap > 0.25 * min(last.height, line.height):
+                groups[-1].append(line)
+                continue
+        groups.append([line])
+    return groups
+
+
+def _ruled_rows(
+    block: Sequence[_Line], edges: Sequence[float], rules: Sequence[Rule]
+) -> list[list[_Line]]:
+    """The rows of an unruled table: its lines, those overlapping grouped; where
+    horizontal rules across the table part groups of rows (a partly ruled table), a group
+    of at most ``_BAND_LINES`` lines with no more than two lines of several cells between
+    two rules is one row (a header or a cell wrapped over lines), unless figures fill two
+    of its columns on every line (rows of their own)."""
+    groups = _overlapping(block)
+    x0, x1 = min(ln.x0 for ln in block), max(ln.x1 for ln in block)
+    top, bottom = block[0].top, block[-1].bottom
+    ys = sorted(
+        r.top
+        for r in rules
+        if top < r.top < bottom and min(r.x1, x1) - max(r.x0, x0) >= 0.7 * (x1 - x0)
+    )
+    if not ys:
+        return groups
+    columns = list(itertools.pairwise(edges))
+    rows: list[list[_Line]] = []
+    for upper, lower in itertools.pairwise([top - 1.0, *ys, bottom + 1.0]):
+        band = [g for g in groups if upper <= (g[0].top + g[-1].bottom) / 2 < lower]
+        lines = [ln for g in band for ln in g]
+        multi = sum(any(len(ln.chunks) >= 2 for ln in g) for g in band)
+        if band and len(lines) <= _BAND_LINES and multi <= 2 and not _full_columns(lines, columns):
+            rows.append(lines)
+        else:
+            rows += band
+    return rows
+
+
+def _unruled(block: Sequence[_Line], rules: Sequence[Rule] = ()) -> Grid | None:
     cuts = _columns(block)
     if not cuts:
         return None
@@ -554,9 +611,9 @@ def _unruled(block: Sequence[_Line]) -> Grid | None:
         return None
     edges = [float("-inf"), *cuts, float("inf")]
     grid: Grid = []
-    for line in block:
+    for group in _ruled_rows(block, edges, rules):
         row: list[str | None] = [""] * (len(edges) - 1)
-        for chunk in line.chunks:
+        for chunk in (chunk for line in group for chunk in line.chunks):
             # a chunk crossing a cut is split there when a word gap lies on it, else kept whole
             pieces: list[list[_Word]] = [[chunk.words[0]]]
             for prev, word in zip(chunk.words, chunk.words[1:], strict=False):
@@ -568,7 +625,8 @@ def _unruled(block: Sequence[_Line]) -> Grid | None:
                 column = sum(1 for cut in cuts if cut < piece[0].x0)
                 last = sum(1 for cut in cuts if cut < piece[-1].x1)
                 text = " ".join(w.text for w in piece)
-                row[column] = f"{row[column]} {text}" if row[column] else text
+                glue = "\n" if len(group) > 1 else " "
+                row[column] = f"{row[column]}{glue}{text}" if row[column] else text
                 for covered in range(column + 1, last + 1):
                     if not row[covered]:
                         row[covered] = None  # under a cell spanning columns
@@ -641,11 +699,13 @@ def find_tables(layout: PageLayout) -> list[Grid]:
     found: list[tuple[float, float, Grid]] = []
     taken: list[_Region] = []
 
+    across = _merge((r for r in layout.rules if r.horizontal), True)
+
     def unruled(candidates: list[_Line]) -> None:
         for block in _blocks(candidates):
             if _chart(layout, block):
                 continue
-            table = _unruled(block)
+            table = _unruled(block, across)
             if table:
                 found.append((block[0].top, block[0].x0, table))
 

@@ -48,19 +48,17 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
-from relay.config import Settings
-from relay.exceptions import ConfigError
 from relay.extract import extract, extract_document
-from relay.extract.errors import ExtractionError, shorten
+from relay.extract.errors import ExtractionError, ExtractorConfigError, shorten
 from relay.extract.limits import (
     DEFAULT_MAX_PAGES,
     ExtractLimits,
     applied,
     encode_result,
+    scrub_surrogates,
     too_large,
 )
 from relay.extract.loader import MAX_MESSAGE, Extractor, call_extractor, load_extractor
-from relay.text import scrub_surrogates
 
 __all__ = ["ExtractorHost", "SandboxConfig"]
 
@@ -87,18 +85,6 @@ class SandboxConfig:
     max_depth: int
     max_image_pixels: int = 50_000_000  # RELAY_MAX_IMAGE_PIXELS's default
     max_pages: int = DEFAULT_MAX_PAGES
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> SandboxConfig:
-        return cls(
-            extractor=settings.extractor,
-            timeout=settings.extract_timeout,
-            memory=settings.extract_memory,
-            max_result_bytes=settings.max_result_bytes,
-            max_depth=settings.extract_max_depth,
-            max_image_pixels=settings.max_image_pixels,
-            max_pages=settings.max_pages,
-        )
 
 
 # -- the child ----------------------------------------------------------------------------
@@ -145,7 +131,7 @@ def _serve(conn: Connection, config: SandboxConfig) -> None:
                 max_image_pixels=config.max_image_pixels,
                 max_pages=config.max_pages,
             )
-    except ConfigError as exc:
+    except ExtractorConfigError as exc:
         conn.send_bytes(_CONFIG + str(exc).encode())
         return
     resource.setrlimit(resource.RLIMIT_AS, (config.memory, config.memory))
@@ -216,17 +202,19 @@ class ExtractorHost:
         theirs.close()
         try:
             if not ours.poll(_START_TIMEOUT):
-                raise ConfigError(f"extractor {self.config.extractor!r}: the child did not start")
+                raise ExtractorConfigError(
+                    f"extractor {self.config.extractor!r}: the child did not start"
+                )
             hello = ours.recv_bytes(64 * 1024)
         except (EOFError, OSError) as exc:
             self._kill(proc, ours)
-            raise ConfigError(f"extractor child failed to start: {exc!r}") from exc
+            raise ExtractorConfigError(f"extractor child failed to start: {exc!r}") from exc
         except BaseException:
             self._kill(proc, ours)
             raise
         if hello.startswith(_CONFIG):
             self._kill(proc, ours)
-            raise ConfigError(hello[1:].decode(errors="replace"))
+            raise ExtractorConfigError(hello[1:].decode(errors="replace"))
         self._proc, self._conn = proc, ours
         return proc, ours
 

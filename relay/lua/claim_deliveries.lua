@@ -4,8 +4,10 @@
 -- KEYS: 1 due
 -- ARGV: 1 now (ms), 2 lease (ms), 3 max count, 4 lease token,
 --       5 the shard's key prefix (deliveries and webhooks are derived from it)
--- Returns: a flat list, 10 values per claimed delivery: id, account, batch, url, body,
---   attempt number, attempts in this round, created_at, seq, the batch's completed_at
+-- Returns: a JSON array (cjson), one object per claimed delivery: id, account, batch, url,
+--   body, number (this attempt's), round_attempts (attempts in this round), created_at,
+--   seq, completed_ms (the batch's completed_at); '[]' when none was claimed. Stored values
+--   go out as the strings they are (cjson would print a large number in 14 digits).
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[3])
 local out = {}
 local expiry = tonumber(ARGV[1]) + tonumber(ARGV[2])
@@ -28,18 +30,15 @@ for _, id in ipairs(ids) do
                             redis.call('LLEN', key_delivery_attempts(ARGV[5], id)))
       redis.call('HSET', dk, 'lease', ARGV[4], 'url', w[1])
       redis.call('ZADD', KEYS[1], expiry, id)
-      local n = #out
-      out[n + 1] = id
-      out[n + 2] = d[2]
-      out[n + 3] = d[3]
-      out[n + 4] = w[1]
-      out[n + 5] = d[4]
-      out[n + 6] = done + 1
-      out[n + 7] = done - tonumber(d[5] or '0')
-      out[n + 8] = d[6]
-      out[n + 9] = d[7]
-      out[n + 10] = d[8] or '0'
+      out[#out + 1] = {
+        id = id, account = d[2], batch = d[3], url = w[1], body = d[4],
+        number = tostring(done + 1), round_attempts = tostring(done - tonumber(d[5] or '0')),
+        created_at = d[6], seq = d[7], completed_ms = d[8] or '0',
+      }
     end
   end
 end
-return out
+if #out == 0 then
+  return '[]'  -- cjson would encode an empty table as {}
+end
+return cjson.encode(out)

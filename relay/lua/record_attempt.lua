@@ -1,32 +1,34 @@
 -- Record one delivery attempt and move the delivery on.
 -- KEYS: 1 delivery, 2 delivery attempts, 3 due, 4 webhook, 5 outbox (operational events)
--- ARGV: 1 id, 2 lease token, 3 now (ms), 4 outcome: 'succeeded' | 'retry' | 'failed' | 'gone',
---       5 next attempt (ms, for 'retry'), 6 attempt JSON, 7 reason (for 'gone'),
---       8 attempts kept (0: all), 9 RELAY_DISABLE_AFTER (ms, 0: never), 10 the store's
---       clock (ms: failing since, and the disable decision), 11 reason (auto-disable)
+-- ARGV: 1 a JSON object (cjson), every value a string: id, token (the lease's), now (ms),
+--       outcome ('succeeded' | 'retry' | 'failed' | 'gone'), next_at (ms, for 'retry'),
+--       attempt (the attempt's JSON), reason (for 'gone'), keep (attempts kept, 0: all),
+--       disable_after (RELAY_DISABLE_AFTER in ms, 0: never), clock (the store's clock, ms:
+--       failing since, and the disable decision), disable_reason (auto-disable)
 -- The attempt is always appended: it happened. The delivery moves on only while this
 -- worker still holds its lease (a late answer after the lease passed on changes nothing
 -- but the record). Returns 1 when the delivery moved on, 0 otherwise.
 -- The delivery's `attempt_count` counts every attempt; the list keeps the first and the
--- latest ARGV[8] - 1. A delivery purged meanwhile (retention) gets no orphan list.
+-- latest `keep` - 1. A delivery purged meanwhile (retention) gets no orphan list.
+local A = cjson.decode(ARGV[1])
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 0
 end
 redis.call('HSETNX', KEYS[1], 'attempt_count', redis.call('LLEN', KEYS[2]))
 redis.call('HINCRBY', KEYS[1], 'attempt_count', 1)
-redis.call('RPUSH', KEYS[2], ARGV[6])
-local keep = tonumber(ARGV[8] or '0')
+redis.call('RPUSH', KEYS[2], A.attempt)
+local keep = tonumber(A.keep)
 if keep > 1 and redis.call('LLEN', KEYS[2]) > keep then
   local first = redis.call('LINDEX', KEYS[2], 0)
   redis.call('LTRIM', KEYS[2], 1 - keep, -1)
   redis.call('LPUSH', KEYS[2], first)
 end
 local d = redis.call('HMGET', KEYS[1], 'status', 'lease')
-if d[1] ~= 'pending' or d[2] ~= ARGV[2] then
+if d[1] ~= 'pending' or d[2] ~= A.token then
   return 0
 end
-local outcome = ARGV[4]
-redis.call('HSET', KEYS[1], 'lease', '', 'updated_at', ARGV[3])
+local outcome = A.outcome
+redis.call('HSET', KEYS[1], 'lease', '', 'updated_at', A.now)
 
 -- Auto-disable (RELAY_DISABLE_AFTER): the webhook's `failing_since` is set by its first failed
 -- attempt after a success or a registration, cleared by a success. A failed attempt that
@@ -35,18 +37,18 @@ redis.call('HSET', KEYS[1], 'lease', '', 'updated_at', ARGV[3])
 local hook = redis.call('HMGET', KEYS[4], 'url', 'disabled', 'failing_since')
 local disable = nil
 if hook[1] and hook[2] ~= '1' then
-  local clock = tonumber(ARGV[10] or ARGV[3])
+  local clock = tonumber(A.clock)
   if outcome == 'succeeded' then
     redis.call('HSET', KEYS[4], 'failing_since', '')
   elseif outcome == 'gone' then
-    disable = ARGV[7]
+    disable = A.reason
   else
     local since = tonumber(hook[3] or '')
-    local after = tonumber(ARGV[9] or '0')
+    local after = tonumber(A.disable_after)
     if not since then
       redis.call('HSET', KEYS[4], 'failing_since', clock)
     elseif after > 0 and clock - since >= after then
-      disable = ARGV[11]
+      disable = A.disable_reason
       if outcome == 'retry' then
         outcome = 'canceled'
       end
@@ -55,44 +57,44 @@ if hook[1] and hook[2] ~= '1' then
 end
 -- (end of auto-disable)
 if outcome == 'retry' then
-  redis.call('HSET', KEYS[1], 'next_attempt_at', ARGV[5])
-  redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
+  redis.call('HSET', KEYS[1], 'next_attempt_at', A.next_at)
+  redis.call('ZADD', KEYS[3], A.next_at, A.id)
   return 1
 end
-redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('ZREM', KEYS[3], A.id)
 redis.call('HSET', KEYS[1], 'next_attempt_at', '')
-if redis.call('HGET', KEYS[4], 'pending') == ARGV[1] then
+if redis.call('HGET', KEYS[4], 'pending') == A.id then
   redis.call('HSET', KEYS[4], 'pending', '')
 end
 if outcome == 'succeeded' then
-  redis.call('HSET', KEYS[1], 'status', 'succeeded', 'succeeded_at', ARGV[3])
+  redis.call('HSET', KEYS[1], 'status', 'succeeded', 'succeeded_at', A.now)
 elseif outcome == 'gone' then
   redis.call('HSET', KEYS[1], 'status', 'failed')
-  redis.call('HSET', KEYS[4], 'disabled', '1', 'disabled_reason', ARGV[7],
-             'updated_at', ARGV[3])
+  redis.call('HSET', KEYS[4], 'disabled', '1', 'disabled_reason', A.reason,
+             'updated_at', A.now)
 elseif outcome == 'canceled' then
   redis.call('HSET', KEYS[1], 'status', 'canceled')
 else
   redis.call('HSET', KEYS[1], 'status', 'failed')
 end
 -- The delivery indexes: pending -> the status it ended in.
-index_delivery(delivery_prefix(KEYS[1], ARGV[1]), ARGV[1], 'pending',
+index_delivery(delivery_prefix(KEYS[1], A.id), A.id, 'pending',
                redis.call('HGET', KEYS[1], 'status'))
 
 -- Operational events (emit_event in _lib.lua; none about the operational webhook's own).
 local dv = redis.call('HMGET', KEYS[1], 'account', 'batch', 'url', 'attempt_count')
 if disable then
   redis.call('HSET', KEYS[4], 'disabled', '1', 'disabled_reason', disable,
-             'updated_at', ARGV[3])
-  emit_event(KEYS[5], 'webhook.disabled', dv[1], dv[2], ARGV[10] or ARGV[3],
+             'updated_at', A.now)
+  emit_event(KEYS[5], 'webhook.disabled', dv[1], dv[2], A.clock,
              {'url', hook[1], 'reason', disable})
 end
 if outcome == 'failed' then
-  local a = cjson.decode(ARGV[6])
+  local a = cjson.decode(A.attempt)
   local code = type(a.status_code) == 'number' and string.format('%d', a.status_code) or ''
   local err = type(a.error) == 'string' and a.error or ''
-  emit_event(KEYS[5], 'delivery.failed', dv[1], dv[2], ARGV[10] or ARGV[3],
-             {'id', ARGV[1], 'url', dv[3], 'attempts', dv[4], 'error', err,
+  emit_event(KEYS[5], 'delivery.failed', dv[1], dv[2], A.clock,
+             {'id', A.id, 'url', dv[3], 'attempts', dv[4], 'error', err,
               'status_code', code})
 end
 return 1

@@ -123,7 +123,7 @@ def test_the_sweeper_replaces_a_processing_job_that_vanished(
     assert api.batch("lost")["all_done"] is True
 
 
-HEAVY_SECONDS = 20
+HEAVY_SECONDS = 30
 
 
 def _status(api: Api, doc_id: str) -> dict[str, Any]:
@@ -133,7 +133,7 @@ def _status(api: Api, doc_id: str) -> dict[str, Any]:
 
 @pytest.mark.timeout(180)
 def test_a_small_document_is_not_held_behind_another_accounts_slow_one(stack: Stack) -> None:
-    # ONE processing worker. Account A's document holds its extraction for 20 s (a slow
+    # ONE processing worker. Account A's document holds its extraction for 30 s (a slow
     # plug-in stands for a long or slow document); account B's one-row CSV arrives while it
     # runs and is done within seconds: the worker moves A's document to the background
     # (RELAY_BACKGROUND_AFTER) and serves B. A's document is still stored, whole.
