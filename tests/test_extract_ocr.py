@@ -20,6 +20,7 @@ from relay.config import load_settings
 from relay.extract import ExtractionError, extract_document
 from relay.extract.ocr import read_tables
 from relay.extract.sandbox import ExtractorHost, SandboxConfig
+from relay.worker_context import sandbox_config
 from tests.support.drawn_tables import draw_table, encode, font_path
 
 GRID = [
@@ -136,7 +137,7 @@ def _big_png() -> bytes:
 
 
 def _sandbox(**overrides: Any) -> ExtractorHost:
-    config = SandboxConfig.from_settings(load_settings(environ={}, dotenv=None))
+    config = sandbox_config(load_settings(environ={}, dotenv=None))
     values = {**config.__dict__, "timeout": 600.0, **overrides}  # a busy machine is slow
     return ExtractorHost(SandboxConfig(**values))
 
