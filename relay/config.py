@@ -268,6 +268,44 @@ _FIELDS: tuple[_Field, ...] = (
         "Proxies trusted for X-Forwarded-For (the client address of the limits above)",
     ),
     _Field(
+        "http_max_header_bytes",
+        "32768",
+        _positive_int,
+        "`relay serve`: largest request line plus headers in bytes (else 431, closed)",
+    ),
+    _Field(
+        "http_max_headers",
+        "100",
+        _positive_int,
+        "`relay serve`: most headers in one request (else 431, closed)",
+    ),
+    _Field(
+        "http_header_timeout",
+        "10",
+        _positive_float,
+        "`relay serve`: seconds a client has to send a request's line and headers, from its"
+        " first byte or from the connection's start (else 408, closed)",
+    ),
+    _Field(
+        "http_body_timeout",
+        "60",
+        _positive_float,
+        "`relay serve`: seconds a client has to send a request's body after its headers"
+        " (else 408, closed)",
+    ),
+    _Field(
+        "http_keepalive_timeout",
+        "20",
+        _positive_int,
+        "`relay serve`: seconds an idle keep-alive connection stays open after a response",
+    ),
+    _Field(
+        "http_max_connections",
+        "1000",
+        _positive_int,
+        "`relay serve`: open connections at most; one more is answered 503 and closed",
+    ),
+    _Field(
         "lease_seconds",
         "60",
         _positive_float,
@@ -363,6 +401,20 @@ _FIELDS: tuple[_Field, ...] = (
         "Requests of one account long polling its event feeds at once in one API process",
     ),
     _Field(
+        "require_verified_webhooks",
+        "false",
+        _bool,
+        "Verify every webhook registration (a signed webhook.verify challenge must be echoed"
+        " before anything else is sent to it), as a registration with verify: true does",
+    ),
+    _Field(
+        "verify_schedule",
+        "1,2,5,10",
+        _schedule,
+        "Seconds to wait after each failed endpoint verification attempt (len+1 attempts;"
+        " then the webhook is disabled)",
+    ),
+    _Field(
         "allow_http_targets",
         "false",
         _bool,
@@ -439,6 +491,12 @@ class Settings:
     account_retry_rate_limit: RateLimit
     auth_failure_rate_limit: RateLimit
     forwarded_allow_ips: str
+    http_max_header_bytes: int
+    http_max_headers: int
+    http_header_timeout: float
+    http_body_timeout: float
+    http_keepalive_timeout: int
+    http_max_connections: int
     lease_seconds: float
     background_after: float
     background_extractions: int
@@ -456,6 +514,8 @@ class Settings:
     delivery_per_destination: int
     events_max_waiters: int
     events_max_waiters_per_account: int
+    require_verified_webhooks: bool
+    verify_schedule: tuple[float, ...]
     allow_http_targets: bool
     allow_private_targets: bool
     encryption_key: Secret = field(repr=True)

@@ -19,7 +19,7 @@ import pytest
 from relay.extract import extract_document
 from relay.extract.errors import ExtractorConfigError
 from relay.extract.sandbox import ExtractorHost, Outcome, SandboxConfig
-from tests.support.documents import pdf_bomb, wide_csv
+from tests.support.documents import blank_pages_pdf, pdf_bomb, wide_csv
 
 MIB = 1 << 20
 CSV = b"sku,qty\nA-1,2\nB-7,5\n"
@@ -237,3 +237,24 @@ def test_an_extractor_that_cannot_be_loaded_is_a_config_error(host_factory: Host
         ExtractorConfigError, match=re.escape("no module named 'tests.no_such_module'")
     ):
         _run(host, CSV)
+
+
+def test_a_5000_page_pdf_is_too_many_pages_in_seconds_and_the_bound_is_the_settings(
+    host_factory: HostFactory,
+) -> None:
+    host = host_factory()
+    started = time.monotonic()
+    data, error = _run(host, blank_pages_pdf(5_000), "blank.pdf")
+    assert data is None and error is not None and error[0] == "too_many_pages"
+    assert time.monotonic() - started < 10  # ~1 s on this busy machine
+    _still_works(host)
+    # RELAY_MAX_PAGES reaches the child: 4 pages past a bound of 3, 3 within it.
+    strict = host_factory(max_pages=3, memory=1024 * MIB)  # blank pages go to OCR
+    assert _run(strict, blank_pages_pdf(4), "blank.pdf")[1] == (
+        "too_many_pages",
+        "the document has more than the 3 pages allowed",
+    )
+    assert _run(strict, blank_pages_pdf(3), "blank.pdf")[1] == (
+        "no_table_found",
+        "no table found in the PDF",
+    )
