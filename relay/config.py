@@ -202,7 +202,7 @@ _FIELDS: tuple[_Field, ...] = (
     ),
     _Field(
         "extract_memory",
-        str(1024 * 1024 * 1024),
+        str(2 * 1024 * 1024 * 1024),
         _positive_int,
         "Bytes of address space the extraction process may use (else extraction_memory)",
     ),
