@@ -253,6 +253,24 @@ def test_text_drawn_twice_for_bold_is_read_once() -> None:
     assert tables_of(ops) == [_table(1, COUNTRIES)]
 
 
+def test_rows_of_a_grid_ruled_only_down_its_columns_are_its_text_lines() -> None:
+    # rules along the columns and round the table, none between the rows; the header
+    # wraps onto a second line in lower case
+    xs = [72.0, 200.0, 300.0, 400.0]
+    rows = [["Item", "Unit", "Stock"], ["", "price", "level"]] + [
+        [name, price, stock]
+        for name, price, stock in (("Bolt", "0.25", "120"), ("Nut", "0.05", "900"))
+    ]
+    ops = [hline(xs[0], xs[-1], 96), hline(xs[0], xs[-1], 96 + 16 * len(rows) + 4)]
+    ops += [
+        f"0.5 w {x} {PAGE_HEIGHT - 96} m {x} {PAGE_HEIGHT - 100 - 16 * len(rows)} l S" for x in xs
+    ]
+    ops += cells(rows, [x + 4 for x in xs], 100.0)
+    assert tables_of(ops) == [
+        _table(1, [["Item", "Unit\nprice", "Stock\nlevel"], rows[2], rows[3]])
+    ]
+
+
 def test_an_empty_ruled_cell_is_an_empty_string() -> None:
     rows = [["SKU", "Note", "Qty"], ["A1", "", "3"], ["B2", "fragile", "1"]]
     assert tables_of([table_ops(rows)]) == [_table(1, rows)]

@@ -327,7 +327,8 @@ def _full_columns(
     band: Sequence[_Line], columns: Sequence[tuple[float, float]]
 ) -> list[tuple[float, float]]:
     """The columns that have a word on every line of ``band``, when there are two at least
-    and figures fill one of them: the band's lines are rows of their own (else none)."""
+    and figures fill one of them on two lines or more and on every line below the first
+    (a header above them has words): the band's lines are rows of their own (else none)."""
     full: list[tuple[float, float]] = []
     numeric = False
     if len(band) >= 2:
@@ -335,7 +336,9 @@ def _full_columns(
             cells = [[w for w in ln.words if x0 <= (w.x0 + w.x1) / 2 < x1] for ln in band]
             if all(cells):
                 full.append((x0, x1))
-                numeric = numeric or all(_numeric(w.text) for ws in cells for w in ws)
+                figures = [all(_numeric(w.text) for w in ws) for ws in cells]
+                first = figures.index(True) if True in figures else len(figures)
+                numeric = numeric or (len(figures) - first >= 2 and all(figures[first:]))
     return full if len(full) >= 2 and numeric else []
 
 
@@ -362,8 +365,33 @@ def _bands(
                 split.append([ln])
             else:
                 split[-1].append(ln)
-        rows += [(index, lines) for lines in split]
+        merged: list[list[_Line]] = []
+        for group in split:
+            if merged and _wrapped(merged[-1], group, columns):
+                merged[-1] = merged[-1] + group
+            else:
+                merged.append(group)
+        rows += [(index, lines) for lines in merged]
     return rows
+
+
+def _wrapped(
+    above: Sequence[_Line], lines: Sequence[_Line], columns: Sequence[tuple[float, float]]
+) -> bool:
+    """Whether ``lines`` go on with the cells of ``above`` (``_continues`` for the lines of
+    a ruled band): every column they have words in has words above, and each starts in
+    lower case with no figures."""
+    starts = []
+    for x0, x1 in columns:
+        words = [w for ln in lines for w in ln.words if x0 <= (w.x0 + w.x1) / 2 < x1]
+        if not words:
+            continue
+        if not any(x0 <= (w.x0 + w.x1) / 2 < x1 for ln in above for w in ln.words):
+            return False
+        starts.append(words[0].text)
+        if any(_numeric(w.text) for w in words):
+            return False
+    return bool(starts) and all(text[:1].islower() for text in starts)
 
 
 def _ruled(hs: list[Rule], vs: list[Rule], lines: Sequence[_Line]) -> _Region | None:
@@ -649,21 +677,24 @@ def _unruled(block: Sequence[_Line], rules: Sequence[Rule] = ()) -> Grid | None:
 
 
 def _continues(grid: Grid, row: list[str | None]) -> bool:
-    """Whether ``row`` is the next line of a wrapped cell of the last row of ``grid`` (it
-    has text in one column only, under text, and that column is not the first or the text
-    starts in lower case: a heading row of a table has its text in the first column): if
-    so its text joins that cell."""
+    """Whether ``row`` is the next line of wrapped cells of the last row of ``grid``: its
+    text is under text, and either in one column that is not the first or starts in lower
+    case (a heading row of a table has its text in the first column), or in several
+    columns, all starting in lower case with no figures (a header wrapped over lines). If
+    so its text joins those cells."""
     filled = [j for j, cell in enumerate(row) if cell]
-    if not grid or len(filled) != 1:
+    if not grid or not filled or sum(bool(cell) for cell in grid[-1]) < 2:
         return False
-    j = filled[0]
-    above = grid[-1][j]
-    text = row[j] or ""
-    if not above or sum(bool(cell) for cell in grid[-1]) < 2:
+    if any(not grid[-1][j] for j in filled):
         return False
-    if j == 0 and not text[:1].islower():
-        return False
-    grid[-1][j] = f"{above}\n{text}"
+    texts = [row[j] or "" for j in filled]
+    if len(filled) == 1:
+        if filled[0] == 0 and not texts[0][:1].islower():
+            return False
+    elif not all(t[:1].islower() and not _numeric(t) for t in texts):
+        return False  # several cells go on only when all go on in lower case, words only
+    for j in filled:
+        grid[-1][j] = f"{grid[-1][j]}\n{row[j]}"
     return True
 
 
