@@ -3,8 +3,8 @@
 ``os.environ`` is read here and nowhere else. Every setting is declared once, as a field of
 :class:`Settings` with its type, its default, its parser and one line of meaning
 (:func:`setting`); ``.env.example`` and ``docs/settings.md`` are generated from those fields
-(``relay config example``, ``relay config docs``), so nothing can drift. An unknown ``RELAY_`` variable is an
-error at start, not silently ignored.
+(``relay config example``, ``relay config docs``), so nothing can drift. An unknown
+``RELAY_`` variable is an error at start, not silently ignored.
 """
 
 from __future__ import annotations
