@@ -9,9 +9,15 @@
 //   WEBHOOK_PUBLIC_KEY           "public_key" (whpk_...): check the v1a (Ed25519) signature too
 //   WEBHOOK_PREVIOUS_PUBLIC_KEY  "previous.public_key", while a rotation's grace period lasts
 // Set a secret, a public key or both; every kind you set must verify.
+//
+// Catching up (optional): with EVENTS_API_URL (relay's API, e.g. http://127.0.0.1:8000/api/v1)
+// and EVENTS_API_KEY (an API key of the account), the receiver keeps the id of the last event
+// it processed in a file (--state, default .receiver-last-id) and, when it starts, reads
+// GET /events?after=<that id>: whatever completed while it was down is processed first.
 "use strict";
 
 const crypto = require("node:crypto");
+const fs = require("node:fs");
 const http = require("node:http");
 const { parseArgs } = require("node:util");
 const { Webhook } = require("standardwebhooks");
@@ -81,11 +87,50 @@ function firstTime(id) {
   return true;
 }
 
+const state = { path: ".receiver-last-id" };
+
+function lastProcessed() {
+  try {
+    return fs.readFileSync(state.path, "utf8").trim() || null;
+  } catch {
+    return null;
+  }
+}
+
+function remember(id) {
+  // Written aside, then renamed: never torn.
+  fs.writeFileSync(`${state.path}.tmp`, id);
+  fs.renameSync(`${state.path}.tmp`, state.path);
+}
+
 // The slow part, run after the answer has gone out (a real app hands it to a job queue).
 function processEvent(id, event) {
   const data = event.data;
   // e.g. GET data.results_url with your API key and store the line items.
   console.log(`processed ${id} batch=${data.batch_name} seq=${data.completion_seq}`);
+  remember(id);
+}
+
+// Every event after the last one processed (GET /events, page by page).
+async function catchUp(apiUrl, apiKey) {
+  let after = lastProcessed();
+  let done = 0;
+  for (;;) {
+    const query = new URLSearchParams({ limit: "100", ...(after ? { after } : {}) });
+    const res = await fetch(`${apiUrl}/events?${query}`, {
+      headers: { authorization: `Bearer ${apiKey}` },
+    });
+    if (!res.ok) throw new Error(`GET /events: ${res.status} ${await res.text()}`);
+    const page = await res.json();
+    for (const event of page.events) {
+      if (firstTime(event.id)) {
+        processEvent(event.id, event);
+        done += 1;
+      }
+    }
+    after = page.next_cursor;
+    if (!page.has_more) return done;
+  }
 }
 
 function answer(res, status, text) {
@@ -98,11 +143,20 @@ function handle(req, res, body) {
     return answer(res, 400, "invalid signature");
   }
   const id = req.headers["webhook-id"];
+  const event = JSON.parse(body.toString("utf8"));
+  if (event.type === "webhook.verify") {
+    // Endpoint verification (registered with "verify": true): echo the challenge.
+    console.log(`verified ${event.data.url}`);
+    return answer(res, 200, event.data.challenge);
+  }
+  if (event.type !== "batch.completed") {
+    console.log(`received ${event.type} ${id}`); // webhook.test, or a type added later
+    return answer(res, 200, "ok");
+  }
   if (!firstTime(id)) {
     console.log(`duplicate ${id}`); // a retry of a delivery we already have: just acknowledge it
     return answer(res, 200, "duplicate");
   }
-  const event = JSON.parse(body.toString("utf8"));
   answer(res, 200, "ok"); // answer at once, then work
   setImmediate(() => processEvent(id, event));
 }
@@ -127,15 +181,27 @@ const { values } = parseArgs({
   options: {
     host: { type: "string", default: "127.0.0.1" },
     port: { type: "string", default: "9000" },
+    state: { type: "string", default: state.path },
   },
 });
+state.path = values.state;
 if (!webhooks.length && !keys.length) {
   console.error("set WEBHOOK_SECRET (whsec_...) and/or WEBHOOK_PUBLIC_KEY (whpk_...)");
   process.exit(2);
 }
-server.listen(Number(values.port), values.host, () => {
-  console.log(
-    `listening on http://${values.host}:${values.port}/hook ` +
-      `(v1 secrets: ${webhooks.length}, v1a keys: ${keys.length})`,
-  );
+async function main() {
+  const [apiUrl] = env("EVENTS_API_URL");
+  const [apiKey] = env("EVENTS_API_KEY");
+  if (apiUrl && apiKey) console.log(`caught up: ${await catchUp(apiUrl, apiKey)} event(s)`);
+  server.listen(Number(values.port), values.host, () => {
+    console.log(
+      `listening on http://${values.host}:${values.port}/hook ` +
+        `(v1 secrets: ${webhooks.length}, v1a keys: ${keys.length})`,
+    );
+  });
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
 });

@@ -181,10 +181,17 @@ async def hook(request: Request) -> PlainTextResponse:
         print("rejected: invalid signature", flush=True)  # never act on an unverified body
         return PlainTextResponse("invalid signature", 400)
     msg_id = request.headers["webhook-id"]
+    event = json.loads(body)
+    if event.get("type") == "webhook.verify":
+        # Endpoint verification (registered with "verify": true): echo the challenge.
+        print(f"verified {event['data']['url']}", flush=True)
+        return PlainTextResponse(event["data"]["challenge"])
+    if event.get("type") != "batch.completed":  # webhook.test, or a type added later
+        print(f"received {event.get('type')} {msg_id}", flush=True)
+        return PlainTextResponse("ok")
     if not first_time(msg_id):  # a retry of a delivery we already have: just acknowledge it
         print(f"duplicate {msg_id}", flush=True)
         return PlainTextResponse("duplicate")
-    event = json.loads(body)
     # Answer 200 at once; Starlette runs the background task after the response is sent.
     return PlainTextResponse("ok", background=BackgroundTask(process, msg_id, event))
 
@@ -218,7 +225,10 @@ def main() -> None:
         f"(v1 secrets: {len(secrets)}, v1a keys: {len(public_keys)})",
         flush=True,
     )
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    # Ctrl-C or SIGTERM stops it within a few seconds even with a sender's request in flight.
+    uvicorn.run(
+        app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=3
+    )
 
 
 if __name__ == "__main__":

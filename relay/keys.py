@@ -176,6 +176,12 @@ def batch_delivery_by_seq(shard: int, account: str, name: str) -> str:
     return batch(shard, account, name) + ":delivery_by_seq"
 
 
+def batch_parked(shard: int, account: str, name: str) -> str:
+    """Set: the batch's deliveries held back while its webhook's verification is pending
+    (``claim_deliveries.lua`` parks them; verified: due now; failed or removed: canceled)."""
+    return batch(shard, account, name) + ":parked"
+
+
 def delivery(shard: int, delivery_id: str) -> str:
     """Hash: one delivery record."""
     return f"{PREFIX}:{tag(shard)}:delivery:{delivery_id}"

@@ -186,6 +186,9 @@ class Webhook:
     disabled_reason: str
     created_at: int
     updated_at: int
+    # Endpoint verification: "" (not asked), pending, verified or failed.
+    verification: str = ""
+    verified_at: int | None = None
 
     @classmethod
     def from_hash(cls, batch_name: str, h: dict[bytes, bytes]) -> Webhook:
@@ -196,6 +199,8 @@ class Webhook:
             disabled_reason=_s(h, "disabled_reason"),
             created_at=_int(h, "created_at"),
             updated_at=_int(h, "updated_at"),
+            verification=_s(h, "verification"),
+            verified_at=_ms(h, "verified_at"),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -206,6 +211,10 @@ class Webhook:
             "disabled_reason": self.disabled_reason or None,
             "created_at": rfc3339(self.created_at),
             "updated_at": rfc3339(self.updated_at),
+            "verification": {
+                "status": self.verification or "none",
+                "verified_at": rfc3339(self.verified_at),
+            },
         }
 
 

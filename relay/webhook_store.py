@@ -10,6 +10,7 @@ CLI. Waking a worker for due deliveries is the queues' business (``relay.queues.
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ import redis.asyncio
 from redis.exceptions import ResponseError
 
 from relay import keys
+from relay import store_core as core
 from relay.exceptions import (
     BatchNotFound,
     DeliveryNotFound,
@@ -28,15 +30,7 @@ from relay.exceptions import (
 )
 from relay.model import Attempt, Batch, Delivery, DeliveryStatus, Webhook
 from relay.scripts import AsyncScripts, Scripts, refusal
-from relay.search import (
-    DeliveryQuery,
-    RecoverRun,
-    Recovery,
-    decode_cursor,
-    encode_cursor,
-    merge_pages,
-    page_calls,
-)
+from relay.search import RecoverRun, Recovery
 from relay.store import BatchRef
 from relay.timefmt import now_ms, rfc3339
 
@@ -44,6 +38,7 @@ EVENT_TYPE = "batch.completed"
 # Operational events, delivered to the account's operational webhook (keys.OPS_BATCH).
 WEBHOOK_DISABLED = "webhook.disabled"
 DELIVERY_FAILED = "delivery.failed"
+VERIFY_EVENT = "webhook.verify"  # endpoint verification: a challenge to echo
 DEFAULT_DISABLE_AFTER_MS = 5 * 86_400_000
 
 
@@ -86,6 +81,26 @@ def event_body(fields: dict[bytes, bytes]) -> bytes:
         data = {"batch_name": text("batch"), "url": text("url"), "reason": text("reason")}
     event = {"type": kind, "timestamp": rfc3339(int(text("at"))), "data": data}
     return json.dumps(event, separators=(",", ":")).encode()
+
+
+def verify_body(batch_name: str, url: str, challenge: str, at_ms: int) -> bytes:
+    """The exact bytes of an endpoint verification's challenge (``webhook.verify``): the
+    receiver answers 2xx with ``challenge`` in its body. ``batch_name`` is null for the
+    operational webhook."""
+    data = {"batch_name": batch_name or None, "url": url, "challenge": challenge}
+    event = {"type": VERIFY_EVENT, "timestamp": rfc3339(at_ms), "data": data}
+    return json.dumps(event, separators=(",", ":")).encode()
+
+
+VERIFY_PREFIX = b'{"type":"' + b"webhook.verify" + b'"'
+
+
+def verify_challenge(body: bytes) -> str | None:
+    """The challenge of a ``verify_body``, None for any other delivery body."""
+    if not body.startswith(VERIFY_PREFIX):
+        return None
+    challenge = json.loads(body)["data"]["challenge"]
+    return challenge if isinstance(challenge, str) else None
 
 
 def notification_body(batch: Batch, public_url: str) -> bytes:
@@ -141,40 +156,6 @@ def _retry_refusal(delivery_id: str, exc: ResponseError) -> StateError | Respons
     if reason in NotRetryable.MESSAGES:
         return NotRetryable(reason)
     return exc
-
-
-def _query(
-    account: str | None,
-    status: DeliveryStatus | str | None,
-    batch: str | None,
-    since_ms: int | None,
-    until_ms: int | None,
-) -> DeliveryQuery:
-    return DeliveryQuery(
-        account=account,
-        status=None if status is None else DeliveryStatus(status),
-        batch=batch,
-        since_ms=since_ms,
-        until_ms=until_ms,
-    )
-
-
-def _queue_loads(pipe: Any, ids: list[str]) -> None:
-    """Queue each delivery's hash and attempts on ``pipe`` (the shard follows from the id)."""
-    for ident in ids:
-        shard = keys.shard_of_id("msg", ident)
-        assert shard is not None  # ids come from the indexes
-        pipe.hgetall(keys.delivery(shard, ident))
-        pipe.lrange(keys.delivery_attempts(shard, ident), 0, -1)
-
-
-def _loaded(replies: list[Any]) -> list[Delivery]:
-    """The deliveries of ``_queue_loads``'s replies, in order (ones gone meanwhile left out)."""
-    return [
-        Delivery.from_hash(h, attempts)
-        for h, attempts in zip(replies[::2], replies[1::2], strict=True)
-        if h
-    ]
 
 
 @dataclass(frozen=True)
@@ -270,8 +251,11 @@ class WebhookStore:
         outcome: str,
         next_at: int = 0,
         reason: str = "",
+        verify: bool = False,
     ) -> bool:
-        """Append the attempt; move the delivery on while the lease is still ours."""
+        """Append the attempt; move the delivery on while the lease is still ours.
+        ``verify``: the attempt delivered an endpoint verification's challenge (its outcome
+        verifies the webhook, or fails it)."""
         s = d.shard
         moved = self.scripts(
             "record_attempt",
@@ -296,6 +280,7 @@ class WebhookStore:
                         "disable_after": str(self.disable_after_ms),
                         "clock": str(self.clock()),
                         "disable_reason": disable_reason(self.disable_after_ms),
+                        "verify": "1" if verify else "",
                     }
                 )
             ],
@@ -316,14 +301,10 @@ class WebhookStore:
             return sum(int(r) for r in pipe.execute())
 
     def get(self, delivery_id: str) -> Delivery | None:
-        shard = keys.shard_of_id("msg", delivery_id)
-        if shard is None:
+        if keys.shard_of_id("msg", delivery_id) is None:
             return None
-        with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hgetall(keys.delivery(shard, delivery_id))
-            pipe.lrange(keys.delivery_attempts(shard, delivery_id), 0, -1)
-            h, attempts = pipe.execute()
-        return Delivery.from_hash(h, attempts) if h else None
+        found = core.run(self.redis, self.scripts, core.load([delivery_id]))
+        return found[0] if found else None
 
     def retry(self, delivery_id: str) -> Delivery:
         """Deliver again now, same webhook-id (ops). Raises DeliveryNotFound, NotRetryable."""
@@ -356,18 +337,8 @@ class WebhookStore:
         the end). Filters are exact (``relay.search``): ``since_ms`` inclusive, ``until_ms``
         exclusive (creation time); ``batch`` needs ``account``. Two round trips, O(page).
         Raises InvalidCursor; ValueError for an unknown status or a batch without account."""
-        q = _query(account, status, batch, since_ms, until_ms)
-        calls = page_calls(q, limit, decode_cursor(cursor))
-        with self.redis.pipeline(transaction=False) as pipe:
-            for _, k, a in calls:
-                self.scripts.run("delivery_page", k, a, pipe)
-            pages = pipe.execute()
-        page, after = merge_pages(pages, limit)
-        if not page:
-            return [], None
-        with self.redis.pipeline(transaction=False) as pipe:
-            _queue_loads(pipe, [ident for _, ident in page])
-            return _loaded(pipe.execute()), encode_cursor(after)
+        q = core.query(account, status, batch, since_ms, until_ms)
+        return core.run(self.redis, self.scripts, core.search(q, limit, cursor))
 
     def recover(
         self,
@@ -382,16 +353,7 @@ class WebhookStore:
         again now, same id, fresh schedule: of one account, or of all. Chunked scripts, one
         round trip per round of chunks. The caller wakes ``result.shards``."""
         run = RecoverRun(DeliveryStatus(status), account, since_ms, until_ms, self.clock())
-        while run.pending:
-            calls = run.calls()
-            with self.redis.pipeline(transaction=False) as pipe:
-                for _, k, a in calls:
-                    self.scripts.run("recover_deliveries", k, a, pipe)
-                replies = pipe.execute()
-            run.feed([s for s, _, _ in calls], replies)
-            if progress is not None:
-                progress(run.result)
-        return run.result
+        return core.run(self.redis, self.scripts, core.recover(run, progress))
 
     def due_shards(self, first: int = 0) -> tuple[int, ...]:
         """Shards with deliveries due now, ``first`` first (one pipelined round trip)."""
@@ -412,10 +374,22 @@ class AsyncWebhookStore:
         self.scripts = AsyncScripts(client)
         self.clock = clock  # ms since the epoch; tests pass their own
 
-    async def register(self, ref: BatchRef, url: str, public_url: str) -> tuple[bool, bool]:
+    async def _challenge(self, ref: BatchRef, url: str, challenge: str) -> None:
+        """Create the delivery of an endpoint verification's challenge (due now)."""
+        now = self.clock()
+        body = verify_body("" if ref.name == keys.OPS_BATCH else ref.name, url, challenge, now)
+        k, a = _create_call(ref, f"verify:{challenge}", body, 0, now)
+        await self.scripts("create_delivery", k, [*a, "verify"])
+
+    async def register(
+        self, ref: BatchRef, url: str, public_url: str, *, verify: bool = False
+    ) -> tuple[bool, bool]:
         """Register or replace the URL. Returns (created, a delivery became due now).
-        Raises BatchNotFound."""
+        With ``verify``, the webhook is pending until the receiver echoes a signed
+        ``webhook.verify`` challenge; nothing else is sent to it meanwhile. Raises
+        BatchNotFound."""
         s = ref.shard
+        challenge = secrets.token_urlsafe(24) if verify else ""
         try:
             created, seq, dlv, status = await self.scripts(
                 "register_webhook",
@@ -423,14 +397,25 @@ class AsyncWebhookStore:
                     ref.key,
                     keys.webhook(s, ref.account, ref.name),
                     keys.batch_delivery_by_seq(s, ref.account, ref.name),
+                    keys.due(s),
                 ],
-                [url, self.clock(), keys.shard_prefix(s)],
+                [
+                    url,
+                    self.clock(),
+                    keys.shard_prefix(s),
+                    "1" if verify else "",
+                    challenge,
+                    ref.account,
+                    ref.name,
+                ],
             )
         except ResponseError as exc:
             if refusal(exc) == "missing":
                 raise BatchNotFound(f"no batch named {ref.name!r}") from exc
             raise
-        due = False
+        due = verify
+        if verify:
+            await self._challenge(ref, url, challenge)
         seq, dlv, status = int(seq), dlv.decode(), status.decode()
         if seq and not dlv:
             # The batch is done and its latest completion was never delivered: deliver it.
@@ -457,12 +442,26 @@ class AsyncWebhookStore:
             due = True
         return int(created) == 1, due
 
-    async def register_ops(self, account: str, url: str) -> bool:
-        """Register or replace the account's operational webhook (and enable it again).
-        Returns whether it was created."""
+    async def register_ops(self, account: str, url: str, *, verify: bool = False) -> bool:
+        """Register or replace the account's operational webhook (and enable it again),
+        verified first with ``verify`` (as ``register``). Returns whether it was created."""
         ref = ops_ref(account)
         key = keys.webhook(ref.shard, account, ref.name)
-        created = await self.scripts("register_ops_webhook", [key], [url, self.clock()])
+        challenge = secrets.token_urlsafe(24) if verify else ""
+        created = await self.scripts(
+            "register_ops_webhook",
+            [key, keys.due(ref.shard)],
+            [
+                url,
+                self.clock(),
+                "1" if verify else "",
+                challenge,
+                keys.shard_prefix(ref.shard),
+                account,
+            ],
+        )
+        if verify:
+            await self._challenge(ref, url, challenge)
         return int(created) == 1
 
     async def get(self, ref: BatchRef) -> Webhook | None:
@@ -474,7 +473,7 @@ class AsyncWebhookStore:
         removed = await self.scripts(
             "cancel_deliveries",
             [keys.webhook(s, ref.account, ref.name), keys.due(s)],
-            [self.clock(), keys.shard_prefix(s)],
+            [self.clock(), keys.shard_prefix(s), ref.account, ref.name],
         )
         return int(removed) == 1
 
@@ -487,7 +486,14 @@ class AsyncWebhookStore:
             await self.scripts(
                 "set_webhook_disabled",
                 [keys.webhook(s, ref.account, ref.name), keys.due(s)],
-                ["1" if disabled else "0", reason, self.clock(), keys.shard_prefix(s)],
+                [
+                    "1" if disabled else "0",
+                    reason,
+                    self.clock(),
+                    keys.shard_prefix(s),
+                    ref.account,
+                    ref.name,
+                ],
             )
         except ResponseError as exc:
             if refusal(exc) == "missing":
@@ -516,7 +522,7 @@ class AsyncWebhookStore:
             keys.batch_deliveries(s, ref.account, ref.name), start, start + limit
         )
         next_start = start + limit if len(ids) > limit else None
-        return await self._load(s, [raw.decode() for raw in ids[:limit]]), next_start
+        return await self._load([raw.decode() for raw in ids[:limit]]), next_start
 
     async def search(
         self,
@@ -529,18 +535,8 @@ class AsyncWebhookStore:
         cursor: str | None = None,
     ) -> tuple[list[Delivery], str | None]:
         """``WebhookStore.search``, for the API (the same calls, built by ``relay.search``)."""
-        q = _query(account, status, batch, since_ms, until_ms)
-        calls = page_calls(q, limit, decode_cursor(cursor))
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for _, k, a in calls:
-                await self.scripts.run("delivery_page", k, a, pipe)  # queued
-            pages = await pipe.execute()
-        page, after = merge_pages(pages, limit)
-        if not page:
-            return [], None
-        async with self.redis.pipeline(transaction=False) as pipe:
-            _queue_loads(pipe, [ident for _, ident in page])
-            return _loaded(await pipe.execute()), encode_cursor(after)
+        q = core.query(account, status, batch, since_ms, until_ms)
+        return await core.run_async(self.redis, self.scripts, core.search(q, limit, cursor))
 
     async def recover(
         self,
@@ -552,27 +548,11 @@ class AsyncWebhookStore:
     ) -> Recovery:
         """``WebhookStore.recover``, for the API. The caller wakes ``result.shards``."""
         run = RecoverRun(DeliveryStatus(status), account, since_ms, until_ms, self.clock())
-        while run.pending:
-            calls = run.calls()
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for _, k, a in calls:
-                    await self.scripts.run("recover_deliveries", k, a, pipe)  # queued
-                replies = await pipe.execute()
-            run.feed([s for s, _, _ in calls], replies)
-        return run.result
+        return await core.run_async(self.redis, self.scripts, core.recover(run))
 
-    async def _load(self, shard: int, ids: list[str]) -> list[Delivery]:
+    async def _load(self, ids: list[str]) -> list[Delivery]:
         """The deliveries with their attempts, in the order of ``ids`` (one round trip)."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for ident in ids:
-                pipe.hgetall(keys.delivery(shard, ident))
-                pipe.lrange(keys.delivery_attempts(shard, ident), 0, -1)
-            replies = await pipe.execute()
-        return [
-            Delivery.from_hash(h, attempts)
-            for h, attempts in zip(replies[::2], replies[1::2], strict=True)
-            if h
-        ]
+        return await core.run_async(self.redis, self.scripts, core.load(ids))
 
     async def retry(self, ref: BatchRef, delivery_id: str) -> Delivery:
         """Deliver again now, same webhook-id. Raises DeliveryNotFound, NotRetryable."""
@@ -588,7 +568,7 @@ class AsyncWebhookStore:
             await self.scripts("retry_delivery", k, a)
         except ResponseError as exc:
             raise _retry_refusal(delivery_id, exc) from exc
-        found = await self._load(shard, [delivery_id])
+        found = await self._load([delivery_id])
         if not found:  # only if deleted by hand meanwhile
             raise missing
         return found[0]

@@ -22,7 +22,7 @@ from tests.support.api_fixtures import V1, Api, ApiFactory, api_factory_fixture,
 from tests.support.helpers import relay_cli, wait_until
 
 
-def _complete(api: Api, account: str, name: str) -> None:
+def complete_in_process(api: Api, account: str, name: str) -> None:
     """Upload one document, process it in this process (claim and finish), detect it."""
     api.upload_ok(account, name)
     r = api.client.post(f"{V1}/batches/{name}/process", headers=api.auth(account))
@@ -44,8 +44,8 @@ def _get(api: Api, account: str, path: str = "/events", **params: Any) -> Any:
 
 
 def test_an_account_reads_its_own_feed_only(api: Api) -> None:
-    _complete(api, "acme", "b1")
-    _complete(api, "globex", "g1")
+    complete_in_process(api, "acme", "b1")
+    complete_in_process(api, "globex", "g1")
     mine = _get(api, "acme").json()
     assert [e["data"]["batch_name"] for e in mine["events"]] == ["b1"]
     assert mine["next_cursor"] == mine["events"][0]["id"] and mine["has_more"] is False
@@ -132,11 +132,11 @@ def test_a_long_poll_wakes_on_an_event_and_an_idle_one_ends_after_its_wait(api: 
     out: dict[str, Any] = {}
     thread = _poll(api, "acme", out, wait="25")
     _waiting(api, 1)
-    _complete(api, "globex", "g1")  # another account's event wakes nothing of acme's
+    complete_in_process(api, "globex", "g1")  # another account's event wakes nothing of acme's
     time.sleep(0.3)
     assert thread.is_alive()
     t0 = time.monotonic()
-    _complete(api, "acme", "b1")
+    complete_in_process(api, "acme", "b1")
     thread.join(20)
     assert out["at"] - t0 < 5  # the wait was 25 s
     (event,) = out["response"].json()["events"]
@@ -161,8 +161,8 @@ def test_waiting_requests_are_bounded_per_account(api_factory: ApiFactory) -> No
     _waiting(api, 3)
     r = _get(api, "initech", wait="5")  # the process's bound
     assert r.status_code == 429
-    _complete(api, "acme", "b1")
-    _complete(api, "globex", "g1")
+    complete_in_process(api, "acme", "b1")
+    complete_in_process(api, "globex", "g1")
     for t in [*threads, third]:
         t.join(20)
     assert all(len(o["response"].json()["events"]) == 1 for o in [*outs, other])
@@ -179,15 +179,15 @@ def test_a_long_poll_outlives_the_listener_connection(api: Api, redis: redis.Red
     _waiting(api, 1)
     redis.client_kill_filter(_type="pubsub")
     wait_until(lambda: waiters.reconnects > before and waiters.connected, 15, message="reconnect")
-    _complete(api, "acme", "b1")
+    complete_in_process(api, "acme", "b1")
     thread.join(20)
     assert len(out["response"].json()["events"]) == 1
 
 
 def test_relay_events_prints_the_feed(api: Api) -> None:
     """``relay events``: the operator reads any account's feed from the terminal."""
-    _complete(api, "acme", "b1")
-    _complete(api, "acme", "b2")
+    complete_in_process(api, "acme", "b1")
+    complete_in_process(api, "acme", "b2")
     events = _get(api, "acme").json()["events"]
     done = relay_cli(api.settings.redis_url, "events", "--account", "acme")
     assert done.returncode == 0, done.stderr

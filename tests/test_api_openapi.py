@@ -16,7 +16,7 @@ from relay.api.reference import anchor as reference_anchor
 from relay.delivery.probe import ProbeResult, probe_body
 from relay.model import Batch
 from relay.store import BatchRef
-from relay.webhook_store import event_body, notification_body
+from relay.webhook_store import event_body, notification_body, verify_body, verify_challenge
 from tests.support.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
 
 METHODS = {"get", "put", "post", "delete", "patch"}
@@ -311,6 +311,15 @@ def test_webhooks_describe_the_test_event_and_the_feed_and_test_send_answers(
         body = json.loads(probe_body(name, "https://h.example/x", 1764475200000))
         check.validate(body)
         assert not check.is_valid({**body, "extra": 1})
+    check = validator(
+        doc["webhooks"]["webhook.verify"]["post"]["requestBody"]["content"]["application/json"][
+            "schema"
+        ]
+    )
+    for name in ("b1", ""):
+        body = json.loads(verify_body(name, "https://h.example/x", "c-1", 1764475200000))
+        check.validate(body)
+        assert verify_challenge(json.dumps(body, separators=(",", ":")).encode()) == "c-1"
     answer = ProbeResult(
         "msg_3abcdefghijklmnopqrst", "https://h.example/x", 1, None, 1.5, "x", "timeout"
     )

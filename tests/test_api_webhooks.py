@@ -219,6 +219,7 @@ def test_operational_webhook_register_replace_read_remove(api_factory: object) -
         "disabled_reason": None,
         "created_at": first.json()["created_at"],
         "updated_at": first.json()["updated_at"],
+        "verification": {"status": "none", "verified_at": None},
     }
     again = api.client.put(ops, headers=h, json={"url": "http://127.0.0.1:9/ops2"})
     assert again.status_code == 200 and again.json()["url"].endswith("/ops2")
@@ -262,3 +263,39 @@ def test_the_operational_refusal_does_not_reveal_what_a_name_resolves_to(api: Ap
     assert r.json()["error"]["message"] == (
         "localhost resolves to a non-public address; callbacks may only go to public addresses"
     )
+
+
+def test_verify_is_a_boolean_and_the_setting_verifies_every_registration(
+    api_factory: object,
+) -> None:
+    api = api_factory(allow_http_targets=True, allow_private_targets=True)  # type: ignore[operator]
+    h = api.auth("acme")
+    api.upload_ok("acme", "b1")
+    hook = f"{V1}/batches/b1/webhook"
+    url = "http://127.0.0.1:9/h"
+    for bad in (
+        {"url": url, "verify": "yes"},
+        {"url": url, "verify": True, "x": 1},
+        {"verify": True},
+    ):
+        r = api.client.put(hook, headers=h, json=bad)
+        assert r.status_code == 422, (bad, r.text)
+    r = api.client.put(hook, headers=h, json={"url": url, "verify": False})
+    assert r.status_code == 201 and r.json()["verification"]["status"] == "none"
+    r = api.client.put(hook, headers=h, json={"url": url, "verify": True})
+    assert r.status_code == 200 and r.json()["verification"]["status"] == "pending"
+    # Registering again without verify ends the verification.
+    r = api.client.put(hook, headers=h, json={"url": url})
+    assert r.json()["verification"]["status"] == "none"
+
+    strict = api_factory(  # type: ignore[operator]
+        allow_http_targets=True,
+        allow_private_targets=True,
+        require_verified_webhooks=True,
+        encryption_key=api.settings.encryption_key,
+    )
+    strict._keys.update(api._keys)
+    r = strict.client.put(hook, headers=h, json={"url": url, "verify": False})
+    assert r.status_code == 200 and r.json()["verification"]["status"] == "pending"
+    ops = strict.client.put(f"{V1}/operational-webhook", headers=h, json={"url": url})
+    assert ops.status_code == 201 and ops.json()["verification"]["status"] == "pending"

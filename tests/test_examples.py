@@ -22,13 +22,16 @@ import httpx
 import pytest
 
 from relay.crypto import SigningMaterial
+from relay.delivery.probe import probe_body
 from relay.delivery.signing import build_headers
 from relay.keys import new_id
 from relay.model import Batch, Status
 from relay.timefmt import now_ms
-from relay.webhook_store import notification_body
+from relay.webhook_store import notification_body, verify_body
+from tests.support.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
 from tests.support.helpers import free_port, wait_until
 from tests.support.procs import spawn
+from tests.test_api_events import complete_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -88,7 +91,8 @@ def running(command: list[str], tmp: Path, **settings: str) -> Iterator[Receiver
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RELAY_", "WEBHOOK_"))}
     env.update(settings, PYTHONUNBUFFERED="1")
-    proc = spawn("receiver", [*command, "--port", str(port)], tmp, env, ROOT)
+    argv = [*command, "--port", str(port), "--state", str(tmp / "last-id")]
+    proc = spawn("receiver", argv, tmp, env, ROOT)
     receiver = Receiver(f"http://127.0.0.1:{port}/hook", proc.log)
 
     def up() -> bool:
@@ -205,3 +209,50 @@ def test_receiver_with_only_the_public_key(command: list[str], tmp_path: Path) -
         assert post(body, signed(msg_id, body, [material], keep="v1a")) == 200
         receiver.wait_processed(msg_id, "b3", 1)
         assert receiver.output().count("processed ") == 1
+
+
+def test_receiver_echoes_the_verification_challenge(command: list[str], tmp_path: Path) -> None:
+    material = SigningMaterial.generate(now_ms())
+    body = verify_body("b1", "https://h.example/hook", "ch4llenge-xyz", now_ms())
+    with (
+        running(command, tmp_path, WEBHOOK_SECRET=material.whsec) as receiver,
+        httpx.Client(timeout=5) as client,
+    ):
+        r = client.post(
+            receiver.url, content=body, headers=signed(new_id("msg", 2), body, [material])
+        )
+        assert r.status_code == 200 and "ch4llenge-xyz" in r.text
+        # Unsigned, it is refused like anything else.
+        r = client.post(receiver.url, content=body, headers={"webhook-id": new_id("msg", 2)})
+        assert r.status_code == 400 and "ch4llenge-xyz" not in r.text
+        test = probe_body("b1", "https://h.example/hook", now_ms())
+        r = client.post(
+            receiver.url, content=test, headers=signed(new_id("msg", 2), test, [material])
+        )
+        assert r.status_code == 200
+        assert "processed" not in receiver.output()
+
+
+def test_receiver_resumes_from_the_last_id_it_processed(
+    command: list[str], tmp_path: Path, api: Api
+) -> None:
+    """Three batches completed; the receiver had processed the first (its id in the state
+    file): when it starts it reads the feed after it and processes the other two, once."""
+    for name in ("r1", "r2", "r3"):
+        complete_in_process(api, "acme", name)
+    events = api.client.get(f"{V1}/events", headers=api.auth("acme")).json()["events"]
+    assert len(events) == 3
+    (tmp_path / "last-id").write_text(events[0]["id"])
+    material = SigningMaterial.generate(now_ms())
+    settings = {
+        "WEBHOOK_SECRET": material.whsec,
+        "EVENTS_API_URL": api.base_url + V1,
+        "EVENTS_API_KEY": api.key("acme"),
+    }
+    with running(command, tmp_path, **settings) as receiver:
+        receiver.wait_processed(events[2]["id"], "r3", 1)
+        output = receiver.output()
+        assert receiver.processed(events[0]["id"]) == 0, output
+        assert receiver.processed(events[1]["id"]) == 1, output
+        assert "caught up: 2 event(s)" in output
+        assert (tmp_path / "last-id").read_text() == events[2]["id"]

@@ -36,6 +36,7 @@ def test_lua_key_helpers_equal_the_python_ones(redis: redis.Redis, shard: int) -
     for name, made in [
         ("key_batch_deliveries", keys.batch_deliveries),
         ("key_delivery_by_seq", keys.batch_delivery_by_seq),
+        ("key_batch_parked", keys.batch_parked),
     ]:
         expr = f"{name}(ARGV[1], ARGV[2], ARGV[3])"
         assert _lua(redis, expr, p, "acme", "~ops") == made(shard, "acme", "~ops"), name

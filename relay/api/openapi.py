@@ -588,11 +588,42 @@ def _test_event() -> dict[str, Any]:
     }
 
 
+def _verify_event() -> dict[str, Any]:
+    return {
+        "post": {
+            "operationId": "webhookVerify",
+            "summary": "An endpoint verification's challenge: sent when a webhook is "
+            "registered with verify: true (or RELAY_REQUIRE_VERIFIED_WEBHOOKS), before "
+            "anything else. Answer 2xx with data.challenge in the body.",
+            "description": "Signed like every event. The webhook stays pending (nothing else "
+            "is sent; notifications wait, none is lost) until an answer is 2xx and holds the "
+            "challenge; retried on RELAY_VERIFY_SCHEDULE, after which the webhook is disabled "
+            "with the reason and a webhook.disabled event. data.batch_name is null for the "
+            "operational webhook.",
+            "tags": ["webhooks"],
+            "security": [],
+            "parameters": _webhook_headers(),
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": ref("WebhookVerifyEvent")}},
+            },
+            "responses": {
+                "2XX": {
+                    "description": "Verified when the body holds the challenge (e.g. the "
+                    'challenge alone, or {"challenge": "..."}).'
+                },
+                "default": {"description": "Not verified; retried on the schedule."},
+            },
+        }
+    }
+
+
 def webhooks() -> dict[str, Any]:
     """The OpenAPI 3.1 ``webhooks``: what relay POSTs to receivers."""
     return {
         "batch.completed": _batch_completed(),
         **operational_webhooks(),
+        "webhook.verify": _verify_event(),
         "webhook.test": _test_event(),
     }
 

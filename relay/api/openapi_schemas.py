@@ -10,13 +10,17 @@ from __future__ import annotations
 from typing import Any
 
 from relay.delivery.ssrf import CALLBACK_URL_PATTERN
+from relay.model import BATCH_NAME_RE, DeliveryStatus, Status
+from relay.search import RECOVERABLE
 
-BATCH_NAME_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+# From the definitions the code checks against, never copied (the model's enums and rules).
+BATCH_NAME_PATTERN = f"^{BATCH_NAME_RE.pattern}$"
 DOCUMENT_ID_PATTERN = "^doc_[0-9a-f][a-z2-7]{20}$"
 DELIVERY_ID_PATTERN = "^msg_[0-9a-f][a-z2-7]{20}$"
 
-STATUSES = ["queued", "processing", "succeeded", "failed", "canceled"]
-DELIVERY_STATUSES = ["pending", "succeeded", "failed", "superseded", "canceled"]
+STATUSES = [s.value for s in Status]
+DELIVERY_STATUSES = [s.value for s in DeliveryStatus]
+RECOVERABLE_STATUSES = [s.value for s in RECOVERABLE]
 
 
 def ref(name: str) -> dict[str, str]:
@@ -31,6 +35,12 @@ def _obj(props: dict[str, Any]) -> dict[str, Any]:
         "properties": props,
         "additionalProperties": False,
     }
+
+
+def _optional(names: list[str], props: dict[str, Any]) -> dict[str, Any]:
+    """``_obj(props)`` with ``names`` not required."""
+    schema = _obj(props)
+    return {**schema, "required": [n for n in schema["required"] if n not in names]}
 
 
 _TIME = {
@@ -198,7 +208,8 @@ SCHEMAS: dict[str, Any] = {
             },
         },
     },
-    "WebhookRequest": _obj(
+    "WebhookRequest": _optional(
+        ["verify"],
         {
             "url": {
                 "type": "string",
@@ -211,8 +222,16 @@ SCHEMAS: dict[str, Any] = {
                 "invalid_webhook_url with the reason. A relay run for local work "
                 "(RELAY_ALLOW_HTTP_TARGETS, RELAY_ALLOW_PRIVATE_TARGETS) also takes http:// "
                 "and IP literals.",
-            }
-        }
+            },
+            "verify": {
+                "type": "boolean",
+                "default": False,
+                "description": "Verify the endpoint first: relay sends a signed webhook.verify "
+                "event whose data.challenge the receiver must echo in a 2xx body; until then "
+                "nothing else is sent (notifications wait). Always on with "
+                "RELAY_REQUIRE_VERIFIED_WEBHOOKS.",
+            },
+        },
     ),
     "Webhook": _obj(
         {
@@ -222,6 +241,21 @@ SCHEMAS: dict[str, Any] = {
             "disabled_reason": {"type": ["string", "null"]},
             "created_at": _TIME,
             "updated_at": _TIME,
+            "verification": ref("Verification"),
+        }
+    ),
+    "Verification": _obj(
+        {
+            "status": {
+                "type": "string",
+                "enum": ["none", "pending", "verified", "failed"],
+                "description": "none: not asked (verify: false); pending: the signed "
+                "webhook.verify challenge was sent and is not echoed yet, nothing else is "
+                "sent meanwhile (notifications wait, none is lost); verified: echoed; "
+                "failed: never echoed (the webhook is disabled with the reason, and a "
+                "webhook.disabled event is raised).",
+            },
+            "verified_at": _TIME_OR_NULL,
         }
     ),
     "OperationalWebhook": _obj(
@@ -231,6 +265,7 @@ SCHEMAS: dict[str, Any] = {
             "disabled_reason": {"type": ["string", "null"]},
             "created_at": _TIME,
             "updated_at": _TIME,
+            "verification": ref("Verification"),
         }
     ),
     "Attempt": _obj(
@@ -330,6 +365,22 @@ SCHEMAS: dict[str, Any] = {
             ),
         }
     ),
+    "WebhookVerifyEvent": _obj(
+        {
+            "type": {"const": "webhook.verify"},
+            "timestamp": {**_TIME, "description": "When the challenge was made."},
+            "data": _obj(
+                {
+                    "batch_name": {"type": ["string", "null"]},
+                    "url": {"type": "string"},
+                    "challenge": {
+                        "type": "string",
+                        "description": "Echo it in the body of a 2xx answer.",
+                    },
+                }
+            ),
+        }
+    ),
     "TestSend": _obj(
         {
             "id": {**_MSG_ID, "description": "The test event's webhook-id (new each time)."},
@@ -384,7 +435,11 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "since": {**QUERY_TIME, "description": "Deliveries created at or after (RFC 3339)."},
             "until": {**QUERY_TIME, "description": "... and before (RFC 3339; default: now)."},
-            "status": {"type": "string", "enum": ["failed", "canceled"], "default": "failed"},
+            "status": {
+                "type": "string",
+                "enum": RECOVERABLE_STATUSES,
+                "default": DeliveryStatus.FAILED.value,
+            },
         },
         "additionalProperties": False,
     },

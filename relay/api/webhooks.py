@@ -43,11 +43,20 @@ async def _wake(st: AppState, ref: BatchRef) -> None:
     await st.edge.wake(ref.shard)
 
 
-async def _callback_url(request: Request, st: AppState) -> str:
-    """The ``{"url": ...}`` of a registration, vetted as every callback URL is (422)."""
+async def _callback_url(request: Request, st: AppState) -> tuple[str, bool]:
+    """The ``{"url": ..., "verify": ...}`` of a registration, the URL vetted as every
+    callback URL is (422); verify is on for every registration with
+    RELAY_REQUIRE_VERIFIED_WEBHOOKS."""
     body = await read_json(request)
-    if not isinstance(body, dict) or set(body) != {"url"} or not isinstance(body["url"], str):
-        raise Unprocessable('expected {"url": "https://..."}')
+    if (
+        not isinstance(body, dict)
+        or "url" not in body
+        or not set(body) <= {"url", "verify"}
+        or not isinstance(body["url"], str)
+        or not isinstance(body.get("verify", False), bool)
+    ):
+        raise Unprocessable('expected {"url": "https://...", "verify": true|false (optional)}')
+    verify = bool(body.get("verify", False)) or st.settings.require_verified_webhooks
     url = body["url"]
     if len(url) > MAX_URL_CHARS:
         raise Unprocessable(
@@ -66,13 +75,13 @@ async def _callback_url(request: Request, st: AppState) -> str:
             "not an IP address, and RFC 3986 characters (percent-encode any other)",
             error_type="invalid_webhook_url",
         )
-    return url
+    return url, verify
 
 
 async def put_webhook(request: Request) -> Response:
     st, ref = await _batch(request)
-    url = await _callback_url(request, st)
-    created, due = await st.webhooks.register(ref, url, st.settings.public_url)
+    url, verify = await _callback_url(request, st)
+    created, due = await st.webhooks.register(ref, url, st.settings.public_url, verify=verify)
     if due:
         await _wake(st, ref)
     hook = await st.webhooks.get(ref)
@@ -159,8 +168,10 @@ def _ops_json(hook: Webhook) -> dict[str, Any]:
 async def put_operational_webhook(request: Request) -> Response:
     account = await authenticate(request)
     st = state(request)
-    url = await _callback_url(request, st)
-    created = await st.webhooks.register_ops(account, url)
+    url, verify = await _callback_url(request, st)
+    created = await st.webhooks.register_ops(account, url, verify=verify)
+    if verify:
+        await _wake(st, ops_ref(account))
     hook = await st.webhooks.get(ops_ref(account))
     if hook is None:  # removed between the two calls by a concurrent DELETE
         raise NotFound("the operational webhook was removed meanwhile")

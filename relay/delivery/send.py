@@ -28,7 +28,7 @@ from relay.logs import fields, url_host
 from relay.metrics import Metrics
 from relay.model import Attempt
 from relay.timefmt import now_ms
-from relay.webhook_store import ClaimedDelivery, WebhookStore
+from relay.webhook_store import ClaimedDelivery, WebhookStore, verify_challenge
 
 
 class AttemptContext(Protocol):
@@ -134,14 +134,26 @@ def attempt_once(
     )
     status_code, retry_after, error = sent.status_code, sent.retry_after, sent.error
     excerpt, duration_ms = sent.excerpt, sent.duration_ms
+    challenge = verify_challenge(d.body)
+    if challenge is not None and error is None and challenge not in excerpt:
+        error = "no_challenge_echo"  # a 2xx without the challenge in its body verifies nothing
     decision = schedule.decide(
-        status_code=status_code,
+        status_code=None if error == "no_challenge_echo" else status_code,
         retry_after=retry_after,
         failed_in_round=d.round_attempts,
-        schedule=ctx.settings.retry_schedule,
+        schedule=ctx.settings.retry_schedule if challenge is None else ctx.settings.verify_schedule,
         jitter=ctx.settings.retry_jitter,
         now_ms=now_ms(),
     )
+    reason = "the receiver answered 410 Gone" if decision.outcome == schedule.GONE else ""
+    if challenge is not None and decision.outcome in (schedule.FAILED, schedule.GONE):
+        # The verification failed: the webhook is disabled with the reason (and the event).
+        decision = schedule.Decision(schedule.GONE)
+        reason = "endpoint verification failed: " + (
+            "the receiver did not echo the challenge in a 2xx answer"
+            if error == "no_challenge_echo"
+            else f"the last attempt got {status_code or error}"
+        )
     attempt = Attempt(
         number=d.number,
         at=started_ms,
@@ -156,9 +168,10 @@ def attempt_once(
         attempt,
         outcome=decision.outcome,
         next_at=decision.next_at_ms,
-        reason="the receiver answered 410 Gone" if decision.outcome == schedule.GONE else "",
+        reason=reason,
+        verify=challenge is not None,
     )
-    if decision.outcome == schedule.SUCCEEDED:
+    if decision.outcome == schedule.SUCCEEDED and challenge is None:
         ctx.metrics.delivered(d.completed_ms, now_ms())
     ctx.metrics.attempted(decision.outcome, duration_ms)
     log.log(

@@ -33,6 +33,10 @@ end
 local function key_delivery_by_seq(p, account, name)
   return p .. 'batch:' .. account .. ':' .. name .. ':delivery_by_seq'
 end
+-- A batch's deliveries held back while its webhook's verification is pending (keys.batch_parked).
+local function key_batch_parked(p, account, name)
+  return p .. 'batch:' .. account .. ':' .. name .. ':parked'
+end
 local function key_account_status_deliveries(p, account, status)
   return key_account_deliveries(p, account) .. ':' .. status
 end
@@ -76,6 +80,26 @@ local function cancel_pending(p, due_key, w_pending, now)
     redis.call('ZREM', due_key, w_pending)
     index_delivery(p, w_pending, 'pending', 'canceled')
   end
+end
+-- Endpoint verification: the deliveries parked while it was pending (claim_deliveries.lua)
+-- become due now (verified) or canceled (failed, the webhook removed or disabled).
+local function release_parked(p, due_key, account, name, now, cancel)
+  local parked = key_batch_parked(p, account, name)
+  for _, id in ipairs(redis.call('SMEMBERS', parked)) do
+    local dk = key_delivery(p, id)
+    if redis.call('HGET', dk, 'status') == 'pending' then
+      if cancel then
+        redis.call('HSET', dk, 'status', 'canceled', 'next_attempt_at', '', 'lease', '',
+                   'updated_at', now)
+        redis.call('ZREM', due_key, id)
+        index_delivery(p, id, 'pending', 'canceled')
+      else
+        redis.call('HSET', dk, 'next_attempt_at', now)
+        redis.call('ZADD', due_key, now, id)
+      end
+    end
+  end
+  redis.call('DEL', parked)
 end
 -- The shard prefix back from a batch key (keys.batch = p .. 'batch:' .. account .. ':' .. name),
 -- for scripts that get the batch in KEYS but no prefix in ARGV.

@@ -19,8 +19,13 @@ for _, id in ipairs(ids) do
     redis.call('ZREM', KEYS[1], id)
   else
     local wk = key_webhook(ARGV[5], d[2], d[3])
-    local w = redis.call('HMGET', wk, 'url', 'disabled')
-    if not w[1] or w[2] == '1' then
+    local w = redis.call('HMGET', wk, 'url', 'disabled', 'verification', 'verify_id')
+    if w[1] and w[2] ~= '1' and w[3] == 'pending' and w[4] ~= id then
+      -- Endpoint verification pending: nothing but the challenge is sent; parked until it
+      -- ends (release_parked in _lib.lua: due when verified, canceled when it failed).
+      redis.call('ZREM', KEYS[1], id)
+      redis.call('SADD', key_batch_parked(ARGV[5], d[2], d[3]), id)
+    elseif not w[1] or w[2] == '1' then
       redis.call('HSET', dk, 'status', 'canceled', 'next_attempt_at', '', 'lease', '',
                  'updated_at', ARGV[1])
       redis.call('ZREM', KEYS[1], id)

@@ -7,18 +7,36 @@
 --       8 the batch's completed_at (ms) for this completion,
 --       9 'event' for an operational event's delivery (ARGV[3] is then relay.keys.OPS_BATCH
 --         and ARGV[4] the event's id): it supersedes nothing and is not the webhook's
---         `pending` one (every event is delivered), and its seq is 0
+--         `pending` one (every event is delivered), and its seq is 0;
+--         'verify' for an endpoint verification's challenge (as 'event', and it becomes the
+--         webhook's `verify_id`: the one delivery sent while the verification is pending)
 -- Returns: {1, id} created; {0, id} already exists for this seq; {0, ''} no usable webhook.
 local existing = redis.call('HGET', KEYS[2], ARGV[4])
 if existing then
   return {0, existing}
 end
-local w = redis.call('HMGET', KEYS[1], 'url', 'disabled', 'pending')
+local w = redis.call('HMGET', KEYS[1], 'url', 'disabled', 'pending', 'verification',
+                     'verify_id')
 if not w[1] or w[2] == '1' then
   return {0, ''}
 end
-local event = ARGV[9] == 'event'
-if not event and w[3] and w[3] ~= '' then
+local verify = ARGV[9] == 'verify'
+local event = ARGV[9] == 'event' or verify
+if verify and w[5] and w[5] ~= '' then
+  -- A new challenge replaces the previous one: its delivery, if still pending, goes.
+  local older = key_delivery(ARGV[7], w[5])
+  if redis.call('HGET', older, 'status') == 'pending' then
+    redis.call('HSET', older, 'status', 'superseded', 'next_attempt_at', '', 'lease', '',
+               'updated_at', ARGV[5])
+    redis.call('ZREM', KEYS[4], w[5])
+    index_delivery(ARGV[7], w[5], 'pending', 'superseded')
+  end
+end
+if verify then
+  redis.call('HSET', KEYS[1], 'verify_id', ARGV[1])
+end
+-- While a verification is pending nothing supersedes: every notification waits for it.
+if not event and w[4] ~= 'pending' and w[3] and w[3] ~= '' then
   local older = key_delivery(ARGV[7], w[3])
   local o = redis.call('HMGET', older, 'status', 'seq')
   if o[1] == 'pending' and tonumber(o[2]) < tonumber(ARGV[4]) then

@@ -4,7 +4,8 @@
 --       outcome ('succeeded' | 'retry' | 'failed' | 'gone'), next_at (ms, for 'retry'),
 --       attempt (the attempt's JSON), reason (for 'gone'), keep (attempts kept, 0: all),
 --       disable_after (RELAY_DISABLE_AFTER in ms, 0: never), clock (the store's clock, ms:
---       failing since, and the disable decision), disable_reason (auto-disable)
+--       failing since, and the disable decision), disable_reason (auto-disable),
+--       verify ('1' for an endpoint verification's challenge, webhook.verify; else '')
 -- The attempt is always appended: it happened. The delivery moves on only while this
 -- worker still holds its lease (a late answer after the lease passed on changes nothing
 -- but the record). Returns 1 when the delivery moved on, 0 otherwise.
@@ -34,9 +35,16 @@ redis.call('HSET', KEYS[1], 'lease', '', 'updated_at', A.now)
 -- attempt after a success or a registration, cleared by a success. A failed attempt that
 -- many ms after it disables the webhook: a retry becomes `canceled` (attempts stop).
 -- A 410 disables at once. The events go out at the end of the script.
-local hook = redis.call('HMGET', KEYS[4], 'url', 'disabled', 'failing_since')
+local hook = redis.call('HMGET', KEYS[4], 'url', 'disabled', 'failing_since', 'verify_id')
 local disable = nil
-if hook[1] and hook[2] ~= '1' then
+-- An endpoint verification's challenge: its own short schedule decides, not
+-- RELAY_DISABLE_AFTER; its last failure comes as 'gone' with the reason.
+local verify = A.verify == '1' and hook[4] == A.id
+if hook[1] and hook[2] ~= '1' and A.verify == '1' then
+  if outcome == 'gone' then
+    disable = A.reason
+  end
+elseif hook[1] and hook[2] ~= '1' then
   local clock = tonumber(A.clock)
   if outcome == 'succeeded' then
     redis.call('HSET', KEYS[4], 'failing_since', '')
@@ -81,8 +89,21 @@ end
 index_delivery(delivery_prefix(KEYS[1], A.id), A.id, 'pending',
                redis.call('HGET', KEYS[1], 'status'))
 
--- Operational events (emit_event in _lib.lua; none about the operational webhook's own).
 local dv = redis.call('HMGET', KEYS[1], 'account', 'batch', 'url', 'attempt_count')
+if verify then
+  -- The verification ended: what was parked meanwhile goes now, or never.
+  local p = delivery_prefix(KEYS[1], A.id)
+  if outcome == 'succeeded' then
+    redis.call('HSET', KEYS[4], 'verification', 'verified', 'challenge', '',
+               'verified_at', A.now)
+    release_parked(p, KEYS[3], dv[1], dv[2], A.now, false)
+  else
+    redis.call('HSET', KEYS[4], 'verification', 'failed')
+    release_parked(p, KEYS[3], dv[1], dv[2], A.now, true)
+  end
+end
+
+-- Operational events (emit_event in _lib.lua; none about the operational webhook's own).
 if disable then
   redis.call('HSET', KEYS[4], 'disabled', '1', 'disabled_reason', disable,
              'updated_at', A.now)

@@ -1,6 +1,8 @@
 -- Register or replace a batch's callback URL (and enable it again).
--- KEYS: 1 batch, 2 webhook, 3 delivery_by_seq
--- ARGV: 1 url, 2 now (ms), 3 the shard's key prefix (the completion's delivery)
+-- KEYS: 1 batch, 2 webhook, 3 delivery_by_seq, 4 due
+-- ARGV: 1 url, 2 now (ms), 3 the shard's key prefix (the completion's delivery),
+--       4 '1' to verify the endpoint first (a webhook.verify challenge must be echoed),
+--       5 the challenge, 6 account, 7 batch name
 -- Returns: {created (1/0), completion_seq if the batch is done else 0,
 --           delivery id of that completion or '', its status or ''}
 -- or the refusal 'missing' when the batch does not exist.
@@ -9,12 +11,23 @@ if not b[1] then
   return refuse('missing')
 end
 local created = 0
+local was = redis.call('HGET', KEYS[2], 'verification')
 if redis.call('EXISTS', KEYS[2]) == 0 then
   created = 1
   redis.call('HSET', KEYS[2], 'created_at', ARGV[2], 'pending', '')
 end
 redis.call('HSET', KEYS[2], 'url', ARGV[1], 'updated_at', ARGV[2], 'disabled', '0',
            'disabled_reason', '', 'failing_since', '')
+if ARGV[4] == '1' then
+  -- Pending until the receiver echoes the challenge; the caller creates its delivery.
+  redis.call('HSET', KEYS[2], 'verification', 'pending', 'challenge', ARGV[5],
+             'verified_at', '')
+else
+  redis.call('HSET', KEYS[2], 'verification', '', 'challenge', '', 'verify_id', '')
+  if was == 'pending' then
+    release_parked(ARGV[3], KEYS[4], ARGV[6], ARGV[7], ARGV[2], false)
+  end
+end
 local seq = 0
 if b[2] and b[2] ~= '' then
   seq = tonumber(b[3] or '0')

@@ -7,6 +7,7 @@ headers, exact body bytes and arrival time (``time.time()``).
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +22,7 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
     body: bytes = b"ok"
+    echo: bool = False  # answer the request's data.challenge (webhook.verify) as the body
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,12 @@ class Receiver:
                     receiver.requests.append(Received(self.path, headers, body, at))
                     reply = receiver._next(self.path, len(receiver.requests))
                     receiver.replies.append(reply.status)
+                if reply.echo:
+                    try:
+                        challenge = json.loads(body)["data"]["challenge"]
+                    except (ValueError, KeyError, TypeError):
+                        challenge = ""
+                    reply = Reply(reply.status, reply.headers, reply.delay, str(challenge).encode())
                 if reply.delay:
                     time.sleep(reply.delay)
                 try:

@@ -1,0 +1,122 @@
+"""End to end, real processes: endpoint verification. A webhook registered with verify is
+pending until its receiver echoes the signed webhook.verify challenge; notifications created
+meanwhile wait, none lost, and go once it is verified. A wrong echo never gets a notification:
+the webhook is disabled with the reason and a webhook.disabled event."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import redis
+
+from tests.e2e.client import Api
+from tests.e2e.test_webhooks import CSV, settled
+from tests.e2e.verify import verify_both
+from tests.support.helpers import wait_until
+from tests.support.procs import Stack
+from tests.support.receiver import Receiver, Reply
+
+
+def _start(stack: Stack, **settings: str) -> Api:
+    stack.env.update(settings)
+    stack.api()
+    stack.worker()
+    stack.detector()
+    return Api(stack.api_url, stack.create_key("acme"))
+
+
+def _types(rx: Receiver, path: str) -> list[str]:
+    return [json.loads(r.body)["type"] for r in rx.received(path)]
+
+
+def _hook(api: Api, batch: str) -> dict[str, Any]:
+    r = api.http.get(f"/batches/{batch}/webhook")
+    assert r.status_code == 200, r.text
+    body: dict[str, Any] = r.json()
+    return body
+
+
+def test_pending_until_the_echo_then_verified_and_what_waited_is_delivered(
+    stack: Stack, receiver: Receiver, redis: redis.Redis
+) -> None:
+    api = _start(stack, RELAY_VERIFY_SCHEDULE=",".join(["0.5"] * 60))
+    receiver.script("/v", [Reply(200, body=b"hello")])  # 2xx, but no echo yet
+    api.upload("b1", CSV)
+    r = api.http.put("/batches/b1/webhook", json={"url": receiver.url("/v"), "verify": True})
+    assert r.status_code == 201, r.text
+    assert r.json()["verification"] == {"status": "pending", "verified_at": None}
+    wait_until(lambda: len(receiver.received("/v")) >= 2, 20, message="no challenge")
+    challenge_sent = receiver.received("/v")[0]
+    payload = verify_both(challenge_sent, api.signing())  # signed like any event
+    assert payload["type"] == "webhook.verify"
+    assert payload["data"]["batch_name"] == "b1" and len(payload["data"]["challenge"]) >= 20
+
+    # Two completions while pending: both wait (nothing but challenges reaches the receiver).
+    api.process("b1")
+    wait_until(lambda: api.batch("b1")["all_done"], 20, message="first completion")
+    api.upload("b1", CSV)
+    api.process("b1")
+    wait_until(
+        lambda: api.batch("b1")["all_done"] and api.batch("b1")["completion_seq"] == 2,
+        20,
+        message="second completion",
+    )
+    wait_until(lambda: len(api.deliveries("b1")) >= 3, 20, message="deliveries not created")
+    assert set(_types(receiver, "/v")) == {"webhook.verify"}
+    assert _hook(api, "b1")["verification"]["status"] == "pending"
+
+    receiver.script("/v", [Reply(200, echo=True)])  # now it answers the challenge
+    wait_until(
+        lambda: _hook(api, "b1")["verification"]["status"] == "verified",
+        20,
+        message="never verified",
+    )
+    assert _hook(api, "b1")["verification"]["verified_at"] is not None
+
+    def notifications() -> list[dict[str, Any]]:
+        bodies = [json.loads(r.body) for r in receiver.received("/v")]
+        return [b for b in bodies if b["type"] == "batch.completed"]
+
+    wait_until(
+        lambda: len(notifications()) >= 2, 20, message="the waiting notifications never went"
+    )
+    completed = notifications()
+    assert sorted(c["data"]["completion_seq"] for c in completed) == [1, 2]
+    wait_until(lambda: settled(redis), 10, message="deliveries still in flight")
+    kinds = [d["status"] for d in api.deliveries("b1")]
+    assert kinds.count("succeeded") == 3  # the challenge and both notifications
+    api.close()
+
+
+def test_a_wrong_echo_is_never_delivered_to_and_ends_disabled_with_the_event(
+    stack: Stack, receiver: Receiver, redis: redis.Redis
+) -> None:
+    api = _start(stack, RELAY_VERIFY_SCHEDULE="0.5,0.5,0.5")
+    receiver.script("/w", [Reply(200, body=b"not the challenge")])
+    ops = api.http.put("/operational-webhook", json={"url": receiver.url("/ops")})
+    assert ops.status_code == 201, ops.text
+    api.upload("b2", CSV)
+    r = api.http.put("/batches/b2/webhook", json={"url": receiver.url("/w"), "verify": True})
+    assert r.status_code == 201
+    api.process("b2")  # completes while pending
+
+    hook = wait_until(
+        lambda: (h := _hook(api, "b2"))["disabled"] and h, 30, message="never disabled"
+    )
+    assert hook["verification"]["status"] == "failed"
+    assert "endpoint verification failed" in hook["disabled_reason"]
+    assert "did not echo the challenge" in hook["disabled_reason"]
+    wait_until(lambda: settled(redis), 10, message="deliveries still in flight")
+    # Only challenges reached it: 4 attempts (the schedule), never the notification.
+    assert _types(receiver, "/w") == ["webhook.verify"] * 4
+    statuses = sorted(d["status"] for d in api.deliveries("b2"))
+    assert statuses == ["canceled", "failed"]  # the notification canceled, the challenge failed
+
+    (event,) = wait_until(lambda: receiver.received("/ops"), 20, message="no webhook.disabled")
+    body = verify_both(event, api.signing())
+    assert body["type"] == "webhook.disabled" and body["data"]["batch_name"] == "b2"
+    feed = api.http.get("/operational-events").json()["events"]
+    assert [e["type"] for e in feed] == ["webhook.disabled"]
+    assert feed[0]["id"] == event.headers["webhook-id"]
+    api.close()
