@@ -351,6 +351,13 @@ _FIELDS: tuple[_Field, ...] = (
         "Attempts in flight per worker process to one scheme://host:port",
     ),
     _Field(
+        "events_max_wait",
+        "30",
+        _positive_float,
+        "Seconds a GET /events?wait= is held at most in this process (a client may ask up to"
+        " 30; a smaller bound answers sooner, with an empty page)",
+    ),
+    _Field(
         "events_max_waiters",
         "1000",
         _positive_int,
@@ -468,6 +475,7 @@ class Settings:
     delivery_batch: int
     delivery_concurrency: int
     delivery_per_destination: int
+    events_max_wait: float
     events_max_waiters: int
     events_max_waiters_per_account: int
     require_verified_webhooks: bool
