@@ -22,6 +22,7 @@ BENCHMARKS = (
     "lag",
     "drain",
     "status",
+    "http_bounds",
     "memory",
     "ocr",
     "extract_overhead",

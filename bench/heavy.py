@@ -8,18 +8,34 @@ is made twice on fresh stacks: with the background of ``relay.processing`` (the 
 ``RELAY_BACKGROUND_EXTRACTIONS=1``) and without it (``0``: v1's behaviour, the small
 document waits for the heavy one). Also reported: the heavy document's own extraction
 time in each, i.e. what moving it to the background (reniced) costs it.
+
+And what watching costs every document: ``run_documents`` in this process (a private Redis,
+a real extraction child) over batches of 300 one-row CSVs, alternately as relay runs them
+(``process_fairly``: each extraction in a thread, watched) and with ``process_claimed``
+called directly (v1), 4 rounds each: milliseconds per document.
 """
 
 from __future__ import annotations
 
+import asyncio
+import statistics
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
+import redis.asyncio
 
 from bench._common import BenchError, Outcome, percentile, progress, table, wait_until, write_result
 from bench._stack import ACCOUNT, Stack
-from relay import keys
+from relay import keys, processing
+from relay.blobs import BlobStore
+from relay.config import load_settings
+from relay.crypto import generate_key
+from relay.redis_server import RedisServer
+from relay.store import AsyncStore, BatchRef, Claim
+from relay.worker_context import WorkerContext
 from tests.support.documents import HEADER, pdf, table_ops
 
 OTHER = "bench-other"
@@ -103,6 +119,55 @@ def _one_run(background: int, heavy_pdf: bytes, samples: int) -> dict[str, Any]:
             other.close()
 
 
+def _hand_out(url: str, ref: BatchRef, n: int) -> None:
+    async def main() -> None:
+        client = redis.asyncio.Redis.from_url(url)
+        api = AsyncStore(client, BlobStore(""))
+        try:
+            for i in range(n):
+                await api.upload(ref, filename=f"{i}.csv", content_type="text/csv", content=SMALL)
+            await api.process(ref, None)
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+
+
+def _watch_cost(rounds: int, n: int) -> dict[str, Any]:
+    """ms per document of ``run_documents`` with and without the watching thread."""
+    server = RedisServer(Path(tempfile.mkdtemp(prefix="relay-bench-")) / "redis", appendonly=False)
+    server.start()
+    env = {"RELAY_REDIS_URL": server.url, "RELAY_ENCRYPTION_KEY": generate_key()}
+    ctx = WorkerContext(load_settings(env, dotenv=None))
+    watched = processing.process_fairly
+
+    def direct(ctx: WorkerContext, claim: Claim) -> None:
+        processing.process_claimed(ctx, claim)
+
+    ms: dict[str, list[float]] = {"watched": [], "direct": []}
+    try:
+        ctx.extraction.run(SMALL, filename="warm.csv", content_type="", fields=[])
+        for i in range(rounds):
+            for how in ("watched", "direct"):
+                processing.process_fairly = watched if how == "watched" else direct
+                ref = BatchRef("bench", f"{how}-{i}")
+                _hand_out(server.url, ref, n)
+                t0 = time.perf_counter()
+                processing.run_documents(ctx, ref.shard, budget=1e9)
+                ms[how].append(round((time.perf_counter() - t0) / n * 1000, 3))
+    finally:
+        processing.process_fairly = watched
+        ctx.extraction.close()
+        ctx.redis.close()
+        server.stop()
+    return {
+        "documents_per_round": n,
+        "ms_per_document": ms,
+        "watched_p50_ms": statistics.median(ms["watched"]),
+        "direct_p50_ms": statistics.median(ms["direct"]),
+    }
+
+
 def run(*, quick: bool = False, profile: bool = False) -> Outcome:
     pages, samples = (40, 2) if quick else (400, 5)
     rows = [HEADER] + [[f"A-{i}", "Bolt M6 zinc", str(i)] for i in range(30)]
@@ -112,7 +177,22 @@ def run(*, quick: bool = False, profile: bool = False) -> Outcome:
     for background in (1, 0):
         progress("heavy", f"RELAY_BACKGROUND_EXTRACTIONS={background}")
         runs.append(_one_run(background, heavy_pdf, samples))
+    progress("heavy", "the cost of watching every document")
+    cost = _watch_cost(2 if quick else 4, 50 if quick else 300)
     out = Outcome()
+    out.tables.append(
+        table(
+            "run_documents in process, one-row CSVs: ms per document (median of rounds)",
+            ["watched (relay)", "direct (v1)", "ratio"],
+            [
+                [
+                    cost["watched_p50_ms"],
+                    cost["direct_p50_ms"],
+                    round(cost["watched_p50_ms"] / cost["direct_p50_ms"], 3),
+                ]
+            ],
+        )
+    )
     out.tables.append(
         table(
             "one processing worker: a small CSV of another account behind a long PDF",
@@ -139,6 +219,6 @@ def run(*, quick: bool = False, profile: bool = False) -> Outcome:
             "a few seconds (< 10 s)",
             with_bg["small_max_s"] < 10,
         )
-    out.data = {"pages": pages, "account": ACCOUNT, "runs": runs}
+    out.data = {"pages": pages, "account": ACCOUNT, "runs": runs, "watch_cost": cost}
     write_result("heavy", quick, out.data)
     return out

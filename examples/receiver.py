@@ -225,7 +225,10 @@ def main() -> None:
         f"(v1 secrets: {len(secrets)}, v1a keys: {len(public_keys)})",
         flush=True,
     )
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    # Ctrl-C or SIGTERM stops it within a few seconds even with a sender's request in flight.
+    uvicorn.run(
+        app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=3
+    )
 
 
 if __name__ == "__main__":

@@ -54,9 +54,12 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     require_encryption_key(settings)
 
     from relay.api.app import create_app
+    from relay.api.server import uvicorn_options
 
     uvicorn.run(
         create_app(settings),
+        # httptools with the header, slow-client and connection bounds (relay.api.server)
+        **uvicorn_options(settings),
         host=args.host or settings.host,
         port=args.port or settings.port,
         log_level=settings.log_level,

@@ -202,7 +202,7 @@ _FIELDS: tuple[_Field, ...] = (
     ),
     _Field(
         "extract_memory",
-        str(1024 * 1024 * 1024),
+        str(2 * 1024 * 1024 * 1024),
         _positive_int,
         "Bytes of address space the extraction process may use (else extraction_memory)",
     ),
@@ -266,6 +266,44 @@ _FIELDS: tuple[_Field, ...] = (
         "127.0.0.1",
         str,
         "Proxies trusted for X-Forwarded-For (the client address of the limits above)",
+    ),
+    _Field(
+        "http_max_header_bytes",
+        "32768",
+        _positive_int,
+        "`relay serve`: largest request line plus headers in bytes (else 431, closed)",
+    ),
+    _Field(
+        "http_max_headers",
+        "100",
+        _positive_int,
+        "`relay serve`: most headers in one request (else 431, closed)",
+    ),
+    _Field(
+        "http_header_timeout",
+        "10",
+        _positive_float,
+        "`relay serve`: seconds a client has to send a request's line and headers, from its"
+        " first byte or from the connection's start (else 408, closed)",
+    ),
+    _Field(
+        "http_body_timeout",
+        "60",
+        _positive_float,
+        "`relay serve`: seconds a client has to send a request's body after its headers"
+        " (else 408, closed)",
+    ),
+    _Field(
+        "http_keepalive_timeout",
+        "20",
+        _positive_int,
+        "`relay serve`: seconds an idle keep-alive connection stays open after a response",
+    ),
+    _Field(
+        "http_max_connections",
+        "1000",
+        _positive_int,
+        "`relay serve`: open connections at most; one more is answered 503 and closed",
     ),
     _Field(
         "lease_seconds",
@@ -460,6 +498,12 @@ class Settings:
     account_retry_rate_limit: RateLimit
     auth_failure_rate_limit: RateLimit
     forwarded_allow_ips: str
+    http_max_header_bytes: int
+    http_max_headers: int
+    http_header_timeout: float
+    http_body_timeout: float
+    http_keepalive_timeout: int
+    http_max_connections: int
     lease_seconds: float
     background_after: float
     background_extractions: int

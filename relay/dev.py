@@ -403,24 +403,27 @@ class Supervisor:
     def _supervise(self, announce: Callable[..., str]) -> None:
         """Watch until asked to stop; print the banner once the API answers (or gave up)."""
         announce_by = time.monotonic() + HEALTH_TIMEOUT
-        announced = False
+        announced = up = False
         while not self.stopping.is_set():
             now = time.monotonic()
             self.console.check()
             self._watch_redis(now)
             for child in self.children:
                 self._watch(child, now)
-            if not announced:
-                if healthy(f"{self.base_url}/healthz"):
+            if not up and healthy(f"{self.base_url}/healthz"):
+                up = True
+                if announced:  # late (a busy machine): say so once it is
+                    self.say(f"relay dev is up: the API answers at {self.base_url} now")
+                else:
                     self.console.write(announce(api_up=True))
                     announced = True
-                elif now >= announce_by:
-                    self.say(
-                        f"the API did not answer {self.base_url}/healthz within "
-                        f"{HEALTH_TIMEOUT:g} s; see its lines above"
-                    )
-                    self.console.write(announce(api_up=False))
-                    announced = True
+            elif not announced and now >= announce_by:
+                self.say(
+                    f"the API did not answer {self.base_url}/healthz within "
+                    f"{HEALTH_TIMEOUT:g} s; see its lines above"
+                )
+                self.console.write(announce(api_up=False))
+                announced = True
             self.stopping.wait(_TICK)
 
     def _watch(self, child: Child, now: float) -> None:

@@ -20,6 +20,7 @@ import redis.asyncio
 from redis.exceptions import ResponseError
 
 from relay import keys
+from relay import store_core as core
 from relay.exceptions import (
     BatchNotFound,
     DeliveryNotFound,
@@ -29,15 +30,7 @@ from relay.exceptions import (
 )
 from relay.model import Attempt, Batch, Delivery, DeliveryStatus, Webhook
 from relay.scripts import AsyncScripts, Scripts, refusal
-from relay.search import (
-    DeliveryQuery,
-    RecoverRun,
-    Recovery,
-    decode_cursor,
-    encode_cursor,
-    merge_pages,
-    page_calls,
-)
+from relay.search import RecoverRun, Recovery
 from relay.store import BatchRef
 from relay.timefmt import now_ms, rfc3339
 
@@ -163,40 +156,6 @@ def _retry_refusal(delivery_id: str, exc: ResponseError) -> StateError | Respons
     if reason in NotRetryable.MESSAGES:
         return NotRetryable(reason)
     return exc
-
-
-def _query(
-    account: str | None,
-    status: DeliveryStatus | str | None,
-    batch: str | None,
-    since_ms: int | None,
-    until_ms: int | None,
-) -> DeliveryQuery:
-    return DeliveryQuery(
-        account=account,
-        status=None if status is None else DeliveryStatus(status),
-        batch=batch,
-        since_ms=since_ms,
-        until_ms=until_ms,
-    )
-
-
-def _queue_loads(pipe: Any, ids: list[str]) -> None:
-    """Queue each delivery's hash and attempts on ``pipe`` (the shard follows from the id)."""
-    for ident in ids:
-        shard = keys.shard_of_id("msg", ident)
-        assert shard is not None  # ids come from the indexes
-        pipe.hgetall(keys.delivery(shard, ident))
-        pipe.lrange(keys.delivery_attempts(shard, ident), 0, -1)
-
-
-def _loaded(replies: list[Any]) -> list[Delivery]:
-    """The deliveries of ``_queue_loads``'s replies, in order (ones gone meanwhile left out)."""
-    return [
-        Delivery.from_hash(h, attempts)
-        for h, attempts in zip(replies[::2], replies[1::2], strict=True)
-        if h
-    ]
 
 
 @dataclass(frozen=True)
@@ -342,14 +301,10 @@ class WebhookStore:
             return sum(int(r) for r in pipe.execute())
 
     def get(self, delivery_id: str) -> Delivery | None:
-        shard = keys.shard_of_id("msg", delivery_id)
-        if shard is None:
+        if keys.shard_of_id("msg", delivery_id) is None:
             return None
-        with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hgetall(keys.delivery(shard, delivery_id))
-            pipe.lrange(keys.delivery_attempts(shard, delivery_id), 0, -1)
-            h, attempts = pipe.execute()
-        return Delivery.from_hash(h, attempts) if h else None
+        found = core.run(self.redis, self.scripts, core.load([delivery_id]))
+        return found[0] if found else None
 
     def retry(self, delivery_id: str) -> Delivery:
         """Deliver again now, same webhook-id (ops). Raises DeliveryNotFound, NotRetryable."""
@@ -382,18 +337,8 @@ class WebhookStore:
         the end). Filters are exact (``relay.search``): ``since_ms`` inclusive, ``until_ms``
         exclusive (creation time); ``batch`` needs ``account``. Two round trips, O(page).
         Raises InvalidCursor; ValueError for an unknown status or a batch without account."""
-        q = _query(account, status, batch, since_ms, until_ms)
-        calls = page_calls(q, limit, decode_cursor(cursor))
-        with self.redis.pipeline(transaction=False) as pipe:
-            for _, k, a in calls:
-                self.scripts.run("delivery_page", k, a, pipe)
-            pages = pipe.execute()
-        page, after = merge_pages(pages, limit)
-        if not page:
-            return [], None
-        with self.redis.pipeline(transaction=False) as pipe:
-            _queue_loads(pipe, [ident for _, ident in page])
-            return _loaded(pipe.execute()), encode_cursor(after)
+        q = core.query(account, status, batch, since_ms, until_ms)
+        return core.run(self.redis, self.scripts, core.search(q, limit, cursor))
 
     def recover(
         self,
@@ -408,16 +353,7 @@ class WebhookStore:
         again now, same id, fresh schedule: of one account, or of all. Chunked scripts, one
         round trip per round of chunks. The caller wakes ``result.shards``."""
         run = RecoverRun(DeliveryStatus(status), account, since_ms, until_ms, self.clock())
-        while run.pending:
-            calls = run.calls()
-            with self.redis.pipeline(transaction=False) as pipe:
-                for _, k, a in calls:
-                    self.scripts.run("recover_deliveries", k, a, pipe)
-                replies = pipe.execute()
-            run.feed([s for s, _, _ in calls], replies)
-            if progress is not None:
-                progress(run.result)
-        return run.result
+        return core.run(self.redis, self.scripts, core.recover(run, progress))
 
     def due_shards(self, first: int = 0) -> tuple[int, ...]:
         """Shards with deliveries due now, ``first`` first (one pipelined round trip)."""
@@ -586,7 +522,7 @@ class AsyncWebhookStore:
             keys.batch_deliveries(s, ref.account, ref.name), start, start + limit
         )
         next_start = start + limit if len(ids) > limit else None
-        return await self._load(s, [raw.decode() for raw in ids[:limit]]), next_start
+        return await self._load([raw.decode() for raw in ids[:limit]]), next_start
 
     async def search(
         self,
@@ -599,18 +535,8 @@ class AsyncWebhookStore:
         cursor: str | None = None,
     ) -> tuple[list[Delivery], str | None]:
         """``WebhookStore.search``, for the API (the same calls, built by ``relay.search``)."""
-        q = _query(account, status, batch, since_ms, until_ms)
-        calls = page_calls(q, limit, decode_cursor(cursor))
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for _, k, a in calls:
-                await self.scripts.run("delivery_page", k, a, pipe)  # queued
-            pages = await pipe.execute()
-        page, after = merge_pages(pages, limit)
-        if not page:
-            return [], None
-        async with self.redis.pipeline(transaction=False) as pipe:
-            _queue_loads(pipe, [ident for _, ident in page])
-            return _loaded(await pipe.execute()), encode_cursor(after)
+        q = core.query(account, status, batch, since_ms, until_ms)
+        return await core.run_async(self.redis, self.scripts, core.search(q, limit, cursor))
 
     async def recover(
         self,
@@ -622,27 +548,11 @@ class AsyncWebhookStore:
     ) -> Recovery:
         """``WebhookStore.recover``, for the API. The caller wakes ``result.shards``."""
         run = RecoverRun(DeliveryStatus(status), account, since_ms, until_ms, self.clock())
-        while run.pending:
-            calls = run.calls()
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for _, k, a in calls:
-                    await self.scripts.run("recover_deliveries", k, a, pipe)  # queued
-                replies = await pipe.execute()
-            run.feed([s for s, _, _ in calls], replies)
-        return run.result
+        return await core.run_async(self.redis, self.scripts, core.recover(run))
 
-    async def _load(self, shard: int, ids: list[str]) -> list[Delivery]:
+    async def _load(self, ids: list[str]) -> list[Delivery]:
         """The deliveries with their attempts, in the order of ``ids`` (one round trip)."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for ident in ids:
-                pipe.hgetall(keys.delivery(shard, ident))
-                pipe.lrange(keys.delivery_attempts(shard, ident), 0, -1)
-            replies = await pipe.execute()
-        return [
-            Delivery.from_hash(h, attempts)
-            for h, attempts in zip(replies[::2], replies[1::2], strict=True)
-            if h
-        ]
+        return await core.run_async(self.redis, self.scripts, core.load(ids))
 
     async def retry(self, ref: BatchRef, delivery_id: str) -> Delivery:
         """Deliver again now, same webhook-id. Raises DeliveryNotFound, NotRetryable."""
@@ -658,7 +568,7 @@ class AsyncWebhookStore:
             await self.scripts("retry_delivery", k, a)
         except ResponseError as exc:
             raise _retry_refusal(delivery_id, exc) from exc
-        found = await self._load(shard, [delivery_id])
+        found = await self._load([delivery_id])
         if not found:  # only if deleted by hand meanwhile
             raise missing
         return found[0]

@@ -21,7 +21,7 @@ def test_defaults_match_the_spec() -> None:
     assert s.delivery_timeout == 15
     assert s.status_rate_limit == RateLimit(120, 60_000)
     assert s.allow_http_targets is False and s.allow_private_targets is False
-    assert (s.extract_timeout, s.extract_memory, s.max_result_bytes) == (60, 1 << 30, 16 << 20)
+    assert (s.extract_timeout, s.extract_memory, s.max_result_bytes) == (60, 2 << 30, 16 << 20)
     assert s.extract_max_depth == 64
 
 

@@ -374,3 +374,35 @@ def test_relay_dev_stops_everything_on_a_signal(tmp_path: Path, sig: signal.Sign
     text = "".join(lines)
     assert "stopping the private Redis" in text, text
     _assert_nothing_left(found.group(1), int(found.group(2)), text)
+
+
+def test_an_api_up_after_the_banner_is_announced_when_it_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A busy machine: the API answers after the banner gave up waiting for it.
+    monkeypatch.setattr(dev, "HEALTH_TIMEOUT", 0.5)
+    api_port = free_port()
+    out = io.StringIO()
+    supervisor = dev.Supervisor(
+        load_settings(environ={}, dotenv=None),
+        host="127.0.0.1",
+        port=api_port,
+        state_dir=tmp_path,
+        redis_url_explicit=False,
+        console=Console(out),
+        commands={
+            "api": [*_python("import time; time.sleep(3)\n" + _HEALTHZ_SERVER), str(api_port)]
+        },
+        redis_port=free_port(),
+    )
+    thread = threading.Thread(target=supervisor.run)
+    thread.start()
+    try:
+        wait_until(lambda: "relay dev is up: the API answers" in out.getvalue(), 60, 0.1, "never")
+    finally:
+        supervisor.request_stop()
+        thread.join(30)
+    text = out.getvalue()
+    assert text.index("relay dev is running (the API is not up yet)") < text.index(
+        "relay dev is up: the API answers"
+    )

@@ -137,6 +137,16 @@ def test_rules_between_rows_keep_a_wrapped_cell_in_its_row() -> None:
     assert tables_of(ops) == [_table(1, [rows[0], rows[1], ["With Hex Head", "", ""], rows[2]])]
 
 
+def test_rows_shaded_in_turn_without_rules_are_one_table() -> None:
+    xs = [72.0, 220.0, 330.0]
+    ops = [
+        f"0.9 g 70 {PAGE_HEIGHT - 100 - 16 * i - 14} 300 16 re f 0 g"
+        for i in range(1, len(COUNTRIES), 2)
+    ]
+    ops += cells(COUNTRIES, xs, 100.0)
+    assert tables_of(ops) == [_table(1, COUNTRIES)]
+
+
 def test_an_unruled_table_is_found_by_its_columns() -> None:
     ops = paragraph(60.0, PROSE[:2]) + cells(COUNTRIES, [72.0, 220.0, 330.0], 120.0)
     assert tables_of(ops) == [_table(1, COUNTRIES)]
@@ -159,6 +169,13 @@ def test_two_different_tables_on_one_page_are_kept_apart_in_reading_order() -> N
     ops += paragraph(200.0, PROSE)
     ops += cells(COUNTRIES, [72.0, 220.0, 330.0], 300.0)  # unruled, further down
     assert tables_of(ops) == [_table(1, ITEMS), _table(1, COUNTRIES)]
+
+
+def test_a_bulleted_item_just_above_a_table_stays_out_of_it() -> None:
+    ops = [text_at(72, 60, "-"), text_at(90, 60, PROSE[0]), text_at(90, 74, PROSE[1][:30])]
+    ops += [text_at(72, 96, "Table 1: Countries and their population")]
+    ops += cells(COUNTRIES, [72.0, 220.0, 330.0], 112.0)
+    assert tables_of(ops) == [_table(1, COUNTRIES)]
 
 
 def test_two_unruled_tables_apart_by_a_paragraph_are_two_tables() -> None:
@@ -234,6 +251,24 @@ def test_text_drawn_twice_for_bold_is_read_once() -> None:
     ops = cells(COUNTRIES, xs, 100.0)
     ops += [text_at(x + 0.4, 100.0, text) for x, text in zip(xs, COUNTRIES[0], strict=True)]
     assert tables_of(ops) == [_table(1, COUNTRIES)]
+
+
+def test_rows_of_a_grid_ruled_only_down_its_columns_are_its_text_lines() -> None:
+    # rules along the columns and round the table, none between the rows; the header
+    # wraps onto a second line in lower case
+    xs = [72.0, 200.0, 300.0, 400.0]
+    rows = [["Item", "Unit", "Stock"], ["", "price", "level"]] + [
+        [name, price, stock]
+        for name, price, stock in (("Bolt", "0.25", "120"), ("Nut", "0.05", "900"))
+    ]
+    ops = [hline(xs[0], xs[-1], 96), hline(xs[0], xs[-1], 96 + 16 * len(rows) + 4)]
+    ops += [
+        f"0.5 w {x} {PAGE_HEIGHT - 96} m {x} {PAGE_HEIGHT - 100 - 16 * len(rows)} l S" for x in xs
+    ]
+    ops += cells(rows, [x + 4 for x in xs], 100.0)
+    assert tables_of(ops) == [
+        _table(1, [["Item", "Unit\nprice", "Stock\nlevel"], rows[2], rows[3]])
+    ]
 
 
 def test_an_empty_ruled_cell_is_an_empty_string() -> None:

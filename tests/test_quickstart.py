@@ -48,9 +48,11 @@ def test_the_block_sets_only_known_relay_settings() -> None:
     load_settings(environ=dict.fromkeys(names, "8000"), dotenv=None)
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)
 def test_the_readme_quick_start_on_a_fresh_clone(tmp_path: Path) -> None:
-    run = run_quickstart(tmp_path, venv_from=Path(sys.prefix))
+    # Deadlines a busy machine meets (another `make test` beside this one on two cores):
+    # nothing here is a speed measure (`python -m bench quickstart` times it).
+    run = run_quickstart(tmp_path, venv_from=Path(sys.prefix), up_timeout=300, notified_timeout=180)
     context = f"first terminal:\n{run.first}\n\nsecond terminal:\n{run.second}"
 
     # The receiver checked both signatures: it was given the secret and the public key.

@@ -10,13 +10,17 @@ from __future__ import annotations
 from typing import Any
 
 from relay.delivery.ssrf import CALLBACK_URL_PATTERN
+from relay.model import BATCH_NAME_RE, DeliveryStatus, Status
+from relay.search import RECOVERABLE
 
-BATCH_NAME_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+# From the definitions the code checks against, never copied (the model's enums and rules).
+BATCH_NAME_PATTERN = f"^{BATCH_NAME_RE.pattern}$"
 DOCUMENT_ID_PATTERN = "^doc_[0-9a-f][a-z2-7]{20}$"
 DELIVERY_ID_PATTERN = "^msg_[0-9a-f][a-z2-7]{20}$"
 
-STATUSES = ["queued", "processing", "succeeded", "failed", "canceled"]
-DELIVERY_STATUSES = ["pending", "succeeded", "failed", "superseded", "canceled"]
+STATUSES = [s.value for s in Status]
+DELIVERY_STATUSES = [s.value for s in DeliveryStatus]
+RECOVERABLE_STATUSES = [s.value for s in RECOVERABLE]
 
 
 def ref(name: str) -> dict[str, str]:
@@ -431,7 +435,11 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "since": {**QUERY_TIME, "description": "Deliveries created at or after (RFC 3339)."},
             "until": {**QUERY_TIME, "description": "... and before (RFC 3339; default: now)."},
-            "status": {"type": "string", "enum": ["failed", "canceled"], "default": "failed"},
+            "status": {
+                "type": "string",
+                "enum": RECOVERABLE_STATUSES,
+                "default": DeliveryStatus.FAILED.value,
+            },
         },
         "additionalProperties": False,
     },

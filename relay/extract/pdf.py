@@ -79,12 +79,14 @@ def _scan_dpi(page: Any, max_pixels: int) -> float:
     return min(float(SCAN_DPI), math.sqrt(max_pixels / area_in2))
 
 
-def _ocr_page(page: Any, max_pixels: int) -> list[list[Cells]]:
+def _ocr_page(page: Any, max_pixels: int, number: int) -> list[Table]:
     """The tables of a page without a text layer, rendered and read by OCR."""
+    if not any(page.objects.values()):  # nothing drawn at all: blank, nothing to render
+        return []
     from relay.extract.ocr import read_tables  # imports OpenCV: only when a scan arrives
 
     image = page.to_image(resolution=_scan_dpi(page, max_pixels)).original
-    return read_tables(image)
+    return read_tables(image, number)
 
 
 def _out_of_memory(exc: BaseException) -> bool:
@@ -203,7 +205,7 @@ def _as_tables(number: int, found: Sequence[Any]) -> list[Table]:
 def _page_tables(page: Any, document: Any, number: int, max_pixels: int) -> list[Table]:
     layout = _layout(page, document, number - 1)
     if not layout.has_text:
-        return _as_tables(number, _ocr_page(page, max_pixels))
+        return _as_tables(number, _ocr_page(page, max_pixels, number))
     tables = []
     for grid in find_tables(layout):
         rows = clean_table(grid)

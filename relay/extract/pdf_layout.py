@@ -36,6 +36,8 @@ THIN = 2.0
 _MIN_RULE = 3.0
 # Segments this far off the axis (points over their length) are not rules.
 _SKEW = 1.0
+# A fill at least this light (luminance, 0-1) is shading, not a boundary.
+_LIGHT = 0.78
 # Characters turned by more than this (degrees) on the page as shown are not read.
 _UPRIGHT = 10.0
 
@@ -91,8 +93,17 @@ def _segment(x0: float, y0: float, x1: float, y1: float, out: PageLayout) -> Non
         out.marks.append(((x0 + x1) / 2, (y0 + y1) / 2))
 
 
-def _box(x0: float, top: float, x1: float, bottom: float, filled: bool, out: PageLayout) -> None:
-    """A rectangle: a thin filled one is one rule along its middle, any other its sides."""
+def _box(
+    x0: float,
+    top: float,
+    x1: float,
+    bottom: float,
+    filled: bool,
+    out: PageLayout,
+    shade: bool = False,
+) -> None:
+    """A rectangle: a thin filled one is one rule along its middle, a light unstroked
+    fill (``shade``: a shaded cell or row) nothing, any other its sides."""
     width, height = x1 - x0, bottom - top
     if filled and height <= THIN and width >= _MIN_RULE:
         y = (top + bottom) / 2
@@ -100,23 +111,48 @@ def _box(x0: float, top: float, x1: float, bottom: float, filled: bool, out: Pag
     elif filled and width <= THIN and height >= _MIN_RULE:
         x = (x0 + x1) / 2
         out.rules.append(Rule(x, top, x, bottom))
-    else:
+    elif not shade:
         _segment(x0, top, x1, top, out)
         _segment(x0, bottom, x1, bottom, out)
         _segment(x0, top, x0, bottom, out)
         _segment(x1, top, x1, bottom, out)
 
 
-def _polygon(points: list[tuple[float, float]], filled: bool, out: PageLayout) -> None:
+def _polygon(
+    points: list[tuple[float, float]], filled: bool, out: PageLayout, shade: bool = False
+) -> None:
     """A closed or open polyline: an axis-aligned rectangle as a box, else its segments."""
+    points = [p for k, p in enumerate(points) if k == 0 or p != points[k - 1]]
     if len(points) in (4, 5) and (len(points) == 4 or points[0] == points[-1]):
         xs = sorted({round(x, 2) for x, _ in points[:4]})
         ys = sorted({round(y, 2) for _, y in points[:4]})
         if len(xs) <= 2 and len(ys) <= 2:
-            _box(xs[0], ys[0], xs[-1], ys[-1], filled, out)
+            _box(xs[0], ys[0], xs[-1], ys[-1], filled, out, shade)
             return
     for (ax, ay), (bx, by) in itertools.pairwise(points):
         _segment(ax, ay, bx, by, out)
+
+
+def _light(r: float, g: float, b: float) -> bool:
+    """Whether a fill of this colour (0-1 channels) is a light shade: the edges of a light
+    area are not read as rules (cells and rows are shaded without being ruled)."""
+    return 0.299 * r + 0.587 * g + 0.114 * b >= _LIGHT
+
+
+def _light_color(color: Any) -> bool:
+    """``_light`` for a pdfminer colour: grey, RGB or CMYK components, 0-1."""
+    if isinstance(color, (int, float)):
+        color = (color,)
+    if not isinstance(color, (tuple, list)) or not all(isinstance(v, (int, float)) for v in color):
+        return False
+    if len(color) == 1:
+        return _light(color[0], color[0], color[0])
+    if len(color) == 3:
+        return _light(*color)
+    if len(color) == 4:
+        c, m, y, k = color
+        return _light((1 - c) * (1 - k), (1 - m) * (1 - k), (1 - y) * (1 - k))
+    return False
 
 
 # --- PDFium -------------------------------------------------------------------------------
@@ -181,6 +217,11 @@ def _path_rules(raw: Any, obj: Any, ctm: Matrix, view: _View, out: PageLayout) -
     filled, stroked = fill_mode.value != 0, bool(stroke.value)
     if not (filled or stroked):
         return  # a clipping path or an invisible one
+    shade = False
+    if filled and not stroked:
+        red, green, blue, alpha = (ctypes.c_uint() for _ in range(4))
+        if raw.FPDFPageObj_GetFillColor(obj, red, green, blue, alpha):
+            shade = _light(red.value / 255, green.value / 255, blue.value / 255)
     a, b, c, d, e, f = ctm
     x, y = ctypes.c_float(), ctypes.c_float()
     points: list[tuple[float, float]] = []
@@ -194,17 +235,17 @@ def _path_rules(raw: Any, obj: Any, ctm: Matrix, view: _View, out: PageLayout) -
         px, py = x.value * a + y.value * c + e, x.value * b + y.value * d + f
         point = view.point(px, py)
         if kind == raw.FPDF_SEGMENT_MOVETO:
-            _polygon(points, filled, out)
+            _polygon(points, filled, out, shade)
             points = [point]
         elif kind == raw.FPDF_SEGMENT_LINETO:
             points.append(point)
         else:  # a curve: whatever was straight so far still counts
-            _polygon(points, filled, out)
+            _polygon(points, filled, out, shade)
             out.marks.append(point)
             points = [point]
         if raw.FPDFPathSegment_GetClose(segment) and points:
             points.append(points[0])
-    _polygon(points, filled, out)
+    _polygon(points, filled, out, shade)
 
 
 def _objects(
@@ -295,13 +336,15 @@ def read_plumber(page: Any) -> PageLayout:
             ]
         _polygon(points, False, layout)
     for rect in page.rects:
+        filled = bool(rect.get("fill")) and not rect.get("stroke")
         _box(
             float(rect["x0"]),
             float(rect["top"]),
             float(rect["x1"]),
             float(rect["bottom"]),
-            bool(rect.get("fill")) and not rect.get("stroke"),
+            filled,
             layout,
+            filled and _light_color(rect.get("non_stroking_color")),
         )
     for curve in page.curves:
         points = curve.get("pts") or []

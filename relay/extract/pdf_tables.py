@@ -2,23 +2,32 @@
 
 Input is a ``PageLayout`` (``relay.extract.pdf_layout``: characters and rules); output the
 page's tables as grids, top to bottom (``find_tables``). Nothing here is tuned to a
-particular document: every threshold is relative to the size of the text.
+particular document: the thresholds are relative to the size of the text, except the few
+in points that say when two drawn rules meet.
 
 1. **Text lines.** Characters are grouped into lines (vertical overlap), a line into
    words (a gap wider than a fraction of the text height) and words into *chunks*: a gap
    of about an em or more separates what are probably two cells.
 2. **Ruled tables.** Rules are snapped and joined; connected horizontal and vertical rules
-   with at least two of each make a grid. Its elementary cells are merged where no rule
-   separates them (spanning cells, text at the top-left). A grid whose cells mostly hold
-   several chunks side by side is only a frame (an outline, or rules between rows only):
-   its area is read as an unruled table instead.
+   with at least two of each make a grid, which ends where its rules end when it has no
+   outer frame. Its cells are merged where no rule separates them and text runs across
+   (spanning cells, text at the top-left); where rules only group rows (figures on every
+   line of a band), each text line is a row. A grid whose cells mostly hold several
+   chunks side by side is only a frame (an outline, or rules between rows only): its area
+   is read as an unruled table instead.
 3. **Unruled tables.** Outside ruled grids, runs of lines that have two or more chunks
    (with at most a line or two of single chunks among them: a wrapped cell, a spanning
-   heading) are table candidates. Columns are the vertical strips of white that run
-   through the candidate's lines; each line is a row; a chunk that crosses a strip (a
-   heading over several columns) stays whole at its first column. A candidate needs at
-   least two columns and two rows of at least two cells, and prose is excluded (long
-   chunks of many words in two columns are text columns, not a table).
+   heading) are table candidates; a title standing apart, or columns that stop lining up,
+   part two candidates. Columns are the vertical strips of white (or dot leaders) that run
+   through the candidate's lines; a chunk that crosses a strip (a heading over several
+   columns) stays whole at its first column. Rows are text lines, those overlapping one
+   another (figures set midway beside a two-line label) joined, a lower-case or later-column
+   continuation joined to its cell; where rules run across the candidate (a partly ruled
+   table), a few lines between two rules are one row.
+4. **Not tables.** Prose set in columns (every column's cells of several words), lists (a
+   first column of markers), one-column boxes, charts (a grid under a fifth filled, or
+   text among curves and slanted strokes). A table needs two columns and two rows of at
+   least two cells.
 """
 
 from __future__ import annotations
@@ -60,6 +69,8 @@ _MAX_CELLS = 50_000
 _MIN_FILL = 0.2
 # A candidate with at least this many curves or slanted strokes among its lines is a chart.
 _CHART_MARKS = 4
+# A bullet: one or two symbols, no letter or digit.
+_BULLET = re.compile(r"[^\w\s]{1,2}")
 # A list item's marker: a bullet or dash, or a number or letter with a dot or parenthesis.
 _MARKER = re.compile(r"[^\w\s]{1,2}|\(?(?:\d{1,3}[.)])+|\(?[A-Za-z][.)]|\(?[ivxIVX]{1,5}[.)]")
 # Columns whose cells have at least this many words (the median) are text, not cells.
@@ -190,6 +201,8 @@ def _split(line: _Line) -> None:
             chunks[-1].words.append(word)
         else:
             chunks.append(_Chunk([word]))
+    if len(chunks) >= 2 and len(chunks[0].words) == 1 and _BULLET.fullmatch(chunks[0].text):
+        chunks[1].words.insert(0, chunks.pop(0).words[0])  # a bullet belongs to its item
     line.chunks = chunks
 
 
@@ -201,16 +214,6 @@ def _word(chars: Sequence[Char]) -> _Word:
         max(c.bottom for c in chars),
         "".join(c.text for c in chars),
     )
-
-
-def _text(lines: Iterable[_Line], x0: float, x1: float) -> str | None:
-    """The words of ``lines`` whose middle lies in [x0, x1), line by line."""
-    out = []
-    for line in lines:
-        words = [w.text for w in line.words if x0 <= (w.x0 + w.x1) / 2 < x1]
-        if words:
-            out.append(" ".join(words))
-    return "\n".join(out) if out else None
 
 
 # --- ruled tables -------------------------------------------------------------------------
@@ -313,7 +316,6 @@ class _Region:
     x1: float
     bottom: float
     grid: Grid | None  # None: read the region as an unruled table
-    hints: list[float] = field(default_factory=list)  # horizontal rules inside, for rows
     skip: bool = False  # not a table: nothing in it is read
 
 
@@ -325,7 +327,8 @@ def _full_columns(
     band: Sequence[_Line], columns: Sequence[tuple[float, float]]
 ) -> list[tuple[float, float]]:
     """The columns that have a word on every line of ``band``, when there are two at least
-    and figures fill one of them: the band's lines are rows of their own (else none)."""
+    and figures fill one of them on two lines or more and on every line below the first
+    (a header above them has words): the band's lines are rows of their own (else none)."""
     full: list[tuple[float, float]] = []
     numeric = False
     if len(band) >= 2:
@@ -333,7 +336,9 @@ def _full_columns(
             cells = [[w for w in ln.words if x0 <= (w.x0 + w.x1) / 2 < x1] for ln in band]
             if all(cells):
                 full.append((x0, x1))
-                numeric = numeric or all(_numeric(w.text) for ws in cells for w in ws)
+                figures = [all(_numeric(w.text) for w in ws) for ws in cells]
+                first = figures.index(True) if True in figures else len(figures)
+                numeric = numeric or (len(figures) - first >= 2 and all(figures[first:]))
     return full if len(full) >= 2 and numeric else []
 
 
@@ -360,8 +365,33 @@ def _bands(
                 split.append([ln])
             else:
                 split[-1].append(ln)
-        rows += [(index, lines) for lines in split]
+        merged: list[list[_Line]] = []
+        for group in split:
+            if merged and _wrapped(merged[-1], group, columns):
+                merged[-1] = merged[-1] + group
+            else:
+                merged.append(group)
+        rows += [(index, lines) for lines in merged]
     return rows
+
+
+def _wrapped(
+    above: Sequence[_Line], lines: Sequence[_Line], columns: Sequence[tuple[float, float]]
+) -> bool:
+    """Whether ``lines`` go on with the cells of ``above`` (``_continues`` for the lines of
+    a ruled band): every column they have words in has words above, and each starts in
+    lower case with no figures."""
+    starts = []
+    for x0, x1 in columns:
+        words = [w for ln in lines for w in ln.words if x0 <= (w.x0 + w.x1) / 2 < x1]
+        if not words:
+            continue
+        if not any(x0 <= (w.x0 + w.x1) / 2 < x1 for ln in above for w in ln.words):
+            return False
+        starts.append(words[0].text)
+        if any(_numeric(w.text) for w in words):
+            return False
+    return bool(starts) and all(text[:1].islower() for text in starts)
 
 
 def _ruled(hs: list[Rule], vs: list[Rule], lines: Sequence[_Line]) -> _Region | None:
@@ -369,7 +399,7 @@ def _ruled(hs: list[Rule], vs: list[Rule], lines: Sequence[_Line]) -> _Region | 
     # ends where its rules of the other orientation end.
     ys = _positions([r.top for r in hs] + [min(r.top for r in vs), max(r.bottom for r in vs)])
     xs = _positions([r.x0 for r in vs] + [min(r.x0 for r in hs), max(r.x1 for r in hs)])
-    region = _Region(xs[0], ys[0], xs[-1], ys[-1], None, ys)
+    region = _Region(xs[0], ys[0], xs[-1], ys[-1], None)
     inside = [
         ln
         for ln in lines
@@ -416,7 +446,7 @@ def _ruled(hs: list[Rule], vs: list[Rule], lines: Sequence[_Line]) -> _Region | 
                 union(i * cols + j, (i - 1) * cols + j)
     # Each word goes to the cell its middle falls in, then to that cell's top-left anchor;
     # a cell's text is its lines, top to bottom, each line's words left to right.
-    words: dict[int, dict[int, list[str]]] = {}
+    words: dict[int, dict[tuple[int, int], list[str]]] = {}
     filled: set[int] = set()
     split_cells = 0
     for i, band in enumerate(bands):
@@ -426,8 +456,7 @@ def _ruled(hs: list[Rule], vs: list[Rule], lines: Sequence[_Line]) -> _Region | 
                 if not inside_words:
                     continue
                 filled.add(i * cols + j)
-                line_key = i * 10_000 + k
-                words.setdefault(find(i * cols + j), {}).setdefault(line_key, []).extend(
+                words.setdefault(find(i * cols + j), {}).setdefault((i, k), []).extend(
                     w.text for w in inside_words
                 )
     for cell in filled:
@@ -472,7 +501,7 @@ def _blocks(lines: Sequence[_Line]) -> list[list[_Line]]:
             if current:
                 blocks.append(current)
             current, singles = [], 0
-        if len(line.chunks) >= 2:
+        if _tabular(line):
             current.append(line)
             singles = 0
         elif current and singles < _MAX_SINGLES:
@@ -486,11 +515,18 @@ def _blocks(lines: Sequence[_Line]) -> list[list[_Line]]:
         blocks.append(current)
     out = []
     for block in blocks:
-        while block and len(block[-1].chunks) < 2:
+        while block and not _tabular(block[-1]):
             block.pop()
-        if sum(len(line.chunks) >= 2 for line in block) >= 2:
+        if sum(_tabular(line) for line in block) >= 2:
             out += _apart(block)
     return out
+
+
+def _tabular(line: _Line) -> bool:
+    """Whether ``line`` may be a table's row: cells side by side, not two runs of prose
+    (a line across two text columns of a page)."""
+    long = sum(len(chunk.words) > _PROSE_WORDS for chunk in line.chunks)
+    return len(line.chunks) >= 2 and long < 2
 
 
 def _strips(block: Sequence[_Line]) -> list[tuple[float, float]]:
@@ -641,21 +677,24 @@ def _unruled(block: Sequence[_Line], rules: Sequence[Rule] = ()) -> Grid | None:
 
 
 def _continues(grid: Grid, row: list[str | None]) -> bool:
-    """Whether ``row`` is the next line of a wrapped cell of the last row of ``grid`` (it
-    has text in one column only, under text, and that column is not the first or the text
-    starts in lower case: a heading row of a table has its text in the first column): if
-    so its text joins that cell."""
+    """Whether ``row`` is the next line of wrapped cells of the last row of ``grid``: its
+    text is under text, and either in one column that is not the first or starts in lower
+    case (a heading row of a table has its text in the first column), or in several
+    columns, all starting in lower case with no figures (a header wrapped over lines). If
+    so its text joins those cells."""
     filled = [j for j, cell in enumerate(row) if cell]
-    if not grid or len(filled) != 1:
+    if not grid or not filled or sum(bool(cell) for cell in grid[-1]) < 2:
         return False
-    j = filled[0]
-    above = grid[-1][j]
-    text = row[j] or ""
-    if not above or sum(bool(cell) for cell in grid[-1]) < 2:
+    if any(not grid[-1][j] for j in filled):
         return False
-    if j == 0 and not text[:1].islower():
-        return False
-    grid[-1][j] = f"{above}\n{text}"
+    texts = [row[j] or "" for j in filled]
+    if len(filled) == 1:
+        if filled[0] == 0 and not texts[0][:1].islower():
+            return False
+    elif not all(t[:1].islower() and not _numeric(t) for t in texts):
+        return False  # several cells go on only when all go on in lower case, words only
+    for j in filled:
+        grid[-1][j] = f"{grid[-1][j]}\n{row[j]}"
     return True
 
 

@@ -26,6 +26,7 @@ from cryptography.fernet import Fernet
 from starlette.applications import Starlette
 
 from relay.api.app import create_app
+from relay.api.server import uvicorn_options
 from relay.auth import create_key
 from relay.config import Secret, Settings, load_settings
 from tests.support.helpers import free_port, wait_until
@@ -44,10 +45,11 @@ def make_settings(redis_url: str, **overrides: Any) -> Settings:
 
 
 @contextmanager
-def serve(app: Starlette) -> Iterator[str]:
-    """Run ``app`` on uvicorn in a thread; yields its base URL; stops it (lifespan shutdown)."""
+def serve(app: Starlette, **options: Any) -> Iterator[str]:
+    """Run ``app`` on uvicorn in a thread; yields its base URL; stops it (lifespan shutdown).
+    ``options``: more of uvicorn's, such as ``relay.api.server.uvicorn_options``."""
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=free_port(), log_level="warning", lifespan="on"
+        app, host="127.0.0.1", port=free_port(), log_level="warning", lifespan="on", **options
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
@@ -115,7 +117,8 @@ def api_factory_fixture(redis_url: str) -> Iterator[ApiFactory]:
         def make(**overrides: Any) -> Api:
             settings = make_settings(overrides.pop("redis_url", redis_url), **overrides)
             app = create_app(settings)
-            base_url = stack.enter_context(serve(app))
+            # Served as `relay serve` serves it: httptools with the HTTP bounds.
+            base_url = stack.enter_context(serve(app, **uvicorn_options(settings)))
             client = stack.enter_context(httpx.Client(base_url=base_url, timeout=30))
             sync = redis.Redis.from_url(settings.redis_url)
             stack.callback(sync.close)

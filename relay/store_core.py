@@ -1,0 +1,158 @@
+"""The reads the sync and async webhook stores share, written once, without I/O.
+
+An operation is a generator (httpcore's sans-I/O style): it *yields* a round, the Redis calls
+to send in one pipelined round trip, is *sent* their replies, and *returns* its result.
+:func:`run` and :func:`run_async` are the two thin executors; ``WebhookStore`` and
+``AsyncWebhookStore`` call one each, so a change to what a search or a recovery sends or how
+it reads the replies is made in one place for both.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from relay import keys
+from relay.model import Delivery, DeliveryStatus
+from relay.search import (
+    DeliveryQuery,
+    RecoverRun,
+    Recovery,
+    decode_cursor,
+    encode_cursor,
+    merge_pages,
+    page_calls,
+)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Call:
+    """One Redis call of a round: a command (``hgetall``, ``lrange`` ...) or, when
+    ``script`` is set, that Lua script with ``args`` = (KEYS, ARGV)."""
+
+    command: str
+    args: tuple[Any, ...]
+    script: bool = False
+
+
+Round = list[Call]
+Operation = Generator[Round, list[Any], T]
+
+
+def script(name: str, keys_: list[str], args: list[Any]) -> Call:
+    return Call(name, (keys_, args), script=True)
+
+
+def _queue(pipe: Any, scripts: Any, call: Call) -> Any:
+    if call.script:
+        return scripts.run(call.command, *call.args, pipe)
+    return getattr(pipe, call.command)(*call.args)
+
+
+def run(client: Any, scripts: Any, op: Operation[T]) -> T:
+    """Run ``op`` on a synchronous redis-py client, one pipelined round trip per round."""
+    try:
+        calls = next(op)
+        while True:
+            with client.pipeline(transaction=False) as pipe:
+                for call in calls:
+                    _queue(pipe, scripts, call)
+                replies = pipe.execute()
+            calls = op.send(replies)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+
+
+async def run_async(client: Any, scripts: Any, op: Operation[T]) -> T:
+    """:func:`run` on a ``redis.asyncio`` client."""
+    try:
+        calls = next(op)
+        while True:
+            async with client.pipeline(transaction=False) as pipe:
+                for call in calls:
+                    queued = _queue(pipe, scripts, call)
+                    if inspect.isawaitable(queued):  # a script on an asyncio pipeline
+                        await queued
+                replies = await pipe.execute()
+            calls = op.send(replies)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+
+
+# -- the operations -------------------------------------------------------------------------
+
+
+def load_calls(ids: list[str]) -> Round:
+    """Each delivery's hash and attempts (the shard follows from the id)."""
+    out: Round = []
+    for ident in ids:
+        shard = keys.shard_of_id("msg", ident)
+        if shard is None:
+            raise ValueError(f"not a delivery id: {ident!r}")
+        out.append(Call("hgetall", (keys.delivery(shard, ident),)))
+        out.append(Call("lrange", (keys.delivery_attempts(shard, ident), 0, -1)))
+    return out
+
+
+def loaded(replies: list[Any]) -> list[Delivery]:
+    """The deliveries of :func:`load_calls`' replies, in order (ones gone meanwhile left out)."""
+    return [
+        Delivery.from_hash(h, attempts)
+        for h, attempts in zip(replies[::2], replies[1::2], strict=True)
+        if h
+    ]
+
+
+def load(ids: list[str]) -> Operation[list[Delivery]]:
+    """The deliveries with their attempts, in the order of ``ids`` (one round trip)."""
+    if not ids:
+        return []
+    return loaded((yield load_calls(ids)))
+
+
+def search(
+    q: DeliveryQuery, limit: int, cursor: str | None
+) -> Operation[tuple[list[Delivery], str | None]]:
+    """One page of the exact, indexed search (``relay.search``): two round trips."""
+    calls = page_calls(q, limit, decode_cursor(cursor))
+    pages = yield [script("delivery_page", k, a) for _, k, a in calls]
+    page, after = merge_pages(pages, limit)
+    if not page:
+        return [], None
+    found = yield load_calls([ident for _, ident in page])
+    return loaded(found), encode_cursor(after)
+
+
+def recover(
+    run_: RecoverRun, progress: Callable[[Recovery], None] | None = None
+) -> Operation[Recovery]:
+    """Chunked server-side recovery, one round trip per round of chunks."""
+    while run_.pending:
+        calls = run_.calls()
+        replies = yield [script("recover_deliveries", k, a) for _, k, a in calls]
+        run_.feed([s for s, _, _ in calls], replies)
+        if progress is not None:
+            progress(run_.result)
+    return run_.result
+
+
+def query(
+    account: str | None,
+    status: DeliveryStatus | str | None,
+    batch: str | None,
+    since_ms: int | None,
+    until_ms: int | None,
+) -> DeliveryQuery:
+    return DeliveryQuery(
+        account=account,
+        status=None if status is None else DeliveryStatus(status),
+        batch=batch,
+        since_ms=since_ms,
+        until_ms=until_ms,
+    )
