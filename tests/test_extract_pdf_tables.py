@@ -193,6 +193,16 @@ def test_two_unruled_tables_under_one_another_with_a_title_between_are_two() -> 
     assert tables_of(ops) == [_table(1, ITEMS), _table(1, COUNTRIES)]
 
 
+def test_a_table_in_one_column_of_a_two_column_page_leaves_the_other_column_out() -> None:
+    text = " ".join(PROSE) * 3
+    lines = [text[i : i + 46] for i in range(0, 46 * 40, 46)]
+    ops = paragraph(60.0, lines[:8], x=56.0)
+    ops += cells(ITEMS, [56.0, 150.0, 210.0], 60.0 + 14 * 8 + 6)
+    ops += paragraph(60.0 + 14 * 8 + 12 + 16 * len(ITEMS), lines[8:16], x=56.0)
+    ops += paragraph(60.0, lines[16:40], x=316.0)  # the right column, prose all the way
+    assert tables_of(ops) == [_table(1, ITEMS)]
+
+
 def test_tables_of_two_pages_carry_their_page_numbers() -> None:
     found = tables_of(
         [table_ops(ITEMS)], paragraph(60.0, PROSE) + cells(COUNTRIES, [72.0, 220.0, 330.0], 140.0)
