@@ -23,7 +23,8 @@ in points that say when two drawn rules meet.
    columns) stays whole at its first column. Rows are text lines, those overlapping one
    another (figures set midway beside a two-line label) joined, a lower-case or later-column
    continuation joined to its cell; where rules run across the candidate (a partly ruled
-   table), a few lines between two rules are one row.
+   table), a few lines between two rules are one row. A page set in two columns of text
+   (a gutter with prose on both sides) is read column by column.
 4. **Not tables.** Prose set in columns (every column's cells of several words), lists (a
    first column of markers), one-column boxes, charts (a grid under a fifth filled, or
    text among curves and slanted strokes). A table needs two columns and two rows of at
