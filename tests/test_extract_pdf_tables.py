@@ -335,6 +335,14 @@ def test_pdfminer_reads_the_same_tables_as_pdfium() -> None:
     assert find_tables(careful) == find_tables(fast) == [ITEMS, COUNTRIES]
 
 
+def test_a_page_tree_pdfium_counts_differently_is_read_through_pdfminer() -> None:
+    # /Count says 3, the tree holds 1 page: PDFium believes the count, pdfminer walks the
+    # tree; relay reads with pdfminer rather than fail a document it used to read
+    content = pdf([table_ops(ITEMS)]).replace(b"/Count 1", b"/Count 3")
+    assert len(pypdfium2.PdfDocument(content)) == 3
+    assert extract_pdf(content, max_pixels=MAX_PIXELS) == [_table(1, ITEMS)]
+
+
 def test_a_page_whose_content_inflates_past_the_bound_is_counted_without_holding_it() -> None:
     small, big = pdf([table_ops(ITEMS)]), pdf_bomb(PDFIUM_MAX_CONTENT + (1 << 20))
     with pdfplumber.open(io.BytesIO(small)) as document:
