@@ -24,7 +24,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from relay import __version__
-from relay.config import Settings, env_example, explicitly_set, load_settings
+from relay.config import Settings, env_example, explicitly_set, load_settings, settings_doc
 from relay.exceptions import ConfigError, RelayError
 from relay.extract.errors import ExtractorConfigError
 from relay.logs import redact_url
@@ -235,7 +235,7 @@ def cmd_events(settings: Settings, args: argparse.Namespace) -> int:
     import time
 
     from relay.events import FEED_BATCHES, FEED_OPS, EventLog
-    from relay.exceptions import InvalidCursor
+    from relay.exceptions import EventNotFound
     from relay.redis_conn import RedisTarget, sync_client
 
     client = sync_client(RedisTarget.from_settings(settings))
@@ -255,7 +255,7 @@ def cmd_events(settings: Settings, args: argparse.Namespace) -> int:
             if not args.follow:
                 break
             time.sleep(0.5)
-    except InvalidCursor as exc:
+    except EventNotFound as exc:
         print(f"relay: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -435,6 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
     config = sub.add_parser("config", help="configuration helpers")
     csub = config.add_subparsers(dest="config_cmd", required=True)
     csub.add_parser("example", help="print .env.example")
+    csub.add_parser("docs", help="print docs/settings.md (every setting as a table row)")
     return p
 
 
@@ -445,7 +446,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     where = "Redis"
     try:
         if args.command == "config":
-            print(env_example(), end="")
+            print(settings_doc() if args.config_cmd == "docs" else env_example(), end="")
             return 0
         settings = load_settings()
         args.redis_url_explicit = "RELAY_REDIS_URL" in explicitly_set()

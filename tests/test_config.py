@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
-from relay.config import RateLimit, env_example, load_settings
+from relay.config import RateLimit, Settings, env_example, load_settings, settings_doc
 from relay.exceptions import ConfigError
 from relay.queues import document_job_timeout
 from relay.timefmt import parse_duration
@@ -72,6 +73,18 @@ def test_to_env_round_trips() -> None:
 
 def test_env_example_lists_every_setting() -> None:
     assert (ROOT / ".env.example").read_text() == env_example()
+
+
+def test_the_settings_doc_is_generated_from_the_same_fields() -> None:
+    """docs/settings.md, .env.example and Settings come from one declaration per setting."""
+    doc = (ROOT / "docs" / "settings.md").read_text()
+    assert doc == settings_doc(), "regenerate: relay config docs > docs/settings.md"
+    example = env_example()
+    for f in fields(Settings):
+        name = "RELAY_" + f.name.upper()
+        default, _, meaning = f.metadata["setting"]
+        assert f"{name}={default}\n" in example
+        assert f"| `{name}` |" in doc and meaning.replace("|", "\\|") in doc
 
 
 @pytest.mark.parametrize(
