@@ -235,7 +235,7 @@ def cmd_events(settings: Settings, args: argparse.Namespace) -> int:
     import time
 
     from relay.events import FEED_BATCHES, FEED_OPERATIONAL, EventLog
-    from relay.exceptions import InvalidCursor
+    from relay.exceptions import EventNotFound
     from relay.redis_conn import RedisTarget, sync_client
 
     client = sync_client(RedisTarget.from_settings(settings))
@@ -255,7 +255,7 @@ def cmd_events(settings: Settings, args: argparse.Namespace) -> int:
             if not args.follow:
                 break
             time.sleep(0.5)
-    except InvalidCursor as exc:
+    except EventNotFound as exc:
         print(f"relay: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -393,6 +393,12 @@ class Settings:
         _positive_int,
         "Attempts in flight per worker process to one scheme://host:port",
     )
+    events_max_wait: float = setting(
+        "30",
+        _positive_float,
+        "Seconds a GET /events?wait= is held at most in this process (a client may ask up to"
+        " 30; a smaller bound answers sooner, with an empty page)",
+    )
     events_max_waiters: int = setting(
         "1000",
         _positive_int,

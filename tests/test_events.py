@@ -13,7 +13,7 @@ import pytest
 from relay import keys
 from relay.detector import GROUP, Detector
 from relay.events import EventLog
-from relay.exceptions import InvalidCursor
+from relay.exceptions import EventNotFound
 from relay.store import BatchRef
 from tests.test_detector import H
 
@@ -121,9 +121,9 @@ def test_after_is_exact_and_unknown_ids_are_refused(h: H) -> None:
     assert seen == ids
     # Another account's event id is no position in this feed.
     (foreign,) = [e["id"] for e in _feed(h, "globex")]
-    with pytest.raises(InvalidCursor):
+    with pytest.raises(EventNotFound):
         log.page("acme", after=str(foreign))
-    with pytest.raises(InvalidCursor):
+    with pytest.raises(EventNotFound):
         log.page("acme", after=keys.new_id("msg", 3))
 
 
