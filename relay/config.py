@@ -187,6 +187,41 @@ class Settings:
         _positive_int,
         "How long the API waits for those replicas before answering anyway (and counting it)",
     )
+    redis_socket_timeout: float = setting(
+        "5",
+        _positive_float,
+        "Seconds any process waits for one Redis reply (the status lane: for its oldest round)"
+        " before it drops the connection and fails or retries the command",
+    )
+    redis_connect_timeout: float = setting(
+        "1",
+        _positive_float,
+        "Seconds to connect to a Redis data node, TLS and AUTH included",
+    )
+    redis_sentinel_timeout: float = setting(
+        "0.5",
+        _positive_float,
+        "Seconds to connect to one Sentinel and to get its answer; a Sentinel that misses it"
+        " is skipped for the next one (no retry of its own)",
+    )
+    redis_sentinel_poll: float = setting(
+        "0.5",
+        _positive_float,
+        "Seconds between two questions each process asks the Sentinels in the background (who"
+        " is the primary?); when it moved, the process drops its connections to the old one",
+    )
+    redis_backoff_cap: float = setting(
+        "2",
+        _positive_float,
+        "Longest pause, in seconds, between two tries of a process that lost Redis (doubling"
+        " from 0.05 s: commands of workers and CLI, the delivery engine, detector, RQ's dequeue)",
+    )
+    worker_dequeue_timeout: int = setting(
+        "5",
+        _positive_int,
+        "Seconds a worker blocks waiting for a job (BLPOP); it waits for the reply that long"
+        " plus RELAY_REDIS_SOCKET_TIMEOUT",
+    )
     public_url: str = setting(
         "http://127.0.0.1:8000",
         str,

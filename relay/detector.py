@@ -29,7 +29,7 @@ import time
 
 import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from relay import keys, logs, queues
@@ -231,6 +231,7 @@ class Detector:
     def run(self) -> None:
         """Until ``stop`` is set: read completions, sweep on schedule, ride out Redis outages."""
         interval = self.settings.sweep_interval
+        cap = self.settings.redis_backoff_cap
         next_sweep = 0.0
         backoff = 0.1
         groups_ready = False
@@ -249,16 +250,24 @@ class Detector:
             except (RedisConnectionError, RedisTimeoutError, ConnectionError) as exc:
                 log.warning("redis unavailable (%s); retrying in %.1fs", exc, backoff)
                 self.stop.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
+                backoff = min(backoff * 2, cap)
             except ResponseError as exc:
                 if "NOGROUP" in str(exc):  # Redis restarted without our groups
                     groups_ready = False
                     continue
-                if not is_store_full(exc):
-                    raise
-                # maxmemory reached: writes are refused until memory is freed. Nothing is
-                # half-done (a script is refused before its first write); an outbox entry
-                # read but not acknowledged is taken up again by reclaim().
-                log.warning("redis is full (maxmemory reached); retrying in %.1fs", backoff)
+                if is_store_full(exc):
+                    # maxmemory reached: writes are refused until memory is freed. Nothing
+                    # is half-done (a script is refused before its first write); an outbox
+                    # entry read but not acknowledged is taken up again by reclaim().
+                    log.warning("redis is full (maxmemory reached); retrying in %.1fs", backoff)
+                else:
+                    # Any other refusal (a replica's READONLY or MASTERDOWN during a
+                    # failover...): the detector must outlive it, not exit and leave every
+                    # later completion without its delivery.
+                    log.error("redis refused a command (%s); retrying in %.1fs", exc, backoff)
                 self.stop.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
+                backoff = min(backoff * 2, cap)
+            except RedisError as exc:
+                log.error("redis error (%r); retrying in %.1fs", exc, backoff)
+                self.stop.wait(backoff)
+                backoff = min(backoff * 2, cap)

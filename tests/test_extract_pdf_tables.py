@@ -193,6 +193,16 @@ def test_two_unruled_tables_under_one_another_with_a_title_between_are_two() -> 
     assert tables_of(ops) == [_table(1, ITEMS), _table(1, COUNTRIES)]
 
 
+def test_a_table_in_one_column_of_a_two_column_page_leaves_the_other_column_out() -> None:
+    text = " ".join(PROSE) * 3
+    lines = [text[i : i + 46] for i in range(0, 46 * 40, 46)]
+    ops = paragraph(60.0, lines[:8], x=56.0)
+    ops += cells(ITEMS, [56.0, 150.0, 210.0], 60.0 + 14 * 8 + 6)
+    ops += paragraph(60.0 + 14 * 8 + 12 + 16 * len(ITEMS), lines[8:16], x=56.0)
+    ops += paragraph(60.0, lines[16:40], x=316.0)  # the right column, prose all the way
+    assert tables_of(ops) == [_table(1, ITEMS)]
+
+
 def test_tables_of_two_pages_carry_their_page_numbers() -> None:
     found = tables_of(
         [table_ops(ITEMS)], paragraph(60.0, PROSE) + cells(COUNTRIES, [72.0, 220.0, 330.0], 140.0)
@@ -323,6 +333,14 @@ def test_pdfminer_reads_the_same_tables_as_pdfium() -> None:
     assert rules(careful) == rules(fast) and len(rules(fast)) == len(ITEMS) + 1 + len(ITEMS[0]) + 1
     assert "".join(c.text for c in careful.chars) == "".join(c.text for c in fast.chars)
     assert find_tables(careful) == find_tables(fast) == [ITEMS, COUNTRIES]
+
+
+def test_a_page_tree_pdfium_counts_differently_is_read_through_pdfminer() -> None:
+    # /Count says 3, the tree holds 1 page: PDFium believes the count, pdfminer walks the
+    # tree; relay reads with pdfminer rather than fail a document it used to read
+    content = pdf([table_ops(ITEMS)]).replace(b"/Count 1", b"/Count 3")
+    assert len(pypdfium2.PdfDocument(content)) == 3
+    assert extract_pdf(content, max_pixels=MAX_PIXELS) == [_table(1, ITEMS)]
 
 
 def test_a_page_whose_content_inflates_past_the_bound_is_counted_without_holding_it() -> None:

@@ -2,8 +2,9 @@
 
 Contract:
 
-* The PDF must open with pdfplumber (pdfminer) and with PDFium; bytes either cannot open
-  or read -> ``invalid_pdf``.
+* The PDF must open with pdfplumber (pdfminer): bytes it cannot open or read ->
+  ``invalid_pdf``. When PDFium cannot open it, or counts its pages differently, every page
+  is read through pdfminer.
 * A PDF of more than ``max_pages`` pages fails with ``too_many_pages`` before any page is
   read: the page tree is walked (page dictionaries only, no content) up to one page past
   the bound, so a PDF claiming a wrong ``/Count`` is counted right, and 5,000 pages cost
@@ -178,8 +179,9 @@ def _content_size(page: Any, limit: int) -> int:
 
 def _layout(page: Any, document: Any, index: int) -> PageLayout:
     """A page's characters and rules: PDFium's reading, or pdfminer's for a page whose
-    content PDFium should not be given (``PDFIUM_MAX_CONTENT``)."""
-    if _content_size(page, PDFIUM_MAX_CONTENT) > PDFIUM_MAX_CONTENT:
+    content PDFium should not be given (``PDFIUM_MAX_CONTENT``) or when PDFium could not
+    read the document as pdfminer does (``document`` is ``None``)."""
+    if document is None or _content_size(page, PDFIUM_MAX_CONTENT) > PDFIUM_MAX_CONTENT:
         return read_plumber(page)
     pdfium_page = document[index]
     try:
@@ -219,13 +221,20 @@ def _rectangular(rows: list[Cells]) -> list[Cells]:
     return [row + [None] * (width - len(row)) for row in rows]
 
 
-def _open_pdfium(content: bytes) -> Any:
+def _open_pdfium(content: bytes, pages: int) -> Any:
+    """The document opened by PDFium, or ``None`` when PDFium cannot open it or counts its
+    pages differently from pdfminer (a damaged file each repairs its own way): then every
+    page is read through pdfminer, as relay did before it read pages with PDFium."""
     import pypdfium2  # pdfplumber renders with it: installed with it
 
     try:
-        return pypdfium2.PdfDocument(content)
-    except Exception as exc:  # PdfiumError: a file PDFium cannot parse, or a password
-        raise ExtractionError("invalid_pdf", f"could not open the PDF ({_reason(exc)})") from None
+        document = pypdfium2.PdfDocument(content)
+    except Exception:  # PdfiumError: a file PDFium cannot parse
+        return None
+    if len(document) != pages:
+        document.close()
+        return None
+    return document
 
 
 def _tables(content: bytes, max_pixels: int, max_pages: int) -> list[Table]:
@@ -249,12 +258,8 @@ def _tables(content: bytes, max_pixels: int, max_pages: int) -> list[Table]:
             ) from None
         if not pages:
             raise ExtractionError("invalid_pdf", "the PDF has no pages")
-        pdfium = _open_pdfium(content)
+        pdfium = _open_pdfium(content, len(pages))
         try:
-            if len(pdfium) != len(pages):
-                raise ExtractionError(
-                    "invalid_pdf", "the PDF's page tree reads differently in two parsers"
-                )
             for number, page in enumerate(pages, start=1):
                 try:
                     tables += _page_tables(page, pdfium, number, max_pixels)
@@ -267,7 +272,8 @@ def _tables(content: bytes, max_pixels: int, max_pages: int) -> list[Table]:
                 finally:
                     page.close()  # drop the page's parsed objects: long PDFs would pile up
         finally:
-            pdfium.close()
+            if pdfium is not None:
+                pdfium.close()
     return tables
 
 
