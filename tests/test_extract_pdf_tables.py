@@ -282,6 +282,14 @@ def test_rows_of_a_grid_ruled_only_down_its_columns_are_its_text_lines() -> None
     ]
 
 
+def test_a_one_row_box_before_the_first_table_is_no_table() -> None:
+    box = table_ops([["Annual report", "2024"]], top=760.0)  # a ruled box round a heading
+    found = tables_of([box, table_ops(ITEMS, top=700.0)], [table_ops([["Pin", "3", "0.01"]])])
+    # the box goes; a one-row table after a real one stays (a row carried over a page)
+    assert found == [_table(1, ITEMS), _table(2, [["Pin", "3", "0.01"]])]
+    assert tables_of([box]) == [_table(1, [["Annual report", "2024"]])]
+
+
 def test_an_empty_ruled_cell_is_an_empty_string() -> None:
     rows = [["SKU", "Note", "Qty"], ["A1", "", "3"], ["B2", "fragile", "1"]]
     assert tables_of([table_ops(rows)]) == [_table(1, rows)]

@@ -221,6 +221,18 @@ def _rectangular(rows: list[Cells]) -> list[Cells]:
     return [row + [None] * (width - len(row)) for row in rows]
 
 
+def _without_leading_single_rows(tables: list[Table]) -> list[Table]:
+    """``tables`` less the one-row tables before the first table of two rows or more: a
+    ruled box around a heading or a figure is no table, and a first table of one row would
+    fail the whole document as a header without rows. A one-row table after a real one
+    stays (the last row of a table carried over to the next page); so do one-row tables
+    when there is no other (a header alone is ``empty_document``, as before)."""
+    first = next((k for k, table in enumerate(tables) if len(table.rows) >= 2), None)
+    if first is None:
+        return tables
+    return tables[first:]
+
+
 def _open_pdfium(content: bytes, pages: int) -> Any:
     """The document opened by PDFium, or ``None`` when PDFium cannot open it or counts its
     pages differently from pdfminer (a damaged file each repairs its own way): then every
@@ -274,7 +286,7 @@ def _tables(content: bytes, max_pixels: int, max_pages: int) -> list[Table]:
         finally:
             if pdfium is not None:
                 pdfium.close()
-    return tables
+    return _without_leading_single_rows(tables)
 
 
 def extract_pdf(
