@@ -23,7 +23,8 @@ Contract:
 * The tables are returned as ``relay.extract.result.Table`` in reading order (page order,
   then top to bottom); ``relay.extract.tables`` makes them ``line_items`` and ``tables``.
   A blank cell is ``""``, the cells a spanning cell covers are ``None``; strings are
-  stripped.
+  stripped. One-row tables before the first table of two rows or more are dropped (a
+  ruled box round a heading is no table).
 * Errors: no table anywhere -> ``no_table_found``; a header with no rows under it ->
   ``empty_document``. Running out of memory (a decompression bomb under the sandbox's
   limit) is re-raised as ``MemoryError``, never disguised as ``invalid_pdf``.
