@@ -8,6 +8,7 @@ known points, ``tests.support.documents``), so the expected cells are known exac
 from __future__ import annotations
 
 import io
+import random
 from collections.abc import Sequence
 
 import pdfplumber
@@ -16,7 +17,7 @@ import pytest
 
 from relay.extract import ExtractionError, extract
 from relay.extract.pdf import PDFIUM_MAX_CONTENT, _content_size, extract_pdf
-from relay.extract.pdf_layout import PageLayout, read_pdfium, read_plumber
+from relay.extract.pdf_layout import Char, PageLayout, Rule, read_pdfium, read_plumber
 from relay.extract.pdf_tables import find_tables
 from relay.extract.result import Table
 from tests.support.documents import pdf, pdf_bomb, table_ops
@@ -349,3 +350,24 @@ def test_a_page_whose_content_inflates_past_the_bound_is_counted_without_holding
         assert 0 < _content_size(document.pages[0], PDFIUM_MAX_CONTENT) < 4096
     with pdfplumber.open(io.BytesIO(big)) as document:
         assert _content_size(document.pages[0], PDFIUM_MAX_CONTENT) > PDFIUM_MAX_CONTENT
+
+
+def test_any_layout_gives_rectangular_grids_and_no_error() -> None:
+    # characters and rules scattered at random, many on shared lines and columns, some
+    # off the page, empty or upside down: whatever a damaged PDF may hold
+    rng = random.Random(3)
+    for _ in range(300):
+        layout = PageLayout(612.0, 792.0)
+        for _ in range(rng.randint(0, 60)):
+            x = rng.choice([rng.uniform(-50, 700), 100.0, 200.0, 300.0])
+            y = rng.choice([rng.uniform(-50, 850), 100.0, 116.0, 132.0])
+            w, h = rng.choice([0.0, rng.uniform(0, 10), -1.0]), rng.choice([0.0, 10.0, -2.0])
+            layout.chars.append(Char(x, y, x + w, y + h, rng.choice("ab1.- _"), h))
+        for _ in range(rng.randint(0, 30)):
+            x, y, length = rng.uniform(0, 600), rng.uniform(0, 800), rng.uniform(0, 300)
+            vertical = rng.random() < 0.5
+            layout.rules.append(
+                Rule(x, y, x, y + length) if vertical else Rule(x, y, x + length, y)
+            )
+        for grid in find_tables(layout):
+            assert grid and all(len(row) == len(grid[0]) for row in grid)

@@ -802,7 +802,9 @@ def _gutter(lines: Sequence[_Line], width: float) -> float | None:
     delta = [0] * (size + 1)
     for ln in lines:
         for chunk in ln.chunks:
-            start, end = max(0, int(chunk.x0)), min(size, int(chunk.x1) + 1)
+            # text off the page (clipped, or a bad box) counts at its edge
+            start = min(max(0, int(chunk.x0)), size)
+            end = min(max(start, int(chunk.x1) + 1), size)
             delta[start] += 1
             delta[end] -= 1
     coverage = list(itertools.accumulate(delta))
