@@ -15,7 +15,7 @@ import pdfplumber
 import pypdfium2
 import pytest
 
-from relay.extract import ExtractionError, extract
+from relay.extract import ExtractionError, extract, extract_document
 from relay.extract.pdf import PDFIUM_MAX_CONTENT, _content_size, extract_pdf
 from relay.extract.pdf_layout import Char, PageLayout, Rule, read_pdfium, read_plumber
 from relay.extract.pdf_tables import find_tables
@@ -316,6 +316,18 @@ def test_prose_is_no_table(ops: list[str]) -> None:
     with pytest.raises(ExtractionError) as caught:
         extract(content, filename="letter.pdf", content_type="application/pdf", fields=[])
     assert caught.value.code == "no_table_found"
+
+
+def test_two_unruled_tables_are_both_in_tables_and_only_the_first_in_line_items() -> None:
+    ops = cells(ITEMS, [72.0, 220.0, 330.0], 80.0)
+    ops += paragraph(170.0, PROSE)
+    ops += cells(COUNTRIES, [72.0, 200.0, 300.0], 260.0)
+    result = extract_document(pdf(["\n".join(ops)]), filename="two.pdf", content_type="", fields=[])
+    assert [t.to_json() for t in result.tables] == [
+        {"page": 1, "rows": ITEMS, "confidence": None},
+        {"page": 1, "rows": COUNTRIES, "confidence": None},
+    ]
+    assert result.line_items == [dict(zip(ITEMS[0], row, strict=True)) for row in ITEMS[1:]]
 
 
 def test_the_first_table_gives_line_items() -> None:
