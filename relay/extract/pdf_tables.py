@@ -568,11 +568,25 @@ def _columns(block: Sequence[_Line]) -> list[float]:
 
 
 def _apart(block: list[_Line]) -> list[list[_Line]]:
-    """``block`` cut at a single-chunk line (a title) between two runs of lines, when the
-    runs' columns do not line up or the title stands apart (more white above it than
-    between the block's other lines): two tables one under the other, not one."""
+    """``block`` cut at each single-chunk line (a title) between two runs of lines where
+    the runs' columns do not line up or the title stands apart (more white above it than
+    between the block's other lines): tables one under the other, not one."""
+    pieces: list[list[_Line]] = []
+    rest: list[_Line] | None = block
+    while rest is not None:
+        cut = _cut(rest)
+        if cut is None:
+            pieces.append(rest)
+        else:
+            pieces.append(cut[0])
+        rest = None if cut is None else cut[1]
+    return pieces
+
+
+def _cut(block: list[_Line]) -> tuple[list[_Line], list[_Line]] | None:
+    """The first cut ``_apart`` makes in ``block``: the lines above and below the title."""
     gaps = sorted(b.top - a.bottom for a, b in itertools.pairwise(block))
-    usual = gaps[len(gaps) // 2]
+    usual = gaps[len(gaps) // 2] if gaps else 0.0
     for k in range(2, len(block) - 2):
         title = block[k]
         if len(title.chunks) >= 2:
@@ -586,8 +600,8 @@ def _apart(block: list[_Line]) -> list[list[_Line]]:
             continue
         apart = title.top - block[k - 1].bottom > max(2 * usual, usual + title.height / 2)
         if apart or not _aligned(_strips(upper), _strips(lower)):
-            return [upper, *_apart(lower)]
-    return [block]
+            return upper, lower
+    return None
 
 
 def _aligned(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> bool:
