@@ -68,6 +68,8 @@ _BAND_LINES = 4
 # A page gutter: at least this wide (points), prose beside it of at least this many words.
 _GUTTER_MIN = 6
 _GUTTER_WORDS = 4
+# A page with more pairs of horizontal and vertical rules than this is a drawing.
+_MAX_CROSSINGS = 4_000_000
 # A ruled grid of more cells than this is a drawing (hatching, a map's graticule).
 _MAX_CELLS = 50_000
 # A ruled grid with fewer of its cells filled than this share is no table (a chart's grid).
@@ -275,9 +277,15 @@ def _grids(rules: Sequence[Rule]) -> list[tuple[list[Rule], list[Rule]]]:
             i = parent[i]
         return i
 
+    if len(hs) * len(vs) > _MAX_CROSSINGS:
+        return []  # hatching or a plan: a drawing, not a table
+    order = sorted(range(len(vs)), key=lambda j: vs[j].x0)
+    xs = [vs[j].x0 for j in order]
     for i, h in enumerate(hs):
-        for j, v in enumerate(vs):
-            if _crosses(h, v):
+        start = bisect.bisect_left(xs, h.x0 - _REACH)
+        end = bisect.bisect_right(xs, h.x1 + _REACH)
+        for j in order[start:end]:
+            if _crosses(h, vs[j]):
                 parent[find(i)] = find(len(hs) + j)
     groups: dict[int, tuple[list[Rule], list[Rule]]] = {}
     for i, h in enumerate(hs):
