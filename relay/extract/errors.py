@@ -19,7 +19,7 @@ Codes the default extractor uses:
     invalid_image       bytes declared or recognised as an image that Pillow cannot decode
     image_too_large     an image (or a scanned page) of more than RELAY_MAX_IMAGE_PIXELS
     too_many_pages      a PDF or multi-page TIFF of more than RELAY_MAX_PAGES pages
-    ocr_unavailable     the Tesseract OCR engine is not installed on the worker
+    ocr_unavailable     the OCR packages (rapidocr-onnxruntime, rapid-table) are not installed
     too_deeply_nested   JSON nesting deeper than ``RELAY_EXTRACT_MAX_DEPTH`` levels
     result_too_large    line_items and tables past ``RELAY_MAX_RESULT_BYTES`` of JSON
 
@@ -55,7 +55,8 @@ CODES: dict[str, str] = {
     "no_table_found": "a readable PDF or image with no table in it",
     "too_many_pages": "a PDF or multi-page TIFF of more than `RELAY_MAX_PAGES` pages (refused "
     "before any page is read)",
-    "ocr_unavailable": "the Tesseract OCR engine is not installed on the worker",
+    "ocr_unavailable": "the OCR packages (rapidocr-onnxruntime, rapid-table) are not installed "
+    "on the worker",
     "too_deeply_nested": "JSON nested deeper than `RELAY_EXTRACT_MAX_DEPTH` levels",
     "result_too_large": "the result (`line_items` and `tables`) exceeds "
     "`RELAY_MAX_RESULT_BYTES` bytes of JSON",

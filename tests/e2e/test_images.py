@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
-
-import pytest
 from PIL import Image
 
 from tests.e2e.client import Api
 from tests.support.drawn_tables import EXPECTED, draw_table, encode
 from tests.support.helpers import wait_until
 from tests.support.procs import Stack
-
-pytestmark = pytest.mark.skipif(
-    shutil.which("tesseract") is None,
-    reason="the Tesseract OCR engine is not installed (make test installs tesseract-ocr)",
-)
 
 
 def test_images_are_read_by_a_worker_with_the_configured_pixel_bound(stack: Stack) -> None:

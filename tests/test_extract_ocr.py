@@ -1,0 +1,172 @@
+"""The OCR engine (``relay.extract.ocr``): text from 7 px to 40 px high, confidence per
+cell, blank pages without OCR, and the bounds of big images under the sandbox's limits.
+
+Tables are drawn by the tests (``tests/support/drawn_tables.py``) and read by the real models
+from their wheels: in this process they load once for the whole session (the engine caches
+them), in a sandbox child once per child.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from PIL import Image, ImageDraw, ImageFont
+
+from relay.config import load_settings
+from relay.extract import ExtractionError, extract_document
+from relay.extract.ocr import read_tables
+from relay.extract.sandbox import ExtractorHost, SandboxConfig
+from relay.worker_context import sandbox_config
+from tests.support.drawn_tables import draw_table, encode, font_path
+
+GRID = [
+    ["region", "units", "price"],
+    ["north", "12", "4.50"],
+    ["south", "7", "19.25"],
+    ["east", "305", "0.75"],
+]
+
+
+def _cap_height(size: int) -> int:
+    top, bottom = ImageFont.truetype(font_path(), size).getbbox("H")[1::2]
+    return int(bottom - top)
+
+
+@pytest.mark.parametrize("bordered", [True, False], ids=["ruled", "unruled"])
+@pytest.mark.parametrize(
+    ("size", "cell", "margin", "text_px"),
+    [(10, (60, 14), 8, 7), (55, (330, 110), 40, 40)],
+    ids=["7px", "40px"],
+)
+def test_small_and_large_text_is_read_right(
+    size: int, cell: tuple[int, int], margin: int, text_px: int, bordered: bool
+) -> None:
+    """Text 7 px high (PubTabNet's size: a tight ruled cell of 14 px) and 40 px high, in a
+    ruled and an unruled table: every cell exact."""
+    assert _cap_height(size) == text_px  # the drawing is what the test says it is
+    image = draw_table(GRID, size=size, cell=cell, margin=margin, bordered=bordered)
+    tables = read_tables(image, 3)
+    assert [t.rows for t in tables] == [GRID]
+    assert tables[0].page == 3
+
+
+def test_confidence_has_the_shape_of_the_rows() -> None:
+    grid = [["item", "qty", "note"], ["apple", "2", ""], ["pear", "5", "ripe"]]
+    content = encode(draw_table(grid), "PNG")
+    found = extract_document(content, filename="t.png", content_type="image/png", fields=[])
+    [table] = found.tables
+    assert table.rows == [["item", "qty", "note"], ["apple", "2", None], ["pear", "5", "ripe"]]
+    assert table.confidence is not None
+    assert [len(row) for row in table.confidence] == [len(row) for row in table.rows]
+    for cells, scores in zip(table.rows, table.confidence, strict=True):
+        for cell, score in zip(cells, scores, strict=True):
+            if cell is None:
+                assert score is None
+            else:
+                assert score is not None and 0.5 < score <= 1.0, (cell, score)
+    assert table.to_json()["confidence"] == table.confidence
+
+
+def _code(content: bytes, filename: str = "x.png") -> str:
+    with pytest.raises(ExtractionError) as caught:
+        extract_document(content, filename=filename, content_type="", fields=[])
+    return caught.value.code
+
+
+def test_a_ruled_grid_with_nothing_in_its_cells_is_no_table_found() -> None:
+    """Every cell blank (only the rules are ink): no table, not an error."""
+    empty = [["", "", ""], ["", "", ""], ["", "", ""]]
+    assert _code(encode(draw_table(empty), "PNG")) == "no_table_found"
+    assert _code(encode(draw_table(empty), "PDF", resolution=150.0), "x.pdf") == "no_table_found"
+
+
+def test_blank_pages_run_no_model() -> None:
+    """A blank page costs no OCR: white pages, a scanner's grey noise, a 40-page blank TIFF
+    and a blank PDF page are ``no_table_found`` without the models ever being imported
+    (checked in a fresh process)."""
+    code = """
+import io, sys
+import numpy as np
+from PIL import Image
+from relay.extract import ExtractionError, extract_document
+
+def png(image):
+    b = io.BytesIO(); image.save(b, "PNG"); return b.getvalue()
+
+rng = np.random.default_rng(1)
+noise = np.clip(rng.normal(235, 8, (2339, 1654)), 0, 255).astype(np.uint8)
+white = Image.new("L", (1654, 2339), 255)
+small = Image.new("L", (827, 1169), 255)  # A4 at 100 dpi: 40 pages within the pixel bound
+tiff = io.BytesIO()
+small.save(tiff, "TIFF", save_all=True, append_images=[small] * 39)
+pdf = io.BytesIO()
+white.save(pdf, "PDF", resolution=200.0)
+docs = [("white.png", png(white)), ("grey.png", png(Image.fromarray(noise))),
+        ("blank.tif", tiff.getvalue()), ("blank.pdf", pdf.getvalue())]
+for name, content in docs:
+    try:
+        extract_document(content, filename=name, content_type="", fields=[])
+    except ExtractionError as exc:
+        print(name, exc.code)
+mods = ("onnxruntime", "rapidocr_onnxruntime", "rapid_table")
+print("loaded:", sorted(m for m in mods if m in sys.modules))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.split("\n") == [
+        "white.png no_table_found",
+        "grey.png no_table_found",
+        "blank.tif no_table_found",
+        "blank.pdf no_table_found",
+        "loaded: []",
+        "",
+    ], done.stdout + done.stderr
+
+
+def _big_png() -> bytes:
+    """5000 x 5000 px: the drawn table in the top left corner of a white page."""
+    page = Image.new("RGB", (5000, 5000), "white")
+    page.paste(draw_table(size=60, cell=(440, 140)), (100, 100))
+    ImageDraw.Draw(page).line((100, 4800, 4900, 4800), fill="black", width=3)
+    return encode(page, "PNG")
+
+
+def _sandbox(**overrides: Any) -> ExtractorHost:
+    config = sandbox_config(load_settings(environ={}, dotenv=None))
+    values = {**config.__dict__, "timeout": 600.0, **overrides}  # a busy machine is slow
+    return ExtractorHost(SandboxConfig(**values))
+
+
+def test_a_5000_square_png_is_read_under_the_default_memory_limit() -> None:
+    """The default ``RELAY_EXTRACT_MEMORY`` holds the models and a 25-megapixel page."""
+    host = _sandbox()
+    try:
+        data, error = host.run(_big_png(), filename="big.png", content_type="", fields=[])
+    finally:
+        host.close()
+    assert error is None, error
+    assert data is not None
+    tables = json.loads(data)["tables"]
+    assert [t["rows"] for t in tables] == [
+        [["item", "qty", "price"], ["apple", "2", "9.50"], ["pear", "5", "12.00"]]
+    ]
+
+
+def test_an_allocation_failure_in_the_models_is_extraction_memory() -> None:
+    """Under a limit that holds the models but not the page's inference, onnxruntime's
+    failed allocation is ``extraction_memory``, never ``extraction_error``; the next
+    document is read by a fresh child."""
+    host = _sandbox(memory=900 << 20)
+    try:
+        data, error = host.run(_big_png(), filename="big.png", content_type="", fields=[])
+        assert data is None and error is not None
+        assert error[0] == "extraction_memory", error
+        csv, failed = host.run(b"a,b\n1,2\n", filename="x.csv", content_type="", fields=[])
+        assert failed is None and csv is not None
+    finally:
+        host.close()
