@@ -55,8 +55,11 @@ __all__ = ["read_tables"]
 _INK_LEVEL = 128
 # A page with fewer ink pixels than this is blank (specks of dust, a stray dot).
 _MIN_INK_PIXELS = 30
-# Text longer than this is prose, not a cell (table cells are labels and figures).
+# A piece of text longer than this is prose, not a cell (cells are labels and figures)...
 _MAX_CELL_CHARS = 60
+# ... and a line standing alone on its row longer than this is a sentence (a caption, a
+# note, a paragraph): it ends a table and is no heading of one.
+_MAX_LONE_CHARS = 40
 # Two pieces of text on a row are apart (separate cells) past this share of a line height.
 _CELL_GAP = 0.8
 # A table ends at a vertical gap of more than this many line heights...
@@ -206,8 +209,8 @@ def _rows(lines: Sequence[_Line]) -> list[_Row]:
     return rows
 
 
-def _is_prose(line: _Line) -> bool:
-    return len(line.text) > _MAX_CELL_CHARS
+def _is_prose(line: _Line, limit: int = _MAX_CELL_CHARS) -> bool:
+    return len(line.text) > limit
 
 
 def _tabular(row: _Row, height: float) -> bool:
@@ -230,7 +233,7 @@ def _regions(lines: Sequence[_Line]) -> list[list[_Row]]:
         tabular = _tabular(row, height)
         if current:
             gap = row.y1 - current[-1].y2
-            prose = not tabular and any(_is_prose(line) for line in row.lines)
+            prose = not tabular and any(_is_prose(ln, _MAX_LONE_CHARS) for ln in row.lines)
             if gap > _MAX_ROW_GAP * height or prose or (not tabular and plain >= _MAX_PLAIN_ROWS):
                 runs.append(current)
                 current = []
@@ -240,7 +243,7 @@ def _regions(lines: Sequence[_Line]) -> list[list[_Row]]:
                 if (
                     heading is not None
                     and len(heading.lines) == 1
-                    and not _is_prose(heading.lines[0])
+                    and not _is_prose(heading.lines[0], _MAX_LONE_CHARS)
                     and row.y1 - heading.y2 <= 1.5 * height
                 ):
                     current = [heading]
