@@ -1,9 +1,10 @@
 """Settings: read once at the edge from ``RELAY_*`` environment variables and ``.env``.
 
-``os.environ`` is read here and nowhere else. Every setting is declared in ``_FIELDS`` with
-its default and one line of meaning; ``.env.example`` is generated from the same table
-(``relay config example``), so the two cannot drift. An unknown ``RELAY_`` variable is an
-error at start, not silently ignored.
+``os.environ`` is read here and nowhere else. Every setting is declared once, as a field of
+:class:`Settings` with its type, its default, its parser and one line of meaning
+(:func:`setting`); ``.env.example`` and ``docs/settings.md`` are generated from those fields
+(``relay config example``, ``relay config docs``), so nothing can drift. An unknown
+``RELAY_`` variable is an error at start, not silently ignored.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import hmac
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -138,392 +139,363 @@ class _Field:
     doc: str
 
 
-_FIELDS: tuple[_Field, ...] = (
-    _Field("redis_url", "redis://127.0.0.1:6379/0", str, "Redis holding all state and queues"),
-    _Field(
-        "redis_sentinels",
-        "",
-        _sentinels,
-        "host:port,... of Redis Sentinels: when set, every process asks them for the primary"
-        " (RELAY_REDIS_URL then gives only password, db and TLS options)",
-    ),
-    _Field(
-        "redis_sentinel_service",
-        "mymaster",
-        str,
-        "The primary's name in the Sentinels' `sentinel monitor` line",
-    ),
-    _Field(
-        "redis_sentinel_password",
-        "",
-        Secret,
-        "Password of the Sentinels themselves (when they have requirepass); empty = none",
-    ),
-    _Field(
-        "redis_wait_replicas",
-        "0",
-        _non_negative_int,
-        "Replicas that must have an upload, process or webhook registration before the API"
-        " answers it (Redis WAIT); 0 = do not wait (a single Redis)",
-    ),
-    _Field(
-        "redis_wait_timeout_ms",
-        "500",
-        _positive_int,
-        "How long the API waits for those replicas before answering anyway (and counting it)",
-    ),
-    _Field("public_url", "http://127.0.0.1:8000", str, "Base URL of the API, used in results_url"),
-    _Field("host", "127.0.0.1", str, "Address `relay serve` binds"),
-    _Field("port", "8000", _positive_int, "Port `relay serve` binds"),
-    _Field(
-        "extractor",
-        "relay.extract:extract",
-        str,
-        "package.module:callable that turns a document into line_items",
-    ),
-    _Field("max_upload_bytes", str(20 * 1024 * 1024), _positive_int, "Largest upload (else 413)"),
-    _Field(
-        "max_image_pixels",
-        "50000000",
-        _positive_int,
-        "Largest image (all pages) the default extractor decodes, else image_too_large",
-    ),
-    _Field(
-        "max_pages",
-        "500",
-        _positive_int,
-        "Most pages of a PDF or TIFF the default extractor reads, else too_many_pages",
-    ),
-    _Field(
-        "extract_timeout",
-        "60",
-        _positive_float,
-        "Wall-clock seconds one document's extraction may take (else extraction_timeout)",
-    ),
-    _Field(
-        "extract_memory",
-        str(2 * 1024 * 1024 * 1024),
-        _positive_int,
-        "Bytes of address space the extraction process may use (else extraction_memory)",
-    ),
-    _Field(
-        "max_result_bytes",
-        str(16 * 1024 * 1024),
-        _positive_int,
-        "Largest result (line_items and tables) of one document as JSON bytes "
-        "(else result_too_large)",
-    ),
-    _Field(
-        "extract_max_depth",
-        "64",
-        _positive_int,
-        "Deepest nesting of a JSON document's values (else too_deeply_nested)",
-    ),
-    _Field(
-        "blob_dir",
-        "",
-        str,
-        "Keep uploaded bytes in this directory (shared by API and workers); empty = in Redis",
-    ),
-    _Field(
-        "status_rate_limit",
-        "120/minute",
-        RateLimit.parse,
-        "Sliding-window limit per API key over the status endpoints",
-    ),
-    _Field(
-        "account_max_pending_bytes",
-        str(256 * 1024 * 1024),
-        _positive_int,
-        "Per account: uploaded bytes held in Redis awaiting processing (past it uploads are 429)",
-    ),
-    _Field(
-        "account_upload_rate_limit",
-        "600/minute",
-        RateLimit.parse,
-        "Per account: sliding-window limit on POST /documents",
-    ),
-    _Field(
-        "account_process_rate_limit",
-        "600/minute",
-        RateLimit.parse,
-        "Per account: sliding-window limit on POST /batches/{name}/process",
-    ),
-    _Field(
-        "account_retry_rate_limit",
-        "60/minute",
-        RateLimit.parse,
-        "Per account: sliding-window limit on manual delivery retries",
-    ),
-    _Field(
-        "auth_failure_rate_limit",
-        "60/minute",
-        RateLimit.parse,
-        "Per client address: requests with a missing or invalid API key (then 429)",
-    ),
-    _Field(
-        "forwarded_allow_ips",
-        "127.0.0.1",
-        str,
-        "Proxies trusted for X-Forwarded-For (the client address of the limits above)",
-    ),
-    _Field(
-        "http_max_header_bytes",
-        "32768",
-        _positive_int,
-        "`relay serve`: largest request line plus headers in bytes (else 431, closed)",
-    ),
-    _Field(
-        "http_max_headers",
-        "100",
-        _positive_int,
-        "`relay serve`: most headers in one request (else 431, closed)",
-    ),
-    _Field(
-        "http_header_timeout",
-        "10",
-        _positive_float,
-        "`relay serve`: seconds a client has to send a request's line and headers, from its"
-        " first byte or from the connection's start (else 408, closed)",
-    ),
-    _Field(
-        "http_body_timeout",
-        "60",
-        _positive_float,
-        "`relay serve`: seconds a client has to send a request's body after its headers"
-        " (else 408, closed)",
-    ),
-    _Field(
-        "http_keepalive_timeout",
-        "20",
-        _positive_int,
-        "`relay serve`: seconds an idle keep-alive connection stays open after a response",
-    ),
-    _Field(
-        "http_max_connections",
-        "1000",
-        _positive_int,
-        "`relay serve`: open connections at most; one more is answered 503 and closed",
-    ),
-    _Field(
-        "lease_seconds",
-        "60",
-        _positive_float,
-        "A worker's claim on a document lasts this long without renewal",
-    ),
-    _Field(
-        "background_after",
-        "2",
-        _positive_float,
-        "Seconds a document may extract while others wait before its worker moves it to"
-        " the background and serves them",
-    ),
-    _Field(
-        "background_extractions",
-        "1",
-        _non_negative_int,
-        "Documents one worker process extracts in the background at once (0: none)",
-    ),
-    _Field(
-        "max_document_attempts",
-        "3",
-        _positive_int,
-        "Claims of one document before it fails with worker_lost",
-    ),
-    _Field("sweep_interval", "1.0", _positive_float, "Seconds between detector sweeps"),
-    _Field(
-        "retention",
-        "30d",
-        parse_duration,
-        "A finished batch (none of its deliveries pending) is purged this long after it"
-        " completed (s, m, h, d suffixes)",
-    ),
-    _Field(
-        "disable_after",
-        "5d",
-        parse_duration,
-        "A batch webhook whose attempts have all failed this long (no success since the first"
-        " failure) is disabled (s, m, h, d suffixes)",
-    ),
-    _Field(
-        "purge_batch",
-        "20",
-        _positive_int,
-        "Purge steps (a batch, or 500 more documents of a big one) per shard per sweep",
-    ),
-    _Field(
-        "max_stored_attempts",
-        "20",
-        _at_least_two,
-        "Attempts kept per delivery: the first and the latest ones (the count stays true)",
-    ),
-    _Field(
-        "retry_schedule",
-        "5,300,1800,7200,18000,36000,36000",
-        _schedule,
-        "Seconds to wait after each failed attempt (len+1 attempts in all)",
-    ),
-    _Field("retry_jitter", "0.1", float, "Up to this fraction is added to each retry delay"),
-    _Field(
-        "delivery_timeout",
-        "15",
-        _positive_float,
-        "Seconds an attempt may last, connect to last byte (wall clock); then it is cut",
-    ),
-    _Field(
-        "delivery_batch",
-        "64",
-        _positive_int,
-        "Due deliveries the delivery engine claims with one script",
-    ),
-    _Field(
-        "delivery_concurrency",
-        "64",
-        _positive_int,
-        "Attempts in flight per worker process (half at most to unanswering receivers)",
-    ),
-    _Field(
-        "delivery_per_destination",
-        "8",
-        _positive_int,
-        "Attempts in flight per worker process to one scheme://host:port",
-    ),
-    _Field(
-        "events_max_waiters",
-        "1000",
-        _positive_int,
-        "Requests long polling GET /events (wait=) at once in one API process; more get 429",
-    ),
-    _Field(
-        "events_max_waiters_per_account",
-        "10",
-        _positive_int,
-        "Requests of one account long polling its event feeds at once in one API process",
-    ),
-    _Field(
-        "require_verified_webhooks",
-        "false",
-        _bool,
-        "Verify every webhook registration (a signed webhook.verify challenge must be echoed"
-        " before anything else is sent to it), as a registration with verify: true does",
-    ),
-    _Field(
-        "verify_schedule",
-        "1,2,5,10",
-        _schedule,
-        "Seconds to wait after each failed endpoint verification attempt (len+1 attempts;"
-        " then the webhook is disabled)",
-    ),
-    _Field(
-        "allow_http_targets",
-        "false",
-        _bool,
-        "Allow http:// callback URLs (local work only)",
-    ),
-    _Field(
-        "allow_private_targets",
-        "false",
-        _bool,
-        "Allow callbacks to loopback/private addresses (local work only)",
-    ),
-    _Field(
-        "encryption_key",
-        "",
-        Secret,
-        "Fernet key(s) encrypting signing secrets at rest; comma-separated, first encrypts",
-    ),
-    _Field(
-        "signing_grace_seconds",
-        "86400",
-        _positive_float,
-        "After a rotation the previous signing material keeps signing this long",
-    ),
-    _Field(
-        "console_secret",
-        "",
-        Secret,
-        "Signs console session cookies; empty: derived from the first RELAY_ENCRYPTION_KEY",
-    ),
-    _Field(
-        "console_session",
-        "8h",
-        parse_duration,
-        "A console login lasts this long (s, m, h, d suffixes)",
-    ),
-    _Field("log_level", "info", str, "debug, info, warning or error"),
-    _Field(
-        "log_format",
-        "text",
-        _log_format,
-        "text (readable key=value lines) or json (one JSON object per line)",
-    ),
-)
-
-_BY_ENV = {PREFIX + f.name.upper(): f for f in _FIELDS}
+def setting(default: str, parse: Callable[[str], Any], doc: str) -> Any:
+    """A field of :class:`Settings`: the default as text, its parser, one line of meaning
+    (a required field: :func:`load_settings` always passes every value)."""
+    return field(metadata={"setting": (default, parse, doc)})
 
 
 @dataclass(frozen=True)
 class Settings:
-    """All configuration, built once by :func:`load_settings` and passed in."""
+    """All configuration, built once by :func:`load_settings` and passed in.
 
-    redis_url: str
-    redis_sentinels: tuple[tuple[str, int], ...]
-    redis_sentinel_service: str
-    redis_sentinel_password: Secret
-    redis_wait_replicas: int
-    redis_wait_timeout_ms: int
-    public_url: str
-    host: str
-    port: int
-    extractor: str
-    max_upload_bytes: int
-    max_image_pixels: int
-    max_pages: int
-    extract_timeout: float
-    extract_memory: int
-    max_result_bytes: int
-    extract_max_depth: int
-    blob_dir: str
-    status_rate_limit: RateLimit
-    account_max_pending_bytes: int
-    account_upload_rate_limit: RateLimit
-    account_process_rate_limit: RateLimit
-    account_retry_rate_limit: RateLimit
-    auth_failure_rate_limit: RateLimit
-    forwarded_allow_ips: str
-    http_max_header_bytes: int
-    http_max_headers: int
-    http_header_timeout: float
-    http_body_timeout: float
-    http_keepalive_timeout: int
-    http_max_connections: int
-    lease_seconds: float
-    background_after: float
-    background_extractions: int
-    max_document_attempts: int
-    sweep_interval: float
-    retention: float
-    disable_after: float
-    purge_batch: int
-    max_stored_attempts: int
-    retry_schedule: tuple[float, ...]
-    retry_jitter: float
-    delivery_timeout: float
-    delivery_batch: int
-    delivery_concurrency: int
-    delivery_per_destination: int
-    events_max_waiters: int
-    events_max_waiters_per_account: int
-    require_verified_webhooks: bool
-    verify_schedule: tuple[float, ...]
-    allow_http_targets: bool
-    allow_private_targets: bool
-    encryption_key: Secret = field(repr=True)
-    signing_grace_seconds: float
-    console_secret: Secret = field(repr=True)
-    console_session: float
-    log_level: str
-    log_format: str
+    Each field is a setting, declared here once: its type, and in :func:`setting` its
+    default (as text, as it would be written in the environment), its parser and one line
+    of meaning. ``RELAY_<NAME>`` names it; ``.env.example`` and the settings table in
+    docs/decisions.md are generated from these fields (``relay config example``).
+    """
+
+    redis_url: str = setting(
+        "redis://127.0.0.1:6379/0",
+        str,
+        "Redis holding all state and queues",
+    )
+    redis_sentinels: tuple[tuple[str, int], ...] = setting(
+        "",
+        _sentinels,
+        "host:port,... of Redis Sentinels: when set, every process asks them for the primary"
+        " (RELAY_REDIS_URL then gives only password, db and TLS options)",
+    )
+    redis_sentinel_service: str = setting(
+        "mymaster",
+        str,
+        "The primary's name in the Sentinels' `sentinel monitor` line",
+    )
+    redis_sentinel_password: Secret = setting(
+        "",
+        Secret,
+        "Password of the Sentinels themselves (when they have requirepass); empty = none",
+    )
+    redis_wait_replicas: int = setting(
+        "0",
+        _non_negative_int,
+        "Replicas that must have an upload, process or webhook registration before the API"
+        " answers it (Redis WAIT); 0 = do not wait (a single Redis)",
+    )
+    redis_wait_timeout_ms: int = setting(
+        "500",
+        _positive_int,
+        "How long the API waits for those replicas before answering anyway (and counting it)",
+    )
+    redis_socket_timeout: float = setting(
+        "5",
+        _positive_float,
+        "Seconds any process waits for one Redis reply (the status lane: for its oldest round)"
+        " before it drops the connection and fails or retries the command",
+    )
+    redis_connect_timeout: float = setting(
+        "1",
+        _positive_float,
+        "Seconds to connect to a Redis data node, TLS and AUTH included",
+    )
+    redis_sentinel_timeout: float = setting(
+        "0.5",
+        _positive_float,
+        "Seconds to connect to one Sentinel and to get its answer; a Sentinel that misses it"
+        " is skipped for the next one (no retry of its own)",
+    )
+    redis_sentinel_poll: float = setting(
+        "0.5",
+        _positive_float,
+        "Seconds between two questions each process asks the Sentinels in the background (who"
+        " is the primary?); when it moved, the process drops its connections to the old one",
+    )
+    redis_backoff_cap: float = setting(
+        "2",
+        _positive_float,
+        "Longest pause, in seconds, between two tries of a process that lost Redis (doubling"
+        " from 0.05 s: commands of workers and CLI, the delivery engine, detector, RQ's dequeue)",
+    )
+    worker_dequeue_timeout: int = setting(
+        "5",
+        _positive_int,
+        "Seconds a worker blocks waiting for a job (BLPOP); it waits for the reply that long"
+        " plus RELAY_REDIS_SOCKET_TIMEOUT",
+    )
+    public_url: str = setting(
+        "http://127.0.0.1:8000",
+        str,
+        "Base URL of the API, used in results_url",
+    )
+    host: str = setting(
+        "127.0.0.1",
+        str,
+        "Address `relay serve` binds",
+    )
+    port: int = setting(
+        "8000",
+        _positive_int,
+        "Port `relay serve` binds",
+    )
+    extractor: str = setting(
+        "relay.extract:extract",
+        str,
+        "package.module:callable that turns a document into line_items",
+    )
+    max_upload_bytes: int = setting(
+        str(20 * 1024 * 1024),
+        _positive_int,
+        "Largest upload (else 413)",
+    )
+    max_image_pixels: int = setting(
+        "50000000",
+        _positive_int,
+        "Largest image (all pages) the default extractor decodes, else image_too_large",
+    )
+    max_pages: int = setting(
+        "500",
+        _positive_int,
+        "Most pages of a PDF or TIFF the default extractor reads, else too_many_pages",
+    )
+    extract_timeout: float = setting(
+        "60",
+        _positive_float,
+        "Wall-clock seconds one document's extraction may take (else extraction_timeout)",
+    )
+    extract_memory: int = setting(
+        str(2 * 1024 * 1024 * 1024),
+        _positive_int,
+        "Bytes of address space the extraction process may use (else extraction_memory)",
+    )
+    max_result_bytes: int = setting(
+        str(16 * 1024 * 1024),
+        _positive_int,
+        "Largest result (line_items and tables) of one document as JSON bytes "
+        "(else result_too_large)",
+    )
+    extract_max_depth: int = setting(
+        "64",
+        _positive_int,
+        "Deepest nesting of a JSON document's values (else too_deeply_nested)",
+    )
+    blob_dir: str = setting(
+        "",
+        str,
+        "Keep uploaded bytes in this directory (shared by API and workers); empty = in Redis",
+    )
+    status_rate_limit: RateLimit = setting(
+        "120/minute",
+        RateLimit.parse,
+        "Sliding-window limit per API key over the status endpoints",
+    )
+    account_max_pending_bytes: int = setting(
+        str(256 * 1024 * 1024),
+        _positive_int,
+        "Per account: uploaded bytes held in Redis awaiting processing (past it uploads are 429)",
+    )
+    account_upload_rate_limit: RateLimit = setting(
+        "600/minute",
+        RateLimit.parse,
+        "Per account: sliding-window limit on POST /documents",
+    )
+    account_process_rate_limit: RateLimit = setting(
+        "600/minute",
+        RateLimit.parse,
+        "Per account: sliding-window limit on POST /batches/{name}/process",
+    )
+    account_retry_rate_limit: RateLimit = setting(
+        "60/minute",
+        RateLimit.parse,
+        "Per account: sliding-window limit on manual delivery retries",
+    )
+    auth_failure_rate_limit: RateLimit = setting(
+        "60/minute",
+        RateLimit.parse,
+        "Per client address: requests with a missing or invalid API key (then 429)",
+    )
+    forwarded_allow_ips: str = setting(
+        "127.0.0.1",
+        str,
+        "Proxies trusted for X-Forwarded-For (the client address of the limits above)",
+    )
+    http_max_header_bytes: int = setting(
+        "32768",
+        _positive_int,
+        "`relay serve`: largest request line plus headers in bytes (else 431, closed)",
+    )
+    http_max_headers: int = setting(
+        "100",
+        _positive_int,
+        "`relay serve`: most headers in one request (else 431, closed)",
+    )
+    http_header_timeout: float = setting(
+        "10",
+        _positive_float,
+        "`relay serve`: seconds a client has to send a request's line and headers, from its"
+        " first byte or from the connection's start (else 408, closed)",
+    )
+    http_body_timeout: float = setting(
+        "60",
+        _positive_float,
+        "`relay serve`: seconds a client has to send a request's body after its headers"
+        " (else 408, closed)",
+    )
+    http_keepalive_timeout: int = setting(
+        "20",
+        _positive_int,
+        "`relay serve`: seconds an idle keep-alive connection stays open after a response",
+    )
+    http_max_connections: int = setting(
+        "1000",
+        _positive_int,
+        "`relay serve`: open connections at most; one more is answered 503 and closed",
+    )
+    lease_seconds: float = setting(
+        "60",
+        _positive_float,
+        "A worker's claim on a document lasts this long without renewal",
+    )
+    background_after: float = setting(
+        "2",
+        _positive_float,
+        "Seconds a document may extract while others wait before its worker moves it to"
+        " the background and serves them",
+    )
+    background_extractions: int = setting(
+        "1",
+        _non_negative_int,
+        "Documents one worker process extracts in the background at once (0: none)",
+    )
+    max_document_attempts: int = setting(
+        "3",
+        _positive_int,
+        "Claims of one document before it fails with worker_lost",
+    )
+    sweep_interval: float = setting(
+        "1.0",
+        _positive_float,
+        "Seconds between detector sweeps",
+    )
+    retention: float = setting(
+        "30d",
+        parse_duration,
+        "A finished batch (none of its deliveries pending) is purged this long after it"
+        " completed (s, m, h, d suffixes)",
+    )
+    disable_after: float = setting(
+        "5d",
+        parse_duration,
+        "A batch webhook whose attempts have all failed this long (no success since the first"
+        " failure) is disabled (s, m, h, d suffixes)",
+    )
+    purge_steps: int = setting(
+        "20",
+        _positive_int,
+        "Purge steps (a batch, or 500 more documents of a big one) per shard per sweep",
+    )
+    max_stored_attempts: int = setting(
+        "20",
+        _at_least_two,
+        "Attempts kept per delivery: the first and the latest ones (the count stays true)",
+    )
+    retry_schedule: tuple[float, ...] = setting(
+        "5,300,1800,7200,18000,36000,36000",
+        _schedule,
+        "Seconds to wait after each failed attempt (len+1 attempts in all)",
+    )
+    retry_jitter: float = setting(
+        "0.1",
+        float,
+        "Up to this fraction is added to each retry delay",
+    )
+    delivery_timeout: float = setting(
+        "15",
+        _positive_float,
+        "Seconds an attempt may last, connect to last byte (wall clock); then it is cut",
+    )
+    delivery_claim_size: int = setting(
+        "64",
+        _positive_int,
+        "Due deliveries the delivery engine claims with one script (the claim size)",
+    )
+    delivery_concurrency: int = setting(
+        "64",
+        _positive_int,
+        "Attempts in flight per worker process (half at most to unanswering receivers)",
+    )
+    delivery_per_destination: int = setting(
+        "8",
+        _positive_int,
+        "Attempts in flight per worker process to one scheme://host:port",
+    )
+    events_max_wait: float = setting(
+        "30",
+        _positive_float,
+        "Seconds a GET /events?wait= is held at most in this process (a client may ask up to"
+        " 30; a smaller bound answers sooner, with an empty page)",
+    )
+    events_max_waiters: int = setting(
+        "1000",
+        _positive_int,
+        "Requests long polling GET /events (wait=) at once in one API process; more get 429",
+    )
+    events_max_waiters_per_account: int = setting(
+        "10",
+        _positive_int,
+        "Requests of one account long polling its event feeds at once in one API process",
+    )
+    require_verified_webhooks: bool = setting(
+        "false",
+        _bool,
+        "Verify every webhook registration (a signed webhook.verify challenge must be echoed"
+        " before anything else is sent to it), as a registration with verify: true does",
+    )
+    verify_schedule: tuple[float, ...] = setting(
+        "1,2,5,10",
+        _schedule,
+        "Seconds to wait after each failed endpoint verification attempt (len+1 attempts;"
+        " then the webhook is disabled)",
+    )
+    allow_http_targets: bool = setting(
+        "false",
+        _bool,
+        "Allow http:// callback URLs (local work only)",
+    )
+    allow_private_targets: bool = setting(
+        "false",
+        _bool,
+        "Allow callbacks to loopback/private addresses (local work only)",
+    )
+    encryption_key: Secret = setting(
+        "",
+        Secret,
+        "Fernet key(s) encrypting signing secrets at rest; comma-separated, first encrypts",
+    )
+    signing_grace_seconds: float = setting(
+        "86400",
+        _positive_float,
+        "After a rotation the previous signing material keeps signing this long",
+    )
+    console_secret: Secret = setting(
+        "",
+        Secret,
+        "Signs console session cookies; empty: derived from the first RELAY_ENCRYPTION_KEY",
+    )
+    console_session: float = setting(
+        "8h",
+        parse_duration,
+        "A console login lasts this long (s, m, h, d suffixes)",
+    )
+    log_level: str = setting(
+        "info",
+        str,
+        "debug, info, warning or error",
+    )
+    log_format: str = setting(
+        "text",
+        _log_format,
+        "text (readable key=value lines) or json (one JSON object per line)",
+    )
 
     def to_env(self) -> dict[str, str]:
         """The settings as ``RELAY_*`` variables, for child processes."""
@@ -545,6 +517,18 @@ class Settings:
                 text = str(value)
             out[PREFIX + f.name.upper()] = text
         return out
+
+
+_FIELDS: tuple[_Field, ...] = tuple(
+    _Field(f.name, *f.metadata["setting"]) for f in fields(Settings)
+)
+_BY_ENV = {PREFIX + f.name.upper(): f for f in _FIELDS}
+# Settings renamed so that a name keeps one meaning ("batch" is a customer's batch of
+# documents); the old names are still read, the new one wins when both are set.
+_RENAMED = {
+    "RELAY_DELIVERY_BATCH": "RELAY_DELIVERY_CLAIM_SIZE",
+    "RELAY_PURGE_BATCH": "RELAY_PURGE_STEPS",
+}
 
 
 def read_dotenv(path: Path) -> dict[str, str]:
@@ -579,6 +563,9 @@ def load_settings(
     env = dict(os.environ) if environ is None else dict(environ)
     merged = read_dotenv(dotenv) if dotenv is not None else {}
     merged.update(env)
+    for old, new in _RENAMED.items():
+        if old in merged:
+            merged.setdefault(new, merged.pop(old))
     unknown = sorted(k for k in merged if k.startswith(PREFIX) and k not in _BY_ENV)
     if unknown:
         raise ConfigError(f"unknown setting(s): {', '.join(unknown)} (see .env.example)")
@@ -602,6 +589,27 @@ def env_example() -> str:
     for f in _FIELDS:
         lines.append(f"# {f.doc}")
         lines.append(f"{PREFIX}{f.name.upper()}={f.default}")
+    return "\n".join(lines) + "\n"
+
+
+def settings_doc() -> str:
+    """The text of ``docs/settings.md``: every setting as a table row (variable, default,
+    meaning), from the same fields as ``.env.example``."""
+    lines = [
+        "# Settings",
+        "",
+        "Every `RELAY_*` variable, read from the environment and `.env` at start (an unknown",
+        "one is an error). Generated from `relay.config.Settings` (`relay config docs`), as",
+        "`.env.example` is (`relay config example`); a test keeps the three the same.",
+        "Durations take `30d`, `12h`, `15m`, `4s` or a number of seconds.",
+        "",
+        "| variable | default | meaning |",
+        "| --- | --- | --- |",
+    ]
+    for f in _FIELDS:
+        default = f"`{f.default}`" if f.default else "(empty)"
+        doc = f.doc.replace("|", "\\|")
+        lines.append(f"| `{PREFIX}{f.name.upper()}` | {default} | {doc} |")
     return "\n".join(lines) + "\n"
 
 

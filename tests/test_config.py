@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
-from relay.config import RateLimit, env_example, load_settings
+from relay.config import RateLimit, Settings, env_example, load_settings, settings_doc
 from relay.exceptions import ConfigError
 from relay.queues import document_job_timeout
 from relay.timefmt import parse_duration
@@ -74,6 +75,18 @@ def test_env_example_lists_every_setting() -> None:
     assert (ROOT / ".env.example").read_text() == env_example()
 
 
+def test_the_settings_doc_is_generated_from_the_same_fields() -> None:
+    """docs/settings.md, .env.example and Settings come from one declaration per setting."""
+    doc = (ROOT / "docs" / "settings.md").read_text()
+    assert doc == settings_doc(), "regenerate: relay config docs > docs/settings.md"
+    example = env_example()
+    for f in fields(Settings):
+        name = "RELAY_" + f.name.upper()
+        default, _, meaning = f.metadata["setting"]
+        assert f"{name}={default}\n" in example
+        assert f"| `{name}` |" in doc and meaning.replace("|", "\\|") in doc
+
+
 @pytest.mark.parametrize(
     ("raw", "seconds"),
     [("30d", 2_592_000), ("12h", 43_200), ("15m", 900), ("4s", 4), ("2.5", 2.5), (" 1D ", 86_400)],
@@ -85,7 +98,7 @@ def test_retention_takes_s_m_h_d_suffixes(raw: str, seconds: float) -> None:
 def test_retention_purge_and_attempt_defaults() -> None:
     s = load_settings({}, dotenv=None)
     assert s.retention == 30 * 86_400
-    assert s.purge_batch == 20 and s.max_stored_attempts == 20
+    assert s.purge_steps == 20 and s.max_stored_attempts == 20
 
 
 @pytest.mark.parametrize(
@@ -95,7 +108,7 @@ def test_retention_purge_and_attempt_defaults() -> None:
         ("RELAY_RETENTION", "3w"),
         ("RELAY_RETENTION", "-4s"),
         ("RELAY_MAX_STORED_ATTEMPTS", "1"),
-        ("RELAY_PURGE_BATCH", "0"),
+        ("RELAY_PURGE_STEPS", "0"),
     ],
 )
 def test_bad_retention_settings_name_the_variable(name: str, value: str) -> None:
@@ -124,3 +137,10 @@ def test_one_duration_parser_reads_settings_and_commands(text: str, seconds: flo
 def test_a_duration_that_does_not_parse_is_refused(text: str) -> None:
     with pytest.raises(ValueError, match="expected a duration"):
         parse_duration(text)
+
+
+def test_a_renamed_setting_is_still_read_under_its_old_name() -> None:
+    old = load_settings({"RELAY_DELIVERY_BATCH": "8", "RELAY_PURGE_BATCH": "3"}, dotenv=None)
+    assert (old.delivery_claim_size, old.purge_steps) == (8, 3)
+    both = {"RELAY_PURGE_BATCH": "3", "RELAY_PURGE_STEPS": "5"}
+    assert load_settings(both, dotenv=None).purge_steps == 5  # the new name wins

@@ -406,3 +406,35 @@ def test_an_api_up_after_the_banner_is_announced_when_it_answers(
     assert text.index("relay dev is running (the API is not up yet)") < text.index(
         "relay dev is up: the API answers"
     )
+
+
+def test_what_a_crashed_child_started_does_not_outlive_it(tmp_path: Path) -> None:
+    api_port = free_port()
+    out = io.StringIO()
+    # The child starts a grandchild (its own process group, as a worker's work-horse is) and
+    # crashes; it is restarted after a long backoff.
+    crasher = (
+        "import subprocess, sys\n"
+        "p = subprocess.Popen(['sleep', '300'])\n"
+        "print('grandchild', p.pid, flush=True)\n"
+        "sys.exit(3)\n"
+    )
+    supervisor = dev.Supervisor(
+        load_settings(environ={}, dotenv=None),
+        host="127.0.0.1",
+        port=api_port,
+        state_dir=tmp_path,
+        redis_url_explicit=False,
+        console=Console(out),
+        commands={"crasher": _python(crasher)},
+        redis_port=free_port(),
+    )
+    thread = threading.Thread(target=supervisor.run)
+    thread.start()
+    try:
+        wait_until(lambda: "crasher exited with code 3" in out.getvalue(), 60, 0.1, "no crash")
+        (pid,) = re.findall(r"grandchild (\d+)", out.getvalue())[:1]
+        wait_until(lambda: not dev_pid_alive(int(pid)), 10, 0.05, "the grandchild still runs")
+    finally:
+        supervisor.request_stop()
+        thread.join(30)
