@@ -20,6 +20,7 @@ from bench._common import Goal, Outcome, fmt, table, write_result
 BENCHMARKS = (
     "processing",
     "lag",
+    "feed",
     "drain",
     "status",
     "http_bounds",

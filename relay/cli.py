@@ -1,11 +1,11 @@
-"""``relay``: one command, one sub-command per process or ops task.
+"""``relay``: one command, one sub-command per process or operator command.
 
 relay serve [--host H] [--port P]     the API (uvicorn)
 relay worker [--queues Q] [--burst]   an RQ worker: processing, delivery or all queues
 relay detector                        the completion detector and the sweepers
 relay dev                             all of the above on a private Redis
 relay keys create|list|revoke         API keys
-relay deliveries list|show|retry|recover  ops view of webhook deliveries
+relay deliveries list|show|retry|recover  the operator's view of webhook deliveries
 relay reencrypt [--batch N]           re-encrypt stored secrets with the first encryption key
 relay config example                  print .env.example
 """
@@ -88,7 +88,16 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     require_encryption_key(settings)
     ctx = WorkerContext(settings)
     ctx.http  # noqa: B018  (built now: its SSL context costs ~25 ms, not the first delivery's)
-    from relay.redis_conn import is_store_full
+    from relay.redis_conn import RedisTarget, is_store_full, sync_client
+
+    # RQ's own client: its BLPOP blocks RELAY_WORKER_DEQUEUE_TIMEOUT on purpose, so it waits
+    # for a reply that long plus the usual reply timeout (relay.worker); the jobs' client
+    # (ctx.redis) keeps the short one.
+    dequeue = settings.worker_dequeue_timeout
+    rq_redis = sync_client(
+        RedisTarget.from_settings(settings),
+        socket_timeout=dequeue + settings.redis_socket_timeout,
+    )
 
     backoff = 1.0
     while True:
@@ -96,14 +105,20 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         started = time.monotonic()
         try:
             worker = RelayWorker(
-                [queues.queue(ctx.redis, name) for name in queues.WORKER_QUEUES[args.queues]],
-                connection=ctx.redis,
+                [queues.queue(rq_redis, name) for name in queues.WORKER_QUEUES[args.queues]],
+                connection=rq_redis,
                 serializer=JSONSerializer,
                 job_class=job_class(ctx),
+                dequeue_timeout=dequeue,
+                reply_timeout=settings.redis_socket_timeout,
+                backoff_cap=settings.redis_backoff_cap,
             )
+            # No RQ scheduler: relay enqueues nothing for later (its retries are its own due
+            # deliveries and sweepers), and the scheduler's process died at the first
+            # failover (an uncaught MasterNotFoundError in its heartbeat), holding its lock.
             worker.work(
                 burst=args.burst,
-                with_scheduler=True,
+                with_scheduler=False,
                 logging_level=settings.log_level.upper(),
             )
         except Exception as exc:
@@ -224,9 +239,9 @@ def account_name(text: str) -> str:
 
 
 def cmd_deliveries(settings: Settings, args: argparse.Namespace) -> int:
-    from relay import ops
+    from relay import commands
 
-    return ops.run(settings, args)
+    return commands.run(settings, args)
 
 
 def cmd_events(settings: Settings, args: argparse.Namespace) -> int:
@@ -234,13 +249,13 @@ def cmd_events(settings: Settings, args: argparse.Namespace) -> int:
     import json
     import time
 
-    from relay.events import FEED_BATCHES, FEED_OPS, EventLog
-    from relay.exceptions import InvalidCursor
+    from relay.events import FEED_BATCHES, FEED_OPERATIONAL, EventLog
+    from relay.exceptions import EventNotFound
     from relay.redis_conn import RedisTarget, sync_client
 
     client = sync_client(RedisTarget.from_settings(settings))
     log = EventLog(client, round(settings.retention * 1000))
-    feed = FEED_OPS if args.operational else FEED_BATCHES
+    feed = FEED_OPERATIONAL if args.operational else FEED_BATCHES
     after: str | None = args.after
     try:
         while True:
@@ -255,7 +270,7 @@ def cmd_events(settings: Settings, args: argparse.Namespace) -> int:
             if not args.follow:
                 break
             time.sleep(0.5)
-    except InvalidCursor as exc:
+    except EventNotFound as exc:
         print(f"relay: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -187,6 +187,41 @@ class Settings:
         _positive_int,
         "How long the API waits for those replicas before answering anyway (and counting it)",
     )
+    redis_socket_timeout: float = setting(
+        "5",
+        _positive_float,
+        "Seconds any process waits for one Redis reply (the status lane: for its oldest round)"
+        " before it drops the connection and fails or retries the command",
+    )
+    redis_connect_timeout: float = setting(
+        "1",
+        _positive_float,
+        "Seconds to connect to a Redis data node, TLS and AUTH included",
+    )
+    redis_sentinel_timeout: float = setting(
+        "0.5",
+        _positive_float,
+        "Seconds to connect to one Sentinel and to get its answer; a Sentinel that misses it"
+        " is skipped for the next one (no retry of its own)",
+    )
+    redis_sentinel_poll: float = setting(
+        "0.5",
+        _positive_float,
+        "Seconds between two questions each process asks the Sentinels in the background (who"
+        " is the primary?); when it moved, the process drops its connections to the old one",
+    )
+    redis_backoff_cap: float = setting(
+        "2",
+        _positive_float,
+        "Longest pause, in seconds, between two tries of a process that lost Redis (doubling"
+        " from 0.05 s: commands of workers and CLI, the delivery engine, detector, RQ's dequeue)",
+    )
+    worker_dequeue_timeout: int = setting(
+        "5",
+        _positive_int,
+        "Seconds a worker blocks waiting for a job (BLPOP); it waits for the reply that long"
+        " plus RELAY_REDIS_SOCKET_TIMEOUT",
+    )
     public_url: str = setting(
         "http://127.0.0.1:8000",
         str,
@@ -353,7 +388,7 @@ class Settings:
         "A batch webhook whose attempts have all failed this long (no success since the first"
         " failure) is disabled (s, m, h, d suffixes)",
     )
-    purge_batch: int = setting(
+    purge_steps: int = setting(
         "20",
         _positive_int,
         "Purge steps (a batch, or 500 more documents of a big one) per shard per sweep",
@@ -378,10 +413,10 @@ class Settings:
         _positive_float,
         "Seconds an attempt may last, connect to last byte (wall clock); then it is cut",
     )
-    delivery_batch: int = setting(
+    delivery_claim_size: int = setting(
         "64",
         _positive_int,
-        "Due deliveries the delivery engine claims with one script",
+        "Due deliveries the delivery engine claims with one script (the claim size)",
     )
     delivery_concurrency: int = setting(
         "64",
@@ -392,6 +427,12 @@ class Settings:
         "8",
         _positive_int,
         "Attempts in flight per worker process to one scheme://host:port",
+    )
+    events_max_wait: float = setting(
+        "30",
+        _positive_float,
+        "Seconds a GET /events?wait= is held at most in this process (a client may ask up to"
+        " 30; a smaller bound answers sooner, with an empty page)",
     )
     events_max_waiters: int = setting(
         "1000",
@@ -482,6 +523,12 @@ _FIELDS: tuple[_Field, ...] = tuple(
     _Field(f.name, *f.metadata["setting"]) for f in fields(Settings)
 )
 _BY_ENV = {PREFIX + f.name.upper(): f for f in _FIELDS}
+# Settings renamed so that a name keeps one meaning ("batch" is a customer's batch of
+# documents); the old names are still read, the new one wins when both are set.
+_RENAMED = {
+    "RELAY_DELIVERY_BATCH": "RELAY_DELIVERY_CLAIM_SIZE",
+    "RELAY_PURGE_BATCH": "RELAY_PURGE_STEPS",
+}
 
 
 def read_dotenv(path: Path) -> dict[str, str]:
@@ -516,6 +563,9 @@ def load_settings(
     env = dict(os.environ) if environ is None else dict(environ)
     merged = read_dotenv(dotenv) if dotenv is not None else {}
     merged.update(env)
+    for old, new in _RENAMED.items():
+        if old in merged:
+            merged.setdefault(new, merged.pop(old))
     unknown = sorted(k for k in merged if k.startswith(PREFIX) and k not in _BY_ENV)
     if unknown:
         raise ConfigError(f"unknown setting(s): {', '.join(unknown)} (see .env.example)")

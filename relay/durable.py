@@ -5,6 +5,14 @@ counts ``relay_replica_wait_timeouts_total``): availability first, and a measure
 an acknowledged write was on the primary alone (docs/decisions.md, "Durability across a
 failover").
 
+Except when the shortfall is a failover under way (through Sentinel): a Sentinel reports a
+failover in progress, or names another primary than the one written to. The replica has been
+(or is being) promoted, and the node the write went to will be made its replica, dropping the
+write: the API answers 503 (:class:`relay.exceptions.StoreUnavailable`) and the client's retry
+goes to the new primary. This is the case of a graceful ``SENTINEL FAILOVER``: the old primary
+takes writes until the Sentinels demote it, and without the check every one of them would be
+acknowledged and lost.
+
 Redis ``WAIT`` counts the replicas that have the writes *of the connection it is sent on*; the
 request's writes went out on whatever pooled connections (and RQ's enqueue on another client).
 So the wait rides on a marker write of its own, sent with ``WAIT`` on one connection: Redis
@@ -22,6 +30,7 @@ from redis.exceptions import RedisError
 
 from relay import keys
 from relay.config import Settings
+from relay.exceptions import StoreUnavailable
 
 log = logging.getLogger("relay.api")
 
@@ -43,9 +52,11 @@ async def replicated(client: redis.asyncio.Redis, settings: Settings, what: str)
     except RedisError as exc:
         # The write itself was acknowledged by the primary; only its replication is unknown.
         log.warning("%s: could not wait for %d replica(s): %s", what, wanted, exc)
+        await _refuse_during_failover(client, what)
         return False
     if int(acked) >= wanted:
         return True
+    await _refuse_during_failover(client, what)
     log.warning(
         "%s: acknowledged with %d of %d replica(s) after %d ms (a failover now could lose it)",
         what,
@@ -56,3 +67,28 @@ async def replicated(client: redis.asyncio.Redis, settings: Settings, what: str)
     with contextlib.suppress(RedisError):  # the warning above tells all the same
         await client.hincrby(keys.metrics(), TIMEOUTS, 1)
     return False
+
+
+async def _refuse_during_failover(client: redis.asyncio.Redis, what: str) -> None:
+    """Raise StoreUnavailable when the Sentinels say a failover is under way (module
+    docstring); nothing when they do not, or cannot be asked, or there are none."""
+    sentinel = getattr(client, "sentinel", None)
+    pool = client.connection_pool
+    service = getattr(pool, "service_name", None)
+    if sentinel is None or service is None:
+        return
+    wrote_to = getattr(pool, "master_address", None)
+    for each in sentinel.sentinels:
+        try:
+            state = (await each.sentinel_masters()).get(service)
+        except RedisError:
+            continue
+        if state is None:
+            continue
+        moved = wrote_to is not None and (str(state["ip"]), int(state["port"])) != (
+            str(wrote_to[0]),
+            int(wrote_to[1]),
+        )
+        if moved or "failover_in_progress" in str(state.get("flags", "")):
+            log.warning("%s: not acknowledged, a failover is under way (503)", what)
+            raise StoreUnavailable(f"{what}: a failover is under way; try again")

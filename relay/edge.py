@@ -44,10 +44,10 @@ from relay.delivery.addresses import TargetPolicy
 from relay.delivery.probe import Prober
 from relay.delivery.transport import USER_AGENT, make_client
 from relay.events import AsyncEventLog, FeedWaiters
-from relay.lane import StatusClient, StatusPipe
+from relay.lane import Lane, StatusClient, StatusPipe
 from relay.lane_url import status_client
 from relay.ratelimit import Decision, SlidingWindow
-from relay.redis_conn import RedisTarget, async_client, sync_client
+from relay.redis_conn import RedisTarget, async_client, follow_primary, sync_client
 from relay.scans import Scans
 from relay.signing_keys import SigningKeys, previous_until
 from relay.store import AsyncStore
@@ -157,6 +157,22 @@ class Edge:
             auth_failures=SlidingWindow(settings.auth_failure_rate_limit, keys.auth_failure_window),
             prober=Prober(webhooks, signing, client, http, policy, settings.delivery_timeout),
         )
+
+    def follow_primary(self) -> asyncio.Task[None] | None:
+        """Through Sentinel: a task that drops this process's connections (the lane's and the
+        redis-py client's, in use too) whenever the Sentinels name a new primary
+        (:func:`relay.redis_conn.follow_primary`); the caller cancels it. None without
+        Sentinels."""
+        target = RedisTarget.from_settings(self.settings)
+        if not target.via_sentinel:
+            return None
+
+        async def moved() -> None:
+            if isinstance(self.lane, Lane):
+                self.lane.relocate()  # what waits on it is sent again, to the new primary
+            await self.redis.connection_pool.disconnect()
+
+        return asyncio.create_task(follow_primary(target, moved), name="relay-primary-follower")
 
     async def close(self) -> None:
         self.prober.http.close()

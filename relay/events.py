@@ -19,7 +19,7 @@ acknowledged only after the append, so a crash costs a repeated, idempotent appe
 The cursor is the id of the last event seen (``after``): the positions hash maps it back to
 its entry. An id the feed no longer holds because it aged out (``RELAY_RETENTION``, the
 retention sweeper's ``trim``) reads from the oldest event kept: every event kept is after
-it. Any other unknown id is an invalid cursor.
+it. Any other unknown id is EventNotFound (404).
 
 Long polling (``FeedWaiters``): each API process holds one pub/sub subscription to
 ``relay.keys.events_channel`` (the append publishes ``<feed>:<account>``) and wakes the
@@ -44,20 +44,21 @@ import redis
 import redis.asyncio
 
 from relay import keys
-from relay.exceptions import InvalidCursor, StateError
+from relay.exceptions import EventNotFound, StateError
 from relay.scripts import AsyncScripts, Scripts
 from relay.timefmt import now_ms
 
 log = logging.getLogger("relay.events")
 
 FEED_BATCHES = keys.FEED_BATCHES  # the account's feed: GET /events
-FEED_OPS = keys.FEED_OPS  # the operator's feed: GET /operational-events, relay events --ops
+# the operator's feed: GET /operational-events, relay events --ops
+FEED_OPERATIONAL = keys.FEED_OPERATIONAL
 MAX_WAIT_S = 30  # the longest `wait=` of one request
 FALLBACK_S = 5.0  # a waiter reads again this often even without a wake-up
 SCAN = 500  # entries read per round when filters may leave most of them out
 BATCH_TYPES = ("batch.completed",)
-OPS_TYPES = ("webhook.disabled", "delivery.failed")
-TYPES = {keys.FEED_BATCHES: BATCH_TYPES, keys.FEED_OPS: OPS_TYPES}
+OPERATIONAL_TYPES = ("webhook.disabled", "delivery.failed")
+TYPES = {keys.FEED_BATCHES: BATCH_TYPES, keys.FEED_OPERATIONAL: OPERATIONAL_TYPES}
 
 
 class TooManyWaiters(StateError):
@@ -155,12 +156,12 @@ class EventLog:
         batch: str | None = None,
     ) -> FeedPage:
         """The events after ``after`` (an event id; None: from the oldest kept), oldest
-        first. Raises InvalidCursor for an id this feed never held."""
+        first. Raises EventNotFound for an id this feed never held."""
         reader = _Reader(account, feed, limit, type_, batch)
         found, entries = self.scripts("event_page", *_page_call(account, feed, after, reader.count))
         if not int(found):
             if after is None or not _expired(after, self.retention_ms, self.clock()):
-                raise InvalidCursor(f"no event {after!r} in this feed")
+                raise EventNotFound(f"no event {after!r} in this feed")
             return self.page(account, feed, limit=limit, type_=type_, batch=batch)
         return reader.page(after, entries)
 
@@ -215,7 +216,7 @@ class AsyncEventLog:
         )
         if not int(found):
             if after is None or not _expired(after, self.retention_ms, self.clock()):
-                raise InvalidCursor(f"no event {after!r} in this feed")
+                raise EventNotFound(f"no event {after!r} in this feed")
             return await self.page(account, feed, limit=limit, type_=type_, batch=batch)
         return reader.page(after, entries)
 

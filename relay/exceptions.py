@@ -114,5 +114,9 @@ class UnsafeTarget(RelayError):
         self.message = message
 
 
+class EventNotFound(StateError):
+    """An ``after`` naming no event of the feed (another account's, or none at all)."""
+
+
 class InvalidCursor(StateError):
     """A pagination cursor that no listing handed out (or that was altered)."""

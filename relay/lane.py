@@ -22,12 +22,17 @@ twice** (reads; the gate's rate-limit script, see :mod:`relay.api.gate`). A conn
 cannot be made, a second loss, or a silent server (a watchdog aborts the connection when the
 oldest round has waited longer than ``timeout``) fail every round waiting on it with
 ``redis.exceptions.ConnectionError`` (the API answers 503), at once: nothing waits for Redis to
-come back. A round answered ``READONLY`` (a primary demoted by a failover, still up) counts as a
+come back. Requests that queued for a connection while one attempt to connect was under way
+share its outcome: when it fails (no primary named, Redis down or silent) they all fail with
+it at once, instead of each trying again in turn behind the same lock (with a hundred requests
+waiting, that queue would have lasted a hundred times the connect timeout).
+A round answered ``READONLY`` (a primary demoted by a failover, still up) counts as a
 connection the server dropped: it is sent once more on a new connection, located afresh.
 A reply with no round waiting for it, or bytes that are not RESP, fail the waiting
 rounds with :class:`relay.exceptions.StoreProtocolError` (also a 503) and drop the connection.
-Error replies become redis-py's exceptions (``NoScriptError``, ``ResponseError``), so callers
-handle them as they would from redis-py.
+Error replies become redis-py's exceptions (``NoScriptError``, ``BusyLoadingError`` for a
+Redis still loading its data after a restart - a ``ConnectionError``, so a 503 -,
+``ResponseError``), so callers handle them as they would from redis-py.
 """
 
 from __future__ import annotations
@@ -42,8 +47,8 @@ from typing import Any, Protocol, cast
 
 import hiredis
 import redis.asyncio
+from redis.exceptions import BusyLoadingError, NoScriptError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
 
 from relay.exceptions import StoreProtocolError
 
@@ -208,6 +213,8 @@ def _convert(reply: Any) -> Any:
         message = str(reply)
         if message.startswith("NOSCRIPT"):
             return NoScriptError(message)
+        if message.startswith("LOADING"):  # a restarted Redis reading its AOF: a 503
+            return BusyLoadingError(message)
         return ResponseError(message)
     return reply
 
@@ -311,6 +318,7 @@ class Lane:
         self.connect_timeout = connect_timeout
         self._protocol: _Protocol | None = None
         self._connecting: asyncio.Lock | None = None
+        self._failed: tuple[float, str] | None = None  # when the last attempt failed, and why
         self._watch: asyncio.TimerHandle | None = None
 
     def __repr__(self) -> str:  # no password in logs
@@ -335,22 +343,36 @@ class Lane:
     async def _connect(self) -> _Protocol:
         if self._connecting is None:
             self._connecting = asyncio.Lock()
+        loop = asyncio.get_running_loop()
+        queued_at = loop.time()
         async with self._connecting:
             current = self._protocol
             if current is not None and current.usable:
                 return current  # another request connected meanwhile
-            address = await self.locate()
+            if self._failed is not None and self._failed[0] >= queued_at:
+                # The attempt this request waited for failed: fail with it (module docstring).
+                raise RedisConnectionError(self._failed[1])
             try:
-                async with asyncio.timeout(self.connect_timeout):
-                    _, opened = await address.open(_Protocol)
-            except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
-                raise RedisConnectionError(f"cannot connect to Redis at {address}: {exc}") from exc
-            protocol = cast(_Protocol, opened)
-            await self._handshake(protocol, address)
+                protocol = await self._open()
+            except RedisConnectionError as exc:
+                self._failed = (loop.time(), str(exc))
+                raise
+            self._failed = None
             self._protocol = protocol
             if self._watch is None:
                 self._watch = asyncio.get_running_loop().call_later(WATCH_INTERVAL, self._check)
             return protocol
+
+    async def _open(self) -> _Protocol:
+        address = await self.locate()  # through Sentinel: bounded by its timeouts
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                _, opened = await address.open(_Protocol)
+        except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
+            raise RedisConnectionError(f"cannot connect to Redis at {address}: {exc}") from exc
+        protocol = cast(_Protocol, opened)
+        await self._handshake(protocol, address)
+        return protocol
 
     async def _handshake(self, protocol: _Protocol, address: Address) -> None:
         commands: list[tuple[Any, ...]] = []
@@ -393,6 +415,15 @@ class Lane:
         ):
             protocol.drop(RedisConnectionError(f"Redis did not answer within {self.timeout:g} s"))
         self._watch = loop.call_later(WATCH_INTERVAL, self._check)
+
+    def relocate(self) -> None:
+        """The primary moved (:func:`relay.redis_conn.follow_primary`): drop the connection as
+        if the server had; rounds waiting on it are sent once more on a new connection, to the
+        primary the locate callable names now."""
+        protocol = self._protocol
+        if protocol is not None and protocol.lost is None:
+            protocol.closed_by_server = True
+            protocol.drop(RedisConnectionError("the primary moved"))
 
     async def close(self) -> None:
         if self._watch is not None:

@@ -140,7 +140,7 @@ class SentinelLocate:
         self.service = target.service
         self.tls = tls
         self.sentinel = redis.asyncio.sentinel.Sentinel(
-            list(target.sentinels), sentinel_kwargs=target.sentinel_kwargs()
+            list(target.sentinels), sentinel_kwargs=target.sentinel_kwargs(for_asyncio=True)
         )
 
     async def __call__(self) -> Address:
@@ -160,14 +160,18 @@ def sentinel_locate(target: RedisTarget, tls: ssl.SSLContext | None = None) -> S
 def lane_from_url(
     url: str,
     *,
-    timeout: float = 5.0,
-    connect_timeout: float = 1.0,
+    timeout: float | None = None,
+    connect_timeout: float | None = None,
     target: RedisTarget | None = None,
 ) -> Lane:
     """The lane for ``url``; ConfigError when the URL is invalid or has options the lane does
-    not implement (:func:`unsupported_options`). The URL's ``socket_timeout`` and
-    ``socket_connect_timeout`` override the two timeouts. With a ``target`` that goes through
-    Sentinel, the address comes from the Sentinels (the URL's host is ignored)."""
+    not implement (:func:`unsupported_options`). The two timeouts default to the ``target``'s
+    (``RELAY_REDIS_SOCKET_TIMEOUT``, ``RELAY_REDIS_CONNECT_TIMEOUT``); the URL's
+    ``socket_timeout`` and ``socket_connect_timeout`` override them. With a ``target`` that
+    goes through Sentinel, the address comes from the Sentinels (the URL's host is ignored)."""
+    bounds = target or RedisTarget(url)
+    timeout = bounds.socket_timeout if timeout is None else timeout
+    connect_timeout = bounds.connect_timeout if connect_timeout is None else connect_timeout
     kwargs = _parse(url)
     missing = _unsupported(kwargs)
     if missing:

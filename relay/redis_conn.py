@@ -16,6 +16,16 @@ asks again whenever it (re)connects, and drops its idle connections when the pri
 ``ConnectionError``, so the next connection goes to the new primary (redis-py's
 ``SentinelManagedConnection``).
 
+Every wait is bounded, by the target's settings (:class:`RedisTarget`): connecting to a data
+node (``RELAY_REDIS_CONNECT_TIMEOUT``), each reply (``RELAY_REDIS_SOCKET_TIMEOUT``), each
+Sentinel asked (``RELAY_REDIS_SENTINEL_TIMEOUT``, no retry of its own: the next Sentinel is
+the retry), and the pauses between the retries of the synchronous clients (exponential, capped
+at ``RELAY_REDIS_BACKOFF_CAP``). Neither pool makes a caller wait for a free connection: the
+synchronous one opens another, the asyncio one refuses past ``max_connections`` (a 503). A
+blocked command (``BLPOP``, ``XREADGROUP BLOCK``) that a primary demoted to a replica
+answers ``-UNBLOCKED`` fails as a dropped connection (``ConnectionError``), so it is retried
+on the new primary rather than raised as a command error that ends the caller's loop.
+
 What differs is what happens when a command fails on a live connection:
 
 - :func:`sync_client` (workers, sweepers, CLI) retries it with backoff: their jobs and scripts
@@ -32,9 +42,12 @@ a full Redis (``maxmemory`` reached).
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 import time
-from collections.abc import Callable
+import weakref
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -57,8 +70,17 @@ from relay.exceptions import ConfigError
 if TYPE_CHECKING:
     from relay.config import Settings
 
+log = logging.getLogger("relay.redis")
+
 _RETRY_ON = [RedisConnectionError, RedisTimeoutError, ConnectionResetError]
 
+# The defaults of the RELAY_REDIS_* bounds (relay.config declares the same values).
+SOCKET_TIMEOUT = 5.0
+CONNECT_TIMEOUT = 1.0
+SENTINEL_TIMEOUT = 0.5
+SENTINEL_POLL = 0.5
+BACKOFF_CAP = 2.0
+BACKOFF_BASE = 0.05
 # What a read that cannot reach Redis raises (a gauge skipped, ``relay_redis_up`` 0).
 UNREACHABLE: tuple[type[Exception], ...] = (RedisConnectionError, RedisTimeoutError)
 # What means Redis cannot serve now (the API's 503 store_unavailable): unreachable, timing
@@ -89,6 +111,11 @@ class RedisTarget:
     sentinels: tuple[tuple[str, int], ...] = ()
     service: str = "mymaster"
     sentinel_password: str | None = field(default=None, repr=False)
+    socket_timeout: float = SOCKET_TIMEOUT
+    connect_timeout: float = CONNECT_TIMEOUT
+    sentinel_timeout: float = SENTINEL_TIMEOUT
+    sentinel_poll: float = SENTINEL_POLL
+    backoff_cap: float = BACKOFF_CAP
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RedisTarget:
@@ -98,20 +125,33 @@ class RedisTarget:
             sentinels=settings.redis_sentinels,
             service=settings.redis_sentinel_service,
             sentinel_password=settings.redis_sentinel_password.reveal() or None,
+            socket_timeout=settings.redis_socket_timeout,
+            connect_timeout=settings.redis_connect_timeout,
+            sentinel_timeout=settings.redis_sentinel_timeout,
+            sentinel_poll=settings.redis_sentinel_poll,
+            backoff_cap=settings.redis_backoff_cap,
         )
 
     @property
     def via_sentinel(self) -> bool:
         return bool(self.sentinels)
 
-    def sentinel_kwargs(self) -> dict[str, Any]:
-        """How to talk to the Sentinels themselves: short timeouts, their own password."""
+    def sentinel_kwargs(self, *, for_asyncio: bool = False) -> dict[str, Any]:
+        """How to talk to the Sentinels themselves: short timeouts, their own password, and
+        no retry (redis-py's default would retry a dead Sentinel three times with up to 10 s
+        of backoff before asking the next one)."""
+        retry = redis.asyncio.retry.Retry(NoBackoff(), 0) if for_asyncio else Retry(NoBackoff(), 0)
         return {
             "password": self.sentinel_password,
-            "socket_timeout": 1.0,
-            "socket_connect_timeout": 1.0,
+            "socket_timeout": self.sentinel_timeout,
+            "socket_connect_timeout": self.sentinel_timeout,
+            "retry": retry,
             **_common(),
         }
+
+    def backoff(self) -> ExponentialBackoff:
+        """The synchronous clients' pause between retries: doubling, capped."""
+        return ExponentialBackoff(cap=self.backoff_cap, base=BACKOFF_BASE)
 
     def node_kwargs(self, *, for_asyncio: bool) -> dict[str, Any]:
         """The URL's options for connections to the data nodes found through Sentinel."""
@@ -141,15 +181,46 @@ def _send_located(self: Any, command: Any, check_health: bool = True) -> None:
     redis.sentinel.SentinelManagedConnection.send_packed_command(self, command, check_health)
 
 
+def _unblocked_as_lost(base: Any) -> Any:
+    """``read_response`` of ``base`` where ``-UNBLOCKED`` (a primary demoted to a replica
+    releasing its blocked clients) drops the connection and raises ``ConnectionError``."""
+
+    def read_response(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return base.read_response(self, *args, **kwargs)
+        except ResponseError as exc:
+            if not str(exc).startswith("UNBLOCKED"):
+                raise
+            self.disconnect()
+            raise RedisConnectionError(f"Redis released a blocked command: {exc}") from exc
+
+    return read_response
+
+
+def _unblocking(name: str, *bases: Any, **attrs: Any) -> Any:
+    return type(name, bases, {"read_response": _unblocked_as_lost(bases[0]), **attrs})
+
+
+# The standalone connection classes with that handling, by the class the URL asks for.
+_STANDALONE: dict[Any, Any] = {
+    kind: _unblocking(f"_{kind.__name__}", kind)
+    for kind in (
+        redis.connection.Connection,
+        redis.connection.SSLConnection,
+        redis.connection.UnixDomainSocketConnection,
+    )
+}
+
+
 # redis-py's Sentinel connection asks the Sentinels where the primary is when the pool hands
 # it out, but a connection dropped in the middle of a command (the retry after a killed
 # primary, or after a READONLY reply) reconnects to the address it had, so every retry goes to
 # the old primary. These ask the Sentinels there too. (Built with type(): redis-py's classes
 # are untyped, and strict typing refuses a class statement deriving from them.)
-_SentinelConnection: Any = type(
+_SentinelConnection: Any = _unblocking(
     "_SentinelConnection",
-    (redis.sentinel.SentinelManagedConnection,),
-    {"send_packed_command": _send_located},
+    redis.sentinel.SentinelManagedConnection,
+    send_packed_command=_send_located,
 )
 _SentinelSSLConnection: Any = type(
     "_SentinelSSLConnection",
@@ -159,6 +230,9 @@ _SentinelSSLConnection: Any = type(
 
 
 def _close_with_sentinels(self: Any) -> None:
+    follower = getattr(self, "follower", None)
+    if follower is not None:
+        follower.stop()
     redis.Redis.close(self)
     for client in self.sentinel.sentinels if self.sentinel is not None else ():
         client.close()
@@ -171,10 +245,12 @@ async def _aclose_with_sentinels(self: Any, close_connection_pool: bool | None =
 
 
 # Clients of the primary whose close() closes their connections to the Sentinels too (set
-# as ``client.sentinel`` by the builders below; RQ's scheduler builds one of the same class
-# without it, on a pool of its own made from this one's settings).
+# as ``client.sentinel`` by the builders below) and stops their follower (a class built from
+# one's settings elsewhere, without them, closes like a plain client).
 _SentinelRedis: Any = type(
-    "_SentinelRedis", (redis.Redis,), {"close": _close_with_sentinels, "sentinel": None}
+    "_SentinelRedis",
+    (redis.Redis,),
+    {"close": _close_with_sentinels, "sentinel": None, "follower": None},
 )
 _AsyncSentinelRedis: Any = type(
     "_AsyncSentinelRedis",
@@ -187,21 +263,28 @@ def _target(target: str | RedisTarget) -> RedisTarget:
     return RedisTarget(target) if isinstance(target, str) else target
 
 
-def sync_client(target: str | RedisTarget, *, retries: int = 3) -> redis.Redis:
+def sync_client(
+    target: str | RedisTarget, *, retries: int = 3, socket_timeout: float | None = None
+) -> redis.Redis:
     """A client for workers and sweepers; a failed command retries with backoff (through
-    Sentinel each retry reconnects to the primary the Sentinels name then)."""
+    Sentinel each retry reconnects to the primary the Sentinels name then). Each reply is
+    awaited ``socket_timeout`` seconds (default: the target's; RQ's worker gives its own
+    client a longer one, as its ``BLPOP`` blocks on purpose)."""
     where = _target(target)
     options: dict[str, Any] = dict(
-        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries),
+        retry=Retry(where.backoff(), retries),
         retry_on_error=list(_RETRY_ON),
-        socket_connect_timeout=2,
-        socket_timeout=10,
+        socket_connect_timeout=where.connect_timeout,
+        socket_timeout=where.socket_timeout if socket_timeout is None else socket_timeout,
         socket_keepalive=True,
         health_check_interval=15,
         **_common(),
     )
     if not where.via_sentinel:
-        return redis.Redis.from_url(where.url, **options)
+        plain = redis.Redis.from_url(where.url, **options)
+        pool = plain.connection_pool
+        pool.connection_class = _STANDALONE.get(pool.connection_class, pool.connection_class)
+        return plain
     sentinel = redis.sentinel.Sentinel(
         list(where.sentinels), sentinel_kwargs=where.sentinel_kwargs()
     )
@@ -209,7 +292,92 @@ def sync_client(target: str | RedisTarget, *, retries: int = 3) -> redis.Redis:
         where.service, redis_class=_SentinelRedis, **where.node_kwargs(for_asyncio=False), **options
     )
     client.sentinel = sentinel
+    client.follower = PrimaryFollower(where, client.connection_pool)
     return client
+
+
+class PrimaryFollower:
+    """A daemon thread asking the Sentinels every ``sentinel_poll`` seconds who the primary
+    is; when the answer changes, every connection of ``pool`` (idle and in use) is dropped, so
+    the next command, or the retry of one blocked on the old primary, asks the Sentinels and
+    goes to the new one.
+
+    Without it a process notices a failover only when a connection fails: at once when the old
+    primary died, but not when it hangs (each command waits its reply timeout) nor after a
+    graceful ``SENTINEL FAILOVER``, where the old primary goes on accepting writes for about
+    ten seconds before the Sentinels demote it, and everything written there meanwhile is
+    lost. Started by :func:`sync_client` for clients through Sentinel; stopped by their
+    ``close()``.
+    """
+
+    def __init__(self, target: RedisTarget, pool: Any) -> None:
+        self.service = target.service
+        self.interval = target.sentinel_poll
+        self.sentinel = redis.sentinel.Sentinel(
+            list(target.sentinels), sentinel_kwargs=target.sentinel_kwargs()
+        )
+        self._pool = weakref.ref(pool)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="primary-follower", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        known: tuple[str, int] | None = None
+        while not self._stop.wait(self.interval):
+            pool = self._pool()
+            if pool is None:
+                break
+            try:
+                named = tuple(self.sentinel.discover_master(self.service))
+            except redis.RedisError:
+                continue  # no primary named right now: nothing to follow yet
+            if known is not None and named != known:
+                log.warning(
+                    "the Sentinels name a new primary %s:%s (was %s:%s): reconnecting",
+                    *named,
+                    *known,
+                )
+                pool.disconnect()  # in-use connections too: a blocked read ends now
+            known = named
+            del pool
+        for client in self.sentinel.sentinels:
+            client.close()
+
+
+async def follow_primary(
+    target: RedisTarget, moved: Callable[[], Awaitable[None]], interval: float | None = None
+) -> None:
+    """The asyncio :class:`PrimaryFollower` (the API runs it as a task): ask the Sentinels
+    every ``sentinel_poll`` seconds who the primary is, and await ``moved()`` when the answer
+    changes. Runs until cancelled."""
+    sentinel = redis.asyncio.sentinel.Sentinel(
+        list(target.sentinels), sentinel_kwargs=target.sentinel_kwargs(for_asyncio=True)
+    )
+    known: tuple[Any, ...] | None = None
+    try:
+        while True:
+            await asyncio.sleep(target.sentinel_poll if interval is None else interval)
+            try:
+                named = tuple(await sentinel.discover_master(target.service))
+            except redis.RedisError:
+                continue
+            if known is not None and named != known:
+                log.warning(
+                    "the Sentinels name a new primary %s:%s (was %s:%s): reconnecting",
+                    *named,
+                    *known,
+                )
+                try:
+                    await moved()
+                except Exception:  # the follower must outlive whatever the drop hits
+                    log.exception("dropping the connections to the old primary failed")
+            known = named
+    finally:
+        for client in sentinel.sentinels:
+            await client.aclose()
 
 
 def async_client(target: str | RedisTarget, *, max_connections: int = 64) -> redis.asyncio.Redis:
@@ -225,15 +393,15 @@ def async_client(target: str | RedisTarget, *, max_connections: int = 64) -> red
     where = _target(target)
     options: dict[str, Any] = dict(
         retry=redis.asyncio.retry.Retry(NoBackoff(), 0),
-        socket_connect_timeout=1,
-        socket_timeout=5,
+        socket_connect_timeout=where.connect_timeout,
+        socket_timeout=where.socket_timeout,
         max_connections=max_connections,
         **_common(),
     )
     if not where.via_sentinel:
         return redis.asyncio.Redis.from_url(where.url, **options)
     sentinel = redis.asyncio.sentinel.Sentinel(
-        list(where.sentinels), sentinel_kwargs=where.sentinel_kwargs()
+        list(where.sentinels), sentinel_kwargs=where.sentinel_kwargs(for_asyncio=True)
     )
     client: redis.asyncio.Redis = sentinel.master_for(
         where.service,

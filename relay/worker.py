@@ -13,11 +13,19 @@ the worker's hash in Redis, which RQ writes only when the signal arrives mid-job
 when the worker deregisters. So the worker records it in ``handle_warm_shutdown_request``, the
 hook RQ calls on every warm shutdown request (its forking ``Worker`` overrides it the same
 way). A second signal is RQ's cold shutdown: ``SystemExit`` out of ``work()``.
+
+Deadlines: RQ blocks on ``BLPOP`` for ``dequeue_timeout`` seconds (RQ's default is 405, and it
+raises the socket timeout of the client it is given to 415 s, so a hung primary would hold the
+worker 7 minutes). Here it blocks ``RELAY_WORKER_DEQUEUE_TIMEOUT`` seconds, on a client of its
+own whose reply timeout is that plus ``RELAY_REDIS_SOCKET_TIMEOUT`` (``relay worker`` builds
+it; the jobs' client keeps the short one), and waits at most ``RELAY_REDIS_BACKOFF_CAP``
+between its tries to reach a Redis that is away (RQ's default: doubling up to 60 s).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -43,6 +51,29 @@ class RelayWorker(SimpleWorker):
     """A ``SimpleWorker`` whose :attr:`stop_requested` says a warm shutdown was asked for."""
 
     stop_requested: bool = False
+
+    def __init__(
+        self,
+        *args: Any,
+        dequeue_timeout: int = 5,
+        reply_timeout: float = 5.0,
+        backoff_cap: float = 2.0,
+        **kwargs: Any,
+    ) -> None:
+        # Set before RQ's __init__, which reads connection_timeout.
+        self._dequeue_timeout = dequeue_timeout
+        self._reply_timeout = reply_timeout
+        self.max_connection_wait_time = backoff_cap
+        super().__init__(*args, **kwargs)
+
+    @property
+    def dequeue_timeout(self) -> int:
+        return self._dequeue_timeout
+
+    @property
+    def connection_timeout(self) -> int:
+        """The reply timeout RQ wants of its client: the BLPOP's block and a reply's wait."""
+        return math.ceil(self._dequeue_timeout + self._reply_timeout)
 
     def handle_warm_shutdown_request(self) -> None:
         self.stop_requested = True  # first: RQ's own handling may fail on a Redis error

@@ -52,7 +52,7 @@ def test_an_account_reads_its_own_feed_only(api: Api) -> None:
     theirs = _get(api, "globex").json()["events"]
     # Another account's event id is not a position in mine; its batch filter finds nothing.
     r = _get(api, "acme", after=theirs[0]["id"])
-    assert r.status_code == 422 and r.json()["error"]["type"] == "invalid_cursor"
+    assert r.status_code == 404 and r.json()["error"]["type"] == "not_found"
     assert _get(api, "acme", batch_name="g1").json()["events"] == []
     assert _get(api, "acme", batch_name="b1").json()["events"] == mine["events"]
     # Nothing after the last one: an empty page that keeps the cursor.
@@ -66,7 +66,6 @@ def test_an_account_reads_its_own_feed_only(api: Api) -> None:
     ("params", "error"),
     [
         ({"after": "nope"}, "invalid_cursor"),
-        ({"after": "msg_0aaaaaaaaaaaaaaaaaaaa"}, "invalid_cursor"),
         ({"limit": "0"}, "validation_error"),
         ({"limit": "201"}, "validation_error"),
         ({"type": "webhook.disabled"}, "validation_error"),
@@ -74,12 +73,21 @@ def test_an_account_reads_its_own_feed_only(api: Api) -> None:
         ({"wait": "31"}, "validation_error"),
         ({"wait": "-1"}, "validation_error"),
         ({"wait": "soon"}, "validation_error"),
+        ({"wait": "1e3"}, "validation_error"),
     ],
 )
 def test_bad_parameters_are_422(api: Api, params: dict[str, str], error: str) -> None:
     r = _get(api, "acme", **params)
     assert r.status_code == 422, r.text
     assert r.json()["error"]["type"] == error
+
+
+def test_an_unknown_event_id_is_404_and_any_number_of_seconds_is_a_wait(api: Api) -> None:
+    r = _get(api, "acme", after="msg_0aaaaaaaaaaaaaaaaaaaa")
+    assert r.status_code == 404 and r.json()["error"]["type"] == "not_found"
+    for wait in ("0", "0.3333333333333333", "1e-2", "0.05"):
+        r = _get(api, "acme", wait=wait)
+        assert r.status_code == 200 and r.json()["events"] == [], wait
 
 
 def test_the_feed_needs_a_key(api: Api) -> None:
@@ -106,7 +114,9 @@ def test_operational_events_feed(api: Api, redis: redis.Redis) -> None:
     (event,) = _get(api, "acme", path="/operational-events").json()["events"]
     body = event_body({k.encode(): v.encode() for k, v in fields.items()})
     assert {k: v for k, v in event.items() if k != "id"} == json.loads(body)
-    assert keys.shard_of_id("msg", event["id"]) == keys.shard_for_batch("acme", keys.OPS_BATCH)
+    assert keys.shard_of_id("msg", event["id"]) == keys.shard_for_batch(
+        "acme", keys.OPERATIONAL_BATCH
+    )
     assert _get(api, "acme").json()["events"] == []  # not in the account's batch feed
     r = _get(api, "acme", path="/operational-events", type="batch.completed")
     assert r.status_code == 422

@@ -28,13 +28,16 @@ from playwright.sync_api import Browser, Page, sync_playwright
 
 from relay import keys, queues
 from relay.auth import create_key, create_operator_key
+from relay.detector import Detector
 from relay.model import Attempt, Batch
 from relay.store import BatchRef
 from relay.webhook_store import AsyncWebhookStore, WebhookStore, notification_body
+from relay.worker_context import WorkerContext
 from tests.support.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
 from tests.support.helpers import FakeClock, wait_until
 from tests.support.procs import Stack
 from tests.support.receiver import Receiver, Reply
+from tests.test_api_events import complete_in_process
 
 CHROMIUM = "/usr/bin/chromium"
 XSS = b"<script>window.__pwned = 1; document.title = 'pwned'</script><b>bold?</b>"
@@ -412,3 +415,41 @@ def test_the_test_button_sends_a_signed_test_event_and_shows_the_attempt(
             assert d is not None and len(d.attempts) == 3 and d.status == "failed"
         finally:
             stack.close()
+
+
+def test_the_events_page_shows_an_accounts_feeds(local_api: Api, page: Page) -> None:
+    """An operator reads an account's feed and its operational feed (webhook.disabled),
+    a page at a time, as the account reads them with GET /events."""
+    api = local_api
+    for i in range(27):
+        complete_in_process(api, "acme", f"e{i:02d}")
+    ctx = WorkerContext(api.settings)
+    api.redis.xadd(
+        keys.outbox(3),
+        {
+            "kind": "webhook.disabled",
+            "account": "acme",
+            "batch": "e01",
+            "url": "https://h.example/x",
+            "reason": "the receiver answered 410 Gone",
+            "at": "1764475200000",
+        },
+    )
+    Detector(ctx, "d1").read_once(10)
+    ctx.redis.close()
+    log_in(page, api, create_operator_key(api.redis, "ops"))
+    page.click("nav >> text=Events")
+    page.fill("input[name=account]", "acme")
+    page.click("button:has-text('Show')")
+    rows = page.locator("tbody tr")
+    assert rows.count() == 25  # a page
+    assert "e00" in rows.nth(0).inner_text() and "batch.completed" in rows.nth(0).inner_text()
+    shot(page, "events")
+    page.click("a:has-text('Newer')")
+    assert [r.split("\t")[3] for r in page.locator("tbody tr").all_inner_texts()] == ["e25", "e26"]
+    page.select_option("select[name=feed]", "operational")
+    page.click("button:has-text('Show')")
+    (row,) = page.locator("tbody tr").all_inner_texts()
+    assert "webhook.disabled" in row and "410 Gone" in row
+    page.goto(api.base_url + "/console/events?account=acme&after=msg_0aaaaaaaaaaaaaaaaaaaa")
+    assert "not an event of this feed" in page.inner_text(".flash.bad")

@@ -6,15 +6,19 @@ The HTTP side (and long polling) runs in tests/test_api_events.py and tests/e2e/
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from relay import keys
+from relay.config import load_settings
+from relay.crypto import generate_key
 from relay.detector import GROUP, Detector
 from relay.events import EventLog
-from relay.exceptions import InvalidCursor
+from relay.exceptions import EventNotFound
 from relay.store import BatchRef
+from relay.worker_context import WorkerContext
 from tests.test_detector import H
 
 
@@ -121,9 +125,9 @@ def test_after_is_exact_and_unknown_ids_are_refused(h: H) -> None:
     assert seen == ids
     # Another account's event id is no position in this feed.
     (foreign,) = [e["id"] for e in _feed(h, "globex")]
-    with pytest.raises(InvalidCursor):
+    with pytest.raises(EventNotFound):
         log.page("acme", after=str(foreign))
-    with pytest.raises(InvalidCursor):
+    with pytest.raises(EventNotFound):
         log.page("acme", after=keys.new_id("msg", 3))
 
 
@@ -146,3 +150,27 @@ def test_filters_and_retention(h: H) -> None:
     page = log.page("acme", after=str(first_id))
     assert [e["data"]["batch_name"] for e in page.events] == ["later"]
     assert h.client.xpending(keys.outbox(BatchRef("acme", "later").shard), GROUP)["pending"] == 0
+
+
+def test_the_retention_sweeper_trims_the_feeds(h: H, redis_url: str) -> None:
+    """The detector's sweep drops feed entries older than RELAY_RETENTION (here 1 s)."""
+    h.complete(BatchRef("acme", "old"), register=False)
+    Detector(h.ctx, "d1").read_once(10)
+    assert len(_feed(h)) == 1
+    settings = load_settings(
+        {
+            "RELAY_REDIS_URL": redis_url,
+            "RELAY_ENCRYPTION_KEY": generate_key(),
+            "RELAY_RETENTION": "1s",
+        },
+        dotenv=None,
+    )
+    ctx = WorkerContext(settings)
+    try:
+        time.sleep(1.1)
+        Detector(ctx, "d2").sweep_retention()
+        assert _feed(h) == []
+        assert not h.client.exists(keys.event_log("acme", keys.FEED_BATCHES))
+        assert h.client.zcard(keys.event_logs(keys.events_shard("acme"))) == 0
+    finally:
+        ctx.redis.close()

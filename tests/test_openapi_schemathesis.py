@@ -63,7 +63,8 @@ STATEFUL_RUNS = 15
 STATEFUL_STEPS = 8
 # No single answer may take longer (a generous bound on 2 shared cores).
 MAX_RESPONSE_SECONDS = 5.0
-# Any public address: nothing is ever sent to it (no worker runs in these tests).
+# Any public address: no delivery is ever sent to it (no worker runs in these tests); a test
+# send (POST .../webhook/test) tries to connect and reports the failure.
 PUBLIC_ADDRESS = "93.184.215.14"
 
 
@@ -251,6 +252,11 @@ def seeded_fixture(api_factory: ApiFactory, public_dns: None) -> Api:
         account_retry_rate_limit=unreachable,
         # The auth checks send requests without a key or with a bad one: many from one address.
         auth_failure_rate_limit=unreachable,
+        # Within the deadline of an example: a long poll (GET /events?wait=) is held at most
+        # this long, and a test send (to a callback host resolved to PUBLIC_ADDRESS, which
+        # nothing answers here) gives up after this long.
+        events_max_wait=0.3,
+        delivery_timeout=0.5,
     )
     api.redis.flushdb()
     api.upload_ok("acme", EXAMPLE_BATCH)

@@ -104,6 +104,7 @@ def create_app(settings: Settings) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         edge = Edge.open(settings)
         listener = asyncio.create_task(edge.waiters.run(), name="relay-event-listener")
+        follower = edge.follow_primary()
         setattr(
             app.state,
             STATE_KEY,
@@ -122,9 +123,11 @@ def create_app(settings: Settings) -> Starlette:
         try:
             yield
         finally:
-            listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await listener
+            for task in (listener, follower):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             await edge.close()
 
     routes: list[BaseRoute] = [

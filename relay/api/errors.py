@@ -34,6 +34,7 @@ from relay.exceptions import (
     BatchNotFound,
     ConfigError,
     DeliveryNotFound,
+    EventNotFound,
     InvalidCursor,
     NotRetryable,
     QuotaExceeded,
@@ -113,6 +114,7 @@ class RateLimited(ApiError):
 STATE_ERRORS: dict[type[StateError], tuple[int, str]] = {
     BatchNotFound: (404, "not_found"),
     DeliveryNotFound: (404, "not_found"),
+    EventNotFound: (404, "not_found"),
     BatchDeleted: (409, "batch_deleted"),
     NotRetryable: (409, "delivery_not_retryable"),
     QuotaExceeded: (429, "quota_exceeded"),

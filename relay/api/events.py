@@ -22,7 +22,7 @@ from relay.api.paging import invalid_cursor
 from relay.api.state import AppState, state
 from relay.events import (
     FEED_BATCHES,
-    FEED_OPS,
+    FEED_OPERATIONAL,
     MAX_WAIT_S,
     TYPES,
     FeedPage,
@@ -34,7 +34,7 @@ from relay.model import valid_batch_name
 EVENT_ID_PATTERN = "^msg_[0-9a-f][a-z2-7]{20}$"
 _EVENT_ID_RE = re.compile(EVENT_ID_PATTERN[1:-1])
 _LIMIT_RE = re.compile(r"[0-9]{1,4}")
-_WAIT_RE = re.compile(r"[0-9]{1,2}(\.[0-9]{1,3})?")
+_WAIT_RE = re.compile(r"[0-9]{1,20}(\.[0-9]{1,20})?([eE][-+]?[0-9]{1,3})?")
 MAX_LIMIT = 200
 
 
@@ -58,7 +58,7 @@ def _params(request: Request, feed: str) -> tuple[str | None, int, str | None, s
     wait = 0.0
     raw = q.get("wait")
     if raw:
-        if not _WAIT_RE.fullmatch(raw) or float(raw) > MAX_WAIT_S:
+        if not _WAIT_RE.fullmatch(raw) or not 0 <= float(raw) <= MAX_WAIT_S:
             raise Unprocessable(f"wait must be a number of seconds from 0 to {MAX_WAIT_S}")
         wait = float(raw)
     return after, limit, type_, batch, wait
@@ -74,6 +74,7 @@ async def _feed(request: Request, feed: str) -> Response:
             account, feed, after=position, limit=limit, type_=type_, batch=batch
         )
 
+    wait = min(wait, st.settings.events_max_wait)  # the process's bound (RELAY_EVENTS_MAX_WAIT)
     if wait > 0:
         try:
             page = await wait_for_events(read, st.waiters, feed, account, after, wait)
@@ -95,7 +96,7 @@ async def list_events(request: Request) -> Response:
 
 async def list_operational_events(request: Request) -> Response:
     """The account's operational events (``webhook.disabled``, ``delivery.failed``)."""
-    return await _feed(request, FEED_OPS)
+    return await _feed(request, FEED_OPERATIONAL)
 
 
 routes: list[BaseRoute] = [

@@ -337,8 +337,8 @@ def _event_paths() -> dict[str, Any]:
                 "after",
                 "The id of the last event seen: the events after it (absent: from the oldest "
                 "kept). An id that aged out of the feed (RELAY_RETENTION) reads from the "
-                "oldest kept; any other id that is not an event of this feed is 422 "
-                "invalid_cursor.",
+                "oldest kept; any other id that is not an event of this feed is 404 "
+                "not_found.",
                 {"type": "string", "pattern": DELIVERY_ID_PATTERN},
             ),
             _query("type", "Only events of this type.", {"type": "string", "enum": types}),
@@ -357,7 +357,7 @@ def _event_paths() -> dict[str, Any]:
             ),
         ]
 
-    listed = {"200": response("EventList", "A page of events."), **errors(401, 422)}
+    listed = {"200": response("EventList", "A page of events."), **errors(401, 404, 422)}
     return {
         f"{V1}/events": {
             "get": operation(

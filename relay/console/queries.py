@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from relay.delivery.probe import Prober, ProbeResult
+from relay.events import FEED_BATCHES, FEED_OPERATIONAL, AsyncEventLog, FeedPage
 from relay.exceptions import WebhookNotFound
 from relay.model import Attempt, Delivery, DeliveryStatus, Webhook
 from relay.scans import Scans
@@ -87,11 +88,13 @@ class ConsoleQueries:
         scans: Scans,
         wake: Callable[[int], Awaitable[None]],
         prober: Prober | None = None,
+        events: AsyncEventLog | None = None,
     ) -> None:
         self.store = store
         self.scans = scans
         self._wake = wake
         self.prober = prober  # test sends (the API process's delivery transport)
+        self.events = events  # the accounts' event feeds
 
     # -- deliveries ---------------------------------------------------------------------
 
@@ -195,6 +198,16 @@ class ConsoleQueries:
     ) -> None:
         """Disable (pending delivery canceled) or enable a webhook. Raises WebhookNotFound."""
         await self.store.set_disabled(BatchRef(account, batch), disabled, reason)
+
+    async def feed(
+        self, account: str, operational: bool, after: str | None, limit: int
+    ) -> FeedPage:
+        """One page of an account's event feed (or its operational one), oldest first.
+        Raises InvalidCursor."""
+        if self.events is None:
+            return FeedPage([], after, False)
+        feed = FEED_OPERATIONAL if operational else FEED_BATCHES
+        return await self.events.page(account, feed, after=after, limit=limit)
 
     async def test_send(self, account: str, batch: str) -> ProbeResult:
         """Send a signed webhook.test to the webhook now; nothing is recorded. Raises

@@ -80,7 +80,11 @@ class Console:
     def __init__(self, st: AppState) -> None:
         self.sessions = Sessions(st.settings)
         self.queries = ConsoleQueries(
-            st.webhooks, st.edge.scans, st.edge.wake, prober=st.edge.prober
+            st.webhooks,
+            st.edge.scans,
+            st.edge.wake,
+            prober=st.edge.prober,
+            events=st.edge.events,
         )
 
 
@@ -379,6 +383,42 @@ async def webhook_test(request: Request) -> Response:
     )
 
 
+async def events_page(request: Request) -> Response:
+    """An account's event feed, or its operational one (webhook.disabled, delivery.failed),
+    oldest first, a page at a time: what GET /events shows the account."""
+    session = await _session(request)
+    if session is None:
+        return _to_login()
+    _, console = _console(request)
+    q = request.query_params
+    account = q.get("account", "").strip()
+    operational = q.get("feed", "") == "operational"
+    after = q.get("after", "").strip() or None
+    page, error = None, ""
+    if account:
+        try:
+            page = await console.queries.feed(account, operational, after, PAGE_SIZE)
+        except StateError:
+            error = "That id is not an event of this feed."
+    values = {"account": account, "feed": "operational" if operational else "batches"}
+    next_url = (
+        "/console/events?" + urlencode({**values, "after": page.next_cursor})
+        if page is not None and page.has_more and page.next_cursor
+        else ""
+    )
+    return _render(
+        request,
+        "events.html",
+        session,
+        values=values,
+        rows=[] if page is None else page.events,
+        shown=page is not None,
+        next_url=next_url,
+        first_url=("/console/events?" + urlencode(values)) if after else "",
+        error=error,
+    )
+
+
 async def stylesheet(request: Request) -> Response:
     return Response(_CSS, media_type="text/css", headers={"cache-control": "max-age=300"})
 
@@ -397,6 +437,7 @@ def routes() -> list[BaseRoute]:
         Route("/console/recovery", recovery_page, methods=["GET"], include_in_schema=False),
         Route("/console/recovery", recover, methods=["POST"], include_in_schema=False),
         Route("/console/webhooks", webhooks_page, methods=["GET"], include_in_schema=False),
+        Route("/console/events", events_page, methods=["GET"], include_in_schema=False),
         Route(
             "/console/webhooks/disable", webhook_disable, methods=["POST"], include_in_schema=False
         ),

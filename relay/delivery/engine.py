@@ -142,7 +142,7 @@ class Engine:
         self.store = ctx.webhooks
         self.token = secrets.token_hex(8)
         self.lease_ms = int(settings.delivery_timeout * 1000) + LEASE_MARGIN_MS
-        self.batch = settings.delivery_batch
+        self.claim_size = settings.delivery_claim_size
         self.slots = Slots(settings.delivery_concurrency, settings.delivery_per_destination)
         self._pool = ThreadPoolExecutor(settings.delivery_concurrency, "delivery")
         self._cond = threading.Condition()
@@ -152,8 +152,13 @@ class Engine:
         self._blocked_at = -1  # ``_ended`` when every claim last went back unattempted
         self._claiming = False  # between taking the woken shards and starting their attempts
         self._stopping = False
-        self._thread = threading.Thread(target=self._run, name="delivery-engine", daemon=True)
-        self._thread.start()
+        self.backoff_cap = settings.redis_backoff_cap
+        self._thread = self._start()
+
+    def _start(self) -> threading.Thread:
+        thread = threading.Thread(target=self._run, name="delivery-engine", daemon=True)
+        thread.start()
+        return thread
 
     # -- what the delivery job and the worker call -------------------------------------
 
@@ -162,6 +167,12 @@ class Engine:
         with self._cond:
             self._woken.add(shard)
             self._cond.notify_all()
+            if not self._stopping and not self._thread.is_alive():
+                # The loop catches every Exception; only something worse ends it. Never
+                # leave the process without its engine: the deliveries' leases make a new
+                # loop safe to start.
+                log.error("delivery engine: its loop had ended; starting it again")
+                self._thread = self._start()
 
     def idle(self) -> bool:
         """Nothing in flight and nothing woken."""
@@ -226,7 +237,7 @@ class Engine:
                 with self._cond:
                     self._woken.update(woken)
                     self._cond.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
+                backoff = min(backoff * 2, self.backoff_cap)
             finally:
                 with self._cond:
                     self._claiming = False
@@ -239,7 +250,7 @@ class Engine:
             free = self.slots.free
             if free <= 0:
                 return "full"
-            limit = min(free, self.batch)
+            limit = min(free, self.claim_size)
             claimed = self.store.claim(shard, limit=limit, lease_ms=self.lease_ms, token=self.token)
             if not claimed:
                 return "drained"

@@ -2,8 +2,9 @@
 
 Contract:
 
-* The PDF must open with pdfplumber (pdfminer) and with PDFium; bytes either cannot open
-  or read -> ``invalid_pdf``.
+* The PDF must open with pdfplumber (pdfminer): bytes it cannot open or read ->
+  ``invalid_pdf``. When PDFium cannot open it, or counts its pages differently, every page
+  is read through pdfminer.
 * A PDF of more than ``max_pages`` pages fails with ``too_many_pages`` before any page is
   read: the page tree is walked (page dictionaries only, no content) up to one page past
   the bound, so a PDF claiming a wrong ``/Count`` is counted right, and 5,000 pages cost
@@ -22,7 +23,8 @@ Contract:
 * The tables are returned as ``relay.extract.result.Table`` in reading order (page order,
   then top to bottom); ``relay.extract.tables`` makes them ``line_items`` and ``tables``.
   A blank cell is ``""``, the cells a spanning cell covers are ``None``; strings are
-  stripped.
+  stripped. One-row tables before the first table of two rows or more are dropped (a
+  ruled box round a heading is no table).
 * Errors: no table anywhere -> ``no_table_found``; a header with no rows under it ->
   ``empty_document``. Running out of memory (a decompression bomb under the sandbox's
   limit) is re-raised as ``MemoryError``, never disguised as ``invalid_pdf``.
@@ -178,8 +180,9 @@ def _content_size(page: Any, limit: int) -> int:
 
 def _layout(page: Any, document: Any, index: int) -> PageLayout:
     """A page's characters and rules: PDFium's reading, or pdfminer's for a page whose
-    content PDFium should not be given (``PDFIUM_MAX_CONTENT``)."""
-    if _content_size(page, PDFIUM_MAX_CONTENT) > PDFIUM_MAX_CONTENT:
+    content PDFium should not be given (``PDFIUM_MAX_CONTENT``) or when PDFium could not
+    read the document as pdfminer does (``document`` is ``None``)."""
+    if document is None or _content_size(page, PDFIUM_MAX_CONTENT) > PDFIUM_MAX_CONTENT:
         return read_plumber(page)
     pdfium_page = document[index]
     try:
@@ -219,13 +222,32 @@ def _rectangular(rows: list[Cells]) -> list[Cells]:
     return [row + [None] * (width - len(row)) for row in rows]
 
 
-def _open_pdfium(content: bytes) -> Any:
+def _without_leading_single_rows(tables: list[Table]) -> list[Table]:
+    """``tables`` less the one-row tables before the first table of two rows or more: a
+    ruled box around a heading or a figure is no table, and a first table of one row would
+    fail the whole document as a header without rows. A one-row table after a real one
+    stays (the last row of a table carried over to the next page); so do one-row tables
+    when there is no other (a header alone is ``empty_document``, as before)."""
+    first = next((k for k, table in enumerate(tables) if len(table.rows) >= 2), None)
+    if first is None:
+        return tables
+    return tables[first:]
+
+
+def _open_pdfium(content: bytes, pages: int) -> Any:
+    """The document opened by PDFium, or ``None`` when PDFium cannot open it or counts its
+    pages differently from pdfminer (a damaged file each repairs its own way): then every
+    page is read through pdfminer, as relay did before it read pages with PDFium."""
     import pypdfium2  # pdfplumber renders with it: installed with it
 
     try:
-        return pypdfium2.PdfDocument(content)
-    except Exception as exc:  # PdfiumError: a file PDFium cannot parse, or a password
-        raise ExtractionError("invalid_pdf", f"could not open the PDF ({_reason(exc)})") from None
+        document = pypdfium2.PdfDocument(content)
+    except Exception:  # PdfiumError: a file PDFium cannot parse
+        return None
+    if len(document) != pages:
+        document.close()
+        return None
+    return document
 
 
 def _tables(content: bytes, max_pixels: int, max_pages: int) -> list[Table]:
@@ -249,12 +271,8 @@ def _tables(content: bytes, max_pixels: int, max_pages: int) -> list[Table]:
             ) from None
         if not pages:
             raise ExtractionError("invalid_pdf", "the PDF has no pages")
-        pdfium = _open_pdfium(content)
+        pdfium = _open_pdfium(content, len(pages))
         try:
-            if len(pdfium) != len(pages):
-                raise ExtractionError(
-                    "invalid_pdf", "the PDF's page tree reads differently in two parsers"
-                )
             for number, page in enumerate(pages, start=1):
                 try:
                     tables += _page_tables(page, pdfium, number, max_pixels)
@@ -267,8 +285,9 @@ def _tables(content: bytes, max_pixels: int, max_pages: int) -> list[Table]:
                 finally:
                     page.close()  # drop the page's parsed objects: long PDFs would pile up
         finally:
-            pdfium.close()
-    return tables
+            if pdfium is not None:
+                pdfium.close()
+    return _without_leading_single_rows(tables)
 
 
 def extract_pdf(

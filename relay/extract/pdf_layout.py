@@ -83,6 +83,8 @@ class PageLayout:
 def _segment(x0: float, y0: float, x1: float, y1: float, out: PageLayout) -> None:
     """A straight segment (top-left coordinates) as a rule, if it is one, else a mark."""
     dx, dy = abs(x1 - x0), abs(y1 - y0)
+    if not math.isfinite(dx + dy):
+        return  # a degenerate matrix: nowhere on the page
     if dy <= _SKEW and dx >= _MIN_RULE:
         y = (y0 + y1) / 2
         out.rules.append(Rule(min(x0, x1), y, max(x0, x1), y))
@@ -224,26 +226,29 @@ def _path_rules(raw: Any, obj: Any, ctm: Matrix, view: _View, out: PageLayout) -
             shade = _light(red.value / 255, green.value / 255, blue.value / 255)
     a, b, c, d, e, f = ctm
     x, y = ctypes.c_float(), ctypes.c_float()
+    x_ref, y_ref = ctypes.byref(x), ctypes.byref(y)
+    get_segment, get_point = raw.FPDFPath_GetPathSegment, raw.FPDFPathSegment_GetPoint
+    get_kind, get_close = raw.FPDFPathSegment_GetType, raw.FPDFPathSegment_GetClose
+    moveto, lineto = raw.FPDF_SEGMENT_MOVETO, raw.FPDF_SEGMENT_LINETO
+    upright, left, flip = view.rotation == 0, view.left, view.h + view.bottom
     points: list[tuple[float, float]] = []
     for index in range(raw.FPDFPath_CountSegments(obj)):
-        segment = raw.FPDFPath_GetPathSegment(obj, index)
-        if not segment or not raw.FPDFPathSegment_GetPoint(
-            segment, ctypes.byref(x), ctypes.byref(y)
-        ):
+        segment = get_segment(obj, index)
+        if not segment or not get_point(segment, x_ref, y_ref):
             continue
-        kind = raw.FPDFPathSegment_GetType(segment)
+        kind = get_kind(segment)
         px, py = x.value * a + y.value * c + e, x.value * b + y.value * d + f
-        point = view.point(px, py)
-        if kind == raw.FPDF_SEGMENT_MOVETO:
+        point = (px - left, flip - py) if upright else view.point(px, py)
+        if kind == moveto:
             _polygon(points, filled, out, shade)
             points = [point]
-        elif kind == raw.FPDF_SEGMENT_LINETO:
+        elif kind == lineto:
             points.append(point)
         else:  # a curve: whatever was straight so far still counts
             _polygon(points, filled, out, shade)
             out.marks.append(point)
             points = [point]
-        if raw.FPDFPathSegment_GetClose(segment) and points:
+        if get_close(segment) and points:
             points.append(points[0])
     _polygon(points, filled, out, shade)
 
@@ -276,14 +281,20 @@ def read_pdfium(page: Any) -> PageLayout:
     try:
         rect = raw.FS_RECTF()
         chars = layout.chars
-        count = textpage.count_chars()
+        handle = textpage.raw  # the bare handle: ctypes converts it without a lookup
+        angle_of, box_of = raw.FPDFText_GetCharAngle, raw.FPDFText_GetLooseCharBox
+        count = raw.FPDFText_CountChars(handle)
         layout.has_text = count > 0
         # All the page's UTF-16 code units in one call (one unit per character index; a
         # character beyond the BMP takes two indices, a surrogate pair).
         buffer = (ctypes.c_ushort * (count + 1))()
-        raw.FPDFText_GetText(textpage, 0, count, buffer)
+        raw.FPDFText_GetText(handle, 0, max(count, 0), buffer)
         units = list(buffer)
-        for index in range(count):
+        upright = math.radians(_UPRIGHT)
+        turned = math.radians(view.rotation)
+        full = 2 * math.pi
+        upright_page, flip = view.rotation == 0, view.h + view.bottom
+        for index in range(max(count, 0)):
             code = units[index]
             if code <= 32 or code == 0xA0 or 0xDC00 <= code <= 0xDFFF:
                 continue  # spaces (pdfium adds its own guesses): words come from gaps
@@ -292,16 +303,22 @@ def read_pdfium(page: Any) -> PageLayout:
                 if not 0xDC00 <= low <= 0xDFFF:
                     continue
                 code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
-            turn = (math.degrees(raw.FPDFText_GetCharAngle(textpage, index)) + view.rotation) % 360
-            if min(turn, 360 - turn) > _UPRIGHT:
+            turn = (angle_of(handle, index) + turned) % full
+            if upright < turn < full - upright:
                 continue  # vertical or slanted text: axis labels, stamps, not table cells
-            if not raw.FPDFText_GetLooseCharBox(textpage, index, rect):
+            if not box_of(handle, index, rect):
                 continue
-            x0, top, x1, bottom = view.box(rect.left, rect.bottom, rect.right, rect.top)
+            if upright_page:  # the common case, without the general transform
+                x0, x1 = rect.left - view.left, rect.right - view.left
+                top, bottom = flip - rect.top, flip - rect.bottom
+            else:
+                x0, top, x1, bottom = view.box(rect.left, rect.bottom, rect.right, rect.top)
+            if not math.isfinite(x0 + x1 + top + bottom):
+                continue  # a degenerate matrix: nowhere on the page
             chars.append(Char(x0, top, x1, bottom, chr(code), bottom - top))
     finally:
         textpage.close()
-    for obj, ctm in _objects(raw, page, _IDENTITY, False, 0):
+    for obj, ctm in _objects(raw, page.raw, _IDENTITY, False, 0):
         _path_rules(raw, obj, ctm, view, layout)
     return layout
 

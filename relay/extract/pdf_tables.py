@@ -23,7 +23,8 @@ in points that say when two drawn rules meet.
    columns) stays whole at its first column. Rows are text lines, those overlapping one
    another (figures set midway beside a two-line label) joined, a lower-case or later-column
    continuation joined to its cell; where rules run across the candidate (a partly ruled
-   table), a few lines between two rules are one row.
+   table), a few lines between two rules are one row. A page set in two columns of text
+   (a gutter with prose on both sides) is read column by column.
 4. **Not tables.** Prose set in columns (every column's cells of several words), lists (a
    first column of markers), one-column boxes, charts (a grid under a fifth filled, or
    text among curves and slanted strokes). A table needs two columns and two rows of at
@@ -44,12 +45,13 @@ __all__ = ["find_tables"]
 
 Grid = list[list[str | None]]
 
-# Words: a gap wider than this share of the line's height separates two words.
+# Words: a gap wider than this share of the characters' height separates two words (the
+# characters', not the line's: a line may gather text of two baselines).
 _WORD_GAP = 0.18
 # Leaders: a run of at least this many of these characters parts two cells.
 _LEADER_RUN = 4
 _LEADER_CHARS = frozenset("._\u00b7\u2026\u2024\u2027")
-# Chunks (cells side by side): a gap wider than this share of the line's height.
+# Chunks (cells side by side): a gap wider than this share of the word's height.
 _CHUNK_GAP = 0.75
 # Rules closer than this (points) are one rule; collinear pieces closer than this are joined.
 _SNAP = 3.0
@@ -63,6 +65,11 @@ _MAX_SINGLES = 2
 _PROSE_WORDS = 7
 # Between two rules of a partly ruled table, at most this many lines may be one row.
 _BAND_LINES = 4
+# A page gutter: at least this wide (points), prose beside it of at least this many words.
+_GUTTER_MIN = 6
+_GUTTER_WORDS = 4
+# A page with more pairs of horizontal and vertical rules than this is a drawing.
+_MAX_CROSSINGS = 4_000_000
 # A ruled grid of more cells than this is a drawing (hatching, a map's graticule).
 _MAX_CELLS = 50_000
 # A ruled grid with fewer of its cells filled than this share is no table (a chart's grid).
@@ -182,7 +189,8 @@ def _split(line: _Line) -> None:
                 current = []
             breaks.add(len(words))
             continue
-        if current and char.x0 - current[-1].x1 > _WORD_GAP * height:
+        size = min(char.bottom - char.top, current[-1].bottom - current[-1].top) if current else 0
+        if current and char.x0 - current[-1].x1 > _WORD_GAP * size:
             words.append(_word(current))
             current = []
         if (
@@ -197,7 +205,8 @@ def _split(line: _Line) -> None:
     line.words = words
     chunks: list[_Chunk] = []
     for index, word in enumerate(words):
-        if chunks and index not in breaks and word.x0 - chunks[-1].x1 <= _CHUNK_GAP * height:
+        size = min(word.bottom - word.top, height)
+        if chunks and index not in breaks and word.x0 - chunks[-1].x1 <= _CHUNK_GAP * size:
             chunks[-1].words.append(word)
         else:
             chunks.append(_Chunk([word]))
@@ -268,9 +277,15 @@ def _grids(rules: Sequence[Rule]) -> list[tuple[list[Rule], list[Rule]]]:
             i = parent[i]
         return i
 
+    if len(hs) * len(vs) > _MAX_CROSSINGS:
+        return []  # hatching or a plan: a drawing, not a table
+    order = sorted(range(len(vs)), key=lambda j: vs[j].x0)
+    xs = [vs[j].x0 for j in order]
     for i, h in enumerate(hs):
-        for j, v in enumerate(vs):
-            if _crosses(h, v):
+        start = bisect.bisect_left(xs, h.x0 - _REACH)
+        end = bisect.bisect_right(xs, h.x1 + _REACH)
+        for j in order[start:end]:
+            if _crosses(h, vs[j]):
                 parent[find(i)] = find(len(hs) + j)
     groups: dict[int, tuple[list[Rule], list[Rule]]] = {}
     for i, h in enumerate(hs):
@@ -561,11 +576,25 @@ def _columns(block: Sequence[_Line]) -> list[float]:
 
 
 def _apart(block: list[_Line]) -> list[list[_Line]]:
-    """``block`` cut at a single-chunk line (a title) between two runs of lines, when the
-    runs' columns do not line up or the title stands apart (more white above it than
-    between the block's other lines): two tables one under the other, not one."""
+    """``block`` cut at each single-chunk line (a title) between two runs of lines where
+    the runs' columns do not line up or the title stands apart (more white above it than
+    between the block's other lines): tables one under the other, not one."""
+    pieces: list[list[_Line]] = []
+    rest: list[_Line] | None = block
+    while rest is not None:
+        cut = _cut(rest)
+        if cut is None:
+            pieces.append(rest)
+        else:
+            pieces.append(cut[0])
+        rest = None if cut is None else cut[1]
+    return pieces
+
+
+def _cut(block: list[_Line]) -> tuple[list[_Line], list[_Line]] | None:
+    """The first cut ``_apart`` makes in ``block``: the lines above and below the title."""
     gaps = sorted(b.top - a.bottom for a, b in itertools.pairwise(block))
-    usual = gaps[len(gaps) // 2]
+    usual = gaps[len(gaps) // 2] if gaps else 0.0
     for k in range(2, len(block) - 2):
         title = block[k]
         if len(title.chunks) >= 2:
@@ -579,8 +608,8 @@ def _apart(block: list[_Line]) -> list[list[_Line]]:
             continue
         apart = title.top - block[k - 1].bottom > max(2 * usual, usual + title.height / 2)
         if apart or not _aligned(_strips(upper), _strips(lower)):
-            return [upper, *_apart(lower)]
-    return [block]
+            return upper, lower
+    return None
 
 
 def _aligned(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> bool:
@@ -761,9 +790,67 @@ def find_tables(layout: PageLayout) -> list[Grid]:
                 found.append((region.top, region.x0, grid))
         else:
             unruled([ln for ln in lines if _within(ln, region)])
-    unruled([ln for ln in lines if not any(_within(ln, region) for region in taken)])
+    rest = [ln for ln in lines if not any(_within(ln, region) for region in taken)]
+    gutter = _gutter(rest, layout.width)
+    if gutter is None:
+        unruled(rest)
+    else:
+        # a page set in two columns: each column's lines on their own, so a table in one
+        # column does not take in the prose beside it; lines across the gutter apart
+        left: list[Char] = []
+        right: list[Char] = []
+        spanning: list[_Line] = []
+        for ln in rest:
+            if any(c.x0 < gutter < c.x1 for c in ln.chunks):
+                spanning.append(ln)
+            else:
+                for char in ln.chars:
+                    (left if char.x0 + char.x1 < 2 * gutter else right).append(char)
+        unruled(_lines(left))
+        unruled(_lines(right))
+        unruled(spanning)
     found.sort(key=lambda t: (t[0], t[1]))
     return [grid for _, _, grid in found]
+
+
+def _gutter(lines: Sequence[_Line], width: float) -> float | None:
+    """The middle of the gutter of a page set in two columns of text, if it is one: a
+    vertical strip in the middle half of the page that no more than one line in twenty
+    crosses, with prose (chunks of ``_GUTTER_WORDS`` words or more) on both sides in a
+    fifth of the lines at least."""
+    if len(lines) < 6 or width < 1:
+        return None
+    size = int(width) + 2
+    delta = [0] * (size + 1)
+    for ln in lines:
+        for chunk in ln.chunks:
+            # text off the page (clipped, or a bad box) counts at its edge
+            start = min(max(0, int(chunk.x0)), size)
+            end = min(max(start, int(chunk.x1) + 1), size)
+            delta[start] += 1
+            delta[end] -= 1
+    coverage = list(itertools.accumulate(delta))
+    limit = max(1, len(lines) // 20)
+    best: tuple[int, int] | None = None
+    run_start: int | None = None
+    for x in range(int(width * 0.25), int(width * 0.75) + 1):
+        if coverage[x] <= limit:
+            run_start = x if run_start is None else run_start
+            if best is None or x - run_start > best[1] - best[0]:
+                best = (run_start, x)
+        else:
+            run_start = None
+    if best is None or best[1] - best[0] < _GUTTER_MIN:
+        return None
+    a, b = best
+    need = max(3, len(lines) // 5)
+    prose_left = sum(
+        any(c.x1 <= a and len(c.words) >= _GUTTER_WORDS for c in ln.chunks) for ln in lines
+    )
+    prose_right = sum(
+        any(c.x0 >= b and len(c.words) >= _GUTTER_WORDS for c in ln.chunks) for ln in lines
+    )
+    return (a + b) / 2 if prose_left >= need and prose_right >= need else None
 
 
 def _chart(layout: PageLayout, block: Sequence[_Line]) -> bool:

@@ -86,7 +86,7 @@ class Topology:
                 f"sentinel monitor {SERVICE} {HOST} {self.primary.port} 2\n"
                 f"sentinel auth-pass {SERVICE} {PASSWORD}\n"
                 f"sentinel down-after-milliseconds {SERVICE} 1000\n"
-                f"sentinel failover-timeout {SERVICE} 10000\n"
+                f"sentinel failover-timeout {SERVICE} 5000\n"
                 f"sentinel parallel-syncs {SERVICE} 1\n"
             )
             self.sentinel_ports.append(port)
@@ -141,6 +141,62 @@ class Topology:
                 s.close()
         best = max(set(seen), key=seen.count, default=None)
         return best if best is not None and seen.count(best) >= 2 else None
+
+    def server(self, port: int) -> RedisServer:
+        """The data node on ``port`` (the first primary or the first replica)."""
+        for node in (self.primary, self.replica):
+            if node is not None and node.port == port:
+                return node
+        raise KeyError(port)
+
+    def sentinel(self, i: int = 0) -> redis.Redis:
+        """A client of Sentinel ``i`` (the caller closes it)."""
+        return _probe(self.sentinel_ports[i], SENTINEL_PASSWORD)
+
+    def in_step(self, primary: int) -> bool:
+        """``primary`` is what every Sentinel names, and the other data node is its replica, in
+        sync and known to every Sentinel as a good one: ready for the next failover."""
+        other = next(n.port for n in (self.primary, self.replica) if n and n.port != primary)
+        try:
+            node = _probe(other, PASSWORD)
+            try:
+                info = node.info("replication")
+            finally:
+                node.close()
+            if info.get("role") != "slave" or info.get("master_port") != primary:
+                return False
+            if info.get("master_link_status") != "up":
+                return False
+            for i in range(len(self.sentinel_ports)):
+                s = self.sentinel(i)
+                try:
+                    if s.sentinel_get_master_addr_by_name(SERVICE) != (HOST, primary):
+                        return False
+                    good = [
+                        r
+                        for r in s.sentinel_slaves(SERVICE)
+                        if int(r["port"]) == other
+                        and r.get("master-link-status") == "ok"
+                        and not ({"s_down", "o_down", "disconnected"} & set(r["flags"].split(",")))
+                    ]
+                    if not good:
+                        return False
+                finally:
+                    s.close()
+        except redis.RedisError:
+            return False
+        return True
+
+    def role(self, port: int) -> str | None:
+        """ROLE of the data node on ``port`` (``master``/``slave``), None when it does not
+        answer."""
+        node = _probe(port, PASSWORD)
+        try:
+            return str(node.execute_command("ROLE")[0])
+        except redis.RedisError:
+            return None
+        finally:
+            node.close()
 
     def client(self, port: int) -> redis.Redis:
         """A plain client of one data node."""
