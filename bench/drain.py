@@ -253,7 +253,7 @@ def run(quick: bool = False, profile: bool = False) -> Outcome:
             "seconds_to_all_received": round(received_s, 3),
             "deliveries_per_s": round(relay_rate, 1),
             "settings": {
-                "delivery_batch": settings.delivery_batch,
+                "delivery_claim_size": settings.delivery_claim_size,
                 "delivery_concurrency": settings.delivery_concurrency,
                 "workers": 2,
             },

@@ -1,11 +1,11 @@
-"""``relay``: one command, one sub-command per process or ops task.
+"""``relay``: one command, one sub-command per process or operator command.
 
 relay serve [--host H] [--port P]     the API (uvicorn)
 relay worker [--queues Q] [--burst]   an RQ worker: processing, delivery or all queues
 relay detector                        the completion detector and the sweepers
 relay dev                             all of the above on a private Redis
 relay keys create|list|revoke         API keys
-relay deliveries list|show|retry|recover  ops view of webhook deliveries
+relay deliveries list|show|retry|recover  the operator's view of webhook deliveries
 relay reencrypt [--batch N]           re-encrypt stored secrets with the first encryption key
 relay config example                  print .env.example
 """
@@ -239,9 +239,9 @@ def account_name(text: str) -> str:
 
 
 def cmd_deliveries(settings: Settings, args: argparse.Namespace) -> int:
-    from relay import ops
+    from relay import commands
 
-    return ops.run(settings, args)
+    return commands.run(settings, args)
 
 
 def cmd_events(settings: Settings, args: argparse.Namespace) -> int:
@@ -249,13 +249,13 @@ def cmd_events(settings: Settings, args: argparse.Namespace) -> int:
     import json
     import time
 
-    from relay.events import FEED_BATCHES, FEED_OPS, EventLog
+    from relay.events import FEED_BATCHES, FEED_OPERATIONAL, EventLog
     from relay.exceptions import EventNotFound
     from relay.redis_conn import RedisTarget, sync_client
 
     client = sync_client(RedisTarget.from_settings(settings))
     log = EventLog(client, round(settings.retention * 1000))
-    feed = FEED_OPS if args.operational else FEED_BATCHES
+    feed = FEED_OPERATIONAL if args.operational else FEED_BATCHES
     after: str | None = args.after
     try:
         while True:

@@ -388,7 +388,7 @@ class Settings:
         "A batch webhook whose attempts have all failed this long (no success since the first"
         " failure) is disabled (s, m, h, d suffixes)",
     )
-    purge_batch: int = setting(
+    purge_steps: int = setting(
         "20",
         _positive_int,
         "Purge steps (a batch, or 500 more documents of a big one) per shard per sweep",
@@ -413,10 +413,10 @@ class Settings:
         _positive_float,
         "Seconds an attempt may last, connect to last byte (wall clock); then it is cut",
     )
-    delivery_batch: int = setting(
+    delivery_claim_size: int = setting(
         "64",
         _positive_int,
-        "Due deliveries the delivery engine claims with one script",
+        "Due deliveries the delivery engine claims with one script (the claim size)",
     )
     delivery_concurrency: int = setting(
         "64",
@@ -523,6 +523,12 @@ _FIELDS: tuple[_Field, ...] = tuple(
     _Field(f.name, *f.metadata["setting"]) for f in fields(Settings)
 )
 _BY_ENV = {PREFIX + f.name.upper(): f for f in _FIELDS}
+# Settings renamed so that a name keeps one meaning ("batch" is a customer's batch of
+# documents); the old names are still read, the new one wins when both are set.
+_RENAMED = {
+    "RELAY_DELIVERY_BATCH": "RELAY_DELIVERY_CLAIM_SIZE",
+    "RELAY_PURGE_BATCH": "RELAY_PURGE_STEPS",
+}
 
 
 def read_dotenv(path: Path) -> dict[str, str]:
@@ -557,6 +563,9 @@ def load_settings(
     env = dict(os.environ) if environ is None else dict(environ)
     merged = read_dotenv(dotenv) if dotenv is not None else {}
     merged.update(env)
+    for old, new in _RENAMED.items():
+        if old in merged:
+            merged.setdefault(new, merged.pop(old))
     unknown = sorted(k for k in merged if k.startswith(PREFIX) and k not in _BY_ENV)
     if unknown:
         raise ConfigError(f"unknown setting(s): {', '.join(unknown)} (see .env.example)")

@@ -14,7 +14,7 @@ Sweepers, every ``RELAY_SWEEP_INTERVAL``:
 - due deliveries in no queue (a lost worker's lease ran out, a retry came due, Redis was
   restarted) -> the shard is woken;
 - finished batches past ``RELAY_RETENTION`` (none of their deliveries pending) -> purged, at
-  most ``RELAY_PURGE_BATCH`` bounded purge steps per shard per sweep (``relay.retention``);
+  most ``RELAY_PURGE_STEPS`` bounded purge steps per shard per sweep (``relay.retention``);
   outbox entries every detector acknowledged -> trimmed.
 """
 
@@ -37,7 +37,7 @@ from relay.model import Batch
 from relay.redis_conn import is_store_full
 from relay.retention import trim_outbox
 from relay.store import BatchRef
-from relay.webhook_store import EVENT_TYPE, event_body, notification_body, ops_ref
+from relay.webhook_store import EVENT_TYPE, event_body, notification_body, operational_ref
 from relay.worker_context import WorkerContext
 
 log = logging.getLogger("relay.detector")
@@ -113,14 +113,14 @@ class Detector:
         body = event_body(fields)
         # In the operator's feed whether or not an operational webhook is registered; the
         # id of its delivery (in the shard of the account's operational webhook) is the same.
-        event_id = keys.event_id(ops_ref(account).shard, shard, entry_id.decode())
+        event_id = keys.event_id(operational_ref(account).shard, shard, entry_id.decode())
         kind, batch = fields[b"kind"].decode(), fields.get(b"batch", b"").decode()
-        self.ctx.events.append(account, keys.FEED_OPS, event_id, kind, batch, body)
+        self.ctx.events.append(account, keys.FEED_OPERATIONAL, event_id, kind, batch, body)
         created, _ = self.ctx.webhooks.create_event(
             account, f"{shard}-{entry_id.decode()}", body, delivery_id=event_id
         )
         if created:
-            queues.wake(self.redis, ops_ref(account).shard, self.settings)
+            queues.wake(self.redis, operational_ref(account).shard, self.settings)
         self.redis.xack(keys.outbox(shard), GROUP, entry_id)
 
     def read_once(self, block_ms: int) -> int:
@@ -207,7 +207,7 @@ class Detector:
         purged = 0
         for s in range(keys.SHARDS):
             try:
-                report = retention.sweep_shard(s, self.settings.purge_batch)
+                report = retention.sweep_shard(s, self.settings.purge_steps)
                 retention.purge_events(s)
                 self.ctx.events.trim(s)
                 trim_outbox(self.redis, s, GROUP)

@@ -51,13 +51,14 @@ from relay.timefmt import now_ms
 log = logging.getLogger("relay.events")
 
 FEED_BATCHES = keys.FEED_BATCHES  # the account's feed: GET /events
-FEED_OPS = keys.FEED_OPS  # the operator's feed: GET /operational-events, relay events --ops
+# the operator's feed: GET /operational-events, relay events --operational
+FEED_OPERATIONAL = keys.FEED_OPERATIONAL
 MAX_WAIT_S = 30  # the longest `wait=` of one request
 FALLBACK_S = 5.0  # a waiter reads again this often even without a wake-up
 SCAN = 500  # entries read per round when filters may leave most of them out
 BATCH_TYPES = ("batch.completed",)
-OPS_TYPES = ("webhook.disabled", "delivery.failed")
-TYPES = {keys.FEED_BATCHES: BATCH_TYPES, keys.FEED_OPS: OPS_TYPES}
+OPERATIONAL_TYPES = ("webhook.disabled", "delivery.failed")
+TYPES = {keys.FEED_BATCHES: BATCH_TYPES, keys.FEED_OPERATIONAL: OPERATIONAL_TYPES}
 
 
 class TooManyWaiters(StateError):

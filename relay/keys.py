@@ -153,12 +153,12 @@ OUTBOX_GROUP = "relay-detector"  # the detectors' consumer group on every outbox
 # -- webhooks and deliveries (shard-tagged, same shard as the batch) ---------------------
 
 
-OPS_BATCH = "~ops"
+OPERATIONAL_BATCH = "~ops"  # the stored name (keys of existing deployments) stays as it was
 """The reserved pseudo-batch of an account's operational webhook and its deliveries (events
-about the account's webhooks): ``webhook(shard_for_batch(account, OPS_BATCH), account,
-OPS_BATCH)`` and the batch delivery keys below, so claiming, recording and retrying work as for
-a batch. No batch can have this name (``relay.model.valid_batch_name``: a letter or digit
-first); ``relay/lua/_lib.lua`` holds the same constant."""
+about the account's webhooks): ``webhook(shard_for_batch(account, OPERATIONAL_BATCH),
+account, OPERATIONAL_BATCH)`` and the batch delivery keys below, so claiming, recording and
+retrying work as for a batch. No batch can have this name (``relay.model.valid_batch_name``:
+a letter or digit first); ``relay/lua/_lib.lua`` holds the same constant."""
 
 
 def webhook(shard: int, account: str, name: str) -> str:
@@ -207,7 +207,7 @@ def wake(shard: int) -> str:
 
 
 def shard_deliveries(shard: int) -> str:
-    """Sorted set: every delivery of the shard by creation time (ops listing)."""
+    """Sorted set: every delivery of the shard by creation time (the operators' listing)."""
     return f"{PREFIX}:{tag(shard)}:deliveries"
 
 
@@ -231,7 +231,7 @@ def status_deliveries(shard: int, status: str) -> str:
 
 
 def events(shard: int) -> str:
-    """Sorted set: the shard's operational event deliveries (``OPS_BATCH``) by creation
+    """Sorted set: the shard's operational event deliveries (``OPERATIONAL_BATCH``) by creation
     time (ms), for their retention (``relay.retention.Retention.purge_events``)."""
     return f"{PREFIX}:{tag(shard)}:events"
 
@@ -274,8 +274,8 @@ EVENTS_BATCH = "~events"
 whatever shard raised them (``relay.events``)."""
 
 FEED_BATCHES = "events"  # batch.completed: the account's feed (GET /events)
-FEED_OPS = "ops_events"  # webhook.disabled, delivery.failed: the operator's feed
-FEEDS = (FEED_BATCHES, FEED_OPS)
+FEED_OPERATIONAL = "ops_events"  # webhook.disabled, delivery.failed (stored name kept)
+FEEDS = (FEED_BATCHES, FEED_OPERATIONAL)
 
 
 def events_shard(account: str) -> int:

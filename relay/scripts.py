@@ -35,7 +35,7 @@ NAMES = (
     "cancel_deliveries",
     "retry_delivery",
     "register_webhook",
-    "register_ops_webhook",
+    "register_operational_webhook",
     "set_webhook_disabled",
     "rotate_signing",
     "purge_batch",

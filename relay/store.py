@@ -60,17 +60,17 @@ class Claim:
 CLAIM_SKIP_LIMIT = 100
 
 
-def _claim(doc_id: str, ref: BatchRef, token: str, reply: Sequence[Any]) -> Claim:
-    """A Claim from claim_doc's reply (_fair.lua): fields, filename, content_type, blob, claims."""
+def _claim(doc_id: str, ref: BatchRef, token: str, c: dict[str, Any]) -> Claim:
+    """A Claim from claim_doc's table (_fair.lua), decoded from the script's JSON."""
     return Claim(
         doc_id=doc_id,
         batch=ref,
         token=token,
-        fields=list(json.loads(reply[0])),
-        filename=reply[1].decode(),
-        content_type=reply[2].decode(),
-        blob_kind=reply[3].decode(),
-        claims=int(reply[4]),
+        fields=list(json.loads(c["fields"])),
+        filename=c["filename"],
+        content_type=c["content_type"],
+        blob_kind=c["blob"],
+        claims=int(c["claims"]),
     )
 
 
@@ -339,9 +339,8 @@ class Store:
             [k["doc"], k["batch"], k["started"], k["leases"]],
             [doc_id, self.clock(), lease_ms, token],
         )
-        if int(reply[0]) != 1:
-            return None
-        return _claim(doc_id, ref, token, reply[1:])
+        claimed = json.loads(reply)
+        return _claim(doc_id, ref, token, claimed) if claimed["claimed"] else None
 
     def claim_next(self, shard: int, token: str, lease_ms: int) -> tuple[Claim | None, bool]:
         """Claim the shard's next document in fair order (``claim_next.lua``). Returns the
@@ -351,10 +350,11 @@ class Store:
             [keys.leases(shard)],
             [keys.shard_prefix(shard), self.clock(), lease_ms, token, CLAIM_SKIP_LIMIT],
         )
-        if int(reply[0]) != 1:
-            return None, int(reply[1]) == 1
-        ref = BatchRef(reply[2].decode(), reply[3].decode())
-        return _claim(reply[1].decode(), ref, token, reply[4:9]), int(reply[9]) == 1
+        c = json.loads(reply)
+        more = int(c["more"]) == 1
+        if not c["claimed"]:
+            return None, more
+        return _claim(c["id"], BatchRef(c["account"], c["batch"]), token, c), more
 
     def waiting_shards(self) -> list[int]:
         """The shards with documents waiting in their fair queue (one pipelined round trip)."""

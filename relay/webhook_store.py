@@ -35,16 +35,16 @@ from relay.store import BatchRef
 from relay.timefmt import now_ms, rfc3339
 
 EVENT_TYPE = "batch.completed"
-# Operational events, delivered to the account's operational webhook (keys.OPS_BATCH).
+# Operational events, delivered to the account's operational webhook (keys.OPERATIONAL_BATCH).
 WEBHOOK_DISABLED = "webhook.disabled"
 DELIVERY_FAILED = "delivery.failed"
 VERIFY_EVENT = "webhook.verify"  # endpoint verification: a challenge to echo
 DEFAULT_DISABLE_AFTER_MS = 5 * 86_400_000
 
 
-def ops_ref(account: str) -> BatchRef:
+def operational_ref(account: str) -> BatchRef:
     """The account's operational webhook and deliveries: the reserved pseudo-batch."""
-    return BatchRef(account, keys.OPS_BATCH)
+    return BatchRef(account, keys.OPERATIONAL_BATCH)
 
 
 def disable_reason(disable_after_ms: int) -> str:
@@ -215,7 +215,7 @@ class WebhookStore:
     ) -> tuple[bool, str]:
         """Create the delivery of one operational event to the account's operational
         webhook: (created, id); idempotent on ``event_id``; id '' = no operational webhook."""
-        k, a = _create_call(ops_ref(account), event_id, body, 0, self.clock(), delivery_id)
+        k, a = _create_call(operational_ref(account), event_id, body, 0, self.clock(), delivery_id)
         created, ident = self.scripts("create_delivery", k, [*a, "event"])
         return int(created) == 1, ident.decode() if isinstance(ident, bytes) else str(ident)
 
@@ -377,7 +377,9 @@ class AsyncWebhookStore:
     async def _challenge(self, ref: BatchRef, url: str, challenge: str) -> None:
         """Create the delivery of an endpoint verification's challenge (due now)."""
         now = self.clock()
-        body = verify_body("" if ref.name == keys.OPS_BATCH else ref.name, url, challenge, now)
+        body = verify_body(
+            "" if ref.name == keys.OPERATIONAL_BATCH else ref.name, url, challenge, now
+        )
         k, a = _create_call(ref, f"verify:{challenge}", body, 0, now)
         await self.scripts("create_delivery", k, [*a, "verify"])
 
@@ -442,14 +444,16 @@ class AsyncWebhookStore:
             due = True
         return int(created) == 1, due
 
-    async def register_ops(self, account: str, url: str, *, verify: bool = False) -> bool:
+    async def register_operational_webhook(
+        self, account: str, url: str, *, verify: bool = False
+    ) -> bool:
         """Register or replace the account's operational webhook (and enable it again),
         verified first with ``verify`` (as ``register``). Returns whether it was created."""
-        ref = ops_ref(account)
+        ref = operational_ref(account)
         key = keys.webhook(ref.shard, account, ref.name)
         challenge = secrets.token_urlsafe(24) if verify else ""
         created = await self.scripts(
-            "register_ops_webhook",
+            "register_operational_webhook",
             [key, keys.due(ref.shard)],
             [
                 url,

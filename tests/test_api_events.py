@@ -114,7 +114,9 @@ def test_operational_events_feed(api: Api, redis: redis.Redis) -> None:
     (event,) = _get(api, "acme", path="/operational-events").json()["events"]
     body = event_body({k.encode(): v.encode() for k, v in fields.items()})
     assert {k: v for k, v in event.items() if k != "id"} == json.loads(body)
-    assert keys.shard_of_id("msg", event["id"]) == keys.shard_for_batch("acme", keys.OPS_BATCH)
+    assert keys.shard_of_id("msg", event["id"]) == keys.shard_for_batch(
+        "acme", keys.OPERATIONAL_BATCH
+    )
     assert _get(api, "acme").json()["events"] == []  # not in the account's batch feed
     r = _get(api, "acme", path="/operational-events", type="batch.completed")
     assert r.status_code == 422

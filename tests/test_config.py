@@ -98,7 +98,7 @@ def test_retention_takes_s_m_h_d_suffixes(raw: str, seconds: float) -> None:
 def test_retention_purge_and_attempt_defaults() -> None:
     s = load_settings({}, dotenv=None)
     assert s.retention == 30 * 86_400
-    assert s.purge_batch == 20 and s.max_stored_attempts == 20
+    assert s.purge_steps == 20 and s.max_stored_attempts == 20
 
 
 @pytest.mark.parametrize(
@@ -108,7 +108,7 @@ def test_retention_purge_and_attempt_defaults() -> None:
         ("RELAY_RETENTION", "3w"),
         ("RELAY_RETENTION", "-4s"),
         ("RELAY_MAX_STORED_ATTEMPTS", "1"),
-        ("RELAY_PURGE_BATCH", "0"),
+        ("RELAY_PURGE_STEPS", "0"),
     ],
 )
 def test_bad_retention_settings_name_the_variable(name: str, value: str) -> None:
@@ -137,3 +137,10 @@ def test_one_duration_parser_reads_settings_and_commands(text: str, seconds: flo
 def test_a_duration_that_does_not_parse_is_refused(text: str) -> None:
     with pytest.raises(ValueError, match="expected a duration"):
         parse_duration(text)
+
+
+def test_a_renamed_setting_is_still_read_under_its_old_name() -> None:
+    old = load_settings({"RELAY_DELIVERY_BATCH": "8", "RELAY_PURGE_BATCH": "3"}, dotenv=None)
+    assert (old.delivery_claim_size, old.purge_steps) == (8, 3)
+    both = {"RELAY_PURGE_BATCH": "3", "RELAY_PURGE_STEPS": "5"}
+    assert load_settings(both, dotenv=None).purge_steps == 5  # the new name wins

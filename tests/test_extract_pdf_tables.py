@@ -8,15 +8,16 @@ known points, ``tests.support.documents``), so the expected cells are known exac
 from __future__ import annotations
 
 import io
+import random
 from collections.abc import Sequence
 
 import pdfplumber
 import pypdfium2
 import pytest
 
-from relay.extract import ExtractionError, extract
+from relay.extract import ExtractionError, extract, extract_document
 from relay.extract.pdf import PDFIUM_MAX_CONTENT, _content_size, extract_pdf
-from relay.extract.pdf_layout import PageLayout, read_pdfium, read_plumber
+from relay.extract.pdf_layout import Char, PageLayout, Rule, read_pdfium, read_plumber
 from relay.extract.pdf_tables import find_tables
 from relay.extract.result import Table
 from tests.support.documents import pdf, pdf_bomb, table_ops
@@ -281,6 +282,14 @@ def test_rows_of_a_grid_ruled_only_down_its_columns_are_its_text_lines() -> None
     ]
 
 
+def test_a_one_row_box_before_the_first_table_is_no_table() -> None:
+    box = table_ops([["Annual report", "2024"]], top=760.0)  # a ruled box round a heading
+    found = tables_of([box, table_ops(ITEMS, top=700.0)], [table_ops([["Pin", "3", "0.01"]])])
+    # the box goes; a one-row table after a real one stays (a row carried over a page)
+    assert found == [_table(1, ITEMS), _table(2, [["Pin", "3", "0.01"]])]
+    assert tables_of([box]) == [_table(1, [["Annual report", "2024"]])]
+
+
 def test_an_empty_ruled_cell_is_an_empty_string() -> None:
     rows = [["SKU", "Note", "Qty"], ["A1", "", "3"], ["B2", "fragile", "1"]]
     assert tables_of([table_ops(rows)]) == [_table(1, rows)]
@@ -307,6 +316,18 @@ def test_prose_is_no_table(ops: list[str]) -> None:
     with pytest.raises(ExtractionError) as caught:
         extract(content, filename="letter.pdf", content_type="application/pdf", fields=[])
     assert caught.value.code == "no_table_found"
+
+
+def test_two_unruled_tables_are_both_in_tables_and_only_the_first_in_line_items() -> None:
+    ops = cells(ITEMS, [72.0, 220.0, 330.0], 80.0)
+    ops += paragraph(170.0, PROSE)
+    ops += cells(COUNTRIES, [72.0, 200.0, 300.0], 260.0)
+    result = extract_document(pdf(["\n".join(ops)]), filename="two.pdf", content_type="", fields=[])
+    assert [t.to_json() for t in result.tables] == [
+        {"page": 1, "rows": ITEMS, "confidence": None},
+        {"page": 1, "rows": COUNTRIES, "confidence": None},
+    ]
+    assert result.line_items == [dict(zip(ITEMS[0], row, strict=True)) for row in ITEMS[1:]]
 
 
 def test_the_first_table_gives_line_items() -> None:
@@ -349,3 +370,24 @@ def test_a_page_whose_content_inflates_past_the_bound_is_counted_without_holding
         assert 0 < _content_size(document.pages[0], PDFIUM_MAX_CONTENT) < 4096
     with pdfplumber.open(io.BytesIO(big)) as document:
         assert _content_size(document.pages[0], PDFIUM_MAX_CONTENT) > PDFIUM_MAX_CONTENT
+
+
+def test_any_layout_gives_rectangular_grids_and_no_error() -> None:
+    # characters and rules scattered at random, many on shared lines and columns, some
+    # off the page, empty or upside down: whatever a damaged PDF may hold
+    rng = random.Random(3)
+    for _ in range(300):
+        layout = PageLayout(612.0, 792.0)
+        for _ in range(rng.randint(0, 60)):
+            x = rng.choice([rng.uniform(-50, 700), 100.0, 200.0, 300.0])
+            y = rng.choice([rng.uniform(-50, 850), 100.0, 116.0, 132.0])
+            w, h = rng.choice([0.0, rng.uniform(0, 10), -1.0]), rng.choice([0.0, 10.0, -2.0])
+            layout.chars.append(Char(x, y, x + w, y + h, rng.choice("ab1.- _"), h))
+        for _ in range(rng.randint(0, 30)):
+            x, y, length = rng.uniform(0, 600), rng.uniform(0, 800), rng.uniform(0, 300)
+            vertical = rng.random() < 0.5
+            layout.rules.append(
+                Rule(x, y, x, y + length) if vertical else Rule(x, y, x + length, y)
+            )
+        for grid in find_tables(layout):
+            assert grid and all(len(row) == len(grid[0]) for row in grid)

@@ -138,5 +138,5 @@ def test_refusals_are_matched_exactly(redis: redis.Redis) -> None:
 def test_the_operational_pseudo_batch_is_the_same_in_lua_and_no_batch_name(
     redis: redis.Redis,
 ) -> None:
-    assert _lua(redis, "OPS_BATCH") == keys.OPS_BATCH
-    assert not valid_batch_name(keys.OPS_BATCH)
+    assert _lua(redis, "OPERATIONAL_BATCH") == keys.OPERATIONAL_BATCH
+    assert not valid_batch_name(keys.OPERATIONAL_BATCH)

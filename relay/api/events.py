@@ -22,7 +22,7 @@ from relay.api.paging import invalid_cursor
 from relay.api.state import AppState, state
 from relay.events import (
     FEED_BATCHES,
-    FEED_OPS,
+    FEED_OPERATIONAL,
     MAX_WAIT_S,
     TYPES,
     FeedPage,
@@ -96,7 +96,7 @@ async def list_events(request: Request) -> Response:
 
 async def list_operational_events(request: Request) -> Response:
     """The account's operational events (``webhook.disabled``, ``delivery.failed``)."""
-    return await _feed(request, FEED_OPS)
+    return await _feed(request, FEED_OPERATIONAL)
 
 
 routes: list[BaseRoute] = [

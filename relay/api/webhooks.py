@@ -22,7 +22,7 @@ from relay.exceptions import UnsafeTarget, WebhookNotFound
 from relay.model import Webhook
 from relay.store import BatchRef
 from relay.timefmt import rfc3339
-from relay.webhook_store import ops_ref
+from relay.webhook_store import operational_ref
 
 MAX_URL_CHARS = 2048
 
@@ -153,7 +153,7 @@ async def test_operational_webhook(request: Request) -> Response:
     st = state(request)
     rate_headers = await st.limits.admit(RETRIES, account)
     try:
-        result = await st.edge.prober.send(ops_ref(account))
+        result = await st.edge.prober.send(operational_ref(account))
     except WebhookNotFound as exc:
         raise NotFound("no operational webhook is registered", headers=rate_headers) from exc
     return json_response(result.to_json(), headers=rate_headers)
@@ -169,10 +169,10 @@ async def put_operational_webhook(request: Request) -> Response:
     account = await authenticate(request)
     st = state(request)
     url, verify = await _callback_url(request, st)
-    created = await st.webhooks.register_ops(account, url, verify=verify)
+    created = await st.webhooks.register_operational_webhook(account, url, verify=verify)
     if verify:
-        await _wake(st, ops_ref(account))
-    hook = await st.webhooks.get(ops_ref(account))
+        await _wake(st, operational_ref(account))
+    hook = await st.webhooks.get(operational_ref(account))
     if hook is None:  # removed between the two calls by a concurrent DELETE
         raise NotFound("the operational webhook was removed meanwhile")
     return json_response(_ops_json(hook), 201 if created else 200)
@@ -180,7 +180,7 @@ async def put_operational_webhook(request: Request) -> Response:
 
 async def get_operational_webhook(request: Request) -> Response:
     account = await authenticate(request)
-    hook = await state(request).webhooks.get(ops_ref(account))
+    hook = await state(request).webhooks.get(operational_ref(account))
     if hook is None:
         raise NotFound("no operational webhook is registered")
     return json_response(_ops_json(hook))
@@ -189,7 +189,7 @@ async def get_operational_webhook(request: Request) -> Response:
 async def delete_operational_webhook(request: Request) -> Response:
     account = await authenticate(request)
     st = state(request)
-    ref = ops_ref(account)
+    ref = operational_ref(account)
     hook = await st.webhooks.get(ref)
     if hook is None or not await st.webhooks.delete(ref):
         raise NotFound("no operational webhook is registered")
@@ -201,7 +201,7 @@ async def list_operational_deliveries(request: Request) -> Response:
     st = state(request)
     cursor, limit = page_params(request)
     found, next_start = await st.webhooks.deliveries(
-        ops_ref(account), start=decode_position(cursor), limit=limit
+        operational_ref(account), start=decode_position(cursor), limit=limit
     )
     return json_response(
         {"deliveries": [d.to_json() for d in found], "next_cursor": encode_position(next_start)}

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from relay.delivery.probe import Prober, ProbeResult
-from relay.events import FEED_BATCHES, FEED_OPS, AsyncEventLog, FeedPage
+from relay.events import FEED_BATCHES, FEED_OPERATIONAL, AsyncEventLog, FeedPage
 from relay.exceptions import WebhookNotFound
 from relay.model import Attempt, Delivery, DeliveryStatus, Webhook
 from relay.scans import Scans
@@ -206,7 +206,7 @@ class ConsoleQueries:
         Raises InvalidCursor."""
         if self.events is None:
             return FeedPage([], after, False)
-        feed = FEED_OPS if operational else FEED_BATCHES
+        feed = FEED_OPERATIONAL if operational else FEED_BATCHES
         return await self.events.page(account, feed, after=after, limit=limit)
 
     async def test_send(self, account: str, batch: str) -> ProbeResult:

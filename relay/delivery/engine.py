@@ -142,7 +142,7 @@ class Engine:
         self.store = ctx.webhooks
         self.token = secrets.token_hex(8)
         self.lease_ms = int(settings.delivery_timeout * 1000) + LEASE_MARGIN_MS
-        self.batch = settings.delivery_batch
+        self.claim_size = settings.delivery_claim_size
         self.slots = Slots(settings.delivery_concurrency, settings.delivery_per_destination)
         self._pool = ThreadPoolExecutor(settings.delivery_concurrency, "delivery")
         self._cond = threading.Condition()
@@ -250,7 +250,7 @@ class Engine:
             free = self.slots.free
             if free <= 0:
                 return "full"
-            limit = min(free, self.batch)
+            limit = min(free, self.claim_size)
             claimed = self.store.claim(shard, limit=limit, lease_ms=self.lease_ms, token=self.token)
             if not claimed:
                 return "drained"

@@ -108,7 +108,7 @@ class Prober:
             self.policy,
             self.timeout,
             shard=ref.shard,
-            batch_name="" if ref.name == keys.OPS_BATCH else ref.name,
+            batch_name="" if ref.name == keys.OPERATIONAL_BATCH else ref.name,
             url=hook.url,
             materials=materials,
         )

@@ -83,6 +83,8 @@ class PageLayout:
 def _segment(x0: float, y0: float, x1: float, y1: float, out: PageLayout) -> None:
     """A straight segment (top-left coordinates) as a rule, if it is one, else a mark."""
     dx, dy = abs(x1 - x0), abs(y1 - y0)
+    if not math.isfinite(dx + dy):
+        return  # a degenerate matrix: nowhere on the page
     if dy <= _SKEW and dx >= _MIN_RULE:
         y = (y0 + y1) / 2
         out.rules.append(Rule(min(x0, x1), y, max(x0, x1), y))
@@ -311,6 +313,8 @@ def read_pdfium(page: Any) -> PageLayout:
                 top, bottom = flip - rect.top, flip - rect.bottom
             else:
                 x0, top, x1, bottom = view.box(rect.left, rect.bottom, rect.right, rect.top)
+            if not math.isfinite(x0 + x1 + top + bottom):
+                continue  # a degenerate matrix: nowhere on the page
             chars.append(Char(x0, top, x1, bottom, chr(code), bottom - top))
     finally:
         textpage.close()

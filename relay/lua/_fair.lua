@@ -88,12 +88,13 @@ local function fair_drop_batch(p, account, name)
 end
 
 -- queued -> processing: started_at, a lease (score in `leases_key`), the batch's counters.
--- Returns {1, fields, filename, content_type, blob ref, claims} when claimed,
---         {0, status} when the document is not queued (another worker has it, or it ended).
+-- Returns a table (the scripts send it as JSON): {claimed = true, fields (the batch's JSON
+-- list), filename, content_type, blob (its ref), claims} when claimed, {claimed = false,
+-- status} when the document is not queued (another worker has it, or it ended).
 local function claim_doc(doc_key, batch_key, started_key, leases_key, id, now, lease_ms, token)
   local d = redis.call('HMGET', doc_key, 'status', 'filename', 'content_type', 'blob')
   if d[1] ~= 'queued' then
-    return {0, d[1] or 'missing'}
+    return {claimed = false, status = d[1] or 'missing'}
   end
   local claims = redis.call('HINCRBY', doc_key, 'claims', 1)
   redis.call('HSET', doc_key, 'status', 'processing', 'started_at', now, 'lease', token)
@@ -106,5 +107,6 @@ local function claim_doc(doc_key, batch_key, started_key, leases_key, id, now, l
     redis.call('HSET', batch_key, 'started_at', now)
   end
   local fields = redis.call('HGET', batch_key, 'fields') or '[]'
-  return {1, fields, d[2], d[3], d[4], claims}
+  return {claimed = true, fields = fields, filename = d[2], content_type = d[3], blob = d[4],
+          claims = claims}
 end

@@ -179,15 +179,15 @@ end
 -- Operational events (docs/decisions.md, "Auto-disable and operational events") -------------
 
 -- The reserved pseudo-batch that holds an account's operational webhook and its deliveries
--- (relay.keys.OPS_BATCH): no batch name can start with '~'.
-local OPS_BATCH = '~ops'
+-- (relay.keys.OPERATIONAL_BATCH): no batch name can start with '~'.
+local OPERATIONAL_BATCH = '~ops'
 
 -- Append an operational event (kind 'webhook.disabled' | 'delivery.failed') to the shard's
 -- outbox; the detector turns it into a delivery to the account's operational webhook. The
 -- operational webhook's own deliveries make no events (no loops). `fields` are name, value
 -- pairs of the event's data.
 local function emit_event(outbox_key, kind, account, batch, now, fields)
-  if batch == OPS_BATCH then
+  if batch == OPERATIONAL_BATCH then
     return
   end
   redis.call('XADD', outbox_key, 'MAXLEN', '~', '100000', '*', 'kind', kind,

@@ -6,23 +6,24 @@
 --       it; see _fair.lua), 2 now (ms), 3 lease (ms), 4 lease token,
 --       5 at most this many entries taken per call (entries whose document is no longer
 --       queued are dropped and the next one is taken)
--- Returns: {1, doc id, account, batch name, fields, filename, content_type, blob ref,
---           claims, more} with more = 1 when documents still wait in the shard;
---          {0, more} when nothing was claimed (more = 1: call again).
+-- Returns JSON (cjson): claim_doc's table with id, account and batch (the batch's name) added
+--          and more = 1 when documents still wait in the shard; {claimed = false, more}
+--          when nothing was claimed (more = 1: call again).
 local p = ARGV[1]
 for _ = 1, tonumber(ARGV[5]) do
   local account, name, id = fair_pop(p)
   if not account then
-    return {0, 0}
+    return cjson.encode({claimed = false, more = 0})
   end
   if id then
     local c = claim_doc(key_doc(p, id), key_batch(p, account, name),
                         key_batch_started(p, account, name), KEYS[1], id, ARGV[2], ARGV[3],
                         ARGV[4])
-    if c[1] == 1 then
-      return {1, id, account, name, c[2], c[3], c[4], c[5], c[6],
-              redis.call('EXISTS', key_fair_ring(p))}
+    if c.claimed then
+      c.id, c.account, c.batch = id, account, name
+      c.more = redis.call('EXISTS', key_fair_ring(p))
+      return cjson.encode(c)
     end
   end
 end
-return {0, redis.call('EXISTS', key_fair_ring(p))}
+return cjson.encode({claimed = false, more = redis.call('EXISTS', key_fair_ring(p))})

@@ -5,7 +5,7 @@
 -- ARGV: 1 new delivery id, 2 account, 3 batch name, 4 completion_seq, 5 now (ms),
 --       6 body (exact JSON bytes), 7 the shard's key prefix (the older delivery),
 --       8 the batch's completed_at (ms) for this completion,
---       9 'event' for an operational event's delivery (ARGV[3] is then relay.keys.OPS_BATCH
+--       9 'event' for an operational event's delivery (ARGV[3] is then relay.keys.OPERATIONAL_BATCH
 --         and ARGV[4] the event's id): it supersedes nothing and is not the webhook's
 --         `pending` one (every event is delivered), and its seq is 0;
 --         'verify' for an endpoint verification's challenge (as 'event', and it becomes the

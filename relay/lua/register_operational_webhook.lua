@@ -14,7 +14,7 @@ if ARGV[3] == '1' then
 else
   redis.call('HSET', KEYS[1], 'verification', '', 'challenge', '', 'verify_id', '')
   if was == 'pending' then
-    release_parked(ARGV[5], KEYS[2], ARGV[6], OPS_BATCH, ARGV[2], false)
+    release_parked(ARGV[5], KEYS[2], ARGV[6], OPERATIONAL_BATCH, ARGV[2], false)
   end
 end
 return created

@@ -23,7 +23,7 @@ from relay.webhook_store import (
     ClaimedDelivery,
     WebhookStore,
     disable_reason,
-    ops_ref,
+    operational_ref,
 )
 from relay.worker_context import WorkerContext
 from tests.support.helpers import Clients
@@ -200,10 +200,10 @@ def test_no_event_when_the_webhook_was_removed_meanwhile(h: H) -> None:
 
 
 def test_operational_deliveries_make_no_events_about_themselves(h: H) -> None:
-    ops = ops_ref("acme")
+    ops = operational_ref("acme")
     assert h.d.create_event("acme", "3-1-0", b"{}") == (False, "")  # none registered
-    assert h.run(h.hooks.register_ops("acme", OPS_URL)) is True
-    assert h.run(h.hooks.register_ops("acme", OPS_URL)) is False
+    assert h.run(h.hooks.register_operational_webhook("acme", OPS_URL)) is True
+    assert h.run(h.hooks.register_operational_webhook("acme", OPS_URL)) is False
     created, first = h.d.create_event("acme", "3-1-0", b'{"n":1}')
     assert created and keys.shard_of_id("msg", first) == ops.shard
     assert h.d.create_event("acme", "3-1-0", b'{"n":1}') == (False, first)  # idempotent
@@ -236,10 +236,10 @@ def test_the_detector_delivers_events_to_the_operational_webhook(h: H, redis_url
     h.d.create(REF, 1, b"{}")
     h.fail(outcome="failed", code=500)  # delivery.failed, no operational webhook yet
     assert detector.read_once(10) == 1
-    ops = ops_ref("acme")
+    ops = operational_ref("acme")
     ops_deliveries = keys.batch_deliveries(ops.shard, "acme", ops.name)
     assert h.client.zcard(ops_deliveries) == 0  # dropped: nobody to tell
-    h.run(h.hooks.register_ops("acme", OPS_URL))
+    h.run(h.hooks.register_operational_webhook("acme", OPS_URL))
     h.d.create(REF, 2, b"{}")
     h.clock.advance(AFTER_MS)
     h.fail()  # disabled
@@ -260,8 +260,8 @@ def test_the_detector_delivers_events_to_the_operational_webhook(h: H, redis_url
 
 def test_event_deliveries_are_purged_after_the_retention_once_they_ended(h: H) -> None:
     retention = Retention(h.client, BlobStore(""), retention_ms=10_000, clock=h.clock)
-    ops = ops_ref("acme")
-    h.run(h.hooks.register_ops("acme", OPS_URL))
+    ops = operational_ref("acme")
+    h.run(h.hooks.register_operational_webhook("acme", OPS_URL))
     before = set(h.client.keys("relay:*"))
     _, first = h.d.create_event("acme", "3-1-0", b'{"n":1}')
     _, second = h.d.create_event("acme", "3-2-0", b'{"n":2}')
