@@ -47,10 +47,14 @@ from tests.support.receiver import Receiver
 from tests.support.sentinels import SENTINEL_PASSWORD, SERVICE, Topology
 
 REPEATS = int(os.environ.get("RELAY_FAULT_REPEATS", "2"))
-# Opt-in (RELAY_FAULT_SUITE=1) until the suite has passed ten runs in a row here.
-pytestmark = pytest.mark.skipif(
+# The graceful failover is opt-in (RELAY_FAULT_SUITE=1): a completion made on the old primary
+# in the second between the replica's promotion and the Sentinels naming it is lost with the
+# old primary and made again, and its notification then goes out under a second webhook-id
+# (docs/decisions.md, "No wait without a deadline"); about one switch in four here.
+OPT_IN = pytest.mark.skipif(
     os.environ.get("RELAY_FAULT_SUITE") != "1",
-    reason="the fault suite is opt-in for now: RELAY_FAULT_SUITE=1",
+    reason="opt-in (RELAY_FAULT_SUITE=1): a completion in the promotion window is notified "
+    "twice under two webhook-ids",
 )
 # The client's deadline for every request. A request's Redis work is bounded by the API's own
 # timeouts (RELAY_REDIS_SOCKET_TIMEOUT 5 s for a reply, RELAY_REDIS_CONNECT_TIMEOUT 1 s,
@@ -222,7 +226,7 @@ FAULTS = {"kill": _kill, "stop": _stop, "failover": _failover}
 
 
 @pytest.mark.timeout(120 + 90 * REPEATS)
-@pytest.mark.parametrize("fault", sorted(FAULTS))
+@pytest.mark.parametrize("fault", ["kill", "stop", pytest.param("failover", marks=OPT_IN)])
 def test_sentinel_faults_under_traffic(
     fault: str,
     sentinel_topology: Topology,
