@@ -285,10 +285,15 @@ class FeedWaiters:
         loop = asyncio.get_running_loop()
         heard = loop.time()
         pinged: float | None = None
+        me = asyncio.current_task()
         while True:
             msg = await asyncio.wait_for(
                 pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0), 5
             )
+            if me is not None and me.cancelling():
+                # On Python 3.11 wait_for returns instead of raising a cancellation that came
+                # as the message did (CPython gh-86296): stop as the cancel asked.
+                raise asyncio.CancelledError
             now = loop.time()
             if msg is not None:
                 heard, pinged = now, None

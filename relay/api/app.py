@@ -97,6 +97,17 @@ def one_route_per_path(routes: Iterable[BaseRoute], prefix: str = "") -> list[Ba
     ]
 
 
+async def _stop(task: asyncio.Task[None]) -> None:
+    """Cancel ``task`` and wait for it to end, cancelling again should it still run after
+    10 s: on Python 3.11 an ``asyncio.wait_for`` can swallow a cancellation (CPython
+    gh-86296), and a task that does so would otherwise hold the API's shutdown for ever."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=10.0)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
 def create_app(settings: Settings) -> Starlette:
     """The API for ``settings``; serve it with uvicorn (``relay serve``)."""
 
@@ -125,9 +136,7 @@ def create_app(settings: Settings) -> Starlette:
         finally:
             for task in (listener, follower):
                 if task is not None:
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+                    await _stop(task)
             await edge.close()
 
     routes: list[BaseRoute] = [
