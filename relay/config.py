@@ -604,11 +604,6 @@ def _check_topology(values: Mapping[str, Any]) -> None:
             "RELAY_REDIS_CLUSTER_NODES and RELAY_REDIS_SENTINELS are exclusive: the state lives"
             " on a Cluster or on a primary the Sentinels name, not both"
         )
-    if values["redis_cluster_nodes"] and values["redis_wait_replicas"]:
-        raise ConfigError(
-            "RELAY_REDIS_WAIT_REPLICAS is not supported with RELAY_REDIS_CLUSTER_NODES yet"
-            " (WAIT counts the writes of one connection to one node)"
-        )
     if values["redis_cluster_nodes"] and not values["queue_redis_url"]:
         raise ConfigError(
             "RELAY_REDIS_CLUSTER_NODES needs RELAY_QUEUE_REDIS_URL: RQ's queues cannot live on"

@@ -17,13 +17,16 @@ Redis ``WAIT`` counts the replicas that have the writes *of the connection it is
 request's writes went out on whatever pooled connections (and RQ's enqueue on another client).
 So the wait rides on a marker write of its own, sent with ``WAIT`` on one connection: Redis
 replicates one ordered stream, so a replica that acknowledged the marker has every write that
-finished before it, the request's included.
+finished before it, the request's included. On a Redis Cluster the marker is a counter in
+the written shard's slot (``keys.replica_waits``), sent with ``WAIT`` on one connection to the
+primary of that slot: each primary replicates its own stream.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+from typing import Any
 
 import redis.asyncio
 from redis.exceptions import RedisError
@@ -31,6 +34,7 @@ from redis.exceptions import RedisError
 from relay import keys
 from relay.config import Settings
 from relay.exceptions import StoreUnavailable
+from relay.redis_conn import is_cluster
 
 log = logging.getLogger("relay.api")
 
@@ -38,17 +42,24 @@ WAITS = "relay_replica_waits_total|"
 TIMEOUTS = "relay_replica_wait_timeouts_total|"
 
 
-async def replicated(client: redis.asyncio.Redis, settings: Settings, what: str) -> bool:
-    """Wait until the configured number of replicas have every write made so far; True when
-    they do (or none is asked for), False when the wait timed out or could not be made."""
+async def replicated(
+    client: redis.asyncio.Redis, settings: Settings, what: str, shard: int = 0
+) -> bool:
+    """Wait until the configured number of replicas have every write made so far (on a
+    Cluster: to the primary of ``shard``, the shard written); True when they do (or none is
+    asked for), False when the wait timed out or could not be made."""
     wanted = settings.redis_wait_replicas
     if wanted <= 0:
         return True
     try:
-        async with client.pipeline(transaction=False) as pipe:
-            pipe.hincrby(keys.metrics(), WAITS, 1)
-            pipe.execute_command("WAIT", wanted, settings.redis_wait_timeout_ms)
-            _, acked = await pipe.execute()
+        if is_cluster(client):
+            acked = await _wait_on_shard(client, shard, wanted, settings.redis_wait_timeout_ms)
+            await client.hincrby(keys.metrics(), WAITS, 1)
+        else:
+            async with client.pipeline(transaction=False) as pipe:
+                pipe.hincrby(keys.metrics(), WAITS, 1)
+                pipe.execute_command("WAIT", wanted, settings.redis_wait_timeout_ms)
+                _, acked = await pipe.execute()
     except RedisError as exc:
         # The write itself was acknowledged by the primary; only its replication is unknown.
         log.warning("%s: could not wait for %d replica(s): %s", what, wanted, exc)
@@ -69,11 +80,32 @@ async def replicated(client: redis.asyncio.Redis, settings: Settings, what: str)
     return False
 
 
+async def _wait_on_shard(client: Any, shard: int, wanted: int, timeout_ms: int) -> int:
+    """``INCR`` of the shard's marker and ``WAIT`` on one connection to its primary."""
+    marker = keys.replica_waits(shard)
+    node = client.get_node_from_key(marker)
+    conn = node.acquire_connection()
+    try:
+        await conn.send_packed_command(
+            conn.pack_commands([("INCR", marker), ("WAIT", wanted, timeout_ms)])
+        )
+        await conn.read_response()
+        acked = await conn.read_response()
+    except BaseException:
+        await conn.disconnect()
+        raise
+    finally:
+        node.release(conn)
+    if isinstance(acked, Exception):
+        raise acked
+    return int(acked)
+
+
 async def _refuse_during_failover(client: redis.asyncio.Redis, what: str) -> None:
     """Raise StoreUnavailable when the Sentinels say a failover is under way (module
     docstring); nothing when they do not, or cannot be asked, or there are none."""
     sentinel = getattr(client, "sentinel", None)
-    pool = client.connection_pool
+    pool = getattr(client, "connection_pool", None)
     service = getattr(pool, "service_name", None)
     if sentinel is None or service is None:
         return

@@ -258,9 +258,10 @@ class Edge:
 
     # -- writes acknowledged, jobs woken ---------------------------------------------------
 
-    async def replicated(self, what: str) -> bool:
-        """Wait for ``RELAY_REDIS_WAIT_REPLICAS`` replicas to have every write so far."""
-        return await durable.replicated(self.redis, self.settings, what)
+    async def replicated(self, what: str, shard: int = 0) -> bool:
+        """Wait for ``RELAY_REDIS_WAIT_REPLICAS`` replicas to have every write so far (on a
+        Cluster: the writes to ``shard``'s primary)."""
+        return await durable.replicated(self.redis, self.settings, what, shard)
 
     async def wake(self, shard: int) -> None:
         """Enqueue a delivery job for the shard unless one waits (in a thread: RQ blocks)."""

@@ -153,8 +153,6 @@ def test_a_cluster_needs_a_queue_redis_and_excludes_sentinels() -> None:
     queue = {"RELAY_QUEUE_REDIS_URL": "redis://127.0.0.1:6390/0"}
     with pytest.raises(ConfigError, match="RELAY_REDIS_SENTINELS"):
         load_settings({**nodes, **queue, "RELAY_REDIS_SENTINELS": "127.0.0.1:26379"}, dotenv=None)
-    with pytest.raises(ConfigError, match="RELAY_REDIS_WAIT_REPLICAS"):
-        load_settings({**nodes, **queue, "RELAY_REDIS_WAIT_REPLICAS": "1"}, dotenv=None)
     settings = load_settings({**nodes, **queue}, dotenv=None)
     assert settings.redis_cluster_nodes == (("127.0.0.1", 7000), ("::1", 7001))
     assert load_settings(settings.to_env(), dotenv=None) == settings
