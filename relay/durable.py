@@ -58,7 +58,7 @@ async def replicated(
     try:
         if cluster:
             timeout = settings.redis_wait_timeout_ms
-            replies = [None, await _wait_on_shard(client, shard, wanted, timeout)]
+            replies: list[Any] = [None, await _wait_on_shard(client, shard, wanted, timeout)]
             await client.hincrby(keys.metrics(), WAITS, 1)
         else:
             async with client.pipeline(transaction=False) as pipe:

@@ -62,7 +62,15 @@ import redis.cluster
 import redis.connection
 import redis.sentinel
 from redis.backoff import ExponentialBackoff, NoBackoff
-from redis.exceptions import BusyLoadingError, OutOfMemoryError, ReadOnlyError, ResponseError
+from redis.exceptions import (
+    BusyLoadingError,
+    ClusterError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    ResponseError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.maint_notifications import MaintNotificationsConfig
@@ -85,7 +93,12 @@ SENTINEL_POLL = 0.5
 BACKOFF_CAP = 2.0
 BACKOFF_BASE = 0.05
 # What a read that cannot reach Redis raises (a gauge skipped, ``relay_redis_up`` 0).
-UNREACHABLE: tuple[type[Exception], ...] = (RedisConnectionError, RedisTimeoutError)
+UNREACHABLE: tuple[type[Exception], ...] = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    ClusterError,  # a Cluster without a primary for a slot (ClusterDownError), retries spent
+    SlotNotCoveredError,
+)
 # What means Redis cannot serve now (the API's 503 store_unavailable): unreachable, timing
 # out, loading its dataset, read-only after a failover. The edges map these classes without
 # importing the client (docs/architecture.md, "Import contracts").
@@ -94,6 +107,11 @@ UNAVAILABLE: tuple[type[Exception], ...] = (
     BusyLoadingError,
     RedisTimeoutError,
     ReadOnlyError,
+    # A Cluster failing over: a slot without a primary yet (CLUSTERDOWN, a ClusterError),
+    # a multi-key command during a slot's migration (TRYAGAIN), no node known for a slot.
+    ClusterError,
+    TryAgainError,
+    SlotNotCoveredError,
 )
 # An error reply to a command (OutOfMemoryError, a script's refusal, ...).
 REPLY_ERROR: type[Exception] = ResponseError
