@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from typing import Any
 
 import redis.asyncio
 from redis.exceptions import RedisError
@@ -40,44 +41,63 @@ TIMEOUTS = "relay_replica_wait_timeouts_total|"
 
 async def replicated(client: redis.asyncio.Redis, settings: Settings, what: str) -> bool:
     """Wait until the configured number of replicas have every write made so far; True when
-    they do (or none is asked for), False when the wait timed out or could not be made."""
+    they do (or none is asked for), False when the wait timed out or could not be made.
+    Through Sentinel, raises StoreUnavailable when it falls short during a failover (module
+    docstring)."""
     wanted = settings.redis_wait_replicas
     if wanted <= 0:
         return True
+    sentinel = getattr(client, "sentinel", None)
     try:
         async with client.pipeline(transaction=False) as pipe:
             pipe.hincrby(keys.metrics(), WAITS, 1)
             pipe.execute_command("WAIT", wanted, settings.redis_wait_timeout_ms)
-            _, acked = await pipe.execute()
+            if sentinel is not None:  # which node this connection wrote to
+                pipe.execute_command("INFO", "server")
+            replies = await pipe.execute()
     except RedisError as exc:
         # The write itself was acknowledged by the primary; only its replication is unknown.
         log.warning("%s: could not wait for %d replica(s): %s", what, wanted, exc)
-        await _refuse_during_failover(client, what)
+        if sentinel is not None:
+            # Through Sentinel a connection lost after the write is most likely a failover:
+            # the write may be on a primary about to be demoted. Not acknowledged.
+            raise StoreUnavailable(f"{what}: the primary was lost; try again") from exc
         return False
+    acked = replies[1]
     if int(acked) >= wanted:
         return True
-    await _refuse_during_failover(client, what)
+    node = ""
+    if sentinel is not None:
+        info = replies[2]
+        await _refuse_during_failover(client, sentinel, _text(info.get("run_id")), what)
+        node = f" on the node of port {info.get('tcp_port')}"
     log.warning(
-        "%s: acknowledged with %d of %d replica(s) after %d ms (a failover now could lose it)",
+        "%s: acknowledged with %d of %d replica(s) after %d ms%s (a failover now could lose it)",
         what,
         acked,
         wanted,
         settings.redis_wait_timeout_ms,
+        node,
     )
     with contextlib.suppress(RedisError):  # the warning above tells all the same
         await client.hincrby(keys.metrics(), TIMEOUTS, 1)
     return False
 
 
-async def _refuse_during_failover(client: redis.asyncio.Redis, what: str) -> None:
-    """Raise StoreUnavailable when the Sentinels say a failover is under way (module
-    docstring); nothing when they do not, or cannot be asked, or there are none."""
-    sentinel = getattr(client, "sentinel", None)
-    pool = client.connection_pool
-    service = getattr(pool, "service_name", None)
-    if sentinel is None or service is None:
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value or "")
+
+
+async def _refuse_during_failover(
+    client: redis.asyncio.Redis, sentinel: Any, run_id: str, what: str
+) -> None:
+    """Raise StoreUnavailable when a Sentinel reports a failover in progress, or names as
+    primary another node than the one written to (compared by run id: the address a pooled
+    connection went to is not known once the pool has moved on); nothing when the Sentinels
+    cannot be asked."""
+    service = getattr(client.connection_pool, "service_name", None)
+    if service is None:
         return
-    wrote_to = getattr(pool, "master_address", None)
     for each in sentinel.sentinels:
         try:
             state = (await each.sentinel_masters()).get(service)
@@ -85,10 +105,10 @@ async def _refuse_during_failover(client: redis.asyncio.Redis, what: str) -> Non
             continue
         if state is None:
             continue
-        moved = wrote_to is not None and (str(state["ip"]), int(state["port"])) != (
-            str(wrote_to[0]),
-            int(wrote_to[1]),
-        )
-        if moved or "failover_in_progress" in str(state.get("flags", "")):
+        # No run id yet: the Sentinels switched to a primary they have not asked INFO of yet
+        # (within a second of a failover): not known to be the node written to.
+        named = _text(state.get("runid"))
+        moved = not named or not run_id or named != run_id
+        if moved or "failover_in_progress" in _text(state.get("flags")):
             log.warning("%s: not acknowledged, a failover is under way (503)", what)
             raise StoreUnavailable(f"{what}: a failover is under way; try again")

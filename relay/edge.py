@@ -47,7 +47,13 @@ from relay.events import AsyncEventLog, FeedWaiters
 from relay.lane import Lane, StatusClient, StatusPipe
 from relay.lane_url import status_client
 from relay.ratelimit import Decision, SlidingWindow
-from relay.redis_conn import RedisTarget, async_client, follow_primary, sync_client
+from relay.redis_conn import (
+    RedisTarget,
+    async_client,
+    drop_old_primary,
+    follow_primary,
+    sync_client,
+)
 from relay.scans import Scans
 from relay.signing_keys import SigningKeys, previous_until
 from relay.store import AsyncStore
@@ -159,8 +165,8 @@ class Edge:
         )
 
     def follow_primary(self) -> asyncio.Task[None] | None:
-        """Through Sentinel: a task that drops this process's connections (the lane's and the
-        redis-py client's, in use too) whenever the Sentinels name a new primary
+        """Through Sentinel: a task that moves this process's connections (the lane's at once,
+        the redis-py client's as they are handed back) whenever the Sentinels name a new primary
         (:func:`relay.redis_conn.follow_primary`); the caller cancels it. None without
         Sentinels."""
         target = RedisTarget.from_settings(self.settings)
@@ -170,7 +176,7 @@ class Edge:
         async def moved() -> None:
             if isinstance(self.lane, Lane):
                 self.lane.relocate()  # what waits on it is sent again, to the new primary
-            await self.redis.connection_pool.disconnect()
+            await drop_old_primary(self.redis)
 
         return asyncio.create_task(follow_primary(target, moved), name="relay-primary-follower")
 

@@ -51,7 +51,7 @@ from relay.timefmt import now_ms
 log = logging.getLogger("relay.events")
 
 FEED_BATCHES = keys.FEED_BATCHES  # the account's feed: GET /events
-# the operator's feed: GET /operational-events, relay events --ops
+# the operator's feed: GET /operational-events, relay events --operational
 FEED_OPERATIONAL = keys.FEED_OPERATIONAL
 MAX_WAIT_S = 30  # the longest `wait=` of one request
 FALLBACK_S = 5.0  # a waiter reads again this often even without a wake-up

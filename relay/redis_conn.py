@@ -43,6 +43,7 @@ a full Redis (``maxmemory`` reached).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -298,9 +299,11 @@ def sync_client(
 
 class PrimaryFollower:
     """A daemon thread asking the Sentinels every ``sentinel_poll`` seconds who the primary
-    is; when the answer changes, every connection of ``pool`` (idle and in use) is dropped, so
-    the next command, or the retry of one blocked on the old primary, asks the Sentinels and
-    goes to the new one.
+    is (through ``pool``, redis-py's Sentinel pool); when the answer changes, the pool's idle
+    connections are dropped at once and those in use when they are handed back (redis-py's own
+    mechanism, safe across threads: a connection is never closed under the thread using it),
+    so the next command goes to the new primary. A command in flight on a hung primary ends
+    at its reply timeout.
 
     Without it a process notices a failover only when a connection fails: at once when the old
     primary died, but not when it hangs (each command waits its reply timeout) nor after a
@@ -311,11 +314,7 @@ class PrimaryFollower:
     """
 
     def __init__(self, target: RedisTarget, pool: Any) -> None:
-        self.service = target.service
         self.interval = target.sentinel_poll
-        self.sentinel = redis.sentinel.Sentinel(
-            list(target.sentinels), sentinel_kwargs=target.sentinel_kwargs()
-        )
         self._pool = weakref.ref(pool)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="primary-follower", daemon=True)
@@ -331,20 +330,36 @@ class PrimaryFollower:
             if pool is None:
                 break
             try:
-                named = tuple(self.sentinel.discover_master(self.service))
+                # Asks the Sentinels; when the primary moved, drops the idle connections and
+                # records the new address, so the pool drops the others when handed back.
+                named = tuple(pool.get_master_address())
             except redis.RedisError:
                 continue  # no primary named right now: nothing to follow yet
+            finally:
+                del pool
             if known is not None and named != known:
-                log.warning(
-                    "the Sentinels name a new primary %s:%s (was %s:%s): reconnecting",
-                    *named,
-                    *known,
-                )
-                pool.disconnect()  # in-use connections too: a blocked read ends now
+                log.warning("the Sentinels name a new primary %s:%s (was %s:%s)", *named, *known)
+                # The idle ones in any case (see drop_old_primary): under the pool's lock,
+                # none of them is in a thread's hands.
+                pool = self._pool()
+                if pool is not None:
+                    pool.disconnect(inuse_connections=False)
             known = named
-            del pool
-        for client in self.sentinel.sentinels:
-            client.close()
+
+
+async def drop_old_primary(client: redis.asyncio.Redis) -> None:
+    """The asyncio client's part when the primary moved: ask its Sentinel pool for the
+    primary (which drops the idle connections when it moved) and mark those in use to be
+    dropped when handed back (redis-py's own mechanism)."""
+    pool: Any = client.connection_pool
+    if hasattr(pool, "get_master_address"):
+        with contextlib.suppress(redis.RedisError):
+            await pool.get_master_address()
+    # Idle ones in any case: a connection made since the switch already moved the pool's
+    # address (dropping the idle ones then), and ones handed back after that stay connected
+    # to the old primary.
+    await pool.disconnect(inuse_connections=False)
+    await pool.update_active_connections_for_reconnect()
 
 
 async def follow_primary(
@@ -365,11 +380,7 @@ async def follow_primary(
             except redis.RedisError:
                 continue
             if known is not None and named != known:
-                log.warning(
-                    "the Sentinels name a new primary %s:%s (was %s:%s): reconnecting",
-                    *named,
-                    *known,
-                )
+                log.warning("the Sentinels name a new primary %s:%s (was %s:%s)", *named, *known)
                 try:
                     await moved()
                 except Exception:  # the follower must outlive whatever the drop hits
