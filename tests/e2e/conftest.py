@@ -64,6 +64,16 @@ def cluster_stack(
         print(s.logs())
 
 
+@pytest.fixture(params=["standalone", "cluster"])
+def any_stack(request: pytest.FixtureRequest) -> Stack:
+    """The test twice: on one plain Redis (``stack``) and on a Redis Cluster with the queues
+    on a Redis of their own (``cluster_stack``)."""
+    stack: Stack = request.getfixturevalue(
+        "stack" if request.param == "standalone" else "cluster_stack"
+    )
+    return stack
+
+
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     with Receiver() as r:
