@@ -209,7 +209,9 @@ class Background:
             if len(self._running) >= self.limit or not extraction.to_background(self):
                 return False
             self._running.add(extraction)
-        extraction.host.lower_priority()
+            # Under the lock: whoever sees it in the background sees it reniced (a test
+            # checking both at once failed on a busy machine).
+            extraction.host.lower_priority()
         log.info(
             "document moved to the background",
             extra=fields(doc_id=extraction.claim.doc_id, account=extraction.claim.batch.account),
