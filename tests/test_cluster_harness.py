@@ -14,9 +14,12 @@ from redis.cluster import ClusterNode, RedisCluster
 
 from relay import keys
 from relay.config import load_settings
+from relay.crypto import Encryptor, generate_key
 from relay.redis_conn import RedisTarget, async_client, is_cluster, sync_client
 from relay.redis_server import HOST
+from relay.reencrypt import reencrypt
 from relay.scripts import AsyncScripts, Scripts
+from relay.signing_keys import SigningKeys
 from relay.store_core import Call, Round, run, run_async, script
 from tests.support.cluster import PASSWORD, Cluster
 
@@ -90,5 +93,30 @@ def test_the_stores_rounds_run_scripts_a_node_has_never_seen(cluster: Cluster) -
 
         replies = asyncio.run(on_asyncio())
         assert replies[0][0] == 1 and replies[1] == b"7" and replies[0][1] == 3  # 2 of 5 used
+    finally:
+        client.close()
+
+
+def test_reencrypt_walks_every_primary(cluster: Cluster) -> None:
+    settings = load_settings(
+        {
+            "RELAY_REDIS_URL": cluster.url,
+            "RELAY_REDIS_CLUSTER_NODES": cluster.nodes_setting,
+            "RELAY_QUEUE_REDIS_URL": "redis://127.0.0.1:1/0",
+        },
+        dotenv=None,
+    )
+    client = sync_client(RedisTarget.from_settings(settings))
+    accounts = {f"acct-{i:02d}" for i in range(20)}
+    key_a, key_b = generate_key(), generate_key()
+    try:
+        stored = SigningKeys(Encryptor([key_a])).for_accounts(client, accounts)
+        assert len({cluster.owner(keys.signing(a)).port for a in accounts}) == 3
+        report = reencrypt(client, Encryptor([key_b, key_a]), batch=3)
+        assert (report.keys, report.reencrypted, report.unreadable) == (20, 20, [])
+        again = SigningKeys(Encryptor([key_b])).for_accounts(client, accounts)
+        assert {a: m[0].whsec for a, m in again.items()} == {
+            a: m[0].whsec for a, m in stored.items()
+        }
     finally:
         client.close()

@@ -9,8 +9,11 @@ all and leaving no batch key on any node."""
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
+
+import httpx
 
 from relay import keys
 from tests.e2e.client import Api
@@ -121,6 +124,22 @@ def test_the_whole_lifecycle_on_a_cluster(
     metrics = api.http.get(stack.api_url + "/metrics").text
     assert 'relay_documents_processed_total{status="succeeded"} 18' in metrics.splitlines()
     assert api.http.get(stack.api_url + "/readyz").status_code == 200
+
+    # The console: every page reads across the shards of every primary.
+    done = stack.cli("keys", "create", "--operator", "ops")
+    assert done.returncode == 0, done.stderr
+    operator_key = done.stdout.strip().splitlines()[-1]
+    with httpx.Client(base_url=stack.api_url, timeout=30) as console:
+        form = console.get("/console/login")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        assert csrf is not None, form.text
+        r = console.post("/console/login", data={"key": operator_key, "csrf": csrf.group(1)})
+        assert r.status_code == 303 and r.headers["location"] == "/console", r.text
+        for page in ("/console", "/console/deliveries", "/console/webhooks", "/console/events"):
+            r = console.get(page, params={"account": "acme"} if "events" in page else None)
+            assert r.status_code == 200, (page, r.text[:500])
+        listing = console.get("/console/deliveries", params={"status": "succeeded"}).text
+        assert flaky_delivery["id"] in listing
     api.close()
 
 
