@@ -25,6 +25,10 @@ A page goes through:
    its rows, columns and spans (HTML tokens) with a box per cell; each text line is
    matched to a cell by overlap (rapid-table's matching rule, vectorised); a cell's text
    is its lines in reading order, its confidence the lowest of their recognition scores.
+   When SLANet-plus's grid has fewer than half the rows of the table's text (rules between
+   groups of rows taken for row borders: a group became one row of stacked lines), the
+   table is laid out from its text instead: a row per row of text, a column per band of
+   text (the x-extents of the pieces, merged where they overlap).
 
 Errors: an allocation failure inside OpenCV ("Insufficient memory") or onnxruntime
 (``bad_alloc``, "Failed to allocate") is a ``MemoryError`` (the sandbox reports
@@ -40,7 +44,7 @@ import statistics
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from relay.extract.errors import ExtractionError
 from relay.extract.result import Confidence, Grid, Table
@@ -465,8 +469,3 @@ def read_tables(page: Image, number: int = 1) -> list[Table]:
     page ``number`` with a confidence per cell; ``[]`` when there is none."""
     with _memory_errors():
         return _read(page, number)
-
-
-def warm_up() -> Any:
-    """Load the models now (a worker's extraction child does it before its first page)."""
-    return _models()
