@@ -22,7 +22,7 @@ import pytest
 
 from tests.support.api_fixtures import V1, Api, ApiFactory, api_factory_fixture  # noqa: F401
 
-TIMEOUT = 2.0  # the header and body timeouts of these tests
+TIMEOUT = 4.0  # the header and body timeouts of these tests (room for /healthz meanwhile)
 SLACK = 15.0  # how late a cut may come on a busy machine
 
 

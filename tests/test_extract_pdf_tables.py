@@ -15,7 +15,7 @@ import pdfplumber
 import pypdfium2
 import pytest
 
-from relay.extract import ExtractionError, extract
+from relay.extract import ExtractionError, extract, extract_document
 from relay.extract.pdf import PDFIUM_MAX_CONTENT, _content_size, extract_pdf
 from relay.extract.pdf_layout import Char, PageLayout, Rule, read_pdfium, read_plumber
 from relay.extract.pdf_tables import find_tables
@@ -282,6 +282,14 @@ def test_rows_of_a_grid_ruled_only_down_its_columns_are_its_text_lines() -> None
     ]
 
 
+def test_a_one_row_box_before_the_first_table_is_no_table() -> None:
+    box = table_ops([["Annual report", "2024"]], top=760.0)  # a ruled box round a heading
+    found = tables_of([box, table_ops(ITEMS, top=700.0)], [table_ops([["Pin", "3", "0.01"]])])
+    # the box goes; a one-row table after a real one stays (a row carried over a page)
+    assert found == [_table(1, ITEMS), _table(2, [["Pin", "3", "0.01"]])]
+    assert tables_of([box]) == [_table(1, [["Annual report", "2024"]])]
+
+
 def test_an_empty_ruled_cell_is_an_empty_string() -> None:
     rows = [["SKU", "Note", "Qty"], ["A1", "", "3"], ["B2", "fragile", "1"]]
     assert tables_of([table_ops(rows)]) == [_table(1, rows)]
@@ -308,6 +316,18 @@ def test_prose_is_no_table(ops: list[str]) -> None:
     with pytest.raises(ExtractionError) as caught:
         extract(content, filename="letter.pdf", content_type="application/pdf", fields=[])
     assert caught.value.code == "no_table_found"
+
+
+def test_two_unruled_tables_are_both_in_tables_and_only_the_first_in_line_items() -> None:
+    ops = cells(ITEMS, [72.0, 220.0, 330.0], 80.0)
+    ops += paragraph(170.0, PROSE)
+    ops += cells(COUNTRIES, [72.0, 200.0, 300.0], 260.0)
+    result = extract_document(pdf(["\n".join(ops)]), filename="two.pdf", content_type="", fields=[])
+    assert [t.to_json() for t in result.tables] == [
+        {"page": 1, "rows": ITEMS, "confidence": None},
+        {"page": 1, "rows": COUNTRIES, "confidence": None},
+    ]
+    assert result.line_items == [dict(zip(ITEMS[0], row, strict=True)) for row in ITEMS[1:]]
 
 
 def test_the_first_table_gives_line_items() -> None:

@@ -177,12 +177,31 @@ CONFIG = SchemathesisConfig.from_dict(
 schema = schemathesis.openapi.from_dict(document(), config=CONFIG)
 
 
+class _SeedInFailures:
+    """Adds the seed to the report of every failed test of this module (a section printed
+    with the failure), so a red build names the draws to replay."""
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Iterator[None]:
+        outcome = yield
+        report = outcome.get_result()  # type: ignore[attr-defined]
+        if report.failed and item.nodeid.startswith(__name__.replace(".", "/")):
+            report.sections.append(("schemathesis seed", REPLAY))
+
+
 @pytest.fixture(scope="module", autouse=True)
-def announce_seed(request: pytest.FixtureRequest) -> None:
-    """The seed on the terminal whatever the capture mode, before anything can fail."""
+def announce_seed(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The seed on the terminal whatever the capture mode, before anything can fail, and
+    in the report of any failure."""
     capture = request.config.pluginmanager.getplugin("capturemanager")
     with capture.global_and_fixture_disabled():
         print(f"\nschemathesis seed {SEED}: {REPLAY}", flush=True)
+    plugin = _SeedInFailures()
+    request.config.pluginmanager.register(plugin)
+    yield
+    request.config.pluginmanager.unregister(plugin)
 
 
 @pytest.fixture(name="public_dns")
@@ -283,11 +302,7 @@ def test_every_check_is_enabled() -> None:
     ],
 )
 def test_every_operation_conforms(case: schemathesis.Case[Any], seeded: Api) -> None:
-    try:
-        case.call_and_validate(base_url=seeded.base_url)
-    except Exception as exc:
-        exc.add_note(REPLAY)
-        raise
+    case.call_and_validate(base_url=seeded.base_url)
 
 
 @pytest.mark.timeout(120)
@@ -305,15 +320,11 @@ def test_stateful_sequences_conform(seeded: Api) -> None:
         ) -> None:
             super().validate_response(response, case, **kwargs)
 
-    try:
-        seed(SEED)(Sequences).run(
-            settings=settings(
-                max_examples=STATEFUL_RUNS,
-                stateful_step_count=STATEFUL_STEPS,
-                deadline=None,
-                suppress_health_check=list(HealthCheck),
-            )
+    seed(SEED)(Sequences).run(
+        settings=settings(
+            max_examples=STATEFUL_RUNS,
+            stateful_step_count=STATEFUL_STEPS,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
         )
-    except Exception as exc:
-        exc.add_note(REPLAY)
-        raise
+    )

@@ -13,7 +13,6 @@ GETs are served before the router walks the routes; everything else goes through
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 
@@ -97,17 +96,6 @@ def one_route_per_path(routes: Iterable[BaseRoute], prefix: str = "") -> list[Ba
     ]
 
 
-async def _stop(task: asyncio.Task[None]) -> None:
-    """Cancel ``task`` and wait for it to end, cancelling again should it still run after
-    10 s: on Python 3.11 an ``asyncio.wait_for`` can swallow a cancellation (CPython
-    gh-86296), and a task that does so would otherwise hold the API's shutdown for ever."""
-    while not task.done():
-        task.cancel()
-        await asyncio.wait({task}, timeout=10.0)
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-
-
 def create_app(settings: Settings) -> Starlette:
     """The API for ``settings``; serve it with uvicorn (``relay serve``)."""
 
@@ -134,9 +122,12 @@ def create_app(settings: Settings) -> Starlette:
         try:
             yield
         finally:
-            for task in (listener, follower):
-                if task is not None:
-                    await _stop(task)
+            tasks = {task for task in (listener, follower) if task is not None}
+            for task in tasks:
+                task.cancel()
+            # Bounded: a task that does not end on its cancellation cannot hold the
+            # shutdown (and the process) for good.
+            await asyncio.wait(tasks, timeout=5)
             await edge.close()
 
     routes: list[BaseRoute] = [

@@ -19,8 +19,8 @@ is uvicorn's own with those bounds added (uvicorn's configuration takes a protoc
   closed at once.
 
 Cheap on the hot path: a request that arrives whole in one read arms no timer of ours; one
-that arrives in pieces arms one. ``bench/`` measures ``GET /batches/{name}`` with and without
-the bounds (README, "HTTP server limits").
+that arrives in pieces arms one. ``python -m bench http_bounds`` measures
+``GET /api/v1/batches/{name}`` with and without the bounds (README, "HTTP server limits").
 """
 
 from __future__ import annotations
@@ -91,6 +91,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     the subclass :func:`protocol_class` makes)."""
 
     limits: ClassVar[HttpLimits]
+    _refusal_logged: ClassVar[float] = float("-inf")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -108,7 +109,13 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
         if len(self.connections) > self.limits.max_connections:
-            log.warning("refused a connection: %d open", len(self.connections) - 1)
+            now = self.loop.time()
+            if now - BoundedHttpToolsProtocol._refusal_logged >= 1.0:  # a flood logs 1 line/s
+                BoundedHttpToolsProtocol._refusal_logged = now
+                log.warning(
+                    "refusing connections: %d open (RELAY_HTTP_MAX_CONNECTIONS)",
+                    len(self.connections) - 1,
+                )
             self._close_with(
                 503,
                 "too_many_connections",

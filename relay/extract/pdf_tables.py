@@ -68,6 +68,8 @@ _BAND_LINES = 4
 # A page gutter: at least this wide (points), prose beside it of at least this many words.
 _GUTTER_MIN = 6
 _GUTTER_WORDS = 4
+# A page with more pairs of horizontal and vertical rules than this is a drawing.
+_MAX_CROSSINGS = 4_000_000
 # A ruled grid of more cells than this is a drawing (hatching, a map's graticule).
 _MAX_CELLS = 50_000
 # A ruled grid with fewer of its cells filled than this share is no table (a chart's grid).
@@ -275,9 +277,15 @@ def _grids(rules: Sequence[Rule]) -> list[tuple[list[Rule], list[Rule]]]:
             i = parent[i]
         return i
 
+    if len(hs) * len(vs) > _MAX_CROSSINGS:
+        return []  # hatching or a plan: a drawing, not a table
+    order = sorted(range(len(vs)), key=lambda j: vs[j].x0)
+    xs = [vs[j].x0 for j in order]
     for i, h in enumerate(hs):
-        for j, v in enumerate(vs):
-            if _crosses(h, v):
+        start = bisect.bisect_left(xs, h.x0 - _REACH)
+        end = bisect.bisect_right(xs, h.x1 + _REACH)
+        for j in order[start:end]:
+            if _crosses(h, vs[j]):
                 parent[find(i)] = find(len(hs) + j)
     groups: dict[int, tuple[list[Rule], list[Rule]]] = {}
     for i, h in enumerate(hs):
@@ -568,11 +576,25 @@ def _columns(block: Sequence[_Line]) -> list[float]:
 
 
 def _apart(block: list[_Line]) -> list[list[_Line]]:
-    """``block`` cut at a single-chunk line (a title) between two runs of lines, when the
-    runs' columns do not line up or the title stands apart (more white above it than
-    between the block's other lines): two tables one under the other, not one."""
+    """``block`` cut at each single-chunk line (a title) between two runs of lines where
+    the runs' columns do not line up or the title stands apart (more white above it than
+    between the block's other lines): tables one under the other, not one."""
+    pieces: list[list[_Line]] = []
+    rest: list[_Line] | None = block
+    while rest is not None:
+        cut = _cut(rest)
+        if cut is None:
+            pieces.append(rest)
+        else:
+            pieces.append(cut[0])
+        rest = None if cut is None else cut[1]
+    return pieces
+
+
+def _cut(block: list[_Line]) -> tuple[list[_Line], list[_Line]] | None:
+    """The first cut ``_apart`` makes in ``block``: the lines above and below the title."""
     gaps = sorted(b.top - a.bottom for a, b in itertools.pairwise(block))
-    usual = gaps[len(gaps) // 2]
+    usual = gaps[len(gaps) // 2] if gaps else 0.0
     for k in range(2, len(block) - 2):
         title = block[k]
         if len(title.chunks) >= 2:
@@ -586,8 +608,8 @@ def _apart(block: list[_Line]) -> list[list[_Line]]:
             continue
         apart = title.top - block[k - 1].bottom > max(2 * usual, usual + title.height / 2)
         if apart or not _aligned(_strips(upper), _strips(lower)):
-            return [upper, *_apart(lower)]
-    return [block]
+            return upper, lower
+    return None
 
 
 def _aligned(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> bool:

@@ -175,3 +175,26 @@ def test_a_small_document_is_not_held_behind_another_accounts_slow_one(stack: St
     assert heavy_api.batch("long")["all_done"] is True
     heavy_api.close()
     small_api.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_asked_to_stop_lets_its_background_document_finish(
+    stack: Stack, redis: redis.Redis
+) -> None:
+    stack.env["RELAY_EXTRACTOR"] = "tests.support.slow_extractor:extract"
+    stack.env["RELAY_LEASE_SECONDS"] = "10"
+    stack.api()
+    worker = stack.worker("--queues", "processing")
+    api = Api(stack.api_url, stack.create_key("acme"))
+    heavy = api.upload("long", b"sleep=8\nsku\nH-1\n", "long.csv")
+    small = api.upload("long", b"sku\nS-1\n", "small.csv")  # waits: the heavy one moves aside
+    api.process("long")
+    wait_until(lambda: _status(api, small["id"])["status"] == "succeeded", 30, message="not served")
+    assert _status(api, heavy["id"])["status"] == "processing"  # in the background
+    worker.terminate()  # a warm shutdown: the background document is finished first
+    wait_until(lambda: not worker.alive, 30, message="the worker did not stop")
+    assert _status(api, heavy["id"])["status"] == "succeeded"
+    shard = keys.shard_of_id("doc", heavy["id"])
+    assert shard is not None
+    assert redis.hget(keys.doc(shard, heavy["id"]), "claims") == b"1"  # never handed out again
+    api.close()
