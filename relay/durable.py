@@ -17,7 +17,9 @@ Redis ``WAIT`` counts the replicas that have the writes *of the connection it is
 request's writes went out on whatever pooled connections (and RQ's enqueue on another client).
 So the wait rides on a marker write of its own, sent with ``WAIT`` on one connection: Redis
 replicates one ordered stream, so a replica that acknowledged the marker has every write that
-finished before it, the request's included.
+finished before it, the request's included. On a Redis Cluster the marker is a counter in
+the written shard's slot (``keys.replica_waits``), sent with ``WAIT`` on one connection to the
+primary of that slot: each primary replicates its own stream.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from redis.exceptions import RedisError
 from relay import keys
 from relay.config import Settings
 from relay.exceptions import StoreUnavailable
+from relay.redis_conn import is_cluster
 
 log = logging.getLogger("relay.api")
 
@@ -39,26 +42,35 @@ WAITS = "relay_replica_waits_total|"
 TIMEOUTS = "relay_replica_wait_timeouts_total|"
 
 
-async def replicated(client: redis.asyncio.Redis, settings: Settings, what: str) -> bool:
-    """Wait until the configured number of replicas have every write made so far; True when
-    they do (or none is asked for), False when the wait timed out or could not be made.
-    Through Sentinel, raises StoreUnavailable when it falls short during a failover (module
-    docstring)."""
+async def replicated(
+    client: redis.asyncio.Redis, settings: Settings, what: str, shard: int = 0
+) -> bool:
+    """Wait until the configured number of replicas have every write made so far (on a
+    Cluster: those to the primary of ``shard``, the shard written); True when they do (or
+    none is asked for), False when the wait timed out or could not be made. Through Sentinel,
+    raises StoreUnavailable when it falls short during a failover (module docstring), and
+    through Sentinel or on a Cluster when the connection was lost (a failover, most likely)."""
     wanted = settings.redis_wait_replicas
     if wanted <= 0:
         return True
     sentinel = getattr(client, "sentinel", None)
+    cluster = is_cluster(client)
     try:
-        async with client.pipeline(transaction=False) as pipe:
-            pipe.hincrby(keys.metrics(), WAITS, 1)
-            pipe.execute_command("WAIT", wanted, settings.redis_wait_timeout_ms)
-            if sentinel is not None:  # which node this connection wrote to
-                pipe.execute_command("INFO", "server")
-            replies = await pipe.execute()
+        if cluster:
+            timeout = settings.redis_wait_timeout_ms
+            replies: list[Any] = [None, await _wait_on_shard(client, shard, wanted, timeout)]
+            await client.hincrby(keys.metrics(), WAITS, 1)
+        else:
+            async with client.pipeline(transaction=False) as pipe:
+                pipe.hincrby(keys.metrics(), WAITS, 1)
+                pipe.execute_command("WAIT", wanted, settings.redis_wait_timeout_ms)
+                if sentinel is not None:  # which node this connection wrote to
+                    pipe.execute_command("INFO", "server")
+                replies = await pipe.execute()
     except RedisError as exc:
         # The write itself was acknowledged by the primary; only its replication is unknown.
         log.warning("%s: could not wait for %d replica(s): %s", what, wanted, exc)
-        if sentinel is not None:
+        if sentinel is not None or cluster:
             # Through Sentinel a connection lost after the write is most likely a failover:
             # the write may be on a primary about to be demoted. Not acknowledged.
             raise StoreUnavailable(f"{what}: the primary was lost; try again") from exc
@@ -82,6 +94,27 @@ async def replicated(client: redis.asyncio.Redis, settings: Settings, what: str)
     with contextlib.suppress(RedisError):  # the warning above tells all the same
         await client.hincrby(keys.metrics(), TIMEOUTS, 1)
     return False
+
+
+async def _wait_on_shard(client: Any, shard: int, wanted: int, timeout_ms: int) -> int:
+    """``INCR`` of the shard's marker and ``WAIT`` on one connection to its primary."""
+    marker = keys.replica_waits(shard)
+    node = client.get_node_from_key(marker)
+    conn = node.acquire_connection()
+    try:
+        await conn.send_packed_command(
+            conn.pack_commands([("INCR", marker), ("WAIT", wanted, timeout_ms)])
+        )
+        await conn.read_response()
+        acked = await conn.read_response()
+    except BaseException:
+        await conn.disconnect()
+        raise
+    finally:
+        node.release(conn)
+    if isinstance(acked, Exception):
+        raise acked
+    return int(acked)
 
 
 def _text(value: object) -> str:

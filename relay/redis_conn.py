@@ -50,17 +50,27 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
 import redis.asyncio.connection
 import redis.asyncio.retry
 import redis.asyncio.sentinel
+import redis.cluster
 import redis.connection
 import redis.sentinel
 from redis.backoff import ExponentialBackoff, NoBackoff
-from redis.exceptions import BusyLoadingError, OutOfMemoryError, ReadOnlyError, ResponseError
+from redis.exceptions import (
+    BusyLoadingError,
+    ClusterError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    ResponseError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.maint_notifications import MaintNotificationsConfig
@@ -83,7 +93,12 @@ SENTINEL_POLL = 0.5
 BACKOFF_CAP = 2.0
 BACKOFF_BASE = 0.05
 # What a read that cannot reach Redis raises (a gauge skipped, ``relay_redis_up`` 0).
-UNREACHABLE: tuple[type[Exception], ...] = (RedisConnectionError, RedisTimeoutError)
+UNREACHABLE: tuple[type[Exception], ...] = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    ClusterError,  # a Cluster without a primary for a slot (ClusterDownError), retries spent
+    SlotNotCoveredError,
+)
 # What means Redis cannot serve now (the API's 503 store_unavailable): unreachable, timing
 # out, loading its dataset, read-only after a failover. The edges map these classes without
 # importing the client (docs/architecture.md, "Import contracts").
@@ -92,6 +107,11 @@ UNAVAILABLE: tuple[type[Exception], ...] = (
     BusyLoadingError,
     RedisTimeoutError,
     ReadOnlyError,
+    # A Cluster failing over: a slot without a primary yet (CLUSTERDOWN, a ClusterError),
+    # a multi-key command during a slot's migration (TRYAGAIN), no node known for a slot.
+    ClusterError,
+    TryAgainError,
+    SlotNotCoveredError,
 )
 # An error reply to a command (OutOfMemoryError, a script's refusal, ...).
 REPLY_ERROR: type[Exception] = ResponseError
@@ -110,6 +130,7 @@ class RedisTarget:
 
     url: str
     sentinels: tuple[tuple[str, int], ...] = ()
+    cluster_nodes: tuple[tuple[str, int], ...] = ()
     service: str = "mymaster"
     sentinel_password: str | None = field(default=None, repr=False)
     socket_timeout: float = SOCKET_TIMEOUT
@@ -124,6 +145,7 @@ class RedisTarget:
         return cls(
             url=settings.redis_url,
             sentinels=settings.redis_sentinels,
+            cluster_nodes=settings.redis_cluster_nodes,
             service=settings.redis_sentinel_service,
             sentinel_password=settings.redis_sentinel_password.reveal() or None,
             socket_timeout=settings.redis_socket_timeout,
@@ -133,9 +155,49 @@ class RedisTarget:
             backoff_cap=settings.redis_backoff_cap,
         )
 
+    @classmethod
+    def queues_from_settings(cls, settings: Settings) -> RedisTarget:
+        """Where RQ's queues live: ``RELAY_QUEUE_REDIS_URL`` (one plain Redis, with the same
+        bounds), or the state's Redis when it is empty (never a Cluster: the settings
+        refuse a Cluster without a queue URL)."""
+        state = cls.from_settings(settings)
+        if not settings.queue_redis_url:
+            return state
+        return cls(
+            url=settings.queue_redis_url,
+            socket_timeout=state.socket_timeout,
+            connect_timeout=state.connect_timeout,
+            backoff_cap=state.backoff_cap,
+        )
+
     @property
     def via_sentinel(self) -> bool:
         return bool(self.sentinels)
+
+    @property
+    def is_cluster(self) -> bool:
+        return bool(self.cluster_nodes)
+
+    def cluster_kwargs(self, *, for_asyncio: bool) -> dict[str, Any]:
+        """The URL's options (username, password, TLS) for the Cluster's nodes: its host,
+        port and path are ignored, and its db must be 0 (a Cluster has only db 0)."""
+        parse = redis.asyncio.connection.parse_url if for_asyncio else redis.connection.parse_url
+        try:
+            kwargs: dict[str, Any] = parse(self.url)
+        except ValueError as exc:
+            raise ConfigError(f"RELAY_REDIS_URL: {exc}") from exc
+        kind = kwargs.pop("connection_class", None)
+        for name in ("host", "port", "path"):
+            kwargs.pop(name, None)
+        if int(kwargs.pop("db", 0) or 0) != 0:
+            raise ConfigError("RELAY_REDIS_URL: with RELAY_REDIS_CLUSTER_NODES its db must be 0")
+        if kind is not None and "Unix" in kind.__name__:
+            raise ConfigError(
+                "RELAY_REDIS_URL: with RELAY_REDIS_CLUSTER_NODES it cannot be unix://"
+            )
+        if kind is not None and "SSL" in kind.__name__:
+            kwargs["ssl"] = True
+        return kwargs
 
     def sentinel_kwargs(self, *, for_asyncio: bool = False) -> dict[str, Any]:
         """How to talk to the Sentinels themselves: short timeouts, their own password, and
@@ -260,6 +322,18 @@ _AsyncSentinelRedis: Any = type(
 )
 
 
+def is_cluster(client: Any) -> bool:
+    """Whether ``client`` (or pipeline) speaks to a Redis Cluster."""
+    return isinstance(client, _CLUSTER_KINDS)
+
+
+_CLUSTER_KINDS = (
+    redis.cluster.RedisCluster,  # and its pipeline
+    redis.asyncio.cluster.RedisCluster,
+    redis.asyncio.cluster.ClusterPipeline,
+)
+
+
 def _target(target: str | RedisTarget) -> RedisTarget:
     return RedisTarget(target) if isinstance(target, str) else target
 
@@ -281,6 +355,8 @@ def sync_client(
         health_check_interval=15,
         **_common(),
     )
+    if where.is_cluster:
+        return cast(redis.Redis, _cluster_client(where, options, retries))
     if not where.via_sentinel:
         plain = redis.Redis.from_url(where.url, **options)
         pool = plain.connection_pool
@@ -294,6 +370,27 @@ def sync_client(
     )
     client.sentinel = sentinel
     client.follower = PrimaryFollower(where, client.connection_pool)
+    return client
+
+
+# A Cluster's failover (a replica promoted ``cluster-node-timeout`` after its primary went
+# silent, plus an election) takes seconds, not the moment a Sentinel failover's reconnection
+# does: a synchronous client retries at least this often (with the capped backoff, ~10 s).
+CLUSTER_MIN_RETRIES = 10
+
+
+def _cluster_client(where: RedisTarget, options: dict[str, Any], retries: int) -> Any:
+    """A :class:`redis.cluster.RedisCluster` from the seed nodes. It follows ``MOVED`` and
+    ``ASK`` replies itself (a slot migrating), and on a connection error or ``CLUSTERDOWN``
+    refreshes its slot table from the nodes and retries with ``options``' backoff, so a
+    promoted replica is found within ``CLUSTER_MIN_RETRIES`` tries."""
+    options = {k: v for k, v in options.items() if k != "retry_on_error"}
+    options["retry"] = Retry(where.backoff(), max(retries, CLUSTER_MIN_RETRIES))
+    client = redis.cluster.RedisCluster(
+        startup_nodes=[redis.cluster.ClusterNode(host, port) for host, port in where.cluster_nodes],
+        **where.cluster_kwargs(for_asyncio=False),
+        **options,
+    )
     return client
 
 
@@ -409,6 +506,17 @@ def async_client(target: str | RedisTarget, *, max_connections: int = 64) -> red
         max_connections=max_connections,
         **_common(),
     )
+    if where.is_cluster:
+        # MOVED and ASK are followed whatever the retries; a command failing on a dead node
+        # is not sent again (as above), and the next one asks the nodes for the slot table.
+        cluster: Any = redis.asyncio.cluster.RedisCluster(
+            startup_nodes=[
+                redis.asyncio.cluster.ClusterNode(host, port) for host, port in where.cluster_nodes
+            ],
+            **where.cluster_kwargs(for_asyncio=True),
+            **options,
+        )
+        return cast(redis.asyncio.Redis, cluster)
     if not where.via_sentinel:
         return redis.asyncio.Redis.from_url(where.url, **options)
     sentinel = redis.asyncio.sentinel.Sentinel(
