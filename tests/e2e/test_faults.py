@@ -50,7 +50,7 @@ REPEATS = int(os.environ.get("RELAY_FAULT_REPEATS", "2"))
 # The graceful failover is opt-in (RELAY_FAULT_SUITE=1): a completion made on the old primary
 # in the second between the replica's promotion and the Sentinels naming it is lost with the
 # old primary and made again, and its notification then goes out under a second webhook-id
-# (docs/decisions.md, "No wait without a deadline"); about one switch in four here.
+# (docs/decisions.md, "No wait without a deadline"); 2 switches in 24 here.
 OPT_IN = pytest.mark.skipif(
     os.environ.get("RELAY_FAULT_SUITE") != "1",
     reason="opt-in (RELAY_FAULT_SUITE=1): a completion in the promotion window is notified "
