@@ -18,7 +18,7 @@ SUDO = $(shell [ "$$(id -u)" = 0 ] || ! command -v sudo >/dev/null 2>&1 || echo 
 # `make run PORT=8080`: the API's port (default: RELAY_PORT, else 8000).
 PORT ?=
 
-.PHONY: help venv venv-run redis sentinel ocr chromium run test lint fmt bench clean clean-data distclean
+.PHONY: help venv venv-run redis sentinel ocr tesseract chromium run test lint fmt bench clean clean-data distclean
 
 help:
 	@echo "make venv       create $(VENV) and install relay with its dev tools"
@@ -80,6 +80,15 @@ ocr:
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y libgl1 libglib2.0-0; \
 	}
 
+# Only for the benchmarks: the img2table peer of `python -m bench tables` reads with Tesseract
+# (relay itself does not use it).
+tesseract:
+	@command -v tesseract >/dev/null 2>&1 || { \
+		echo "installing tesseract-ocr"; \
+		$(SUDO) apt-get update && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y tesseract-ocr; \
+	}
+
 # The console tests drive a real headless Chromium through Playwright; Playwright's own browser
 # download is never used (PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD), Debian's chromium is.
 chromium:
@@ -108,7 +117,7 @@ fmt: venv
 	$(BIN)/ruff check --fix .
 
 # The benchmarks (bench/README.md); wrk is needed by `status` only.
-bench: venv-run redis ocr
+bench: venv-run redis ocr tesseract
 	$(BIN)/python -m bench
 
 # Caches and build output only: relay dev's data is `make clean-data`, said out loud.

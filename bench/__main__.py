@@ -33,6 +33,7 @@ BENCHMARKS = (
     "quickstart",
     "redis_cost",
     "heavy",
+    "cluster",
 )
 # Valid names that the default run (no NAME) leaves out: ``tables`` makes venvs for its peers
 # (from the package index on first use) and takes tens of minutes over its three corpora.

@@ -119,11 +119,12 @@ def _create(client: redis.Redis, kind: str, name: str) -> str:
         # SADD is the atomic claim of the prefix: a (vanishingly rare) collision retries
         # instead of overwriting another account's key.
         if client.sadd(keys.api_keys(), prefix) == 1:
-            with client.pipeline(transaction=True) as pipe:
-                pipe.hset(keys.api_key(prefix), mapping=record)
-                if kind == "account":
-                    pipe.sadd(keys.accounts(), name)
-                pipe.execute()
+            # Not one transaction: the three keys lie in different Cluster slots. The account
+            # is listed before its key exists, so a crash between leaves a name without a
+            # key (harmless), never a key of an unlisted account.
+            if kind == "account":
+                client.sadd(keys.accounts(), name)
+            client.hset(keys.api_key(prefix), mapping=record)
             return key
 
 

@@ -95,7 +95,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     # (ctx.redis) keeps the short one.
     dequeue = settings.worker_dequeue_timeout
     rq_redis = sync_client(
-        RedisTarget.from_settings(settings),
+        RedisTarget.queues_from_settings(settings),
         socket_timeout=dequeue + settings.redis_socket_timeout,
     )
 

@@ -130,7 +130,7 @@ def _recover(
         progress=progress,
     )
     for shard in sorted(result.shards):
-        queues.wake(client, shard, settings)
+        queues.wake(sync_client(RedisTarget.queues_from_settings(settings)), shard, settings)
     print(
         f"{result.recovered} delivery(ies) recovered, {result.skipped} skipped "
         "(webhook removed or disabled)"
@@ -169,6 +169,6 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         return 1
     shard = shard_of_id("msg", args.id)
     if shard is not None:
-        queues.wake(client, shard, settings)
+        queues.wake(sync_client(RedisTarget.queues_from_settings(settings)), shard, settings)
     print(f"{_t(d.id)}: pending again (due now)")
     return 0

@@ -166,6 +166,19 @@ class Settings:
         "host:port,... of Redis Sentinels: when set, every process asks them for the primary"
         " (RELAY_REDIS_URL then gives only password, db and TLS options)",
     )
+    redis_cluster_nodes: tuple[tuple[str, int], ...] = setting(
+        "",
+        _sentinels,
+        "host:port,... of Redis Cluster seed nodes: when set, the state lives on that Cluster"
+        " (RELAY_REDIS_URL then gives only password and TLS options; RELAY_QUEUE_REDIS_URL is"
+        " required; not with RELAY_REDIS_SENTINELS)",
+    )
+    queue_redis_url: str = setting(
+        "",
+        str,
+        "Redis holding RQ's job queues; empty = the state's Redis (RELAY_REDIS_URL, through"
+        " the Sentinels when set). Required with RELAY_REDIS_CLUSTER_NODES: RQ's keys span slots",
+    )
     redis_sentinel_service: str = setting(
         "mymaster",
         str,
@@ -507,7 +520,7 @@ class Settings:
             elif isinstance(value, RateLimit):
                 unit = {1_000: "second", 60_000: "minute", 3_600_000: "hour"}[value.window_ms]
                 text = f"{value.limit}/{unit}"
-            elif f.name == "redis_sentinels":
+            elif f.name in ("redis_sentinels", "redis_cluster_nodes"):
                 text = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in value)
             elif isinstance(value, tuple):
                 text = ",".join(f"{v:g}" for v in value)
@@ -580,7 +593,22 @@ def load_settings(
     if bad:
         raise ConfigError(f"unknown override(s): {sorted(bad)}")
     values.update(overrides)
+    _check_topology(values)
     return Settings(**values)
+
+
+def _check_topology(values: Mapping[str, Any]) -> None:
+    """The Redis settings that cannot go together."""
+    if values["redis_cluster_nodes"] and values["redis_sentinels"]:
+        raise ConfigError(
+            "RELAY_REDIS_CLUSTER_NODES and RELAY_REDIS_SENTINELS are exclusive: the state lives"
+            " on a Cluster or on a primary the Sentinels name, not both"
+        )
+    if values["redis_cluster_nodes"] and not values["queue_redis_url"]:
+        raise ConfigError(
+            "RELAY_REDIS_CLUSTER_NODES needs RELAY_QUEUE_REDIS_URL: RQ's queues cannot live on"
+            " a Cluster (their keys and transactions span slots); give them a small Redis"
+        )
 
 
 def env_example() -> str:

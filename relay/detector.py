@@ -26,6 +26,7 @@ import os
 import socket
 import threading
 import time
+from typing import Any
 
 import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -34,7 +35,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from relay import keys, logs, queues
 from relay.model import Batch
-from relay.redis_conn import is_store_full
+from relay.redis_conn import is_cluster, is_store_full
 from relay.retention import trim_outbox
 from relay.store import BatchRef
 from relay.webhook_store import EVENT_TYPE, event_body, notification_body, operational_ref
@@ -45,6 +46,9 @@ log = logging.getLogger("relay.detector")
 GROUP = keys.OUTBOX_GROUP
 RECLAIM_IDLE_MS = 10_000
 READ_COUNT = 200
+# On a Cluster, seconds between two reads of the outboxes that found nothing (no blocking
+# read can wait on streams of several slots).
+CLUSTER_POLL = 0.05
 
 
 def _entry_order(entry_id: bytes) -> tuple[int, int]:
@@ -75,6 +79,7 @@ class Detector:
         self.ctx = ctx
         self.settings = ctx.settings
         self.redis = ctx.redis
+        self.queue_redis = ctx.queue_redis  # RQ's: the wake-up markers and jobs
         # Which shard each outbox stream belongs to, for the replies of XREADGROUP.
         self.outboxes = {keys.outbox(s): s for s in range(keys.SHARDS)}
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
@@ -101,7 +106,7 @@ class Detector:
             BatchRef(account, name), seq, body, batch.completed_at or 0, delivery_id=event_id
         )
         if created:
-            queues.wake(self.redis, shard, self.settings)
+            queues.wake(self.queue_redis, shard, self.settings)
         self.redis.xack(keys.outbox(shard), GROUP, entry_id)
 
     def handle_event(self, shard: int, entry_id: bytes, fields: dict[bytes, bytes]) -> None:
@@ -120,14 +125,17 @@ class Detector:
             account, f"{shard}-{entry_id.decode()}", body, delivery_id=event_id
         )
         if created:
-            queues.wake(self.redis, operational_ref(account).shard, self.settings)
+            queues.wake(self.queue_redis, operational_ref(account).shard, self.settings)
         self.redis.xack(keys.outbox(shard), GROUP, entry_id)
 
     def read_once(self, block_ms: int) -> int:
-        streams = dict.fromkeys(self.outboxes, ">")
-        replies = self.redis.xreadgroup(
-            GROUP, self.consumer, streams, count=READ_COUNT, block=block_ms
-        )
+        if is_cluster(self.redis):
+            replies = self._read_each(block_ms)
+        else:
+            streams = dict.fromkeys(self.outboxes, ">")
+            replies = self.redis.xreadgroup(
+                GROUP, self.consumer, streams, count=READ_COUNT, block=block_ms
+            )
         # Handled in completion order across the shards (outbox entry ids are Redis time),
         # so the account feeds record events in the order they were raised.
         read = [
@@ -139,6 +147,19 @@ class Detector:
         for _, shard, entry_id, fields in read:
             self.handle(shard, entry_id, fields)
         return len(read)
+
+    def _read_each(self, block_ms: int) -> list[Any]:
+        """On a Cluster: one XREADGROUP per outbox (one command may not name keys of
+        several slots), pipelined (one round trip per node), without blocking; when all are
+        empty, wait ``CLUSTER_POLL`` seconds (or ``block_ms``, when shorter) before the next
+        read, as a blocking read of all would."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            for stream in self.outboxes:
+                pipe.xreadgroup(GROUP, self.consumer, {stream: ">"}, count=READ_COUNT)
+            found = [reply for replies in pipe.execute() for reply in replies or []]
+        if not found:
+            self.stop.wait(min(block_ms / 1000, CLUSTER_POLL))
+        return found
 
     def reclaim(self) -> int:
         """Take over entries another (dead) detector read but never acknowledged."""
@@ -170,7 +191,7 @@ class Detector:
                 outcome = store.requeue(ref, doc_id, self.settings.max_document_attempts)
                 if outcome == "requeued":
                     requeued += 1
-                    queues.wake_processing(self.redis, s, self.settings)
+                    queues.wake_processing(self.queue_redis, s, self.settings)
                 log.log(
                     logging.WARNING if outcome == "failed" else logging.INFO,
                     "document lease expired",  # its worker was lost
@@ -189,16 +210,16 @@ class Detector:
         job waits to take them (a lost job, a crash between hand-out and enqueue, a Redis
         restart). Running jobs need no help: each ends within its budget and wakes another
         while documents wait. Returns how many jobs were enqueued (0 or 1)."""
-        if self.redis.llen(queues.queue_key(queues.PROCESSING)):
+        if self.queue_redis.llen(queues.queue_key(queues.PROCESSING)):
             return 0
         shards = self.ctx.store.waiting_shards()
         if not shards:
             return 0
-        return int(queues.wake_processing(self.redis, shards[0], self.settings))
+        return int(queues.wake_processing(self.queue_redis, shards[0], self.settings))
 
     def sweep_due(self) -> int:
         shards = self.ctx.webhooks.due_shards()
-        return sum(queues.wake(self.redis, s, self.settings) for s in shards)
+        return sum(queues.wake(self.queue_redis, s, self.settings) for s in shards)
 
     def sweep_retention(self) -> int:
         """Purge finished batches past the retention (bounded per shard); trim the outboxes.

@@ -17,13 +17,16 @@ Redis ``WAIT`` counts the replicas that have the writes *of the connection it is
 request's writes went out on whatever pooled connections (and RQ's enqueue on another client).
 So the wait rides on a marker write of its own, sent with ``WAIT`` on one connection: Redis
 replicates one ordered stream, so a replica that acknowledged the marker has every write that
-finished before it, the request's included.
+finished before it, the request's included. On a Redis Cluster the marker is a counter in
+the written shard's slot (``keys.replica_waits``), sent with ``WAIT`` on one connection to the
+primary of that slot: each primary replicates its own stream.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+from typing import Any
 
 import redis.asyncio
 from redis.exceptions import RedisError
@@ -31,6 +34,7 @@ from redis.exceptions import RedisError
 from relay import keys
 from relay.config import Settings
 from relay.exceptions import StoreUnavailable
+from relay.redis_conn import is_cluster
 
 log = logging.getLogger("relay.api")
 
@@ -38,46 +42,95 @@ WAITS = "relay_replica_waits_total|"
 TIMEOUTS = "relay_replica_wait_timeouts_total|"
 
 
-async def replicated(client: redis.asyncio.Redis, settings: Settings, what: str) -> bool:
-    """Wait until the configured number of replicas have every write made so far; True when
-    they do (or none is asked for), False when the wait timed out or could not be made."""
+async def replicated(
+    client: redis.asyncio.Redis, settings: Settings, what: str, shard: int = 0
+) -> bool:
+    """Wait until the configured number of replicas have every write made so far (on a
+    Cluster: those to the primary of ``shard``, the shard written); True when they do (or
+    none is asked for), False when the wait timed out or could not be made. Through Sentinel,
+    raises StoreUnavailable when it falls short during a failover (module docstring), and
+    through Sentinel or on a Cluster when the connection was lost (a failover, most likely)."""
     wanted = settings.redis_wait_replicas
     if wanted <= 0:
         return True
+    sentinel = getattr(client, "sentinel", None)
+    cluster = is_cluster(client)
     try:
-        async with client.pipeline(transaction=False) as pipe:
-            pipe.hincrby(keys.metrics(), WAITS, 1)
-            pipe.execute_command("WAIT", wanted, settings.redis_wait_timeout_ms)
-            _, acked = await pipe.execute()
+        if cluster:
+            timeout = settings.redis_wait_timeout_ms
+            replies: list[Any] = [None, await _wait_on_shard(client, shard, wanted, timeout)]
+            await client.hincrby(keys.metrics(), WAITS, 1)
+        else:
+            async with client.pipeline(transaction=False) as pipe:
+                pipe.hincrby(keys.metrics(), WAITS, 1)
+                pipe.execute_command("WAIT", wanted, settings.redis_wait_timeout_ms)
+                if sentinel is not None:  # which node this connection wrote to
+                    pipe.execute_command("INFO", "server")
+                replies = await pipe.execute()
     except RedisError as exc:
         # The write itself was acknowledged by the primary; only its replication is unknown.
         log.warning("%s: could not wait for %d replica(s): %s", what, wanted, exc)
-        await _refuse_during_failover(client, what)
+        if sentinel is not None or cluster:
+            # Through Sentinel a connection lost after the write is most likely a failover:
+            # the write may be on a primary about to be demoted. Not acknowledged.
+            raise StoreUnavailable(f"{what}: the primary was lost; try again") from exc
         return False
+    acked = replies[1]
     if int(acked) >= wanted:
         return True
-    await _refuse_during_failover(client, what)
+    node = ""
+    if sentinel is not None:
+        info = replies[2]
+        await _refuse_during_failover(client, sentinel, _text(info.get("run_id")), what)
+        node = f" on the node of port {info.get('tcp_port')}"
     log.warning(
-        "%s: acknowledged with %d of %d replica(s) after %d ms (a failover now could lose it)",
+        "%s: acknowledged with %d of %d replica(s) after %d ms%s (a failover now could lose it)",
         what,
         acked,
         wanted,
         settings.redis_wait_timeout_ms,
+        node,
     )
     with contextlib.suppress(RedisError):  # the warning above tells all the same
         await client.hincrby(keys.metrics(), TIMEOUTS, 1)
     return False
 
 
-async def _refuse_during_failover(client: redis.asyncio.Redis, what: str) -> None:
-    """Raise StoreUnavailable when the Sentinels say a failover is under way (module
-    docstring); nothing when they do not, or cannot be asked, or there are none."""
-    sentinel = getattr(client, "sentinel", None)
-    pool = client.connection_pool
-    service = getattr(pool, "service_name", None)
-    if sentinel is None or service is None:
+async def _wait_on_shard(client: Any, shard: int, wanted: int, timeout_ms: int) -> int:
+    """``INCR`` of the shard's marker and ``WAIT`` on one connection to its primary."""
+    marker = keys.replica_waits(shard)
+    node = client.get_node_from_key(marker)
+    conn = node.acquire_connection()
+    try:
+        await conn.send_packed_command(
+            conn.pack_commands([("INCR", marker), ("WAIT", wanted, timeout_ms)])
+        )
+        await conn.read_response()
+        acked = await conn.read_response()
+    except BaseException:
+        await conn.disconnect()
+        raise
+    finally:
+        node.release(conn)
+    if isinstance(acked, Exception):
+        raise acked
+    return int(acked)
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value or "")
+
+
+async def _refuse_during_failover(
+    client: redis.asyncio.Redis, sentinel: Any, run_id: str, what: str
+) -> None:
+    """Raise StoreUnavailable when a Sentinel reports a failover in progress, or names as
+    primary another node than the one written to (compared by run id: the address a pooled
+    connection went to is not known once the pool has moved on); nothing when the Sentinels
+    cannot be asked."""
+    service = getattr(client.connection_pool, "service_name", None)
+    if service is None:
         return
-    wrote_to = getattr(pool, "master_address", None)
     for each in sentinel.sentinels:
         try:
             state = (await each.sentinel_masters()).get(service)
@@ -85,10 +138,10 @@ async def _refuse_during_failover(client: redis.asyncio.Redis, what: str) -> Non
             continue
         if state is None:
             continue
-        moved = wrote_to is not None and (str(state["ip"]), int(state["port"])) != (
-            str(wrote_to[0]),
-            int(wrote_to[1]),
-        )
-        if moved or "failover_in_progress" in str(state.get("flags", "")):
+        # No run id yet: the Sentinels switched to a primary they have not asked INFO of yet
+        # (within a second of a failover): not known to be the node written to.
+        named = _text(state.get("runid"))
+        moved = not named or not run_id or named != run_id
+        if moved or "failover_in_progress" in _text(state.get("flags")):
             log.warning("%s: not acknowledged, a failover is under way (503)", what)
             raise StoreUnavailable(f"{what}: a failover is under way; try again")

@@ -47,7 +47,13 @@ from relay.events import AsyncEventLog, FeedWaiters
 from relay.lane import Lane, StatusClient, StatusPipe
 from relay.lane_url import status_client
 from relay.ratelimit import Decision, SlidingWindow
-from relay.redis_conn import RedisTarget, async_client, follow_primary, sync_client
+from relay.redis_conn import (
+    RedisTarget,
+    async_client,
+    drop_old_primary,
+    follow_primary,
+    sync_client,
+)
 from relay.scans import Scans
 from relay.signing_keys import SigningKeys, previous_until
 from relay.store import AsyncStore
@@ -101,7 +107,7 @@ class Edge:
 
     settings: Settings
     redis: redis.asyncio.Redis
-    sync_redis: redis.Redis  # RQ is synchronous: used only from a worker thread
+    sync_redis: redis.Redis  # RQ's Redis; RQ is synchronous: used only from a worker thread
     lane: StatusClient  # the status endpoints' one round trip
     store: AsyncStore
     webhooks: AsyncWebhookStore
@@ -119,6 +125,10 @@ class Edge:
         """Clients for the settings' Redis (connected on first use) and what runs over them."""
         target = RedisTarget.from_settings(settings)
         client = async_client(target)
+        queue_target = RedisTarget.queues_from_settings(settings)
+        queues_async = (
+            client if queue_target == target else async_client(queue_target, max_connections=4)
+        )
         webhooks = AsyncWebhookStore(client)
         signing = SigningKeys(Encryptor.from_setting(settings.encryption_key))
         policy = TargetPolicy.from_settings(settings)
@@ -133,7 +143,7 @@ class Edge:
         return cls(
             settings=settings,
             redis=client,
-            sync_redis=sync_client(target),
+            sync_redis=sync_client(queue_target),
             lane=status_client(target, client),
             store=AsyncStore(
                 client,
@@ -142,7 +152,7 @@ class Edge:
             ),
             webhooks=webhooks,
             signing=signing,
-            scans=Scans(client),
+            scans=Scans(client, queues_async),
             events=AsyncEventLog(client, round(settings.retention * 1000)),
             waiters=FeedWaiters(
                 client,
@@ -159,8 +169,8 @@ class Edge:
         )
 
     def follow_primary(self) -> asyncio.Task[None] | None:
-        """Through Sentinel: a task that drops this process's connections (the lane's and the
-        redis-py client's, in use too) whenever the Sentinels name a new primary
+        """Through Sentinel: a task that moves this process's connections (the lane's at once,
+        the redis-py client's as they are handed back) whenever the Sentinels name a new primary
         (:func:`relay.redis_conn.follow_primary`); the caller cancels it. None without
         Sentinels."""
         target = RedisTarget.from_settings(self.settings)
@@ -170,13 +180,15 @@ class Edge:
         async def moved() -> None:
             if isinstance(self.lane, Lane):
                 self.lane.relocate()  # what waits on it is sent again, to the new primary
-            await self.redis.connection_pool.disconnect()
+            await drop_old_primary(self.redis)
 
         return asyncio.create_task(follow_primary(target, moved), name="relay-primary-follower")
 
     async def close(self) -> None:
         self.prober.http.close()
         await self.lane.close()
+        if self.scans.queues is not self.redis:
+            await self.scans.queues.aclose()
         await self.redis.aclose()
         self.sync_redis.close()
 
@@ -252,9 +264,10 @@ class Edge:
 
     # -- writes acknowledged, jobs woken ---------------------------------------------------
 
-    async def replicated(self, what: str) -> bool:
-        """Wait for ``RELAY_REDIS_WAIT_REPLICAS`` replicas to have every write so far."""
-        return await durable.replicated(self.redis, self.settings, what)
+    async def replicated(self, what: str, shard: int = 0) -> bool:
+        """Wait for ``RELAY_REDIS_WAIT_REPLICAS`` replicas to have every write so far (on a
+        Cluster: the writes to ``shard``'s primary)."""
+        return await durable.replicated(self.redis, self.settings, what, shard)
 
     async def wake(self, shard: int) -> None:
         """Enqueue a delivery job for the shard unless one waits (in a thread: RQ blocks)."""

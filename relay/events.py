@@ -51,7 +51,7 @@ from relay.timefmt import now_ms
 log = logging.getLogger("relay.events")
 
 FEED_BATCHES = keys.FEED_BATCHES  # the account's feed: GET /events
-# the operator's feed: GET /operational-events, relay events --ops
+# the operator's feed: GET /operational-events, relay events --operational
 FEED_OPERATIONAL = keys.FEED_OPERATIONAL
 MAX_WAIT_S = 30  # the longest `wait=` of one request
 FALLBACK_S = 5.0  # a waiter reads again this often even without a wake-up
@@ -261,7 +261,8 @@ class FeedWaiters:
         while True:
             pubsub = self.redis.pubsub()
             try:
-                await asyncio.wait_for(pubsub.subscribe(keys.events_channel()), 5)
+                async with asyncio.timeout(5):
+                    await pubsub.subscribe(keys.events_channel())
                 self.connected = True
                 self.wake_all()  # whatever was published while we were away: read again
                 backoff = 0.1
@@ -279,16 +280,19 @@ class FeedWaiters:
             finally:
                 self.connected = False
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(pubsub.aclose(), 2)
+                    async with asyncio.timeout(2):
+                        await pubsub.aclose()
 
     async def _listen(self, pubsub: Any) -> None:
         loop = asyncio.get_running_loop()
         heard = loop.time()
         pinged: float | None = None
         while True:
-            msg = await asyncio.wait_for(
-                pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0), 5
-            )
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for loses a cancellation
+            # that arrives as the message does (gh-86296), and this loop then never ends:
+            # the API's shutdown waited on it for good.
+            async with asyncio.timeout(5):
+                msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
             now = loop.time()
             if msg is not None:
                 heard, pinged = now, None
@@ -299,7 +303,8 @@ class FeedWaiters:
             if pinged is not None and now - pinged > self.ping_after_s:
                 raise ConnectionError("no answer to a ping on the event channel")
             if pinged is None and now - heard > self.ping_after_s:
-                await asyncio.wait_for(pubsub.ping(), 5)
+                async with asyncio.timeout(5):
+                    await pubsub.ping()
                 pinged = now
 
     # -- the waiters -------------------------------------------------------------------
@@ -354,4 +359,5 @@ async def wait_for_events(
             if page.has_more:
                 continue  # filtered-out entries only, more to scan
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), min(left, FALLBACK_S))
+                async with asyncio.timeout(min(left, FALLBACK_S)):
+                    await event.wait()

@@ -83,7 +83,7 @@ def check_worker(settings: Settings, hostname: str | None = None) -> str:
     from relay.redis_conn import RedisTarget, sync_client
 
     host = hostname or socket.gethostname()
-    client = sync_client(RedisTarget.from_settings(settings), retries=1)
+    client = sync_client(RedisTarget.queues_from_settings(settings), retries=1)
     try:
         workers = [w for w in Worker.all(connection=client) if w.hostname == host]
     except Exception as exc:  # any Redis or RQ failure means not healthy

@@ -142,6 +142,12 @@ def process_wake() -> str:
     return f"{PREFIX}:processing:wake"
 
 
+def replica_waits(shard: int) -> str:
+    """Integer: the marker the API writes before ``WAIT`` on a Cluster, in the slot of the
+    shard it wrote to (``relay.durable``); one per shard, never removed."""
+    return f"{PREFIX}:{tag(shard)}:waits"
+
+
 def outbox(shard: int) -> str:
     """Stream: one entry per batch completion, read by the detector's consumer group."""
     return f"{PREFIX}:{tag(shard)}:outbox"

@@ -210,6 +210,10 @@ def status_client(target: str | RedisTarget, fallback: redis.asyncio.Redis) -> S
     (the API's own ``redis.asyncio`` client, which takes every form redis-py takes, Sentinel
     included) wrapped as a pipeline when the lane cannot serve it."""
     where = RedisTarget(target) if isinstance(target, str) else target
+    if where.is_cluster:
+        # The lane speaks to one node; a Cluster's status reads go where their slots live,
+        # through redis-py's cluster pipeline (one round trip per node).
+        return PipelineClient(fallback)
     missing = unsupported_options(where.url)
     if missing:
         log.warning(

@@ -209,7 +209,9 @@ class Background:
             if len(self._running) >= self.limit or not extraction.to_background(self):
                 return False
             self._running.add(extraction)
-        extraction.host.lower_priority()
+            # Under the lock: whoever sees it in the background sees it reniced (a test
+            # checking both at once failed on a busy machine).
+            extraction.host.lower_priority()
         log.info(
             "document moved to the background",
             extra=fields(doc_id=extraction.claim.doc_id, account=extraction.claim.batch.account),
@@ -262,7 +264,7 @@ def run_documents(ctx: WorkerContext, shard: int, budget: float = queues.PROCESS
     seconds (the document under way is finished). Returns how many (for RQ's logs)."""
     # This job is no longer waiting: the next hand-out or the first claim below may enqueue
     # another one for an idle worker.
-    ctx.redis.delete(keys.process_wake())
+    ctx.queue_redis.delete(keys.process_wake())
     lease_ms = int(ctx.settings.lease_seconds * 1000)
     rotation = ShardRotation(ctx.store, shard)
     deadline = time.monotonic() + budget
@@ -272,13 +274,13 @@ def run_documents(ctx: WorkerContext, shard: int, budget: float = queues.PROCESS
         if claim is None:
             return f"{done} documents; none waiting"
         if done == 0 and rotation.active:
-            queues.wake_processing(ctx.redis, claim.batch.shard, ctx.settings)
+            queues.wake_processing(ctx.queue_redis, claim.batch.shard, ctx.settings)
         process_fairly(ctx, claim)
         done += 1
         if time.monotonic() >= deadline:
             break
     if ctx.store.waiting_shards():
-        queues.wake_processing(ctx.redis, claim.batch.shard, ctx.settings)
+        queues.wake_processing(ctx.queue_redis, claim.batch.shard, ctx.settings)
     return f"{done} documents; budget spent"
 
 

@@ -43,23 +43,34 @@ a full Redis (``maxmemory`` reached).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
 import redis.asyncio.connection
 import redis.asyncio.retry
 import redis.asyncio.sentinel
+import redis.cluster
 import redis.connection
 import redis.sentinel
 from redis.backoff import ExponentialBackoff, NoBackoff
-from redis.exceptions import BusyLoadingError, OutOfMemoryError, ReadOnlyError, ResponseError
+from redis.exceptions import (
+    BusyLoadingError,
+    ClusterError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    ResponseError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.maint_notifications import MaintNotificationsConfig
@@ -82,7 +93,12 @@ SENTINEL_POLL = 0.5
 BACKOFF_CAP = 2.0
 BACKOFF_BASE = 0.05
 # What a read that cannot reach Redis raises (a gauge skipped, ``relay_redis_up`` 0).
-UNREACHABLE: tuple[type[Exception], ...] = (RedisConnectionError, RedisTimeoutError)
+UNREACHABLE: tuple[type[Exception], ...] = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    ClusterError,  # a Cluster without a primary for a slot (ClusterDownError), retries spent
+    SlotNotCoveredError,
+)
 # What means Redis cannot serve now (the API's 503 store_unavailable): unreachable, timing
 # out, loading its dataset, read-only after a failover. The edges map these classes without
 # importing the client (docs/architecture.md, "Import contracts").
@@ -91,6 +107,11 @@ UNAVAILABLE: tuple[type[Exception], ...] = (
     BusyLoadingError,
     RedisTimeoutError,
     ReadOnlyError,
+    # A Cluster failing over: a slot without a primary yet (CLUSTERDOWN, a ClusterError),
+    # a multi-key command during a slot's migration (TRYAGAIN), no node known for a slot.
+    ClusterError,
+    TryAgainError,
+    SlotNotCoveredError,
 )
 # An error reply to a command (OutOfMemoryError, a script's refusal, ...).
 REPLY_ERROR: type[Exception] = ResponseError
@@ -109,6 +130,7 @@ class RedisTarget:
 
     url: str
     sentinels: tuple[tuple[str, int], ...] = ()
+    cluster_nodes: tuple[tuple[str, int], ...] = ()
     service: str = "mymaster"
     sentinel_password: str | None = field(default=None, repr=False)
     socket_timeout: float = SOCKET_TIMEOUT
@@ -123,6 +145,7 @@ class RedisTarget:
         return cls(
             url=settings.redis_url,
             sentinels=settings.redis_sentinels,
+            cluster_nodes=settings.redis_cluster_nodes,
             service=settings.redis_sentinel_service,
             sentinel_password=settings.redis_sentinel_password.reveal() or None,
             socket_timeout=settings.redis_socket_timeout,
@@ -132,9 +155,49 @@ class RedisTarget:
             backoff_cap=settings.redis_backoff_cap,
         )
 
+    @classmethod
+    def queues_from_settings(cls, settings: Settings) -> RedisTarget:
+        """Where RQ's queues live: ``RELAY_QUEUE_REDIS_URL`` (one plain Redis, with the same
+        bounds), or the state's Redis when it is empty (never a Cluster: the settings
+        refuse a Cluster without a queue URL)."""
+        state = cls.from_settings(settings)
+        if not settings.queue_redis_url:
+            return state
+        return cls(
+            url=settings.queue_redis_url,
+            socket_timeout=state.socket_timeout,
+            connect_timeout=state.connect_timeout,
+            backoff_cap=state.backoff_cap,
+        )
+
     @property
     def via_sentinel(self) -> bool:
         return bool(self.sentinels)
+
+    @property
+    def is_cluster(self) -> bool:
+        return bool(self.cluster_nodes)
+
+    def cluster_kwargs(self, *, for_asyncio: bool) -> dict[str, Any]:
+        """The URL's options (username, password, TLS) for the Cluster's nodes: its host,
+        port and path are ignored, and its db must be 0 (a Cluster has only db 0)."""
+        parse = redis.asyncio.connection.parse_url if for_asyncio else redis.connection.parse_url
+        try:
+            kwargs: dict[str, Any] = parse(self.url)
+        except ValueError as exc:
+            raise ConfigError(f"RELAY_REDIS_URL: {exc}") from exc
+        kind = kwargs.pop("connection_class", None)
+        for name in ("host", "port", "path"):
+            kwargs.pop(name, None)
+        if int(kwargs.pop("db", 0) or 0) != 0:
+            raise ConfigError("RELAY_REDIS_URL: with RELAY_REDIS_CLUSTER_NODES its db must be 0")
+        if kind is not None and "Unix" in kind.__name__:
+            raise ConfigError(
+                "RELAY_REDIS_URL: with RELAY_REDIS_CLUSTER_NODES it cannot be unix://"
+            )
+        if kind is not None and "SSL" in kind.__name__:
+            kwargs["ssl"] = True
+        return kwargs
 
     def sentinel_kwargs(self, *, for_asyncio: bool = False) -> dict[str, Any]:
         """How to talk to the Sentinels themselves: short timeouts, their own password, and
@@ -259,6 +322,18 @@ _AsyncSentinelRedis: Any = type(
 )
 
 
+def is_cluster(client: Any) -> bool:
+    """Whether ``client`` (or pipeline) speaks to a Redis Cluster."""
+    return isinstance(client, _CLUSTER_KINDS)
+
+
+_CLUSTER_KINDS = (
+    redis.cluster.RedisCluster,  # and its pipeline
+    redis.asyncio.cluster.RedisCluster,
+    redis.asyncio.cluster.ClusterPipeline,
+)
+
+
 def _target(target: str | RedisTarget) -> RedisTarget:
     return RedisTarget(target) if isinstance(target, str) else target
 
@@ -280,6 +355,8 @@ def sync_client(
         health_check_interval=15,
         **_common(),
     )
+    if where.is_cluster:
+        return cast(redis.Redis, _cluster_client(where, options, retries))
     if not where.via_sentinel:
         plain = redis.Redis.from_url(where.url, **options)
         pool = plain.connection_pool
@@ -296,11 +373,34 @@ def sync_client(
     return client
 
 
+# A Cluster's failover (a replica promoted ``cluster-node-timeout`` after its primary went
+# silent, plus an election) takes seconds, not the moment a Sentinel failover's reconnection
+# does: a synchronous client retries at least this often (with the capped backoff, ~10 s).
+CLUSTER_MIN_RETRIES = 10
+
+
+def _cluster_client(where: RedisTarget, options: dict[str, Any], retries: int) -> Any:
+    """A :class:`redis.cluster.RedisCluster` from the seed nodes. It follows ``MOVED`` and
+    ``ASK`` replies itself (a slot migrating), and on a connection error or ``CLUSTERDOWN``
+    refreshes its slot table from the nodes and retries with ``options``' backoff, so a
+    promoted replica is found within ``CLUSTER_MIN_RETRIES`` tries."""
+    options = {k: v for k, v in options.items() if k != "retry_on_error"}
+    options["retry"] = Retry(where.backoff(), max(retries, CLUSTER_MIN_RETRIES))
+    client = redis.cluster.RedisCluster(
+        startup_nodes=[redis.cluster.ClusterNode(host, port) for host, port in where.cluster_nodes],
+        **where.cluster_kwargs(for_asyncio=False),
+        **options,
+    )
+    return client
+
+
 class PrimaryFollower:
     """A daemon thread asking the Sentinels every ``sentinel_poll`` seconds who the primary
-    is; when the answer changes, every connection of ``pool`` (idle and in use) is dropped, so
-    the next command, or the retry of one blocked on the old primary, asks the Sentinels and
-    goes to the new one.
+    is (through ``pool``, redis-py's Sentinel pool); when the answer changes, the pool's idle
+    connections are dropped at once and those in use when they are handed back (redis-py's own
+    mechanism, safe across threads: a connection is never closed under the thread using it),
+    so the next command goes to the new primary. A command in flight on a hung primary ends
+    at its reply timeout.
 
     Without it a process notices a failover only when a connection fails: at once when the old
     primary died, but not when it hangs (each command waits its reply timeout) nor after a
@@ -311,11 +411,7 @@ class PrimaryFollower:
     """
 
     def __init__(self, target: RedisTarget, pool: Any) -> None:
-        self.service = target.service
         self.interval = target.sentinel_poll
-        self.sentinel = redis.sentinel.Sentinel(
-            list(target.sentinels), sentinel_kwargs=target.sentinel_kwargs()
-        )
         self._pool = weakref.ref(pool)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="primary-follower", daemon=True)
@@ -331,20 +427,36 @@ class PrimaryFollower:
             if pool is None:
                 break
             try:
-                named = tuple(self.sentinel.discover_master(self.service))
+                # Asks the Sentinels; when the primary moved, drops the idle connections and
+                # records the new address, so the pool drops the others when handed back.
+                named = tuple(pool.get_master_address())
             except redis.RedisError:
                 continue  # no primary named right now: nothing to follow yet
+            finally:
+                del pool
             if known is not None and named != known:
-                log.warning(
-                    "the Sentinels name a new primary %s:%s (was %s:%s): reconnecting",
-                    *named,
-                    *known,
-                )
-                pool.disconnect()  # in-use connections too: a blocked read ends now
+                log.warning("the Sentinels name a new primary %s:%s (was %s:%s)", *named, *known)
+                # The idle ones in any case (see drop_old_primary): under the pool's lock,
+                # none of them is in a thread's hands.
+                pool = self._pool()
+                if pool is not None:
+                    pool.disconnect(inuse_connections=False)
             known = named
-            del pool
-        for client in self.sentinel.sentinels:
-            client.close()
+
+
+async def drop_old_primary(client: redis.asyncio.Redis) -> None:
+    """The asyncio client's part when the primary moved: ask its Sentinel pool for the
+    primary (which drops the idle connections when it moved) and mark those in use to be
+    dropped when handed back (redis-py's own mechanism)."""
+    pool: Any = client.connection_pool
+    if hasattr(pool, "get_master_address"):
+        with contextlib.suppress(redis.RedisError):
+            await pool.get_master_address()
+    # Idle ones in any case: a connection made since the switch already moved the pool's
+    # address (dropping the idle ones then), and ones handed back after that stay connected
+    # to the old primary.
+    await pool.disconnect(inuse_connections=False)
+    await pool.update_active_connections_for_reconnect()
 
 
 async def follow_primary(
@@ -365,11 +477,7 @@ async def follow_primary(
             except redis.RedisError:
                 continue
             if known is not None and named != known:
-                log.warning(
-                    "the Sentinels name a new primary %s:%s (was %s:%s): reconnecting",
-                    *named,
-                    *known,
-                )
+                log.warning("the Sentinels name a new primary %s:%s (was %s:%s)", *named, *known)
                 try:
                     await moved()
                 except Exception:  # the follower must outlive whatever the drop hits
@@ -398,6 +506,17 @@ def async_client(target: str | RedisTarget, *, max_connections: int = 64) -> red
         max_connections=max_connections,
         **_common(),
     )
+    if where.is_cluster:
+        # MOVED and ASK are followed whatever the retries; a command failing on a dead node
+        # is not sent again (as above), and the next one asks the nodes for the slot table.
+        cluster: Any = redis.asyncio.cluster.RedisCluster(
+            startup_nodes=[
+                redis.asyncio.cluster.ClusterNode(host, port) for host, port in where.cluster_nodes
+            ],
+            **where.cluster_kwargs(for_asyncio=True),
+            **options,
+        )
+        return cast(redis.asyncio.Redis, cluster)
     if not where.via_sentinel:
         return redis.asyncio.Redis.from_url(where.url, **options)
     sentinel = redis.asyncio.sentinel.Sentinel(

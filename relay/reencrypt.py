@@ -22,6 +22,7 @@ import redis
 from relay import keys
 from relay.crypto import Encryptor
 from relay.exceptions import ConfigError
+from relay.redis_conn import is_cluster
 from relay.scripts import source
 
 # Every key pattern holding encrypted values, with the hash fields that hold them.
@@ -51,6 +52,16 @@ class Report:
 
 
 def _scan(client: redis.Redis, pattern: str, batch: int) -> Iterator[list[bytes]]:
+    if is_cluster(client):  # SCAN walks one node: redis-py walks every primary in turn
+        chunk: list[bytes] = []
+        for key in client.scan_iter(match=pattern, count=batch):
+            chunk.append(key)
+            if len(chunk) >= batch:
+                yield chunk
+                chunk = []
+        if chunk:
+            yield chunk
+        return
     cursor = 0
     while True:
         cursor, found = client.scan(cursor, match=pattern, count=batch)
@@ -96,11 +107,16 @@ def reencrypt(
                     args += [name.encode(), token, rotated]
                 if args:
                     writes.append((key, args))
-            if writes:
+            if writes and is_cluster(client):
+                # One call each: a cluster pipeline does not load the script on a node
+                # that lacks it (relay.store_core, _cluster_round).
+                replaced = [cas(keys=[key], args=args) for key, args in writes]
+            elif writes:
                 with client.pipeline(transaction=False) as pipe:
                     for key, args in writes:
                         cas(keys=[key], args=args, client=pipe)
                     replaced = pipe.execute()
+            if writes:
                 for (_, args), n in zip(writes, replaced, strict=True):
                     report.reencrypted += int(n)
                     report.changed_meanwhile += len(args) // 3 - int(n)

@@ -25,15 +25,18 @@ SCAN_CAP = 20_000
 class Scans:
     """The cross-shard reads, over the API process's ``redis.asyncio`` client."""
 
-    def __init__(self, client: redis.asyncio.Redis) -> None:
+    def __init__(
+        self, client: redis.asyncio.Redis, queues: redis.asyncio.Redis | None = None
+    ) -> None:
         self.redis = client
+        self.queues = client if queues is None else queues  # RQ's Redis (queue depths)
 
     # -- gauges ---------------------------------------------------------------------------
 
     async def queue_depths(self) -> dict[str, int]:
         """Jobs waiting in each RQ queue, by queue name."""
         names = (queues.PROCESSING, queues.DELIVERY)
-        async with self.redis.pipeline(transaction=False) as pipe:
+        async with self.queues.pipeline(transaction=False) as pipe:
             for name in names:
                 pipe.llen(queues.queue_key(name))
             lengths = await pipe.execute()

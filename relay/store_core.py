@@ -14,8 +14,11 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from redis.exceptions import ResponseError
+
 from relay import keys
 from relay.model import Delivery, DeliveryStatus
+from relay.redis_conn import is_cluster
 from relay.search import (
     DeliveryQuery,
     RecoverRun,
@@ -53,11 +56,78 @@ def _queue(pipe: Any, scripts: Any, call: Call) -> Any:
     return getattr(pipe, call.command)(*call.args)
 
 
+def _first_error(replies: list[Any]) -> list[Any]:
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
+
+
+def _cluster_round(client: Any, scripts: Any, calls: Round) -> list[Any]:
+    """A round on a Redis Cluster: each script on its own (the client loads a script a node
+    lacks and runs it again, which its pipeline does not do: a promoted replica starts with
+    no script), the commands between them pipelined; every call is sent, then the first
+    error raised, as a pipeline does."""
+    replies: list[Any] = []
+    pending: list[Call] = []
+
+    def flush() -> None:
+        if pending:
+            with client.pipeline(transaction=False) as pipe:
+                for call in pending:
+                    _queue(pipe, scripts, call)
+                replies.extend(pipe.execute(raise_on_error=False))
+            pending.clear()
+
+    for call in calls:
+        if not call.script:
+            pending.append(call)
+            continue
+        flush()
+        try:
+            replies.append(scripts(call.command, *call.args))
+        except ResponseError as exc:
+            replies.append(exc)
+    flush()
+    return _first_error(replies)
+
+
+async def _cluster_round_async(client: Any, scripts: Any, calls: Round) -> list[Any]:
+    """:func:`_cluster_round` on a ``redis.asyncio`` Cluster client."""
+    replies: list[Any] = []
+    pending: list[Call] = []
+
+    async def flush() -> None:
+        if pending:
+            async with client.pipeline(transaction=False) as pipe:
+                for call in pending:
+                    _queue(pipe, scripts, call)
+                replies.extend(await pipe.execute(raise_on_error=False))
+            pending.clear()
+
+    for call in calls:
+        if not call.script:
+            pending.append(call)
+            continue
+        await flush()
+        try:
+            replies.append(await scripts(call.command, *call.args))
+        except ResponseError as exc:
+            replies.append(exc)
+    await flush()
+    return _first_error(replies)
+
+
 def run(client: Any, scripts: Any, op: Operation[T]) -> T:
     """Run ``op`` on a synchronous redis-py client, one pipelined round trip per round."""
+    cluster = is_cluster(client)
     try:
         calls = next(op)
         while True:
+            if cluster:
+                replies = _cluster_round(client, scripts, calls)
+                calls = op.send(replies)
+                continue
             with client.pipeline(transaction=False) as pipe:
                 for call in calls:
                     _queue(pipe, scripts, call)
@@ -70,9 +140,13 @@ def run(client: Any, scripts: Any, op: Operation[T]) -> T:
 
 async def run_async(client: Any, scripts: Any, op: Operation[T]) -> T:
     """:func:`run` on a ``redis.asyncio`` client."""
+    cluster = is_cluster(client)
     try:
         calls = next(op)
         while True:
+            if cluster:
+                calls = op.send(await _cluster_round_async(client, scripts, calls))
+                continue
             async with client.pipeline(transaction=False) as pipe:
                 for call in calls:
                     queued = _queue(pipe, scripts, call)

@@ -29,6 +29,7 @@ from relay.exceptions import (
     WebhookNotFound,
 )
 from relay.model import Attempt, Batch, Delivery, DeliveryStatus, Webhook
+from relay.redis_conn import is_cluster
 from relay.scripts import AsyncScripts, Scripts, refusal
 from relay.search import RecoverRun, Recovery
 from relay.store import BatchRef
@@ -290,6 +291,17 @@ class WebhookStore:
     def release_all(self, claimed: list[ClaimedDelivery], token: str, due_at: int) -> int:
         """Hand claimed deliveries back unattempted, due again at ``due_at`` (ms); one round
         trip. Returns how many were still ours to hand back."""
+        if is_cluster(self.redis):  # a script per call: see store_core._cluster_round
+            return sum(
+                int(
+                    self.scripts(
+                        "release_delivery",
+                        [keys.delivery(d.shard, d.id), keys.due(d.shard)],
+                        [d.id, token, due_at],
+                    )
+                )
+                for d in claimed
+            )
         with self.redis.pipeline(transaction=False) as pipe:
             for d in claimed:
                 self.scripts.run(

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 import redis
+from redis import Redis
 
 from relay.blobs import BlobStore
 from relay.config import Settings
@@ -46,6 +47,15 @@ class WorkerContext:
     @cached_property
     def redis(self) -> redis.Redis:
         return sync_client(RedisTarget.from_settings(self.settings))
+
+    @cached_property
+    def queue_redis(self) -> Redis:
+        """RQ's Redis: the wake-up markers and the jobs (``RELAY_QUEUE_REDIS_URL``; the
+        state's Redis when that is empty)."""
+        target = RedisTarget.queues_from_settings(self.settings)
+        if target == RedisTarget.from_settings(self.settings):
+            return self.redis
+        return sync_client(target)
 
     @cached_property
     def store(self) -> Store:

@@ -3,14 +3,24 @@ primary's slots, and a script runs where its keys' slot lives."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from redis.cluster import ClusterNode, RedisCluster
 
+from relay import keys
+from relay.config import load_settings
+from relay.crypto import Encryptor, generate_key
+from relay.redis_conn import RedisTarget, async_client, is_cluster, sync_client
 from relay.redis_server import HOST
+from relay.reencrypt import reencrypt
+from relay.scripts import AsyncScripts, Scripts
+from relay.signing_keys import SigningKeys
+from relay.store_core import Call, Round, run, run_async, script
 from tests.support.cluster import PASSWORD, Cluster
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-cli") is None, reason="needs redis-cli")
@@ -40,5 +50,73 @@ def test_three_primaries_own_every_slot_and_a_replica_takes_over(cluster: Cluste
         cluster.wait_ok(30)
         assert owner not in cluster.primaries()
         assert len(cluster.primaries()) == 3
+    finally:
+        client.close()
+
+
+def _round() -> Generator[Round, list[Any], list[Any]]:
+    replies = yield [
+        script("ratelimit", [keys.rate_window("p1")], [60_000, 5, "m1"]),
+        Call("get", (keys.waiting(3),)),
+        script("ratelimit", [keys.account_rate_window("uploads", "acme")], [60_000, 5, "m2"]),
+    ]
+    return replies
+
+
+def test_the_stores_rounds_run_scripts_a_node_has_never_seen(cluster: Cluster) -> None:
+    """redis-py's cluster pipeline does not load a script a node lacks (a promoted replica
+    starts with none): relay's rounds run each script on its own, which does."""
+    settings = load_settings(
+        {
+            "RELAY_REDIS_URL": cluster.url,
+            "RELAY_REDIS_CLUSTER_NODES": cluster.nodes_setting,
+            "RELAY_QUEUE_REDIS_URL": "redis://127.0.0.1:1/0",
+        },
+        dotenv=None,
+    )
+    target = RedisTarget.from_settings(settings)
+    client = sync_client(target)
+    try:
+        assert is_cluster(client)
+        client.set(keys.waiting(3), b"7")
+        client.script_flush()  # on every primary
+        replies = run(client, Scripts(client), _round())
+        assert replies[0][0] == 1 and replies[1] == b"7" and replies[2][0] == 1
+
+        async def on_asyncio() -> list[Any]:
+            aclient = async_client(target)
+            try:
+                await aclient.script_flush()
+                return await run_async(aclient, AsyncScripts(aclient), _round())
+            finally:
+                await aclient.aclose()
+
+        replies = asyncio.run(on_asyncio())
+        assert replies[0][0] == 1 and replies[1] == b"7" and replies[0][1] == 3  # 2 of 5 used
+    finally:
+        client.close()
+
+
+def test_reencrypt_walks_every_primary(cluster: Cluster) -> None:
+    settings = load_settings(
+        {
+            "RELAY_REDIS_URL": cluster.url,
+            "RELAY_REDIS_CLUSTER_NODES": cluster.nodes_setting,
+            "RELAY_QUEUE_REDIS_URL": "redis://127.0.0.1:1/0",
+        },
+        dotenv=None,
+    )
+    client = sync_client(RedisTarget.from_settings(settings))
+    accounts = {f"acct-{i:02d}" for i in range(20)}
+    key_a, key_b = generate_key(), generate_key()
+    try:
+        stored = SigningKeys(Encryptor([key_a])).for_accounts(client, accounts)
+        assert len({cluster.owner(keys.signing(a)).port for a in accounts}) == 3
+        report = reencrypt(client, Encryptor([key_b, key_a]), batch=3)
+        assert (report.keys, report.reencrypted, report.unreadable) == (20, 20, [])
+        again = SigningKeys(Encryptor([key_b])).for_accounts(client, accounts)
+        assert {a: m[0].whsec for a, m in again.items()} == {
+            a: m[0].whsec for a, m in stored.items()
+        }
     finally:
         client.close()

@@ -144,3 +144,17 @@ def test_a_renamed_setting_is_still_read_under_its_old_name() -> None:
     assert (old.delivery_claim_size, old.purge_steps) == (8, 3)
     both = {"RELAY_PURGE_BATCH": "3", "RELAY_PURGE_STEPS": "5"}
     assert load_settings(both, dotenv=None).purge_steps == 5  # the new name wins
+
+
+def test_a_cluster_needs_a_queue_redis_and_excludes_sentinels() -> None:
+    nodes = {"RELAY_REDIS_CLUSTER_NODES": "127.0.0.1:7000,[::1]:7001"}
+    with pytest.raises(ConfigError, match="RELAY_QUEUE_REDIS_URL"):
+        load_settings(nodes, dotenv=None)
+    queue = {"RELAY_QUEUE_REDIS_URL": "redis://127.0.0.1:6390/0"}
+    with pytest.raises(ConfigError, match="RELAY_REDIS_SENTINELS"):
+        load_settings({**nodes, **queue, "RELAY_REDIS_SENTINELS": "127.0.0.1:26379"}, dotenv=None)
+    settings = load_settings({**nodes, **queue}, dotenv=None)
+    assert settings.redis_cluster_nodes == (("127.0.0.1", 7000), ("::1", 7001))
+    assert load_settings(settings.to_env(), dotenv=None) == settings
+    with pytest.raises(ConfigError, match="RELAY_REDIS_CLUSTER_NODES"):
+        load_settings({"RELAY_REDIS_CLUSTER_NODES": "nowhere"}, dotenv=None)

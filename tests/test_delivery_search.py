@@ -124,9 +124,15 @@ def test_a_page_costs_o_page_among_thousands(h: Seeder) -> None:
         h.delivery(refs[i % 40], "succeeded")
 
     def cost() -> tuple[int, list[str]]:
-        before = commands(h)
-        found, _ = h.store.search(status="failed", limit=5)
-        return commands(h) - before, [d.id for d in found]
+        # The server counts every client's commands: the least of three searches is this
+        # one's (a process of an earlier test still winding down adds to one at most).
+        counts, ids = [], []
+        for _ in range(3):
+            before = commands(h)
+            found, _ = h.store.search(status="failed", limit=5)
+            counts.append(commands(h) - before)
+            ids = [d.id for d in found]
+        return min(counts), ids
 
     small, first = cost()
     for i in range(4000):

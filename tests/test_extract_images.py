@@ -215,13 +215,17 @@ def test_a_decompression_bomb_is_refused_without_decoding_it(
     assert _code(bomb, max_image_pixels=10**12) == past_a_huge_bound
 
 
-def test_every_page_of_a_tiff_counts_toward_the_bound() -> None:
+def test_every_page_of_a_tiff_is_held_to_the_bound() -> None:
+    """Pages are decoded one at a time: the bound is per page, not for the pages together."""
     page = draw_table()
-    content = encode(page, "TIFF", save_all=True, append_images=[page, page])
+    big = Image.new("RGB", (page.width * 2, page.height), "white")
+    big.paste(page, (0, 0))
     one_page = page.width * page.height
-    assert _code(content, max_image_pixels=2 * one_page) == "image_too_large"
-    # Within the bound, the same header on each page continues one table.
-    assert _rows(content, max_image_pixels=3 * one_page) == EXPECTED * 3
+    content = encode(page, "TIFF", save_all=True, append_images=[page, big])
+    assert _code(content, max_image_pixels=2 * one_page - 1) == "image_too_large"
+    # Every page within the bound (3.7 pages in all): the same header on each page
+    # continues one table.
+    assert _rows(content, max_image_pixels=2 * one_page) == EXPECTED * 3
 
 
 def test_the_setting_defaults_to_the_extractor_default() -> None:

@@ -10,7 +10,9 @@ import pytest
 import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from relay.redis_conn import async_client, sync_client
+from relay.config import load_settings
+from relay.exceptions import ConfigError
+from relay.redis_conn import RedisTarget, async_client, sync_client
 from tests.support.helpers import RedisFactory
 
 # Runs INCR, then answers more than the static reply buffer holds, so the reply goes to the
@@ -82,3 +84,26 @@ def test_the_api_client_never_sends_a_command_twice(redis_factory: RedisFactory)
         sync.eval(_INCR_THEN_LOSE_REPLY, 1, "retried")
     with redis.Redis.from_url(server.url) as check:
         assert check.get("retried") == b"4"
+
+
+def test_the_queues_live_in_the_state_redis_unless_told_otherwise() -> None:
+    plain = load_settings({"RELAY_REDIS_URL": "redis://127.0.0.1:6390/2"}, dotenv=None)
+    assert RedisTarget.queues_from_settings(plain) == RedisTarget.from_settings(plain)
+    cluster = load_settings(
+        {
+            "RELAY_REDIS_URL": "rediss://user:pw@ignored:1/0?ssl_cert_reqs=none",
+            "RELAY_REDIS_CLUSTER_NODES": "127.0.0.1:7000",
+            "RELAY_QUEUE_REDIS_URL": "redis://127.0.0.1:6391/0",
+            "RELAY_REDIS_SOCKET_TIMEOUT": "3",
+        },
+        dotenv=None,
+    )
+    queues = RedisTarget.queues_from_settings(cluster)
+    assert queues.url == "redis://127.0.0.1:6391/0" and not queues.is_cluster
+    assert queues.socket_timeout == 3
+    state = RedisTarget.from_settings(cluster)
+    options = state.cluster_kwargs(for_asyncio=False)
+    assert options["ssl"] is True and options["password"] == "pw"
+    assert options["username"] == "user" and "host" not in options
+    with pytest.raises(ConfigError, match="db must be 0"):
+        RedisTarget("redis://:pw@x:1/3", cluster_nodes=(("h", 1),)).cluster_kwargs(for_asyncio=True)

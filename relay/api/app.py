@@ -13,7 +13,6 @@ GETs are served before the router walks the routes; everything else goes through
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 
@@ -123,11 +122,12 @@ def create_app(settings: Settings) -> Starlette:
         try:
             yield
         finally:
-            for task in (listener, follower):
-                if task is not None:
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+            tasks = {task for task in (listener, follower) if task is not None}
+            for task in tasks:
+                task.cancel()
+            # Bounded: a task that does not end on its cancellation cannot hold the
+            # shutdown (and the process) for good.
+            await asyncio.wait(tasks, timeout=5)
             await edge.close()
 
     routes: list[BaseRoute] = [

@@ -80,7 +80,7 @@ async def process_batch(request: Request) -> Response:
     batch = await st.store.get_batch(ref)
     if batch is None:
         raise NotFound("no such batch")
-    await st.edge.replicated(f"process of batch {ref.name!r}")
+    await st.edge.replicated(f"process of batch {ref.name!r}", ref.shard)
     return json_response(batch.to_json(), 202, headers=rate_headers)
 
 

@@ -139,7 +139,7 @@ async def upload_document(request: Request) -> Response:
         content_type=content_type,
         content=content,
     )
-    await st.edge.replicated(f"upload {doc.id}")
+    await st.edge.replicated(f"upload {doc.id}", BatchRef(account, batch_name).shard)
     return json_response(
         doc.to_json(),
         201,

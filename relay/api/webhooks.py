@@ -87,7 +87,7 @@ async def put_webhook(request: Request) -> Response:
     hook = await st.webhooks.get(ref)
     if hook is None:  # removed between the two calls by a concurrent DELETE
         raise NotFound("the webhook was removed meanwhile")
-    await st.edge.replicated(f"webhook of batch {ref.name!r}")
+    await st.edge.replicated(f"webhook of batch {ref.name!r}", ref.shard)
     return json_response(hook.to_json(), 201 if created else 200)
 
 

@@ -37,6 +37,7 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 import redis
+from redis import Redis
 
 from relay import keys
 from relay.crypto import SigningMaterial
@@ -60,6 +61,8 @@ class EngineHost(Protocol):
 
     @property
     def redis(self) -> redis.Redis: ...
+    @property
+    def queue_redis(self) -> Redis: ...
     @property
     def engine(self) -> Engine: ...
 
@@ -289,6 +292,6 @@ class Engine:
 def run_due(ctx: EngineHost, shard: int) -> str:
     """RQ job of the delivery queue: wake this process's engine for the shard's due
     deliveries (the engine runs the attempts; this job never waits for a receiver)."""
-    ctx.redis.delete(keys.wake(shard))
+    ctx.queue_redis.delete(keys.wake(shard))
     ctx.engine.wake(shard)
     return "engine woken"

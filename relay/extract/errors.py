@@ -50,7 +50,7 @@ CODES: dict[str, str] = {
     '`{"line_items": [...]}`',
     "invalid_pdf": "bytes that cannot be opened as a PDF",
     "invalid_image": "bytes declared or recognised as an image that cannot be decoded",
-    "image_too_large": "an image (all pages of a TIFF together) or a scanned page of more "
+    "image_too_large": "an image (or a page of a TIFF) or a scanned page of more "
     "than `RELAY_MAX_IMAGE_PIXELS` pixels",
     "no_table_found": "a readable PDF or image with no table in it",
     "too_many_pages": "a PDF or multi-page TIFF of more than `RELAY_MAX_PAGES` pages (refused "

@@ -2,10 +2,12 @@
 
 Contract:
 
-* The image is opened with Pillow, which reads only the header first: an image of more
-  than ``max_pixels`` pixels (all pages of a TIFF together) fails with ``image_too_large``
-  before its pixels are decoded, so a decompression bomb (a few KiB of PNG that inflate to
-  gigabytes) costs nothing. Bytes Pillow cannot read fail with ``invalid_image``.
+* The image is opened with Pillow, which reads only the header first: an image (or any
+  page of a TIFF) of more than ``max_pixels`` pixels fails with ``image_too_large`` before
+  its pixels are decoded, so a decompression bomb (a few KiB of PNG that inflate to
+  gigabytes) costs nothing. Pages are decoded and read one at a time, so the bound is per
+  page: a 15-page TIFF scanned at 200 dpi (59 MP in all) is read; the number of pages is
+  bounded by ``max_pages``. Bytes Pillow cannot read fail with ``invalid_image``.
 * Every page of a multi-page TIFF is read, in order; of an animated PNG or WebP only the
   first frame (an animation is not a document). A TIFF of more than ``max_pages`` pages
   fails with ``too_many_pages`` before any is decoded.
@@ -73,17 +75,16 @@ def _open(content: bytes, max_pixels: int) -> Image:
 
 
 def _frames(image: Image, max_pixels: int, max_pages: int) -> list[int]:
-    """The frame numbers to read, once their number and total size are known to be within
-    bounds."""
+    """The frame numbers to read, once their number and the size of each are known to be
+    within bounds."""
     count = getattr(image, "n_frames", 1) if image.format == "TIFF" else 1
     if count > max_pages:
         raise too_many_pages(max_pages)
-    total = 0
     for frame in range(count):
         image.seek(frame)  # reads the frame's header only
-        total += image.width * image.height
-        if total > max_pixels:
-            raise _too_large(total, max_pixels)
+        pixels = image.width * image.height
+        if pixels > max_pixels:
+            raise _too_large(pixels, max_pixels)
     return list(range(count))
 
 

@@ -25,6 +25,10 @@ A page goes through:
    its rows, columns and spans (HTML tokens) with a box per cell; each text line is
    matched to a cell by overlap (rapid-table's matching rule, vectorised); a cell's text
    is its lines in reading order, its confidence the lowest of their recognition scores.
+   When SLANet-plus's grid has fewer than half the rows of the table's text (rules between
+   groups of rows taken for row borders: a group became one row of stacked lines), the
+   table is laid out from its text instead: a row per row of text, a column per band of
+   text (the x-extents of the pieces, merged where they overlap).
 
 Errors: an allocation failure inside OpenCV ("Insufficient memory") or onnxruntime
 (``bad_alloc``, "Failed to allocate") is a ``MemoryError`` (the sandbox reports
@@ -40,7 +44,7 @@ import statistics
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from relay.extract.errors import ExtractionError
 from relay.extract.result import Confidence, Grid, Table
@@ -69,6 +73,9 @@ _MAX_ROW_GAP = 3.0
 _MAX_PLAIN_ROWS = 2
 # A straight run of ink this many character heights long is a ruling line.
 _RULE_LENGTH = 3.0
+# SLANet-plus's table has fewer rows than this share of the rows of text: it took groups of
+# rows (between rules) for single rows, and the table is laid out from its text instead.
+_MIN_ROW_SHARE = 0.5
 # SLANet-plus reads its input resized into a square of this side.
 _SLANET_SIDE = 488
 # An allocation failure, as OpenCV and onnxruntime word it.
@@ -380,6 +387,51 @@ def _structure(models: _Models, crop: NDArray[np.uint8], lines: list[_Line]) -> 
     return Table(0, rows, confidence)
 
 
+def _bands(rows: Sequence[_Row]) -> list[tuple[float, float]]:
+    """The columns of a table from where its text is: the x-extents of the pieces of text,
+    narrowest first, merged where they overlap; a piece across two columns already found
+    (a spanning heading) makes none."""
+    pieces = sorted(
+        (line for row in rows if len(row.lines) > 1 for line in row.lines),
+        key=lambda ln: ln.x2 - ln.x1,
+    )
+    bands: list[list[float]] = []
+    for line in pieces:
+        touched = [band for band in bands if line.x1 <= band[1] and band[0] <= line.x2]
+        if len(touched) > 1:
+            continue
+        if touched:
+            touched[0][0] = min(touched[0][0], line.x1)
+            touched[0][1] = max(touched[0][1], line.x2)
+        else:
+            bands.append([line.x1, line.x2])
+    return sorted((band[0], band[1]) for band in bands)
+
+
+def _text_grid(rows: Sequence[_Row]) -> Table | None:
+    """A table laid out from its text alone: a row per row of text, a column per band
+    (``_bands``); each piece in the band it overlaps most. For a long table with rules
+    between groups of rows, where SLANet-plus took each group for one row."""
+    bands = _bands(rows)
+    if len(bands) < 2:
+        return None
+    grid: Grid = []
+    confidence: Confidence = []
+    for row in rows:
+        cells: list[list[_Line]] = [[] for _ in bands]
+        for line in row.lines:
+            overlaps = [min(line.x2, b) - max(line.x1, a) for a, b in bands]
+            middle = (line.x1 + line.x2) / 2
+            best = max(
+                range(len(bands)), key=lambda i: (overlaps[i], -abs(middle - sum(bands[i]) / 2))
+            )
+            cells[best].append(line)
+        texts = [_cell_text(members) for members in cells]
+        grid.append([text for text, _ in texts])
+        confidence.append([score for _, score in texts])
+    return Table(0, grid, confidence)
+
+
 def _read(page: Image, number: int) -> list[Table]:
     import numpy as np
 
@@ -405,6 +457,8 @@ def _read(page: Image, number: int) -> list[Table]:
         y2 = min(round(max(ln.y2 for ln in inside)) + margin, height)
         crop = np.ascontiguousarray(bgr[y1:y2, x1:x2])
         table = _structure(models, crop, [line.moved(x1, y1) for line in inside])
+        if table is None or len(table.rows) < _MIN_ROW_SHARE * len(run):
+            table = _text_grid(run)
         if table is not None:
             tables.append(Table(number, table.rows, table.confidence))
     return tables
@@ -415,8 +469,3 @@ def read_tables(page: Image, number: int = 1) -> list[Table]:
     page ``number`` with a confidence per cell; ``[]`` when there is none."""
     with _memory_errors():
         return _read(page, number)
-
-
-def warm_up() -> Any:
-    """Load the models now (a worker's extraction child does it before its first page)."""
-    return _models()

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.client import close_all
+from tests.support.cluster import Cluster
+from tests.support.helpers import RedisFactory
 from tests.support.procs import Stack
 from tests.support.receiver import Receiver
 
@@ -23,6 +26,52 @@ def stack(redis_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> Ite
     rep = getattr(request.node, "rep_call", None)
     if rep is not None and rep.failed:
         print(s.logs())
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """A Redis Cluster of three primaries with a replica each (``tests/support/cluster.py``)."""
+    if shutil.which("redis-cli") is None:
+        pytest.fail("redis-cli is not installed: the Cluster tests need it (redis-tools)")
+    c = Cluster(tmp_path / "cluster")
+    try:
+        c.start()
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def cluster_stack(
+    cluster: Cluster, redis_factory: RedisFactory, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Stack]:
+    """A stack whose state lives on ``cluster`` and whose RQ queues on a plain Redis of its
+    own (``RELAY_QUEUE_REDIS_URL``); no process started yet."""
+    queues = redis_factory()
+    s = Stack(
+        redis_url=cluster.url,
+        tmp=tmp_path,
+        env={
+            "RELAY_REDIS_CLUSTER_NODES": cluster.nodes_setting,
+            "RELAY_QUEUE_REDIS_URL": queues.url,
+        },
+    )
+    yield s
+    close_all()
+    s.close()
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed:
+        print(s.logs())
+
+
+@pytest.fixture(params=["standalone", "cluster"])
+def any_stack(request: pytest.FixtureRequest) -> Stack:
+    """The test twice: on one plain Redis (``stack``) and on a Redis Cluster with the queues
+    on a Redis of their own (``cluster_stack``)."""
+    stack: Stack = request.getfixturevalue(
+        "stack" if request.param == "standalone" else "cluster_stack"
+    )
+    return stack
 
 
 @pytest.fixture

@@ -141,6 +141,16 @@ def _settle(traffic: Traffic, receiver: Receiver, report: Report, stack: Stack) 
         wait_until(lambda: not unnotified(), 90, 0.5, "notifications not delivered")
     except TimeoutError:
         print(f"undone: {undone()[:5]}\nunnotified: {unnotified()[:10]}")
+        for name in unnotified()[:3]:  # what relay and the receiver know of them
+            for path in (f"/batches/{name}/webhook", f"/batches/{name}/webhook/deliveries"):
+                with contextlib.suppress(httpx.HTTPError):
+                    print(path, api.get(path).text[:1500])
+            print("received:", [(r.headers["webhook-id"], r.at) for r in receiver.requests
+                                if r.path == f"/{name}"])  # fmt: skip
+            for log in sorted(stack.tmp.glob("*.log")):
+                lines = [line for line in log.read_text(errors="replace").splitlines()
+                         if name in line]  # fmt: skip
+                print(f"{log.name}:", *lines[-20:], sep="\n  ")
         raise
     finally:
         api.close()

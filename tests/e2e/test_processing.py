@@ -13,7 +13,8 @@ from tests.support.helpers import wait_until
 from tests.support.procs import Stack
 
 
-def test_documents_are_extracted_by_a_worker(stack: Stack) -> None:
+def test_documents_are_extracted_by_a_worker(any_stack: Stack) -> None:
+    stack = any_stack
     stack.api()
     stack.worker()
     stack.detector()

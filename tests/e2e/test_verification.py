@@ -6,6 +6,7 @@ the webhook is disabled with the reason and a webhook.disabled event."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import redis
@@ -118,5 +119,33 @@ def test_a_wrong_echo_is_never_delivered_to_and_ends_disabled_with_the_event(
     assert body["type"] == "webhook.disabled" and body["data"]["batch_name"] == "b2"
     feed = api.http.get("/operational-events").json()["events"]
     assert [e["type"] for e in feed] == ["webhook.disabled"]
+    assert feed[0]["id"] == event.headers["webhook-id"]
+    api.close()
+
+
+def test_the_operational_webhook_is_verified_too_and_its_events_wait(
+    stack: Stack, receiver: Receiver, redis: redis.Redis
+) -> None:
+    api = _start(stack, RELAY_VERIFY_SCHEDULE=",".join(["0.5"] * 60))
+    receiver.script("/ops", [Reply(200, body=b"hello")])  # no echo yet
+    receiver.script("/gone", [Reply(410)])
+    r = api.http.put("/operational-webhook", json={"url": receiver.url("/ops"), "verify": True})
+    assert r.status_code == 201 and r.json()["verification"]["status"] == "pending"
+    api.upload("b3", CSV)
+    assert api.register("b3", receiver.url("/gone")).status_code == 201
+    api.process("b3")  # its delivery gets a 410: the webhook is disabled, an event is raised
+    wait_until(lambda: _hook(api, "b3")["disabled"], 30, message="b3 never disabled")
+    # The event is in the operator's feed at once, but its delivery waits for the echo.
+    wait_until(lambda: api.http.get("/operational-events").json()["events"], 20, message="no event")
+    time.sleep(1.5)  # three more challenge attempts: still only challenges
+    assert set(_types(receiver, "/ops")) == {"webhook.verify"}
+    receiver.script("/ops", [Reply(200, echo=True)])
+    wait_until(
+        lambda: "webhook.disabled" in _types(receiver, "/ops"), 20, message="event not delivered"
+    )
+    ops = api.http.get("/operational-webhook").json()
+    assert ops["verification"]["status"] == "verified"
+    (event,) = [r for r in receiver.received("/ops") if b"webhook.disabled" in r.body]
+    feed = api.http.get("/operational-events").json()["events"]
     assert feed[0]["id"] == event.headers["webhook-id"]
     api.close()

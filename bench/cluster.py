@@ -1,0 +1,157 @@
+"""Throughput on one Redis beside a Redis Cluster of 1 and of 3 primaries (issue 16).
+
+The same relay processes each time (one ``relay serve``, ``WORKERS`` ``relay worker`` on both
+queues, one ``relay detector``) against: one standalone Redis; a Cluster of one primary (every
+slot on one node: what the cluster client itself costs); a Cluster of three primaries. With a
+Cluster, RQ's queues are on a plain Redis of their own (``RELAY_QUEUE_REDIS_URL``). Every node
+runs AOF ``appendfsync everysec``, no replicas (so the three differ only in topology).
+
+Measured: ``BATCHES`` batches of ``PER_BATCH`` one-row CSVs uploaded through the API
+(uploads/s), then all processed at once until every batch is ``all_done`` and its
+notification delivered to a receiver (documents/s, end to end). On a small machine relay's
+processes, not Redis, are the bottleneck: the figures say what the Cluster costs, not what it
+adds (Redis capacity: ``bench redis_cost``).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench._common import BenchError, Outcome, progress, table
+from bench._receiver import ReceiverProcess
+from relay.redis_server import RedisServer
+from tests.support.cluster import Cluster
+from tests.support.procs import Stack, relay_env, wait_until
+
+NAME = "cluster"
+WORKERS = 2
+BATCHES = 40
+PER_BATCH = 25
+CSV = b"sku,qty\nA-1,2\n"
+
+
+def _settings() -> dict[str, str]:
+    return {
+        "RELAY_STATUS_RATE_LIMIT": "1000000/minute",
+        "RELAY_ACCOUNT_UPLOAD_RATE_LIMIT": "1000000/minute",
+        "RELAY_ACCOUNT_PROCESS_RATE_LIMIT": "1000000/minute",
+        "RELAY_ACCOUNT_MAX_PENDING_BYTES": str(64 * 1024**3),
+        "RELAY_LOG_LEVEL": "warning",
+    }
+
+
+def _measure(
+    stack: Stack, receiver: ReceiverProcess, batches: int, per_batch: int
+) -> dict[str, Any]:
+    stack.api()
+    for _ in range(WORKERS):
+        stack.worker()
+    stack.detector()
+    key = stack.create_key("bench")
+    http = httpx.Client(
+        base_url=stack.api_url + "/api/v1", headers={"authorization": f"Bearer {key}"}, timeout=30
+    )
+    names = [f"c{i:03d}" for i in range(batches)]
+
+    def upload(job: tuple[str, int]) -> None:
+        name, i = job
+        r = http.post(
+            "/documents",
+            files={"file": (f"d{i}.csv", CSV, "text/csv")},
+            data={"batch_name": name},
+        )
+        if r.status_code != 201:
+            raise BenchError(f"upload answered {r.status_code}: {r.text[:200]}")
+
+    try:
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(upload, [(n, i) for n in names for i in range(per_batch)]))
+        upload_s = time.perf_counter() - t0
+        for n in names:
+            r = http.put(f"/batches/{n}/webhook", json={"url": receiver.url(f"/{n}")})
+            if r.status_code not in (200, 201):
+                raise BenchError(f"register answered {r.status_code}: {r.text[:200]}")
+        t0 = time.perf_counter()
+        for n in names:
+            if http.post(f"/batches/{n}/process").status_code != 202:
+                raise BenchError("process refused")
+        wait_until(
+            lambda: receiver.count() >= batches, 600, 0.1, "notifications did not all arrive"
+        )
+        process_s = time.perf_counter() - t0
+        for n in names:
+            if not http.get(f"/batches/{n}").json()["all_done"]:
+                raise BenchError(f"{n} not all_done after its notification")
+    finally:
+        http.close()
+    docs = batches * per_batch
+    return {
+        "documents": docs,
+        "upload_s": round(upload_s, 2),
+        "uploads_per_s": round(docs / upload_s, 1),
+        "process_notify_s": round(process_s, 2),
+        "docs_per_s": round(docs / process_s, 1),
+    }
+
+
+def run(quick: bool = False, profile: bool = False) -> Outcome:
+    batches, per_batch = (6, 5) if quick else (BATCHES, PER_BATCH)
+    out = Outcome()
+    results: dict[str, dict[str, Any]] = {}
+    for topology in ("standalone", "cluster-1", "cluster-3"):
+        progress(NAME, f"{topology}: {batches} x {per_batch} documents")
+        tmp = Path(tempfile.mkdtemp(prefix="relay-bench-cluster-"))
+        servers: list[RedisServer] = []
+        cluster: Cluster | None = None
+        receiver = ReceiverProcess(tmp, relay_env("redis://unused.invalid:1/0"))
+        try:
+            try:
+                if topology == "standalone":
+                    server = RedisServer(tmp / "redis", appendonly=True)
+                    server.start()
+                    servers.append(server)
+                    stack = Stack(redis_url=server.url, tmp=tmp, env=_settings())
+                else:
+                    cluster = Cluster(tmp / "cluster", primaries=int(topology[-1]), replicas=0)
+                    cluster.start()
+                    queues = RedisServer(tmp / "queues", appendonly=True)
+                    queues.start()
+                    servers.append(queues)
+                    env = {
+                        **_settings(),
+                        "RELAY_REDIS_CLUSTER_NODES": cluster.nodes_setting,
+                        "RELAY_QUEUE_REDIS_URL": queues.url,
+                    }
+                    stack = Stack(redis_url=cluster.url, tmp=tmp, env=env)
+                try:
+                    results[topology] = _measure(stack, receiver, batches, per_batch)
+                finally:
+                    stack.close()
+            finally:
+                if cluster is not None:
+                    cluster.close()
+                for server in servers:
+                    server.stop()
+        finally:
+            receiver.stop()
+    base = results["standalone"]["docs_per_s"]
+    out.data = {"workers": WORKERS, "results": results}
+    out.tables.append(
+        table(
+            f"throughput, same processes ({WORKERS} workers, 1 API, 1 detector), "
+            f"{batches} batches x {per_batch} CSVs, each batch notified",
+            ["Redis", "uploads/s", "docs/s (process to notified)", "vs one Redis"],
+            [
+                [t, r["uploads_per_s"], r["docs_per_s"], f"{r['docs_per_s'] / base:.2f}"]
+                for t, r in results.items()
+            ],
+        )
+    )
+    return out

@@ -1,0 +1,113 @@
+"""Faults of a Redis Cluster under traffic (``tests/e2e/traffic.py``: batch after batch, each
+notification answered 500 once, then 200, so every one needs a retry): the slot of the busiest
+shard moved to another primary, and the primary of the busiest shard SIGKILLed (its replica
+takes over). Afterwards every batch made is ``all_done`` and its notification delivered:
+nothing lost."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from relay import keys
+from tests.e2e.traffic import Traffic
+from tests.support.cluster import Cluster
+from tests.support.helpers import wait_until
+from tests.support.procs import Stack
+from tests.support.receiver import Receiver
+
+BEFORE = 12  # batches made before the fault
+
+
+def _start(stack: Stack, receiver: Receiver) -> Traffic:
+    stack.env.update({"RELAY_RETRY_SCHEDULE": "0.5,1,1,1,1,1,1,1", "RELAY_LOG_LEVEL": "warning"})
+    stack.api()
+    stack.worker("--queues", "processing")
+    stack.worker("--queues", "delivery")
+    stack.detector()
+    traffic = Traffic(stack.api_url, stack.create_key("acme"), receiver, poll_rate=10)
+    traffic.batch_pause = 0.05
+    traffic.start()
+    wait_until(lambda: len(traffic.batches) >= BEFORE, 60, 0.2, "no traffic: " + stack.logs())
+    return traffic
+
+
+def _busiest() -> str:
+    """The hash tag of the busiest shard: the one holding the account's event feed, which
+    every completion of every batch appends to (plus the batches of its own)."""
+    return keys.tag(keys.events_shard("acme"))
+
+
+def _nothing_lost(stack: Stack, traffic: Traffic, receiver: Receiver, tag: str) -> None:
+    made = list(traffic.batches)
+    assert not traffic.unexpected, traffic.unexpected
+
+    def delivered() -> set[str]:
+        return {r.path.lstrip("/") for r in receiver.accepted()}
+
+    wait_until(
+        lambda: delivered() >= set(made),
+        90,
+        0.3,
+        f"notifications lost: {sorted(set(made) - delivered())}\n{stack.logs()}",
+    )
+    for name in made:
+        r = traffic_get(stack, traffic, "/batches/" + name)
+        assert r["all_done"] is True and r["counts"]["succeeded"] == 1, r
+    # The feed, in the faulted shard, holds every completion once.
+    feed = traffic_get(stack, traffic, "/events?limit=200")
+    completed = [e["data"]["batch_name"] for e in feed["events"] if e["type"] == "batch.completed"]
+    assert sorted(completed) == sorted(made)
+
+
+def traffic_get(stack: Stack, traffic: Traffic, path: str) -> dict[str, Any]:
+    r = httpx.get(
+        f"{stack.api_url}/api/v1{path}",
+        headers={"authorization": f"Bearer {traffic.key}"},
+        timeout=10,
+    )
+    assert r.status_code == 200, r.text
+    body: dict[str, Any] = r.json()
+    return body
+
+
+@pytest.mark.timeout(300)
+def test_the_busiest_shards_slot_moves_to_another_primary_during_traffic(
+    cluster_stack: Stack, cluster: Cluster, receiver: Receiver
+) -> None:
+    traffic = _start(cluster_stack, receiver)
+    try:
+        tag = _busiest()
+        owner = cluster.owner(tag)
+        target = next(n for n in cluster.primaries() if n.port != owner.port)
+        moved = cluster.move_slot(tag, target)
+        assert moved > 0 and cluster.owner(tag).port == target.port
+        made = len(traffic.batches)
+        wait_until(lambda: len(traffic.batches) >= made + BEFORE, 60, 0.2, "traffic stopped")
+    finally:
+        traffic.stop()
+    print(f"\nslot of {tag} moved {owner.port} -> {target.port}: {moved} keys")
+    _nothing_lost(cluster_stack, traffic, receiver, tag)
+
+
+@pytest.mark.timeout(300)
+def test_the_busiest_shards_primary_is_killed_during_traffic(
+    cluster_stack: Stack, cluster: Cluster, receiver: Receiver
+) -> None:
+    cluster_stack.env.update(
+        {"RELAY_REDIS_WAIT_REPLICAS": "1", "RELAY_REDIS_WAIT_TIMEOUT_MS": "300"}
+    )
+    traffic = _start(cluster_stack, receiver)
+    try:
+        tag = _busiest()
+        owner = cluster.owner(tag)
+        owner.kill()
+        cluster.wait_ok(30)
+        assert cluster.owner(tag).port != owner.port
+        made = len(traffic.batches)
+        wait_until(lambda: len(traffic.batches) >= made + BEFORE, 60, 0.2, "traffic stopped")
+    finally:
+        traffic.stop()
+    _nothing_lost(cluster_stack, traffic, receiver, tag)
