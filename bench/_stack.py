@@ -62,6 +62,9 @@ class Stack:
     api_url: str = ""
     env: dict[str, str] = field(default_factory=dict)
     redis_server: RedisServer | None = None
+    # RQ's queues on a Redis of their own (RELAY_QUEUE_REDIS_URL), as beside a Cluster.
+    separate_queues: bool = False
+    queue_server: RedisServer | None = None
 
     def __post_init__(self) -> None:
         self.redis_server = RedisServer(self.tmp / "redis", appendonly=self.appendonly)
@@ -74,8 +77,18 @@ class Stack:
             "RELAY_ACCOUNT_MAX_PENDING_BYTES": str(64 * 1024**3),
             "RELAY_LOG_LEVEL": "warning",
         }
+        if self.separate_queues:
+            self.queue_server = RedisServer(self.tmp / "queues", appendonly=self.appendonly)
+            self.queue_server.start()
+            settings["RELAY_QUEUE_REDIS_URL"] = self.queue_server.url
         self.env = relay_env(self.redis_server.url, {**settings, **self.settings})
         self.redis = redis.Redis.from_url(self.redis_server.url)
+        # RQ's Redis: where the workers register.
+        self.rq = (
+            redis.Redis.from_url(self.queue_server.url)
+            if self.queue_server is not None
+            else self.redis
+        )
 
     @property
     def redis_url(self) -> str:
@@ -100,7 +113,7 @@ class Stack:
     def start(self, *, api: bool = True, workers: int = 1, detector: bool = True) -> Started:
         """Start the processes at once (their imports overlap), create an API key meanwhile,
         and return once the API answers and RQ lists every worker."""
-        before = int(self.redis.scard("rq:workers"))
+        before = int(self.rq.scard("rq:workers"))
         api_proc = self.api(wait=False) if api else None
         worker_procs = [self.worker(wait=False) for _ in range(workers)]
         detector_proc = self.detector() if detector else None
@@ -120,7 +133,7 @@ class Stack:
 
     def worker(self, wait: bool = True) -> Proc:
         """Start ``relay worker``; with ``wait``, return once RQ lists it."""
-        before = int(self.redis.scard("rq:workers"))
+        before = int(self.rq.scard("rq:workers"))
         proc = self._relay("worker", "worker")
         if wait:
             self._wait_workers(before + 1, [proc])
@@ -131,7 +144,7 @@ class Stack:
             for proc in procs:
                 if not proc.alive:
                     raise BenchError(f"worker exited:\n{proc.tail()}")
-            return int(self.redis.scard("rq:workers")) >= count
+            return int(self.rq.scard("rq:workers")) >= count
 
         wait_until(registered, 30, 0.05, "the workers did not register with RQ")
 
@@ -188,6 +201,9 @@ class Stack:
         self.redis.close()
         if self.redis_server is not None:
             self.redis_server.stop()
+        if self.queue_server is not None:
+            self.rq.close()
+            self.queue_server.stop()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def __enter__(self) -> Stack:

@@ -123,10 +123,36 @@ def _parallel(http: httpx.Client, calls: list[tuple[str, str, dict[str, Any]]]) 
 
 
 def run(quick: bool = False, profile: bool = False) -> Outcome:
+    out = _run(quick, separate_queues=False)
+    progress(NAME, "again, RQ's queues on a Redis of their own (RELAY_QUEUE_REDIS_URL)")
+    apart = _run(quick, separate_queues=True)
+    state = apart.data["per"]
+    out.tables.append(
+        table(
+            "the state Redis alone, RQ's queues on their own Redis (as beside a Cluster); "
+            "net of the idle rate",
+            ["per", "commands", "CPU us", "same Redis: commands", "CPU us"],
+            [
+                [
+                    label,
+                    f["commands"],
+                    f["cpu_us"],
+                    out.data["per"][label]["commands"],
+                    out.data["per"][label]["cpu_us"],
+                ]
+                for label, f in state.items()
+            ],
+        )
+    )
+    out.data["queues_apart"] = apart.data
+    return out
+
+
+def _run(quick: bool, separate_queues: bool) -> Outcome:
     batches = 10 if quick else BATCHES
     idle_s = 1.0 if quick else IDLE_S
     settings = {"RELAY_ACCOUNT_RETRY_RATE_LIMIT": "1000000/minute"}
-    with Stack(settings=settings, appendonly=True) as stack:
+    with Stack(settings=settings, appendonly=True, separate_queues=separate_queues) as stack:
         started = stack.start(workers=1)
         receiver = ReceiverProcess(stack.tmp, stack.env)
         meter = RedisMeter(stack.redis)
