@@ -86,7 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         elapsed = time.monotonic() - t0
         outcome.data["goals"] = [g.__dict__ for g in outcome.goals]
         outcome.data["elapsed_s"] = round(elapsed, 1)
-        path = write_result(name, args.quick, outcome.data)
+        # A partial tables run (--limit) is named like a quick one: it never replaces a full run.
+        path = write_result(name, args.quick or bool(args.limit), outcome.data)
         print()
         for text in outcome.tables:
             print(text, end="\n\n")

@@ -81,7 +81,7 @@ def _load(corpus: str, limit: int | None) -> list[Doc]:
 _RELAY_SETTINGS: dict[str, Any] = {}
 
 
-def _run_relay(docs: Sequence[Doc], meter: CpuMeter) -> list[DocResult]:
+def _run_relay(docs: Sequence[Doc], meter: CpuMeter) -> tuple[list[DocResult], dict[str, Any]]:
     out: list[DocResult] = []
     with RelayRunner() as relay:
         _RELAY_SETTINGS.update(relay.settings())
@@ -93,10 +93,13 @@ def _run_relay(docs: Sequence[Doc], meter: CpuMeter) -> list[DocResult]:
             out.append(
                 DocResult(doc.name, doc.pages, got.tables, got.seconds, got.error, got.message)
             )
-    return out
+        cpu = meter.stop()  # before the extraction child is gone with its counters
+    return out, cpu
 
 
-def _run_engine(engine: str, docs: Sequence[Doc], meter: CpuMeter) -> list[DocResult]:
+def _run_engine(
+    engine: str, docs: Sequence[Doc], meter: CpuMeter
+) -> tuple[list[DocResult], dict[str, Any]]:
     if engine == "relay":
         return _run_relay(docs, meter)
     answers = peers.run_peer(engine, [(doc.name, doc.path, doc.kind) for doc in docs])
@@ -113,7 +116,7 @@ def _run_engine(engine: str, docs: Sequence[Doc], meter: CpuMeter) -> list[DocRe
                 str(answer.get("message", "")),
             )
         )
-    return out
+    return out, meter.stop()
 
 
 def _versions() -> dict[str, str]:
@@ -263,13 +266,12 @@ def run(
             meter = CpuMeter({})
             t0 = time.monotonic()
             try:
-                got = _run_engine(engine, docs, meter)
+                got, cpu = _run_engine(engine, docs, meter)
             except peers.PeerUnavailable as exc:
                 progress(NAME, f"{name}: {engine} unavailable: {exc}")
                 results[engine] = {"unavailable": str(exc)}
                 rows.append([engine, "unavailable", "", "", "", "", "", ""])
                 continue
-            cpu = meter.stop()
             grids[engine] = {r.name: r.tables for r in got}
             _, scored = _score(docs, got)
             scored["wall_s"] = round(time.monotonic() - t0, 1)
