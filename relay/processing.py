@@ -14,7 +14,7 @@ process dies, the lease expires and the detector's sweeper hands the document ou
 One heavy document does not hold the line (``docs/architecture.md``, "Why processing is
 fair"): a document is extracted in a thread of its own while the job watches. Once it has
 run ``RELAY_BACKGROUND_AFTER`` seconds and other documents wait, the job moves it to the
-background (:class:`Background`): it goes on in its extraction child, reniced so the
+background (``relay.background``): it goes on in its extraction child, reniced so the
 foreground has the CPU first, and is stored by its thread when done; the job takes a fresh
 child and goes on claiming in fair order. At most ``RELAY_BACKGROUND_EXTRACTIONS`` documents
 per worker process are in the background; when that many are, a slow foreground document
@@ -29,6 +29,7 @@ import threading
 import time
 
 from relay import keys, queues
+from relay.background import Background
 from relay.extract.sandbox import ExtractorHost
 from relay.logs import fields
 from relay.redis_conn import retry_while_full
@@ -184,53 +185,6 @@ class _Extraction:
 
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
-
-
-class Background:
-    """The documents this worker process extracts in the background, at most ``limit``
-    (``RELAY_BACKGROUND_EXTRACTIONS``). Each keeps the extraction child it started in, at a
-    lower priority, which is closed when its document is stored."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._lock = threading.Lock()
-        self._running: set[_Extraction] = set()
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._running)
-
-    def has_room(self) -> bool:
-        return len(self) < self.limit
-
-    def adopt(self, extraction: _Extraction) -> bool:
-        """Take ``extraction`` (False when full, or when it ended meanwhile)."""
-        with self._lock:
-            if len(self._running) >= self.limit or not extraction.to_background(self):
-                return False
-            self._running.add(extraction)
-            # Under the lock: whoever sees it in the background sees it reniced (a test
-            # checking both at once failed on a busy machine).
-            extraction.host.lower_priority()
-        log.info(
-            "document moved to the background",
-            extra=fields(doc_id=extraction.claim.doc_id, account=extraction.claim.batch.account),
-        )
-        return True
-
-    def release(self, extraction: _Extraction) -> None:
-        extraction.host.close()
-        with self._lock:
-            self._running.discard(extraction)
-
-    def join(self, timeout: float) -> None:
-        """Wait, up to ``timeout`` seconds in all, for the documents in the background to be
-        stored (a worker that stops lets them finish; one cut short comes back by its lease)."""
-        deadline = time.monotonic() + timeout
-        with self._lock:
-            running = list(self._running)
-        for extraction in running:
-            extraction.join(max(0.0, deadline - time.monotonic()))
 
 
 _WATCH = 0.1  # seconds between looks at the fair queue while a slow document extracts

@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 import httpx
 import redis
 from redis import Redis
 
+from relay.background import Background
 from relay.blobs import BlobStore
 from relay.config import Settings
 from relay.crypto import Encryptor
@@ -33,9 +33,6 @@ from relay.signing_keys import SigningKeys
 from relay.store import Store
 from relay.timefmt import now_ms
 from relay.webhook_store import WebhookStore
-
-if TYPE_CHECKING:
-    from relay.processing import Background
 
 
 @dataclass
@@ -118,8 +115,6 @@ class WorkerContext:
     @cached_property
     def background(self) -> Background:
         """The documents this process extracts in the background (``relay.processing``)."""
-        from relay.processing import Background  # processing imports this module
-
         return Background(self.settings.background_extractions)
 
 
