@@ -93,6 +93,13 @@ def _expired(after: str, retention_ms: int, now: int) -> bool:
     return at is not None and 0 < at < now - retention_ms
 
 
+def _check_aged_out(after: str | None, retention_ms: int, now: int) -> None:
+    """When the feed holds no ``after``: return if it aged out (the page is read again from
+    the oldest event kept), else raise EventNotFound."""
+    if after is None or not _expired(after, retention_ms, now):
+        raise EventNotFound(f"no event {after!r} in this feed")
+
+
 class _Reader:
     """The page logic both stores share: filter, stop at the limit, the next cursor."""
 
@@ -160,8 +167,7 @@ class EventLog:
         reader = _Reader(account, feed, limit, type_, batch)
         found, entries = self.scripts("event_page", *_page_call(account, feed, after, reader.count))
         if not int(found):
-            if after is None or not _expired(after, self.retention_ms, self.clock()):
-                raise EventNotFound(f"no event {after!r} in this feed")
+            _check_aged_out(after, self.retention_ms, self.clock())
             return self.page(account, feed, limit=limit, type_=type_, batch=batch)
         return reader.page(after, entries)
 
@@ -215,8 +221,7 @@ class AsyncEventLog:
             "event_page", *_page_call(account, feed, after, reader.count)
         )
         if not int(found):
-            if after is None or not _expired(after, self.retention_ms, self.clock()):
-                raise EventNotFound(f"no event {after!r} in this feed")
+            _check_aged_out(after, self.retention_ms, self.clock())
             return await self.page(account, feed, limit=limit, type_=type_, batch=batch)
         return reader.page(after, entries)
 
