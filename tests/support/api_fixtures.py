@@ -73,6 +73,11 @@ class Api:
     app: Starlette
     _keys: dict[str, str] = field(default_factory=dict)
 
+    def flush(self) -> None:
+        """Empty the Redis and forget the keys made so far (the next ``key`` makes new ones)."""
+        self.redis.flushdb()
+        self._keys.clear()
+
     def key(self, account: str) -> str:
         """The API key of ``account`` (one per account, made on first use)."""
         if account not in self._keys:
