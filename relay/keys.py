@@ -22,7 +22,15 @@ SHARDS = 16
 PREFIX = "relay"
 
 _ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz234567"
-_ID_RE = re.compile(r"(doc|msg)_([0-9a-f])([a-z2-7]{20})")
+# An id: its kind, the shard (one hex digit), 20 characters of _ID_ALPHABET (100 bits).
+_ID_SHARD, _ID_TOKEN = "[0-9a-f]", "[a-z2-7]{20}"
+_ID_RE = re.compile(rf"(doc|msg)_({_ID_SHARD})({_ID_TOKEN})")
+
+
+def id_pattern(kind: str) -> str:
+    """The anchored pattern of a well-formed ``kind`` id (``doc``, ``msg``), the one the
+    API's schemas and checks use: ``_ID_RE``'s, for that kind."""
+    return f"^{kind}_{_ID_SHARD}{_ID_TOKEN}$"
 
 
 def shard_for_batch(account: str, batch_name: str) -> int:

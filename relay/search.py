@@ -23,7 +23,7 @@ from typing import Any
 
 from relay import keys
 from relay.exceptions import InvalidCursor
-from relay.model import DeliveryStatus
+from relay.model import DELIVERY_ID_PATTERN, DeliveryStatus
 from relay.scripts import fields
 
 # Scores are creation times in ms; a bound past every one of them.
@@ -55,7 +55,7 @@ Position = tuple[int, str]  # (created_at ms, delivery id): a cursor, exact unde
 # ``<created_ms>.<delivery id>``: the position of the last delivery shown. The form is
 # documented (``relay.api.openapi_parts``) so tools know which strings the API takes; any
 # string of this form is a valid position, whether or not that delivery exists.
-CURSOR_PATTERN = r"^([0-9]{1,15}\.msg_[0-9a-f][a-z2-7]{20})?$"
+CURSOR_PATTERN = rf"^([0-9]{{1,15}}\.{DELIVERY_ID_PATTERN[1:-1]})?$"
 _CURSOR = re.compile(CURSOR_PATTERN)
 
 

@@ -106,8 +106,8 @@ def verify_challenge(body: bytes) -> str | None:
 
 def notification_body(batch: Batch, public_url: str) -> bytes:
     """The exact bytes POSTed for one completion (identical on every attempt)."""
-    data = batch.to_json()
-    data["results_url"] = f"{public_url.rstrip('/')}/api/v1/batches/{batch.name}/results"
+    results_url = f"{public_url.rstrip('/')}/api/v1/batches/{batch.name}/results"
+    data = {**batch.to_json(), "results_url": results_url}
     event = {"type": EVENT_TYPE, "timestamp": rfc3339(batch.completed_at), "data": data}
     return json.dumps(event, separators=(",", ":")).encode()
 
