@@ -392,10 +392,11 @@ def test_relay_dev_sigkilled_leaves_no_process(tmp_path: Path) -> None:
         text = "".join(lines)
         found = _PRIVATE_REDIS.search(text)
         assert found is not None, text
-        wait_until(lambda: _started_by(found.group(1)), 60, 0.1, "no child seen")
+        url, redis_pid = found.group(1), int(found.group(2))
+        wait_until(lambda: _started_by(url), 60, 0.1, "no child seen")
         os.kill(proc.pid, signal.SIGKILL)  # relay dev alone (bash exec'd it)
         assert proc.wait(30) == -signal.SIGKILL
-        _assert_nothing_left(found.group(1), int(found.group(2)), text)
+        _assert_nothing_left(url, redis_pid, text)
         assert not [name for name, pid in pids.items() if dev_pid_alive(pid)]
         found = None  # nothing to clean up
     finally:
