@@ -437,15 +437,14 @@ class AsyncWebhookStore:
             h = await self.redis.hgetall(ref.key)
             batch = Batch.from_hash(h)
             if batch.completed_at is not None and batch.completion_seq == seq:
-                # The completion's event id (its outbox entry, recorded by complete_if_done).
-                entry = h.get(b"completion_entry", b"").decode()
+                # The completion's event id, as the detector derives it.
                 k, a = _create_call(
                     ref,
                     seq,
                     notification_body(batch, public_url),
                     batch.completed_at,
                     self.clock(),
-                    keys.event_id(s, s, entry) if entry else None,
+                    keys.completion_id(s, ref.account, ref.name, batch.created_at, seq),
                 )
                 made, _ = await self.scripts("create_delivery", k, a)
                 due = int(made) == 1
