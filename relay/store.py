@@ -170,7 +170,7 @@ class AsyncStore:
         if pending + charge <= self.max_pending_bytes:
             await self.redis.set(total, pending + charge)
             return max(0, self.max_pending_bytes - (pending - per_shard[ref.shard]))
-        await self.redis.set(total, pending)
+        await (self.redis.set(total, pending) if pending else self.redis.delete(total))
         raise QuotaExceeded(limit=self.max_pending_bytes, pending=pending, size=charge)
 
     async def upload(
@@ -282,7 +282,9 @@ class AsyncStore:
         )
         result = json.loads(reply)
         if result["freed"]:
-            await self.redis.decrby(keys.account_pending_total(ref.account), result["freed"])
+            total = keys.account_pending_total(ref.account)
+            if await self.redis.decrby(total, result["freed"]) <= 0:
+                await self.redis.delete(total)
         if not result["found"]:
             raise BatchNotFound(f"no batch named {ref.name!r}")
         canceled = [str(i) for i in result["canceled"] or []]
@@ -462,9 +464,18 @@ class Store:
         if not outcome_["stored"]:
             return False, 0
         if outcome_["freed"]:
-            self.redis.decrby(keys.account_pending_total(claim.batch.account), outcome_["freed"])
+            self.release_total(claim.batch.account, outcome_["freed"])
         self.blobs.discard(claim.doc_id, claim.blob_kind)
         return True, int(outcome_["seq"])
+
+    def release_total(self, account: str, freed: int) -> None:
+        """Take bytes a script freed off the account's total (``AsyncStore``'s docstring);
+        the key goes at 0. An upload reserving between the two commands loses its
+        reservation from the total: it comes back at the next recount or the next time the
+        total reaches 0 (a total below 0 is deleted too)."""
+        total = keys.account_pending_total(account)
+        if self.redis.decrby(total, freed) <= 0:
+            self.redis.delete(total)
 
     def expired_leases(self, shard: int, limit: int = 500) -> list[str]:
         ids = self.redis.zrangebyscore(keys.leases(shard), "-inf", self.clock(), start=0, num=limit)
@@ -503,7 +514,7 @@ class Store:
         )
         result = json.loads(reply)
         if result["freed"]:
-            self.redis.decrby(keys.account_pending_total(ref.account), result["freed"])
+            self.release_total(ref.account, result["freed"])
         return str(result["outcome"])
 
 
