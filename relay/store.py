@@ -21,7 +21,7 @@ from relay import keys
 from relay.blobs import BlobStore
 from relay.exceptions import BatchDeleted, BatchNotFound, QuotaExceeded, StateError
 from relay.model import Batch, Document, Status, valid_batch_name
-from relay.scripts import AsyncScripts, Scripts, refusal
+from relay.scripts import AsyncScripts, Scripts, fields, refusal
 from relay.timefmt import now_ms
 
 
@@ -280,14 +280,14 @@ class AsyncStore:
             ],
             [self.clock(), keys.shard_prefix(s)],
         )
-        result = json.loads(reply)
-        if result["freed"]:
+        r = fields(reply)
+        if r.get("freed"):
             total = keys.account_pending_total(ref.account)
-            if await self.redis.decrby(total, result["freed"]) <= 0:
+            if await self.redis.decrby(total, r["freed"]) <= 0:
                 await self.redis.delete(total)
-        if not result["found"]:
+        if not r["found"]:
             raise BatchNotFound(f"no batch named {ref.name!r}")
-        canceled = [str(i) for i in result["canceled"] or []]
+        canceled: list[str] = r.get("canceled", [])
         for doc_id in canceled:
             self.blobs.discard(doc_id, self.blobs.kind)
         return canceled
@@ -385,7 +385,7 @@ class Store:
             [k["doc"], k["batch"], k["started"], k["leases"]],
             [doc_id, self.clock(), lease_ms, token],
         )
-        claimed = json.loads(reply)
+        claimed = fields(reply)
         return _claim(doc_id, ref, token, claimed) if claimed["claimed"] else None
 
     def claim_next(self, shard: int, token: str, lease_ms: int) -> tuple[Claim | None, bool]:
@@ -396,7 +396,7 @@ class Store:
             [keys.leases(shard)],
             [keys.shard_prefix(shard), self.clock(), lease_ms, token, CLAIM_SKIP_LIMIT],
         )
-        c = json.loads(reply)
+        c = fields(reply)
         more = int(c["more"]) == 1
         if not c["claimed"]:
             return None, more
@@ -460,7 +460,7 @@ class Store:
                 message,
             ],
         )
-        outcome_ = json.loads(reply)
+        outcome_ = fields(reply)
         if not outcome_["stored"]:
             return False, 0
         if outcome_["freed"]:
@@ -512,7 +512,7 @@ class Store:
             ],
             [doc_id, self.clock(), max_claims, keys.shard_prefix(ref.shard), ref.account, ref.name],
         )
-        result = json.loads(reply)
+        result = fields(reply)
         if result["freed"]:
             self.release_total(ref.account, result["freed"])
         return str(result["outcome"])

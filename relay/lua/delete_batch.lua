@@ -2,16 +2,17 @@
 -- KEYS: 1 batch, 2 batch_docs, 3 batch_pending, 4 fair_ring (its documents leave it), 5 outbox,
 --       6 account_pending_bytes
 -- ARGV: 1 now (ms), 2 the shard's key prefix (documents and blobs are derived from it)
--- Returns JSON (cjson): {found = true|false, canceled = [document ids] (an empty list may
--- come as {}), freed = bytes the caller takes off the account's total (release_charge)}
+-- Returns: a JSON object (cjson): found (1/0) and, when any, canceled: the ids of the
+--   documents canceled now (absent when none: cjson would encode an empty list as {}),
+--   and freed: the bytes the caller takes off the account's total (release_charge)
 -- Documents' keys are derived from ARGV[2] (same hash tag as KEYS) because a batch may hold
 -- any number of them; each cancellation is O(1).
 local b = redis.call('HMGET', KEYS[1], 'created_at', 'deleted_at')
 if not b[1] then
-  return cjson.encode({found = false, canceled = {}, freed = 0})
+  return cjson.encode({found = 0})
 end
 if b[2] and b[2] ~= '' then
-  return cjson.encode({found = true, canceled = {}, freed = 0})
+  return cjson.encode({found = 1})
 end
 redis.call('HSET', KEYS[1], 'deleted_at', ARGV[1])
 redis.call('DEL', KEYS[3])
@@ -35,4 +36,7 @@ if #canceled > 0 then
   note_completion(KEYS[1], ARGV[1])
 end
 complete_if_done(KEYS[1], KEYS[5])
-return cjson.encode({found = true, canceled = canceled, freed = freed})
+if #canceled == 0 then
+  canceled = nil
+end
+return cjson.encode({found = 1, canceled = canceled, freed = freed})
