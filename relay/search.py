@@ -54,7 +54,7 @@ Position = tuple[int, str]  # (created_at ms, delivery id): a cursor, exact unde
 # ``<created_ms>.<delivery id>``: the position of the last delivery shown. The form is
 # documented (``relay.api.openapi_parts``) so tools know which strings the API takes; any
 # string of this form is a valid position, whether or not that delivery exists.
-CURSOR_PATTERN = r"^([0-9]{1,15}\.msg_[0-9a-f][a-z2-7]{20})?$"
+CURSOR_PATTERN = rf"^([0-9]{{1,15}}\.{keys.ID_PATTERNS['msg']})?$"
 _CURSOR = re.compile(CURSOR_PATTERN)
 
 
@@ -77,11 +77,14 @@ def index_keys(q: DeliveryQuery) -> list[tuple[int, str, str]]:
     """``(shard, index key, status filter)`` for each shard the query reads: the index that
     answers every filter but a batch's status, which the page script checks."""
     if q.batch is not None and q.account is not None:
-        s = keys.shard_for_batch(q.account, q.batch)
+        # The shard the batch lives in, among those it may (one but after a raised count).
         status = q.status.value if q.status is not None else ""
-        return [(s, keys.batch_deliveries(s, q.account, q.batch), status)]
+        return [
+            (s, keys.batch_deliveries(s, q.account, q.batch), status)
+            for s in keys.batch_shards(q.account, q.batch)
+        ]
     out = []
-    for s in range(keys.SHARDS):
+    for s in keys.all_shards():
         if q.account is not None and q.status is not None:
             key = keys.account_status_deliveries(s, q.account, q.status.value)
         elif q.account is not None:
@@ -176,7 +179,7 @@ class RecoverRun:
             raise ValueError(f"recover takes failed or canceled deliveries, not {status}")
         self.status, self.account, self.chunk = status, account, chunk
         self.since_ms, self.until_ms, self.now = since_ms, until_ms, now
-        self.offsets = dict.fromkeys(range(keys.SHARDS), 0)
+        self.offsets = dict.fromkeys(keys.all_shards(), 0)
         self.result = Recovery()
 
     @property

@@ -45,7 +45,9 @@ DEFAULT_DISABLE_AFTER_MS = 5 * 86_400_000
 
 def operational_ref(account: str) -> BatchRef:
     """The account's operational webhook and deliveries: the reserved pseudo-batch."""
-    return BatchRef(account, keys.OPERATIONAL_BATCH)
+    return BatchRef(
+        account, keys.OPERATIONAL_BATCH, keys.home_shard(account, keys.OPERATIONAL_BATCH)
+    )
 
 
 def disable_reason(disable_after_ms: int) -> str:
@@ -324,7 +326,7 @@ class WebhookStore:
         shard = keys.shard_of_id("msg", delivery_id)
         if current is None or shard is None:
             raise DeliveryNotFound(f"no delivery {delivery_id!r}")
-        ref = BatchRef(current.account, current.batch_name)
+        ref = BatchRef(current.account, current.batch_name, shard)
         k, a = _retry_call(shard, delivery_id, ref, self.clock())
         try:
             self.scripts("retry_delivery", k, a)
@@ -370,11 +372,12 @@ class WebhookStore:
     def due_shards(self, first: int = 0) -> tuple[int, ...]:
         """Shards with deliveries due now, ``first`` first (one pipelined round trip)."""
         now = self.clock()
+        shards = keys.all_shards()
         with self.redis.pipeline(transaction=False) as pipe:
-            for s in range(keys.SHARDS):
+            for s in shards:
                 pipe.zcount(keys.due(s), "-inf", now)
             counts = pipe.execute()
-        order = sorted(range(keys.SHARDS), key=lambda s: (s != first, s))
+        order = sorted(shards, key=lambda s: (s != first, s))
         return tuple(s for s in order if counts[s])
 
 
@@ -527,7 +530,7 @@ class AsyncWebhookStore:
         )
         if h[0] is None or h[1] is None:
             raise DeliveryNotFound(f"no delivery {delivery_id!r}")
-        return await self.retry(BatchRef(h[0].decode(), h[1].decode()), delivery_id)
+        return await self.retry(BatchRef(h[0].decode(), h[1].decode(), shard), delivery_id)
 
     async def deliveries(
         self, ref: BatchRef, *, start: int, limit: int

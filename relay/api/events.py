@@ -31,7 +31,7 @@ from relay.events import (
 )
 from relay.model import valid_batch_name
 
-EVENT_ID_PATTERN = "^msg_[0-9a-f][a-z2-7]{20}$"
+EVENT_ID_PATTERN = "^msg_(?:[0-9a-f]|[0-9a-f]{3})[a-z2-7]{20}$"  # relay.keys.ID_PATTERNS
 _EVENT_ID_RE = re.compile(EVENT_ID_PATTERN[1:-1])
 _LIMIT_RE = re.compile(r"[0-9]{1,4}")
 _WAIT_RE = re.compile(r"[0-9]{1,20}(\.[0-9]{1,20})?([eE][-+]?[0-9]{1,3})?")
