@@ -100,8 +100,9 @@ class Detector:
         snapshot = {k.encode(): str(v).encode() for k, v in json.loads(fields[b"snapshot"]).items()}
         batch = Batch.from_hash(snapshot)
         body = notification_body(batch, self.settings.public_url)
-        # The event's id is its webhook-id: the same for the feed and every delivery.
-        event_id = keys.event_id(shard, shard, entry_id.decode())
+        # The event's id is its webhook-id: the same for the feed and every delivery, and
+        # for this completion made again (lost with a failed-over primary).
+        event_id = keys.completion_id(shard, account, name, batch.created_at, seq)
         self.ctx.events.append(account, keys.FEED_BATCHES, event_id, EVENT_TYPE, name, body)
         created, _ = self.ctx.webhooks.create(
             BatchRef(account, name, shard), seq, body, batch.completed_at or 0, delivery_id=event_id

@@ -21,6 +21,7 @@ scripts together with batch state and carry no shard tag.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 import time
@@ -33,10 +34,16 @@ MAX_SHARDS = 256  # ids hold up to 4096 (three hex digits); docs/decisions.md: w
 PREFIX = "relay"
 
 _ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz234567"
-_SHARD_DIGITS = "(?:[0-9a-f]|[0-9a-f]{3})"  # one hex digit below shard 16, three from 16
-ID_PATTERNS = {kind: f"{kind}_{_SHARD_DIGITS}[a-z2-7]{{20}}" for kind in ("doc", "msg")}
-"""The regular expressions of well-formed ids, for the API's schemas and checks."""
-_ID_RE = re.compile(r"(doc|msg)_([0-9a-f]|[0-9a-f]{3})([a-z2-7]{20})")
+# An id: its kind, the shard (hex: one digit below 16, three from 16; the length tells which),
+# 20 characters of _ID_ALPHABET (100 bits).
+_ID_SHARD, _ID_TOKEN = "(?:[0-9a-f]|[0-9a-f]{3})", "[a-z2-7]{20}"
+_ID_RE = re.compile(rf"(doc|msg)_({_ID_SHARD})({_ID_TOKEN})")
+
+
+def id_pattern(kind: str) -> str:
+    """The anchored pattern of a well-formed ``kind`` id (``doc``, ``msg``), the one the
+    API's schemas and checks use: ``_ID_RE``'s, for that kind."""
+    return f"^{kind}_{_ID_SHARD}{_ID_TOKEN}$"
 
 
 @dataclass(frozen=True)
@@ -397,20 +404,45 @@ _EVENT_BITS = {1: 48, 3: 44}  # digits of the home shard -> bits of the ms and o
 
 
 def event_id(home: int, raised: int, entry_id: str) -> str:
-    """The id of the event of outbox entry ``entry_id`` of shard ``raised``: also the id of
-    its deliveries (the ``webhook-id``), which live in shard ``home``. A ``msg_`` id, the
-    same for every detector that handles the entry, unique across shards."""
+    """The id of the operational event of outbox entry ``entry_id`` of shard ``raised``: also
+    the id of its deliveries (the ``webhook-id``), which live in shard ``home``. A ``msg_``
+    id, the same for every detector that handles the entry, unique across shards. (A batch's
+    completion has ``completion_id``.)"""
     ms, _, seq = entry_id.partition("-")
     digits = f"{home:x}" if home < 16 and raised < 16 else f"{home:03x}"
     bits = _EVENT_BITS[len(digits)]
     mask = (1 << bits) - 1
     value = (raised << (2 * bits)) | ((int(ms) & mask) << bits) | (int(seq or 0) & mask)
-    token = "".join(_ID_ALPHABET[(value >> (5 * i)) & 31] for i in reversed(range(20)))
-    return f"msg_{digits}{token}"
+    return f"msg_{digits}{_token(value)}"
+
+
+def _token(value: int) -> str:
+    """100 bits as 20 characters of ``_ID_ALPHABET``, most significant first."""
+    return "".join(_ID_ALPHABET[(value >> (5 * i)) & 31] for i in reversed(range(20)))
+
+
+def completion_id(shard: int, account: str, name: str, created_at: int, seq: int) -> str:
+    """The id of completion ``seq`` of the batch ``name`` created at ``created_at`` (ms): its
+    event's id and its deliveries' ``webhook-id``. Derived from what identifies the
+    completion, not from where it was recorded, so a completion lost with a failed-over
+    primary and made again on the new one keeps its id (the receiver sees a replay, and the
+    feed appends it once); a batch deleted and created again under the same name has another
+    ``created_at``, so it never reuses an old id. 100 bits: the batch's shard, ``created_at``
+    (what ``event_time`` reads back, never after the event) and a hash of the four; 4 + 48 +
+    48 bits below shard 16, 12 + 44 + 44 from 16 (``_EVENT_BITS``)."""
+    digits = _shard_digits(shard)
+    bits = _EVENT_BITS[len(digits)]
+    mask = (1 << bits) - 1
+    digest = hashlib.blake2b(
+        f"{account}\x00{name}\x00{created_at}\x00{seq}".encode(), digest_size=6
+    ).digest()
+    value = (shard << (2 * bits)) | ((created_at & mask) << bits) | (int.from_bytes(digest) & mask)
+    return f"msg_{digits}{_token(value)}"
 
 
 def event_time(ident: str) -> int | None:
-    """When the event of an ``event_id`` was raised (ms), None for another kind of id."""
+    """When the event of an ``event_id`` was raised, or the batch of a ``completion_id`` was
+    created (ms; never after the event was recorded), None for another kind of id."""
     m = _ID_RE.fullmatch(ident)
     if m is None or m.group(1) != "msg":
         return None

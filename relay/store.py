@@ -21,7 +21,7 @@ from relay import keys
 from relay.blobs import BlobStore
 from relay.exceptions import BatchDeleted, BatchNotFound, QuotaExceeded, StateError
 from relay.model import Batch, Document, valid_batch_name
-from relay.scripts import AsyncScripts, Scripts, refusal
+from relay.scripts import AsyncScripts, Scripts, fields, refusal
 from relay.timefmt import now_ms
 
 
@@ -268,9 +268,10 @@ class AsyncStore:
             ],
             [self.clock(), keys.shard_prefix(s)],
         )
-        if not result or int(result[0]) == 0:
+        r = fields(result)
+        if not r["found"]:
             raise BatchNotFound(f"no batch named {ref.name!r}")
-        canceled = [i.decode() for i in result[1:]]
+        canceled: list[str] = r.get("canceled", [])
         for doc_id in canceled:
             self.blobs.discard(doc_id, self.blobs.kind)
         return canceled

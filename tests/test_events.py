@@ -112,7 +112,7 @@ def test_after_is_exact_and_unknown_ids_are_refused(h: H) -> None:
     h.complete(BatchRef("globex", "g1"), register=False)
     Detector(h.ctx, "d1").read_once(10)
     log = h.ctx.events
-    ids = [e["id"] for e in _feed(h)]
+    ids = [str(e["id"]) for e in _feed(h)]
     assert len(ids) == 5
     seen: list[object] = []
     after = None
@@ -174,3 +174,59 @@ def test_the_retention_sweeper_trims_the_feeds(h: H, redis_url: str) -> None:
         assert h.client.zcard(keys.event_logs(keys.events_shard("acme"))) == 0
     finally:
         ctx.redis.close()
+
+
+def test_a_completion_made_again_keeps_its_id_and_is_one_event_and_one_delivery(h: H) -> None:
+    """A completion lost with a failed-over primary is made again on the new one: another
+    outbox entry, another completed_at, the same batch and completion_seq. Its event and
+    delivery keep the id the receiver may have seen (a replay), recorded once."""
+    h.complete(register=True)
+    detector = Detector(h.ctx, "d1")
+    assert detector.read_once(10) == 1
+    ((entry_id, fields),) = h.client.xrange(keys.outbox(REF_SHARD))
+    snapshot = json.loads(fields[b"snapshot"])
+    redo = {**snapshot, "completed_at": int(snapshot["completed_at"]) + 700}
+    entry = h.client.xadd(keys.outbox(REF_SHARD), {**fields, b"snapshot": json.dumps(redo)})
+    assert entry != entry_id
+    detector.handle(REF_SHARD, entry, h.client.xrange(keys.outbox(REF_SHARD), entry, entry)[0][1])
+    events = _feed(h)
+    (delivery_id,) = h.deliveries()
+    assert [e["id"] for e in events] == [delivery_id]
+    assert delivery_id == keys.completion_id(
+        REF_SHARD, "acme", "b1", int(snapshot["created_at"]), int(fields[b"seq"])
+    )
+
+
+def test_a_batch_made_again_under_its_name_never_reuses_an_id(h: H) -> None:
+    """The same name, the same completion_seq, another batch (created at another time):
+    another event and another delivery, even if the old delivery record is still there."""
+    h.complete(register=True)
+    detector = Detector(h.ctx, "d1")
+    assert detector.read_once(10) == 1
+    ((_, fields),) = h.client.xrange(keys.outbox(REF_SHARD))
+    snapshot = json.loads(fields[b"snapshot"])
+    # The old batch's delivery index by seq is gone (purged), its delivery record is kept.
+    h.client.delete(keys.batch_delivery_by_seq(REF_SHARD, "acme", "b1"))
+    again = {**snapshot, "created_at": int(snapshot["created_at"]) + 60_000}
+    entry = h.client.xadd(keys.outbox(REF_SHARD), {**fields, b"snapshot": json.dumps(again)})
+    detector.handle(REF_SHARD, entry, h.client.xrange(keys.outbox(REF_SHARD), entry, entry)[0][1])
+    ids = [str(e["id"]) for e in _feed(h)]
+    assert len(ids) == 2 and len(set(ids)) == 2
+    assert sorted(h.deliveries()) == sorted(ids)
+
+
+def test_a_delivery_id_made_twice_is_one_delivery(h: H) -> None:
+    """create_delivery is idempotent on the id too: the same completion's id, its seq index
+    lost, does not make (nor overwrite) a second delivery."""
+    h.complete(register=True)
+    Detector(h.ctx, "d1").read_once(10)
+    (delivery_id,) = h.deliveries()
+    key = keys.delivery(REF_SHARD, delivery_id)
+    h.client.hset(key, "status", "succeeded")
+    h.client.delete(keys.batch_delivery_by_seq(REF_SHARD, "acme", "b1"))
+    created, ident = h.ctx.webhooks.create(
+        BatchRef("acme", "b1"), 1, b"{}", delivery_id=delivery_id
+    )
+    assert (created, ident) == (False, delivery_id)
+    assert h.client.hget(key, "status") == b"succeeded"
+    assert h.deliveries() == [delivery_id]

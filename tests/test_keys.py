@@ -140,3 +140,18 @@ def test_the_operational_pseudo_batch_is_the_same_in_lua_and_no_batch_name(
 ) -> None:
     assert _lua(redis, "OPERATIONAL_BATCH") == keys.OPERATIONAL_BATCH
     assert not valid_batch_name(keys.OPERATIONAL_BATCH)
+
+
+def test_a_completion_id_is_derived_from_the_completion() -> None:
+    ident = keys.completion_id(5, "acme", "b1", 1_700_000_000_123, 3)
+    assert ident == keys.completion_id(5, "acme", "b1", 1_700_000_000_123, 3)
+    assert keys.shard_of_id("msg", ident) == 5
+    assert keys.event_time(ident) == 1_700_000_000_123  # never after the event
+    others = {
+        keys.completion_id(5, "acme", "b1", 1_700_000_000_124, 3),  # the batch made again
+        keys.completion_id(5, "acme", "b1", 1_700_000_000_123, 4),  # the next completion
+        keys.completion_id(5, "acme", "b2", 1_700_000_000_123, 3),
+        keys.completion_id(5, "acme2", "b1", 1_700_000_000_123, 3),
+        keys.completion_id(5, "acme\x00b", "1", 1_700_000_000_123, 3),
+    }
+    assert ident not in others and len(others) == 5

@@ -38,7 +38,7 @@ def test_ids_carry_their_shard_in_one_digit_below_16_and_three_from_16(shard: in
         ident = keys.new_id(kind, shard)
         assert keys.shard_of_id(kind, ident) == shard
         assert len(ident) == (25 if shard < 16 else 27)
-        assert re.fullmatch(keys.ID_PATTERNS[kind], ident)
+        assert re.fullmatch(keys.id_pattern(kind), ident)
     assert keys.shard_of_id("doc", "doc_3" + "a" * 20) == 3  # an id written before: unchanged
     assert keys.shard_of_id("doc", "doc_03" + "a" * 20) is None  # two digits: no such id
 
@@ -53,6 +53,10 @@ def test_event_ids_below_16_shards_are_unchanged_and_wider_ones_round_trip() -> 
         assert keys.event_time(ident) == 1764600000123
     assert keys.shard_of_id("msg", keys.event_id(40, 3, entry)) == 40
     assert keys.shard_of_id("msg", keys.event_id(3, 40, entry)) == 3
+    for shard in (3, 40, 255):  # a completion's id: its batch's shard, its creation time
+        ident = keys.completion_id(shard, "acme", "b", 1764600000123, 2)
+        assert keys.shard_of_id("msg", ident) == shard
+        assert keys.event_time(ident) == 1764600000123
 
 
 def test_a_raised_count_takes_new_batches_from_its_time_and_keeps_the_old_places() -> None:
