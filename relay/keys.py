@@ -100,6 +100,15 @@ def account_pending_bytes(shard: int, account: str) -> str:
     return f"{PREFIX}:{tag(shard)}:account:{account}:pending_bytes"
 
 
+def account_pending_total(account: str) -> str:
+    """String (integer): bytes of the account's uploads held in Redis, all shards together
+    (the pending-bytes quota's O(1) counter; ``relay.store.AsyncStore``). Not shard-tagged:
+    no script touches it; an upload reserves its bytes here before its script runs and what
+    frees them takes them off after. The per-shard ``account_pending_bytes`` stay the exact
+    record it falls back on."""
+    return f"{PREFIX}:account:{account}:pending_total"
+
+
 def doc(shard: int, doc_id: str) -> str:
     """Hash: one document record."""
     return f"{PREFIX}:{tag(shard)}:doc:{doc_id}"
