@@ -66,6 +66,13 @@ def _positive_float(raw: str) -> float:
     return value
 
 
+def _non_negative_float(raw: str) -> float:
+    value = float(raw)
+    if not value >= 0 or value == float("inf"):  # NaN fails the comparison
+        raise ValueError("must be a finite number >= 0")
+    return value
+
+
 def _positive_int(raw: str) -> int:
     value = int(raw)
     if value <= 0:
@@ -280,7 +287,14 @@ class Settings:
     extract_timeout: float = setting(
         "60",
         _positive_float,
-        "Wall-clock seconds one document's extraction may take (else extraction_timeout)",
+        "Wall-clock seconds one document's extraction may take, plus"
+        " RELAY_EXTRACT_PAGE_SECONDS a page for a PDF or TIFF (else extraction_timeout)",
+    )
+    extract_page_seconds: float = setting(
+        "15",
+        _non_negative_float,
+        "Seconds a PDF's or TIFF's extraction deadline grows by for each of its pages"
+        " (the longest: RELAY_EXTRACT_TIMEOUT + RELAY_MAX_PAGES of them)",
     )
     extract_memory: int = setting(
         str(2 * 1024 * 1024 * 1024),
@@ -382,7 +396,7 @@ class Settings:
         " the background and serves them",
     )
     background_extractions: int = setting(
-        "1",
+        "2",
         _non_negative_int,
         "Documents one worker process extracts in the background at once (0: none)",
     )

@@ -45,7 +45,7 @@ import redis.asyncio
 
 from relay import keys
 from relay.exceptions import EventNotFound, StateError
-from relay.scripts import AsyncScripts, Scripts
+from relay.scripts import AsyncScripts, Scripts, fields
 from relay.timefmt import now_ms
 
 log = logging.getLogger("relay.events")
@@ -72,10 +72,10 @@ class FeedPage:
     has_more: bool  # events may follow right now (read again without waiting)
 
 
-def render(fields: dict[bytes, bytes]) -> dict[str, Any]:
-    """One feed entry as the API shows it: the id, then the webhook body's members."""
-    body = json.loads(fields[b"body"])
-    return {"id": fields[b"id"].decode(), **body}
+def render(entry: dict[str, str]) -> dict[str, Any]:
+    """One feed entry (of ``event_page``) as the API shows it: the id, then the webhook
+    body's members."""
+    return {"id": entry["id"], **json.loads(entry["body"])}
 
 
 def _page_call(
@@ -108,21 +108,20 @@ class _Reader:
         self.type, self.batch = type_, batch
         self.count = limit + 1 if type_ is None and batch is None else max(limit + 1, SCAN)
 
-    def page(self, after: str | None, entries: list[Any]) -> FeedPage:
+    def page(self, after: str | None, entries: list[dict[str, str]]) -> FeedPage:
         events: list[dict[str, Any]] = []
         cursor = after
         has_more = len(entries) >= self.count
-        for _, flat in entries:
-            fields = dict(zip(flat[::2], flat[1::2], strict=True))  # a script's reply: flat
-            wanted = (self.type is None or fields.get(b"type", b"").decode() == self.type) and (
-                self.batch is None or fields.get(b"batch", b"").decode() == self.batch
+        for entry in entries:
+            wanted = (self.type is None or entry.get("type", "") == self.type) and (
+                self.batch is None or entry.get("batch", "") == self.batch
             )
             if wanted and len(events) == self.limit:
                 has_more = True
                 break
-            cursor = fields[b"id"].decode()
+            cursor = entry["id"]
             if wanted:
-                events.append(render(fields))
+                events.append(render(entry))
         return FeedPage(events, cursor, has_more)
 
 
@@ -141,7 +140,7 @@ class EventLog:
         self, account: str, feed: str, event_id: str, type_: str, batch: str, body: bytes
     ) -> bool:
         """Record one event (once). Returns whether it was appended now."""
-        appended, _ = self.scripts(
+        reply = self.scripts(
             "append_event",
             [
                 keys.event_log(account, feed),
@@ -150,7 +149,7 @@ class EventLog:
             ],
             [event_id, f"{feed}:{account}", keys.events_channel(), type_, batch, body],
         )
-        return int(appended) == 1
+        return bool(fields(reply)["appended"])
 
     def page(
         self,
@@ -165,11 +164,11 @@ class EventLog:
         """The events after ``after`` (an event id; None: from the oldest kept), oldest
         first. Raises EventNotFound for an id this feed never held."""
         reader = _Reader(account, feed, limit, type_, batch)
-        found, entries = self.scripts("event_page", *_page_call(account, feed, after, reader.count))
-        if not int(found):
+        r = fields(self.scripts("event_page", *_page_call(account, feed, after, reader.count)))
+        if not r["found"]:
             _check_aged_out(after, self.retention_ms, self.clock())
             return self.page(account, feed, limit=limit, type_=type_, batch=batch)
-        return reader.page(after, entries)
+        return reader.page(after, r.get("entries", []))
 
     def trim(self, shard: int, limit: int = 500) -> int:
         """Retention: entries recorded before now - RELAY_RETENTION leave the feeds of the
@@ -217,13 +216,12 @@ class AsyncEventLog:
         batch: str | None = None,
     ) -> FeedPage:
         reader = _Reader(account, feed, limit, type_, batch)
-        found, entries = await self.scripts(
-            "event_page", *_page_call(account, feed, after, reader.count)
-        )
-        if not int(found):
+        call = _page_call(account, feed, after, reader.count)
+        r = fields(await self.scripts("event_page", *call))
+        if not r["found"]:
             _check_aged_out(after, self.retention_ms, self.clock())
             return await self.page(account, feed, limit=limit, type_=type_, batch=batch)
-        return reader.page(after, entries)
+        return reader.page(after, r.get("entries", []))
 
 
 class FeedWaiters:

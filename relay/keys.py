@@ -23,7 +23,15 @@ SHARDS = 16
 PREFIX = "relay"
 
 _ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz234567"
-_ID_RE = re.compile(r"(doc|msg)_([0-9a-f])([a-z2-7]{20})")
+# An id: its kind, the shard (one hex digit), 20 characters of _ID_ALPHABET (100 bits).
+_ID_SHARD, _ID_TOKEN = "[0-9a-f]", "[a-z2-7]{20}"
+_ID_RE = re.compile(rf"(doc|msg)_({_ID_SHARD})({_ID_TOKEN})")
+
+
+def id_pattern(kind: str) -> str:
+    """The anchored pattern of a well-formed ``kind`` id (``doc``, ``msg``), the one the
+    API's schemas and checks use: ``_ID_RE``'s, for that kind."""
+    return f"^{kind}_{_ID_SHARD}{_ID_TOKEN}$"
 
 
 def shard_for_batch(account: str, batch_name: str) -> int:
@@ -90,6 +98,15 @@ def account_pending_bytes(shard: int, account: str) -> str:
     """String (integer): bytes of the account's uploads held in Redis in this shard and not
     yet processed or canceled (the pending-bytes quota; ``relay.store``). Absent when 0."""
     return f"{PREFIX}:{tag(shard)}:account:{account}:pending_bytes"
+
+
+def account_pending_total(account: str) -> str:
+    """String (integer): bytes of the account's uploads held in Redis, all shards together
+    (the pending-bytes quota's O(1) counter; ``relay.store.AsyncStore``). Not shard-tagged:
+    no script touches it; an upload reserves its bytes here before its script runs and what
+    frees them takes them off after. The per-shard ``account_pending_bytes`` stay the exact
+    record it falls back on."""
+    return f"{PREFIX}:account:{account}:pending_total"
 
 
 def doc(shard: int, doc_id: str) -> str:

@@ -23,7 +23,8 @@ from typing import Any
 
 from relay import keys
 from relay.exceptions import InvalidCursor
-from relay.model import DeliveryStatus
+from relay.model import DELIVERY_ID_PATTERN, DeliveryStatus
+from relay.scripts import fields
 
 # Scores are creation times in ms; a bound past every one of them.
 MAX_MS = 2**53 - 1
@@ -54,7 +55,7 @@ Position = tuple[int, str]  # (created_at ms, delivery id): a cursor, exact unde
 # ``<created_ms>.<delivery id>``: the position of the last delivery shown. The form is
 # documented (``relay.api.openapi_parts``) so tools know which strings the API takes; any
 # string of this form is a valid position, whether or not that delivery exists.
-CURSOR_PATTERN = r"^([0-9]{1,15}\.msg_[0-9a-f][a-z2-7]{20})?$"
+CURSOR_PATTERN = rf"^([0-9]{{1,15}}\.{DELIVERY_ID_PATTERN[1:-1]})?$"
 _CURSOR = re.compile(CURSOR_PATTERN)
 
 
@@ -110,15 +111,12 @@ def page_calls(
     ]
 
 
-def merge_pages(
-    replies: Sequence[Sequence[bytes]], limit: int
-) -> tuple[list[Position], Position | None]:
+def merge_pages(replies: Sequence[bytes], limit: int) -> tuple[list[Position], Position | None]:
     """The page (newest first, ties by id descending) and the position after it, or None
-    when nothing follows."""
-    found: list[Position] = []
-    for flat in replies:
-        for i in range(0, len(flat), 2):
-            found.append((int(float(flat[i + 1])), flat[i].decode()))
+    when nothing follows. Each reply is a ``delivery_page`` object: id -> score."""
+    found = [
+        (int(float(score)), ident) for reply in replies for ident, score in fields(reply).items()
+    ]
     found.sort(reverse=True)
     page = found[:limit]
     return page, (page[-1] if len(found) > limit and page else None)
@@ -201,12 +199,13 @@ class RecoverRun:
             for s, off in self.offsets.items()
         ]
 
-    def feed(self, shards: Sequence[int], replies: Sequence[Sequence[int]]) -> None:
-        for s, (recovered, skipped, more) in zip(shards, replies, strict=True):
-            self.result.recovered += int(recovered)
-            self.result.skipped += int(skipped)
-            self.offsets[s] += int(skipped)
-            if int(recovered):
+    def feed(self, shards: Sequence[int], replies: Sequence[bytes]) -> None:
+        for s, reply in zip(shards, replies, strict=True):
+            r = fields(reply)
+            self.result.recovered += r["recovered"]
+            self.result.skipped += r["skipped"]
+            self.offsets[s] += r["skipped"]
+            if r["recovered"]:
                 self.result.shards.add(s)
-            if not int(more):
+            if not r["more"]:
                 del self.offsets[s]

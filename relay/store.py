@@ -20,8 +20,8 @@ from redis.exceptions import ResponseError
 from relay import keys
 from relay.blobs import BlobStore
 from relay.exceptions import BatchDeleted, BatchNotFound, QuotaExceeded, StateError
-from relay.model import Batch, Document, valid_batch_name
-from relay.scripts import AsyncScripts, Scripts, refusal
+from relay.model import Batch, Document, Status, valid_batch_name
+from relay.scripts import AsyncScripts, Scripts, fields, refusal
 from relay.timefmt import now_ms
 
 
@@ -114,14 +114,19 @@ class AsyncStore:
     """The API's view: uploads, hand-outs, deletes and reads.
 
     ``max_pending_bytes`` is the per-account quota on uploaded bytes held in Redis awaiting
-    processing (None: no quota). A batch lives in one of ``keys.SHARDS`` shards and a script
-    touches one shard, so each account has one counter per shard, changed only by the
-    scripts that add or remove a blob (exact, never drifting). An upload reads the other
-    shards' counters first (one pipelined round trip) and its script admits it against the
-    quota minus their sum, atomically with its own shard's counter. Two uploads of one
-    account racing into *different* shards can each pass on the other's stale count, so
-    the quota can be overshot by at most the uploads in flight at that moment (each at most
-    ``RELAY_MAX_UPLOAD_BYTES``); within a shard it is exact.
+    processing (None: no quota). Two records count them (docs/decisions.md, "Quotas and
+    limits"). The record: one counter per shard, changed only inside the scripts that add
+    or remove a blob (exact, never drifting). The fast path: the account's total
+    (``keys.account_pending_total``, one counter on a slot of its own), on which an upload
+    reserves its bytes first (one ``INCRBY``) and from which whatever frees them takes them
+    off after its script (the scripts report the bytes they freed). While the total stays
+    within the quota an upload costs that one command; at the quota's edge it recounts the
+    shards (one pipelined round trip), decides on their sum as the script's allowance, and
+    sets the total to the recount, so a total that a crash between a script and its
+    update left wrong is corrected there. Two uploads of one account racing into
+    *different* shards at the edge can each pass on the other's not yet written bytes, so
+    the quota can be overshot by at most the uploads in flight at that moment (each at
+    most ``RELAY_MAX_UPLOAD_BYTES``); within a shard it is exact.
     """
 
     def __init__(
@@ -139,12 +144,34 @@ class AsyncStore:
         self.max_pending_bytes = max_pending_bytes
 
     async def pending_bytes(self, account: str) -> list[int]:
-        """The account's uploaded bytes held in Redis awaiting processing, per shard."""
+        """The account's uploaded bytes held in Redis awaiting processing, per shard (the
+        exact record; the upload's fallback when the total refuses)."""
         async with self.redis.pipeline(transaction=False) as pipe:
             for s in range(keys.SHARDS):
                 pipe.get(keys.account_pending_bytes(s, account))
             replies = await pipe.execute()
         return [int(r or 0) for r in replies]
+
+    async def _reserve(self, ref: BatchRef, charge: int) -> int:
+        """Reserve ``charge`` bytes on the account's total; returns the allowance the upload
+        script checks its shard's counter against (-1: none, the total admitted it).
+
+        When the total would pass the quota, the shards' exact counters decide, as before
+        the total existed: admitted when their sum leaves room (the allowance then bounds
+        this shard's counter), else QuotaExceeded. Either way the total is set to that
+        recount (plus this upload when admitted), which corrects a total a crash left wrong
+        the next time the account reaches its quota."""
+        total = keys.account_pending_total(ref.account)
+        reserved = int(await self.redis.incrby(total, charge))
+        if self.max_pending_bytes is None or reserved <= self.max_pending_bytes:
+            return -1
+        per_shard = await self.pending_bytes(ref.account)
+        pending = sum(per_shard)
+        if pending + charge <= self.max_pending_bytes:
+            await self.redis.set(total, pending + charge)
+            return max(0, self.max_pending_bytes - (pending - per_shard[ref.shard]))
+        await (self.redis.set(total, pending) if pending else self.redis.delete(total))
+        raise QuotaExceeded(limit=self.max_pending_bytes, pending=pending, size=charge)
 
     async def upload(
         self, ref: BatchRef, *, filename: str, content_type: str, content: bytes
@@ -157,11 +184,8 @@ class AsyncStore:
         # Only bytes held in Redis are charged: the directory store keeps them on its own
         # disk, which its mount bounds (docs/decisions.md).
         charge = len(content) if in_redis else 0
-        allowance, pending = -1, 0
-        if charge and self.max_pending_bytes is not None:
-            per_shard = await self.pending_bytes(ref.account)
-            pending = sum(per_shard)
-            allowance = max(0, self.max_pending_bytes - (pending - per_shard[s]))
+        allowance = await self._reserve(ref, charge) if charge else -1
+        now = self.clock()
         if not in_redis:
             await asyncio.to_thread(self.blobs.write_file, doc_id, content)
         try:
@@ -183,7 +207,7 @@ class AsyncStore:
                     filename,
                     content_type,
                     len(content),
-                    self.clock(),
+                    now,
                     content if in_redis else b"",
                     "1" if in_redis else "0",
                     self.blobs.kind,
@@ -192,16 +216,33 @@ class AsyncStore:
                 ],
             )
         except ResponseError as exc:
+            # Refused before it wrote anything: the reservation is undone. (Any other
+            # failure may come after the script ran, so its reservation stays: the total
+            # may only ever be high, see the class's docstring.)
+            if charge:
+                await self.redis.decrby(keys.account_pending_total(ref.account), charge)
             self.blobs.discard(doc_id, self.blobs.kind)
             if refusal(exc) == "quota" and self.max_pending_bytes is not None:
+                pending = sum(await self.pending_bytes(ref.account))
                 raise QuotaExceeded(
                     limit=self.max_pending_bytes, pending=pending, size=charge
                 ) from exc
             raise _batch_refusal(ref, exc) from exc
-        doc = await self.get_document(ref.account, doc_id)
-        if doc is None:  # the upload script ran: only a concurrent FLUSHALL gets here
-            raise BatchNotFound(f"batch {ref.name!r} vanished during the upload")
-        return doc
+        # The document as the script wrote it (no read back).
+        return Document(
+            id=doc_id,
+            account=ref.account,
+            batch_name=ref.name,
+            filename=filename,
+            content_type=content_type,
+            size=len(content),
+            status=Status.QUEUED,
+            created_at=now,
+            started_at=None,
+            completed_at=None,
+            error_code="",
+            error_message="",
+        )
 
     async def process(self, ref: BatchRef, fields: Sequence[str] | None) -> list[str]:
         """Hand every queued, not yet handed document to the workers; returns their ids.
@@ -227,7 +268,7 @@ class AsyncStore:
     async def delete_batch(self, ref: BatchRef) -> list[str]:
         """Cancel the batch's queued documents and refuse further uploads; BatchNotFound."""
         s = ref.shard
-        result = await self.scripts(
+        reply = await self.scripts(
             "delete_batch",
             [
                 ref.key,
@@ -239,9 +280,14 @@ class AsyncStore:
             ],
             [self.clock(), keys.shard_prefix(s)],
         )
-        if not result or int(result[0]) == 0:
+        r = fields(reply)
+        if r.get("freed"):
+            total = keys.account_pending_total(ref.account)
+            if await self.redis.decrby(total, r["freed"]) <= 0:
+                await self.redis.delete(total)
+        if not r["found"]:
             raise BatchNotFound(f"no batch named {ref.name!r}")
-        canceled = [i.decode() for i in result[1:]]
+        canceled: list[str] = r.get("canceled", [])
         for doc_id in canceled:
             self.blobs.discard(doc_id, self.blobs.kind)
         return canceled
@@ -339,7 +385,7 @@ class Store:
             [k["doc"], k["batch"], k["started"], k["leases"]],
             [doc_id, self.clock(), lease_ms, token],
         )
-        claimed = json.loads(reply)
+        claimed = fields(reply)
         return _claim(doc_id, ref, token, claimed) if claimed["claimed"] else None
 
     def claim_next(self, shard: int, token: str, lease_ms: int) -> tuple[Claim | None, bool]:
@@ -350,7 +396,7 @@ class Store:
             [keys.leases(shard)],
             [keys.shard_prefix(shard), self.clock(), lease_ms, token, CLAIM_SKIP_LIMIT],
         )
-        c = json.loads(reply)
+        c = fields(reply)
         more = int(c["more"]) == 1
         if not c["claimed"]:
             return None, more
@@ -414,10 +460,22 @@ class Store:
                 message,
             ],
         )
-        stored = int(reply[0]) == 1
-        if stored:
-            self.blobs.discard(claim.doc_id, claim.blob_kind)
-        return stored, int(reply[1]) if stored else 0
+        outcome_ = fields(reply)
+        if not outcome_["stored"]:
+            return False, 0
+        if outcome_["freed"]:
+            self.release_total(claim.batch.account, outcome_["freed"])
+        self.blobs.discard(claim.doc_id, claim.blob_kind)
+        return True, int(outcome_["seq"])
+
+    def release_total(self, account: str, freed: int) -> None:
+        """Take bytes a script freed off the account's total (``AsyncStore``'s docstring);
+        the key goes at 0. An upload reserving between the two commands loses its
+        reservation from the total: it comes back at the next recount or the next time the
+        total reaches 0 (a total below 0 is deleted too)."""
+        total = keys.account_pending_total(account)
+        if self.redis.decrby(total, freed) <= 0:
+            self.redis.delete(total)
 
     def expired_leases(self, shard: int, limit: int = 500) -> list[str]:
         ids = self.redis.zrangebyscore(keys.leases(shard), "-inf", self.clock(), start=0, num=limit)
@@ -454,7 +512,10 @@ class Store:
             ],
             [doc_id, self.clock(), max_claims, keys.shard_prefix(ref.shard), ref.account, ref.name],
         )
-        return str(reply.decode() if isinstance(reply, bytes) else reply)
+        result = fields(reply)
+        if result["freed"]:
+            self.release_total(ref.account, result["freed"])
+        return str(result["outcome"])
 
 
 # -- the status endpoints' reads (relay.edge.Edge.status) --------------------------------

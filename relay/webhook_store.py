@@ -30,7 +30,7 @@ from relay.exceptions import (
 )
 from relay.model import Attempt, Batch, Delivery, DeliveryStatus, Webhook
 from relay.redis_conn import is_cluster
-from relay.scripts import AsyncScripts, Scripts, refusal
+from relay.scripts import AsyncScripts, Scripts, fields, refusal
 from relay.search import RecoverRun, Recovery
 from relay.store import BatchRef
 from relay.timefmt import now_ms, rfc3339
@@ -106,8 +106,8 @@ def verify_challenge(body: bytes) -> str | None:
 
 def notification_body(batch: Batch, public_url: str) -> bytes:
     """The exact bytes POSTed for one completion (identical on every attempt)."""
-    data = batch.to_json()
-    data["results_url"] = f"{public_url.rstrip('/')}/api/v1/batches/{batch.name}/results"
+    results_url = f"{public_url.rstrip('/')}/api/v1/batches/{batch.name}/results"
+    data = {**batch.to_json(), "results_url": results_url}
     event = {"type": EVENT_TYPE, "timestamp": rfc3339(batch.completed_at), "data": data}
     return json.dumps(event, separators=(",", ":")).encode()
 
@@ -405,7 +405,7 @@ class AsyncWebhookStore:
         s = ref.shard
         challenge = secrets.token_urlsafe(24) if verify else ""
         try:
-            created, seq, dlv, status = await self.scripts(
+            reply = await self.scripts(
                 "register_webhook",
                 [
                     ref.key,
@@ -427,10 +427,11 @@ class AsyncWebhookStore:
             if refusal(exc) == "missing":
                 raise BatchNotFound(f"no batch named {ref.name!r}") from exc
             raise
+        r = fields(reply)
+        seq, dlv, status = r["seq"], r["delivery"], r["status"]
         due = verify
         if verify:
             await self._challenge(ref, url, challenge)
-        seq, dlv, status = int(seq), dlv.decode(), status.decode()
         if seq and not dlv:
             # The batch is done and its latest completion was never delivered: deliver it.
             h = await self.redis.hgetall(ref.key)
@@ -453,7 +454,7 @@ class AsyncWebhookStore:
             due = True
         elif status == DeliveryStatus.PENDING:
             due = True
-        return int(created) == 1, due
+        return bool(r["created"]), due
 
     async def register_operational_webhook(
         self, account: str, url: str, *, verify: bool = False

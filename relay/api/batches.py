@@ -106,12 +106,14 @@ async def batch_results(request: Request) -> Response:
         batch, docs, next_start = await state(request).store.results(ref, start=start, limit=limit)
         if batch is None:
             raise NotFound("no such batch")
-        body = batch.to_json()
-        body["documents"] = [
-            {**doc.to_json(), "line_items": items, "tables": tables} for doc, items, tables in docs
-        ]
-        body["next_cursor"] = encode_position(next_start)
-        return body
+        return {
+            **batch.to_json(),
+            "documents": [
+                {**doc.to_json(), "line_items": items, "tables": tables}
+                for doc, items, tables in docs
+            ],
+            "next_cursor": encode_position(next_start),
+        }
 
     return await serve_status(request, NO_READS, render)
 

@@ -29,9 +29,9 @@ from relay.events import (
     TooManyWaiters,
     wait_for_events,
 )
-from relay.model import valid_batch_name
+from relay.model import DELIVERY_ID_PATTERN, valid_batch_name
 
-EVENT_ID_PATTERN = "^msg_[0-9a-f][a-z2-7]{20}$"
+EVENT_ID_PATTERN = DELIVERY_ID_PATTERN  # an event's id is its deliveries' webhook-id
 _EVENT_ID_RE = re.compile(EVENT_ID_PATTERN[1:-1])
 _LIMIT_RE = re.compile(r"[0-9]{1,4}")
 _WAIT_RE = re.compile(r"[0-9]{1,20}(\.[0-9]{1,20})?([eE][-+]?[0-9]{1,3})?")

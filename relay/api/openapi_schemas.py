@@ -2,7 +2,9 @@
 
 Every response object is closed (``additionalProperties: false``, all listed fields
 required), so a field that drifts from the contract (SPEC section 3) fails the schemathesis
-conformance test.
+conformance test. The records' objects (Batch, Document, Webhook, Delivery ...) are made
+from the types their ``to_json`` returns (``relay.model``'s ``...JSON``, ``relay.shapes``);
+the objects no record makes (lists, requests, event envelopes) are written here.
 """
 
 from __future__ import annotations
@@ -10,21 +12,27 @@ from __future__ import annotations
 from typing import Any
 
 from relay.delivery.ssrf import CALLBACK_URL_PATTERN
-from relay.model import BATCH_NAME_RE, DeliveryStatus, Status
+from relay.model import (
+    BATCH_NAME_PATTERN,
+    COMPONENTS,
+    DELIVERY_ID_PATTERN,
+    DOCUMENT_ID_PATTERN,
+    BatchJSON,
+    DeliveryStatus,
+    DocumentJSON,
+    Status,
+    Time,
+    TimeOrNull,
+    WebhookJSON,
+)
 from relay.search import RECOVERABLE
+from relay.shapes import field_schema, object_schema, ref
 
-# From the definitions the code checks against, never copied (the model's enums and rules).
-BATCH_NAME_PATTERN = f"^{BATCH_NAME_RE.pattern}$"
-DOCUMENT_ID_PATTERN = "^doc_[0-9a-f][a-z2-7]{20}$"
-DELIVERY_ID_PATTERN = "^msg_[0-9a-f][a-z2-7]{20}$"
+__all__ = ["BATCH_NAME_PATTERN", "DELIVERY_ID_PATTERN", "DOCUMENT_ID_PATTERN", "ref"]
 
 STATUSES = [s.value for s in Status]
 DELIVERY_STATUSES = [s.value for s in DeliveryStatus]
 RECOVERABLE_STATUSES = [s.value for s in RECOVERABLE]
-
-
-def ref(name: str) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{name}"}
 
 
 def _obj(props: dict[str, Any]) -> dict[str, Any]:
@@ -43,45 +51,21 @@ def _optional(names: list[str], props: dict[str, Any]) -> dict[str, Any]:
     return {**schema, "required": [n for n in schema["required"] if n not in names]}
 
 
-_TIME = {
-    "type": "string",
-    "format": "date-time",
-    "description": "RFC 3339 UTC with milliseconds, e.g. 2026-11-30T04:00:00.123Z",
-    "pattern": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$",
-}
-_TIME_OR_NULL = {**_TIME, "type": ["string", "null"]}
+_TIME = field_schema(Time, COMPONENTS)
+_TIME_OR_NULL = field_schema(TimeOrNull, COMPONENTS)
 # A time the client sends: RFC 3339 with a zone, any precision (milliseconds count).
 QUERY_TIME: dict[str, Any] = {"type": "string", "format": "date-time"}
 _COUNT = {"type": "integer", "minimum": 0}
 
-_DOCUMENT_PROPS: dict[str, Any] = {
-    "id": {"type": "string", "pattern": DOCUMENT_ID_PATTERN},
-    "batch_name": {"type": "string", "pattern": BATCH_NAME_PATTERN},
-    "filename": {"type": "string", "maxLength": 255},
-    "content_type": {"type": "string"},
-    "size": _COUNT,
-    "status": ref("Status"),
-    "created_at": _TIME,
-    "started_at": _TIME_OR_NULL,
-    "completed_at": _TIME_OR_NULL,
-    "processing_error": {
-        "oneOf": [{"type": "null"}, ref("ProcessingError")],
-        "description": "Set when the document failed.",
-    },
+# The records' objects, from the types of their to_json (relay.model).
+_MODELS: dict[str, Any] = {
+    name: object_schema(shape, COMPONENTS)
+    for shape, name in COMPONENTS.items()
+    if shape is not Status
 }
-
-_BATCH_PROPS: dict[str, Any] = {
-    "batch_name": {"type": "string", "pattern": BATCH_NAME_PATTERN},
-    "status": ref("Status"),
-    "all_done": {"type": "boolean", "description": "True exactly when completed_at is set."},
-    "document_count": _COUNT,
-    "counts": ref("Counts"),
-    "created_at": _TIME,
-    "started_at": _TIME_OR_NULL,
-    "completed_at": _TIME_OR_NULL,
-    "deleted_at": _TIME_OR_NULL,
-    "completion_seq": {**_COUNT, "description": "How many times the batch has completed."},
-}
+_DOCUMENT_PROPS: dict[str, Any] = object_schema(DocumentJSON, COMPONENTS)["properties"]
+_BATCH_PROPS: dict[str, Any] = object_schema(BatchJSON, COMPONENTS)["properties"]
+_WEBHOOK_PROPS: dict[str, Any] = object_schema(WebhookJSON, COMPONENTS)["properties"]
 
 _SIGNING_KEY_PROPS: dict[str, Any] = {
     "secret": {"type": "string", "pattern": "^whsec_", "description": "HMAC key (v1)."},
@@ -101,6 +85,7 @@ _MSG_ID = {
 }
 
 SCHEMAS: dict[str, Any] = {
+    **_MODELS,
     "Error": _obj(
         {
             "error": _obj(
@@ -113,8 +98,6 @@ SCHEMAS: dict[str, Any] = {
     ),
     "Status": {"type": "string", "enum": STATUSES},
     "Counts": _obj({s: _COUNT for s in STATUSES}),
-    "ProcessingError": _obj({"code": {"type": "string"}, "message": {"type": "string"}}),
-    "Document": _obj(_DOCUMENT_PROPS),
     "ResultDocument": _obj(
         {
             **_DOCUMENT_PROPS,
@@ -170,7 +153,6 @@ SCHEMAS: dict[str, Any] = {
             },
         }
     ),
-    "Batch": _obj(_BATCH_PROPS),
     "BatchResults": _obj(
         {
             **_BATCH_PROPS,
@@ -233,73 +215,7 @@ SCHEMAS: dict[str, Any] = {
             },
         },
     ),
-    "Webhook": _obj(
-        {
-            "batch_name": {"type": "string"},
-            "url": {"type": "string"},
-            "disabled": {"type": "boolean"},
-            "disabled_reason": {"type": ["string", "null"]},
-            "created_at": _TIME,
-            "updated_at": _TIME,
-            "verification": ref("Verification"),
-        }
-    ),
-    "Verification": _obj(
-        {
-            "status": {
-                "type": "string",
-                "enum": ["none", "pending", "verified", "failed"],
-                "description": "none: not asked (verify: false); pending: the signed "
-                "webhook.verify challenge was sent and is not echoed yet, nothing else is "
-                "sent meanwhile (notifications wait, none is lost); verified: echoed; "
-                "failed: never echoed (the webhook is disabled with the reason, and a "
-                "webhook.disabled event is raised).",
-            },
-            "verified_at": _TIME_OR_NULL,
-        }
-    ),
-    "OperationalWebhook": _obj(
-        {
-            "url": {"type": "string"},
-            "disabled": {"type": "boolean"},
-            "disabled_reason": {"type": ["string", "null"]},
-            "created_at": _TIME,
-            "updated_at": _TIME,
-            "verification": ref("Verification"),
-        }
-    ),
-    "Attempt": _obj(
-        {
-            "number": {"type": "integer", "minimum": 1},
-            "at": _TIME,
-            "duration_ms": {"type": ["integer", "number"], "minimum": 0},
-            "status_code": {"type": ["integer", "null"]},
-            "error": {
-                "type": ["string", "null"],
-                "description": "timeout, connection, dns, blocked_destination, http_status",
-            },
-            "response_excerpt": {"type": ["string", "null"], "description": "First 1 KiB."},
-        }
-    ),
-    "Delivery": _obj(
-        {
-            "id": {"type": "string", "description": "The webhook-id header of every attempt."},
-            "batch_name": {
-                "type": "string",
-                "description": "~ops for an operational event's delivery.",
-            },
-            "completion_seq": {
-                "type": "integer",
-                "minimum": 0,
-                "description": "The batch's completion; 0 for an operational event.",
-            },
-            "url": {"type": "string"},
-            "status": {"type": "string", "enum": DELIVERY_STATUSES},
-            "created_at": _TIME,
-            "next_attempt_at": _TIME_OR_NULL,
-            "attempts": {"type": "array", "items": ref("Attempt")},
-        }
-    ),
+    "OperationalWebhook": _obj({k: v for k, v in _WEBHOOK_PROPS.items() if k != "batch_name"}),
     "DeliveryList": _obj(
         {"deliveries": {"type": "array", "items": ref("Delivery")}, "next_cursor": _NEXT_CURSOR}
     ),

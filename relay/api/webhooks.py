@@ -160,9 +160,7 @@ async def test_operational_webhook(request: Request) -> Response:
 
 
 def _ops_json(hook: Webhook) -> dict[str, Any]:
-    shown = hook.to_json()
-    del shown["batch_name"]
-    return shown
+    return {k: v for k, v in hook.to_json().items() if k != "batch_name"}
 
 
 async def put_operational_webhook(request: Request) -> Response:

@@ -10,8 +10,10 @@
 --          and more = 1 when documents still wait in the shard; {claimed = false, more}
 --          when nothing was claimed (more = 1: call again).
 local p = ARGV[1]
+local more = false
 for _ = 1, tonumber(ARGV[5]) do
-  local account, name, id = fair_pop(p)
+  local account, name, id
+  account, name, id, more = fair_pop(p)
   if not account then
     return cjson.encode({claimed = false, more = 0})
   end
@@ -21,9 +23,12 @@ for _ = 1, tonumber(ARGV[5]) do
                         ARGV[4])
     if c.claimed then
       c.id, c.account, c.batch = id, account, name
-      c.more = redis.call('EXISTS', key_fair_ring(p))
+      c.more = more and 1 or 0
       return cjson.encode(c)
     end
   end
+  if not more then
+    return cjson.encode({claimed = false, more = 0})
+  end
 end
-return cjson.encode({claimed = false, more = redis.call('EXISTS', key_fair_ring(p))})
+return cjson.encode({claimed = false, more = more and 1 or 0})

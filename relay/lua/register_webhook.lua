@@ -3,8 +3,8 @@
 -- ARGV: 1 url, 2 now (ms), 3 the shard's key prefix (the completion's delivery),
 --       4 '1' to verify the endpoint first (a webhook.verify challenge must be echoed),
 --       5 the challenge, 6 account, 7 batch name
--- Returns: {created (1/0), completion_seq if the batch is done else 0,
---           delivery id of that completion or '', its status or ''}
+-- Returns: a JSON object (cjson): created (1/0), seq (completion_seq if the batch is done
+--   else 0), delivery (the id of that completion's delivery or ''), status (its status or '')
 -- or the refusal 'missing' when the batch does not exist.
 local b = redis.call('HMGET', KEYS[1], 'created_at', 'completed_at', 'completion_seq')
 if not b[1] then
@@ -39,4 +39,4 @@ if seq > 0 then
     status = redis.call('HGET', key_delivery(ARGV[3], dlv), 'status') or ''
   end
 end
-return {created, seq, dlv, status}
+return cjson.encode({created = created, seq = seq, delivery = dlv, status = status})

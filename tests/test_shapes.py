@@ -1,0 +1,120 @@
+"""The public JSON shapes: one declaration (``relay.model``'s ``...JSON``) makes both what
+``to_json`` returns and the OpenAPI schema of it (``relay.shapes``)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, TypedDict
+
+import jsonschema_rs
+import pytest
+
+from relay import keys
+from relay.api.openapi import document
+from relay.model import (
+    COMPONENTS,
+    DELIVERY_ID_PATTERN,
+    DOCUMENT_ID_PATTERN,
+    Attempt,
+    Batch,
+    Delivery,
+    Document,
+    Webhook,
+)
+from relay.shapes import Ref, Schema, field_schema, object_schema
+
+NOW = 1_764_000_000_123
+
+
+def _records() -> list[tuple[str, Any]]:
+    doc = Document.from_hash(
+        {
+            b"id": keys.new_id("doc", 3).encode(),
+            b"account": b"acme",
+            b"batch": b"b-1",
+            b"filename": b"a.csv",
+            b"content_type": b"text/csv",
+            b"size": b"12",
+            b"status": b"failed",
+            b"created_at": str(NOW).encode(),
+            b"started_at": str(NOW + 1).encode(),
+            b"completed_at": str(NOW + 2).encode(),
+            b"error_code": b"unreadable",
+            b"error_message": b"no table",
+        }
+    )
+    batch = Batch.from_hash(
+        {b"account": b"acme", b"name": b"b-1", b"created_at": str(NOW).encode(), b"queued": b"2"}
+    )
+    hook = Webhook.from_hash(
+        "b-1",
+        {b"url": b"https://example.com/h", b"created_at": b"1", b"updated_at": b"2"},
+    )
+    attempt = Attempt(1, NOW, 12.5, 503, "http_status", "busy")
+    delivery = Delivery.from_hash(
+        {
+            b"id": keys.new_id("msg", 3).encode(),
+            b"account": b"acme",
+            b"batch": b"b-1",
+            b"seq": b"1",
+            b"url": b"https://example.com/h",
+            b"status": b"pending",
+            b"created_at": str(NOW).encode(),
+            b"next_attempt_at": str(NOW + 5).encode(),
+        },
+        [attempt.encode().encode()],
+    )
+    return [("Document", doc), ("Batch", batch), ("Webhook", hook), ("Delivery", delivery)]
+
+
+@pytest.mark.parametrize(("name", "record"), _records())
+def test_to_json_is_valid_against_the_schema_made_from_its_type(name: str, record: Any) -> None:
+    spec = document()
+    schema = {"$ref": f"#/components/schemas/{name}", "components": spec["components"]}
+    jsonschema_rs.validator_for(schema).validate(record.to_json())
+    # Every key of the type, and no other, is in the object (a field dropped from to_json,
+    # or one added to it without its type, fails here or in mypy).
+    shape = next(t for t, n in COMPONENTS.items() if n == name)
+    assert set(record.to_json()) == set(object_schema(shape, COMPONENTS)["properties"])
+
+
+def test_the_document_takes_the_records_objects_from_their_types() -> None:
+    schemas = document()["components"]["schemas"]
+    for shape, name in COMPONENTS.items():
+        if isinstance(shape, type) and hasattr(shape, "__required_keys__"):
+            assert schemas[name] == object_schema(shape, COMPONENTS), name
+
+
+def test_id_patterns_are_the_ones_ids_are_minted_and_read_with() -> None:
+    for kind, pattern in (("doc", DOCUMENT_ID_PATTERN), ("msg", DELIVERY_ID_PATTERN)):
+        minted = keys.new_id(kind, 15)
+        assert re.fullmatch(pattern, minted)
+        assert keys.shard_of_id(kind, minted) == 15
+        assert not re.fullmatch(pattern, minted + "a")
+        assert not re.fullmatch(pattern, minted.replace(kind, "xyz", 1))
+
+
+class _Inner(TypedDict):
+    a: int
+
+
+class _Outer(TypedDict):
+    inner: _Inner | None
+    named: Annotated[dict[str, int], Ref("Counts")]
+    many: list[Annotated[str, Schema(maxLength=3)]]
+    maybe: Annotated[float | None, Schema(minimum=0)]
+
+
+def test_field_schemas() -> None:
+    out = object_schema(_Outer, {_Inner: "Inner"})
+    assert out["required"] == ["inner", "named", "many", "maybe"]
+    assert out["additionalProperties"] is False
+    props = out["properties"]
+    assert props["inner"] == {"oneOf": [{"type": "null"}, {"$ref": "#/components/schemas/Inner"}]}
+    assert props["named"] == {"$ref": "#/components/schemas/Counts"}
+    assert props["many"] == {"type": "array", "items": {"type": "string", "maxLength": 3}}
+    assert props["maybe"] == {"type": ["number", "null"], "minimum": 0}
+    with pytest.raises(TypeError):
+        field_schema(int | str, {})
+    with pytest.raises(TypeError):
+        field_schema(bytes, {})
