@@ -257,6 +257,13 @@ class Settings:
         "Seconds between two questions each process asks the Sentinels in the background (who"
         " is the primary?); when it moved, the process drops its connections to the old one",
     )
+    request_deadline: float = setting(
+        "8",
+        _positive_float,
+        "Seconds one API request may wait on Redis in all (finding the primary, connecting,"
+        " every reply); past it the request is answered 503. Reading its body or a long poll's"
+        " wait does not count",
+    )
     redis_backoff_cap: float = setting(
         "2",
         _positive_float,

@@ -51,6 +51,7 @@ from redis.exceptions import BusyLoadingError, NoScriptError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from relay.exceptions import StoreProtocolError
+from relay.redis_deadline import within
 
 WATCH_INTERVAL = 0.25
 log = logging.getLogger("relay.lane")
@@ -277,7 +278,8 @@ class LanePipe:
         self._shapes[-1] = _pairs
 
     async def execute(self, raise_on_error: bool = True) -> list[Any]:
-        replies = await self._lane.send(b"".join(self._commands), len(self._commands))
+        # Within the request's Redis deadline (relay.redis_deadline), reconnecting included.
+        replies = await within(self._lane.send(b"".join(self._commands), len(self._commands)))
         out = []
         for reply, shape in zip(replies, self._shapes, strict=True):
             value = _convert(reply)

@@ -93,6 +93,10 @@ def test_data_written_under_16_shards_works_after_raising_to_64(
     # The delivery search, and the recovery of a delivery that failed under 16 shards.
     found = api.http.get("/deliveries", params={"batch_name": done}).json()["deliveries"]
     assert [d["status"] for d in found] == ["succeeded"]
+    # A delivery made under 16 shards sent again by hand.
+    r = api.http.post(f"/batches/{done}/webhook/deliveries/{found[0]['id']}/retry")
+    assert r.status_code == 202, r.text
+    wait_until(lambda: len(receiver.received(f"/{done}")) == 2, 30, 0.2, "not sent again")
     receiver.script(f"/{failing}", [Reply(200)])
     recovered = stack.cli("deliveries", "recover", "--since", "1h")
     assert recovered.returncode == 0, recovered.stderr
