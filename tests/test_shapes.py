@@ -22,6 +22,7 @@ from relay.model import (
     Webhook,
 )
 from relay.shapes import Ref, Schema, field_schema, object_schema
+from relay.webhook_events import COMPONENTS as EVENTS
 
 NOW = 1_764_000_000_123
 
@@ -78,11 +79,12 @@ def test_to_json_is_valid_against_the_schema_made_from_its_type(name: str, recor
     assert set(record.to_json()) == set(object_schema(shape, COMPONENTS)["properties"])
 
 
-def test_the_document_takes_the_records_objects_from_their_types() -> None:
+def test_the_document_takes_the_records_and_events_objects_from_their_types() -> None:
     schemas = document()["components"]["schemas"]
-    for shape, name in COMPONENTS.items():
+    assert set(COMPONENTS.items()) <= set(EVENTS.items())
+    for shape, name in EVENTS.items():
         if isinstance(shape, type) and hasattr(shape, "__required_keys__"):
-            assert schemas[name] == object_schema(shape, COMPONENTS), name
+            assert schemas[name] == object_schema(shape, EVENTS), name
 
 
 def test_id_patterns_are_the_ones_ids_are_minted_and_read_with() -> None:
