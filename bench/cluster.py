@@ -4,7 +4,9 @@ The same relay processes each time (one ``relay serve``, ``WORKERS`` ``relay wor
 queues, one ``relay detector``) against: one standalone Redis; a Cluster of one primary (every
 slot on one node: what the cluster client itself costs); a Cluster of three primaries. With a
 Cluster, RQ's queues are on a plain Redis of their own (``RELAY_QUEUE_REDIS_URL``). Every node
-runs AOF ``appendfsync everysec``, no replicas (so the three differ only in topology).
+runs AOF ``appendfsync everysec``, no replicas (so the three differ only in topology). A
+fourth run: the Cluster of three with ``RELAY_SHARDS=64`` (a fresh deployment with 64
+shards: what the per-shard loops cost relay's processes, beside the 16 of the third).
 
 Measured: ``BATCHES`` batches of ``PER_BATCH`` one-row CSVs uploaded through the API
 (uploads/s), then all processed at once until every batch is ``all_done`` and its
@@ -105,7 +107,7 @@ def run(quick: bool = False, profile: bool = False) -> Outcome:
     batches, per_batch = (6, 5) if quick else (BATCHES, PER_BATCH)
     out = Outcome()
     results: dict[str, dict[str, Any]] = {}
-    for topology in ("standalone", "cluster-1", "cluster-3"):
+    for topology in ("standalone", "cluster-1", "cluster-3", "cluster-3-64"):
         progress(NAME, f"{topology}: {batches} x {per_batch} documents")
         tmp = Path(tempfile.mkdtemp(prefix="relay-bench-cluster-"))
         servers: list[RedisServer] = []
@@ -119,7 +121,8 @@ def run(quick: bool = False, profile: bool = False) -> Outcome:
                     servers.append(server)
                     stack = Stack(redis_url=server.url, tmp=tmp, env=_settings())
                 else:
-                    cluster = Cluster(tmp / "cluster", primaries=int(topology[-1]), replicas=0)
+                    primaries = int(topology.split("-")[1])
+                    cluster = Cluster(tmp / "cluster", primaries=primaries, replicas=0)
                     cluster.start()
                     queues = RedisServer(tmp / "queues", appendonly=True)
                     queues.start()
@@ -129,6 +132,8 @@ def run(quick: bool = False, profile: bool = False) -> Outcome:
                         "RELAY_REDIS_CLUSTER_NODES": cluster.nodes_setting,
                         "RELAY_QUEUE_REDIS_URL": queues.url,
                     }
+                    if topology.endswith("-64"):  # RELAY_SHARDS raised: what more shards cost
+                        env["RELAY_SHARDS"] = "64"
                     stack = Stack(redis_url=cluster.url, tmp=tmp, env=env)
                 try:
                     results[topology] = _measure(stack, receiver, batches, per_batch)

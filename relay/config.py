@@ -115,6 +115,21 @@ def _at_least_two(raw: str) -> int:
     return value
 
 
+def _shard_count(raw: str) -> int:
+    # Bounds mirrored from relay.keys (MIN_SHARDS, MAX_SHARDS): config imports no domain module.
+    value = int(raw)
+    if not 16 <= value <= 256:
+        raise ValueError("must be 16-256 (docs/decisions.md, shard count)")
+    return value
+
+
+def _shards_delay(raw: str) -> float:
+    value = parse_duration(raw)
+    if not 1 <= value <= 3600:
+        raise ValueError("must be 1s-1h")
+    return value
+
+
 def _schedule(raw: str) -> tuple[float, ...]:
     parts = tuple(float(p) for p in raw.split(",") if p.strip())
     if not parts or any(p < 0 for p in parts):
@@ -185,6 +200,18 @@ class Settings:
         str,
         "Redis holding RQ's job queues; empty = the state's Redis (RELAY_REDIS_URL, through"
         " the Sentinels when set). Required with RELAY_REDIS_CLUSTER_NODES: RQ's keys span slots",
+    )
+    shards: int = setting(
+        "16",
+        _shard_count,
+        "Shards (hash tags) the state is spread over, 16-256: at most this many busy Cluster"
+        " primaries. Raise only (data stays where it was written); see docs/deploy.md",
+    )
+    shards_delay: float = setting(
+        "60s",
+        _shards_delay,
+        "A raised RELAY_SHARDS takes new batches this long after its first process starts;"
+        " every process re-reads the counts in use four times as often (s, m, h suffixes)",
     )
     redis_sentinel_service: str = setting(
         "mymaster",

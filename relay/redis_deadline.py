@@ -53,6 +53,20 @@ def budget(seconds: float) -> Iterator[None]:
         _BUDGET.reset(token)
 
 
+def left() -> float | None:
+    """Seconds left of the current budget (None: no budget here)."""
+    current = _BUDGET.get()
+    return None if current is None else current.left
+
+
+def charge(seconds: float) -> None:
+    """Take ``seconds`` off the current budget: a wait bounded by other means (the status
+    lane's watchdog) that ran without a timer of its own."""
+    current = _BUDGET.get()
+    if current is not None:
+        current.left -= seconds
+
+
 async def within(call: Awaitable[T]) -> T:
     """Await one Redis call within what is left of the current budget (none: unbounded
     here, the call's own timeouts apply). Raises redis-py's ``TimeoutError`` past it."""

@@ -255,7 +255,7 @@ def retry(delivery_id: str, owner: BatchRef | None, now: int) -> Operation[Deliv
     (found,) = yield [Call("hmget", (keys.delivery(shard, delivery_id), ["account", "batch"]))]
     if found[0] is None or found[1] is None:
         raise missing
-    ref = BatchRef(found[0].decode(), found[1].decode())
+    ref = BatchRef(found[0].decode(), found[1].decode(), shard)  # its batch's shard
     if owner is not None and ref != owner:
         raise missing
     k, a = retry_call(shard, delivery_id, ref, now)

@@ -37,7 +37,9 @@ DEFAULT_DISABLE_AFTER_MS = 5 * 86_400_000
 
 def operational_ref(account: str) -> BatchRef:
     """The account's operational webhook and deliveries: the reserved pseudo-batch."""
-    return BatchRef(account, keys.OPERATIONAL_BATCH)
+    return BatchRef(
+        account, keys.OPERATIONAL_BATCH, keys.home_shard(account, keys.OPERATIONAL_BATCH)
+    )
 
 
 def disable_reason(disable_after_ms: int) -> str:
@@ -256,11 +258,12 @@ class WebhookStore:
     def due_shards(self, first: int = 0) -> tuple[int, ...]:
         """Shards with deliveries due now, ``first`` first (one pipelined round trip)."""
         now = self.clock()
+        shards = keys.all_shards()
         with self.redis.pipeline(transaction=False) as pipe:
-            for s in range(keys.SHARDS):
+            for s in shards:
                 pipe.zcount(keys.due(s), "-inf", now)
             counts = pipe.execute()
-        order = sorted(range(keys.SHARDS), key=lambda s: (s != first, s))
+        order = sorted(shards, key=lambda s: (s != first, s))
         return tuple(s for s in order if counts[s])
 
 

@@ -106,3 +106,40 @@ def test_a_request_to_a_hung_redis_is_answered_503_at_its_deadline(
             os.kill(pid, signal.SIGCONT)
     finally:
         stack.close()
+
+
+def test_a_connected_lane_keeps_to_a_deadline_shorter_than_its_watchdog(
+    redis_factory: RedisFactory,
+) -> None:
+    """On a live connection the lane's round is bounded by its watchdog (the reply timeout);
+    when less of the deadline is left than that, the deadline's own timer bounds it."""
+    server = redis_factory(appendonly=False)
+    assert server.pid is not None
+    pid = server.pid
+
+    async def scenario() -> None:
+        target = RedisTarget(url=server.url, socket_timeout=SOCKET_TIMEOUT)
+        client = async_client(target)
+        lane = status_client(target, client)
+
+        async def lane_round() -> object:
+            pipe = lane.pipeline()
+            pipe.hgetall("k")
+            return await pipe.execute()
+
+        try:
+            with budget(8):
+                assert await lane_round() == [{}]  # connected
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                start = time.monotonic()
+                with budget(1), pytest.raises(RedisTimeoutError, match="deadline"):
+                    await lane_round()
+                assert time.monotonic() - start < SOCKET_TIMEOUT - 1
+            finally:
+                os.kill(pid, signal.SIGCONT)
+        finally:
+            await lane.close()
+            await client.aclose()
+
+    asyncio.run(scenario())

@@ -44,6 +44,7 @@ from relay.console import views as console
 from relay.delivery.addresses import TargetPolicy
 from relay.edge import Edge
 from relay.redis_deadline import RequestDeadline
+from relay.shards import Follower
 
 API_PREFIX = "/api/v1"
 
@@ -104,6 +105,7 @@ def create_app(settings: Settings) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        shards = Follower(settings).start()  # raises ShardCountError: RELAY_SHARDS lowered
         edge = Edge.open(settings)
         listener = asyncio.create_task(edge.waiters.run(), name="relay-event-listener")
         follower = edge.follow_primary()
@@ -131,6 +133,7 @@ def create_app(settings: Settings) -> Starlette:
             # Bounded: a task that does not end on its cancellation cannot hold the
             # shutdown (and the process) for good.
             await asyncio.wait(tasks, timeout=5)
+            shards.stop.set()
             await edge.close()
 
     routes: list[BaseRoute] = [

@@ -167,12 +167,13 @@ def _settle(traffic: Traffic, receiver: Receiver, reports: dict[str, Report], st
         ids[r.path].add(r.headers["webhook-id"])
     accepted = len(receiver.accepted())
     over = traffic.over_deadline()
+    slowest = max((sample.duration for sample in traffic.samples), default=0.0)
     report.say(
         f"{len(names)} batches all done; {len(names)} notifications delivered, 0 lost; "
         f"{accepted - len(names)} replays of an accepted webhook-id; "
         f"{sum(len(v) > 1 for v in tried.values())} batches attempted under two webhook-ids "
         f"(one accepted); {len(traffic.samples)} requests, {len(over)} over the "
-        f"{DEADLINE:g} s deadline"
+        f"{DEADLINE:g} s deadline, the slowest {slowest:.2f} s"
     )
     assert not traffic.unexpected, traffic.unexpected[:10]
     assert not over, over[:10]
