@@ -123,6 +123,11 @@ async def _cluster_round_async(client: Any, scripts: Any, calls: Round) -> list[
 
 
 def _round(client: Any, scripts: Any, calls: Round) -> list[Any]:
+    if len(calls) == 1:  # sent on its own: a pipeline holding a script adds SCRIPT EXISTS
+        call = calls[0]
+        if call.script:
+            return [scripts(call.command, *call.args)]
+        return [getattr(client, call.command)(*call.args)]
     if is_cluster(client):
         return _cluster_round(client, scripts, calls)
     with client.pipeline(transaction=False) as pipe:
@@ -133,6 +138,11 @@ def _round(client: Any, scripts: Any, calls: Round) -> list[Any]:
 
 
 async def _round_async(client: Any, scripts: Any, calls: Round) -> list[Any]:
+    if len(calls) == 1:  # as in _round
+        call = calls[0]
+        if call.script:
+            return [await scripts(call.command, *call.args)]
+        return [await getattr(client, call.command)(*call.args)]
     if is_cluster(client):
         return await _cluster_round_async(client, scripts, calls)
     async with client.pipeline(transaction=False) as pipe:
