@@ -40,8 +40,8 @@ BATCHES = 40
 PER_BATCH = 25
 CSV = b"sku,qty\nA-1,2\n"
 # A loaded machine can make an upload miss the API's request deadline (503, retry): the
-# bench retries as a client would, and counts it. Not the upload run twice: a 503 may come
-# after Redis ran it, then the batch holds one more document (a rounding error here).
+# bench retries as a client would, and counts it. A retry may store the document twice (a 503
+# can come after Redis ran the upload): one more document in the batch, a rounding error here.
 UPLOAD_TRIES = 5
 
 
