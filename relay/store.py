@@ -329,13 +329,11 @@ class AsyncStore:
         return Batch.from_hash(h) if h else None
 
     async def get_document(self, account: str, doc_id: str) -> Document | None:
-        shard = keys.shard_of_id("doc", doc_id)
-        if shard is None:
-            return None
-        h = await self.redis.hgetall(keys.doc(shard, doc_id))
-        if not h or h.get(b"account", b"").decode() != account:
-            return None
-        return Document.from_hash(h)
+        """The account's document: the status endpoint's read (``DocumentQuery``), alone."""
+        q = DocumentQuery(doc_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            q.queue(pipe, account)
+            return q.decode(await pipe.execute(), account)
 
     async def results(
         self, ref: BatchRef, *, start: int, limit: int

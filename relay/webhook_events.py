@@ -12,7 +12,7 @@ import json
 from typing import Annotated, Literal, TypedDict, cast
 
 from relay.model import COMPONENTS as RECORDS
-from relay.model import Batch, BatchJSON, Time
+from relay.model import DELIVERY_ID_PATTERN, Batch, BatchJSON, Time
 from relay.shapes import Schema
 from relay.timefmt import rfc3339
 
@@ -93,6 +93,34 @@ class WebhookVerifyEvent(TypedDict):
     data: WebhookVerifyData
 
 
+class TestSendJSON(TypedDict):
+    """What a test send got back (``relay.delivery.probe.ProbeResult.to_json``)."""
+
+    id: Annotated[
+        str,
+        Schema(
+            pattern=DELIVERY_ID_PATTERN,
+            description="The test event's webhook-id (new each time).",
+        ),
+    ]
+    type: Literal["webhook.test"]
+    url: str
+    at: Annotated[Time, Schema(description="When it was sent.")]
+    succeeded: Annotated[bool, Schema(description="The receiver answered 2xx.")]
+    status_code: int | None
+    duration_ms: Annotated[float, Schema(minimum=0)]
+    response_excerpt: Annotated[
+        str, Schema(description="The first KiB of the answer, or the error's message.")
+    ]
+    error: Annotated[
+        str | None,
+        Schema(
+            description="http_status, timeout, connection, dns, blocked_destination...; "
+            "null on a 2xx."
+        ),
+    ]
+
+
 # The events' components in the OpenAPI document (the records' too: their data refers to them).
 COMPONENTS: dict[type, str] = {
     **RECORDS,
@@ -102,6 +130,7 @@ COMPONENTS: dict[type, str] = {
     DeliveryFailedEvent: "DeliveryFailedEvent",
     WebhookTestEvent: "WebhookTestEvent",
     WebhookVerifyEvent: "WebhookVerifyEvent",
+    TestSendJSON: "TestSend",
 }
 
 

@@ -220,26 +220,6 @@ SCHEMAS: dict[str, Any] = {
     "DeliveryList": _obj(
         {"deliveries": {"type": "array", "items": ref("Delivery")}, "next_cursor": _NEXT_CURSOR}
     ),
-    "TestSend": _obj(
-        {
-            "id": {**_MSG_ID, "description": "The test event's webhook-id (new each time)."},
-            "type": {"const": "webhook.test"},
-            "url": {"type": "string"},
-            "at": {**_TIME, "description": "When it was sent."},
-            "succeeded": {"type": "boolean", "description": "The receiver answered 2xx."},
-            "status_code": {"type": ["integer", "null"]},
-            "duration_ms": {"type": "number", "minimum": 0},
-            "response_excerpt": {
-                "type": "string",
-                "description": "The first KiB of the answer, or the error's message.",
-            },
-            "error": {
-                "type": ["string", "null"],
-                "description": "http_status, timeout, connection, dns, blocked_destination...; "
-                "null on a 2xx.",
-            },
-        }
-    ),
     "EventList": _obj(
         {
             "events": {

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
 import redis.asyncio
@@ -23,7 +22,7 @@ from relay.exceptions import WebhookNotFound
 from relay.signing_keys import SigningKeys
 from relay.store import BatchRef
 from relay.timefmt import now_ms, rfc3339
-from relay.webhook_events import TEST_EVENT, probe_body
+from relay.webhook_events import TestSendJSON, probe_body
 from relay.webhook_store import AsyncWebhookStore
 
 
@@ -37,10 +36,10 @@ class ProbeResult:
     response_excerpt: str
     error: str | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> TestSendJSON:
         return {
             "id": self.id,
-            "type": TEST_EVENT,
+            "type": "webhook.test",
             "url": self.url,
             "at": rfc3339(self.at),
             "succeeded": self.error is None,
