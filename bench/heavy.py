@@ -156,7 +156,7 @@ def _watch_cost(rounds: int, n: int) -> dict[str, Any]:
     ctx = WorkerContext(load_settings(env, dotenv=None))
     watched = processing.process_fairly
 
-    def direct(ctx: WorkerContext, claim: Claim) -> None:
+    def direct(ctx: WorkerContext, claim: Claim, *, others_here: bool = False) -> None:
         processing.process_claimed(ctx, claim)
 
     ms: dict[str, list[float]] = {"watched": [], "direct": []}

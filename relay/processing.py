@@ -40,28 +40,42 @@ log = logging.getLogger("relay.processing")
 
 
 class _LeaseKeeper:
-    """Renews a claim's lease every third of its length until stopped."""
+    """Renews the leases of claims every third of their length until stopped: the claim
+    being processed, or the claims of a turn waiting for their turn in this worker (each
+    dropped from the keeper once its own processing, which keeps its lease, starts)."""
 
-    def __init__(self, store: Store, claim: Claim, lease_ms: int) -> None:
-        self._store, self._claim, self._lease_ms = store, claim, lease_ms
+    def __init__(self, store: Store, claims: list[Claim], lease_ms: int) -> None:
+        self._store, self._lease_ms = store, lease_ms
+        self._claims = list(claims)
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lease-keeper", daemon=True)
 
     def __enter__(self) -> _LeaseKeeper:
-        self._thread.start()
+        if self._claims:
+            self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def drop(self, claim: Claim) -> None:
+        with self._lock:
+            if claim in self._claims:
+                self._claims.remove(claim)
 
     def _run(self) -> None:
         while not self._stop.wait(self._lease_ms / 3000):
-            try:
-                if not self._store.renew(self._claim, self._lease_ms):
-                    return
-            except Exception:  # a Redis blip: the next tick tries again before expiry
-                log.warning("lease renewal of %s failed", self._claim.doc_id, exc_info=True)
+            with self._lock:
+                claims = list(self._claims)
+            for claim in claims:
+                try:
+                    if not self._store.renew(claim, self._lease_ms):
+                        self.drop(claim)  # another worker owns it now
+                except Exception:  # a Redis blip: the next tick tries again before expiry
+                    log.warning("lease renewal of %s failed", claim.doc_id, exc_info=True)
 
 
 class ShardRotation:
@@ -84,33 +98,44 @@ class ShardRotation:
 
     def claim(self, lease_ms: int) -> Claim | None:
         """The next document in fair order, claimed; None when no shard has one waiting."""
+        claims = self.claim_turn(lease_ms, documents=1, max_bytes=0)
+        return claims[0] if claims else None
+
+    def claim_turn(self, lease_ms: int, *, documents: int, max_bytes: int) -> list[Claim]:
+        """The next turn in fair order (``Store.claim_turn``): one or more documents of one
+        batch, claimed; empty when no shard has one waiting."""
         if time.monotonic() - self.read_at >= self.refresh:
             self._read()
         reread = False
         while True:
             if not self.active:
                 if reread:
-                    return None
+                    return []
                 self._read()
                 reread = True
                 continue
             # The first shard after the last one served, cyclically.
             shard = min(self.active, key=lambda s: (s - self.last - 1) % keys.SHARDS)
-            claim, more = self.store.claim_next(shard, secrets.token_hex(8), lease_ms)
+            claims, more = self.store.claim_turn(
+                shard, secrets.token_hex(8), lease_ms, documents=documents, max_bytes=max_bytes
+            )
             if not more:
                 self.active.remove(shard)
-            if claim is not None:
+            if claims:
                 self.last = shard
-                return claim
+                return claims
 
 
-def process_claimed(ctx: WorkerContext, claim: Claim, host: ExtractorHost | None = None) -> str:
+def process_claimed(
+    ctx: WorkerContext, claim: Claim, host: ExtractorHost | None = None, *, flush: bool = True
+) -> str:
     """Extract a claimed document (its lease renewed meanwhile) with ``host`` (the worker's
-    extraction child by default) and store the outcome."""
+    extraction child by default) and store the outcome; ``flush``: write the process's
+    metrics to Redis now (else its job does, ``run_documents``)."""
     store = ctx.store
     lease_ms = int(ctx.settings.lease_seconds * 1000)
     t0 = time.perf_counter()
-    with _LeaseKeeper(store, claim, lease_ms):
+    with _LeaseKeeper(store, [claim], lease_ms):
         content = store.read_blob(claim)
         result: bytes | None = None  # line_items and tables, as JSON from the bounded extraction
         error: tuple[str, str] | None = ("blob_missing", "the uploaded bytes are gone")
@@ -146,7 +171,8 @@ def process_claimed(ctx: WorkerContext, claim: Claim, host: ExtractorHost | None
     if not stored:
         return "lease lost"
     ctx.metrics.document(outcome)
-    ctx.metrics.flush(ctx.redis)
+    if flush:
+        ctx.metrics.flush(ctx.redis)
     return f"{outcome}; batch completed (seq {seq})" if seq else outcome
 
 
@@ -165,7 +191,7 @@ class _Extraction:
 
     def _run(self) -> None:
         try:
-            process_claimed(self.ctx, self.claim, self.host)
+            process_claimed(self.ctx, self.claim, self.host, flush=False)
         except Exception:  # e.g. Redis gone for good: the lease brings the document back
             log.exception("processing %s failed", self.claim.doc_id)
         finally:
@@ -174,6 +200,7 @@ class _Extraction:
                 background = self.background
             if background is not None:
                 background.release(self)
+                _flush_metrics(self.ctx)  # its job may have ended long ago
 
     def to_background(self, background: Background) -> bool:
         """Mark this extraction as the background's; False when it ended meanwhile."""
@@ -190,19 +217,27 @@ class _Extraction:
 _WATCH = 0.1  # seconds between looks at the fair queue while a slow document extracts
 
 
-def process_fairly(ctx: WorkerContext, claim: Claim) -> None:
+def process_fairly(ctx: WorkerContext, claim: Claim, *, others_here: bool = False) -> None:
     """Process ``claim``; if it is still extracting after ``RELAY_BACKGROUND_AFTER`` seconds
-    while other documents wait, move it to the background and return (module docstring)."""
+    while other documents wait (in the fair queue, or ``others_here``: claimed in the same
+    turn), move it to the background and return (module docstring)."""
     extraction = _Extraction(ctx, claim, ctx.extraction)
     if extraction.done.wait(ctx.settings.background_after):
         return
     background = ctx.background
     while not extraction.done.wait(_WATCH):
-        if not background.has_room() or not _others_wait(ctx):
+        if not background.has_room() or not (others_here or _others_wait(ctx)):
             continue
         if background.adopt(extraction):
             ctx.__dict__.pop("extraction", None)  # the foreground takes a fresh child
         return
+
+
+def _flush_metrics(ctx: WorkerContext) -> None:
+    try:
+        ctx.metrics.flush(ctx.redis)
+    except Exception:  # counts a failed flush took out are lost; the documents are not
+        log.warning("could not write the metrics", exc_info=True)
 
 
 def _others_wait(ctx: WorkerContext) -> bool:
@@ -213,29 +248,49 @@ def _others_wait(ctx: WorkerContext) -> bool:
         return False
 
 
+# Seconds between two writes of a processing job's metrics (one round trip; at the job's end
+# too): a document does not cost its own.
+_METRICS_EVERY = 1.0
+
+
 def run_documents(ctx: WorkerContext, shard: int, budget: float = queues.PROCESS_BUDGET) -> str:
     """RQ job: process documents in fair order, ``shard`` first, for about ``budget``
-    seconds (the document under way is finished). Returns how many (for RQ's logs)."""
+    seconds (the turn under way is finished). A turn is one or more documents of one batch
+    (``RELAY_CLAIM_DOCUMENTS`` while they are small, ``RELAY_CLAIM_BYTES``): claimed in one
+    script, their leases renewed while they wait here. Returns how many (for RQ's logs)."""
     # This job is no longer waiting: the next hand-out or the first claim below may enqueue
     # another one for an idle worker.
     ctx.queue_redis.delete(keys.process_wake())
-    lease_ms = int(ctx.settings.lease_seconds * 1000)
+    settings = ctx.settings
+    lease_ms = int(settings.lease_seconds * 1000)
     rotation = ShardRotation(ctx.store, shard)
     deadline = time.monotonic() + budget
+    flushed = time.monotonic()
     done = 0
-    while True:
-        claim = rotation.claim(lease_ms)
-        if claim is None:
-            return f"{done} documents; none waiting"
-        if done == 0 and rotation.active:
-            queues.wake_processing(ctx.queue_redis, claim.batch.shard, ctx.settings)
-        process_fairly(ctx, claim)
-        done += 1
-        if time.monotonic() >= deadline:
-            break
-    if ctx.store.waiting_shards():
-        queues.wake_processing(ctx.queue_redis, claim.batch.shard, ctx.settings)
-    return f"{done} documents; budget spent"
+    try:
+        while True:
+            claims = rotation.claim_turn(
+                lease_ms, documents=settings.claim_documents, max_bytes=settings.claim_bytes
+            )
+            if not claims:
+                return f"{done} documents; none waiting"
+            if done == 0 and rotation.active:
+                queues.wake_processing(ctx.queue_redis, claims[0].batch.shard, settings)
+            with _LeaseKeeper(ctx.store, claims[1:], lease_ms) as waiting:
+                for i, claim in enumerate(claims):
+                    waiting.drop(claim)
+                    process_fairly(ctx, claim, others_here=i + 1 < len(claims))
+                    done += 1
+            if time.monotonic() - flushed >= _METRICS_EVERY:
+                _flush_metrics(ctx)
+                flushed = time.monotonic()
+            if time.monotonic() >= deadline:
+                break
+        if ctx.store.waiting_shards():
+            queues.wake_processing(ctx.queue_redis, claims[0].batch.shard, settings)
+        return f"{done} documents; budget spent"
+    finally:
+        _flush_metrics(ctx)
 
 
 def run_document(ctx: WorkerContext, doc_id: str, account: str, batch_name: str) -> str:

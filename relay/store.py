@@ -391,16 +391,37 @@ class Store:
     def claim_next(self, shard: int, token: str, lease_ms: int) -> tuple[Claim | None, bool]:
         """Claim the shard's next document in fair order (``claim_next.lua``). Returns the
         claim (None when nothing was claimed) and whether documents still wait in the shard."""
+        claims, more = self.claim_turn(shard, token, lease_ms, documents=1, max_bytes=0)
+        return (claims[0] if claims else None), more
+
+    def claim_turn(
+        self, shard: int, token: str, lease_ms: int, *, documents: int, max_bytes: int
+    ) -> tuple[list[Claim], bool]:
+        """Claim the shard's next turn in fair order (``claim_next.lua``): the next account's
+        first waiting document and, behind it in the same batch, more while they are small
+        (at most ``documents``, together within ``max_bytes`` past the first). Returns the
+        claims (none when nothing was claimed) and whether documents still wait in the
+        shard."""
         reply = self.scripts(
             "claim_next",
             [keys.leases(shard)],
-            [keys.shard_prefix(shard), self.clock(), lease_ms, token, CLAIM_SKIP_LIMIT],
+            [
+                keys.shard_prefix(shard),
+                self.clock(),
+                lease_ms,
+                token,
+                CLAIM_SKIP_LIMIT,
+                documents,
+                max_bytes,
+            ],
         )
         c = fields(reply)
         more = int(c["more"]) == 1
-        if not c["claimed"]:
-            return None, more
-        return _claim(c["id"], BatchRef(c["account"], c["batch"]), token, c), more
+        if not c.get("claims"):
+            return [], more
+        ref = BatchRef(c["account"], c["batch"])
+        shared = {"fields": c["fields"]}
+        return [_claim(d["id"], ref, token, {**d, **shared}) for d in c["claims"]], more
 
     def waiting_shards(self) -> list[int]:
         """The shards with documents waiting in their fair queue (one pipelined round trip)."""
