@@ -27,13 +27,14 @@ import logging
 import secrets
 import threading
 import time
+from collections.abc import Callable
 
 from relay import keys, queues
 from relay.background import Background
 from relay.extract.sandbox import ExtractorHost
 from relay.logs import fields
 from relay.redis_conn import retry_while_full
-from relay.store import BatchRef, Claim, Store
+from relay.store import BatchRef, Claim, Outcome, Store
 from relay.worker_context import WorkerContext
 
 log = logging.getLogger("relay.processing")
@@ -60,6 +61,12 @@ class _LeaseKeeper:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
+
+    def add(self, *claims: Claim) -> None:
+        with self._lock:
+            self._claims += [c for c in claims if c not in self._claims]
+        if self._claims and self._thread.ident is None and not self._stop.is_set():
+            self._thread.start()
 
     def drop(self, claim: Claim) -> None:
         with self._lock:
@@ -127,11 +134,18 @@ class ShardRotation:
 
 
 def process_claimed(
-    ctx: WorkerContext, claim: Claim, host: ExtractorHost | None = None, *, flush: bool = True
+    ctx: WorkerContext,
+    claim: Claim,
+    host: ExtractorHost | None = None,
+    *,
+    flush: bool = True,
+    defer: Callable[[Outcome, float], bool] | None = None,
 ) -> str:
     """Extract a claimed document (its lease renewed meanwhile) with ``host`` (the worker's
     extraction child by default) and store the outcome; ``flush``: write the process's
-    metrics to Redis now (else its job does, ``run_documents``)."""
+    metrics to Redis now (else its job does, ``run_documents``). ``defer``: offered the
+    outcome first; when it takes it (True), the outcome is stored later with those of the
+    rest of the turn (``store_outcomes``)."""
     store = ctx.store
     lease_ms = int(ctx.settings.lease_seconds * 1000)
     t0 = time.perf_counter()
@@ -146,52 +160,88 @@ def process_claimed(
                 content_type=claim.content_type,
                 fields=claim.fields,
             )
+    outcome = Outcome(claim, result, error, ctx.clock())
+    if defer is not None and defer(outcome, t0):
+        return "deferred"
+    [said] = store_outcomes(ctx, [(outcome, t0)], flush=flush)
+    return said
+
+
+def store_outcomes(
+    ctx: WorkerContext, outcomes: list[tuple[Outcome, float]], *, flush: bool = True
+) -> list[str]:
+    """Store extracted outcomes of documents of one batch in one script, log each (with its
+    time since ``perf_counter`` start) and count it. Returns what happened to each."""
     # A full Redis refuses the finish before it changes anything; retry within the lease.
-    # If it stays full, the job fails and the expired lease brings the document back.
+    # If it stays full, the job fails and the expired lease brings the documents back.
     stored, seq = retry_while_full(
-        lambda: store.finish(claim, result=result, error=error),
+        lambda: ctx.store.finish_many([o for o, _ in outcomes]),
         within=ctx.settings.lease_seconds / 2,
-        what=f"storing the outcome of {claim.doc_id}",
+        what=f"storing the outcome of {', '.join(o.claim.doc_id for o, _ in outcomes)}",
         log=log,
     )
-    outcome = "failed" if error else "succeeded"
-    log.log(
-        logging.INFO if stored and not error else logging.WARNING,
-        "document",
-        extra=fields(
-            doc_id=claim.doc_id,
-            account=claim.batch.account,
-            batch=claim.batch.name,
-            status=outcome if stored else "lease_lost",  # lost: another claim owns it now
-            error=error[0] if error else None,
-            claims=claim.claims,
-            duration_ms=round((time.perf_counter() - t0) * 1000, 1),
-        ),
-    )
-    if not stored:
-        return "lease lost"
-    ctx.metrics.document(outcome)
+    said: list[str] = []
+    for (o, t0), ok in zip(outcomes, stored, strict=True):
+        claim, error = o.claim, o.error
+        status = "failed" if error else "succeeded"
+        log.log(
+            logging.INFO if ok and not error else logging.WARNING,
+            "document",
+            extra=fields(
+                doc_id=claim.doc_id,
+                account=claim.batch.account,
+                batch=claim.batch.name,
+                status=status if ok else "lease_lost",  # lost: another claim owns it now
+                error=error[0] if error else None,
+                claims=claim.claims,
+                duration_ms=round((time.perf_counter() - t0) * 1000, 1),
+            ),
+        )
+        if not ok:
+            said.append("lease lost")
+            continue
+        ctx.metrics.document(status)
+        last = o is outcomes[-1][0]
+        said.append(f"{status}; batch completed (seq {seq})" if seq and last else status)
     if flush:
         ctx.metrics.flush(ctx.redis)
-    return f"{outcome}; batch completed (seq {seq})" if seq else outcome
+    return said
 
 
 class _Extraction:
-    """One claimed document processed in a thread of its own (``process_claimed``)."""
+    """One claimed document processed in a thread of its own (``process_claimed``). With a
+    ``sink`` its outcome joins the turn's (stored together, ``store_outcomes``) unless it was
+    moved to the background first, which stores its own."""
 
-    def __init__(self, ctx: WorkerContext, claim: Claim, host: ExtractorHost) -> None:
+    def __init__(
+        self,
+        ctx: WorkerContext,
+        claim: Claim,
+        host: ExtractorHost,
+        sink: list[tuple[Outcome, float]] | None = None,
+    ) -> None:
         self.ctx, self.claim, self.host = ctx, claim, host
         self.done = threading.Event()
         self.background: Background | None = None  # set when moved there
+        self._sink = sink
+        self._sunk = False
         self._lock = threading.Lock()
         self._thread = threading.Thread(
             target=self._run, name=f"extract-{claim.doc_id}", daemon=True
         )
         self._thread.start()
 
+    def _defer(self, outcome: Outcome, t0: float) -> bool:
+        with self._lock:
+            if self._sink is None or self.background is not None:
+                return False
+            self._sink.append((outcome, t0))
+            self._sunk = True
+            return True
+
     def _run(self) -> None:
         try:
-            process_claimed(self.ctx, self.claim, self.host, flush=False)
+            process_claimed(self.ctx, self.claim, self.host, flush=False, defer=self._defer)
         except Exception:  # e.g. Redis gone for good: the lease brings the document back
             log.exception("processing %s failed", self.claim.doc_id)
         finally:
@@ -203,9 +253,10 @@ class _Extraction:
                 _flush_metrics(self.ctx)  # its job may have ended long ago
 
     def to_background(self, background: Background) -> bool:
-        """Mark this extraction as the background's; False when it ended meanwhile."""
+        """Mark this extraction as the background's; False when it ended meanwhile (or its
+        outcome already joined the turn's)."""
         with self._lock:
-            if self.done.is_set():
+            if self.done.is_set() or self._sunk:
                 return False
             self.background = background
             return True
@@ -217,11 +268,18 @@ class _Extraction:
 _WATCH = 0.1  # seconds between looks at the fair queue while a slow document extracts
 
 
-def process_fairly(ctx: WorkerContext, claim: Claim, *, others_here: bool = False) -> None:
+def process_fairly(
+    ctx: WorkerContext,
+    claim: Claim,
+    *,
+    others_here: bool = False,
+    sink: list[tuple[Outcome, float]] | None = None,
+) -> None:
     """Process ``claim``; if it is still extracting after ``RELAY_BACKGROUND_AFTER`` seconds
     while other documents wait (in the fair queue, or ``others_here``: claimed in the same
-    turn), move it to the background and return (module docstring)."""
-    extraction = _Extraction(ctx, claim, ctx.extraction)
+    turn), move it to the background and return (module docstring). With a ``sink`` its
+    outcome, unless moved, is left there for the caller to store (``store_outcomes``)."""
+    extraction = _Extraction(ctx, claim, ctx.extraction, sink)
     if extraction.done.wait(ctx.settings.background_after):
         return
     background = ctx.background
@@ -276,11 +334,17 @@ def run_documents(ctx: WorkerContext, shard: int, budget: float = queues.PROCESS
                 return f"{done} documents; none waiting"
             if done == 0 and rotation.active:
                 queues.wake_processing(ctx.queue_redis, claims[0].batch.shard, settings)
+            # The turn's outcomes are stored together (one script) once its last document
+            # is extracted; their leases are renewed meanwhile, as those waiting their turn.
+            sink: list[tuple[Outcome, float]] = []
             with _LeaseKeeper(ctx.store, claims[1:], lease_ms) as waiting:
                 for i, claim in enumerate(claims):
                     waiting.drop(claim)
-                    process_fairly(ctx, claim, others_here=i + 1 < len(claims))
+                    process_fairly(ctx, claim, others_here=i + 1 < len(claims), sink=sink)
+                    waiting.add(*(o.claim for o, _ in sink))
                     done += 1
+                if sink:
+                    store_outcomes(ctx, sink, flush=False)
             if time.monotonic() - flushed >= _METRICS_EVERY:
                 _flush_metrics(ctx)
                 flushed = time.monotonic()

@@ -55,6 +55,18 @@ class Claim:
     claims: int
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """A claimed document's outcome for ``Store.finish_many``: the result (the JSON of
+    ``{"line_items": [...], "tables": [...]}``) or the error (code, message), and when it
+    ended (ms since the epoch)."""
+
+    claim: Claim
+    result: bytes | None
+    error: tuple[str, str] | None
+    at: int
+
+
 # Entries claim_next.lua may drop in one call (documents claimed by name meanwhile) before it
 # answers "nothing claimed, call again": bounds the script's run time.
 CLAIM_SKIP_LIMIT = 100
@@ -457,37 +469,45 @@ class Store:
         if result is None and line_items is not None:
             value = {"line_items": line_items, "tables": tables or []}
             result = json.dumps(value, separators=(",", ":")).encode()
-        k = _doc_keys(claim.batch, claim.doc_id)
-        outcome = "failed" if error is not None else "succeeded"
-        code, message = error if error is not None else ("", "")
-        reply = self.scripts(
-            "finish",
-            [
-                k["doc"],
-                k["batch"],
-                k["leases"],
-                k["outbox"],
-                k["items"],
-                k["blob"],
-                k["pending_bytes"],
-            ],
-            [
-                claim.doc_id,
-                claim.token,
-                self.clock(),
-                outcome,
-                result if result is not None else "",
+        stored, seq = self.finish_many([Outcome(claim, result, error, self.clock())])
+        return stored[0], seq
+
+    def finish_many(self, outcomes: Sequence[Outcome]) -> tuple[list[bool], int]:
+        """Store the outcomes of documents of one batch in one script (``finish.lua``).
+        Returns whether each was stored (not when its lease was lost) and the batch's
+        completion_seq when they completed it, else 0."""
+        ref = outcomes[0].claim.batch
+        s = ref.shard
+        script_keys = [
+            ref.key,
+            keys.leases(s),
+            keys.outbox(s),
+            keys.account_pending_bytes(s, ref.account),
+        ]
+        args: list[Any] = []
+        for o in outcomes:
+            if o.claim.batch != ref:
+                raise ValueError("finish_many: documents of one batch")
+            doc_id = o.claim.doc_id
+            script_keys += [keys.doc(s, doc_id), keys.doc_items(s, doc_id), keys.blob(s, doc_id)]
+            code, message = o.error if o.error is not None else ("", "")
+            args += [
+                doc_id,
+                o.claim.token,
+                o.at,
+                "failed" if o.error is not None else "succeeded",
+                o.result if o.result is not None else "",
                 code,
                 message,
-            ],
-        )
-        outcome_ = fields(reply)
-        if not outcome_["stored"]:
-            return False, 0
-        if outcome_["freed"]:
-            self.release_total(claim.batch.account, outcome_["freed"])
-        self.blobs.discard(claim.doc_id, claim.blob_kind)
-        return True, int(outcome_["seq"])
+            ]
+        reply = fields(self.scripts("finish", script_keys, args))
+        if reply["freed"]:
+            self.release_total(ref.account, reply["freed"])
+        stored = [bool(x) for x in reply["stored"]]
+        for o, ok in zip(outcomes, stored, strict=True):
+            if ok:
+                self.blobs.discard(o.claim.doc_id, o.claim.blob_kind)
+        return stored, int(reply["seq"])
 
     def release_total(self, account: str, freed: int) -> None:
         """Take bytes a script freed off the account's total (``AsyncStore``'s docstring);
