@@ -21,6 +21,7 @@ from relay import keys
 from relay.blobs import BlobStore
 from relay.exceptions import BatchDeleted, BatchNotFound, QuotaExceeded, StateError
 from relay.model import Batch, Document, Status, valid_batch_name
+from relay.redis_conn import is_cluster
 from relay.scripts import AsyncScripts, Scripts, fields, refusal
 from relay.timefmt import now_ms
 
@@ -436,10 +437,16 @@ class Store:
         return [_claim(d["id"], ref, token, {**d, **shared}) for d in c["claims"]], more
 
     def waiting_shards(self) -> list[int]:
-        """The shards with documents waiting in their fair queue (one pipelined round trip)."""
+        """The shards with documents waiting in their fair queue: one ``MGET`` of the
+        shards' waiting counters (``keys.waiting``, kept by the same scripts as the fair
+        queue, absent at 0); on a Cluster, whose keys of several slots no one command may
+        name, one pipelined ``EXISTS`` per shard."""
+        counters = [keys.waiting(s) for s in range(keys.SHARDS)]
+        if not is_cluster(self.redis):
+            return [s for s, n in enumerate(self.redis.mget(counters)) if n and int(n) > 0]
         with self.redis.pipeline(transaction=False) as pipe:
-            for s in range(keys.SHARDS):
-                pipe.exists(keys.fair_ring(s))
+            for key in counters:
+                pipe.exists(key)
             found = pipe.execute()
         return [s for s in range(keys.SHARDS) if found[s]]
 

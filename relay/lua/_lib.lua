@@ -47,8 +47,9 @@ end
 -- Keep a delivery's index entries true when its status goes `from` -> `to` (O(1) each):
 -- `from` '' for a new delivery (also enters the account's index), `to` '' for a purged one
 -- (also leaves it). Call it in the script that changes the status, with the old status.
-local function index_delivery(p, id, from, to)
-  local d = redis.call('HMGET', key_delivery(p, id), 'account', 'created_at')
+-- `known`: {account, created_at} when the caller has them (it just wrote the delivery).
+local function index_delivery(p, id, from, to, known)
+  local d = known or redis.call('HMGET', key_delivery(p, id), 'account', 'created_at')
   local account, created = d[1], d[2]
   if not account then
     return
