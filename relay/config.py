@@ -122,6 +122,21 @@ def _at_least_two(raw: str) -> int:
     return value
 
 
+def _shard_count(raw: str) -> int:
+    # Bounds mirrored from relay.keys (MIN_SHARDS, MAX_SHARDS): config imports no domain module.
+    value = int(raw)
+    if not 16 <= value <= 256:
+        raise ValueError("must be 16-256 (docs/decisions.md, shard count)")
+    return value
+
+
+def _shards_delay(raw: str) -> float:
+    value = parse_duration(raw)
+    if not 1 <= value <= 3600:
+        raise ValueError("must be 1s-1h")
+    return value
+
+
 def _schedule(raw: str) -> tuple[float, ...]:
     parts = tuple(float(p) for p in raw.split(",") if p.strip())
     if not parts or any(p < 0 for p in parts):
@@ -193,6 +208,18 @@ class Settings:
         "Redis holding RQ's job queues; empty = the state's Redis (RELAY_REDIS_URL, through"
         " the Sentinels when set). Required with RELAY_REDIS_CLUSTER_NODES: RQ's keys span slots",
     )
+    shards: int = setting(
+        "16",
+        _shard_count,
+        "Shards (hash tags) the state is spread over, 16-256: at most this many busy Cluster"
+        " primaries. Raise only (data stays where it was written); see docs/deploy.md",
+    )
+    shards_delay: float = setting(
+        "60s",
+        _shards_delay,
+        "A raised RELAY_SHARDS takes new batches this long after its first process starts;"
+        " every process re-reads the counts in use four times as often (s, m, h suffixes)",
+    )
     redis_sentinel_service: str = setting(
         "mymaster",
         str,
@@ -236,6 +263,13 @@ class Settings:
         _positive_float,
         "Seconds between two questions each process asks the Sentinels in the background (who"
         " is the primary?); when it moved, the process drops its connections to the old one",
+    )
+    request_deadline: float = setting(
+        "8",
+        _positive_float,
+        "Seconds one API request may wait on Redis in all (finding the primary, connecting,"
+        " every reply); past it the request is answered 503. Reading its body or a long poll's"
+        " wait does not count",
     )
     redis_backoff_cap: float = setting(
         "2",

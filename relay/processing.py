@@ -95,7 +95,7 @@ class ShardRotation:
     def __init__(self, store: Store, first: int, refresh: float = 0.1) -> None:
         self.store = store
         self.refresh = refresh
-        self.last = (first - 1) % keys.SHARDS  # the next shard served is ``first``
+        self.last = (first - 1) % len(keys.all_shards())  # the next shard served is ``first``
         self.active: list[int] = []
         self.read_at = float("-inf")
 
@@ -122,7 +122,8 @@ class ShardRotation:
                 reread = True
                 continue
             # The first shard after the last one served, cyclically.
-            shard = min(self.active, key=lambda s: (s - self.last - 1) % keys.SHARDS)
+            n = len(keys.all_shards())
+            shard = min(self.active, key=lambda s: (s - self.last - 1) % n)
             claims, more = self.store.claim_turn(
                 shard, secrets.token_hex(8), lease_ms, documents=documents, max_bytes=max_bytes
             )
@@ -362,7 +363,8 @@ def run_document(ctx: WorkerContext, doc_id: str, account: str, batch_name: str)
     (jobs still queued across an upgrade run here). Returns what happened."""
     lease_ms = int(ctx.settings.lease_seconds * 1000)
     token = secrets.token_hex(8)
-    claim = ctx.store.claim(BatchRef(account, batch_name), doc_id, token, lease_ms)
+    shard = keys.shard_of_id("doc", doc_id)
+    claim = ctx.store.claim(BatchRef(account, batch_name, shard), doc_id, token, lease_ms)
     if claim is None:
         return "not queued"
     return process_claimed(ctx, claim)

@@ -78,11 +78,14 @@ def index_keys(q: DeliveryQuery) -> list[tuple[int, str, str]]:
     """``(shard, index key, status filter)`` for each shard the query reads: the index that
     answers every filter but a batch's status, which the page script checks."""
     if q.batch is not None and q.account is not None:
-        s = keys.shard_for_batch(q.account, q.batch)
+        # The shard the batch lives in, among those it may (one but after a raised count).
         status = q.status.value if q.status is not None else ""
-        return [(s, keys.batch_deliveries(s, q.account, q.batch), status)]
+        return [
+            (s, keys.batch_deliveries(s, q.account, q.batch), status)
+            for s in keys.batch_shards(q.account, q.batch)
+        ]
     out = []
-    for s in range(keys.SHARDS):
+    for s in keys.all_shards():
         if q.account is not None and q.status is not None:
             key = keys.account_status_deliveries(s, q.account, q.status.value)
         elif q.account is not None:
@@ -174,7 +177,7 @@ class RecoverRun:
             raise ValueError(f"recover takes failed or canceled deliveries, not {status}")
         self.status, self.account, self.chunk = status, account, chunk
         self.since_ms, self.until_ms, self.now = since_ms, until_ms, now
-        self.offsets = dict.fromkeys(range(keys.SHARDS), 0)
+        self.offsets = dict.fromkeys(keys.all_shards(), 0)
         self.result = Recovery()
 
     @property

@@ -7,6 +7,7 @@ OpenAPI document (``relay.api.openapi_schemas``). What a type alone cannot say (
 a bound, a description, that a string is one of an enum's values) rides along in
 ``Annotated`` metadata: :class:`Schema` (keywords merged into the field's schema),
 :class:`Ref` (the field is a named component) or a ``StrEnum`` class (one of its values).
+A ``Literal`` is its values (``const`` for one).
 """
 
 from __future__ import annotations
@@ -14,7 +15,16 @@ from __future__ import annotations
 import types
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints, is_typeddict
+from typing import (
+    Annotated,
+    Any,
+    Literal,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+    is_typeddict,
+)
 
 
 class Schema:
@@ -75,6 +85,9 @@ def field_schema(hint: Any, names: Mapping[type, str]) -> dict[str, Any]:
         if isinstance(inner.get("type"), str):
             return {**inner, "type": [inner["type"], "null"]}
         return {"oneOf": [{"type": "null"}, inner]}
+    if origin is Literal:
+        values = get_args(hint)
+        return {"const": values[0]} if len(values) == 1 else {"enum": list(values)}
     if origin is list:
         (item,) = get_args(hint)
         return {"type": "array", "items": field_schema(item, names)}

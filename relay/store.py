@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -28,13 +28,22 @@ from relay.timefmt import now_ms
 
 @dataclass(frozen=True)
 class BatchRef:
-    """A batch's identity (account, name) and the keys that follow from it."""
+    """A batch's identity (account, name) and the keys that follow from it.
+
+    ``at`` is the batch's shard when the caller knows it (read from a record of the batch,
+    an id, or found by :func:`locate_batch`); None means the shard a batch of that name
+    takes when created now. Once the deployment has used more than one count of shards
+    (``relay.shards``), a batch named by a client must be found with :func:`locate_batch`:
+    it stays in the shard it was created in."""
 
     account: str
     name: str
+    at: int | None = field(default=None, compare=False)
 
     @property
     def shard(self) -> int:
+        if self.at is not None:
+            return self.at
         return keys.shard_for_batch(self.account, self.name)
 
     @property
@@ -66,6 +75,22 @@ class Outcome:
     result: bytes | None
     error: tuple[str, str] | None
     at: int
+
+
+async def locate_batch(client: redis.asyncio.Redis, account: str, name: str) -> BatchRef:
+    """The account's batch of that name: in the shard where it exists (earliest count of
+    shards first), else where it would be created now. No round trip while the deployment
+    has used one count of shards; one ``EXISTS`` per count after it raised the count."""
+    shards = keys.batch_shards(account, name)
+    if len(shards) > 1:
+        async with client.pipeline(transaction=False) as pipe:
+            for s in shards:
+                pipe.exists(keys.batch(s, account, name))
+            found = await pipe.execute()
+        for s, there in zip(shards, found, strict=True):
+            if there:
+                return BatchRef(account, name, s)
+    return BatchRef(account, name, keys.shard_for_batch(account, name))
 
 
 # Entries claim_next.lua may drop in one call (documents claimed by name meanwhile) before it
@@ -156,11 +181,15 @@ class AsyncStore:
         self.clock = clock  # ms since the epoch; tests pass their own
         self.max_pending_bytes = max_pending_bytes
 
+    async def locate(self, account: str, name: str) -> BatchRef:
+        """The account's batch of that name, in the shard it lives in (:func:`locate_batch`)."""
+        return await locate_batch(self.redis, account, name)
+
     async def pending_bytes(self, account: str) -> list[int]:
         """The account's uploaded bytes held in Redis awaiting processing, per shard (the
         exact record; the upload's fallback when the total refuses)."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            for s in range(keys.SHARDS):
+            for s in keys.all_shards():
                 pipe.get(keys.account_pending_bytes(s, account))
             replies = await pipe.execute()
         return [int(r or 0) for r in replies]
@@ -313,13 +342,11 @@ class AsyncStore:
         return Batch.from_hash(h) if h else None
 
     async def get_document(self, account: str, doc_id: str) -> Document | None:
-        shard = keys.shard_of_id("doc", doc_id)
-        if shard is None:
-            return None
-        h = await self.redis.hgetall(keys.doc(shard, doc_id))
-        if not h or h.get(b"account", b"").decode() != account:
-            return None
-        return Document.from_hash(h)
+        """The account's document: the status endpoint's read (``DocumentQuery``), alone."""
+        q = DocumentQuery(doc_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            q.queue(pipe, account)
+            return q.decode(await pipe.execute(), account)
 
     async def results(
         self, ref: BatchRef, *, start: int, limit: int
@@ -352,7 +379,7 @@ class AsyncStore:
         """The account's batches, newest first, from just after ``before`` (created, name)."""
         top = "+inf" if before is None else f"{before[0]}"
         async with self.redis.pipeline(transaction=False) as pipe:
-            for s in range(keys.SHARDS):
+            for s in keys.all_shards():
                 # limit + 1 per shard leaves room to skip the ties of the cursor itself.
                 pipe.zrevrangebyscore(
                     keys.account_batches(s, account),
@@ -363,20 +390,20 @@ class AsyncStore:
                     withscores=True,
                 )
             per_shard = await pipe.execute()
-        candidates: list[tuple[int, str]] = []
-        for rows in per_shard:
+        candidates: list[tuple[int, str, int]] = []
+        for s, rows in enumerate(per_shard):
             for name, score in rows:
-                item = (int(score), name.decode())
+                item = (int(score), name.decode(), s)
                 if before is None or (item[0], item[1]) < before:
                     candidates.append(item)
         candidates.sort(reverse=True)
         page = candidates[: limit + 1]
         async with self.redis.pipeline(transaction=False) as pipe:
-            for _, name in page[:limit]:
-                pipe.hgetall(BatchRef(account, name).key)
+            for _, name, s in page[:limit]:
+                pipe.hgetall(keys.batch(s, account, name))
             hashes = await pipe.execute()
         batches = [Batch.from_hash(h) for h in hashes if h]
-        cursor = page[limit - 1] if len(page) > limit else None
+        cursor = page[limit - 1][:2] if len(page) > limit else None
         return batches, cursor
 
 
@@ -432,7 +459,7 @@ class Store:
         more = int(c["more"]) == 1
         if not c.get("claims"):
             return [], more
-        ref = BatchRef(c["account"], c["batch"])
+        ref = BatchRef(c["account"], c["batch"], shard)
         shared = {"fields": c["fields"]}
         return [_claim(d["id"], ref, token, {**d, **shared}) for d in c["claims"]], more
 
@@ -441,14 +468,14 @@ class Store:
         shards' waiting counters (``keys.waiting``, kept by the same scripts as the fair
         queue, absent at 0); on a Cluster, whose keys of several slots no one command may
         name, one pipelined ``EXISTS`` per shard."""
-        counters = [keys.waiting(s) for s in range(keys.SHARDS)]
+        counters = [keys.waiting(s) for s in keys.all_shards()]
         if not is_cluster(self.redis):
             return [s for s, n in enumerate(self.redis.mget(counters)) if n and int(n) > 0]
         with self.redis.pipeline(transaction=False) as pipe:
             for key in counters:
                 pipe.exists(key)
             found = pipe.execute()
-        return [s for s in range(keys.SHARDS) if found[s]]
+        return [s for s, there in enumerate(found) if there]
 
     def read_blob(self, claim: Claim) -> bytes | None:
         return self.blobs.read(self.redis, claim.batch.shard, claim.doc_id, claim.blob_kind)
@@ -533,7 +560,7 @@ class Store:
         account, batch = self.redis.hmget(keys.doc(shard, doc_id), ["account", "batch"])
         if account is None or batch is None:
             return None
-        return BatchRef(account.decode(), batch.decode())
+        return BatchRef(account.decode(), batch.decode(), shard)
 
     def drop_lease(self, shard: int, doc_id: str) -> bool:
         """Drop the expired lease of a document that is gone (its batch purged); False when
@@ -589,13 +616,16 @@ class DocumentQuery:
 
 @dataclass(frozen=True)
 class BatchQuery:
-    """``GET /batches/{name}``: the account's batch of that name."""
+    """``GET /batches/{name}``: the account's batch of that name (one read per shard it may
+    be in: :func:`relay.keys.batch_shards`, the first found wins as in :func:`locate_batch`)."""
 
     name: str
 
     def queue(self, pipe: Any, account: str) -> None:
         if valid_batch_name(self.name):
-            pipe.hgetall(BatchRef(account, self.name).key)
+            for s in keys.batch_shards(account, self.name):
+                pipe.hgetall(keys.batch(s, account, self.name))
 
     def decode(self, replies: list[Any], account: str) -> Batch | None:
-        return Batch.from_hash(replies[0]) if replies and replies[0] else None
+        found = next((h for h in replies if h), None)
+        return Batch.from_hash(found) if found else None

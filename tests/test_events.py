@@ -61,7 +61,7 @@ def test_every_completion_is_in_the_feed_once_with_its_delivery_id(h: H) -> None
     assert events[0]["type"] == "batch.completed"
     # A detector that dies after the append and before XACK handles the entry again: the
     # feed and the delivery stay one each.
-    for s in range(keys.SHARDS):
+    for s in keys.all_shards():
         for entry_id, fields in h.client.xrange(keys.outbox(s)):
             detector.handle(s, entry_id, fields)
     assert [e["id"] for e in _feed(h)] == [e["id"] for e in events]

@@ -27,7 +27,7 @@ def _lua(client: redis.Redis, expr: str, *args: str) -> str:
     return bytes(client.eval(f"{_lib()}\nreturn {expr}", 0, *args)).decode()
 
 
-@pytest.mark.parametrize("shard", [0, 7, keys.SHARDS - 1])
+@pytest.mark.parametrize("shard", [0, 7, keys.DEFAULT_SHARDS - 1])
 def test_lua_key_helpers_equal_the_python_ones(redis: redis.Redis, shard: int) -> None:
     p = keys.shard_prefix(shard)
     doc_id, msg_id = keys.new_id("doc", shard), keys.new_id("msg", shard)

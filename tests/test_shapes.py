@@ -22,46 +22,44 @@ from relay.model import (
     Webhook,
 )
 from relay.shapes import Ref, Schema, field_schema, object_schema
+from relay.webhook_events import COMPONENTS as EVENTS
 
 NOW = 1_764_000_000_123
 
 
+def _hash(**fields: object) -> dict[bytes, bytes]:
+    """A Redis hash as redis-py returns it."""
+    return {k.encode(): str(v).encode() for k, v in fields.items()}
+
+
 def _records() -> list[tuple[str, Any]]:
+    common = {"account": "acme", "batch": "b-1", "created_at": NOW}
     doc = Document.from_hash(
-        {
-            b"id": keys.new_id("doc", 3).encode(),
-            b"account": b"acme",
-            b"batch": b"b-1",
-            b"filename": b"a.csv",
-            b"content_type": b"text/csv",
-            b"size": b"12",
-            b"status": b"failed",
-            b"created_at": str(NOW).encode(),
-            b"started_at": str(NOW + 1).encode(),
-            b"completed_at": str(NOW + 2).encode(),
-            b"error_code": b"unreadable",
-            b"error_message": b"no table",
-        }
+        _hash(
+            **common,
+            id=keys.new_id("doc", 3),
+            filename="a.csv",
+            content_type="text/csv",
+            size=12,
+            status="failed",
+            started_at=NOW + 1,
+            completed_at=NOW + 2,
+            error_code="unreadable",
+            error_message="no table",
+        )
     )
-    batch = Batch.from_hash(
-        {b"account": b"acme", b"name": b"b-1", b"created_at": str(NOW).encode(), b"queued": b"2"}
-    )
-    hook = Webhook.from_hash(
-        "b-1",
-        {b"url": b"https://example.com/h", b"created_at": b"1", b"updated_at": b"2"},
-    )
+    batch = Batch.from_hash(_hash(account="acme", name="b-1", created_at=NOW, queued=2))
+    hook = Webhook.from_hash("b-1", _hash(url="https://example.com/h", created_at=1, updated_at=2))
     attempt = Attempt(1, NOW, 12.5, 503, "http_status", "busy")
     delivery = Delivery.from_hash(
-        {
-            b"id": keys.new_id("msg", 3).encode(),
-            b"account": b"acme",
-            b"batch": b"b-1",
-            b"seq": b"1",
-            b"url": b"https://example.com/h",
-            b"status": b"pending",
-            b"created_at": str(NOW).encode(),
-            b"next_attempt_at": str(NOW + 5).encode(),
-        },
+        _hash(
+            **common,
+            id=keys.new_id("msg", 3),
+            seq=1,
+            url="https://example.com/h",
+            status="pending",
+            next_attempt_at=NOW + 5,
+        ),
         [attempt.encode().encode()],
     )
     return [("Document", doc), ("Batch", batch), ("Webhook", hook), ("Delivery", delivery)]
@@ -78,11 +76,12 @@ def test_to_json_is_valid_against_the_schema_made_from_its_type(name: str, recor
     assert set(record.to_json()) == set(object_schema(shape, COMPONENTS)["properties"])
 
 
-def test_the_document_takes_the_records_objects_from_their_types() -> None:
+def test_the_document_takes_the_records_and_events_objects_from_their_types() -> None:
     schemas = document()["components"]["schemas"]
-    for shape, name in COMPONENTS.items():
+    assert set(COMPONENTS.items()) <= set(EVENTS.items())
+    for shape, name in EVENTS.items():
         if isinstance(shape, type) and hasattr(shape, "__required_keys__"):
-            assert schemas[name] == object_schema(shape, COMPONENTS), name
+            assert schemas[name] == object_schema(shape, EVENTS), name
 
 
 def test_id_patterns_are_the_ones_ids_are_minted_and_read_with() -> None:

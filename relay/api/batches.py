@@ -70,7 +70,7 @@ async def process_batch(request: Request) -> Response:
     account = await authenticate(request)
     st = state(request)
     rate_headers = await st.limits.admit(PROCESS, account)
-    ref = batch_ref(request, account)
+    ref = await batch_ref(request, account)
     fields = parse_fields(await read_json(request, allow_empty=True))
     doc_ids = await st.store.process(ref, fields)
     if doc_ids:
@@ -100,7 +100,7 @@ async def batch_results(request: Request) -> Response:
     endpoint)."""
 
     async def render(account: str, _: None) -> Any:
-        ref = batch_ref(request, account)
+        ref = await batch_ref(request, account)
         cursor, limit = page_params(request)
         start = decode_position(cursor)
         batch, docs, next_start = await state(request).store.results(ref, start=start, limit=limit)
@@ -138,7 +138,7 @@ async def delete_batch(request: Request) -> Response:
     """Cancel queued documents, refuse further uploads: 202, the batch (idempotent)."""
     account = await authenticate(request)
     st = state(request)
-    ref = batch_ref(request, account)
+    ref = await batch_ref(request, account)
     await st.store.delete_batch(ref)
     batch = await st.store.get_batch(ref)
     if batch is None:

@@ -3,8 +3,9 @@
 Every response object is closed (``additionalProperties: false``, all listed fields
 required), so a field that drifts from the contract (SPEC section 3) fails the schemathesis
 conformance test. The records' objects (Batch, Document, Webhook, Delivery ...) are made
-from the types their ``to_json`` returns (``relay.model``'s ``...JSON``, ``relay.shapes``);
-the objects no record makes (lists, requests, event envelopes) are written here.
+from the types their ``to_json`` returns (``relay.model``'s ``...JSON``, ``relay.shapes``),
+and the webhook events' from the types their bodies are built as (``relay.webhook_events``);
+the objects nothing else makes (lists, requests) are written here.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from typing import Any
 from relay.delivery.ssrf import CALLBACK_URL_PATTERN
 from relay.model import (
     BATCH_NAME_PATTERN,
-    COMPONENTS,
     DELIVERY_ID_PATTERN,
     DOCUMENT_ID_PATTERN,
     BatchJSON,
@@ -27,6 +27,7 @@ from relay.model import (
 )
 from relay.search import RECOVERABLE
 from relay.shapes import field_schema, object_schema, ref
+from relay.webhook_events import COMPONENTS
 
 __all__ = ["BATCH_NAME_PATTERN", "DELIVERY_ID_PATTERN", "DOCUMENT_ID_PATTERN", "ref"]
 
@@ -57,7 +58,7 @@ _TIME_OR_NULL = field_schema(TimeOrNull, COMPONENTS)
 QUERY_TIME: dict[str, Any] = {"type": "string", "format": "date-time"}
 _COUNT = {"type": "integer", "minimum": 0}
 
-# The records' objects, from the types of their to_json (relay.model).
+# The records' and the webhook events' objects, from their types (model, webhook_events).
 _MODELS: dict[str, Any] = {
     name: object_schema(shape, COMPONENTS)
     for shape, name in COMPONENTS.items()
@@ -218,104 +219,6 @@ SCHEMAS: dict[str, Any] = {
     "OperationalWebhook": _obj({k: v for k, v in _WEBHOOK_PROPS.items() if k != "batch_name"}),
     "DeliveryList": _obj(
         {"deliveries": {"type": "array", "items": ref("Delivery")}, "next_cursor": _NEXT_CURSOR}
-    ),
-    "BatchCompletedData": _obj(
-        {
-            **_BATCH_PROPS,
-            "results_url": {
-                "type": "string",
-                "format": "uri",
-                "description": "GET it (with an API key) for the documents and their rows.",
-            },
-        }
-    ),
-    "BatchCompletedEvent": _obj(
-        {
-            "type": {"const": "batch.completed"},
-            "timestamp": {**_TIME, "description": "When the batch completed (completed_at)."},
-            "data": {
-                **ref("BatchCompletedData"),
-                "description": "The batch, as GET /batches/{name} answered it then, plus "
-                "results_url.",
-            },
-        }
-    ),
-    "WebhookDisabledEvent": _obj(
-        {
-            "type": {"const": "webhook.disabled"},
-            "timestamp": {**_TIME, "description": "When the webhook was disabled."},
-            "data": _obj(
-                {
-                    "batch_name": {"type": "string"},
-                    "url": {"type": "string"},
-                    "reason": {"type": "string"},
-                }
-            ),
-        }
-    ),
-    "DeliveryFailedEvent": _obj(
-        {
-            "type": {"const": "delivery.failed"},
-            "timestamp": {**_TIME, "description": "When the schedule ran out."},
-            "data": _obj(
-                {
-                    "id": {"type": "string", "description": "The failed delivery's webhook-id."},
-                    "batch_name": {"type": "string"},
-                    "url": {"type": "string"},
-                    "attempts": {"type": "integer", "minimum": 1},
-                    "error": {"type": ["string", "null"]},
-                    "status_code": {"type": ["integer", "null"]},
-                }
-            ),
-        }
-    ),
-    "WebhookTestEvent": _obj(
-        {
-            "type": {"const": "webhook.test"},
-            "timestamp": {**_TIME, "description": "When the test was sent."},
-            "data": _obj(
-                {
-                    "batch_name": {"type": ["string", "null"]},
-                    "url": {"type": "string"},
-                }
-            ),
-        }
-    ),
-    "WebhookVerifyEvent": _obj(
-        {
-            "type": {"const": "webhook.verify"},
-            "timestamp": {**_TIME, "description": "When the challenge was made."},
-            "data": _obj(
-                {
-                    "batch_name": {"type": ["string", "null"]},
-                    "url": {"type": "string"},
-                    "challenge": {
-                        "type": "string",
-                        "description": "Echo it in the body of a 2xx answer.",
-                    },
-                }
-            ),
-        }
-    ),
-    "TestSend": _obj(
-        {
-            "id": {**_MSG_ID, "description": "The test event's webhook-id (new each time)."},
-            "type": {"const": "webhook.test"},
-            "url": {"type": "string"},
-            "at": {**_TIME, "description": "When it was sent."},
-            "succeeded": {"type": "boolean", "description": "The receiver answered 2xx."},
-            "status_code": {"type": ["integer", "null"]},
-            "duration_ms": {"type": "number", "minimum": 0},
-            "response_excerpt": {
-                "type": "string",
-                "description": "The first KiB of the answer, or the error's message.",
-            },
-            "error": {
-                "type": ["string", "null"],
-                "description": "http_status, timeout, connection, dns, blocked_destination...; "
-                "null on a 2xx.",
-            },
-        }
     ),
     "EventList": _obj(
         {

@@ -36,7 +36,7 @@ async def _existing(st: AppState, ref: BatchRef) -> BatchRef:
 async def _batch(request: Request) -> tuple[AppState, BatchRef]:
     account = await authenticate(request)
     st = state(request)
-    return st, await _existing(st, batch_ref(request, account))
+    return st, await _existing(st, await batch_ref(request, account))
 
 
 async def _wake(st: AppState, ref: BatchRef) -> None:
@@ -123,7 +123,7 @@ async def retry_delivery(request: Request) -> Response:
     account = await authenticate(request)
     st = state(request)
     rate_headers = await st.limits.admit(RETRIES, account)
-    ref = await _existing(st, batch_ref(request, account))
+    ref = await _existing(st, await batch_ref(request, account))
     delivery = await st.webhooks.retry(ref, request.path_params["id"])
     await _wake(st, ref)
     return json_response(delivery.to_json(), 202, headers=rate_headers)
@@ -136,7 +136,7 @@ async def test_webhook(request: Request) -> Response:
     account = await authenticate(request)
     st = state(request)
     rate_headers = await st.limits.admit(RETRIES, account)
-    ref = await _existing(st, batch_ref(request, account))
+    ref = await _existing(st, await batch_ref(request, account))
     try:
         result = await st.edge.prober.send(ref)
     except WebhookNotFound as exc:

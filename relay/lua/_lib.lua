@@ -102,6 +102,26 @@ local function release_parked(p, due_key, account, name, now, cancel)
   end
   redis.call('DEL', parked)
 end
+-- Register or replace a webhook's URL (register_webhook.lua, register_operational_webhook.lua):
+-- enabled again and not failing; with `verify` '1', pending its endpoint verification (the
+-- caller creates the challenge's delivery), else not verified any more and the deliveries
+-- parked for a verification released. Returns 1 when the webhook was created, else 0.
+local function register_hook(wk, due_key, p, account, name, url, now, verify, challenge)
+  local was = redis.call('HGET', wk, 'verification')
+  local created = redis.call('HSETNX', wk, 'created_at', now)
+  redis.call('HSET', wk, 'url', url, 'updated_at', now, 'disabled', '0',
+             'disabled_reason', '', 'failing_since', '')
+  redis.call('HSETNX', wk, 'pending', '')
+  if verify == '1' then
+    redis.call('HSET', wk, 'verification', 'pending', 'challenge', challenge, 'verified_at', '')
+  else
+    redis.call('HSET', wk, 'verification', '', 'challenge', '', 'verify_id', '')
+    if was == 'pending' then
+      release_parked(p, due_key, account, name, now, false)
+    end
+  end
+  return created
+end
 -- The shard prefix back from a batch key (keys.batch = p .. 'batch:' .. account .. ':' .. name),
 -- for scripts that get the batch in KEYS but no prefix in ARGV.
 local function batch_prefix(batch_key, account, name)

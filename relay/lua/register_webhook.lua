@@ -10,24 +10,8 @@ local b = redis.call('HMGET', KEYS[1], 'created_at', 'completed_at', 'completion
 if not b[1] then
   return refuse('missing')
 end
-local created = 0
-local was = redis.call('HGET', KEYS[2], 'verification')
-if redis.call('EXISTS', KEYS[2]) == 0 then
-  created = 1
-  redis.call('HSET', KEYS[2], 'created_at', ARGV[2], 'pending', '')
-end
-redis.call('HSET', KEYS[2], 'url', ARGV[1], 'updated_at', ARGV[2], 'disabled', '0',
-           'disabled_reason', '', 'failing_since', '')
-if ARGV[4] == '1' then
-  -- Pending until the receiver echoes the challenge; the caller creates its delivery.
-  redis.call('HSET', KEYS[2], 'verification', 'pending', 'challenge', ARGV[5],
-             'verified_at', '')
-else
-  redis.call('HSET', KEYS[2], 'verification', '', 'challenge', '', 'verify_id', '')
-  if was == 'pending' then
-    release_parked(ARGV[3], KEYS[4], ARGV[6], ARGV[7], ARGV[2], false)
-  end
-end
+local created = register_hook(KEYS[2], KEYS[4], ARGV[3], ARGV[6], ARGV[7], ARGV[1], ARGV[2],
+                              ARGV[4], ARGV[5])
 local seq = 0
 if b[2] and b[2] ~= '' then
   seq = tonumber(b[3] or '0')

@@ -100,7 +100,7 @@ def test_a_receiver_down_catches_up_from_its_last_id_and_paging_loses_nothing(
     for name in names:
         api.upload(name, CSV)
         assert api.register(name, down).status_code == 201
-    assert len({keys.shard_for_batch("acme", n) for n in names}) == keys.SHARDS
+    assert len({keys.shard_for_batch("acme", n) for n in names}) == keys.DEFAULT_SHARDS
     for name in names:
         api.process(name)
     wait_until(lambda: all(api.batch(n)["all_done"] for n in names), 60, message="batches not done")
