@@ -21,6 +21,7 @@ from relay import keys
 from relay.blobs import BlobStore
 from relay.exceptions import BatchDeleted, BatchNotFound, QuotaExceeded, StateError
 from relay.model import Batch, Document, Status, valid_batch_name
+from relay.redis_conn import is_cluster
 from relay.scripts import AsyncScripts, Scripts, fields, refusal
 from relay.timefmt import now_ms
 
@@ -62,6 +63,18 @@ class Claim:
     content_type: str
     blob_kind: str
     claims: int
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A claimed document's outcome for ``Store.finish_many``: the result (the JSON of
+    ``{"line_items": [...], "tables": [...]}``) or the error (code, message), and when it
+    ended (ms since the epoch)."""
+
+    claim: Claim
+    result: bytes | None
+    error: tuple[str, str] | None
+    at: int
 
 
 async def locate_batch(client: redis.asyncio.Redis, account: str, name: str) -> BatchRef:
@@ -418,22 +431,49 @@ class Store:
     def claim_next(self, shard: int, token: str, lease_ms: int) -> tuple[Claim | None, bool]:
         """Claim the shard's next document in fair order (``claim_next.lua``). Returns the
         claim (None when nothing was claimed) and whether documents still wait in the shard."""
+        claims, more = self.claim_turn(shard, token, lease_ms, documents=1, max_bytes=0)
+        return (claims[0] if claims else None), more
+
+    def claim_turn(
+        self, shard: int, token: str, lease_ms: int, *, documents: int, max_bytes: int
+    ) -> tuple[list[Claim], bool]:
+        """Claim the shard's next turn in fair order (``claim_next.lua``): the next account's
+        first waiting document and, behind it in the same batch, more while they are small
+        (at most ``documents``, together within ``max_bytes`` past the first). Returns the
+        claims (none when nothing was claimed) and whether documents still wait in the
+        shard."""
         reply = self.scripts(
             "claim_next",
             [keys.leases(shard)],
-            [keys.shard_prefix(shard), self.clock(), lease_ms, token, CLAIM_SKIP_LIMIT],
+            [
+                keys.shard_prefix(shard),
+                self.clock(),
+                lease_ms,
+                token,
+                CLAIM_SKIP_LIMIT,
+                documents,
+                max_bytes,
+            ],
         )
         c = fields(reply)
         more = int(c["more"]) == 1
-        if not c["claimed"]:
-            return None, more
-        return _claim(c["id"], BatchRef(c["account"], c["batch"], shard), token, c), more
+        if not c.get("claims"):
+            return [], more
+        ref = BatchRef(c["account"], c["batch"], shard)
+        shared = {"fields": c["fields"]}
+        return [_claim(d["id"], ref, token, {**d, **shared}) for d in c["claims"]], more
 
     def waiting_shards(self) -> list[int]:
-        """The shards with documents waiting in their fair queue (one pipelined round trip)."""
+        """The shards with documents waiting in their fair queue: one ``MGET`` of the
+        shards' waiting counters (``keys.waiting``, kept by the same scripts as the fair
+        queue, absent at 0); on a Cluster, whose keys of several slots no one command may
+        name, one pipelined ``EXISTS`` per shard."""
+        counters = [keys.waiting(s) for s in keys.all_shards()]
+        if not is_cluster(self.redis):
+            return [s for s, n in enumerate(self.redis.mget(counters)) if n and int(n) > 0]
         with self.redis.pipeline(transaction=False) as pipe:
-            for s in keys.all_shards():
-                pipe.exists(keys.fair_ring(s))
+            for key in counters:
+                pipe.exists(key)
             found = pipe.execute()
         return [s for s, there in enumerate(found) if there]
 
@@ -463,37 +503,45 @@ class Store:
         if result is None and line_items is not None:
             value = {"line_items": line_items, "tables": tables or []}
             result = json.dumps(value, separators=(",", ":")).encode()
-        k = _doc_keys(claim.batch, claim.doc_id)
-        outcome = "failed" if error is not None else "succeeded"
-        code, message = error if error is not None else ("", "")
-        reply = self.scripts(
-            "finish",
-            [
-                k["doc"],
-                k["batch"],
-                k["leases"],
-                k["outbox"],
-                k["items"],
-                k["blob"],
-                k["pending_bytes"],
-            ],
-            [
-                claim.doc_id,
-                claim.token,
-                self.clock(),
-                outcome,
-                result if result is not None else "",
+        stored, seq = self.finish_many([Outcome(claim, result, error, self.clock())])
+        return stored[0], seq
+
+    def finish_many(self, outcomes: Sequence[Outcome]) -> tuple[list[bool], int]:
+        """Store the outcomes of documents of one batch in one script (``finish.lua``).
+        Returns whether each was stored (not when its lease was lost) and the batch's
+        completion_seq when they completed it, else 0."""
+        ref = outcomes[0].claim.batch
+        s = ref.shard
+        script_keys = [
+            ref.key,
+            keys.leases(s),
+            keys.outbox(s),
+            keys.account_pending_bytes(s, ref.account),
+        ]
+        args: list[Any] = []
+        for o in outcomes:
+            if o.claim.batch != ref:
+                raise ValueError("finish_many: documents of one batch")
+            doc_id = o.claim.doc_id
+            script_keys += [keys.doc(s, doc_id), keys.doc_items(s, doc_id), keys.blob(s, doc_id)]
+            code, message = o.error if o.error is not None else ("", "")
+            args += [
+                doc_id,
+                o.claim.token,
+                o.at,
+                "failed" if o.error is not None else "succeeded",
+                o.result if o.result is not None else "",
                 code,
                 message,
-            ],
-        )
-        outcome_ = fields(reply)
-        if not outcome_["stored"]:
-            return False, 0
-        if outcome_["freed"]:
-            self.release_total(claim.batch.account, outcome_["freed"])
-        self.blobs.discard(claim.doc_id, claim.blob_kind)
-        return True, int(outcome_["seq"])
+            ]
+        reply = fields(self.scripts("finish", script_keys, args))
+        if reply["freed"]:
+            self.release_total(ref.account, reply["freed"])
+        stored = [bool(x) for x in reply["stored"]]
+        for o, ok in zip(outcomes, stored, strict=True):
+            if ok:
+                self.blobs.discard(o.claim.doc_id, o.claim.blob_kind)
+        return stored, int(reply["seq"])
 
     def release_total(self, account: str, freed: int) -> None:
         """Take bytes a script freed off the account's total (``AsyncStore``'s docstring);
