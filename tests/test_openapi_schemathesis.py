@@ -18,7 +18,7 @@ at most ``STATEFUL_STEPS`` calls.
 
 Every run draws a fresh random seed (CI too: each build explores new requests), prints it
 in the run's header before the first test (one seed for all pytest-xdist workers:
-``tests/support/run_seed.py``), and a failure names it: ``RELAY_SCHEMATHESIS_SEED=<seed>`` replays
+``tests/support/run_seed.py``), and a failure names it: ``SCHEMATHESIS_SEED=<seed>`` replays
 that run's draws (the same seed gives the same requests on the same document).
 
 Each operation gets a fresh app on a flushed Redis, seeded with one batch (the name the

@@ -11,11 +11,13 @@ from __future__ import annotations
 import os
 import random
 
-SEED_VARIABLE = "RELAY_SCHEMATHESIS_SEED"
+# Not RELAY_-prefixed: relay refuses unknown RELAY_ variables, and the tests that load
+# settings from the environment would meet it.
+SEED_VARIABLE = "SCHEMATHESIS_SEED"
 
 
 def run_seed() -> int:
-    """The run's seed: ``RELAY_SCHEMATHESIS_SEED`` when set (a replay), else drawn now and
+    """The run's seed: ``SCHEMATHESIS_SEED`` when set (a replay), else drawn now and
     stored there for the processes started after."""
     value = os.environ.get(SEED_VARIABLE)
     if not value:
