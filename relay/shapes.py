@@ -7,7 +7,8 @@ OpenAPI document (``relay.api.openapi_schemas``). What a type alone cannot say (
 a bound, a description, that a string is one of an enum's values) rides along in
 ``Annotated`` metadata: :class:`Schema` (keywords merged into the field's schema),
 :class:`Ref` (the field is a named component) or a ``StrEnum`` class (one of its values).
-A ``Literal`` is its values (``const`` for one).
+A ``Literal`` is its values (``const`` for one). ``X | None`` adds ``"null"`` to a scalar's
+type and is ``oneOf`` null or the schema for an object (inline or a component).
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def field_schema(hint: Any, names: Mapping[type, str]) -> dict[str, Any]:
         if len(members) != 1:
             raise TypeError(f"only X | None unions have a schema here, not {hint!r}")
         inner = field_schema(members[0], names)
-        if isinstance(inner.get("type"), str):
+        if isinstance(inner.get("type"), str) and inner["type"] != "object":
             return {**inner, "type": [inner["type"], "null"]}
         return {"oneOf": [{"type": "null"}, inner]}
     if origin is Literal:

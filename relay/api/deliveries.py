@@ -102,9 +102,7 @@ async def recover_deliveries(request: Request) -> Response:
     )
     for shard in sorted(result.shards):
         await st.edge.wake(shard)
-    return json_response(
-        {"recovered": result.recovered, "skipped": result.skipped}, 202, headers=rate_headers
-    )
+    return json_response(result.to_json(), 202, headers=rate_headers)
 
 
 routes: list[BaseRoute] = [

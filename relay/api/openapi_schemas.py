@@ -21,12 +21,10 @@ from relay.model import (
     DeliveryStatus,
     DocumentJSON,
     Status,
-    Time,
-    TimeOrNull,
     WebhookJSON,
 )
 from relay.search import RECOVERABLE
-from relay.shapes import field_schema, object_schema, ref
+from relay.shapes import object_schema, ref
 from relay.webhook_events import COMPONENTS
 
 __all__ = ["BATCH_NAME_PATTERN", "DELIVERY_ID_PATTERN", "DOCUMENT_ID_PATTERN", "ref"]
@@ -52,8 +50,6 @@ def _optional(names: list[str], props: dict[str, Any]) -> dict[str, Any]:
     return {**schema, "required": [n for n in schema["required"] if n not in names]}
 
 
-_TIME = field_schema(Time, COMPONENTS)
-_TIME_OR_NULL = field_schema(TimeOrNull, COMPONENTS)
 # A time the client sends: RFC 3339 with a zone, any precision (milliseconds count).
 QUERY_TIME: dict[str, Any] = {"type": "string", "format": "date-time"}
 _COUNT = {"type": "integer", "minimum": 0}
@@ -67,12 +63,6 @@ _MODELS: dict[str, Any] = {
 _DOCUMENT_PROPS: dict[str, Any] = object_schema(DocumentJSON, COMPONENTS)["properties"]
 _BATCH_PROPS: dict[str, Any] = object_schema(BatchJSON, COMPONENTS)["properties"]
 _WEBHOOK_PROPS: dict[str, Any] = object_schema(WebhookJSON, COMPONENTS)["properties"]
-
-_SIGNING_KEY_PROPS: dict[str, Any] = {
-    "secret": {"type": "string", "pattern": "^whsec_", "description": "HMAC key (v1)."},
-    "public_key": {"type": "string", "pattern": "^whpk_", "description": "Ed25519 key (v1a)."},
-    "created_at": _TIME,
-}
 
 _NEXT_CURSOR = {
     "type": ["string", "null"],
@@ -262,34 +252,6 @@ SCHEMAS: dict[str, Any] = {
         },
         "additionalProperties": False,
     },
-    "Recovery": _obj(
-        {
-            "recovered": {
-                "type": "integer",
-                "minimum": 0,
-                "description": "Deliveries made due now (same webhook-id, fresh schedule).",
-            },
-            "skipped": {
-                "type": "integer",
-                "minimum": 0,
-                "description": "Matching deliveries left as they were: their batch's webhook "
-                "was removed or is disabled (register it again, then recover).",
-            },
-        }
-    ),
-    "SigningMaterial": _obj(
-        {
-            **_SIGNING_KEY_PROPS,
-            "previous": {
-                "oneOf": [
-                    {"type": "null"},
-                    _obj({**_SIGNING_KEY_PROPS, "expires_at": _TIME_OR_NULL}),
-                ],
-                "description": "The material replaced by the last rotation while it still "
-                "signs alongside (grace period); null otherwise.",
-            },
-        }
-    ),
 }
 _EVENT_ID = {**_MSG_ID, "description": "The event's id: the webhook-id of its deliveries."}
 for _name in ("BatchCompletedEvent", "WebhookDisabledEvent", "DeliveryFailedEvent"):

@@ -19,7 +19,7 @@ from relay.api.state import AppState, state
 from relay.crypto import SigningMaterial
 from relay.delivery.ssrf import in_documented_form, vet_url
 from relay.exceptions import UnsafeTarget, WebhookNotFound
-from relay.model import Webhook
+from relay.model import SigningMaterialJSON, Webhook
 from relay.store import BatchRef
 from relay.timefmt import rfc3339
 from relay.webhook_store import operational_ref
@@ -206,7 +206,9 @@ async def list_operational_deliveries(request: Request) -> Response:
     )
 
 
-def _signing_json(materials: list[SigningMaterial], previous_until: int | None) -> dict[str, Any]:
+def _signing_json(
+    materials: list[SigningMaterial], previous_until: int | None
+) -> SigningMaterialJSON:
     current = materials[0]
     previous = materials[1] if len(materials) > 1 else None
     return {
