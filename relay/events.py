@@ -38,7 +38,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import redis
 import redis.asyncio
@@ -48,6 +48,7 @@ from relay import store_core as core
 from relay.exceptions import EventNotFound, StateError
 from relay.scripts import AsyncScripts, Scripts, fields
 from relay.timefmt import now_ms
+from relay.webhook_events import FeedEvent
 
 log = logging.getLogger("relay.events")
 
@@ -68,15 +69,15 @@ class TooManyWaiters(StateError):
 
 @dataclass(frozen=True)
 class FeedPage:
-    events: list[dict[str, Any]]
+    events: list[FeedEvent]
     next_cursor: str | None  # the id of the last event read (``after`` when none was)
     has_more: bool  # events may follow right now (read again without waiting)
 
 
-def render(entry: dict[str, str]) -> dict[str, Any]:
+def render(entry: dict[str, str]) -> FeedEvent:
     """One feed entry (of ``event_page``) as the API shows it: the id, then the webhook
-    body's members."""
-    return {"id": entry["id"], **json.loads(entry["body"])}
+    body's members (the body as ``relay.webhook_events`` built it, stored as bytes)."""
+    return cast(FeedEvent, {"id": entry["id"], **json.loads(entry["body"])})
 
 
 def _expired(after: str, retention_ms: int, now: int) -> bool:
@@ -108,7 +109,7 @@ def feed_page(
         after = None
         (reply,) = yield [core.script("event_page", keys_, ["", count])]
         r = fields(reply)
-    events: list[dict[str, Any]] = []
+    events: list[FeedEvent] = []
     cursor = after
     entries: list[dict[str, str]] = r.get("entries", [])
     has_more = len(entries) >= count

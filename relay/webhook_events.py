@@ -121,6 +121,31 @@ class TestSendJSON(TypedDict):
     ]
 
 
+class _FeedEntry(TypedDict):
+    id: Annotated[
+        str,
+        Schema(
+            pattern=DELIVERY_ID_PATTERN,
+            description="The event's id: the webhook-id of its deliveries.",
+        ),
+    ]
+
+
+# An event as the feeds answer it (``relay.events.render``): its id, then its webhook body.
+class BatchCompletedFeedEvent(_FeedEntry, BatchCompletedEvent):
+    pass
+
+
+class WebhookDisabledFeedEvent(_FeedEntry, WebhookDisabledEvent):
+    pass
+
+
+class DeliveryFailedFeedEvent(_FeedEntry, DeliveryFailedEvent):
+    pass
+
+
+FeedEvent = BatchCompletedFeedEvent | WebhookDisabledFeedEvent | DeliveryFailedFeedEvent
+
 # The events' components in the OpenAPI document (the records' too: their data refers to them).
 COMPONENTS: dict[type, str] = {
     **RECORDS,
@@ -131,6 +156,9 @@ COMPONENTS: dict[type, str] = {
     WebhookTestEvent: "WebhookTestEvent",
     WebhookVerifyEvent: "WebhookVerifyEvent",
     TestSendJSON: "TestSend",
+    BatchCompletedFeedEvent: "BatchCompletedFeedEvent",
+    WebhookDisabledFeedEvent: "WebhookDisabledFeedEvent",
+    DeliveryFailedFeedEvent: "DeliveryFailedFeedEvent",
 }
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from relay import keys
 from relay.api.openapi import document
+from relay.api.responses import COMPONENTS as BODIES
 from relay.api.webhooks import _signing_json
 from relay.crypto import SigningMaterial
 from relay.model import (
@@ -24,7 +25,7 @@ from relay.model import (
     Webhook,
 )
 from relay.search import Recovery
-from relay.shapes import Ref, Schema, field_schema, object_schema
+from relay.shapes import Ref, Schema, field_schema, object_schema, ref
 from relay.webhook_events import COMPONENTS as EVENTS
 
 NOW = 1_764_000_000_123
@@ -105,12 +106,12 @@ def test_to_json_is_valid_against_the_schema_made_from_its_type(name: str, recor
     assert set(record.to_json()) == set(object_schema(shape, COMPONENTS)["properties"])
 
 
-def test_the_document_takes_the_records_and_events_objects_from_their_types() -> None:
+def test_the_document_takes_the_records_events_and_bodies_objects_from_their_types() -> None:
     schemas = document()["components"]["schemas"]
-    assert set(COMPONENTS.items()) <= set(EVENTS.items())
-    for shape, name in EVENTS.items():
+    assert set(COMPONENTS.items()) <= set(EVENTS.items()) <= set(BODIES.items())
+    for shape, name in BODIES.items():
         if isinstance(shape, type) and hasattr(shape, "__required_keys__"):
-            assert schemas[name] == object_schema(shape, EVENTS), name
+            assert schemas[name] == object_schema(shape, BODIES), name
 
 
 def test_id_patterns_are_the_ones_ids_are_minted_and_read_with() -> None:
@@ -145,7 +146,11 @@ def test_field_schemas() -> None:
     assert props["named"] == {"$ref": "#/components/schemas/Counts"}
     assert props["many"] == {"type": "array", "items": {"type": "string", "maxLength": 3}}
     assert props["maybe"] == {"type": ["number", "null"], "minimum": 0}
+    either = field_schema(_Inner | _Outer, {_Inner: "Inner", _Outer: "Outer"})
+    assert either == {"oneOf": [{"$ref": "#/components/schemas/Inner"}, ref("Outer")]}
     with pytest.raises(TypeError):
         field_schema(int | str, {})
+    with pytest.raises(TypeError):
+        field_schema(_Inner | int, {})
     with pytest.raises(TypeError):
         field_schema(bytes, {})

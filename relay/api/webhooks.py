@@ -15,6 +15,7 @@ from relay.api.errors import NotFound, Unprocessable
 from relay.api.limits import RETRIES
 from relay.api.paging import decode_position, encode_position, page_params
 from relay.api.paths import batch_ref
+from relay.api.responses import delivery_list
 from relay.api.state import AppState, state
 from relay.crypto import SigningMaterial
 from relay.delivery.ssrf import in_documented_form, vet_url
@@ -113,9 +114,7 @@ async def list_deliveries(request: Request) -> Response:
     found, next_start = await st.webhooks.deliveries(
         ref, start=decode_position(cursor), limit=limit
     )
-    return json_response(
-        {"deliveries": [d.to_json() for d in found], "next_cursor": encode_position(next_start)}
-    )
+    return json_response(delivery_list(found, encode_position(next_start)))
 
 
 async def retry_delivery(request: Request) -> Response:
@@ -201,9 +200,7 @@ async def list_operational_deliveries(request: Request) -> Response:
     found, next_start = await st.webhooks.deliveries(
         operational_ref(account), start=decode_position(cursor), limit=limit
     )
-    return json_response(
-        {"deliveries": [d.to_json() for d in found], "next_cursor": encode_position(next_start)}
-    )
+    return json_response(delivery_list(found, encode_position(next_start)))
 
 
 def _signing_json(
