@@ -53,7 +53,8 @@ from relay.delivery.signing import build_headers
 from relay.model import Batch
 from relay.signing_keys import SigningKeys
 from relay.store import BatchRef
-from relay.webhook_store import AsyncWebhookStore, WebhookStore, notification_body
+from relay.webhook_events import notification_body
+from relay.webhook_store import AsyncWebhookStore, WebhookStore
 
 NAME = "drain"
 
@@ -88,7 +89,7 @@ def _completed_body(client: redis.Redis, ref: BatchRef, public_url: str) -> byte
 
 def total_due(client: redis.Redis) -> int:
     with client.pipeline(transaction=False) as pipe:
-        for s in range(keys.SHARDS):
+        for s in keys.all_shards():
             pipe.zcard(keys.due(s))
         return sum(int(n) for n in pipe.execute())
 
@@ -175,7 +176,7 @@ def _drain(
     meter = CpuMeter(st.pids(receiver=receiver.proc.pid))
     t0 = time.time()
     _due_at(st.redis, ids, int(t0 * 1000))
-    for s in range(keys.SHARDS):
+    for s in keys.all_shards():
         queues.wake(st.redis, s, settings)
     if receiver.wait(n, 120) < n:
         raise BenchError(f"the receiver got {receiver.count()} of {n} within 120 s")

@@ -68,7 +68,7 @@ def _complete(store: Store, client: redis.Redis, refs: list[BatchRef]) -> None:
 def _left(client: redis.Redis) -> int:
     """Batches not yet purged: still in a shard's ``finished`` index, or mid-purge."""
     with client.pipeline(transaction=False) as pipe:
-        for s in range(keys.SHARDS):
+        for s in keys.all_shards():
             pipe.zcard(keys.finished(s))
             pipe.zcard(keys.purging(s))
         return sum(int(n) for n in pipe.execute())

@@ -55,6 +55,10 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
 
     from relay.api.app import create_app
     from relay.api.server import uvicorn_options
+    from relay.shards import Follower
+
+    # A lowered RELAY_SHARDS is refused here in one line (the lifespan checks it again).
+    Follower(settings).first()
 
     uvicorn.run(
         create_app(settings),
@@ -86,6 +90,9 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     from relay.worker_context import WorkerContext
 
     require_encryption_key(settings)
+    from relay.shards import follow
+
+    follow(settings)
     ctx = WorkerContext(settings)
     ctx.http  # noqa: B018  (built now: its SSL context costs ~25 ms, not the first delivery's)
     from relay.redis_conn import RedisTarget, is_store_full, sync_client
@@ -167,8 +174,10 @@ def _finish_deliveries(ctx: WorkerContext, *, wait_for_due: bool) -> None:
 
 def cmd_detector(settings: Settings, args: argparse.Namespace) -> int:
     from relay.detector import Detector
+    from relay.shards import follow
     from relay.worker_context import WorkerContext
 
+    follow(settings)
     detector = Detector(WorkerContext(settings))
 
     def stop(signum: int, frame: FrameType | None) -> None:

@@ -23,6 +23,7 @@ from relay.logs import mask_query
 from relay.model import Delivery, DeliveryStatus
 from relay.redis_conn import RedisTarget, sync_client
 from relay.search import RECOVERABLE, Recovery
+from relay.shards import Follower
 from relay.text import for_terminal as _t
 from relay.timefmt import parse_duration, parse_rfc3339, rfc3339
 from relay.webhook_store import WebhookStore
@@ -140,6 +141,7 @@ def _recover(
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
     client = sync_client(RedisTarget.from_settings(settings))
+    Follower(settings, client).first(unreachable_ok=False)  # the shards in use, no thread
     store = WebhookStore(client)
     cmd = args.deliveries_cmd
     now = store.clock()

@@ -66,6 +66,13 @@ def _positive_float(raw: str) -> float:
     return value
 
 
+def _non_negative_float(raw: str) -> float:
+    value = float(raw)
+    if not value >= 0 or value == float("inf"):  # NaN fails the comparison
+        raise ValueError("must be a finite number >= 0")
+    return value
+
+
 def _positive_int(raw: str) -> int:
     value = int(raw)
     if value <= 0:
@@ -94,6 +101,13 @@ def _sentinels(raw: str) -> tuple[tuple[str, int], ...]:
     return tuple(out)
 
 
+def _claim_documents(raw: str) -> int:
+    value = _positive_int(raw)
+    if value > 1000:
+        raise ValueError("at most 1000")
+    return value
+
+
 def _non_negative_int(raw: str) -> int:
     value = int(raw)
     if value < 0:
@@ -105,6 +119,21 @@ def _at_least_two(raw: str) -> int:
     value = int(raw)
     if value < 2:
         raise ValueError("must be >= 2 (the first attempt and the latest are kept)")
+    return value
+
+
+def _shard_count(raw: str) -> int:
+    # Bounds mirrored from relay.keys (MIN_SHARDS, MAX_SHARDS): config imports no domain module.
+    value = int(raw)
+    if not 16 <= value <= 256:
+        raise ValueError("must be 16-256 (docs/decisions.md, shard count)")
+    return value
+
+
+def _shards_delay(raw: str) -> float:
+    value = parse_duration(raw)
+    if not 1 <= value <= 3600:
+        raise ValueError("must be 1s-1h")
     return value
 
 
@@ -179,6 +208,18 @@ class Settings:
         "Redis holding RQ's job queues; empty = the state's Redis (RELAY_REDIS_URL, through"
         " the Sentinels when set). Required with RELAY_REDIS_CLUSTER_NODES: RQ's keys span slots",
     )
+    shards: int = setting(
+        "16",
+        _shard_count,
+        "Shards (hash tags) the state is spread over, 16-256: at most this many busy Cluster"
+        " primaries. Raise only (data stays where it was written); see docs/deploy.md",
+    )
+    shards_delay: float = setting(
+        "60s",
+        _shards_delay,
+        "A raised RELAY_SHARDS takes new batches this long after its first process starts;"
+        " every process re-reads the counts in use four times as often (s, m, h suffixes)",
+    )
     redis_sentinel_service: str = setting(
         "mymaster",
         str,
@@ -222,6 +263,13 @@ class Settings:
         _positive_float,
         "Seconds between two questions each process asks the Sentinels in the background (who"
         " is the primary?); when it moved, the process drops its connections to the old one",
+    )
+    request_deadline: float = setting(
+        "8",
+        _positive_float,
+        "Seconds one API request may wait on Redis in all (finding the primary, connecting,"
+        " every reply); past it the request is answered 503. Reading its body or a long poll's"
+        " wait does not count",
     )
     redis_backoff_cap: float = setting(
         "2",
@@ -273,7 +321,14 @@ class Settings:
     extract_timeout: float = setting(
         "60",
         _positive_float,
-        "Wall-clock seconds one document's extraction may take (else extraction_timeout)",
+        "Wall-clock seconds one document's extraction may take, plus"
+        " RELAY_EXTRACT_PAGE_SECONDS a page for a PDF or TIFF (else extraction_timeout)",
+    )
+    extract_page_seconds: float = setting(
+        "15",
+        _non_negative_float,
+        "Seconds a PDF's or TIFF's extraction deadline grows by for each of its pages"
+        " (the longest: RELAY_EXTRACT_TIMEOUT + RELAY_MAX_PAGES of them)",
     )
     extract_memory: int = setting(
         str(2 * 1024 * 1024 * 1024),
@@ -375,9 +430,21 @@ class Settings:
         " the background and serves them",
     )
     background_extractions: int = setting(
-        "1",
+        "2",
         _non_negative_int,
         "Documents one worker process extracts in the background at once (0: none)",
+    )
+    claim_documents: int = setting(
+        "10",
+        _claim_documents,
+        "Documents a worker claims in one turn of the fair queue, from one batch, while they"
+        " are small (RELAY_CLAIM_BYTES); 1 to claim one at a time (1 to 1000)",
+    )
+    claim_bytes: int = setting(
+        str(64 * 1024),
+        _non_negative_int,
+        "Bytes the documents of one claim may add up to past its first (a large document is"
+        " claimed alone)",
     )
     max_document_attempts: int = setting(
         "3",

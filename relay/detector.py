@@ -38,7 +38,8 @@ from relay.model import Batch
 from relay.redis_conn import is_cluster, is_store_full
 from relay.retention import trim_outbox
 from relay.store import BatchRef
-from relay.webhook_store import EVENT_TYPE, event_body, notification_body, operational_ref
+from relay.webhook_events import EVENT_TYPE, event_body, notification_body
+from relay.webhook_store import operational_ref
 from relay.worker_context import WorkerContext
 
 log = logging.getLogger("relay.detector")
@@ -57,7 +58,7 @@ def _entry_order(entry_id: bytes) -> tuple[int, int]:
 
 
 def ensure_groups(client: redis.Redis) -> None:
-    for s in range(keys.SHARDS):
+    for s in keys.all_shards():
         try:
             # From id 0: completions recorded before the group existed are not lost.
             client.xgroup_create(keys.outbox(s), GROUP, id="0", mkstream=True)
@@ -80,8 +81,9 @@ class Detector:
         self.settings = ctx.settings
         self.redis = ctx.redis
         self.queue_redis = ctx.queue_redis  # RQ's: the wake-up markers and jobs
-        # Which shard each outbox stream belongs to, for the replies of XREADGROUP.
-        self.outboxes = {keys.outbox(s): s for s in range(keys.SHARDS)}
+        # Which shard each outbox stream belongs to, for the replies of XREADGROUP: every
+        # shard in use (re-listed when the count of shards is raised, ``run``).
+        self.outboxes = {keys.outbox(s): s for s in keys.all_shards()}
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
         self.reclaim_idle_ms = reclaim_idle_ms
         self.stop = threading.Event()
@@ -99,11 +101,12 @@ class Detector:
         snapshot = {k.encode(): str(v).encode() for k, v in json.loads(fields[b"snapshot"]).items()}
         batch = Batch.from_hash(snapshot)
         body = notification_body(batch, self.settings.public_url)
-        # The event's id is its webhook-id: the same for the feed and every delivery.
-        event_id = keys.event_id(shard, shard, entry_id.decode())
+        # The event's id is its webhook-id: the same for the feed and every delivery, and
+        # for this completion made again (lost with a failed-over primary).
+        event_id = keys.completion_id(shard, account, name, batch.created_at, seq)
         self.ctx.events.append(account, keys.FEED_BATCHES, event_id, EVENT_TYPE, name, body)
         created, _ = self.ctx.webhooks.create(
-            BatchRef(account, name), seq, body, batch.completed_at or 0, delivery_id=event_id
+            BatchRef(account, name, shard), seq, body, batch.completed_at or 0, delivery_id=event_id
         )
         if created:
             queues.wake(self.queue_redis, shard, self.settings)
@@ -164,7 +167,7 @@ class Detector:
     def reclaim(self) -> int:
         """Take over entries another (dead) detector read but never acknowledged."""
         handled = 0
-        for s in range(keys.SHARDS):
+        for s in keys.all_shards():
             reply = self.redis.xautoclaim(
                 keys.outbox(s), GROUP, self.consumer, self.reclaim_idle_ms, "0-0", count=100
             )
@@ -182,7 +185,7 @@ class Detector:
         """Documents whose lease expired go back to their fair queue (or fail worker_lost)."""
         store = self.ctx.store
         requeued = 0
-        for s in range(keys.SHARDS):
+        for s in keys.all_shards():
             for doc_id in store.expired_leases(s):
                 ref = store.doc_batch(s, doc_id)
                 if ref is None:
@@ -226,7 +229,7 @@ class Detector:
         Returns the batches whose purge finished."""
         retention = self.ctx.retention
         purged = 0
-        for s in range(keys.SHARDS):
+        for s in keys.all_shards():
             try:
                 report = retention.sweep_shard(s, self.settings.purge_steps)
                 retention.purge_events(s)
@@ -258,6 +261,9 @@ class Detector:
         groups_ready = False
         while not self.stop.is_set():
             try:
+                if len(self.outboxes) != len(keys.all_shards()):  # the count was raised
+                    self.outboxes = {keys.outbox(s): s for s in keys.all_shards()}
+                    groups_ready = False
                 if not groups_ready:
                     ensure_groups(self.redis)
                     groups_ready = True

@@ -376,7 +376,9 @@ class Supervisor:
             shown = redact_url(url)
             self.say(f"RELAY_REDIS_URL={shown} does not answer; starting a private Redis instead")
         port = self.redis_port if port_is_free(self.redis_port) else None
-        self.redis = RedisServer(self.state_dir / "redis", port=port, appendonly=True)
+        self.redis = RedisServer(
+            self.state_dir / "redis", port=port, appendonly=True, die_with_parent=True
+        )
         self.redis.start()
         if port is None:
             self.say(f"port {self.redis_port} is taken; private Redis on {self.redis.port}")

@@ -38,15 +38,17 @@ import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import redis
 import redis.asyncio
 
 from relay import keys
+from relay import store_core as core
 from relay.exceptions import EventNotFound, StateError
-from relay.scripts import AsyncScripts, Scripts
+from relay.scripts import AsyncScripts, Scripts, fields
 from relay.timefmt import now_ms
+from relay.webhook_events import FeedEvent
 
 log = logging.getLogger("relay.events")
 
@@ -67,24 +69,15 @@ class TooManyWaiters(StateError):
 
 @dataclass(frozen=True)
 class FeedPage:
-    events: list[dict[str, Any]]
+    events: list[FeedEvent]
     next_cursor: str | None  # the id of the last event read (``after`` when none was)
     has_more: bool  # events may follow right now (read again without waiting)
 
 
-def render(fields: dict[bytes, bytes]) -> dict[str, Any]:
-    """One feed entry as the API shows it: the id, then the webhook body's members."""
-    body = json.loads(fields[b"body"])
-    return {"id": fields[b"id"].decode(), **body}
-
-
-def _page_call(
-    account: str, feed: str, after: str | None, count: int
-) -> tuple[list[str], list[Any]]:
-    return (
-        [keys.event_log(account, feed), keys.event_positions(account, feed)],
-        [after or "", count],
-    )
+def render(entry: dict[str, str]) -> FeedEvent:
+    """One feed entry (of ``event_page``) as the API shows it: the id, then the webhook
+    body's members (the body as ``relay.webhook_events`` built it, stored as bytes)."""
+    return cast(FeedEvent, {"id": entry["id"], **json.loads(entry["body"])})
 
 
 def _expired(after: str, retention_ms: int, now: int) -> bool:
@@ -93,37 +86,44 @@ def _expired(after: str, retention_ms: int, now: int) -> bool:
     return at is not None and 0 < at < now - retention_ms
 
 
-def _check_aged_out(after: str | None, retention_ms: int, now: int) -> None:
-    """When the feed holds no ``after``: return if it aged out (the page is read again from
-    the oldest event kept), else raise EventNotFound."""
-    if after is None or not _expired(after, retention_ms, now):
-        raise EventNotFound(f"no event {after!r} in this feed")
-
-
-class _Reader:
-    """The page logic both stores share: filter, stop at the limit, the next cursor."""
-
-    def __init__(self, account: str, feed: str, limit: int, type_: str | None, batch: str | None):
-        self.account, self.feed, self.limit = account, feed, limit
-        self.type, self.batch = type_, batch
-        self.count = limit + 1 if type_ is None and batch is None else max(limit + 1, SCAN)
-
-    def page(self, after: str | None, entries: list[Any]) -> FeedPage:
-        events: list[dict[str, Any]] = []
-        cursor = after
-        has_more = len(entries) >= self.count
-        for _, flat in entries:
-            fields = dict(zip(flat[::2], flat[1::2], strict=True))  # a script's reply: flat
-            wanted = (self.type is None or fields.get(b"type", b"").decode() == self.type) and (
-                self.batch is None or fields.get(b"batch", b"").decode() == self.batch
-            )
-            if wanted and len(events) == self.limit:
-                has_more = True
-                break
-            cursor = fields[b"id"].decode()
-            if wanted:
-                events.append(render(fields))
-        return FeedPage(events, cursor, has_more)
+def feed_page(
+    account: str,
+    feed: str,
+    after: str | None,
+    limit: int,
+    type_: str | None,
+    batch: str | None,
+    retention_ms: int,
+    clock: Callable[[], int],
+) -> core.Operation[FeedPage]:
+    """One page of a feed (``store_core``'s operation, run by both logs): read after
+    ``after``, from the oldest kept when the feed holds no ``after`` because it aged out
+    (EventNotFound otherwise); keep the entries the filters want, up to ``limit``."""
+    count = limit + 1 if type_ is None and batch is None else max(limit + 1, SCAN)
+    keys_ = [keys.event_log(account, feed), keys.event_positions(account, feed)]
+    (reply,) = yield [core.script("event_page", keys_, [after or "", count])]
+    r = fields(reply)
+    if not r["found"]:
+        if after is None or not _expired(after, retention_ms, clock()):
+            raise EventNotFound(f"no event {after!r} in this feed")
+        after = None
+        (reply,) = yield [core.script("event_page", keys_, ["", count])]
+        r = fields(reply)
+    events: list[FeedEvent] = []
+    cursor = after
+    entries: list[dict[str, str]] = r.get("entries", [])
+    has_more = len(entries) >= count
+    for entry in entries:
+        wanted = (type_ is None or entry.get("type", "") == type_) and (
+            batch is None or entry.get("batch", "") == batch
+        )
+        if wanted and len(events) == limit:
+            has_more = True
+            break
+        cursor = entry["id"]
+        if wanted:
+            events.append(render(entry))
+    return FeedPage(events, cursor, has_more)
 
 
 class EventLog:
@@ -141,7 +141,7 @@ class EventLog:
         self, account: str, feed: str, event_id: str, type_: str, batch: str, body: bytes
     ) -> bool:
         """Record one event (once). Returns whether it was appended now."""
-        appended, _ = self.scripts(
+        reply = self.scripts(
             "append_event",
             [
                 keys.event_log(account, feed),
@@ -150,7 +150,7 @@ class EventLog:
             ],
             [event_id, f"{feed}:{account}", keys.events_channel(), type_, batch, body],
         )
-        return int(appended) == 1
+        return bool(fields(reply)["appended"])
 
     def page(
         self,
@@ -164,12 +164,8 @@ class EventLog:
     ) -> FeedPage:
         """The events after ``after`` (an event id; None: from the oldest kept), oldest
         first. Raises EventNotFound for an id this feed never held."""
-        reader = _Reader(account, feed, limit, type_, batch)
-        found, entries = self.scripts("event_page", *_page_call(account, feed, after, reader.count))
-        if not int(found):
-            _check_aged_out(after, self.retention_ms, self.clock())
-            return self.page(account, feed, limit=limit, type_=type_, batch=batch)
-        return reader.page(after, entries)
+        op = feed_page(account, feed, after, limit, type_, batch, self.retention_ms, self.clock)
+        return core.run(self.redis, self.scripts, op)
 
     def trim(self, shard: int, limit: int = 500) -> int:
         """Retention: entries recorded before now - RELAY_RETENTION leave the feeds of the
@@ -216,14 +212,8 @@ class AsyncEventLog:
         type_: str | None = None,
         batch: str | None = None,
     ) -> FeedPage:
-        reader = _Reader(account, feed, limit, type_, batch)
-        found, entries = await self.scripts(
-            "event_page", *_page_call(account, feed, after, reader.count)
-        )
-        if not int(found):
-            _check_aged_out(after, self.retention_ms, self.clock())
-            return await self.page(account, feed, limit=limit, type_=type_, batch=batch)
-        return reader.page(after, entries)
+        op = feed_page(account, feed, after, limit, type_, batch, self.retention_ms, self.clock)
+        return await core.run_async(self.redis, self.scripts, op)
 
 
 class FeedWaiters:

@@ -1,12 +1,19 @@
 """Every Redis key relay uses, one function each.
 
 Naming: ``relay:`` then, for state that scripts touch together, a hash tag ``{rN}`` naming one
-of ``SHARDS`` shards. A batch, its documents, their blobs, its webhook and deliveries all live
+of the shards. A batch, its documents, their blobs, its webhook and deliveries all live
 in the batch's shard, together with the shard-wide indexes (leases, the fair queue of
 handed-out documents, due deliveries, the outbox) that the same scripts update. So every script
 touches keys of a single slot and the state can move to Redis Cluster. Ids carry their shard
-as one hex digit after the prefix (``doc_3…``, ``msg_3…``), so a key follows from an id without
-a lookup.
+after the prefix, one hex digit below 16 (``doc_3…``, ``msg_3…``) and three from 16
+(``doc_02a…``), so a key follows from an id without a lookup.
+
+How many shards: ``RELAY_SHARDS`` (16 by default), raised, never lowered. A deployment keeps
+in Redis every count it has used (``relay.shards``) and each process installs them here
+(:func:`use`, a :class:`ShardMap`): a new batch goes to its shard under the newest count in
+force, a batch is looked for in its shard under each count (:func:`batch_shards`, data
+written under 16 shards stays where it is), and the per-shard loops walk :func:`all_shards`,
+every shard any count has used.
 
 Account-wide records (API keys, rate-limit windows, signing material) are not touched by
 scripts together with batch state and carry no shard tag.
@@ -14,30 +21,108 @@ scripts together with batch state and carry no shard tag.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
+import time
 import zlib
+from dataclasses import dataclass
 
-SHARDS = 16
+DEFAULT_SHARDS = 16  # RELAY_SHARDS's default: what every deployment started with
+MIN_SHARDS = 16  # ids written before RELAY_SHARDS existed name shards 0-15
+MAX_SHARDS = 256  # ids hold up to 4096 (three hex digits); docs/decisions.md: why 256
 PREFIX = "relay"
 
 _ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz234567"
-_ID_RE = re.compile(r"(doc|msg)_([0-9a-f])([a-z2-7]{20})")
+# An id: its kind, the shard (hex: one digit below 16, three from 16; the length tells which),
+# 20 characters of _ID_ALPHABET (100 bits).
+_ID_SHARD, _ID_TOKEN = "(?:[0-9a-f]|[0-9a-f]{3})", "[a-z2-7]{20}"
+_ID_RE = re.compile(rf"(doc|msg)_({_ID_SHARD})({_ID_TOKEN})")
+
+
+def id_pattern(kind: str) -> str:
+    """The anchored pattern of a well-formed ``kind`` id (``doc``, ``msg``), the one the
+    API's schemas and checks use: ``_ID_RE``'s, for that kind."""
+    return f"^{kind}_{_ID_SHARD}{_ID_TOKEN}$"
+
+
+@dataclass(frozen=True)
+class ShardMap:
+    """The shard counts a deployment has used, each with the time (ms) from which new
+    batches take it (the first count: 0). Counts only rise (``relay.shards`` refuses a
+    lower one), so every shard that may hold data is below the largest."""
+
+    counts: tuple[tuple[int, int], ...] = ((DEFAULT_SHARDS, 0),)  # (count, from ms), rising
+
+    @property
+    def total(self) -> int:
+        """Shards that may hold data: ``range(total)`` covers every count used."""
+        return max(c for c, _ in self.counts)
+
+    @property
+    def first(self) -> int:
+        """The count the deployment started with: the reserved pseudo-batches' shards."""
+        return min(c for c, _ in self.counts)
+
+    def current(self, now_ms: int) -> int:
+        """The count new batches take at ``now_ms``."""
+        return max((c for c, since in self.counts if since <= now_ms), default=self.first)
+
+
+_map = ShardMap()
+
+
+def use(shards: ShardMap) -> None:
+    """Install the deployment's shard counts in this process (``relay.shards``)."""
+    global _map
+    _map = shards
+
+
+def shard_map() -> ShardMap:
+    return _map
+
+
+def all_shards() -> range:
+    """Every shard that may hold data: what the per-shard loops walk."""
+    return range(_map.total)
+
+
+def _hash(account: str, batch_name: str) -> int:
+    return zlib.crc32(f"{account}\x00{batch_name}".encode())
 
 
 def shard_for_batch(account: str, batch_name: str) -> int:
-    """The shard of a batch: stable, spread evenly, computable by any process."""
-    return zlib.crc32(f"{account}\x00{batch_name}".encode()) % SHARDS
+    """The shard of a batch created now: stable, spread evenly, computable by any process.
+    A batch created under an earlier count stays where it was: :func:`batch_shards`."""
+    return _hash(account, batch_name) % _map.current(int(time.time() * 1000))
+
+
+def batch_shards(account: str, batch_name: str) -> list[int]:
+    """Where a batch of this name may live: its shard under each count used, the earliest
+    count first, without repeats (one shard while the deployment has used one count)."""
+    h = _hash(account, batch_name)
+    return list(dict.fromkeys(h % c for c, _ in _map.counts))
+
+
+def home_shard(account: str, reserved: str) -> int:
+    """The shard of an account's reserved pseudo-batch (its event feeds, its operational
+    webhook): under the first count, so raising the count never moves them."""
+    return _hash(account, reserved) % _map.first
 
 
 def tag(shard: int) -> str:
     return f"{{r{shard}}}"
 
 
+def _shard_digits(shard: int) -> str:
+    return f"{shard:x}" if shard < 16 else f"{shard:03x}"
+
+
 def new_id(kind: str, shard: int) -> str:
-    """``doc_`` or ``msg_`` + the shard (one hex digit) + 100 random bits."""
+    """``doc_`` or ``msg_`` + the shard (hex: one digit below 16, three from 16) + 100
+    random bits."""
     token = "".join(secrets.choice(_ID_ALPHABET) for _ in range(20))
-    return f"{kind}_{shard:x}{token}"
+    return f"{kind}_{_shard_digits(shard)}{token}"
 
 
 def shard_of_id(kind: str, ident: str) -> int | None:
@@ -89,6 +174,15 @@ def account_pending_bytes(shard: int, account: str) -> str:
     """String (integer): bytes of the account's uploads held in Redis in this shard and not
     yet processed or canceled (the pending-bytes quota; ``relay.store``). Absent when 0."""
     return f"{PREFIX}:{tag(shard)}:account:{account}:pending_bytes"
+
+
+def account_pending_total(account: str) -> str:
+    """String (integer): bytes of the account's uploads held in Redis, all shards together
+    (the pending-bytes quota's O(1) counter; ``relay.store.AsyncStore``). Not shard-tagged:
+    no script touches it; an upload reserves its bytes here before its script runs and what
+    frees them takes them off after. The per-shard ``account_pending_bytes`` stay the exact
+    record it falls back on."""
+    return f"{PREFIX}:account:{account}:pending_total"
 
 
 def doc(shard: int, doc_id: str) -> str:
@@ -161,7 +255,7 @@ OUTBOX_GROUP = "relay-detector"  # the detectors' consumer group on every outbox
 
 OPERATIONAL_BATCH = "~ops"  # the stored name (keys of existing deployments) stays as it was
 """The reserved pseudo-batch of an account's operational webhook and its deliveries (events
-about the account's webhooks): ``webhook(shard_for_batch(account, OPERATIONAL_BATCH),
+about the account's webhooks): ``webhook(home_shard(account, OPERATIONAL_BATCH),
 account, OPERATIONAL_BATCH)`` and the batch delivery keys below, so claiming, recording and
 retrying work as for a batch. No batch can have this name (``relay.model.valid_batch_name``:
 a letter or digit first); ``relay/lua/_lib.lua`` holds the same constant."""
@@ -286,7 +380,7 @@ FEEDS = (FEED_BATCHES, FEED_OPERATIONAL)
 
 def events_shard(account: str) -> int:
     """The shard holding the account's event feeds."""
-    return shard_for_batch(account, EVENTS_BATCH)
+    return home_shard(account, EVENTS_BATCH)
 
 
 def event_log(account: str, feed: str) -> str:
@@ -312,28 +406,60 @@ def events_channel() -> str:
     return f"{PREFIX}:events"
 
 
-_EVENT_BITS = (4, 48, 48)  # the raising shard, the outbox entry's ms, its sequence number
+# The 100 bits of an event id: the raising shard, the outbox entry's ms, its sequence number.
+# Both shards below 16: 4 + 48 + 48 (the ids of every event raised before RELAY_SHARDS);
+# otherwise the id's shard has three digits and the bits are 12 + 44 + 44 (ms until 2527).
+_EVENT_BITS = {1: 48, 3: 44}  # digits of the home shard -> bits of the ms and of the seq
 
 
 def event_id(home: int, raised: int, entry_id: str) -> str:
-    """The id of the event of outbox entry ``entry_id`` of shard ``raised``: also the id of
-    its deliveries (the ``webhook-id``), which live in shard ``home``. A ``msg_`` id, the
-    same for every detector that handles the entry, unique across shards."""
+    """The id of the operational event of outbox entry ``entry_id`` of shard ``raised``: also
+    the id of its deliveries (the ``webhook-id``), which live in shard ``home``. A ``msg_``
+    id, the same for every detector that handles the entry, unique across shards. (A batch's
+    completion has ``completion_id``.)"""
     ms, _, seq = entry_id.partition("-")
-    value = (raised << 96) | (int(ms) << 48) | (int(seq or 0) & ((1 << 48) - 1))
-    token = "".join(_ID_ALPHABET[(value >> (5 * i)) & 31] for i in reversed(range(20)))
-    return f"msg_{home:x}{token}"
+    digits = f"{home:x}" if home < 16 and raised < 16 else f"{home:03x}"
+    bits = _EVENT_BITS[len(digits)]
+    mask = (1 << bits) - 1
+    value = (raised << (2 * bits)) | ((int(ms) & mask) << bits) | (int(seq or 0) & mask)
+    return f"msg_{digits}{_token(value)}"
+
+
+def _token(value: int) -> str:
+    """100 bits as 20 characters of ``_ID_ALPHABET``, most significant first."""
+    return "".join(_ID_ALPHABET[(value >> (5 * i)) & 31] for i in reversed(range(20)))
+
+
+def completion_id(shard: int, account: str, name: str, created_at: int, seq: int) -> str:
+    """The id of completion ``seq`` of the batch ``name`` created at ``created_at`` (ms): its
+    event's id and its deliveries' ``webhook-id``. Derived from what identifies the
+    completion, not from where it was recorded, so a completion lost with a failed-over
+    primary and made again on the new one keeps its id (the receiver sees a replay, and the
+    feed appends it once); a batch deleted and created again under the same name has another
+    ``created_at``, so it never reuses an old id. 100 bits: the batch's shard, ``created_at``
+    (what ``event_time`` reads back, never after the event) and a hash of the four; 4 + 48 +
+    48 bits below shard 16, 12 + 44 + 44 from 16 (``_EVENT_BITS``)."""
+    digits = _shard_digits(shard)
+    bits = _EVENT_BITS[len(digits)]
+    mask = (1 << bits) - 1
+    digest = hashlib.blake2b(
+        f"{account}\x00{name}\x00{created_at}\x00{seq}".encode(), digest_size=6
+    ).digest()
+    value = (shard << (2 * bits)) | ((created_at & mask) << bits) | (int.from_bytes(digest) & mask)
+    return f"msg_{digits}{_token(value)}"
 
 
 def event_time(ident: str) -> int | None:
-    """When the event of an ``event_id`` was raised (ms), None for another kind of id."""
+    """When the event of an ``event_id`` was raised, or the batch of a ``completion_id`` was
+    created (ms; never after the event was recorded), None for another kind of id."""
     m = _ID_RE.fullmatch(ident)
     if m is None or m.group(1) != "msg":
         return None
     value = 0
     for c in m.group(3):
         value = (value << 5) | _ID_ALPHABET.index(c)
-    return (value >> 48) & ((1 << 48) - 1)
+    bits = _EVENT_BITS[len(m.group(2))]
+    return (value >> bits) & ((1 << bits) - 1)
 
 
 # -- account-wide records (no shard) -------------------------------------------------------

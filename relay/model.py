@@ -3,6 +3,11 @@
 Redis hashes come back as ``dict[bytes, bytes]``; the ``from_hash`` constructors turn them
 into records and ``to_json`` into the public v1 shapes. The five public statuses are a
 closed contract: internal states never leak into a response.
+
+Each public shape is declared once, as the ``TypedDict`` its ``to_json`` returns
+(``BatchJSON``, ``DocumentJSON``, ...): mypy holds ``to_json`` to it, and the OpenAPI
+document's schemas of these objects are made from it (``relay.shapes``,
+``relay.api.openapi_schemas``). The id patterns are ``relay.keys``', which mints the ids.
 """
 
 from __future__ import annotations
@@ -11,11 +16,17 @@ import json
 import re
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, TypedDict
 
+from relay import keys
+from relay.shapes import Ref, Schema
 from relay.timefmt import rfc3339
 
 BATCH_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+# JSON Schema (ECMA-262) patterns, anchored, from the definitions the code checks against.
+BATCH_NAME_PATTERN = f"^{BATCH_NAME_RE.pattern}$"
+DOCUMENT_ID_PATTERN = keys.id_pattern("doc")
+DELIVERY_ID_PATTERN = keys.id_pattern("msg")
 
 
 def valid_batch_name(name: str) -> bool:
@@ -41,6 +52,157 @@ class DeliveryStatus(StrEnum):
     FAILED = "failed"  # the retry schedule is exhausted; kept and retryable
     SUPERSEDED = "superseded"  # a newer completion of the batch replaced it first
     CANCELED = "canceled"  # the webhook was removed or disabled
+
+
+# -- the public JSON shapes ------------------------------------------------------------------
+
+# A time as ``rfc3339`` writes it.
+_TIME = Schema(
+    format="date-time",
+    description="RFC 3339 UTC with milliseconds, e.g. 2026-11-30T04:00:00.123Z",
+    pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$",
+)
+Time = Annotated[str, _TIME]
+TimeOrNull = Annotated[str | None, _TIME]
+Count = Annotated[int, Schema(minimum=0)]
+BatchName = Annotated[str, Schema(pattern=BATCH_NAME_PATTERN)]
+
+
+class ProcessingErrorJSON(TypedDict):
+    code: str
+    message: str
+
+
+class DocumentJSON(TypedDict):
+    id: Annotated[str, Schema(pattern=DOCUMENT_ID_PATTERN)]
+    batch_name: BatchName
+    filename: Annotated[str, Schema(maxLength=255)]
+    content_type: str
+    size: Count
+    status: Annotated[str, Status]
+    created_at: Time
+    started_at: TimeOrNull
+    completed_at: TimeOrNull
+    processing_error: Annotated[
+        ProcessingErrorJSON | None, Schema(description="Set when the document failed.")
+    ]
+
+
+class BatchJSON(TypedDict):
+    batch_name: BatchName
+    status: Annotated[str, Status]
+    all_done: Annotated[bool, Schema(description="True exactly when completed_at is set.")]
+    document_count: Count
+    counts: Annotated[dict[str, int], Ref("Counts")]  # one count per Status
+    created_at: Time
+    started_at: TimeOrNull
+    completed_at: TimeOrNull
+    deleted_at: TimeOrNull
+    completion_seq: Annotated[Count, Schema(description="How many times the batch has completed.")]
+
+
+class VerificationJSON(TypedDict):
+    status: Annotated[
+        str,
+        Schema(
+            enum=["none", "pending", "verified", "failed"],
+            description="none: not asked (verify: false); pending: the signed "
+            "webhook.verify challenge was sent and is not echoed yet, nothing else is "
+            "sent meanwhile (notifications wait, none is lost); verified: echoed; "
+            "failed: never echoed (the webhook is disabled with the reason, and a "
+            "webhook.disabled event is raised).",
+        ),
+    ]
+    verified_at: TimeOrNull
+
+
+class WebhookJSON(TypedDict):
+    batch_name: str
+    url: str
+    disabled: bool
+    disabled_reason: str | None
+    created_at: Time
+    updated_at: Time
+    verification: VerificationJSON
+
+
+class AttemptJSON(TypedDict):
+    number: Annotated[int, Schema(minimum=1)]
+    at: Time
+    duration_ms: Annotated[float, Schema(type=["integer", "number"], minimum=0)]
+    status_code: int | None
+    error: Annotated[
+        str | None,
+        Schema(description="timeout, connection, dns, blocked_destination, http_status"),
+    ]
+    response_excerpt: Annotated[str | None, Schema(description="First 1 KiB.")]
+
+
+class DeliveryJSON(TypedDict):
+    id: Annotated[
+        str,
+        Schema(
+            pattern=DELIVERY_ID_PATTERN,
+            description="The webhook-id header of every attempt.",
+        ),
+    ]
+    batch_name: Annotated[str, Schema(description="~ops for an operational event's delivery.")]
+    completion_seq: Annotated[
+        Count, Schema(description="The batch's completion; 0 for an operational event.")
+    ]
+    url: str
+    status: Annotated[str, DeliveryStatus]
+    created_at: Time
+    next_attempt_at: TimeOrNull
+    attempts: list[AttemptJSON]
+
+
+class SigningKeyJSON(TypedDict):
+    secret: Annotated[str, Schema(pattern="^whsec_", description="HMAC key (v1).")]
+    public_key: Annotated[str, Schema(pattern="^whpk_", description="Ed25519 key (v1a).")]
+    created_at: Time
+
+
+class PreviousSigningKeyJSON(SigningKeyJSON):
+    expires_at: TimeOrNull
+
+
+class SigningMaterialJSON(SigningKeyJSON):
+    previous: Annotated[
+        PreviousSigningKeyJSON | None,
+        Schema(
+            description="The material replaced by the last rotation while it still "
+            "signs alongside (grace period); null otherwise."
+        ),
+    ]
+
+
+class RecoveryJSON(TypedDict):
+    recovered: Annotated[
+        Count, Schema(description="Deliveries made due now (same webhook-id, fresh schedule).")
+    ]
+    skipped: Annotated[
+        Count,
+        Schema(
+            description="Matching deliveries left as they were: their batch's webhook "
+            "was removed or is disabled (register it again, then recover)."
+        ),
+    ]
+
+
+# The shapes (and enums) that are components of their own in the OpenAPI document.
+COMPONENTS: dict[type, str] = {
+    Status: "Status",
+    ProcessingErrorJSON: "ProcessingError",
+    DocumentJSON: "Document",
+    BatchJSON: "Batch",
+    VerificationJSON: "Verification",
+    WebhookJSON: "Webhook",
+    AttemptJSON: "Attempt",
+    DeliveryJSON: "Delivery",
+    SigningMaterialJSON: "SigningMaterial",
+    RecoveryJSON: "Recovery",
+}
 
 
 def _s(h: dict[bytes, bytes], field: str, default: str = "") -> str:
@@ -90,8 +252,8 @@ class Document:
             error_message=_s(h, "error_message"),
         )
 
-    def to_json(self) -> dict[str, Any]:
-        error = (
+    def to_json(self) -> DocumentJSON:
+        error: ProcessingErrorJSON | None = (
             {"code": self.error_code, "message": self.error_message}
             if self.status is Status.FAILED and self.error_code
             else None
@@ -163,7 +325,7 @@ class Batch:
                 return s
         return Status.CANCELED
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> BatchJSON:
         return {
             "batch_name": self.name,
             "status": self.status.value,
@@ -203,7 +365,7 @@ class Webhook:
             verified_at=_ms(h, "verified_at"),
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> WebhookJSON:
         return {
             "batch_name": self.batch_name,
             "url": self.url,
@@ -252,7 +414,7 @@ class Attempt:
             separators=(",", ":"),
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> AttemptJSON:
         return {
             "number": self.number,
             "at": rfc3339(self.at),
@@ -292,7 +454,7 @@ class Delivery:
             attempt_count=max(_int(h, "attempt_count"), len(attempts)),
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> DeliveryJSON:
         return {
             "id": self.id,
             "batch_name": self.batch_name,

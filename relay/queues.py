@@ -45,8 +45,10 @@ def document_job_timeout(settings: Settings) -> int:
     """RQ's limit for one document job: far past the lease, which the job renews while its
     extractor runs, and a minute past the extraction deadline, so that the job, not RQ,
     records ``extraction_timeout``; a job stuck past it is killed and its lease brings the
-    document back."""
-    return int(max(settings.lease_seconds * 10, settings.extract_timeout)) + 60
+    document back. The deadline is the longest a document may have: one of
+    ``RELAY_MAX_PAGES`` pages (``relay.extract.sandbox``)."""
+    longest = settings.extract_timeout + settings.max_pages * settings.extract_page_seconds
+    return int(max(settings.lease_seconds * 10, longest)) + 60
 
 
 def delivery_job_timeout(settings: Settings) -> int:

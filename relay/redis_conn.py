@@ -77,6 +77,7 @@ from redis.maint_notifications import MaintNotificationsConfig
 from redis.retry import Retry
 
 from relay.exceptions import ConfigError
+from relay.redis_deadline import DeadlineRedis
 
 if TYPE_CHECKING:
     from relay.config import Settings
@@ -317,7 +318,7 @@ _SentinelRedis: Any = type(
 )
 _AsyncSentinelRedis: Any = type(
     "_AsyncSentinelRedis",
-    (redis.asyncio.Redis,),
+    (DeadlineRedis,),
     {"aclose": _aclose_with_sentinels, "sentinel": None},
 )
 
@@ -489,7 +490,9 @@ async def follow_primary(
 
 
 def async_client(target: str | RedisTarget, *, max_connections: int = 64) -> redis.asyncio.Redis:
-    """A client for the API: fails fast (the API answers 503) and reconnects by itself.
+    """A client for the API: fails fast (the API answers 503) and reconnects by itself;
+    within a request, its commands share the request's Redis deadline
+    (``relay.redis_deadline``; not on a Cluster, whose client has timeouts per node only).
 
     A dead pooled connection is replaced before a command goes out (module docstring); a
     command that fails on a live connection is not sent again. The retry policy must be
@@ -518,7 +521,8 @@ def async_client(target: str | RedisTarget, *, max_connections: int = 64) -> red
         )
         return cast(redis.asyncio.Redis, cluster)
     if not where.via_sentinel:
-        return redis.asyncio.Redis.from_url(where.url, **options)
+        standalone: redis.asyncio.Redis = DeadlineRedis.from_url(where.url, **options)
+        return standalone
     sentinel = redis.asyncio.sentinel.Sentinel(
         list(where.sentinels), sentinel_kwargs=where.sentinel_kwargs(for_asyncio=True)
     )

@@ -23,6 +23,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from relay import supervise
 from relay.exceptions import RelayError
 
 HOST = "127.0.0.1"
@@ -83,6 +84,7 @@ class RedisServer:
         appendfsync: AppendFsync = "everysec",
         executable: str | None = None,
         extra_args: tuple[str, ...] = (),
+        die_with_parent: bool = False,
     ) -> None:
         self.dir = Path(dir).resolve()
         self.appendonly = appendonly
@@ -93,6 +95,10 @@ class RedisServer:
         self._port = port
         self._port_is_fixed = port is not None
         self._proc: subprocess.Popen[bytes] | None = None
+        # relay dev's: the server shuts down (SIGTERM: the AOF is flushed) when the thread
+        # that started it ends, even by SIGKILL. Not for tests' servers, started by threads
+        # that end before the server should.
+        self._die_with_parent = die_with_parent
 
     # -- address ---------------------------------------------------------------------------
 
@@ -154,6 +160,7 @@ class RedisServer:
                 # Its own session: a Ctrl-C in the terminal reaches our process, which stops the
                 # server last, after the processes that use it.
                 start_new_session=True,
+                preexec_fn=supervise.die_with_parent() if self._die_with_parent else None,
             )
             if self._wait_ready(deadline):
                 return

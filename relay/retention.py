@@ -28,7 +28,7 @@ from redis.exceptions import ResponseError
 
 from relay import keys
 from relay.blobs import DIRECTORY, BlobStore
-from relay.scripts import Scripts
+from relay.scripts import Scripts, fields
 from relay.timefmt import now_ms
 
 # Documents plus deliveries one purge call deletes: each costs a few O(1) deletes, so one
@@ -116,10 +116,10 @@ class Retention:
                 self.retention_ms,
             ],
         )
-        for raw in reply[1:]:  # documents whose bytes wait in the blob directory
-            self.blobs.discard(raw.decode(), DIRECTORY)
-        outcome = reply[0]
-        return str(outcome.decode() if isinstance(outcome, bytes) else outcome)
+        r = fields(reply)
+        for doc_id in r.get("dir_docs", []):  # documents whose bytes wait in the blob directory
+            self.blobs.discard(doc_id, DIRECTORY)
+        return str(r["outcome"])
 
     def start(self, shard: int, account: str, name: str) -> tuple[str, str]:
         """Check one batch and, if it is due, detach it and take the first step.

@@ -1,6 +1,6 @@
 """Reads across every shard for the operators' views: ``/metrics`` gauges and the console.
 
-Each read is one pipelined round trip over the 16 shards (or over a bounded list of ids) and
+Each read is one pipelined round trip over every shard in use (or over a bounded list of ids) and
 returns plain numbers or records: the routes and the console know no key (docs/architecture.md,
 "Import contracts"). A read that finds Redis unreachable raises the client's error.
 """
@@ -16,7 +16,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from relay import keys, queues
 from relay.keys import OUTBOX_GROUP
 from relay.model import Delivery, Webhook
-from relay.store import BatchRef
+from relay.store import BatchRef, locate_batch
 
 # The newest deliveries of every shard the console's pages look at, at most.
 SCAN_CAP = 20_000
@@ -45,7 +45,7 @@ class Scans:
     async def documents(self) -> tuple[int, int]:
         """(documents waiting for a worker, documents being processed) over every shard."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            for s in range(keys.SHARDS):
+            for s in keys.all_shards():
                 pipe.get(keys.waiting(s))
                 pipe.zcard(keys.leases(s))
             counts = await pipe.execute()
@@ -54,7 +54,7 @@ class Scans:
     async def due(self, now: int) -> int:
         """Pending deliveries whose next attempt time has come by ``now``."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            for s in range(keys.SHARDS):
+            for s in keys.all_shards():
                 pipe.zcount(keys.due(s), "-inf", now)
             counts = await pipe.execute()
         return sum(int(n) for n in counts)
@@ -65,7 +65,7 @@ class Scans:
         A claimed delivery stays in ``due`` scored at its lease expiry, in the future while
         the lease holds: only scores up to now are due (an expired lease is due again)."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            for s in range(keys.SHARDS):
+            for s in keys.all_shards():
                 pipe.zrangebyscore(keys.due(s), "-inf", now, start=0, num=1, withscores=True)
             firsts = await pipe.execute()
         scores = [int(score) for found in firsts for _, score in found]
@@ -74,7 +74,7 @@ class Scans:
     async def outbox_backlog(self) -> int:
         """Outbox entries not yet acknowledged by the detectors, over every shard."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            for s in range(keys.SHARDS):
+            for s in keys.all_shards():
                 pipe.xinfo_groups(keys.outbox(s))
                 pipe.xlen(keys.outbox(s))
             replies = await pipe.execute(raise_on_error=False)
@@ -106,7 +106,7 @@ class Scans:
         """(created ms, id) of the newest deliveries of every shard created in
         [since_ms, until_ms] (0: no upper bound), newest first, at most :data:`SCAN_CAP`."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            for s in range(keys.SHARDS):
+            for s in keys.all_shards():
                 pipe.zrevrangebyscore(
                     keys.shard_deliveries(s),
                     until_ms or "+inf",
@@ -137,6 +137,17 @@ class Scans:
         ((h, attempts),) = await self.delivery_hashes([delivery_id])
         return Delivery.from_hash(h, attempts) if h else None
 
+    @staticmethod
+    def batch_of(delivery: Delivery) -> BatchRef:
+        """The batch of a delivery, in the shard its id names (a batch's deliveries live in
+        its shard)."""
+        shard = keys.shard_of_id("msg", delivery.id)
+        return BatchRef(delivery.account, delivery.batch_name, shard)
+
+    async def locate(self, account: str, name: str) -> BatchRef:
+        """The account's batch of that name, in the shard it lives in."""
+        return await locate_batch(self.redis, account, name)
+
     async def webhooks_of(self, refs: list[BatchRef]) -> list[Webhook | None]:
         """The webhook of each batch (None where it has none)."""
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -152,7 +163,7 @@ class Scans:
         """(deliveries due by ``now``, when the oldest of them came due or None, the flushed
         counters) in one round trip: the console overview's numbers."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            for s in range(keys.SHARDS):
+            for s in keys.all_shards():
                 pipe.zcount(keys.due(s), "-inf", now)
                 pipe.zrange(keys.due(s), 0, 0, withscores=True)
             pipe.hgetall(keys.metrics())

@@ -4,10 +4,17 @@ Every state transition that touches more than one key is one of these scripts, s
 is half-written when a process dies. Each script's header comment lists its KEYS and ARGV.
 Every script starts with the shared helpers of ``_lib.lua`` and the fair queue's of
 ``_fair.lua``.
+
+A script that answers more than one value answers a JSON object (``cjson.encode`` of a
+table with named fields), read with :func:`fields`: callers read a reply by name, never by
+position. One that answers a single value (a count, 1/0) answers it bare. One exception:
+``ratelimit`` answers three integers, on every status request, where JSON costs more than
+the rest of its decoding (docs/decisions.md); ``relay.ratelimit`` alone reads it.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from functools import cache
 from importlib import resources
@@ -56,6 +63,14 @@ def refusal(exc: ResponseError) -> str | None:
     exactly; None for any other error reply, which the caller re-raises."""
     m = _REFUSAL.fullmatch(str(exc))
     return m.group(1) if m else None
+
+
+def fields(reply: bytes | str) -> dict[str, Any]:
+    """A script's JSON object reply (``cjson.encode``), by field name. cjson leaves out a
+    field whose value is nil and writes an empty list as ``{}``: scripts leave a list out
+    when it is empty, and callers read it with ``.get(name, [])``."""
+    out: dict[str, Any] = json.loads(reply)
+    return out
 
 
 @cache

@@ -23,7 +23,8 @@ from typing import Any
 
 from relay import keys
 from relay.exceptions import InvalidCursor
-from relay.model import DeliveryStatus
+from relay.model import DELIVERY_ID_PATTERN, DeliveryStatus, RecoveryJSON
+from relay.scripts import fields
 
 # Scores are creation times in ms; a bound past every one of them.
 MAX_MS = 2**53 - 1
@@ -54,7 +55,7 @@ Position = tuple[int, str]  # (created_at ms, delivery id): a cursor, exact unde
 # ``<created_ms>.<delivery id>``: the position of the last delivery shown. The form is
 # documented (``relay.api.openapi_parts``) so tools know which strings the API takes; any
 # string of this form is a valid position, whether or not that delivery exists.
-CURSOR_PATTERN = r"^([0-9]{1,15}\.msg_[0-9a-f][a-z2-7]{20})?$"
+CURSOR_PATTERN = rf"^([0-9]{{1,15}}\.{DELIVERY_ID_PATTERN[1:-1]})?$"
 _CURSOR = re.compile(CURSOR_PATTERN)
 
 
@@ -77,11 +78,14 @@ def index_keys(q: DeliveryQuery) -> list[tuple[int, str, str]]:
     """``(shard, index key, status filter)`` for each shard the query reads: the index that
     answers every filter but a batch's status, which the page script checks."""
     if q.batch is not None and q.account is not None:
-        s = keys.shard_for_batch(q.account, q.batch)
+        # The shard the batch lives in, among those it may (one but after a raised count).
         status = q.status.value if q.status is not None else ""
-        return [(s, keys.batch_deliveries(s, q.account, q.batch), status)]
+        return [
+            (s, keys.batch_deliveries(s, q.account, q.batch), status)
+            for s in keys.batch_shards(q.account, q.batch)
+        ]
     out = []
-    for s in range(keys.SHARDS):
+    for s in keys.all_shards():
         if q.account is not None and q.status is not None:
             key = keys.account_status_deliveries(s, q.account, q.status.value)
         elif q.account is not None:
@@ -110,15 +114,12 @@ def page_calls(
     ]
 
 
-def merge_pages(
-    replies: Sequence[Sequence[bytes]], limit: int
-) -> tuple[list[Position], Position | None]:
+def merge_pages(replies: Sequence[bytes], limit: int) -> tuple[list[Position], Position | None]:
     """The page (newest first, ties by id descending) and the position after it, or None
-    when nothing follows."""
-    found: list[Position] = []
-    for flat in replies:
-        for i in range(0, len(flat), 2):
-            found.append((int(float(flat[i + 1])), flat[i].decode()))
+    when nothing follows. Each reply is a ``delivery_page`` object: id -> score."""
+    found = [
+        (int(float(score)), ident) for reply in replies for ident, score in fields(reply).items()
+    ]
     found.sort(reverse=True)
     page = found[:limit]
     return page, (page[-1] if len(found) > limit and page else None)
@@ -156,6 +157,9 @@ class Recovery:
     skipped: int = 0
     shards: set[int] = field(default_factory=set)
 
+    def to_json(self) -> RecoveryJSON:
+        return {"recovered": self.recovered, "skipped": self.skipped}
+
 
 class RecoverRun:
     """Drives one recovery: each round, one ``recover_deliveries`` call per shard that may
@@ -176,7 +180,7 @@ class RecoverRun:
             raise ValueError(f"recover takes failed or canceled deliveries, not {status}")
         self.status, self.account, self.chunk = status, account, chunk
         self.since_ms, self.until_ms, self.now = since_ms, until_ms, now
-        self.offsets = dict.fromkeys(range(keys.SHARDS), 0)
+        self.offsets = dict.fromkeys(keys.all_shards(), 0)
         self.result = Recovery()
 
     @property
@@ -201,12 +205,13 @@ class RecoverRun:
             for s, off in self.offsets.items()
         ]
 
-    def feed(self, shards: Sequence[int], replies: Sequence[Sequence[int]]) -> None:
-        for s, (recovered, skipped, more) in zip(shards, replies, strict=True):
-            self.result.recovered += int(recovered)
-            self.result.skipped += int(skipped)
-            self.offsets[s] += int(skipped)
-            if int(recovered):
+    def feed(self, shards: Sequence[int], replies: Sequence[bytes]) -> None:
+        for s, reply in zip(shards, replies, strict=True):
+            r = fields(reply)
+            self.result.recovered += r["recovered"]
+            self.result.skipped += r["skipped"]
+            self.offsets[s] += r["skipped"]
+            if r["recovered"]:
                 self.result.shards.add(s)
-            if not int(more):
+            if not r["more"]:
                 del self.offsets[s]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -20,20 +20,30 @@ from redis.exceptions import ResponseError
 from relay import keys
 from relay.blobs import BlobStore
 from relay.exceptions import BatchDeleted, BatchNotFound, QuotaExceeded, StateError
-from relay.model import Batch, Document, valid_batch_name
-from relay.scripts import AsyncScripts, Scripts, refusal
+from relay.model import Batch, Document, Status, valid_batch_name
+from relay.redis_conn import is_cluster
+from relay.scripts import AsyncScripts, Scripts, fields, refusal
 from relay.timefmt import now_ms
 
 
 @dataclass(frozen=True)
 class BatchRef:
-    """A batch's identity (account, name) and the keys that follow from it."""
+    """A batch's identity (account, name) and the keys that follow from it.
+
+    ``at`` is the batch's shard when the caller knows it (read from a record of the batch,
+    an id, or found by :func:`locate_batch`); None means the shard a batch of that name
+    takes when created now. Once the deployment has used more than one count of shards
+    (``relay.shards``), a batch named by a client must be found with :func:`locate_batch`:
+    it stays in the shard it was created in."""
 
     account: str
     name: str
+    at: int | None = field(default=None, compare=False)
 
     @property
     def shard(self) -> int:
+        if self.at is not None:
+            return self.at
         return keys.shard_for_batch(self.account, self.name)
 
     @property
@@ -53,6 +63,34 @@ class Claim:
     content_type: str
     blob_kind: str
     claims: int
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A claimed document's outcome for ``Store.finish_many``: the result (the JSON of
+    ``{"line_items": [...], "tables": [...]}``) or the error (code, message), and when it
+    ended (ms since the epoch)."""
+
+    claim: Claim
+    result: bytes | None
+    error: tuple[str, str] | None
+    at: int
+
+
+async def locate_batch(client: redis.asyncio.Redis, account: str, name: str) -> BatchRef:
+    """The account's batch of that name: in the shard where it exists (earliest count of
+    shards first), else where it would be created now. No round trip while the deployment
+    has used one count of shards; one ``EXISTS`` per count after it raised the count."""
+    shards = keys.batch_shards(account, name)
+    if len(shards) > 1:
+        async with client.pipeline(transaction=False) as pipe:
+            for s in shards:
+                pipe.exists(keys.batch(s, account, name))
+            found = await pipe.execute()
+        for s, there in zip(shards, found, strict=True):
+            if there:
+                return BatchRef(account, name, s)
+    return BatchRef(account, name, keys.shard_for_batch(account, name))
 
 
 # Entries claim_next.lua may drop in one call (documents claimed by name meanwhile) before it
@@ -114,14 +152,19 @@ class AsyncStore:
     """The API's view: uploads, hand-outs, deletes and reads.
 
     ``max_pending_bytes`` is the per-account quota on uploaded bytes held in Redis awaiting
-    processing (None: no quota). A batch lives in one of ``keys.SHARDS`` shards and a script
-    touches one shard, so each account has one counter per shard, changed only by the
-    scripts that add or remove a blob (exact, never drifting). An upload reads the other
-    shards' counters first (one pipelined round trip) and its script admits it against the
-    quota minus their sum, atomically with its own shard's counter. Two uploads of one
-    account racing into *different* shards can each pass on the other's stale count, so
-    the quota can be overshot by at most the uploads in flight at that moment (each at most
-    ``RELAY_MAX_UPLOAD_BYTES``); within a shard it is exact.
+    processing (None: no quota). Two records count them (docs/decisions.md, "Quotas and
+    limits"). The record: one counter per shard, changed only inside the scripts that add
+    or remove a blob (exact, never drifting). The fast path: the account's total
+    (``keys.account_pending_total``, one counter on a slot of its own), on which an upload
+    reserves its bytes first (one ``INCRBY``) and from which whatever frees them takes them
+    off after its script (the scripts report the bytes they freed). While the total stays
+    within the quota an upload costs that one command; at the quota's edge it recounts the
+    shards (one pipelined round trip), decides on their sum as the script's allowance, and
+    sets the total to the recount, so a total that a crash between a script and its
+    update left wrong is corrected there. Two uploads of one account racing into
+    *different* shards at the edge can each pass on the other's not yet written bytes, so
+    the quota can be overshot by at most the uploads in flight at that moment (each at
+    most ``RELAY_MAX_UPLOAD_BYTES``); within a shard it is exact.
     """
 
     def __init__(
@@ -138,13 +181,39 @@ class AsyncStore:
         self.clock = clock  # ms since the epoch; tests pass their own
         self.max_pending_bytes = max_pending_bytes
 
+    async def locate(self, account: str, name: str) -> BatchRef:
+        """The account's batch of that name, in the shard it lives in (:func:`locate_batch`)."""
+        return await locate_batch(self.redis, account, name)
+
     async def pending_bytes(self, account: str) -> list[int]:
-        """The account's uploaded bytes held in Redis awaiting processing, per shard."""
+        """The account's uploaded bytes held in Redis awaiting processing, per shard (the
+        exact record; the upload's fallback when the total refuses)."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            for s in range(keys.SHARDS):
+            for s in keys.all_shards():
                 pipe.get(keys.account_pending_bytes(s, account))
             replies = await pipe.execute()
         return [int(r or 0) for r in replies]
+
+    async def _reserve(self, ref: BatchRef, charge: int) -> int:
+        """Reserve ``charge`` bytes on the account's total; returns the allowance the upload
+        script checks its shard's counter against (-1: none, the total admitted it).
+
+        When the total would pass the quota, the shards' exact counters decide, as before
+        the total existed: admitted when their sum leaves room (the allowance then bounds
+        this shard's counter), else QuotaExceeded. Either way the total is set to that
+        recount (plus this upload when admitted), which corrects a total a crash left wrong
+        the next time the account reaches its quota."""
+        total = keys.account_pending_total(ref.account)
+        reserved = int(await self.redis.incrby(total, charge))
+        if self.max_pending_bytes is None or reserved <= self.max_pending_bytes:
+            return -1
+        per_shard = await self.pending_bytes(ref.account)
+        pending = sum(per_shard)
+        if pending + charge <= self.max_pending_bytes:
+            await self.redis.set(total, pending + charge)
+            return max(0, self.max_pending_bytes - (pending - per_shard[ref.shard]))
+        await (self.redis.set(total, pending) if pending else self.redis.delete(total))
+        raise QuotaExceeded(limit=self.max_pending_bytes, pending=pending, size=charge)
 
     async def upload(
         self, ref: BatchRef, *, filename: str, content_type: str, content: bytes
@@ -157,11 +226,8 @@ class AsyncStore:
         # Only bytes held in Redis are charged: the directory store keeps them on its own
         # disk, which its mount bounds (docs/decisions.md).
         charge = len(content) if in_redis else 0
-        allowance, pending = -1, 0
-        if charge and self.max_pending_bytes is not None:
-            per_shard = await self.pending_bytes(ref.account)
-            pending = sum(per_shard)
-            allowance = max(0, self.max_pending_bytes - (pending - per_shard[s]))
+        allowance = await self._reserve(ref, charge) if charge else -1
+        now = self.clock()
         if not in_redis:
             await asyncio.to_thread(self.blobs.write_file, doc_id, content)
         try:
@@ -183,7 +249,7 @@ class AsyncStore:
                     filename,
                     content_type,
                     len(content),
-                    self.clock(),
+                    now,
                     content if in_redis else b"",
                     "1" if in_redis else "0",
                     self.blobs.kind,
@@ -192,16 +258,33 @@ class AsyncStore:
                 ],
             )
         except ResponseError as exc:
+            # Refused before it wrote anything: the reservation is undone. (Any other
+            # failure may come after the script ran, so its reservation stays: the total
+            # may only ever be high, see the class's docstring.)
+            if charge:
+                await self.redis.decrby(keys.account_pending_total(ref.account), charge)
             self.blobs.discard(doc_id, self.blobs.kind)
             if refusal(exc) == "quota" and self.max_pending_bytes is not None:
+                pending = sum(await self.pending_bytes(ref.account))
                 raise QuotaExceeded(
                     limit=self.max_pending_bytes, pending=pending, size=charge
                 ) from exc
             raise _batch_refusal(ref, exc) from exc
-        doc = await self.get_document(ref.account, doc_id)
-        if doc is None:  # the upload script ran: only a concurrent FLUSHALL gets here
-            raise BatchNotFound(f"batch {ref.name!r} vanished during the upload")
-        return doc
+        # The document as the script wrote it (no read back).
+        return Document(
+            id=doc_id,
+            account=ref.account,
+            batch_name=ref.name,
+            filename=filename,
+            content_type=content_type,
+            size=len(content),
+            status=Status.QUEUED,
+            created_at=now,
+            started_at=None,
+            completed_at=None,
+            error_code="",
+            error_message="",
+        )
 
     async def process(self, ref: BatchRef, fields: Sequence[str] | None) -> list[str]:
         """Hand every queued, not yet handed document to the workers; returns their ids.
@@ -227,7 +310,7 @@ class AsyncStore:
     async def delete_batch(self, ref: BatchRef) -> list[str]:
         """Cancel the batch's queued documents and refuse further uploads; BatchNotFound."""
         s = ref.shard
-        result = await self.scripts(
+        reply = await self.scripts(
             "delete_batch",
             [
                 ref.key,
@@ -239,9 +322,14 @@ class AsyncStore:
             ],
             [self.clock(), keys.shard_prefix(s)],
         )
-        if not result or int(result[0]) == 0:
+        r = fields(reply)
+        if r.get("freed"):
+            total = keys.account_pending_total(ref.account)
+            if await self.redis.decrby(total, r["freed"]) <= 0:
+                await self.redis.delete(total)
+        if not r["found"]:
             raise BatchNotFound(f"no batch named {ref.name!r}")
-        canceled = [i.decode() for i in result[1:]]
+        canceled: list[str] = r.get("canceled", [])
         for doc_id in canceled:
             self.blobs.discard(doc_id, self.blobs.kind)
         return canceled
@@ -254,13 +342,11 @@ class AsyncStore:
         return Batch.from_hash(h) if h else None
 
     async def get_document(self, account: str, doc_id: str) -> Document | None:
-        shard = keys.shard_of_id("doc", doc_id)
-        if shard is None:
-            return None
-        h = await self.redis.hgetall(keys.doc(shard, doc_id))
-        if not h or h.get(b"account", b"").decode() != account:
-            return None
-        return Document.from_hash(h)
+        """The account's document: the status endpoint's read (``DocumentQuery``), alone."""
+        q = DocumentQuery(doc_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            q.queue(pipe, account)
+            return q.decode(await pipe.execute(), account)
 
     async def results(
         self, ref: BatchRef, *, start: int, limit: int
@@ -293,7 +379,7 @@ class AsyncStore:
         """The account's batches, newest first, from just after ``before`` (created, name)."""
         top = "+inf" if before is None else f"{before[0]}"
         async with self.redis.pipeline(transaction=False) as pipe:
-            for s in range(keys.SHARDS):
+            for s in keys.all_shards():
                 # limit + 1 per shard leaves room to skip the ties of the cursor itself.
                 pipe.zrevrangebyscore(
                     keys.account_batches(s, account),
@@ -304,20 +390,20 @@ class AsyncStore:
                     withscores=True,
                 )
             per_shard = await pipe.execute()
-        candidates: list[tuple[int, str]] = []
-        for rows in per_shard:
+        candidates: list[tuple[int, str, int]] = []
+        for s, rows in enumerate(per_shard):
             for name, score in rows:
-                item = (int(score), name.decode())
+                item = (int(score), name.decode(), s)
                 if before is None or (item[0], item[1]) < before:
                     candidates.append(item)
         candidates.sort(reverse=True)
         page = candidates[: limit + 1]
         async with self.redis.pipeline(transaction=False) as pipe:
-            for _, name in page[:limit]:
-                pipe.hgetall(BatchRef(account, name).key)
+            for _, name, s in page[:limit]:
+                pipe.hgetall(keys.batch(s, account, name))
             hashes = await pipe.execute()
         batches = [Batch.from_hash(h) for h in hashes if h]
-        cursor = page[limit - 1] if len(page) > limit else None
+        cursor = page[limit - 1][:2] if len(page) > limit else None
         return batches, cursor
 
 
@@ -339,30 +425,57 @@ class Store:
             [k["doc"], k["batch"], k["started"], k["leases"]],
             [doc_id, self.clock(), lease_ms, token],
         )
-        claimed = json.loads(reply)
+        claimed = fields(reply)
         return _claim(doc_id, ref, token, claimed) if claimed["claimed"] else None
 
     def claim_next(self, shard: int, token: str, lease_ms: int) -> tuple[Claim | None, bool]:
         """Claim the shard's next document in fair order (``claim_next.lua``). Returns the
         claim (None when nothing was claimed) and whether documents still wait in the shard."""
+        claims, more = self.claim_turn(shard, token, lease_ms, documents=1, max_bytes=0)
+        return (claims[0] if claims else None), more
+
+    def claim_turn(
+        self, shard: int, token: str, lease_ms: int, *, documents: int, max_bytes: int
+    ) -> tuple[list[Claim], bool]:
+        """Claim the shard's next turn in fair order (``claim_next.lua``): the next account's
+        first waiting document and, behind it in the same batch, more while they are small
+        (at most ``documents``, together within ``max_bytes`` past the first). Returns the
+        claims (none when nothing was claimed) and whether documents still wait in the
+        shard."""
         reply = self.scripts(
             "claim_next",
             [keys.leases(shard)],
-            [keys.shard_prefix(shard), self.clock(), lease_ms, token, CLAIM_SKIP_LIMIT],
+            [
+                keys.shard_prefix(shard),
+                self.clock(),
+                lease_ms,
+                token,
+                CLAIM_SKIP_LIMIT,
+                documents,
+                max_bytes,
+            ],
         )
-        c = json.loads(reply)
+        c = fields(reply)
         more = int(c["more"]) == 1
-        if not c["claimed"]:
-            return None, more
-        return _claim(c["id"], BatchRef(c["account"], c["batch"]), token, c), more
+        if not c.get("claims"):
+            return [], more
+        ref = BatchRef(c["account"], c["batch"], shard)
+        shared = {"fields": c["fields"]}
+        return [_claim(d["id"], ref, token, {**d, **shared}) for d in c["claims"]], more
 
     def waiting_shards(self) -> list[int]:
-        """The shards with documents waiting in their fair queue (one pipelined round trip)."""
+        """The shards with documents waiting in their fair queue: one ``MGET`` of the
+        shards' waiting counters (``keys.waiting``, kept by the same scripts as the fair
+        queue, absent at 0); on a Cluster, whose keys of several slots no one command may
+        name, one pipelined ``EXISTS`` per shard."""
+        counters = [keys.waiting(s) for s in keys.all_shards()]
+        if not is_cluster(self.redis):
+            return [s for s, n in enumerate(self.redis.mget(counters)) if n and int(n) > 0]
         with self.redis.pipeline(transaction=False) as pipe:
-            for s in range(keys.SHARDS):
-                pipe.exists(keys.fair_ring(s))
+            for key in counters:
+                pipe.exists(key)
             found = pipe.execute()
-        return [s for s in range(keys.SHARDS) if found[s]]
+        return [s for s, there in enumerate(found) if there]
 
     def read_blob(self, claim: Claim) -> bytes | None:
         return self.blobs.read(self.redis, claim.batch.shard, claim.doc_id, claim.blob_kind)
@@ -390,34 +503,54 @@ class Store:
         if result is None and line_items is not None:
             value = {"line_items": line_items, "tables": tables or []}
             result = json.dumps(value, separators=(",", ":")).encode()
-        k = _doc_keys(claim.batch, claim.doc_id)
-        outcome = "failed" if error is not None else "succeeded"
-        code, message = error if error is not None else ("", "")
-        reply = self.scripts(
-            "finish",
-            [
-                k["doc"],
-                k["batch"],
-                k["leases"],
-                k["outbox"],
-                k["items"],
-                k["blob"],
-                k["pending_bytes"],
-            ],
-            [
-                claim.doc_id,
-                claim.token,
-                self.clock(),
-                outcome,
-                result if result is not None else "",
+        stored, seq = self.finish_many([Outcome(claim, result, error, self.clock())])
+        return stored[0], seq
+
+    def finish_many(self, outcomes: Sequence[Outcome]) -> tuple[list[bool], int]:
+        """Store the outcomes of documents of one batch in one script (``finish.lua``).
+        Returns whether each was stored (not when its lease was lost) and the batch's
+        completion_seq when they completed it, else 0."""
+        ref = outcomes[0].claim.batch
+        s = ref.shard
+        script_keys = [
+            ref.key,
+            keys.leases(s),
+            keys.outbox(s),
+            keys.account_pending_bytes(s, ref.account),
+        ]
+        args: list[Any] = []
+        for o in outcomes:
+            if o.claim.batch != ref:
+                raise ValueError("finish_many: documents of one batch")
+            doc_id = o.claim.doc_id
+            script_keys += [keys.doc(s, doc_id), keys.doc_items(s, doc_id), keys.blob(s, doc_id)]
+            code, message = o.error if o.error is not None else ("", "")
+            args += [
+                doc_id,
+                o.claim.token,
+                o.at,
+                "failed" if o.error is not None else "succeeded",
+                o.result if o.result is not None else "",
                 code,
                 message,
-            ],
-        )
-        stored = int(reply[0]) == 1
-        if stored:
-            self.blobs.discard(claim.doc_id, claim.blob_kind)
-        return stored, int(reply[1]) if stored else 0
+            ]
+        reply = fields(self.scripts("finish", script_keys, args))
+        if reply["freed"]:
+            self.release_total(ref.account, reply["freed"])
+        stored = [bool(x) for x in reply["stored"]]
+        for o, ok in zip(outcomes, stored, strict=True):
+            if ok:
+                self.blobs.discard(o.claim.doc_id, o.claim.blob_kind)
+        return stored, int(reply["seq"])
+
+    def release_total(self, account: str, freed: int) -> None:
+        """Take bytes a script freed off the account's total (``AsyncStore``'s docstring);
+        the key goes at 0. An upload reserving between the two commands loses its
+        reservation from the total: it comes back at the next recount or the next time the
+        total reaches 0 (a total below 0 is deleted too)."""
+        total = keys.account_pending_total(account)
+        if self.redis.decrby(total, freed) <= 0:
+            self.redis.delete(total)
 
     def expired_leases(self, shard: int, limit: int = 500) -> list[str]:
         ids = self.redis.zrangebyscore(keys.leases(shard), "-inf", self.clock(), start=0, num=limit)
@@ -427,7 +560,7 @@ class Store:
         account, batch = self.redis.hmget(keys.doc(shard, doc_id), ["account", "batch"])
         if account is None or batch is None:
             return None
-        return BatchRef(account.decode(), batch.decode())
+        return BatchRef(account.decode(), batch.decode(), shard)
 
     def drop_lease(self, shard: int, doc_id: str) -> bool:
         """Drop the expired lease of a document that is gone (its batch purged); False when
@@ -454,7 +587,10 @@ class Store:
             ],
             [doc_id, self.clock(), max_claims, keys.shard_prefix(ref.shard), ref.account, ref.name],
         )
-        return str(reply.decode() if isinstance(reply, bytes) else reply)
+        result = fields(reply)
+        if result["freed"]:
+            self.release_total(ref.account, result["freed"])
+        return str(result["outcome"])
 
 
 # -- the status endpoints' reads (relay.edge.Edge.status) --------------------------------
@@ -480,13 +616,16 @@ class DocumentQuery:
 
 @dataclass(frozen=True)
 class BatchQuery:
-    """``GET /batches/{name}``: the account's batch of that name."""
+    """``GET /batches/{name}``: the account's batch of that name (one read per shard it may
+    be in: :func:`relay.keys.batch_shards`, the first found wins as in :func:`locate_batch`)."""
 
     name: str
 
     def queue(self, pipe: Any, account: str) -> None:
         if valid_batch_name(self.name):
-            pipe.hgetall(BatchRef(account, self.name).key)
+            for s in keys.batch_shards(account, self.name):
+                pipe.hgetall(keys.batch(s, account, self.name))
 
     def decode(self, replies: list[Any], account: str) -> Batch | None:
-        return Batch.from_hash(replies[0]) if replies and replies[0] else None
+        found = next((h for h in replies if h), None)
+        return Batch.from_hash(found) if found else None

@@ -1,10 +1,13 @@
-"""The reads the sync and async webhook stores share, written once, without I/O.
+"""What the sync and async webhook stores do, written once, without I/O.
 
 An operation is a generator (httpcore's sans-I/O style): it *yields* a round, the Redis calls
-to send in one pipelined round trip, is *sent* their replies, and *returns* its result.
+to send in one pipelined round trip, is *sent* their replies, and *returns* its result; an
+error reply (a script's refusal) is *thrown* into it, where it becomes a domain error.
 :func:`run` and :func:`run_async` are the two thin executors; ``WebhookStore`` and
-``AsyncWebhookStore`` call one each, so a change to what a search or a recovery sends or how
-it reads the replies is made in one place for both.
+``AsyncWebhookStore`` call one each, so a change to what a search, a recovery, a retry or a
+release sends or how it reads the replies is made in one place for both. The event feeds'
+page (``relay.events.feed_page``) is an operation too, run by ``EventLog`` and
+``AsyncEventLog`` the same way.
 """
 
 from __future__ import annotations
@@ -12,13 +15,15 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from redis.exceptions import ResponseError
 
 from relay import keys
+from relay.exceptions import DeliveryNotFound, NotRetryable, StateError
 from relay.model import Delivery, DeliveryStatus
 from relay.redis_conn import is_cluster
+from relay.scripts import refusal
 from relay.search import (
     DeliveryQuery,
     RecoverRun,
@@ -28,6 +33,7 @@ from relay.search import (
     merge_pages,
     page_calls,
 )
+from relay.store import BatchRef
 
 T = TypeVar("T")
 
@@ -118,45 +124,87 @@ async def _cluster_round_async(client: Any, scripts: Any, calls: Round) -> list[
     return _first_error(replies)
 
 
+def _round(client: Any, scripts: Any, calls: Round) -> list[Any]:
+    if len(calls) == 1:  # sent on its own: a pipeline holding a script adds SCRIPT EXISTS
+        call = calls[0]
+        if call.script:
+            return [scripts(call.command, *call.args)]
+        return [getattr(client, call.command)(*call.args)]
+    if is_cluster(client):
+        return _cluster_round(client, scripts, calls)
+    with client.pipeline(transaction=False) as pipe:
+        for call in calls:
+            _queue(pipe, scripts, call)
+        # The first error raised as the server sent it (execute's own raise rewords it).
+        return _first_error(pipe.execute(raise_on_error=False))
+
+
+async def _round_async(client: Any, scripts: Any, calls: Round) -> list[Any]:
+    if len(calls) == 1:  # as in _round
+        call = calls[0]
+        if call.script:
+            return [await scripts(call.command, *call.args)]
+        return [await getattr(client, call.command)(*call.args)]
+    if is_cluster(client):
+        return await _cluster_round_async(client, scripts, calls)
+    async with client.pipeline(transaction=False) as pipe:
+        for call in calls:
+            queued = _queue(pipe, scripts, call)
+            if inspect.isawaitable(queued):  # a script on an asyncio pipeline
+                await queued
+        return _first_error(await pipe.execute(raise_on_error=False))
+
+
+class _Driver(Generic[T]):
+    """Steps one operation: the round it asks for (``calls``), until it has returned
+    (``done``, ``result``). The generator protocol is handled here, once for both executors."""
+
+    def __init__(self, op: Operation[T]) -> None:
+        self.op = op
+        self.calls: Round = []
+        self.done = False
+        self.result: T | None = None
+        self._step(lambda: next(op))
+
+    def send(self, outcome: list[Any] | ResponseError) -> None:
+        """The round's replies, or its first error reply (thrown into the operation)."""
+        if isinstance(outcome, ResponseError):
+            self._step(lambda: self.op.throw(outcome))
+        else:
+            self._step(lambda: self.op.send(outcome))
+
+    def _step(self, step: Callable[[], Round]) -> None:
+        try:
+            self.calls = step()
+        except StopIteration as stop:
+            self.done, self.result = True, stop.value
+
+
+# In both executors an error the operation raises itself propagates: one caught by their
+# `except` is thrown back into the finished generator, which raises it again at once.
+
+
 def run(client: Any, scripts: Any, op: Operation[T]) -> T:
-    """Run ``op`` on a synchronous redis-py client, one pipelined round trip per round."""
-    cluster = is_cluster(client)
-    try:
-        calls = next(op)
-        while True:
-            if cluster:
-                replies = _cluster_round(client, scripts, calls)
-                calls = op.send(replies)
-                continue
-            with client.pipeline(transaction=False) as pipe:
-                for call in calls:
-                    _queue(pipe, scripts, call)
-                replies = pipe.execute()
-            calls = op.send(replies)
-    except StopIteration as done:
-        result: T = done.value
-        return result
+    """Run ``op`` on a synchronous redis-py client, one pipelined round trip per round; the
+    first error reply of a round is thrown into ``op``."""
+    d = _Driver(op)
+    while not d.done:
+        try:
+            d.send(_round(client, scripts, d.calls))
+        except ResponseError as exc:
+            d.send(exc)
+    return cast(T, d.result)
 
 
 async def run_async(client: Any, scripts: Any, op: Operation[T]) -> T:
     """:func:`run` on a ``redis.asyncio`` client."""
-    cluster = is_cluster(client)
-    try:
-        calls = next(op)
-        while True:
-            if cluster:
-                calls = op.send(await _cluster_round_async(client, scripts, calls))
-                continue
-            async with client.pipeline(transaction=False) as pipe:
-                for call in calls:
-                    queued = _queue(pipe, scripts, call)
-                    if inspect.isawaitable(queued):  # a script on an asyncio pipeline
-                        await queued
-                replies = await pipe.execute()
-            calls = op.send(replies)
-    except StopIteration as done:
-        result: T = done.value
-        return result
+    d = _Driver(op)
+    while not d.done:
+        try:
+            d.send(await _round_async(client, scripts, d.calls))
+        except ResponseError as exc:
+            d.send(exc)
+    return cast(T, d.result)
 
 
 # -- the operations -------------------------------------------------------------------------
@@ -188,6 +236,70 @@ def load(ids: list[str]) -> Operation[list[Delivery]]:
     if not ids:
         return []
     return loaded((yield load_calls(ids)))
+
+
+def retry_call(
+    shard: int, delivery_id: str, ref: BatchRef, now: int
+) -> tuple[list[str], list[Any]]:
+    """KEYS and ARGV of ``retry_delivery`` for the delivery of ``ref``'s webhook."""
+    return (
+        [
+            keys.delivery(shard, delivery_id),
+            keys.due(shard),
+            keys.webhook(shard, ref.account, ref.name),
+            keys.delivery_attempts(shard, delivery_id),
+        ],
+        [delivery_id, now],
+    )
+
+
+def _retry_refusal(delivery_id: str, exc: ResponseError) -> StateError | ResponseError:
+    """The domain error for the retry script's refusal (the reply itself otherwise)."""
+    reason = refusal(exc)
+    if reason == "missing":
+        return DeliveryNotFound(f"no delivery {delivery_id!r}")
+    if reason in NotRetryable.MESSAGES:
+        return NotRetryable(reason)
+    return exc
+
+
+def retry(delivery_id: str, owner: BatchRef | None, now: int) -> Operation[Delivery]:
+    """Deliver again now, same webhook-id: the delivery when it is ``owner``'s (any batch's
+    with None: operators), read back after the retry. Three round trips. Raises
+    DeliveryNotFound, NotRetryable."""
+    missing = DeliveryNotFound(
+        f"no delivery {delivery_id!r}" + ("" if owner is None else " for this batch")
+    )
+    shard = keys.shard_of_id("msg", delivery_id)
+    if shard is None or (owner is not None and shard != owner.shard):
+        raise missing
+    (found,) = yield [Call("hmget", (keys.delivery(shard, delivery_id), ["account", "batch"]))]
+    if found[0] is None or found[1] is None:
+        raise missing
+    ref = BatchRef(found[0].decode(), found[1].decode(), shard)  # its batch's shard
+    if owner is not None and ref != owner:
+        raise missing
+    k, a = retry_call(shard, delivery_id, ref, now)
+    try:
+        yield [script("retry_delivery", k, a)]
+    except ResponseError as exc:
+        raise _retry_refusal(delivery_id, exc) from exc
+    done = loaded((yield load_calls([delivery_id])))
+    if not done:  # only if deleted by hand meanwhile
+        raise missing
+    return done[0]
+
+
+def release(claimed: list[tuple[int, str]], token: str, due_at: int) -> Operation[int]:
+    """Hand claimed deliveries (shard, id) back unattempted, due again at ``due_at`` (ms), in
+    one round trip; how many were still ours to hand back."""
+    if not claimed:
+        return 0
+    replies = yield [
+        script("release_delivery", [keys.delivery(s, i), keys.due(s)], [i, token, due_at])
+        for s, i in claimed
+    ]
+    return sum(int(r) for r in replies)
 
 
 def search(

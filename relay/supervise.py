@@ -11,12 +11,14 @@ in ``dev.pids``), :func:`on_stop_signals` and the :func:`healthy` probe.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import json
 import os
 import select
 import signal
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -49,6 +51,27 @@ def terminate_all(
         with contextlib.suppress(subprocess.TimeoutExpired):
             popen.wait(max(0.0, deadline - time.monotonic()))
     return [p for p in running if p.poll() is None]
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(sig: signal.Signals = signal.SIGTERM) -> Callable[[], None] | None:
+    """A ``preexec_fn`` after which the child gets ``sig`` when the thread that started it
+    ends, however it ends (SIGKILL included: a supervisor that cannot clean up after itself).
+    Linux only (``prctl(PR_SET_PDEATHSIG)``); None elsewhere, where ``stop_orphans`` at the
+    next start is the only cleanup. Made before the fork: the child only makes two calls."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the prctl: nobody will signal
+            os.kill(os.getpid(), sig)
+
+    return preexec
 
 
 class DevError(RelayError):
@@ -174,6 +197,8 @@ class Child:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # Ctrl-C reaches the supervisor only; it stops us in order
+            # A supervisor SIGKILLed stops nothing itself: the children stop on their own.
+            preexec_fn=die_with_parent(),
         )
         self._pump = threading.Thread(
             target=self._copy_output, args=(self.proc,), name=f"dev-{self.name}", daemon=True

@@ -6,12 +6,17 @@ import re
 import time
 from datetime import UTC, datetime
 from functools import lru_cache
+from typing import overload
 
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+@overload
+def rfc3339(ms: int) -> str: ...
+@overload
+def rfc3339(ms: int | None) -> str | None: ...
 def rfc3339(ms: int | None) -> str | None:
     """``2026-11-30T04:00:00.123Z`` for a millisecond timestamp; None stays None."""
     if ms is None:

@@ -23,29 +23,23 @@ from relay import keys
 from relay import store_core as core
 from relay.exceptions import (
     BatchNotFound,
-    DeliveryNotFound,
-    NotRetryable,
-    StateError,
     WebhookNotFound,
 )
 from relay.model import Attempt, Batch, Delivery, DeliveryStatus, Webhook
-from relay.redis_conn import is_cluster
-from relay.scripts import AsyncScripts, Scripts, refusal
+from relay.scripts import AsyncScripts, Scripts, fields, refusal
 from relay.search import RecoverRun, Recovery
 from relay.store import BatchRef
-from relay.timefmt import now_ms, rfc3339
+from relay.timefmt import now_ms
+from relay.webhook_events import notification_body, verify_body
 
-EVENT_TYPE = "batch.completed"
-# Operational events, delivered to the account's operational webhook (keys.OPERATIONAL_BATCH).
-WEBHOOK_DISABLED = "webhook.disabled"
-DELIVERY_FAILED = "delivery.failed"
-VERIFY_EVENT = "webhook.verify"  # endpoint verification: a challenge to echo
 DEFAULT_DISABLE_AFTER_MS = 5 * 86_400_000
 
 
 def operational_ref(account: str) -> BatchRef:
     """The account's operational webhook and deliveries: the reserved pseudo-batch."""
-    return BatchRef(account, keys.OPERATIONAL_BATCH)
+    return BatchRef(
+        account, keys.OPERATIONAL_BATCH, keys.home_shard(account, keys.OPERATIONAL_BATCH)
+    )
 
 
 def disable_reason(disable_after_ms: int) -> str:
@@ -58,58 +52,6 @@ def disable_reason(disable_after_ms: int) -> str:
     else:
         span = f"{seconds:g}s"
     return f"every attempt failed for {span} with no success since the first failure"
-
-
-def event_body(fields: dict[bytes, bytes]) -> bytes:
-    """The exact bytes POSTed for one operational event (an outbox entry with a ``kind``)."""
-
-    def text(name: str) -> str:
-        return fields.get(name.encode(), b"").decode()
-
-    kind = text("kind")
-    data: dict[str, Any]
-    if kind == DELIVERY_FAILED:
-        code = text("status_code")
-        data = {
-            "id": text("id"),
-            "batch_name": text("batch"),
-            "url": text("url"),
-            "attempts": int(text("attempts") or 0),
-            "error": text("error") or None,
-            "status_code": int(code) if code else None,
-        }
-    else:
-        data = {"batch_name": text("batch"), "url": text("url"), "reason": text("reason")}
-    event = {"type": kind, "timestamp": rfc3339(int(text("at"))), "data": data}
-    return json.dumps(event, separators=(",", ":")).encode()
-
-
-def verify_body(batch_name: str, url: str, challenge: str, at_ms: int) -> bytes:
-    """The exact bytes of an endpoint verification's challenge (``webhook.verify``): the
-    receiver answers 2xx with ``challenge`` in its body. ``batch_name`` is null for the
-    operational webhook."""
-    data = {"batch_name": batch_name or None, "url": url, "challenge": challenge}
-    event = {"type": VERIFY_EVENT, "timestamp": rfc3339(at_ms), "data": data}
-    return json.dumps(event, separators=(",", ":")).encode()
-
-
-VERIFY_PREFIX = b'{"type":"' + b"webhook.verify" + b'"'
-
-
-def verify_challenge(body: bytes) -> str | None:
-    """The challenge of a ``verify_body``, None for any other delivery body."""
-    if not body.startswith(VERIFY_PREFIX):
-        return None
-    challenge = json.loads(body)["data"]["challenge"]
-    return challenge if isinstance(challenge, str) else None
-
-
-def notification_body(batch: Batch, public_url: str) -> bytes:
-    """The exact bytes POSTed for one completion (identical on every attempt)."""
-    data = batch.to_json()
-    data["results_url"] = f"{public_url.rstrip('/')}/api/v1/batches/{batch.name}/results"
-    event = {"type": EVENT_TYPE, "timestamp": rfc3339(batch.completed_at), "data": data}
-    return json.dumps(event, separators=(",", ":")).encode()
 
 
 def _create_call(
@@ -133,30 +75,6 @@ def _create_call(
         ],
         [new_id, a, n, seq, now, body, keys.shard_prefix(s), completed_ms],
     )
-
-
-def _retry_call(
-    shard: int, delivery_id: str, ref: BatchRef, now: int
-) -> tuple[list[str], list[Any]]:
-    return (
-        [
-            keys.delivery(shard, delivery_id),
-            keys.due(shard),
-            keys.webhook(shard, ref.account, ref.name),
-            keys.delivery_attempts(shard, delivery_id),
-        ],
-        [delivery_id, now],
-    )
-
-
-def _retry_refusal(delivery_id: str, exc: ResponseError) -> StateError | ResponseError:
-    """The domain error for the retry script's refusal (the reply itself otherwise)."""
-    reason = refusal(exc)
-    if reason == "missing":
-        return DeliveryNotFound(f"no delivery {delivery_id!r}")
-    if reason in NotRetryable.MESSAGES:
-        return NotRetryable(reason)
-    return exc
 
 
 @dataclass(frozen=True)
@@ -291,26 +209,8 @@ class WebhookStore:
     def release_all(self, claimed: list[ClaimedDelivery], token: str, due_at: int) -> int:
         """Hand claimed deliveries back unattempted, due again at ``due_at`` (ms); one round
         trip. Returns how many were still ours to hand back."""
-        if is_cluster(self.redis):  # a script per call: see store_core._cluster_round
-            return sum(
-                int(
-                    self.scripts(
-                        "release_delivery",
-                        [keys.delivery(d.shard, d.id), keys.due(d.shard)],
-                        [d.id, token, due_at],
-                    )
-                )
-                for d in claimed
-            )
-        with self.redis.pipeline(transaction=False) as pipe:
-            for d in claimed:
-                self.scripts.run(
-                    "release_delivery",
-                    [keys.delivery(d.shard, d.id), keys.due(d.shard)],
-                    [d.id, token, due_at],
-                    pipe,
-                )
-            return sum(int(r) for r in pipe.execute())
+        op = core.release([(d.shard, d.id) for d in claimed], token, due_at)
+        return core.run(self.redis, self.scripts, op)
 
     def get(self, delivery_id: str) -> Delivery | None:
         if keys.shard_of_id("msg", delivery_id) is None:
@@ -320,20 +220,8 @@ class WebhookStore:
 
     def retry(self, delivery_id: str) -> Delivery:
         """Deliver again now, same webhook-id (ops). Raises DeliveryNotFound, NotRetryable."""
-        current = self.get(delivery_id)
-        shard = keys.shard_of_id("msg", delivery_id)
-        if current is None or shard is None:
-            raise DeliveryNotFound(f"no delivery {delivery_id!r}")
-        ref = BatchRef(current.account, current.batch_name)
-        k, a = _retry_call(shard, delivery_id, ref, self.clock())
-        try:
-            self.scripts("retry_delivery", k, a)
-        except ResponseError as exc:
-            raise _retry_refusal(delivery_id, exc) from exc
-        updated = self.get(delivery_id)
-        if updated is None:  # only if deleted by hand meanwhile
-            raise DeliveryNotFound(f"no delivery {delivery_id!r}")
-        return updated
+        op = core.retry(delivery_id, None, self.clock())
+        return core.run(self.redis, self.scripts, op)
 
     def search(
         self,
@@ -370,12 +258,12 @@ class WebhookStore:
     def due_shards(self, first: int = 0) -> tuple[int, ...]:
         """Shards with deliveries due now, ``first`` first (one pipelined round trip)."""
         now = self.clock()
+        shards = keys.all_shards()
         with self.redis.pipeline(transaction=False) as pipe:
-            for s in range(keys.SHARDS):
+            for s in shards:
                 pipe.zcount(keys.due(s), "-inf", now)
-            counts = pipe.execute()
-        order = sorted(range(keys.SHARDS), key=lambda s: (s != first, s))
-        return tuple(s for s in order if counts[s])
+            due = {s for s, count in zip(shards, pipe.execute(), strict=True) if count}
+        return tuple(sorted(due, key=lambda s: (s != first, s)))
 
 
 class AsyncWebhookStore:
@@ -405,7 +293,7 @@ class AsyncWebhookStore:
         s = ref.shard
         challenge = secrets.token_urlsafe(24) if verify else ""
         try:
-            created, seq, dlv, status = await self.scripts(
+            reply = await self.scripts(
                 "register_webhook",
                 [
                     ref.key,
@@ -427,34 +315,34 @@ class AsyncWebhookStore:
             if refusal(exc) == "missing":
                 raise BatchNotFound(f"no batch named {ref.name!r}") from exc
             raise
+        r = fields(reply)
+        seq, dlv, status = r["seq"], r["delivery"], r["status"]
         due = verify
         if verify:
             await self._challenge(ref, url, challenge)
-        seq, dlv, status = int(seq), dlv.decode(), status.decode()
         if seq and not dlv:
             # The batch is done and its latest completion was never delivered: deliver it.
             h = await self.redis.hgetall(ref.key)
             batch = Batch.from_hash(h)
             if batch.completed_at is not None and batch.completion_seq == seq:
-                # The completion's event id (its outbox entry, recorded by complete_if_done).
-                entry = h.get(b"completion_entry", b"").decode()
+                # The completion's event id, as the detector derives it.
                 k, a = _create_call(
                     ref,
                     seq,
                     notification_body(batch, public_url),
                     batch.completed_at,
                     self.clock(),
-                    keys.event_id(s, s, entry) if entry else None,
+                    keys.completion_id(s, ref.account, ref.name, batch.created_at, seq),
                 )
                 made, _ = await self.scripts("create_delivery", k, a)
                 due = int(made) == 1
         elif seq and status in (DeliveryStatus.FAILED, DeliveryStatus.CANCELED):
-            k, a = _retry_call(s, dlv, ref, self.clock())
+            k, a = core.retry_call(s, dlv, ref, self.clock())
             await self.scripts("retry_delivery", k, a)
             due = True
         elif status == DeliveryStatus.PENDING:
             due = True
-        return int(created) == 1, due
+        return bool(r["created"]), due
 
     async def register_operational_webhook(
         self, account: str, url: str, *, verify: bool = False
@@ -519,15 +407,8 @@ class AsyncWebhookStore:
     async def retry_any(self, delivery_id: str) -> Delivery:
         """Deliver again now, same webhook-id, whatever the account (operators: the console).
         Raises DeliveryNotFound, NotRetryable."""
-        shard = keys.shard_of_id("msg", delivery_id)
-        h = (
-            await self.redis.hmget(keys.delivery(shard, delivery_id), ["account", "batch"])
-            if shard is not None
-            else [None, None]
-        )
-        if h[0] is None or h[1] is None:
-            raise DeliveryNotFound(f"no delivery {delivery_id!r}")
-        return await self.retry(BatchRef(h[0].decode(), h[1].decode()), delivery_id)
+        op = core.retry(delivery_id, None, self.clock())
+        return await core.run_async(self.redis, self.scripts, op)
 
     async def deliveries(
         self, ref: BatchRef, *, start: int, limit: int
@@ -572,19 +453,5 @@ class AsyncWebhookStore:
 
     async def retry(self, ref: BatchRef, delivery_id: str) -> Delivery:
         """Deliver again now, same webhook-id. Raises DeliveryNotFound, NotRetryable."""
-        missing = DeliveryNotFound(f"no delivery {delivery_id!r} for this batch")
-        shard = keys.shard_of_id("msg", delivery_id)
-        if shard is None or shard != ref.shard:
-            raise missing
-        h = await self.redis.hmget(keys.delivery(shard, delivery_id), ["account", "batch"])
-        if h[0] is None or h[0].decode() != ref.account or h[1].decode() != ref.name:
-            raise missing
-        k, a = _retry_call(shard, delivery_id, ref, self.clock())
-        try:
-            await self.scripts("retry_delivery", k, a)
-        except ResponseError as exc:
-            raise _retry_refusal(delivery_id, exc) from exc
-        found = await self._load([delivery_id])
-        if not found:  # only if deleted by hand meanwhile
-            raise missing
-        return found[0]
+        op = core.retry(delivery_id, ref, self.clock())
+        return await core.run_async(self.redis, self.scripts, op)

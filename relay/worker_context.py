@@ -128,4 +128,5 @@ def sandbox_config(settings: Settings) -> SandboxConfig:
         max_depth=settings.extract_max_depth,
         max_image_pixels=settings.max_image_pixels,
         max_pages=settings.max_pages,
+        page_seconds=settings.extract_page_seconds,
     )

@@ -27,10 +27,13 @@ def test_defaults_match_the_spec() -> None:
 
 
 def test_the_document_job_outlives_the_extraction_deadline() -> None:
-    # The job's RQ timeout is lease_seconds x 10 + 60 (660 s by default), and always a minute
-    # past the extraction deadline, so the job records extraction_timeout, not RQ.
-    assert document_job_timeout(load_settings({}, dotenv=None)) == 660
-    long = load_settings({"RELAY_EXTRACT_TIMEOUT": "3600"}, dotenv=None)
+    # The job's RQ timeout is always a minute past the longest extraction deadline (a
+    # document of RELAY_MAX_PAGES pages: 60 + 500 x 15 s by default) and past lease_seconds
+    # x 10, so the job records extraction_timeout, not RQ.
+    assert document_job_timeout(load_settings({}, dotenv=None)) == 7620
+    short = {"RELAY_MAX_PAGES": "10", "RELAY_EXTRACT_PAGE_SECONDS": "0"}
+    assert document_job_timeout(load_settings(short, dotenv=None)) == 660
+    long = load_settings({**short, "RELAY_EXTRACT_TIMEOUT": "3600"}, dotenv=None)
     assert document_job_timeout(long) == 3660
 
 

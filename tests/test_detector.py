@@ -99,7 +99,7 @@ def test_an_entry_read_twice_still_makes_one_delivery(h: H) -> None:
 def test_a_dead_detectors_entries_are_taken_over(h: H) -> None:
     h.complete()
     # Detector A reads the entry and dies before creating the delivery (no ack).
-    streams = {keys.outbox(s): ">" for s in range(keys.SHARDS)}
+    streams = {keys.outbox(s): ">" for s in keys.all_shards()}
     ((_, ((entry_id, _),)),) = h.client.xreadgroup(GROUP, "dead", streams, count=10)
     live = Detector(h.ctx, "live")
     assert live.read_once(10) == 0  # new entries only: nothing

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import re
 import signal
@@ -374,6 +375,40 @@ def test_relay_dev_stops_everything_on_a_signal(tmp_path: Path, sig: signal.Sign
     text = "".join(lines)
     assert "stopping the private Redis" in text, text
     _assert_nothing_left(found.group(1), int(found.group(2)), text)
+
+
+@pytest.mark.timeout(240)
+def test_relay_dev_sigkilled_leaves_no_process(tmp_path: Path) -> None:
+    """SIGKILL: relay dev cleans nothing up itself; its children and its Redis stop on their
+    own (the parent-death signal, ``relay.supervise.die_with_parent``)."""
+    proc = _relay_dev(tmp_path)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
+    reader.start()
+    found: re.Match[str] | None = None
+    try:
+        wait_until(lambda: (tmp_path / "s" / "dev.pids").exists(), 120, 0.1, "never started")
+        pids = json.loads((tmp_path / "s" / "dev.pids").read_text())
+        text = "".join(lines)
+        found = _PRIVATE_REDIS.search(text)
+        assert found is not None, text
+        url, redis_pid = found.group(1), int(found.group(2))
+        wait_until(lambda: _started_by(url), 60, 0.1, "no child seen")
+        os.kill(proc.pid, signal.SIGKILL)  # relay dev alone (bash exec'd it)
+        assert proc.wait(30) == -signal.SIGKILL
+        _assert_nothing_left(url, redis_pid, text)
+        assert not [name for name, pid in pids.items() if dev_pid_alive(pid)]
+        found = None  # nothing to clean up
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        if found is not None:  # what the failed test left running
+            for pid in [*_started_by(found.group(1)), int(found.group(2))]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        reader.join(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def test_an_api_up_after_the_banner_is_announced_when_it_answers(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -29,9 +30,9 @@ def h(redis_url: str) -> Iterator[H]:
     harness.close()
 
 
-def _feed(h: H, account: str = "acme", **kw: object) -> list[dict[str, object]]:
+def _feed(h: H, account: str = "acme", **kw: object) -> list[dict[str, Any]]:
     page = h.ctx.events.page(account, limit=200, **kw)  # type: ignore[arg-type]
-    return page.events
+    return [dict(event) for event in page.events]
 
 
 def _two_shards(account: str = "acme") -> tuple[str, str]:
@@ -51,7 +52,7 @@ def test_every_completion_is_in_the_feed_once_with_its_delivery_id(h: H) -> None
     detector = Detector(h.ctx, "d1")
     assert detector.read_once(10) == 2
     events = _feed(h)
-    assert [e["data"]["batch_name"] for e in events] == ["b1", "other"]  # type: ignore[index]
+    assert [e["data"]["batch_name"] for e in events] == ["b1", "other"]
     (delivery_id,) = h.deliveries()
     assert events[0]["id"] == delivery_id  # the webhook-id
     stored = h.client.hget(keys.delivery(REF_SHARD, delivery_id), "body")
@@ -61,7 +62,7 @@ def test_every_completion_is_in_the_feed_once_with_its_delivery_id(h: H) -> None
     assert events[0]["type"] == "batch.completed"
     # A detector that dies after the append and before XACK handles the entry again: the
     # feed and the delivery stay one each.
-    for s in range(keys.SHARDS):
+    for s in keys.all_shards():
         for entry_id, fields in h.client.xrange(keys.outbox(s)):
             detector.handle(s, entry_id, fields)
     assert [e["id"] for e in _feed(h)] == [e["id"] for e in events]
@@ -101,7 +102,7 @@ def test_same_instant_in_two_shards_both_recorded_in_order(h: H) -> None:
         h.client.hget(keys.event_positions("acme", keys.FEED_BATCHES), e["id"]) for e in events
     ]
     assert len(set(entries)) == 3  # three events, three entries
-    seqs = [(e["data"]["batch_name"], e["data"]["completion_seq"]) for e in events]  # type: ignore[index]
+    seqs = [(e["data"]["batch_name"], e["data"]["completion_seq"]) for e in events]
     assert seqs == ([(a, 1), (b, 1), (b, 2)] if sa < sb else [(b, 1), (a, 1), (b, 2)])
     assert len({e["id"] for e in events}) == 3
 
@@ -112,7 +113,7 @@ def test_after_is_exact_and_unknown_ids_are_refused(h: H) -> None:
     h.complete(BatchRef("globex", "g1"), register=False)
     Detector(h.ctx, "d1").read_once(10)
     log = h.ctx.events
-    ids = [e["id"] for e in _feed(h)]
+    ids = [str(e["id"]) for e in _feed(h)]
     assert len(ids) == 5
     seen: list[object] = []
     after = None
@@ -136,7 +137,7 @@ def test_filters_and_retention(h: H) -> None:
     h.complete(BatchRef("acme", "other"), register=False)
     Detector(h.ctx, "d1").read_once(10)
     only = _feed(h, batch="keep")
-    assert [e["data"]["batch_name"] for e in only] == ["keep"]  # type: ignore[index]
+    assert [e["data"]["batch_name"] for e in only] == ["keep"]
     assert _feed(h, type_="batch.completed") == _feed(h)
     first_id = _feed(h)[0]["id"]
     # Retention: a log whose entries are all older than the cutoff is emptied, and an id
@@ -174,3 +175,59 @@ def test_the_retention_sweeper_trims_the_feeds(h: H, redis_url: str) -> None:
         assert h.client.zcard(keys.event_logs(keys.events_shard("acme"))) == 0
     finally:
         ctx.redis.close()
+
+
+def test_a_completion_made_again_keeps_its_id_and_is_one_event_and_one_delivery(h: H) -> None:
+    """A completion lost with a failed-over primary is made again on the new one: another
+    outbox entry, another completed_at, the same batch and completion_seq. Its event and
+    delivery keep the id the receiver may have seen (a replay), recorded once."""
+    h.complete(register=True)
+    detector = Detector(h.ctx, "d1")
+    assert detector.read_once(10) == 1
+    ((entry_id, fields),) = h.client.xrange(keys.outbox(REF_SHARD))
+    snapshot = json.loads(fields[b"snapshot"])
+    redo = {**snapshot, "completed_at": int(snapshot["completed_at"]) + 700}
+    entry = h.client.xadd(keys.outbox(REF_SHARD), {**fields, b"snapshot": json.dumps(redo)})
+    assert entry != entry_id
+    detector.handle(REF_SHARD, entry, h.client.xrange(keys.outbox(REF_SHARD), entry, entry)[0][1])
+    events = _feed(h)
+    (delivery_id,) = h.deliveries()
+    assert [e["id"] for e in events] == [delivery_id]
+    assert delivery_id == keys.completion_id(
+        REF_SHARD, "acme", "b1", int(snapshot["created_at"]), int(fields[b"seq"])
+    )
+
+
+def test_a_batch_made_again_under_its_name_never_reuses_an_id(h: H) -> None:
+    """The same name, the same completion_seq, another batch (created at another time):
+    another event and another delivery, even if the old delivery record is still there."""
+    h.complete(register=True)
+    detector = Detector(h.ctx, "d1")
+    assert detector.read_once(10) == 1
+    ((_, fields),) = h.client.xrange(keys.outbox(REF_SHARD))
+    snapshot = json.loads(fields[b"snapshot"])
+    # The old batch's delivery index by seq is gone (purged), its delivery record is kept.
+    h.client.delete(keys.batch_delivery_by_seq(REF_SHARD, "acme", "b1"))
+    again = {**snapshot, "created_at": int(snapshot["created_at"]) + 60_000}
+    entry = h.client.xadd(keys.outbox(REF_SHARD), {**fields, b"snapshot": json.dumps(again)})
+    detector.handle(REF_SHARD, entry, h.client.xrange(keys.outbox(REF_SHARD), entry, entry)[0][1])
+    ids = [str(e["id"]) for e in _feed(h)]
+    assert len(ids) == 2 and len(set(ids)) == 2
+    assert sorted(h.deliveries()) == sorted(ids)
+
+
+def test_a_delivery_id_made_twice_is_one_delivery(h: H) -> None:
+    """create_delivery is idempotent on the id too: the same completion's id, its seq index
+    lost, does not make (nor overwrite) a second delivery."""
+    h.complete(register=True)
+    Detector(h.ctx, "d1").read_once(10)
+    (delivery_id,) = h.deliveries()
+    key = keys.delivery(REF_SHARD, delivery_id)
+    h.client.hset(key, "status", "succeeded")
+    h.client.delete(keys.batch_delivery_by_seq(REF_SHARD, "acme", "b1"))
+    created, ident = h.ctx.webhooks.create(
+        BatchRef("acme", "b1"), 1, b"{}", delivery_id=delivery_id
+    )
+    assert (created, ident) == (False, delivery_id)
+    assert h.client.hget(key, "status") == b"succeeded"
+    assert h.deliveries() == [delivery_id]

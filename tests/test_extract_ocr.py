@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from typing import Any
 
 import pytest
@@ -170,3 +171,22 @@ def test_an_allocation_failure_in_the_models_is_extraction_memory() -> None:
         assert failed is None and csv is not None
     finally:
         host.close()
+
+
+def test_a_scan_of_several_pages_has_time_for_each_page() -> None:
+    """A 3-page scan takes longer than RELAY_EXTRACT_TIMEOUT alone (here 0.5 s: the models
+    load in the child, then three pages of OCR) and is read whole: the deadline grows by
+    RELAY_EXTRACT_PAGE_SECONDS for each page the extractor counted."""
+    pages = [draw_table(), draw_table(GRID), draw_table()]
+    scan = encode(pages[0], "TIFF", save_all=True, append_images=pages[1:])
+    host = _sandbox(timeout=0.5, page_seconds=120.0)
+    try:
+        started = time.monotonic()
+        data, error = host.run(scan, filename="scan.tif", content_type="", fields=[])
+        elapsed = time.monotonic() - started
+    finally:
+        host.close()
+    assert error is None, error
+    assert data is not None
+    assert [t["page"] for t in json.loads(data)["tables"]] == [1, 2, 3]
+    assert elapsed > 0.5

@@ -27,7 +27,7 @@ def _lua(client: redis.Redis, expr: str, *args: str) -> str:
     return bytes(client.eval(f"{_lib()}\nreturn {expr}", 0, *args)).decode()
 
 
-@pytest.mark.parametrize("shard", [0, 7, keys.SHARDS - 1])
+@pytest.mark.parametrize("shard", [0, 7, keys.DEFAULT_SHARDS - 1])
 def test_lua_key_helpers_equal_the_python_ones(redis: redis.Redis, shard: int) -> None:
     p = keys.shard_prefix(shard)
     doc_id, msg_id = keys.new_id("doc", shard), keys.new_id("msg", shard)
@@ -140,3 +140,18 @@ def test_the_operational_pseudo_batch_is_the_same_in_lua_and_no_batch_name(
 ) -> None:
     assert _lua(redis, "OPERATIONAL_BATCH") == keys.OPERATIONAL_BATCH
     assert not valid_batch_name(keys.OPERATIONAL_BATCH)
+
+
+def test_a_completion_id_is_derived_from_the_completion() -> None:
+    ident = keys.completion_id(5, "acme", "b1", 1_700_000_000_123, 3)
+    assert ident == keys.completion_id(5, "acme", "b1", 1_700_000_000_123, 3)
+    assert keys.shard_of_id("msg", ident) == 5
+    assert keys.event_time(ident) == 1_700_000_000_123  # never after the event
+    others = {
+        keys.completion_id(5, "acme", "b1", 1_700_000_000_124, 3),  # the batch made again
+        keys.completion_id(5, "acme", "b1", 1_700_000_000_123, 4),  # the next completion
+        keys.completion_id(5, "acme", "b2", 1_700_000_000_123, 3),
+        keys.completion_id(5, "acme2", "b1", 1_700_000_000_123, 3),
+        keys.completion_id(5, "acme\x00b", "1", 1_700_000_000_123, 3),
+    }
+    assert ident not in others and len(others) == 5

@@ -89,14 +89,16 @@ def test_shards_with_work_take_turns(h: H) -> None:
 def test_a_job_stops_after_its_budget_and_leaves_a_job_for_the_rest(h: H) -> None:
     ref = in_shard("bulk", 4)
     ids = h.hand_out(ref, 30)
-    assert run_documents(h.ctx, ref.shard, budget=0) == "1 documents; budget spent"
-    assert h.status(ids[0]) == b"succeeded" and h.status(ids[1]) == b"queued"
+    # One turn (RELAY_CLAIM_DOCUMENTS small documents of the batch) is finished whatever
+    # the budget.
+    assert run_documents(h.ctx, ref.shard, budget=0) == "10 documents; budget spent"
+    assert h.status(ids[9]) == b"succeeded" and h.status(ids[10]) == b"queued"
     assert h.client.llen(queue_key(PROCESSING)) == 1  # the rest has a job waiting
     assert h.client.exists(keys.process_wake())
     # A worker takes that job: it clears the marker, and since more documents wait after
     # its first claim it wakes one more job for any idle worker, then takes the rest.
     h.client.delete(queue_key(PROCESSING))
-    assert run_documents(h.ctx, ref.shard) == "29 documents; none waiting"
+    assert run_documents(h.ctx, ref.shard) == "20 documents; none waiting"
     assert {h.status(i) for i in ids} == {b"succeeded"}
     assert h.client.get(keys.waiting(ref.shard)) is None  # nothing waits: the key is gone
     assert h.client.llen(queue_key(PROCESSING)) == 1
@@ -130,6 +132,7 @@ def test_a_slow_document_moves_to_the_background_while_others_wait(
         redis_url,
         RELAY_EXTRACTOR="tests.support.extractors:gated",
         RELAY_BACKGROUND_AFTER="0.2",
+        RELAY_BACKGROUND_EXTRACTIONS="1",
     )
     try:
         gate, quick = Gate(tmp_path / "slow"), Gate(tmp_path / "quick")
@@ -167,5 +170,32 @@ def test_a_slow_document_alone_stays_in_the_foreground(redis_url: str, tmp_path:
         assert run_documents(h.ctx, 5) == "1 documents; none waiting"
         assert h.status(slow) == b"succeeded"
         assert len(h.ctx.background) == 0 and h.ctx.extraction is host
+    finally:
+        h.close()
+
+
+def test_two_slow_documents_of_two_accounts_do_not_hold_a_third_accounts_csv(
+    redis_url: str, tmp_path: Path
+) -> None:
+    # The default RELAY_BACKGROUND_EXTRACTIONS: both slow documents move aside in turn and
+    # the one-row CSV is served while both still extract.
+    h = H(redis_url, RELAY_EXTRACTOR="tests.support.extractors:gated", RELAY_BACKGROUND_AFTER="0.2")
+    try:
+        gates = [Gate(tmp_path / "a"), Gate(tmp_path / "b")]
+        (first,) = h.hand_out(in_shard("heavy-a", 6), 1, gates[0].document(CSV))
+        (second,) = h.hand_out(in_shard("heavy-b", 6), 1, gates[1].document(CSV))
+        quick = Gate(tmp_path / "quick")
+        quick.open()
+        (small,) = h.hand_out(in_shard("small", 6), 1, quick.document(CSV))
+        assert run_documents(h.ctx, 6) == "3 documents; none waiting"
+        assert all(gate.wait_started(10) for gate in gates)
+        assert h.status(small) == b"succeeded"
+        assert h.status(first) == h.status(second) == b"processing"
+        assert len(h.ctx.background) == 2
+        for gate in gates:
+            gate.open()
+        wait_until(
+            lambda: h.status(first) == h.status(second) == b"succeeded", 20, message="not stored"
+        )
     finally:
         h.close()

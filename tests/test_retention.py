@@ -294,7 +294,7 @@ def test_the_detector_purges_and_trims_the_outbox(redis_url: str) -> None:
         refs = [BatchRef("acme", f"d{i}") for i in range(40)]
         for ref in refs:
             h.finish_all(ref, h.upload(ref))
-        entries = sum(int(h.client.xlen(keys.outbox(s))) for s in range(keys.SHARDS))
+        entries = sum(int(h.client.xlen(keys.outbox(s))) for s in keys.all_shards())
         assert entries == 40
         detector = Detector(ctx, "d1")
         assert detector.sweep_retention() == 0  # completions too recent
@@ -306,9 +306,12 @@ def test_the_detector_purges_and_trims_the_outbox(redis_url: str) -> None:
             time.sleep(0.2)
         assert purged == 40
         assert not any(h.client.exists(r.key) for r in refs)
-        left = sum(int(h.client.xlen(keys.outbox(s))) for s in range(keys.SHARDS))
-        assert left <= keys.SHARDS  # acknowledged entries trimmed (the last one may stay)
-        assert sum(int(h.client.xpending(keys.outbox(s), GROUP)["pending"]) for s in range(16)) == 0
+        left = sum(int(h.client.xlen(keys.outbox(s))) for s in keys.all_shards())
+        assert left <= keys.DEFAULT_SHARDS  # acknowledged entries trimmed (the last one may stay)
+        assert (
+            sum(int(h.client.xpending(keys.outbox(s), GROUP)["pending"]) for s in keys.all_shards())
+            == 0
+        )
     finally:
         h.close()
         ctx.redis.close()

@@ -365,6 +365,36 @@ def test_claim_next_serves_accounts_in_turn_and_each_account_in_order(h: Harness
     )
 
 
+def test_a_turn_claims_small_documents_of_one_batch_together(h: Harness) -> None:
+    other = same_shard("bravo", REF.shard, "b")
+    small = [h.upload(REF, b"x" * 10).id for _ in range(4)]
+    big = h.upload(REF, b"x" * 500).id
+    last = h.upload(REF, b"x" * 10).id
+    lone = h.upload(other).id
+    for ref in (REF, other):
+        h.run(h.api.process(ref, None))
+
+    def turn() -> list[str]:
+        claims, _ = h.worker.claim_turn(REF.shard, "t", LEASE_MS, documents=3, max_bytes=100)
+        return [c.doc_id for c in claims]
+
+    first = turn()
+    assert first == small[:3]  # at most 3 documents a turn
+    assert h.batch(REF).counts[Status.PROCESSING] == 3
+    assert {h.doc(REF, i).status for i in first} == {Status.PROCESSING}
+    assert h.client.zcard(keys.leases(REF.shard)) == 3
+    assert h.client.zcard(keys.batch_started(REF.shard, "acme", REF.name)) == 3
+    assert turn() == [lone]  # bravo's turn
+    assert turn() == [small[3]]  # the big one would pass 100 bytes: left for the next turn
+    assert turn() == [big]  # a big document is claimed alone
+    assert turn() == [last]
+    assert turn() == []
+    batch = h.batch(REF)
+    assert (batch.counts[Status.QUEUED], batch.counts[Status.PROCESSING]) == (0, 6)
+    assert h.client.get(keys.waiting(REF.shard)) is None
+    assert not h.client.exists(keys.fair_ring(REF.shard))
+
+
 def test_claim_next_drops_documents_that_are_no_longer_queued(h: Harness) -> None:
     docs = [h.upload(REF).id for _ in range(3)]
     h.run(h.api.process(REF, None))

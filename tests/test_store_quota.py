@@ -1,5 +1,7 @@
-"""The pending-bytes quota in the state layer, on a real Redis: per-shard counters charged by
-the upload script, summed across shards, released by every script that removes a blob."""
+"""The pending-bytes quota in the state layer, on a real Redis: the account's total reserved
+by an upload before its script, per-shard counters charged by the upload script and
+released by every script that removes a blob (which reports the bytes for the total), and
+the shards' sum deciding when the total alone would refuse."""
 
 from __future__ import annotations
 
@@ -41,7 +43,13 @@ class Harness:
         )
 
     def pending(self, account: str = "acme") -> int:
-        return sum(self.run(self.api.pending_bytes(account)))
+        """The shards' exact sum, checked equal to the account's total."""
+        exact = sum(self.run(self.api.pending_bytes(account)))
+        assert self.total(account) == exact
+        return exact
+
+    def total(self, account: str = "acme") -> int:
+        return int(self.client.get(keys.account_pending_total(account)) or 0)
 
     def counter_keys(self) -> list[bytes]:
         return sorted(self.client.scan_iter(match="relay:*:pending_bytes"))
@@ -139,3 +147,38 @@ def test_the_directory_store_is_not_charged(redis_url: str, tmp_path: Path) -> N
         assert h.counter_keys() == []
     finally:
         h.close()
+
+
+def test_a_total_left_wrong_by_a_lost_process_is_recounted_at_the_quota(h: Harness) -> None:
+    # A process that died between a script and the total's update leaves the total high:
+    # at the quota's edge the shards' exact counters decide and the total is set to them.
+    ref = BatchRef("acme", "b1")
+    h.client.incrby(keys.account_pending_total("acme"), 900)
+    h.upload(ref, 600)  # the total says 1,500: recounted (0), admitted
+    assert h.total() == 600
+    with pytest.raises(QuotaExceeded) as refused:
+        h.upload(ref, 401)
+    assert (refused.value.pending, refused.value.size) == (600, 401)
+    assert h.total() == 600  # the refused upload's reservation is not kept
+    h.upload(ref, 400)
+    assert h.pending() == 1_000
+    # Left low (the key lost): admitted on the total until it reaches the quota, where the
+    # recount finds the shards full and puts the total right.
+    h.client.set(keys.account_pending_total("acme"), 100)
+    with pytest.raises(QuotaExceeded):
+        h.upload(ref, 901)
+    assert h.pending() == 1_000
+
+
+def test_documents_charged_before_the_total_leave_it_alone(h: Harness) -> None:
+    # A document uploaded by a version without the total has no 'counted': releasing it
+    # takes its bytes off its shard's counter only, so the total never goes below zero.
+    ref = BatchRef("acme", "b1")
+    doc = h.upload(ref, 500)
+    h.client.hdel(keys.doc(ref.shard, doc.id), "counted")
+    h.client.delete(keys.account_pending_total("acme"))
+    h.run(h.api.process(ref, None))
+    claim = h.worker.claim(ref, doc.id, "t", LEASE_MS)
+    assert claim is not None
+    assert h.worker.finish(claim, line_items=[], error=None)[0]
+    assert h.pending() == 0

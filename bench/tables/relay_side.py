@@ -2,11 +2,12 @@
 
 A document is handled the way the worker handles it: through ``relay.extract.sandbox``'s
 ``ExtractorHost`` (the long-lived extraction child with ``RELAY_EXTRACT_TIMEOUT``,
-``RELAY_EXTRACT_MEMORY``, ``RELAY_MAX_RESULT_BYTES``, ``RELAY_MAX_IMAGE_PIXELS`` and
-``RELAY_MAX_PAGES`` at their defaults, or as set in this process's environment), named as
-an upload would be (``eu-001.pdf``, ``PMC….png``, ``eu-001.tif``) with the matching content
-type. The tables are the result's ``tables`` (``[{page, rows, confidence}]``), as a customer
-gets them; a failed document has none and its failure code is counted.
+``RELAY_EXTRACT_PAGE_SECONDS``, ``RELAY_EXTRACT_MEMORY``, ``RELAY_MAX_RESULT_BYTES``,
+``RELAY_MAX_IMAGE_PIXELS`` and ``RELAY_MAX_PAGES`` at their defaults, or as set in this
+process's environment), named as an upload would be (``eu-001.pdf``, ``PMC….png``,
+``eu-001.tif``) with the matching content type. The tables are the result's ``tables``
+(``[{page, rows, confidence}]``), as a customer gets them; a failed document has none and
+its failure code is counted.
 
 Should the sandbox's result carry no ``tables`` (an older relay), the document goes through
 ``relay.extract.extract_document`` in this process instead, or, older still, ``line_items``
@@ -130,6 +131,7 @@ class RelayRunner:
             "max_result_bytes": self.config.max_result_bytes,
             "max_image_pixels": getattr(self.config, "max_image_pixels", None),
             "max_pages": getattr(self.config, "max_pages", None),
+            "extract_page_seconds": getattr(self.config, "page_seconds", None),
         }
 
     def __enter__(self) -> RelayRunner:

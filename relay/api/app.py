@@ -6,8 +6,10 @@ one for RQ enqueueing in a thread, the status lane) and closes it on shutdown. S
 not need Redis to be up: the clients connect on first use, the API answers 503 while Redis
 is unreachable and recovers by itself when it is back.
 
-One middleware is installed, the status endpoints' fast path (``relay.api.gate``): the polled
-GETs are served before the router walks the routes; everything else goes through as usual.
+Two middlewares are installed: each request's deadline on its Redis waits
+(``relay.redis_deadline``, ``RELAY_REQUEST_DEADLINE``), then the status endpoints' fast path
+(``relay.api.gate``): the polled GETs are served before the router walks the routes;
+everything else goes through as usual.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ from relay.config import Settings
 from relay.console import views as console
 from relay.delivery.addresses import TargetPolicy
 from relay.edge import Edge
+from relay.redis_deadline import RequestDeadline
+from relay.shards import Follower
 
 API_PREFIX = "/api/v1"
 
@@ -101,6 +105,7 @@ def create_app(settings: Settings) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        shards = Follower(settings).start()  # raises ShardCountError: RELAY_SHARDS lowered
         edge = Edge.open(settings)
         listener = asyncio.create_task(edge.waiters.run(), name="relay-event-listener")
         follower = edge.follow_primary()
@@ -128,6 +133,7 @@ def create_app(settings: Settings) -> Starlette:
             # Bounded: a task that does not end on its cancellation cannot hold the
             # shutdown (and the process) for good.
             await asyncio.wait(tasks, timeout=5)
+            shards.stop.set()
             await edge.close()
 
     routes: list[BaseRoute] = [
@@ -155,8 +161,13 @@ def create_app(settings: Settings) -> Starlette:
         document=documents.get_document,
         handlers=handlers,
     )
+    # Outermost: the fast path's Redis calls count against the request's deadline too.
+    deadline = Middleware(RequestDeadline, seconds=settings.request_deadline)
     app = Starlette(
-        routes=routes, middleware=[fast_path], exception_handlers=handlers, lifespan=lifespan
+        routes=routes,
+        middleware=[deadline, fast_path],
+        exception_handlers=handlers,
+        lifespan=lifespan,
     )
     # An API answers a stray trailing slash with a JSON 404, not a redirect.
     app.router.redirect_slashes = False

@@ -7,7 +7,7 @@ Cursors: ``relay.api.paging``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -25,6 +25,7 @@ from relay.api.paging import (
     page_params,
 )
 from relay.api.paths import batch_ref
+from relay.api.responses import BatchListJSON, BatchResultsJSON, TableJSON
 from relay.api.state import state
 from relay.model import Batch
 from relay.store import BatchQuery
@@ -70,7 +71,7 @@ async def process_batch(request: Request) -> Response:
     account = await authenticate(request)
     st = state(request)
     rate_headers = await st.limits.admit(PROCESS, account)
-    ref = batch_ref(request, account)
+    ref = await batch_ref(request, account)
     fields = parse_fields(await read_json(request, allow_empty=True))
     doc_ids = await st.store.process(ref, fields)
     if doc_ids:
@@ -100,17 +101,20 @@ async def batch_results(request: Request) -> Response:
     endpoint)."""
 
     async def render(account: str, _: None) -> Any:
-        ref = batch_ref(request, account)
+        ref = await batch_ref(request, account)
         cursor, limit = page_params(request)
         start = decode_position(cursor)
         batch, docs, next_start = await state(request).store.results(ref, start=start, limit=limit)
         if batch is None:
             raise NotFound("no such batch")
-        body = batch.to_json()
-        body["documents"] = [
-            {**doc.to_json(), "line_items": items, "tables": tables} for doc, items, tables in docs
-        ]
-        body["next_cursor"] = encode_position(next_start)
+        body: BatchResultsJSON = {
+            **batch.to_json(),
+            "documents": [
+                {**doc.to_json(), "line_items": items, "tables": cast(list[TableJSON], tables)}
+                for doc, items, tables in docs
+            ],
+            "next_cursor": encode_position(next_start),
+        }
         return body
 
     return await serve_status(request, NO_READS, render)
@@ -124,19 +128,18 @@ async def list_batches(request: Request) -> Response:
     batches, next_cursor = await state(request).store.list_batches(
         account, before=before, limit=limit
     )
-    return json_response(
-        {
-            "batches": [b.to_json() for b in batches],
-            "next_cursor": encode_listing_cursor(next_cursor),
-        }
-    )
+    body: BatchListJSON = {
+        "batches": [b.to_json() for b in batches],
+        "next_cursor": encode_listing_cursor(next_cursor),
+    }
+    return json_response(body)
 
 
 async def delete_batch(request: Request) -> Response:
     """Cancel queued documents, refuse further uploads: 202, the batch (idempotent)."""
     account = await authenticate(request)
     st = state(request)
-    ref = batch_ref(request, account)
+    ref = await batch_ref(request, account)
     await st.store.delete_batch(ref)
     batch = await st.store.get_batch(ref)
     if batch is None:

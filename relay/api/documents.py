@@ -33,7 +33,7 @@ from relay.api.gate import serve_status
 from relay.api.limits import UPLOADS
 from relay.api.state import state
 from relay.model import Document, valid_batch_name
-from relay.store import BatchRef, DocumentQuery
+from relay.store import DocumentQuery
 
 # Room for boundaries, part headers and the batch_name field around the file's bytes.
 MULTIPART_OVERHEAD = 64 * 1024
@@ -133,13 +133,9 @@ async def upload_document(request: Request) -> Response:
         await form.close()
     if len(content) > limit:
         raise PayloadTooLarge(f"upload larger than {limit} bytes")
-    doc = await st.store.upload(
-        BatchRef(account, batch_name),
-        filename=filename,
-        content_type=content_type,
-        content=content,
-    )
-    await st.edge.replicated(f"upload {doc.id}", BatchRef(account, batch_name).shard)
+    ref = await st.store.locate(account, batch_name)
+    doc = await st.store.upload(ref, filename=filename, content_type=content_type, content=content)
+    await st.edge.replicated(f"upload {doc.id}", ref.shard)
     return json_response(
         doc.to_json(),
         201,

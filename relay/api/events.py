@@ -19,6 +19,7 @@ from relay.api.access import authenticate
 from relay.api.bodies import json_response
 from relay.api.errors import RateLimited, Unprocessable
 from relay.api.paging import invalid_cursor
+from relay.api.responses import EventListJSON
 from relay.api.state import AppState, state
 from relay.events import (
     FEED_BATCHES,
@@ -29,9 +30,9 @@ from relay.events import (
     TooManyWaiters,
     wait_for_events,
 )
-from relay.model import valid_batch_name
+from relay.model import DELIVERY_ID_PATTERN, valid_batch_name
 
-EVENT_ID_PATTERN = "^msg_[0-9a-f][a-z2-7]{20}$"
+EVENT_ID_PATTERN = DELIVERY_ID_PATTERN  # an event's id is its deliveries' webhook-id
 _EVENT_ID_RE = re.compile(EVENT_ID_PATTERN[1:-1])
 _LIMIT_RE = re.compile(r"[0-9]{1,4}")
 _WAIT_RE = re.compile(r"[0-9]{1,20}(\.[0-9]{1,20})?([eE][-+]?[0-9]{1,3})?")
@@ -84,9 +85,12 @@ async def _feed(request: Request, feed: str) -> Response:
             ) from exc
     else:
         page = await read(after)
-    return json_response(
-        {"events": page.events, "next_cursor": page.next_cursor, "has_more": page.has_more}
-    )
+    body: EventListJSON = {
+        "events": page.events,
+        "next_cursor": page.next_cursor,
+        "has_more": page.has_more,
+    }
+    return json_response(body)
 
 
 async def list_events(request: Request) -> Response:

@@ -15,11 +15,12 @@ from relay.api.errors import NotFound, Unprocessable
 from relay.api.limits import RETRIES
 from relay.api.paging import decode_position, encode_position, page_params
 from relay.api.paths import batch_ref
+from relay.api.responses import delivery_list
 from relay.api.state import AppState, state
 from relay.crypto import SigningMaterial
 from relay.delivery.ssrf import in_documented_form, vet_url
 from relay.exceptions import UnsafeTarget, WebhookNotFound
-from relay.model import Webhook
+from relay.model import SigningMaterialJSON, Webhook
 from relay.store import BatchRef
 from relay.timefmt import rfc3339
 from relay.webhook_store import operational_ref
@@ -36,7 +37,7 @@ async def _existing(st: AppState, ref: BatchRef) -> BatchRef:
 async def _batch(request: Request) -> tuple[AppState, BatchRef]:
     account = await authenticate(request)
     st = state(request)
-    return st, await _existing(st, batch_ref(request, account))
+    return st, await _existing(st, await batch_ref(request, account))
 
 
 async def _wake(st: AppState, ref: BatchRef) -> None:
@@ -113,9 +114,7 @@ async def list_deliveries(request: Request) -> Response:
     found, next_start = await st.webhooks.deliveries(
         ref, start=decode_position(cursor), limit=limit
     )
-    return json_response(
-        {"deliveries": [d.to_json() for d in found], "next_cursor": encode_position(next_start)}
-    )
+    return json_response(delivery_list(found, encode_position(next_start)))
 
 
 async def retry_delivery(request: Request) -> Response:
@@ -123,7 +122,7 @@ async def retry_delivery(request: Request) -> Response:
     account = await authenticate(request)
     st = state(request)
     rate_headers = await st.limits.admit(RETRIES, account)
-    ref = await _existing(st, batch_ref(request, account))
+    ref = await _existing(st, await batch_ref(request, account))
     delivery = await st.webhooks.retry(ref, request.path_params["id"])
     await _wake(st, ref)
     return json_response(delivery.to_json(), 202, headers=rate_headers)
@@ -136,7 +135,7 @@ async def test_webhook(request: Request) -> Response:
     account = await authenticate(request)
     st = state(request)
     rate_headers = await st.limits.admit(RETRIES, account)
-    ref = await _existing(st, batch_ref(request, account))
+    ref = await _existing(st, await batch_ref(request, account))
     try:
         result = await st.edge.prober.send(ref)
     except WebhookNotFound as exc:
@@ -160,9 +159,7 @@ async def test_operational_webhook(request: Request) -> Response:
 
 
 def _ops_json(hook: Webhook) -> dict[str, Any]:
-    shown = hook.to_json()
-    del shown["batch_name"]
-    return shown
+    return {k: v for k, v in hook.to_json().items() if k != "batch_name"}
 
 
 async def put_operational_webhook(request: Request) -> Response:
@@ -203,12 +200,12 @@ async def list_operational_deliveries(request: Request) -> Response:
     found, next_start = await st.webhooks.deliveries(
         operational_ref(account), start=decode_position(cursor), limit=limit
     )
-    return json_response(
-        {"deliveries": [d.to_json() for d in found], "next_cursor": encode_position(next_start)}
-    )
+    return json_response(delivery_list(found, encode_position(next_start)))
 
 
-def _signing_json(materials: list[SigningMaterial], previous_until: int | None) -> dict[str, Any]:
+def _signing_json(
+    materials: list[SigningMaterial], previous_until: int | None
+) -> SigningMaterialJSON:
     current = materials[0]
     previous = materials[1] if len(materials) > 1 else None
     return {

@@ -129,7 +129,7 @@ class ConsoleQueries:
         """Deliver again now (same webhook-id) and wake a delivery worker. Raises
         DeliveryNotFound, NotRetryable."""
         delivery = await self.store.retry_any(delivery_id)
-        await self._wake(BatchRef(delivery.account, delivery.batch_name).shard)
+        await self._wake(self.scans.batch_of(delivery).shard)
         return delivery
 
     async def recover(self, f: DeliveryFilter) -> int:
@@ -161,6 +161,7 @@ class ConsoleQueries:
         for start in range(0, len(ids), _CHUNK):
             hashes += await self._hashes([i for _, i in ids[start : start + _CHUNK]])
         seen: dict[tuple[str, str], list[Delivery]] = {}
+        refs: dict[tuple[str, str], BatchRef] = {}
         for h, attempts in hashes:
             if not h:
                 continue
@@ -169,9 +170,10 @@ class ConsoleQueries:
             if key not in seen:
                 seen[key] = []
                 order.append(key)
+                refs[key] = self.scans.batch_of(d)
             if d.created_at >= now - DAY_MS:
                 seen[key].append(d)
-        hooks = await self.scans.webhooks_of([BatchRef(a, b) for a, b in order])
+        hooks = await self.scans.webhooks_of([refs[key] for key in order])
         for (account, batch), hook in zip(order, hooks, strict=True):
             if hook is None:
                 continue
@@ -197,7 +199,7 @@ class ConsoleQueries:
         self, account: str, batch: str, disabled: bool, reason: str = ""
     ) -> None:
         """Disable (pending delivery canceled) or enable a webhook. Raises WebhookNotFound."""
-        await self.store.set_disabled(BatchRef(account, batch), disabled, reason)
+        await self.store.set_disabled(await self.scans.locate(account, batch), disabled, reason)
 
     async def feed(
         self, account: str, operational: bool, after: str | None, limit: int
@@ -214,7 +216,7 @@ class ConsoleQueries:
         WebhookNotFound."""
         if self.prober is None:
             raise WebhookNotFound("test sends are not available here")
-        return await self.prober.send(BatchRef(account, batch))
+        return await self.prober.send(await self.scans.locate(account, batch))
 
     # -- overview -----------------------------------------------------------------------
 

@@ -7,7 +7,10 @@ so a document that would grow past a bound fails early instead of first filling 
 * ``max_result_bytes``: the result as compact JSON (what is stored: ``line_items`` and
   ``tables``); the readers charge each row to a :class:`RowBudget` as they build it
   (``result_too_large``);
-* ``max_depth``: the deepest nesting of a JSON document's values (``too_deeply_nested``).
+* ``max_depth``: the deepest nesting of a JSON document's values (``too_deeply_nested``);
+* ``on_pages``: told how many pages a paged document (PDF, TIFF) has, once they are counted
+  and before any is read (:func:`declare_pages`): the sandbox grows the document's deadline
+  by ``RELAY_EXTRACT_PAGE_SECONDS`` a page.
 
 Any extractor's result, plug-ins' included, is then serialised by :func:`encode_result`,
 which checks the size again, exactly, row by row and table by table, and never builds more
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -47,13 +50,15 @@ __all__ = [
     "applied",
     "check_depth",
     "current",
+    "declare_pages",
     "encode_result",
     "encode_rows",
     "too_many_pages",
 ]
 
-# RELAY_MAX_PAGES's default (docs/decisions.md): a long report of tables fits; past it a
-# document would spend RELAY_EXTRACT_TIMEOUT's minute on pages alone.
+# RELAY_MAX_PAGES's default (docs/decisions.md): a long report of tables fits; the time a
+# document may take grows with its pages (RELAY_EXTRACT_PAGE_SECONDS), so this bound also
+# bounds the longest extraction.
 DEFAULT_MAX_PAGES = 500
 
 
@@ -64,6 +69,7 @@ class ExtractLimits:
     max_result_bytes: int | None = None
     max_depth: int | None = None
     fields: tuple[str, ...] = ()  # the batch's fields: only these keys count towards the size
+    on_pages: Callable[[int], None] | None = None  # told a paged document's page count
 
 
 _UNBOUNDED = ExtractLimits()
@@ -82,6 +88,15 @@ def applied(limits: ExtractLimits) -> Iterator[None]:
         yield
     finally:
         _current.reset(token)
+
+
+def declare_pages(pages: int) -> None:
+    """Say that the document being extracted has ``pages`` pages (counted, within
+    ``RELAY_MAX_PAGES``, none read yet). The default extractor calls it for PDFs and TIFFs;
+    a plug-in may too. Outside the sandbox it does nothing."""
+    listener = current().on_pages
+    if listener is not None:
+        listener(pages)
 
 
 def too_large(limit: int) -> ExtractionError:

@@ -7,8 +7,9 @@ its ``WorkerContext``). It returns the result already serialised as JSON,
 failure ``(code, message)``:
 
 =====================  ==========================================================================
-``extraction_timeout``  the document took longer than ``RELAY_EXTRACT_TIMEOUT`` (the child is
-                        killed; the next document gets a fresh one)
+``extraction_timeout``  the document took longer than its deadline: ``RELAY_EXTRACT_TIMEOUT``,
+                        plus ``RELAY_EXTRACT_PAGE_SECONDS`` for each page of a PDF or TIFF
+                        (the child is killed; the next document gets a fresh one)
 ``extraction_memory``   it needed more than ``RELAY_EXTRACT_MEMORY`` bytes of address space
                         (``RLIMIT_AS`` in the child: a ``MemoryError``, or the child was killed)
 ``extraction_crashed``  the child died without answering (a crash in native code)
@@ -30,6 +31,14 @@ its rows pass the result bound (``relay.extract.limits``) and serialises any ext
 and tables one by one, checking the size; the worker reads at most the bound (plus a few
 bytes) back.
 Messages are length-prefixed bytes over a pipe: a JSON header, the document, the JSON reply.
+
+The deadline grows with the pages (docs/decisions.md, "Bounded extraction"): a document
+starts with ``RELAY_EXTRACT_TIMEOUT``; once the extractor has counted a PDF's or TIFF's
+pages (within ``RELAY_MAX_PAGES``, none read yet: ``relay.extract.limits.declare_pages``)
+the child sends the count ahead of its reply and the deadline becomes ``RELAY_EXTRACT_TIMEOUT
++ pages x RELAY_EXTRACT_PAGE_SECONDS``, counted from the start. So a long scan can finish,
+and no document holds a child longer than ``RELAY_EXTRACT_TIMEOUT + RELAY_MAX_PAGES x
+RELAY_EXTRACT_PAGE_SECONDS``.
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ import os
 import resource
 import signal
 import threading
+import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -67,11 +77,14 @@ log = logging.getLogger("relay.extract")
 Failure = tuple[str, str]
 Outcome = tuple[bytes | None, Failure | None]
 
-_OK, _FAILED, _CONFIG = b"R", b"E", b"C"
+_OK, _FAILED, _CONFIG, _PAGES = b"R", b"E", b"C", b"P"
 _RETIRE, _STAY = b"1", b"0"
 _REPLY_OVERHEAD = 64  # tag bytes and slack on top of the result bound
 _START_TIMEOUT = 30.0  # importing a plug-in in a fresh child
 _ALARM_MARGIN = 5  # the child's own backstop, should its parent be gone
+# RELAY_EXTRACT_PAGE_SECONDS's default (docs/decisions.md): a scanned page takes 1.5-5 s of
+# OCR on a quiet core and up to ~11 s on a loaded 2-core machine; 15 s covers that.
+DEFAULT_PAGE_SECONDS = 15.0
 
 
 @dataclass(frozen=True)
@@ -85,6 +98,16 @@ class SandboxConfig:
     max_depth: int
     max_image_pixels: int = 50_000_000  # RELAY_MAX_IMAGE_PIXELS's default
     max_pages: int = DEFAULT_MAX_PAGES
+    page_seconds: float = DEFAULT_PAGE_SECONDS  # RELAY_EXTRACT_PAGE_SECONDS
+
+    def deadline(self, pages: int) -> float:
+        """Seconds a document of ``pages`` pages may take (0: not a paged document)."""
+        return self.timeout + pages * self.page_seconds
+
+    @property
+    def longest(self) -> float:
+        """The longest any document may take: one of ``max_pages`` pages."""
+        return self.deadline(self.max_pages)
 
 
 # -- the child ----------------------------------------------------------------------------
@@ -96,12 +119,19 @@ def _failure(code: str, message: str) -> bytes:
 
 
 def _extract_one(
-    config: SandboxConfig, extractor: Extractor, header: bytes, content: bytes
+    config: SandboxConfig, extractor: Extractor, header: bytes, content: bytes, conn: Connection
 ) -> tuple[bytes, bool]:
     """One document's reply, and whether this child should retire after sending it."""
     request = json.loads(header)
     fields = [str(f) for f in request["fields"]]
-    limits = ExtractLimits(config.max_result_bytes, config.max_depth, tuple(fields))
+
+    def on_pages(pages: int) -> None:
+        # The parent's deadline grows; so does this child's backstop (from now: later than
+        # the parent's, which counts from the start).
+        signal.alarm(math.ceil(config.deadline(pages)) + _ALARM_MARGIN)
+        conn.send_bytes(_PAGES + str(int(pages)).encode())
+
+    limits = ExtractLimits(config.max_result_bytes, config.max_depth, tuple(fields), on_pages)
     try:
         with applied(limits):
             rows, tables = call_extractor(
@@ -144,7 +174,7 @@ def _serve(conn: Connection, config: SandboxConfig) -> None:
             return
         signal.alarm(math.ceil(config.timeout) + _ALARM_MARGIN)
         try:
-            reply, retire = _extract_one(config, extractor, header, content)
+            reply, retire = _extract_one(config, extractor, header, content, conn)
         except MemoryError:  # outside the extractor (serialising, copying): start afresh
             reply, retire = _failure("extraction_memory", "the result needs too much memory"), True
         signal.alarm(0)
@@ -279,20 +309,27 @@ class ExtractorHost:
         raise AssertionError("unreachable")
 
     def _run(self, header: bytes, content: bytes) -> Outcome:
-        timeout = self.config.timeout
         conn = self._send(header, content)  # a child started here is not the document's time
-        if not conn.poll(timeout):
-            log.warning("extraction passed %gs: killing child %s", timeout, self.pid)
-            self._drop()
-            return None, ("extraction_timeout", f"the extraction took longer than {timeout:g} s")
-        try:
-            reply = conn.recv_bytes(self.config.max_result_bytes + _REPLY_OVERHEAD)
-        except EOFError:
-            return None, self._died()
-        except OSError:  # longer than the bound: the child broke its own contract
-            self._drop()
-            limit = self.config.max_result_bytes
-            return None, ("result_too_large", too_large(limit).message)
+        started = time.monotonic()
+        pages = 0
+        while True:
+            allowed = self.config.deadline(pages)
+            if not conn.poll(max(0.0, started + allowed - time.monotonic())):
+                log.warning("extraction passed %gs: killing child %s", allowed, self.pid)
+                self._drop()
+                return None, ("extraction_timeout", self._too_long(allowed, pages))
+            try:
+                reply = conn.recv_bytes(self.config.max_result_bytes + _REPLY_OVERHEAD)
+            except EOFError:
+                return None, self._died()
+            except OSError:  # longer than the bound: the child broke its own contract
+                self._drop()
+                limit = self.config.max_result_bytes
+                return None, ("result_too_large", too_large(limit).message)
+            if not reply.startswith(_PAGES):
+                break
+            # Counted by the extractor, within RELAY_MAX_PAGES (a plug-in's word is capped).
+            pages = min(max(int(reply[1:] or b"0"), 0), self.config.max_pages)
         tag, retire, body = reply[:1], reply[1:2], reply[2:]
         if retire == _RETIRE:
             self._drop()
@@ -300,6 +337,14 @@ class ExtractorHost:
             return body, None
         code, message = json.loads(body)
         return None, (str(code), str(message))
+
+    def _too_long(self, allowed: float, pages: int) -> str:
+        if not pages:
+            return f"the extraction took longer than {allowed:g} s"
+        return (
+            f"the extraction took longer than {allowed:g} s ({self.config.timeout:g} s and"
+            f" {self.config.page_seconds:g} s for each of its {pages:,} pages)"
+        )
 
     def _died(self) -> Failure:
         proc = self._proc

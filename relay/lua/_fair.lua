@@ -42,35 +42,6 @@ local function fair_push(p, account, name, ids, front)
   end
 end
 
--- Take the next waiting document: the ring's head account (rotated to the tail, so the next
--- call serves the next account), that account's oldest batch, its first document.
--- Returns account, batch name, id; account is false when nothing waits in the shard, id is
--- false only if an index was inconsistent (it is repaired on the way).
-local function fair_pop(p)
-  local ring = key_fair_ring(p)
-  local account = redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
-  if not account then
-    return false, false, false
-  end
-  local ak = key_fair_account(p, account)
-  local name = redis.call('LINDEX', ak, 0)
-  local id = false
-  if name then
-    local rk = key_batch_ready(p, account, name)
-    id = redis.call('LPOP', rk)
-    if id then
-      fair_uncount(p, 1)
-    end
-    if redis.call('LLEN', rk) == 0 then
-      redis.call('LPOP', ak)
-    end
-  end
-  if redis.call('LLEN', ak) == 0 then
-    redis.call('RPOP', ring)  -- the account just rotated to the tail: it leaves the ring
-  end
-  return account, name, id
-end
-
 -- Remove a batch's waiting documents from the fair queue (its deletion cancels them).
 local function fair_drop_batch(p, account, name)
   local rk = key_batch_ready(p, account, name)
@@ -87,26 +58,28 @@ local function fair_drop_batch(p, account, name)
   end
 end
 
--- queued -> processing: started_at, a lease (score in `leases_key`), the batch's counters.
+-- queued -> processing: started_at, a lease (score in `leases_key`), the batch's counters
+-- (read and written at once: one HMGET, one HSET).
 -- Returns a table (the scripts send it as JSON): {claimed = true, fields (the batch's JSON
 -- list), filename, content_type, blob (its ref), claims} when claimed, {claimed = false,
 -- status} when the document is not queued (another worker has it, or it ended).
 local function claim_doc(doc_key, batch_key, started_key, leases_key, id, now, lease_ms, token)
-  local d = redis.call('HMGET', doc_key, 'status', 'filename', 'content_type', 'blob')
+  local d = redis.call('HMGET', doc_key, 'status', 'filename', 'content_type', 'blob', 'claims')
   if d[1] ~= 'queued' then
     return {claimed = false, status = d[1] or 'missing'}
   end
-  local claims = redis.call('HINCRBY', doc_key, 'claims', 1)
-  redis.call('HSET', doc_key, 'status', 'processing', 'started_at', now, 'lease', token)
+  local claims = tonumber(d[5] or '0') + 1
+  redis.call('HSET', doc_key, 'status', 'processing', 'started_at', now, 'lease', token,
+             'claims', claims)
   redis.call('ZADD', leases_key, tonumber(now) + tonumber(lease_ms), id)
-  redis.call('HINCRBY', batch_key, 'queued', -1)
-  redis.call('HINCRBY', batch_key, 'processing', 1)
   redis.call('ZADD', started_key, now, id)
-  local started = redis.call('HGET', batch_key, 'started_at')
+  local b = redis.call('HMGET', batch_key, 'queued', 'processing', 'started_at', 'fields')
+  local started = b[3]
   if not started or started == '' or tonumber(started) > tonumber(now) then
-    redis.call('HSET', batch_key, 'started_at', now)
+    started = now
   end
-  local fields = redis.call('HGET', batch_key, 'fields') or '[]'
-  return {claimed = true, fields = fields, filename = d[2], content_type = d[3], blob = d[4],
-          claims = claims}
+  redis.call('HSET', batch_key, 'queued', tonumber(b[1] or '0') - 1,
+             'processing', tonumber(b[2] or '0') + 1, 'started_at', started)
+  return {claimed = true, fields = b[4] or '[]', filename = d[2], content_type = d[3],
+          blob = d[4], claims = claims}
 end

@@ -47,8 +47,9 @@ end
 -- Keep a delivery's index entries true when its status goes `from` -> `to` (O(1) each):
 -- `from` '' for a new delivery (also enters the account's index), `to` '' for a purged one
 -- (also leaves it). Call it in the script that changes the status, with the old status.
-local function index_delivery(p, id, from, to)
-  local d = redis.call('HMGET', key_delivery(p, id), 'account', 'created_at')
+-- `known`: {account, created_at} when the caller has them (it just wrote the delivery).
+local function index_delivery(p, id, from, to, known)
+  local d = known or redis.call('HMGET', key_delivery(p, id), 'account', 'created_at')
   local account, created = d[1], d[2]
   if not account then
     return
@@ -101,6 +102,26 @@ local function release_parked(p, due_key, account, name, now, cancel)
   end
   redis.call('DEL', parked)
 end
+-- Register or replace a webhook's URL (register_webhook.lua, register_operational_webhook.lua):
+-- enabled again and not failing; with `verify` '1', pending its endpoint verification (the
+-- caller creates the challenge's delivery), else not verified any more and the deliveries
+-- parked for a verification released. Returns 1 when the webhook was created, else 0.
+local function register_hook(wk, due_key, p, account, name, url, now, verify, challenge)
+  local was = redis.call('HGET', wk, 'verification')
+  local created = redis.call('HSETNX', wk, 'created_at', now)
+  redis.call('HSET', wk, 'url', url, 'updated_at', now, 'disabled', '0',
+             'disabled_reason', '', 'failing_since', '')
+  redis.call('HSETNX', wk, 'pending', '')
+  if verify == '1' then
+    redis.call('HSET', wk, 'verification', 'pending', 'challenge', challenge, 'verified_at', '')
+  else
+    redis.call('HSET', wk, 'verification', '', 'challenge', '', 'verify_id', '')
+    if was == 'pending' then
+      release_parked(p, due_key, account, name, now, false)
+    end
+  end
+  return created
+end
 -- The shard prefix back from a batch key (keys.batch = p .. 'batch:' .. account .. ':' .. name),
 -- for scripts that get the batch in KEYS but no prefix in ARGV.
 local function batch_prefix(batch_key, account, name)
@@ -112,9 +133,32 @@ local function refuse(reason)
   return redis.error_reply('REFUSED ' .. reason)
 end
 
+-- Announce a batch's completion `seq` (its completed_at and completion_seq already written):
+-- the retention index, and one outbox entry (the completion event the detector turns into a
+-- delivery). Returns seq.
+local function announce_completion(batch_key, outbox_key, account, name, seq, completed_at)
+  -- Retention counts from this completion (relay.retention purges the batch later).
+  redis.call('ZADD', key_finished(batch_prefix(batch_key, account, name)), completed_at,
+             finished_member(account, name))
+  -- The entry carries the batch as it is at this completion: the notification's body must
+  -- describe this completion even if the batch is reopened before the detector reads it.
+  local flat = redis.call('HGETALL', batch_key)
+  local snapshot = {}
+  for i = 1, #flat, 2 do
+    snapshot[flat[i]] = flat[i + 1]
+  end
+  local entry = redis.call('XADD', outbox_key, 'MAXLEN', '~', '100000', '*',
+                          'account', account, 'batch', name, 'seq', seq,
+                          'snapshot', cjson.encode(snapshot))
+  -- The entry names the completion's event (relay.keys.event_id): a webhook registered
+  -- later delivers it with the same id.
+  redis.call('HSET', batch_key, 'completion_entry', entry)
+  return seq
+end
+
 -- Close the batch when its last open document has reached a terminal status:
 -- completed_at = the latest document completion, completion_seq += 1, and one outbox entry
--- (the completion event the detector turns into a delivery). O(1): counters, no scan.
+-- (announce_completion). O(1): counters, no scan.
 local function complete_if_done(batch_key, outbox_key)
   local c = redis.call('HMGET', batch_key, 'queued', 'processing', 'total', 'completed_at',
                        'last_completed_at', 'account', 'name')
@@ -124,23 +168,32 @@ local function complete_if_done(batch_key, outbox_key)
   end
   local seq = redis.call('HINCRBY', batch_key, 'completion_seq', 1)
   redis.call('HSET', batch_key, 'completed_at', c[5])
-  -- Retention counts from this completion (relay.retention purges the batch later).
-  redis.call('ZADD', key_finished(batch_prefix(batch_key, c[6], c[7])), c[5],
-             finished_member(c[6], c[7]))
-  -- The entry carries the batch as it is at this completion: the notification's body must
-  -- describe this completion even if the batch is reopened before the detector reads it.
-  local flat = redis.call('HGETALL', batch_key)
-  local snapshot = {}
-  for i = 1, #flat, 2 do
-    snapshot[flat[i]] = flat[i + 1]
+  return announce_completion(batch_key, outbox_key, c[6], c[7], seq, c[5])
+end
+
+-- Processing documents of the batch ended, `succeeded` and `failed` of them, the last at
+-- `now`: the batch's counters and last completion time (note_completion), and its completion
+-- when they were the last open documents (complete_if_done), read and written at once: two
+-- commands unless the batch completes. Returns the completion_seq, or 0.
+local function end_documents(batch_key, outbox_key, succeeded, failed, now)
+  local c = redis.call('HMGET', batch_key, 'queued', 'processing', 'total', 'completed_at',
+                       'last_completed_at', 'account', 'name', 'succeeded', 'failed',
+                       'completion_seq')
+  local processing = tonumber(c[2] or '0') - succeeded - failed
+  local last = c[5] or '0'
+  if tonumber(now) > tonumber(last) then
+    last = now
   end
-  local entry = redis.call('XADD', outbox_key, 'MAXLEN', '~', '100000', '*',
-                          'account', c[6], 'batch', c[7], 'seq', seq,
-                          'snapshot', cjson.encode(snapshot))
-  -- The entry names the completion's event (relay.keys.event_id): a webhook registered
-  -- later delivers it with the same id.
-  redis.call('HSET', batch_key, 'completion_entry', entry)
-  return seq
+  local counts = {'processing', processing, 'succeeded', tonumber(c[8] or '0') + succeeded,
+                  'failed', tonumber(c[9] or '0') + failed, 'last_completed_at', last}
+  local open = tonumber(c[1] or '0') + processing
+  if open ~= 0 or tonumber(c[3] or '0') == 0 or (c[4] and c[4] ~= '') then
+    redis.call('HSET', batch_key, unpack(counts))
+    return 0
+  end
+  local seq = tonumber(c[10] or '0') + 1
+  redis.call('HSET', batch_key, 'completion_seq', seq, 'completed_at', last, unpack(counts))
+  return announce_completion(batch_key, outbox_key, c[6], c[7], seq, last)
 end
 
 -- Record a document's completion time on the batch (the batch's completed_at is the latest).
@@ -164,16 +217,36 @@ end
 -- Pending-bytes quota (relay.store): an upload whose bytes stay in Redis is charged to its
 -- account's counter in the batch's shard (keys.account_pending_bytes), and the document
 -- records how much in its 'charged' field. Whatever removes the blob (finish, cancel,
--- worker_lost, purge) calls this in the same script, so the counters never drift.
--- Idempotent: a second call finds nothing charged. The counter key is deleted at 0.
-local function release_charge(doc_key, pending_key)
-  local n = tonumber(redis.call('HGET', doc_key, 'charged') or '0') or 0
-  if n > 0 then
-    redis.call('HSET', doc_key, 'charged', 0)
-    if redis.call('DECRBY', pending_key, n) <= 0 then
-      redis.call('DEL', pending_key)
-    end
+-- worker_lost) calls this in the same script, so the shard counters never drift. The
+-- caller has read the document's 'charged' and 'counted' fields and writes 'charged' 0
+-- in the same HSET that ends the document (idempotent: a second call finds nothing
+-- charged). The counter key is deleted at 0.
+-- Returns the bytes the caller must take off the account's total
+-- (keys.account_pending_total, on another slot): the charge when the upload put it there
+-- ('counted' = '1'; documents uploaded before that total existed have no 'counted').
+local function release_known(pending_key, charged, counted)
+  local n = tonumber(charged or '0') or 0
+  if n <= 0 then
+    return 0
   end
+  if redis.call('DECRBY', pending_key, n) <= 0 then
+    redis.call('DEL', pending_key)
+  end
+  if counted == '1' then
+    return n
+  end
+  return 0
+end
+
+-- release_known for a caller that has not read the document's charge: reads it and
+-- zeroes it.
+local function release_charge(doc_key, pending_key)
+  local c = redis.call('HMGET', doc_key, 'charged', 'counted')
+  if (tonumber(c[1] or '0') or 0) <= 0 then
+    return 0
+  end
+  redis.call('HSET', doc_key, 'charged', 0)
+  return release_known(pending_key, c[1], c[2])
 end
 
 -- Operational events (docs/decisions.md, "Auto-disable and operational events") -------------

@@ -4,10 +4,10 @@
 --       3 the shard's event_logs (sorted set)
 -- ARGV: 1 event id, 2 '<feed>:<account>' (event_logs member and published message),
 --       3 the channel to publish on, 4 type, 5 batch name, 6 body (exact JSON bytes)
--- Returns: {1, entry id} appended; {0, entry id} already there.
+-- Returns: a JSON object (cjson): appended (1 now, 0 already there) and entry (its entry id).
 local known = redis.call('HGET', KEYS[2], ARGV[1])
 if known then
-  return {0, known}
+  return cjson.encode({appended = 0, entry = known})
 end
 local entry = redis.call('XADD', KEYS[1], '*', 'id', ARGV[1], 'type', ARGV[4],
                          'batch', ARGV[5], 'body', ARGV[6])
@@ -15,4 +15,4 @@ redis.call('HSET', KEYS[2], ARGV[1], entry)
 local ms = string.match(entry, '^(%d+)')
 redis.call('ZADD', KEYS[3], 'NX', ms, ARGV[2])
 redis.call('PUBLISH', ARGV[3], ARGV[2])
-return {1, entry}
+return cjson.encode({appended = 1, entry = entry})

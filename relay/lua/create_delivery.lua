@@ -2,18 +2,25 @@
 -- the batch's older delivery if it is still pending, and make the new one due now.
 -- KEYS: 1 webhook, 2 delivery_by_seq, 3 batch_deliveries, 4 due, 5 shard_deliveries,
 --       6 new delivery
--- ARGV: 1 new delivery id, 2 account, 3 batch name, 4 completion_seq, 5 now (ms),
---       6 body (exact JSON bytes), 7 the shard's key prefix (the older delivery),
+-- ARGV: 1 the delivery id (a completion's: relay.keys.completion_id), 2 account,
+--       3 batch name, 4 completion_seq, 5 now (ms), 6 body (exact JSON bytes),
+--       7 the shard's key prefix (the older delivery),
 --       8 the batch's completed_at (ms) for this completion,
 --       9 'event' for an operational event's delivery (ARGV[3] is then relay.keys.OPERATIONAL_BATCH
 --         and ARGV[4] the event's id): it supersedes nothing and is not the webhook's
 --         `pending` one (every event is delivered), and its seq is 0;
 --         'verify' for an endpoint verification's challenge (as 'event', and it becomes the
 --         webhook's `verify_id`: the one delivery sent while the verification is pending)
--- Returns: {1, id} created; {0, id} already exists for this seq; {0, ''} no usable webhook.
+-- Returns: {1, id} created; {0, id} already exists for this seq or under this id;
+--          {0, ''} no usable webhook.
 local existing = redis.call('HGET', KEYS[2], ARGV[4])
 if existing then
   return {0, existing}
+end
+-- A completion's id is derived from the completion (relay.keys.completion_id): a delivery
+-- that exists under it already is this one, never to be made twice nor overwritten.
+if redis.call('EXISTS', KEYS[6]) == 1 then
+  return {0, ARGV[1]}
 end
 local w = redis.call('HMGET', KEYS[1], 'url', 'disabled', 'pending', 'verification',
                      'verify_id')
@@ -60,5 +67,5 @@ end
 redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
 redis.call('ZADD', KEYS[5], ARGV[5], ARGV[1])
 redis.call('ZADD', KEYS[4], ARGV[5], ARGV[1])
-index_delivery(ARGV[7], ARGV[1], '', 'pending')  -- the delivery indexes
+index_delivery(ARGV[7], ARGV[1], '', 'pending', {ARGV[2], ARGV[5]})  -- the delivery indexes
 return {1, ARGV[1]}

@@ -2,35 +2,41 @@
 -- KEYS: 1 batch, 2 batch_docs, 3 batch_pending, 4 fair_ring (its documents leave it), 5 outbox,
 --       6 account_pending_bytes
 -- ARGV: 1 now (ms), 2 the shard's key prefix (documents and blobs are derived from it)
--- Returns: {found (1/0), canceled document ids...}
+-- Returns: a JSON object (cjson): found (1/0) and, when any, canceled: the ids of the
+--   documents canceled now (absent when none: cjson would encode an empty list as {}),
+--   and freed: the bytes the caller takes off the account's total (release_charge)
 -- Documents' keys are derived from ARGV[2] (same hash tag as KEYS) because a batch may hold
 -- any number of them; each cancellation is O(1).
 local b = redis.call('HMGET', KEYS[1], 'created_at', 'deleted_at')
 if not b[1] then
-  return {0}
+  return cjson.encode({found = 0})
 end
 if b[2] and b[2] ~= '' then
-  return {1}
+  return cjson.encode({found = 1})
 end
 redis.call('HSET', KEYS[1], 'deleted_at', ARGV[1])
 redis.call('DEL', KEYS[3])
 local who = redis.call('HMGET', KEYS[1], 'account', 'name')
 fair_drop_batch(ARGV[2], who[1], who[2])
-local canceled = {1}
+local canceled = {}
+local freed = 0
 local ids = redis.call('LRANGE', KEYS[2], 0, -1)
 for _, id in ipairs(ids) do
   local dk = key_doc(ARGV[2], id)
   if redis.call('HGET', dk, 'status') == 'queued' then
     redis.call('HSET', dk, 'status', 'canceled', 'completed_at', ARGV[1], 'blob', '')
-    release_charge(dk, KEYS[6])
+    freed = freed + release_charge(dk, KEYS[6])
     redis.call('DEL', key_blob(ARGV[2], id))
     redis.call('HINCRBY', KEYS[1], 'queued', -1)
     redis.call('HINCRBY', KEYS[1], 'canceled', 1)
     canceled[#canceled + 1] = id
   end
 end
-if #canceled > 1 then
+if #canceled > 0 then
   note_completion(KEYS[1], ARGV[1])
 end
 complete_if_done(KEYS[1], KEYS[5])
-return canceled
+if #canceled == 0 then
+  canceled = nil
+end
+return cjson.encode({found = 1, canceled = canceled, freed = freed})

@@ -7,8 +7,9 @@
 --       2 the purge's token, 3 now (ms), 4 step size (documents + deliveries deleted per call),
 --       5 account, 6 batch name (both '' to continue the purge of token ARGV[2]),
 --       7 retention (ms)
--- Returns: {'gone' | 'open' | 'young' | 'pending' | 'more' | 'done',
---           ids of deleted documents whose bytes sit in the directory blob store...}
+-- Returns: a JSON object (cjson): outcome ('gone' | 'open' | 'young' | 'pending' | 'more' |
+--   'done') and, when any, dir_docs: the ids of deleted documents whose bytes sit in the
+--   directory blob store (absent when none: cjson would encode an empty list as {})
 --
 -- Start: check and detach in one step, so a batch reopened after it was picked is never
 -- purged: it must exist, be complete for at least the retention and have no pending
@@ -49,17 +50,17 @@ if ARGV[5] ~= '' then
   local b = redis.call('HMGET', KEYS[6], 'created_at', 'completed_at', 'completion_seq')
   if not b[1] then
     redis.call('ZREM', KEYS[1], member)
-    return {'gone'}
+    return cjson.encode({outcome = 'gone'})
   end
   if not b[2] or b[2] == '' then
     redis.call('ZREM', KEYS[1], member)  -- reopened: back in when it completes again
-    return {'open'}
+    return cjson.encode({outcome = 'open'})
   end
   local retention = tonumber(ARGV[7])
   local completed = tonumber(b[2])
   if completed + retention > now then
     redis.call('ZADD', KEYS[1], completed, member)
-    return {'young'}
+    return cjson.encode({outcome = 'young'})
   end
   local pending = pending_delivery(KEYS[10], KEYS[12], KEYS[11], b[3] or '0',
                                    now - completed - retention)
@@ -70,7 +71,7 @@ if ARGV[5] ~= '' then
       due_at = tonumber(redis.call('ZSCORE', KEYS[3], pending) or now)
     end
     redis.call('ZADD', KEYS[1], math.max(due_at, now + 1000) - retention, member)
-    return {'pending'}
+    return cjson.encode({outcome = 'pending'})
   end
   -- A batch that fits in this step is only deleted from: that works with Redis full too
   -- (maxmemory refuses only writes that may need memory). A bigger one is recorded as under
@@ -90,11 +91,11 @@ if ARGV[5] ~= '' then
 end
 
 -- One bounded step: documents first, then deliveries.
-local out = {'more'}
+local outcome, dir_docs = 'more', {}
 local ids = redis.call('LRANGE', docs_key, 0, step - 1)
 for _, id in ipairs(ids) do
   if redis.call('HGET', key_doc(p, id), 'blob') == 'dir' then
-    out[#out + 1] = id
+    dir_docs[#dir_docs + 1] = id
   end
   redis.call('UNLINK', key_doc(p, id), key_doc_items(p, id), key_blob(p, id))
   redis.call('ZREM', KEYS[4], id)
@@ -117,6 +118,9 @@ if left > 0 then
 end
 if redis.call('EXISTS', docs_key, dlv_key) == 0 then
   redis.call('ZREM', KEYS[2], token)
-  out[1] = 'done'
+  outcome = 'done'
 end
-return out
+if #dir_docs == 0 then
+  dir_docs = nil
+end
+return cjson.encode({outcome = outcome, dir_docs = dir_docs})

@@ -3,6 +3,10 @@
 -- ARGV: 1 window (ms), 2 limit, 3 a member unique to this request
 -- Returns: {allowed (1/0), remaining after this request, ms until the oldest admitted request
 --           leaves the window (the window length when it is empty)}
+-- The one script with more than one value that answers a list, not a JSON object
+-- (relay.scripts): it runs on every status request, where decoding JSON cost ~4 us more per
+-- request than these three integers (docs/decisions.md); relay.ratelimit.SlidingWindow.decide
+-- is its only reader.
 -- Time is the Redis server's (TIME), so API processes on several machines share one clock.
 -- A refused request is not recorded: a client hammering through a 429 is not punished
 -- beyond the limit itself.

@@ -5,7 +5,7 @@
 -- KEYS: 1 the index (deliveries:STATUS, or account:A:deliveries:STATUS), 2 due
 -- ARGV: 1 the shard's key prefix, 2 now (ms), 3 since (ms), 4 until (ms), 5 chunk size,
 --       6 offset (the skipped ones of earlier calls), 7 the status: 'failed' | 'canceled'
--- Returns: {recovered, skipped, 1 when more may match else 0}
+-- Returns: a JSON object (cjson): recovered, skipped, more (1 when more may match else 0)
 -- The index moves of index_delivery (_lib.lua), done for the whole chunk with one variadic
 -- command per index: a chunk of 500 costs ~2 commands per delivery instead of ~10.
 local p, now, status = ARGV[1], ARGV[2], ARGV[7]
@@ -83,4 +83,4 @@ local more = 0
 if #ids == tonumber(ARGV[5]) then
   more = 1
 end
-return {recovered, skipped, more}
+return cjson.encode({recovered = recovered, skipped = skipped, more = more})

@@ -3,31 +3,15 @@
 -- ARGV: 1 url, 2 now (ms), 3 the shard's key prefix (the completion's delivery),
 --       4 '1' to verify the endpoint first (a webhook.verify challenge must be echoed),
 --       5 the challenge, 6 account, 7 batch name
--- Returns: {created (1/0), completion_seq if the batch is done else 0,
---           delivery id of that completion or '', its status or ''}
+-- Returns: a JSON object (cjson): created (1/0), seq (completion_seq if the batch is done
+--   else 0), delivery (the id of that completion's delivery or ''), status (its status or '')
 -- or the refusal 'missing' when the batch does not exist.
 local b = redis.call('HMGET', KEYS[1], 'created_at', 'completed_at', 'completion_seq')
 if not b[1] then
   return refuse('missing')
 end
-local created = 0
-local was = redis.call('HGET', KEYS[2], 'verification')
-if redis.call('EXISTS', KEYS[2]) == 0 then
-  created = 1
-  redis.call('HSET', KEYS[2], 'created_at', ARGV[2], 'pending', '')
-end
-redis.call('HSET', KEYS[2], 'url', ARGV[1], 'updated_at', ARGV[2], 'disabled', '0',
-           'disabled_reason', '', 'failing_since', '')
-if ARGV[4] == '1' then
-  -- Pending until the receiver echoes the challenge; the caller creates its delivery.
-  redis.call('HSET', KEYS[2], 'verification', 'pending', 'challenge', ARGV[5],
-             'verified_at', '')
-else
-  redis.call('HSET', KEYS[2], 'verification', '', 'challenge', '', 'verify_id', '')
-  if was == 'pending' then
-    release_parked(ARGV[3], KEYS[4], ARGV[6], ARGV[7], ARGV[2], false)
-  end
-end
+local created = register_hook(KEYS[2], KEYS[4], ARGV[3], ARGV[6], ARGV[7], ARGV[1], ARGV[2],
+                              ARGV[4], ARGV[5])
 local seq = 0
 if b[2] and b[2] ~= '' then
   seq = tonumber(b[3] or '0')
@@ -39,4 +23,4 @@ if seq > 0 then
     status = redis.call('HGET', key_delivery(ARGV[3], dlv), 'status') or ''
   end
 end
-return {created, seq, dlv, status}
+return cjson.encode({created = created, seq = seq, delivery = dlv, status = status})

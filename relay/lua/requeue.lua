@@ -4,33 +4,33 @@
 -- ARGV: 1 doc id, 2 now (ms), 3 max claims, 4 the shard's key prefix (the fair queue's keys
 --       derive from it), 5 account, 6 batch name
 -- A requeued document goes to the front of its batch's list in the fair queue.
--- Returns: 'requeued' | 'failed' | 'skip' (lease renewed meanwhile, or not processing).
+-- Returns JSON (cjson): {outcome = 'requeued' | 'failed' | 'skip' (lease renewed meanwhile,
+-- or not processing), freed = bytes the caller takes off the account's total (release_known;
+-- failed only)}.
 local expiry = redis.call('ZSCORE', KEYS[4], ARGV[1])
-local d = redis.call('HMGET', KEYS[1], 'status', 'claims')
+local d = redis.call('HMGET', KEYS[1], 'status', 'claims', 'charged', 'counted')
 if d[1] ~= 'processing' then
   redis.call('ZREM', KEYS[4], ARGV[1])
-  return 'skip'
+  return cjson.encode({outcome = 'skip', freed = 0})
 end
 if expiry and tonumber(expiry) > tonumber(ARGV[2]) then
-  return 'skip'
+  return cjson.encode({outcome = 'skip', freed = 0})
 end
 redis.call('ZREM', KEYS[4], ARGV[1])
-redis.call('HINCRBY', KEYS[2], 'processing', -1)
 if tonumber(d[2] or '0') >= tonumber(ARGV[3]) then
   redis.call('HSET', KEYS[1], 'status', 'failed', 'completed_at', ARGV[2], 'lease', '',
              'error_code', 'worker_lost',
              'error_message', 'the worker processing this document was lost ' .. d[2] ..
-             ' times', 'blob', '')
-  release_charge(KEYS[1], KEYS[7])
+             ' times', 'blob', '', 'charged', 0)
+  local freed = release_known(KEYS[7], d[3], d[4])
   redis.call('DEL', KEYS[6])
-  redis.call('HINCRBY', KEYS[2], 'failed', 1)
-  note_completion(KEYS[2], ARGV[2])
-  complete_if_done(KEYS[2], KEYS[5])
-  return 'failed'
+  end_documents(KEYS[2], KEYS[5], 0, 1, ARGV[2])
+  return cjson.encode({outcome = 'failed', freed = freed})
 end
+redis.call('HINCRBY', KEYS[2], 'processing', -1)
 redis.call('HSET', KEYS[1], 'status', 'queued', 'started_at', '', 'lease', '')
 redis.call('HINCRBY', KEYS[2], 'queued', 1)
 redis.call('ZREM', KEYS[3], ARGV[1])
 refresh_started(KEYS[2], KEYS[3])
 fair_push(ARGV[4], ARGV[5], ARGV[6], {ARGV[1]}, true)
-return 'requeued'
+return cjson.encode({outcome = 'requeued', freed = 0})

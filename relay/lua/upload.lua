@@ -5,11 +5,14 @@
 --       8 blob bytes, 9 '1' when the bytes go to KEYS[6] (Redis blob store) else '0',
 --       10 blob reference (directory store path, or ''), 11 bytes to charge to KEYS[7]
 --       (0: nothing held in Redis), 12 what KEYS[7] may reach after this upload: the
---       account's quota minus its other shards' counters (-1: no quota)
+--       account's quota minus its other shards' counters (-1: no check here; the caller
+--       reserved the bytes on the account's total, keys.account_pending_total, first)
 -- Derived from KEYS[1] (same hash tag): the shard's retention index `finished`.
--- Returns: 1, or the refusal 'deleted' when the batch was deleted, 'quota' when the
--- charge would take KEYS[7] past ARGV[12] (nothing is written then).
-local batch = redis.call('HMGET', KEYS[1], 'created_at', 'deleted_at')
+-- Returns JSON (cjson): {created = true, batch_created = true|false}; or the refusal
+-- 'deleted' when the batch was deleted, 'quota' when the charge would take KEYS[7] past
+-- ARGV[12] (nothing is written then).
+local batch = redis.call('HMGET', KEYS[1], 'created_at', 'deleted_at', 'completed_at', 'total',
+                        'queued')
 if batch[2] and batch[2] ~= '' then
   return refuse('deleted')
 end
@@ -20,17 +23,12 @@ if charge > 0 and allowance >= 0 then
     return refuse('quota')
   end
 end
-if not batch[1] then
-  redis.call('HSET', KEYS[1], 'account', ARGV[1], 'name', ARGV[2], 'created_at', ARGV[7],
-             'started_at', '', 'completed_at', '', 'last_completed_at', '0', 'deleted_at', '',
-             'completion_seq', 0, 'total', 0, 'queued', 0, 'processing', 0, 'succeeded', 0,
-             'failed', 0, 'canceled', 0, 'fields', '[]')
-  redis.call('ZADD', KEYS[5], ARGV[7], ARGV[2])
-end
+-- 'counted' = 1: the charge is also on the account's total, which whatever releases it
+-- (release_charge) reports back to its caller to take off.
 redis.call('HSET', KEYS[4], 'id', ARGV[3], 'account', ARGV[1], 'batch', ARGV[2],
            'filename', ARGV[4], 'content_type', ARGV[5], 'size', ARGV[6], 'status', 'queued',
            'created_at', ARGV[7], 'started_at', '', 'completed_at', '', 'claims', 0,
-           'blob', ARGV[10], 'charged', charge)
+           'blob', ARGV[10], 'charged', charge, 'counted', 1)
 if ARGV[9] == '1' then
   redis.call('SET', KEYS[6], ARGV[8])
 end
@@ -39,11 +37,22 @@ if charge > 0 then
 end
 redis.call('RPUSH', KEYS[2], ARGV[3])
 redis.call('RPUSH', KEYS[3], ARGV[3])
-redis.call('HINCRBY', KEYS[1], 'total', 1)
-redis.call('HINCRBY', KEYS[1], 'queued', 1)
--- An upload into a finished batch makes it not done again until the new document finishes
--- (and takes it out of the retention index until it completes again).
-redis.call('HSET', KEYS[1], 'completed_at', '')
-redis.call('ZREM', key_finished(batch_prefix(KEYS[1], ARGV[1], ARGV[2])),
-           finished_member(ARGV[1], ARGV[2]))
-return 1
+-- The batch's counters are read above and written here with the rest (one HSET).
+if not batch[1] then
+  redis.call('HSET', KEYS[1], 'account', ARGV[1], 'name', ARGV[2], 'created_at', ARGV[7],
+             'started_at', '', 'completed_at', '', 'last_completed_at', '0', 'deleted_at', '',
+             'completion_seq', 0, 'total', 1, 'queued', 1, 'processing', 0, 'succeeded', 0,
+             'failed', 0, 'canceled', 0, 'fields', '[]')
+  redis.call('ZADD', KEYS[5], ARGV[7], ARGV[2])
+elseif batch[3] and batch[3] ~= '' then
+  -- An upload into a finished batch makes it not done again until the new document
+  -- finishes (and takes it out of the retention index until it completes again).
+  redis.call('HSET', KEYS[1], 'total', tonumber(batch[4] or '0') + 1,
+             'queued', tonumber(batch[5] or '0') + 1, 'completed_at', '')
+  redis.call('ZREM', key_finished(batch_prefix(KEYS[1], ARGV[1], ARGV[2])),
+             finished_member(ARGV[1], ARGV[2]))
+else
+  redis.call('HSET', KEYS[1], 'total', tonumber(batch[4] or '0') + 1,
+             'queued', tonumber(batch[5] or '0') + 1)
+end
+return cjson.encode({created = true, batch_created = not batch[1]})

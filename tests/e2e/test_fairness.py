@@ -98,7 +98,7 @@ def test_one_document_is_not_held_back_by_another_accounts_backlog(
     assert final["status"] == "succeeded"  # the documents under way finished
     assert final["counts"]["canceled"] == canceled
     assert final["counts"]["succeeded"] + canceled == BACKLOG
-    assert sum(int(redis.get(keys.waiting(i)) or 0) for i in range(keys.SHARDS)) == 0
+    assert sum(int(redis.get(keys.waiting(i)) or 0) for i in keys.all_shards()) == 0
 
 
 def test_the_sweeper_replaces_a_processing_job_that_vanished(

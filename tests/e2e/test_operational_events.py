@@ -36,7 +36,7 @@ def _ops_deliveries(api: Api) -> list[dict[str, Any]]:
 def _events(client: redis.Redis) -> list[dict[str, str]]:
     """Every operational event appended to any outbox (kind, account, batch, ...)."""
     out = []
-    for s in range(keys.SHARDS):
+    for s in keys.all_shards():
         for _, fields in client.xrange(keys.outbox(s)):
             if b"kind" in fields:
                 out.append({k.decode(): v.decode() for k, v in fields.items()})

@@ -44,7 +44,7 @@ def test_finished_notified_batches_are_purged_and_leave_no_key(
     api = Api(stack.api_url, stack.create_key("acme"))
     # Warm-up: what exists once per account or process (the API key and its index, the
     # accounts set, the signing material, the rate-limit windows of the key and of the
-    # account's writes (they expire with their windows), the metrics hash,
+    # account's writes (they expire with their windows), the metrics hash, the shard counts,
     # the 16 outbox streams with their consumer group) is made by a first batch, purged too.
     api.signing()
     api.upload("warm-up", CSV)
@@ -53,7 +53,7 @@ def test_finished_notified_batches_are_purged_and_leave_no_key(
     wait_until(lambda: _gone(api, "warm-up"), 30, 0.2, "the warm-up batch was not purged")
     # Its event (the account's feed, kept as long as the batch) is trimmed by its own sweep,
     # which a busy machine may run a moment after the batch's purge.
-    outboxes = {keys.outbox(s).encode() for s in range(keys.SHARDS)}
+    outboxes = {keys.outbox(s).encode() for s in keys.all_shards()}
     wait_until(
         lambda: {k for k in _relay_keys(redis) if b"{" in k} == outboxes,
         30,
@@ -69,10 +69,11 @@ def test_finished_notified_batches_are_purged_and_leave_no_key(
         "metrics",
         "quota",
         "ratelimit",
+        "shards",
         "signing",
     ]
     assert sorted(k for k in before if b"{" in k) == sorted(
-        keys.outbox(s).encode() for s in range(keys.SHARDS)
+        keys.outbox(s).encode() for s in keys.all_shards()
     )
 
     names = [f"r{i}" for i in range(40)]

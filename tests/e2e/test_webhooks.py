@@ -25,7 +25,7 @@ def settled(client: redis.Redis) -> bool:
     """Whether relay has nothing left to send: no delivery due, no delivery job waiting or
     running, no completion read by a detector and not yet turned into its delivery. What a
     receiver holds then is final, without waiting to see whether more arrives."""
-    for s in range(keys.SHARDS):
+    for s in keys.all_shards():
         if client.zcard(keys.due(s)) or client.xpending(keys.outbox(s), GROUP)["pending"]:
             return False
     running = StartedJobRegistry(DELIVERY, connection=client).count

@@ -45,3 +45,22 @@ def hostile(
     if first == b"slow":
         time.sleep(3600)
     return _default(content, filename, content_type, fields)
+
+
+def paged(
+    content: bytes, *, filename: str, content_type: str, fields: list[str]
+) -> list[dict[str, object]]:
+    """``pages=N seconds=S`` on the first line: declares N pages (as the default extractor
+    does once it has counted a PDF's), then takes S seconds for each; the rest is a CSV.
+    Any other document is read by the default extractor."""
+    from relay.extract.limits import declare_pages
+
+    first, _, rest = content.partition(b"\n")
+    if not first.startswith(b"pages="):
+        return _default(content, filename, content_type, fields)
+    said = dict(part.split(b"=") for part in first.split())
+    pages, seconds = int(said[b"pages"]), float(said[b"seconds"])
+    declare_pages(pages)
+    for _ in range(pages):
+        time.sleep(seconds)
+    return _default(rest, filename, content_type, fields)

@@ -1,0 +1,135 @@
+"""A request's deadline on its Redis waits (the API's): ``RELAY_REQUEST_DEADLINE``.
+
+Each Redis wait has a bound of its own (``relay.redis_conn``), but one request may wait on
+several in a row: asking the Sentinels for the primary, connecting, the set-up's reply, the
+command's reply (14 s at worst with the default settings), and a request may send more than
+one command. So the API gives every HTTP request a budget of Redis time (:func:`budget`,
+opened by :class:`RequestDeadline`): each Redis call the request makes through the API's
+client (:data:`DeadlineRedis`, its pipelines too) or the status lane runs under an
+``asyncio`` timeout of what is left of it, and what the call took is taken off. Time spent
+elsewhere is not counted: reading an upload's body, a long poll's wait for an event, sending
+the response. Past the budget the call fails with redis-py's ``TimeoutError``: a 503
+``store_unavailable``, as any other Redis failure, and the client retries.
+
+A call cut short by the timeout is cancelled: redis-py drops that connection (its reply may
+still come), the lane leaves the round in its queue and discards its replies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Iterator
+from contextvars import ContextVar
+from typing import Any, TypeVar
+
+import redis.asyncio
+from redis.asyncio.client import Pipeline
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+T = TypeVar("T")
+
+
+class _Budget:
+    """What is left of one request's Redis time (seconds); shared by the tasks it starts."""
+
+    __slots__ = ("left", "seconds")
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.left = seconds
+
+
+_BUDGET: ContextVar[_Budget | None] = ContextVar("relay_redis_budget", default=None)
+
+
+@contextlib.contextmanager
+def budget(seconds: float) -> Iterator[None]:
+    """Within this block, Redis calls (:func:`within`) share ``seconds`` of waiting."""
+    token = _BUDGET.set(_Budget(seconds))
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)
+
+
+def left() -> float | None:
+    """Seconds left of the current budget (None: no budget here)."""
+    current = _BUDGET.get()
+    return None if current is None else current.left
+
+
+def charge(seconds: float) -> None:
+    """Take ``seconds`` off the current budget: a wait bounded by other means (the status
+    lane's watchdog) that ran without a timer of its own."""
+    current = _BUDGET.get()
+    if current is not None:
+        current.left -= seconds
+
+
+async def within(call: Awaitable[T]) -> T:
+    """Await one Redis call within what is left of the current budget (none: unbounded
+    here, the call's own timeouts apply). Raises redis-py's ``TimeoutError`` past it."""
+    current = _BUDGET.get()
+    if current is None:
+        return await call
+    if current.left <= 0:
+        if asyncio.iscoroutine(call):
+            call.close()  # never started: no "was never awaited" warning
+        raise _spent(current)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    timeout = asyncio.timeout(current.left)
+    try:
+        async with timeout:
+            return await call
+    except TimeoutError as exc:
+        if timeout.expired():
+            raise _spent(current) from exc
+        raise
+    finally:
+        current.left -= loop.time() - start
+
+
+def _spent(current: _Budget) -> RedisTimeoutError:
+    return RedisTimeoutError(
+        f"the request's Redis deadline passed (RELAY_REQUEST_DEADLINE={current.seconds:g} s)"
+    )
+
+
+class RequestDeadline:
+    """ASGI middleware: each HTTP request gets its own budget of ``seconds``."""
+
+    def __init__(self, app: Any, seconds: float) -> None:
+        self.app = app
+        self.seconds = seconds
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        with budget(self.seconds):
+            await self.app(scope, receive, send)
+
+
+async def _execute_command(self: Any, *args: Any, **options: Any) -> Any:
+    return await within(redis.asyncio.Redis.execute_command(self, *args, **options))
+
+
+async def _execute(self: Any, raise_on_error: bool = True) -> list[Any]:
+    return await within(Pipeline.execute(self, raise_on_error))
+
+
+def _pipeline(self: Any, transaction: bool = True, shard_hint: str | None = None) -> Any:
+    return DeadlinePipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
+
+
+# (Built with type(): redis-py's classes are untyped, and strict typing refuses a class
+# statement deriving from them.)
+DeadlinePipeline: Any = type("DeadlinePipeline", (Pipeline,), {"execute": _execute})
+# The API's asyncio client: every command and pipeline within the request's budget.
+DeadlineRedis: Any = type(
+    "DeadlineRedis",
+    (redis.asyncio.Redis,),
+    {"execute_command": _execute_command, "pipeline": _pipeline},
+)

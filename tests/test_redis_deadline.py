@@ -1,0 +1,145 @@
+"""A request's deadline on its Redis waits (``relay.redis_deadline``): the budget's
+accounting, then the API's client, its status lane and a served API against a hung Redis
+(SIGSTOP), each answered within the deadline, well before the 5 s reply timeout would."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from relay.lane_url import status_client
+from relay.redis_conn import RedisTarget, async_client
+from relay.redis_deadline import budget, within
+from relay.redis_server import RedisServer
+from tests.support.helpers import RedisFactory
+from tests.support.procs import Stack
+
+SOCKET_TIMEOUT = 5.0  # RELAY_REDIS_SOCKET_TIMEOUT's default: what a hung Redis costs without
+
+
+def test_calls_share_the_budget_and_time_elsewhere_is_not_counted() -> None:
+    async def scenario() -> None:
+        with budget(0.5):
+            await within(asyncio.sleep(0.3))
+            await asyncio.sleep(0.6)  # not a Redis wait: not counted
+            start = time.monotonic()
+            with pytest.raises(RedisTimeoutError, match=r"RELAY_REQUEST_DEADLINE=0\.5 s"):
+                await within(asyncio.sleep(5))  # 0.2 s left of 0.5
+            assert time.monotonic() - start < 2
+            with pytest.raises(RedisTimeoutError):  # spent: the next call fails at once
+                await within(asyncio.sleep(0))
+        await within(asyncio.sleep(0.01))  # no budget outside a request
+
+    asyncio.run(scenario())
+
+
+@pytest.fixture
+def hung(redis_factory: RedisFactory) -> Iterator[RedisServer]:
+    """A Redis that accepts connections and never answers (SIGSTOPped)."""
+    server = redis_factory(appendonly=False)
+    assert server.pid is not None
+    pid = server.pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield server
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def test_the_api_client_and_the_lane_give_up_at_the_deadline(hung: RedisServer) -> None:
+    async def scenario() -> None:
+        target = RedisTarget(url=hung.url, socket_timeout=SOCKET_TIMEOUT)
+        client = async_client(target)
+        lane = status_client(target, client)
+
+        async def lane_round() -> object:
+            pipe = lane.pipeline()
+            pipe.hgetall("k")
+            return await pipe.execute()
+
+        try:
+            for call in (
+                lambda: client.get("k"),
+                lambda: client.pipeline(transaction=False).get("k").execute(),
+                lane_round,
+            ):
+                start = time.monotonic()
+                with budget(0.5), pytest.raises(RedisTimeoutError, match="deadline"):
+                    await call()
+                assert time.monotonic() - start < SOCKET_TIMEOUT - 1
+        finally:
+            await lane.close()
+            await client.aclose()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.timeout(120)
+def test_a_request_to_a_hung_redis_is_answered_503_at_its_deadline(
+    redis_factory: RedisFactory, tmp_path: Path
+) -> None:
+    server = redis_factory(appendonly=False)
+    stack = Stack(redis_url=server.url, tmp=tmp_path, env={"RELAY_REQUEST_DEADLINE": "1"})
+    try:
+        stack.api()
+        key = stack.create_key("acme")
+        assert server.pid is not None
+        pid = server.pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            with httpx.Client(base_url=stack.api_url, timeout=30) as http:
+                for path in ("/api/v1/batches/b1", "/api/v1/batches", "/readyz"):
+                    start = time.monotonic()
+                    r = http.get(path, headers={"authorization": f"Bearer {key}"})
+                    took = time.monotonic() - start
+                    assert r.status_code == 503, (path, r.text)
+                    assert took < SOCKET_TIMEOUT - 1, (path, took)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    finally:
+        stack.close()
+
+
+def test_a_connected_lane_keeps_to_a_deadline_shorter_than_its_watchdog(
+    redis_factory: RedisFactory,
+) -> None:
+    """On a live connection the lane's round is bounded by its watchdog (the reply timeout);
+    when less of the deadline is left than that, the deadline's own timer bounds it."""
+    server = redis_factory(appendonly=False)
+    assert server.pid is not None
+    pid = server.pid
+
+    async def scenario() -> None:
+        target = RedisTarget(url=server.url, socket_timeout=SOCKET_TIMEOUT)
+        client = async_client(target)
+        lane = status_client(target, client)
+
+        async def lane_round() -> object:
+            pipe = lane.pipeline()
+            pipe.hgetall("k")
+            return await pipe.execute()
+
+        try:
+            with budget(8):
+                assert await lane_round() == [{}]  # connected
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                start = time.monotonic()
+                with budget(1), pytest.raises(RedisTimeoutError, match="deadline"):
+                    await lane_round()
+                assert time.monotonic() - start < SOCKET_TIMEOUT - 1
+            finally:
+                os.kill(pid, signal.SIGCONT)
+        finally:
+            await lane.close()
+            await client.aclose()
+
+    asyncio.run(scenario())
