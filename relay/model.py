@@ -19,7 +19,7 @@ from enum import StrEnum
 from typing import Annotated, TypedDict
 
 from relay import keys
-from relay.shapes import Ref, Schema
+from relay.shapes import Ref, Schema, components
 from relay.timefmt import rfc3339
 
 BATCH_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -191,18 +191,18 @@ class RecoveryJSON(TypedDict):
 
 
 # The shapes (and enums) that are components of their own in the OpenAPI document.
-COMPONENTS: dict[type, str] = {
-    Status: "Status",
-    ProcessingErrorJSON: "ProcessingError",
-    DocumentJSON: "Document",
-    BatchJSON: "Batch",
-    VerificationJSON: "Verification",
-    WebhookJSON: "Webhook",
-    AttemptJSON: "Attempt",
-    DeliveryJSON: "Delivery",
-    SigningMaterialJSON: "SigningMaterial",
-    RecoveryJSON: "Recovery",
-}
+COMPONENTS = components(
+    Status,
+    ProcessingErrorJSON,
+    DocumentJSON,
+    BatchJSON,
+    VerificationJSON,
+    WebhookJSON,
+    AttemptJSON,
+    DeliveryJSON,
+    SigningMaterialJSON,
+    RecoveryJSON,
+)
 
 
 def _s(h: dict[bytes, bytes], field: str, default: str = "") -> str:

@@ -43,6 +43,12 @@ class Ref:
         self.name = name
 
 
+def components(*shapes: type) -> dict[type, str]:
+    """The ``names`` of shapes that are components of their own: each its class's name, less
+    a ``JSON`` suffix (``BatchJSON`` is ``Batch``)."""
+    return {shape: shape.__name__.removesuffix("JSON") for shape in shapes}
+
+
 def ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
 

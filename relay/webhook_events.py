@@ -13,7 +13,7 @@ from typing import Annotated, Literal, TypedDict, cast
 
 from relay.model import COMPONENTS as RECORDS
 from relay.model import DELIVERY_ID_PATTERN, Batch, BatchJSON, Time
-from relay.shapes import Schema
+from relay.shapes import Schema, components
 from relay.timefmt import rfc3339
 
 EVENT_TYPE = "batch.completed"
@@ -149,16 +149,18 @@ FeedEvent = BatchCompletedFeedEvent | WebhookDisabledFeedEvent | DeliveryFailedF
 # The events' components in the OpenAPI document (the records' too: their data refers to them).
 COMPONENTS: dict[type, str] = {
     **RECORDS,
-    BatchCompletedData: "BatchCompletedData",
-    BatchCompletedEvent: "BatchCompletedEvent",
-    WebhookDisabledEvent: "WebhookDisabledEvent",
-    DeliveryFailedEvent: "DeliveryFailedEvent",
-    WebhookTestEvent: "WebhookTestEvent",
-    WebhookVerifyEvent: "WebhookVerifyEvent",
-    TestSendJSON: "TestSend",
-    BatchCompletedFeedEvent: "BatchCompletedFeedEvent",
-    WebhookDisabledFeedEvent: "WebhookDisabledFeedEvent",
-    DeliveryFailedFeedEvent: "DeliveryFailedFeedEvent",
+    **components(
+        BatchCompletedData,
+        BatchCompletedEvent,
+        WebhookDisabledEvent,
+        DeliveryFailedEvent,
+        WebhookTestEvent,
+        WebhookVerifyEvent,
+        TestSendJSON,
+        BatchCompletedFeedEvent,
+        WebhookDisabledFeedEvent,
+        DeliveryFailedFeedEvent,
+    ),
 }
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Annotated, Any, TypedDict
 
 from relay.model import DELIVERY_ID_PATTERN, BatchJSON, Delivery, DeliveryJSON, DocumentJSON
-from relay.shapes import Schema
+from relay.shapes import Schema, components
 from relay.webhook_events import COMPONENTS as EVENTS
 from relay.webhook_events import FeedEvent
 
@@ -114,11 +114,13 @@ class EventListJSON(TypedDict):
 # Every component made from a type: the records', the events' and these.
 COMPONENTS: dict[type, str] = {
     **EVENTS,
-    ErrorJSON: "Error",
-    TableJSON: "Table",
-    ResultDocumentJSON: "ResultDocument",
-    BatchResultsJSON: "BatchResults",
-    BatchListJSON: "BatchList",
-    DeliveryListJSON: "DeliveryList",
-    EventListJSON: "EventList",
+    **components(
+        ErrorJSON,
+        TableJSON,
+        ResultDocumentJSON,
+        BatchResultsJSON,
+        BatchListJSON,
+        DeliveryListJSON,
+        EventListJSON,
+    ),
 }
