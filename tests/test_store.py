@@ -395,6 +395,22 @@ def test_a_turn_claims_small_documents_of_one_batch_together(h: Harness) -> None
     assert not h.client.exists(keys.fair_ring(REF.shard))
 
 
+def test_a_turns_bytes_are_read_with_one_command(h: Harness) -> None:
+    contents = [f"a,b\n{i},2\n".encode() for i in range(3)]
+    for c in contents:
+        h.upload(REF, c)
+    h.run(h.api.process(REF, None))
+    claims, _ = h.worker.claim_turn(REF.shard, "t", LEASE_MS, documents=3, max_bytes=100)
+    calls = int(h.client.info("commandstats").get("cmdstat_mget", {}).get("calls", 0))
+    h.worker.prefetch(claims)
+    assert int(h.client.info("commandstats")["cmdstat_mget"]["calls"]) == calls + 1
+    assert [h.worker.read_blob(c) for c in claims] == contents
+    h.worker.forget(claims)
+    h.worker.prefetch(claims)
+    h.worker.forget(claims)  # a turn that ended before reading: nothing is kept
+    assert h.worker._prefetched == {}
+
+
 def test_claim_next_drops_documents_that_are_no_longer_queued(h: Harness) -> None:
     docs = [h.upload(REF).id for _ in range(3)]
     h.run(h.api.process(REF, None))
