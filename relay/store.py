@@ -291,9 +291,13 @@ class AsyncStore:
         Raises BatchNotFound, BatchDeleted."""
         s = ref.shard
         try:
-            ids = await self.scripts(
+            reply = await self.scripts(
                 "process",
-                [ref.key, keys.batch_pending(s, ref.account, ref.name)],
+                [
+                    ref.key,
+                    keys.batch_docs(s, ref.account, ref.name),
+                    keys.batch_pending(s, ref.account, ref.name),
+                ],
                 [
                     json.dumps(list(fields or [])),
                     self.clock(),
@@ -305,7 +309,9 @@ class AsyncStore:
             )
         except ResponseError as exc:
             raise _batch_refusal(ref, exc) from exc
-        return [i.decode() for i in ids]
+        # (``fields`` is the parameter here: the reply is read as scripts.fields reads one.)
+        handed: list[str] = json.loads(reply).get("handed", [])
+        return handed
 
     async def delete_batch(self, ref: BatchRef) -> list[str]:
         """Cancel the batch's queued documents and refuse further uploads; BatchNotFound."""

@@ -411,6 +411,32 @@ def test_a_turns_bytes_are_read_with_one_command(h: Harness) -> None:
     assert h.worker._prefetched == {}
 
 
+def test_process_hands_out_only_what_it_has_not_handed_yet(h: Harness) -> None:
+    first = [h.upload(REF).id for _ in range(2)]
+    assert h.run(h.api.process(REF, None)) == first
+    assert h.run(h.api.process(REF, None)) == []  # idempotent
+    later = h.upload(REF).id
+    assert h.run(h.api.process(REF, ["sku"])) == [later]
+    assert h.batch(REF).fields == ["sku"]
+    assert h.client.lrange(keys.batch_ready(REF.shard, "acme", REF.name), 0, -1) == [
+        i.encode() for i in [*first, later]
+    ]
+
+
+def test_a_batch_from_before_handed_keeps_its_pending_list(h: Harness) -> None:
+    # A batch whose uploads went to its pending list (no `handed`) stays on that list.
+    old = h.upload(REF).id
+    h.client.hdel(REF.key, "handed")
+    pending = keys.batch_pending(REF.shard, "acme", REF.name)
+    h.client.rpush(pending, old)
+    new = h.upload(REF).id
+    assert h.client.lrange(pending, 0, -1) == [old.encode(), new.encode()]
+    assert h.run(h.api.process(REF, None)) == [old, new]
+    assert not h.client.exists(pending)
+    last = h.upload(REF).id
+    assert h.run(h.api.process(REF, None)) == [last]
+
+
 def test_claim_next_drops_documents_that_are_no_longer_queued(h: Harness) -> None:
     docs = [h.upload(REF).id for _ in range(3)]
     h.run(h.api.process(REF, None))
