@@ -5,7 +5,9 @@ to send in one pipelined round trip, is *sent* their replies, and *returns* its 
 error reply (a script's refusal) is *thrown* into it, where it becomes a domain error.
 :func:`run` and :func:`run_async` are the two thin executors; ``WebhookStore`` and
 ``AsyncWebhookStore`` call one each, so a change to what a search, a recovery, a retry or a
-release sends or how it reads the replies is made in one place for both.
+release sends or how it reads the replies is made in one place for both. The event feeds'
+page (``relay.events.feed_page``) is an operation too, run by ``EventLog`` and
+``AsyncEventLog`` the same way.
 """
 
 from __future__ import annotations

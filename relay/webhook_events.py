@@ -13,7 +13,7 @@ from typing import Annotated, Literal, TypedDict, cast
 
 from relay.model import COMPONENTS as RECORDS
 from relay.model import DELIVERY_ID_PATTERN, Batch, BatchJSON, Time
-from relay.shapes import Schema
+from relay.shapes import Schema, components
 from relay.timefmt import rfc3339
 
 EVENT_TYPE = "batch.completed"
@@ -121,16 +121,46 @@ class TestSendJSON(TypedDict):
     ]
 
 
+class _FeedEntry(TypedDict):
+    id: Annotated[
+        str,
+        Schema(
+            pattern=DELIVERY_ID_PATTERN,
+            description="The event's id: the webhook-id of its deliveries.",
+        ),
+    ]
+
+
+# An event as the feeds answer it (``relay.events.render``): its id, then its webhook body.
+class BatchCompletedFeedEvent(_FeedEntry, BatchCompletedEvent):
+    pass
+
+
+class WebhookDisabledFeedEvent(_FeedEntry, WebhookDisabledEvent):
+    pass
+
+
+class DeliveryFailedFeedEvent(_FeedEntry, DeliveryFailedEvent):
+    pass
+
+
+FeedEvent = BatchCompletedFeedEvent | WebhookDisabledFeedEvent | DeliveryFailedFeedEvent
+
 # The events' components in the OpenAPI document (the records' too: their data refers to them).
 COMPONENTS: dict[type, str] = {
     **RECORDS,
-    BatchCompletedData: "BatchCompletedData",
-    BatchCompletedEvent: "BatchCompletedEvent",
-    WebhookDisabledEvent: "WebhookDisabledEvent",
-    DeliveryFailedEvent: "DeliveryFailedEvent",
-    WebhookTestEvent: "WebhookTestEvent",
-    WebhookVerifyEvent: "WebhookVerifyEvent",
-    TestSendJSON: "TestSend",
+    **components(
+        BatchCompletedData,
+        BatchCompletedEvent,
+        WebhookDisabledEvent,
+        DeliveryFailedEvent,
+        WebhookTestEvent,
+        WebhookVerifyEvent,
+        TestSendJSON,
+        BatchCompletedFeedEvent,
+        WebhookDisabledFeedEvent,
+        DeliveryFailedFeedEvent,
+    ),
 }
 
 

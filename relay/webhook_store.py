@@ -262,9 +262,8 @@ class WebhookStore:
         with self.redis.pipeline(transaction=False) as pipe:
             for s in shards:
                 pipe.zcount(keys.due(s), "-inf", now)
-            counts = pipe.execute()
-        order = sorted(shards, key=lambda s: (s != first, s))
-        return tuple(s for s in order if counts[s])
+            due = {s for s, count in zip(shards, pipe.execute(), strict=True) if count}
+        return tuple(sorted(due, key=lambda s: (s != first, s)))
 
 
 class AsyncWebhookStore:
