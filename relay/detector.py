@@ -38,7 +38,8 @@ from relay.model import Batch
 from relay.redis_conn import is_cluster, is_store_full
 from relay.retention import trim_outbox
 from relay.store import BatchRef
-from relay.webhook_store import EVENT_TYPE, event_body, notification_body, operational_ref
+from relay.webhook_events import EVENT_TYPE, event_body, notification_body
+from relay.webhook_store import operational_ref
 from relay.worker_context import WorkerContext
 
 log = logging.getLogger("relay.detector")

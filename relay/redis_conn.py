@@ -352,10 +352,11 @@ def sync_client(
         retry_on_error=list(_RETRY_ON),
         socket_connect_timeout=where.connect_timeout,
         socket_timeout=where.socket_timeout if socket_timeout is None else socket_timeout,
-        socket_keepalive=True,
         health_check_interval=15,
         **_common(),
     )
+    if not where.url.startswith("unix://"):  # TCP only: a unix socket has no keepalive
+        options["socket_keepalive"] = True
     if where.is_cluster:
         return cast(redis.Redis, _cluster_client(where, options, retries))
     if not where.via_sentinel:

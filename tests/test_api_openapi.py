@@ -13,10 +13,16 @@ import pytest
 from starlette.routing import BaseRoute, Mount, Route
 
 from relay.api.reference import anchor as reference_anchor
-from relay.delivery.probe import ProbeResult, probe_body
+from relay.delivery.probe import ProbeResult
 from relay.model import Batch
 from relay.store import BatchRef
-from relay.webhook_store import event_body, notification_body, verify_body, verify_challenge
+from relay.webhook_events import (
+    event_body,
+    notification_body,
+    probe_body,
+    verify_body,
+    verify_challenge,
+)
 from tests.support.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
 
 METHODS = {"get", "put", "post", "delete", "patch"}

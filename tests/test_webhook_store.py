@@ -276,3 +276,16 @@ def test_disabling_a_missing_webhook_is_refused(h: H) -> None:
         h.run(h.hooks.set_disabled(REF, True, "x"))
     with pytest.raises(DeliveryNotFound):
         h.run(h.hooks.retry_any("msg_0nope"))
+
+
+def test_due_shards_are_the_shards_with_a_delivery_due_now_first_one_first(h: H) -> None:
+    before = keys.shard_map()
+    keys.use(keys.ShardMap(((16, 0), (64, 1))))  # shards 0-63 in use after a raise
+    try:
+        now = h.clock()
+        for shard, at in ((3, now - 1), (40, now), (50, now + 60_000)):  # 50: not yet due
+            h.client.zadd(keys.due(shard), {f"msg_{shard}": at})
+        assert h.d.due_shards() == (3, 40)
+        assert h.d.due_shards(first=40) == (40, 3)
+    finally:
+        keys.use(before)

@@ -4,20 +4,20 @@ detector processes, a real receiver.
 
 The whole lifecycle: uploads into batches of every primary, status endpoints, processing,
 webhooks delivered first time, after a retry, and failed then recovered by the CLI; the
-delivery search, the event feed, the console's cross-shard reads; then retention purging it
-all and leaving no batch key on any node."""
+delivery search, the event feed, the console's cross-shard reads. Retention purging every
+batch and leaving no batch key on any node: tests/e2e/test_shards.py (on a Cluster, for batches
+of 16 and of 64 shards)."""
 
 from __future__ import annotations
 
 import re
-import time
 from typing import Any
 
 import httpx
 
 from relay import keys
 from tests.e2e.client import Api
-from tests.support.cluster import Cluster, probe
+from tests.support.cluster import Cluster
 from tests.support.helpers import wait_until
 from tests.support.procs import Stack
 from tests.support.receiver import Receiver, Reply
@@ -140,48 +140,4 @@ def test_the_whole_lifecycle_on_a_cluster(
             assert r.status_code == 200, (page, r.text[:500])
         listing = console.get("/console/deliveries", params={"status": "succeeded"}).text
         assert flaky_delivery["id"] in listing
-    api.close()
-
-
-def _batch_keys(cluster: Cluster) -> list[bytes]:
-    """Every shard-tagged key on every primary except the streams, counters and indexes a
-    shard keeps whatever it holds."""
-    found: list[bytes] = []
-    for node in cluster.primaries():
-        client = probe(node.port)
-        try:
-            found += [
-                k.encode()
-                for k in client.scan_iter(match="relay:{r*}:batch:*", count=1000)
-                if isinstance(k, str)
-            ]
-        finally:
-            client.close()
-    return found
-
-
-def test_retention_purges_on_a_cluster(
-    cluster_stack: Stack, cluster: Cluster, receiver: Receiver
-) -> None:
-    stack = cluster_stack
-    stack.env.update({"RELAY_RETENTION": "4s"})
-    stack.api()
-    stack.worker()
-    stack.detector()
-    api = Api(stack.api_url, stack.create_key("acme"))
-    names = _batches_on_every_primary(cluster, "acme", 3)
-    for name in names:
-        api.upload(name, CSV)
-        assert api.register(name, receiver.url(f"/{name}")).status_code == 201
-        api.process(name)
-    wait_until(lambda: len(receiver.accepted()) == 3, 30, 0.2, "not delivered")
-    assert _batch_keys(cluster)
-    started = time.monotonic()
-
-    def purged() -> bool:
-        return all(api.http.get(f"/batches/{n}").status_code == 404 for n in names)
-
-    wait_until(purged, 40, 0.3, "the batches were not purged")
-    assert time.monotonic() - started > 1
-    wait_until(lambda: not _batch_keys(cluster), 10, 0.3, "batch keys left behind")
     api.close()

@@ -255,3 +255,20 @@ class Cluster:
     def close(self) -> None:
         for node in self.nodes:
             node.kill()
+
+
+def batch_keys(cluster: Cluster) -> list[bytes]:
+    """Every key of a batch (``relay:{rN}:batch:*``) on every primary: none is left once
+    every batch is purged (the streams, counters and indexes a shard keeps are not these)."""
+    found: list[bytes] = []
+    for node in cluster.primaries():
+        client = probe(node.port)
+        try:
+            found += [
+                k.encode()
+                for k in client.scan_iter(match="relay:{r*}:batch:*", count=1000)
+                if isinstance(k, str)
+            ]
+        finally:
+            client.close()
+    return found
