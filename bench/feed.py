@@ -20,7 +20,7 @@ import httpx
 from bench._common import BenchError, CpuMeter, Outcome, progress, ratio, summary_ms, table
 from bench._receiver import ReceiverProcess
 from bench._stack import Stack
-from bench.lag import _one_batch, parse_ts
+from bench.lag import _one_batch, parse_ts, webhook_lags
 
 NAME = "feed"
 
@@ -98,16 +98,9 @@ def run(quick: bool = False, profile: bool = False) -> Outcome:
             poll_http.close()
             receiver.stop()
 
-    by_batch = {r["batch_name"]: r for r in records}
-    webhook, longpoll = [], []
-    for i in range(n):
-        name = f"feed-{i}"
-        r = by_batch.get(name)
-        if r is None:
-            raise BenchError(f"no webhook received for {name}")
-        webhook.append(r["at"] - parse_ts(r["completed_at"]))
-        at, done = poller.seen[name]
-        longpoll.append(at - done)
+    names = [f"feed-{i}" for i in range(n)]
+    _, webhook = webhook_lags(records, names)
+    longpoll = [at - done for at, done in (poller.seen[name] for name in names)]
     wh, lp = summary_ms(webhook), summary_ms(longpoll)
     out.data = {
         "batches": n,

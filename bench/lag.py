@@ -89,6 +89,21 @@ class Poller(threading.Thread):
             self.halt.wait(max(0.0, tick - time.monotonic()))
 
 
+def webhook_lags(
+    records: list[dict[str, Any]], names: list[str]
+) -> tuple[dict[str, dict[str, Any]], list[float]]:
+    """The receiver's record of each batch by name, and each named batch's lag (arrival minus
+    ``completed_at``) in the order of ``names``; a batch without a webhook is a ``BenchError``."""
+    by_batch = {r["batch_name"]: r for r in records}
+    lags = []
+    for name in names:
+        r = by_batch.get(name)
+        if r is None:
+            raise BenchError(f"no webhook received for {name}")
+        lags.append(r["at"] - parse_ts(r["completed_at"]))
+    return by_batch, lags
+
+
 def _lag_metric(client: redis.Redis) -> tuple[float, float]:
     """(sum, count) of relay's ``relay_notification_lag_seconds`` histogram, read from the
     ``relay:metrics`` hash the workers flush to (``GET /metrics`` does not render it yet)."""
@@ -153,13 +168,7 @@ def run(quick: bool = False, profile: bool = False) -> Outcome:
             poll_http.close()
             receiver.stop()
 
-    by_batch = {r["batch_name"]: r for r in records}
-    lags = []
-    for i in range(n):
-        r = by_batch.get(f"lag-{i}")
-        if r is None:
-            raise BenchError(f"no webhook received for lag-{i}")
-        lags.append(r["at"] - parse_ts(r["completed_at"]))
+    by_batch, lags = webhook_lags(records, [f"lag-{i}" for i in range(n)])
     poll_lags = [at - done for at, done in (poller.seen[f"lag-{i}"] for i in range(n))]
     relay = summary_ms(lags)
     polling = summary_ms(poll_lags)

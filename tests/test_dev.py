@@ -147,6 +147,22 @@ def _python(code: str) -> list[str]:
     return [sys.executable, "-c", code]
 
 
+def _supervisor(
+    tmp_path: Path, port: int, out: io.StringIO, commands: dict[str, list[str]]
+) -> dev.Supervisor:
+    """A supervisor of the test's own commands on ``port``, with a Redis on a free port."""
+    return dev.Supervisor(
+        load_settings(environ={}, dotenv=None),
+        host="127.0.0.1",
+        port=port,
+        state_dir=tmp_path,
+        redis_url_explicit=False,
+        console=Console(out),
+        commands=commands,
+        redis_port=free_port(),
+    )
+
+
 _HEALTHZ_SERVER = """
 import http.server, sys
 class H(http.server.BaseHTTPRequestHandler):
@@ -162,18 +178,14 @@ http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 def test_supervisor_starts_restarts_and_stops_everything(tmp_path: Path) -> None:
     api_port = free_port()
     out = io.StringIO()
-    supervisor = dev.Supervisor(
-        load_settings(environ={}, dotenv=None),
-        host="127.0.0.1",
-        port=api_port,
-        state_dir=tmp_path,
-        redis_url_explicit=False,
-        console=Console(out),
-        commands={
+    supervisor = _supervisor(
+        tmp_path,
+        api_port,
+        out,
+        {
             "api": [*_python(_HEALTHZ_SERVER), str(api_port)],
             "crasher": _python("print('boom')"),
         },
-        redis_port=free_port(),
     )
     codes: list[int] = []
     thread = threading.Thread(target=lambda: codes.append(supervisor.run()))
@@ -222,16 +234,7 @@ def test_a_busy_port_stops_relay_dev_with_a_hint_before_anything_starts(tmp_path
         assert dev.port_in_use("127.0.0.1", port) is not None
         assert dev.port_in_use("0.0.0.0", port) is not None  # what uvicorn on 0.0.0.0 meets
         out = io.StringIO()
-        supervisor = dev.Supervisor(
-            load_settings(environ={}, dotenv=None),
-            host="127.0.0.1",
-            port=port,
-            state_dir=tmp_path,
-            redis_url_explicit=False,
-            console=Console(out),
-            commands={"api": _python("print('started')")},
-            redis_port=free_port(),
-        )
+        supervisor = _supervisor(tmp_path, port, out, {"api": _python("print('started')")})
         assert supervisor.run() == 1
     text = out.getvalue()
     assert text.splitlines() == [
@@ -418,17 +421,11 @@ def test_an_api_up_after_the_banner_is_announced_when_it_answers(
     monkeypatch.setattr(dev, "HEALTH_TIMEOUT", 0.5)
     api_port = free_port()
     out = io.StringIO()
-    supervisor = dev.Supervisor(
-        load_settings(environ={}, dotenv=None),
-        host="127.0.0.1",
-        port=api_port,
-        state_dir=tmp_path,
-        redis_url_explicit=False,
-        console=Console(out),
-        commands={
-            "api": [*_python("import time; time.sleep(3)\n" + _HEALTHZ_SERVER), str(api_port)]
-        },
-        redis_port=free_port(),
+    supervisor = _supervisor(
+        tmp_path,
+        api_port,
+        out,
+        {"api": [*_python("import time; time.sleep(3)\n" + _HEALTHZ_SERVER), str(api_port)]},
     )
     thread = threading.Thread(target=supervisor.run)
     thread.start()
@@ -454,16 +451,7 @@ def test_what_a_crashed_child_started_does_not_outlive_it(tmp_path: Path) -> Non
         "print('grandchild', p.pid, flush=True)\n"
         "sys.exit(3)\n"
     )
-    supervisor = dev.Supervisor(
-        load_settings(environ={}, dotenv=None),
-        host="127.0.0.1",
-        port=api_port,
-        state_dir=tmp_path,
-        redis_url_explicit=False,
-        console=Console(out),
-        commands={"crasher": _python(crasher)},
-        redis_port=free_port(),
-    )
+    supervisor = _supervisor(tmp_path, api_port, out, {"crasher": _python(crasher)})
     thread = threading.Thread(target=supervisor.run)
     thread.start()
     try:

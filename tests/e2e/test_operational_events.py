@@ -11,19 +11,11 @@ import redis
 
 from relay import keys
 from tests.e2e.client import Api
-from tests.e2e.test_webhooks import CSV, settled
+from tests.e2e.test_webhooks import CSV, settled, start
 from tests.e2e.verify import verify_both
 from tests.support.helpers import wait_until
 from tests.support.procs import Stack
 from tests.support.receiver import Receiver, Reply
-
-
-def _start(stack: Stack, **settings: str) -> Api:
-    stack.env.update(settings)
-    stack.api()
-    stack.worker()
-    stack.detector()
-    return Api(stack.api_url, stack.create_key("acme"))
 
 
 def _ops_deliveries(api: Api) -> list[dict[str, Any]]:
@@ -46,7 +38,7 @@ def _events(client: redis.Redis) -> list[dict[str, str]]:
 def test_a_webhook_failing_for_disable_after_is_disabled_and_the_event_verifies(
     stack: Stack, receiver: Receiver, redis: redis.Redis
 ) -> None:
-    api = _start(stack, RELAY_DISABLE_AFTER="2s", RELAY_RETRY_SCHEDULE=",".join(["0.3"] * 30))
+    api = start(stack, RELAY_DISABLE_AFTER="2s", RELAY_RETRY_SCHEDULE=",".join(["0.3"] * 30))
     receiver.script("/dead", [Reply(500)])
     ops = api.http.put("/operational-webhook", json={"url": receiver.url("/ops")})
     assert ops.status_code == 201, ops.text
@@ -94,7 +86,7 @@ def test_a_webhook_failing_for_disable_after_is_disabled_and_the_event_verifies(
 def test_an_exhausted_delivery_produces_delivery_failed(
     stack: Stack, receiver: Receiver, redis: redis.Redis
 ) -> None:
-    api = _start(stack, RELAY_RETRY_SCHEDULE="0.1,0.1")
+    api = start(stack, RELAY_RETRY_SCHEDULE="0.1,0.1")
     receiver.script("/x", [Reply(500), Reply(500), Reply(502)])
     assert api.http.put("/operational-webhook", json={"url": receiver.url("/ops")}).is_success
     api.upload("b2", CSV)
@@ -119,7 +111,7 @@ def test_an_exhausted_delivery_produces_delivery_failed(
 
 
 def test_a_410_emits_webhook_disabled(stack: Stack, receiver: Receiver) -> None:
-    api = _start(stack)
+    api = start(stack)
     receiver.script("/gone", [Reply(410)])
     assert api.http.put("/operational-webhook", json={"url": receiver.url("/ops")}).is_success
     api.upload("b3", CSV)
@@ -138,7 +130,7 @@ def test_a_410_emits_webhook_disabled(stack: Stack, receiver: Receiver) -> None:
 def test_a_failing_operational_webhook_makes_no_events_about_itself(
     stack: Stack, receiver: Receiver, redis: redis.Redis
 ) -> None:
-    api = _start(stack, RELAY_RETRY_SCHEDULE="0.1,0.1")
+    api = start(stack, RELAY_RETRY_SCHEDULE="0.1,0.1")
     receiver.script("/x", [Reply(500)])
     receiver.script("/ops", [Reply(500)])
     assert api.http.put("/operational-webhook", json={"url": receiver.url("/ops")}).is_success
