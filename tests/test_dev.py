@@ -13,6 +13,7 @@ import stat
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -163,6 +164,20 @@ def _supervisor(
     )
 
 
+@contextlib.contextmanager
+def _running(supervisor: dev.Supervisor) -> Iterator[list[int]]:
+    """``supervisor`` run in a thread, stopped and joined on leaving; yields the list its exit
+    code is put in."""
+    codes: list[int] = []
+    thread = threading.Thread(target=lambda: codes.append(supervisor.run()))
+    thread.start()
+    try:
+        yield codes
+    finally:
+        supervisor.request_stop()
+        thread.join(30)
+
+
 _HEALTHZ_SERVER = """
 import http.server, sys
 class H(http.server.BaseHTTPRequestHandler):
@@ -187,15 +202,9 @@ def test_supervisor_starts_restarts_and_stops_everything(tmp_path: Path) -> None
             "crasher": _python("print('boom')"),
         },
     )
-    codes: list[int] = []
-    thread = threading.Thread(target=lambda: codes.append(supervisor.run()))
-    thread.start()
-    try:
+    with _running(supervisor) as codes:
         wait_until(lambda: "relay dev is up" in out.getvalue(), 20, message="never up")
         wait_until(lambda: out.getvalue().count("crasher  | boom") >= 3, 20, message="no restarts")
-    finally:
-        supervisor.request_stop()
-        thread.join(30)
     text = out.getvalue()
 
     assert codes == [0], text
@@ -427,13 +436,8 @@ def test_an_api_up_after_the_banner_is_announced_when_it_answers(
         out,
         {"api": [*_python("import time; time.sleep(3)\n" + _HEALTHZ_SERVER), str(api_port)]},
     )
-    thread = threading.Thread(target=supervisor.run)
-    thread.start()
-    try:
+    with _running(supervisor):
         wait_until(lambda: "relay dev is up: the API answers" in out.getvalue(), 60, 0.1, "never")
-    finally:
-        supervisor.request_stop()
-        thread.join(30)
     text = out.getvalue()
     assert text.index("relay dev is running (the API is not up yet)") < text.index(
         "relay dev is up: the API answers"
@@ -452,12 +456,7 @@ def test_what_a_crashed_child_started_does_not_outlive_it(tmp_path: Path) -> Non
         "sys.exit(3)\n"
     )
     supervisor = _supervisor(tmp_path, api_port, out, {"crasher": _python(crasher)})
-    thread = threading.Thread(target=supervisor.run)
-    thread.start()
-    try:
+    with _running(supervisor):
         wait_until(lambda: "crasher exited with code 3" in out.getvalue(), 60, 0.1, "no crash")
         (pid,) = re.findall(r"grandchild (\d+)", out.getvalue())[:1]
         wait_until(lambda: not dev_pid_alive(int(pid)), 10, 0.05, "the grandchild still runs")
-    finally:
-        supervisor.request_stop()
-        thread.join(30)
