@@ -338,14 +338,18 @@ def run_documents(ctx: WorkerContext, shard: int, budget: float = queues.PROCESS
             # The turn's outcomes are stored together (one script) once its last document
             # is extracted; their leases are renewed meanwhile, as those waiting their turn.
             sink: list[tuple[Outcome, float]] = []
-            with _LeaseKeeper(ctx.store, claims[1:], lease_ms) as waiting:
-                for i, claim in enumerate(claims):
-                    waiting.drop(claim)
-                    process_fairly(ctx, claim, others_here=i + 1 < len(claims), sink=sink)
-                    waiting.add(*(o.claim for o, _ in sink))
-                    done += 1
-                if sink:
-                    store_outcomes(ctx, sink, flush=False)
+            ctx.store.prefetch(claims)  # their bytes, one MGET
+            try:
+                with _LeaseKeeper(ctx.store, claims[1:], lease_ms) as waiting:
+                    for i, claim in enumerate(claims):
+                        waiting.drop(claim)
+                        process_fairly(ctx, claim, others_here=i + 1 < len(claims), sink=sink)
+                        waiting.add(*(o.claim for o, _ in sink))
+                        done += 1
+                    if sink:
+                        store_outcomes(ctx, sink, flush=False)
+            finally:
+                ctx.store.forget(claims)
             if time.monotonic() - flushed >= _METRICS_EVERY:
                 _flush_metrics(ctx)
                 flushed = time.monotonic()
