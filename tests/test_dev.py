@@ -149,10 +149,12 @@ def _python(code: str) -> list[str]:
 
 
 def _supervisor(
-    tmp_path: Path, port: int, out: io.StringIO, commands: dict[str, list[str]]
-) -> dev.Supervisor:
-    """A supervisor of the test's own commands on ``port``, with a Redis on a free port."""
-    return dev.Supervisor(
+    tmp_path: Path, port: int, commands: dict[str, list[str]]
+) -> tuple[dev.Supervisor, io.StringIO]:
+    """A supervisor of the test's own commands on ``port``, with a Redis on a free port, and
+    what it writes."""
+    out = io.StringIO()
+    supervisor = dev.Supervisor(
         load_settings(environ={}, dotenv=None),
         host="127.0.0.1",
         port=port,
@@ -162,6 +164,7 @@ def _supervisor(
         commands=commands,
         redis_port=free_port(),
     )
+    return supervisor, out
 
 
 @contextlib.contextmanager
@@ -192,11 +195,9 @@ http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 
 def test_supervisor_starts_restarts_and_stops_everything(tmp_path: Path) -> None:
     api_port = free_port()
-    out = io.StringIO()
-    supervisor = _supervisor(
+    supervisor, out = _supervisor(
         tmp_path,
         api_port,
-        out,
         {
             "api": [*_python(_HEALTHZ_SERVER), str(api_port)],
             "crasher": _python("print('boom')"),
@@ -242,8 +243,7 @@ def test_a_busy_port_stops_relay_dev_with_a_hint_before_anything_starts(tmp_path
         port = busy.getsockname()[1]
         assert dev.port_in_use("127.0.0.1", port) is not None
         assert dev.port_in_use("0.0.0.0", port) is not None  # what uvicorn on 0.0.0.0 meets
-        out = io.StringIO()
-        supervisor = _supervisor(tmp_path, port, out, {"api": _python("print('started')")})
+        supervisor, out = _supervisor(tmp_path, port, {"api": _python("print('started')")})
         assert supervisor.run() == 1
     text = out.getvalue()
     assert text.splitlines() == [
@@ -429,11 +429,9 @@ def test_an_api_up_after_the_banner_is_announced_when_it_answers(
     # A busy machine: the API answers after the banner gave up waiting for it.
     monkeypatch.setattr(dev, "HEALTH_TIMEOUT", 0.5)
     api_port = free_port()
-    out = io.StringIO()
-    supervisor = _supervisor(
+    supervisor, out = _supervisor(
         tmp_path,
         api_port,
-        out,
         {"api": [*_python("import time; time.sleep(3)\n" + _HEALTHZ_SERVER), str(api_port)]},
     )
     with _running(supervisor):
@@ -446,7 +444,6 @@ def test_an_api_up_after_the_banner_is_announced_when_it_answers(
 
 def test_what_a_crashed_child_started_does_not_outlive_it(tmp_path: Path) -> None:
     api_port = free_port()
-    out = io.StringIO()
     # The child starts a grandchild (its own process group, as a worker's work-horse is) and
     # crashes; it is restarted after a long backoff.
     crasher = (
@@ -455,7 +452,7 @@ def test_what_a_crashed_child_started_does_not_outlive_it(tmp_path: Path) -> Non
         "print('grandchild', p.pid, flush=True)\n"
         "sys.exit(3)\n"
     )
-    supervisor = _supervisor(tmp_path, api_port, out, {"crasher": _python(crasher)})
+    supervisor, out = _supervisor(tmp_path, api_port, {"crasher": _python(crasher)})
     with _running(supervisor):
         wait_until(lambda: "crasher exited with code 3" in out.getvalue(), 60, 0.1, "no crash")
         (pid,) = re.findall(r"grandchild (\d+)", out.getvalue())[:1]
