@@ -18,7 +18,7 @@ from relay.queues import DELIVERY, PROCESSING, queue_key
 from relay.store import AsyncStore, BatchRef
 from relay.webhook_store import AsyncWebhookStore
 from relay.worker_context import WorkerContext
-from tests.support.helpers import Clients
+from tests.support.helpers import Clients, closed_after
 
 REF = BatchRef("acme", "b1")
 
@@ -67,9 +67,7 @@ class H(Clients):
 
 @pytest.fixture
 def h(redis_url: str) -> Iterator[H]:
-    harness = H(redis_url)
-    yield harness
-    harness.close()
+    yield from closed_after(H(redis_url))
 
 
 def test_a_completion_becomes_one_delivery_and_a_wake_up(h: H) -> None:

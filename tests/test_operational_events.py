@@ -26,7 +26,7 @@ from relay.webhook_store import (
     operational_ref,
 )
 from relay.worker_context import WorkerContext
-from tests.support.helpers import Clients
+from tests.support.helpers import Clients, closed_after
 
 REF = BatchRef("acme", "b1")
 URL = "https://hooks.example.com/relay"
@@ -87,9 +87,7 @@ class H(Clients):
 
 @pytest.fixture
 def h(redis_url: str) -> Iterator[H]:
-    harness = H(redis_url)
-    yield harness
-    harness.close()
+    yield from closed_after(H(redis_url))
 
 
 def test_failing_for_disable_after_disables_and_stops_the_attempts(h: H) -> None:

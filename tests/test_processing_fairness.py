@@ -22,7 +22,7 @@ from relay.queues import PROCESSING, queue_key
 from relay.store import AsyncStore, BatchRef
 from relay.worker_context import WorkerContext
 from tests.support.extractors import Gate
-from tests.support.helpers import wait_until
+from tests.support.helpers import closed_after, wait_until
 
 CSV = b"sku,qty\nA,1\n"
 
@@ -64,9 +64,7 @@ class H:
 
 @pytest.fixture
 def h(redis_url: str) -> Iterator[H]:
-    harness = H(redis_url)
-    yield harness
-    harness.close()
+    yield from closed_after(H(redis_url))
 
 
 def in_shard(account: str, shard: int) -> BatchRef:

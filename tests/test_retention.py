@@ -23,6 +23,7 @@ from relay.retention import Retention
 from relay.store import AsyncStore, BatchRef, Store
 from relay.webhook_store import AsyncWebhookStore, WebhookStore
 from relay.worker_context import WorkerContext
+from tests.support.helpers import closed_after
 
 DAY = 86_400_000
 RETENTION = 30 * DAY
@@ -101,9 +102,7 @@ class H:
 
 @pytest.fixture
 def h(redis_url: str) -> Iterator[H]:
-    harness = H(redis_url)
-    yield harness
-    harness.close()
+    yield from closed_after(H(redis_url))
 
 
 def test_the_index_follows_completion_and_reopening(h: H) -> None:

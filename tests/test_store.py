@@ -13,7 +13,7 @@ from relay.blobs import BlobStore
 from relay.exceptions import BatchDeleted, BatchNotFound
 from relay.model import Batch, Document, Status
 from relay.store import AsyncStore, BatchRef, Claim, Store
-from tests.support.helpers import Clients
+from tests.support.helpers import Clients, closed_after
 
 LEASE_MS = 60_000
 
@@ -50,9 +50,7 @@ class Harness(Clients):
 
 @pytest.fixture
 def h(redis_url: str) -> Iterator[Harness]:
-    harness = Harness(redis_url)
-    yield harness
-    harness.close()
+    yield from closed_after(Harness(redis_url))
 
 
 REF = BatchRef("acme", "batch-1")

@@ -10,7 +10,8 @@ import asyncio
 import os
 import subprocess
 import sys
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import redis
@@ -23,6 +24,7 @@ from relay.timefmt import now_ms
 from tests.support.procs import wait_until as wait_until
 
 T = TypeVar("T")
+ROOT = Path(__file__).resolve().parents[2]  # the checkout
 
 
 class RedisFactory(Protocol):
@@ -77,6 +79,20 @@ class Clients:
         self.client.close()
 
 
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=_Closable)
+
+
+def closed_after(harness: C) -> Iterator[C]:
+    """A fixture's body: ``yield from closed_after(H(redis_url))`` yields the harness to the
+    test and closes it after."""
+    yield harness
+    harness.close()
+
+
 def refs_in_distinct_shards(account: str, n: int) -> list[BatchRef]:
     """``n`` batches of ``account`` that live in ``n`` different shards."""
     found: dict[int, BatchRef] = {}
@@ -89,16 +105,24 @@ def refs_in_distinct_shards(account: str, n: int) -> list[BatchRef]:
 
 
 def relay_cli(
-    redis_url: str, *args: str, encryption_key: str | None = None, timeout: float = 30
+    redis_url: str | None,
+    *args: str,
+    encryption_key: str | None = None,
+    timeout: float = 30,
+    cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m relay ARGS`` on ``redis_url`` (no other ``RELAY_*`` from this process),
-    as an operator runs it; its output as text."""
+    """``python -m relay ARGS`` on ``redis_url`` (None: no ``RELAY_REDIS_URL``; no other
+    ``RELAY_*`` from this process), as an operator runs it, in ``cwd`` (default: this one);
+    its output as text."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
-    env["RELAY_REDIS_URL"] = redis_url
+    env["PYTHONPATH"] = str(ROOT)
+    if redis_url is not None:
+        env["RELAY_REDIS_URL"] = redis_url
     if encryption_key is not None:
         env["RELAY_ENCRYPTION_KEY"] = encryption_key
     return subprocess.run(
         [sys.executable, "-m", "relay", *args],
+        cwd=cwd,
         env=env,
         capture_output=True,
         text=True,
