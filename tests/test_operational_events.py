@@ -19,14 +19,13 @@ from relay.model import Attempt, DeliveryStatus
 from relay.retention import Retention
 from relay.store import BatchRef
 from relay.webhook_store import (
-    AsyncWebhookStore,
     ClaimedDelivery,
-    WebhookStore,
     disable_reason,
     operational_ref,
 )
 from relay.worker_context import WorkerContext
-from tests.support.helpers import Clients, closed_after
+from tests.support.delivery_seed import WebhookClients
+from tests.support.helpers import closed_after
 
 REF = BatchRef("acme", "b1")
 URL = "https://hooks.example.com/relay"
@@ -34,11 +33,9 @@ OPS_URL = "https://ops.example.com/events"
 AFTER_MS = 2_000
 
 
-class H(Clients):
+class H(WebhookClients):
     def __init__(self, url: str) -> None:
-        super().__init__(url)
-        self.d = WebhookStore(self.client, self.clock, disable_after_ms=AFTER_MS)
-        self.hooks = AsyncWebhookStore(self.aclient, self.clock)
+        super().__init__(url, disable_after_ms=AFTER_MS)
         self.client.hset(
             REF.key,
             mapping={
@@ -78,11 +75,6 @@ class H(Clients):
             if b"kind" in fields:
                 out.append({k.decode(): v.decode() for k, v in fields.items()})
         return out
-
-    def status(self, ident: str) -> DeliveryStatus:
-        found = self.d.get(ident)
-        assert found is not None
-        return found.status
 
 
 @pytest.fixture
