@@ -77,7 +77,7 @@ from redis.maint_notifications import MaintNotificationsConfig
 from redis.retry import Retry
 
 from relay.exceptions import ConfigError
-from relay.redis_deadline import DeadlineRedis
+from relay.redis_deadline import DeadlineRedis, DeadlineRedisCluster
 
 if TYPE_CHECKING:
     from relay.config import Settings
@@ -487,7 +487,7 @@ async def follow_primary(
 def async_client(target: str | RedisTarget, *, max_connections: int = 64) -> redis.asyncio.Redis:
     """A client for the API: fails fast (the API answers 503) and reconnects by itself;
     within a request, its commands share the request's Redis deadline
-    (``relay.redis_deadline``; not on a Cluster, whose client has timeouts per node only).
+    (``relay.redis_deadline``; on a Cluster too, its redirections and node failover within it).
 
     A dead pooled connection is replaced before a command goes out (module docstring); a
     command that fails on a live connection is not sent again. The retry policy must be
@@ -507,7 +507,7 @@ def async_client(target: str | RedisTarget, *, max_connections: int = 64) -> red
     if where.is_cluster:
         # MOVED and ASK are followed whatever the retries; a command failing on a dead node
         # is not sent again (as above), and the next one asks the nodes for the slot table.
-        cluster: Any = redis.asyncio.cluster.RedisCluster(
+        cluster: Any = DeadlineRedisCluster(
             startup_nodes=[
                 redis.asyncio.cluster.ClusterNode(host, port) for host, port in where.cluster_nodes
             ],

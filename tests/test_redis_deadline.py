@@ -19,7 +19,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from relay.lane_url import status_client
 from relay.redis_conn import RedisTarget, async_client
-from relay.redis_deadline import budget, within
+from relay.redis_deadline import budget, left, within
 from relay.redis_server import RedisServer
 from tests.support.helpers import RedisFactory
 from tests.support.procs import Stack
@@ -39,6 +39,22 @@ def test_calls_share_the_budget_and_time_elsewhere_is_not_counted() -> None:
             with pytest.raises(RedisTimeoutError):  # spent: the next call fails at once
                 await within(asyncio.sleep(0))
         await within(asyncio.sleep(0.01))  # no budget outside a request
+
+    asyncio.run(scenario())
+
+
+def test_a_call_made_within_a_call_is_counted_once() -> None:
+    """A Cluster pipeline sends its redirected commands through the client's own
+    ``execute_command``: both wrapped, the inner wait must not be taken off twice."""
+
+    async def scenario() -> None:
+        async def inner() -> None:
+            await within(asyncio.sleep(1))
+
+        with budget(5):
+            await within(inner())
+            spent = 5 - (left() or 0)
+            assert 1 <= spent < 1.8, spent  # twice would be 2
 
     asyncio.run(scenario())
 

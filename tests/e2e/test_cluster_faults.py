@@ -1,11 +1,14 @@
-"""Faults of a Redis Cluster under traffic (``tests/e2e/traffic.py``: batch after batch, each
-notification answered 500 once, then 200, so every one needs a retry): the slot of the busiest
-shard moved to another primary, and the primary of the busiest shard SIGKILLed (its replica
-takes over). Afterwards every batch made is ``all_done`` and its notification delivered:
-nothing lost."""
+"""Faults of a Redis Cluster: a hung primary and the request deadline; then, under traffic
+(``tests/e2e/traffic.py``: batch after batch, each notification answered 500 once, then 200,
+so every one needs a retry): the slot of the busiest shard moved to another primary, and the
+primary of the busiest shard SIGKILLed (its replica takes over). Afterwards every batch made
+is ``all_done`` and its notification delivered: nothing lost."""
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from typing import Any
 
 import httpx
@@ -111,3 +114,48 @@ def test_the_busiest_shards_primary_is_killed_during_traffic(
     finally:
         traffic.stop()
     _nothing_lost(cluster_stack, traffic, receiver, tag)
+
+
+@pytest.mark.timeout(120)
+def test_a_request_to_a_hung_cluster_primary_is_answered_503_at_its_deadline(
+    cluster_stack: Stack, cluster: Cluster
+) -> None:
+    """RELAY_REQUEST_DEADLINE on a Cluster: a request whose slot's primary hangs (SIGSTOP) is
+    answered 503 within the deadline (+1 s), not at the 5 s reply timeout; after SIGCONT
+    (the old primary back, a replica by then if the Cluster failed over) it is answered
+    again."""
+    deadline = 1.0
+    cluster_stack.env.update(
+        {"RELAY_REQUEST_DEADLINE": str(deadline), "RELAY_LOG_LEVEL": "warning"}
+    )
+    cluster_stack.api()
+    key = cluster_stack.create_key("acme")
+    auth = {"authorization": f"Bearer {key}"}
+    owner = cluster.owner(keys.tag(keys.shard_for_batch("acme", "b1")))
+    assert owner.pid is not None
+    pid = owner.pid
+    # /batches/b1 reads b1's shard (on ``owner``); /batches reads every shard.
+    paths = ("/api/v1/batches/b1", "/api/v1/batches")
+    with httpx.Client(base_url=cluster_stack.api_url, headers=auth, timeout=30) as http:
+        for path in paths:  # connected to every node, the slot table known
+            assert http.get(path).status_code in (200, 404), path
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            for path in paths:
+                start = time.monotonic()
+                r = http.get(path)
+                took = time.monotonic() - start
+                print(f"\n{path} with its primary hung: {r.status_code} in {took:.2f} s")
+                assert r.status_code == 503, (path, r.text)
+                assert took < deadline + 1, (path, took)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        start = time.monotonic()
+        for path in paths:
+            wait_until(
+                lambda path=path: http.get(path).status_code != 503,  # type: ignore[misc]
+                60,
+                0.2,
+                f"{path} not answered after SIGCONT: " + cluster_stack.logs(),
+            )
+        print(f"answered again {time.monotonic() - start:.2f} s after SIGCONT")
