@@ -12,8 +12,6 @@ import pytest
 
 from relay import keys
 from relay.blobs import BlobStore
-from relay.config import load_settings
-from relay.crypto import generate_key
 from relay.detector import Detector, ensure_groups
 from relay.model import Attempt, DeliveryStatus
 from relay.retention import Retention
@@ -23,9 +21,8 @@ from relay.webhook_store import (
     disable_reason,
     operational_ref,
 )
-from relay.worker_context import WorkerContext
 from tests.support.delivery_seed import WebhookClients
-from tests.support.helpers import closed_after
+from tests.support.helpers import closed_after, worker_context
 
 REF = BatchRef("acme", "b1")
 URL = "https://hooks.example.com/relay"
@@ -214,12 +211,7 @@ def test_operational_deliveries_make_no_events_about_themselves(h: H) -> None:
 
 
 def test_the_detector_delivers_events_to_the_operational_webhook(h: H, redis_url: str) -> None:
-    settings = {
-        "RELAY_REDIS_URL": redis_url,
-        "RELAY_ENCRYPTION_KEY": generate_key(),
-        "RELAY_DISABLE_AFTER": "2s",
-    }
-    ctx = WorkerContext(load_settings(settings, dotenv=None), h.clock)
+    ctx = worker_context(redis_url, h.clock, RELAY_DISABLE_AFTER="2s")
     assert ctx.webhooks.disable_after_ms == AFTER_MS
     ensure_groups(h.client)
     detector = Detector(ctx, "d1")
