@@ -5,8 +5,10 @@ An account has two feeds: ``events`` (``batch.completed``; ``GET /api/v1/events`
 one Redis stream in the account's events shard (``relay.keys.event_log``), appended by the
 detector for every outbox entry it handles, whether or not a webhook is registered
 (``append_event.lua``, idempotent on the event id: a detector that handles an entry again
-appends nothing). The event's id is its webhook-id (``relay.keys.event_id``, derived from
-the outbox entry, also the id of its deliveries) and its body is the webhook's exact body.
+appends nothing). The event's id is its webhook-id (``relay.keys.completion_id``,
+``relay.keys.fact_id``: derived from what identifies the event, not from the outbox entry,
+so an event redone after a failover keeps it; also the id of its deliveries) and its body
+is the webhook's exact body.
 
 Why one stream per account rather than a merge of the shards: a cursor over one stream is one
 position, and a stream's entry ids only grow, so an event recorded after a page was read is

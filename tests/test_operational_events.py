@@ -6,6 +6,7 @@ account's operational webhook (and never about that webhook's own deliveries).""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -264,3 +265,92 @@ def test_event_deliveries_are_purged_after_the_retention_once_they_ended(h: H) -
     h.d.record(c, "t", Attempt(c.number, h.clock(), 1.0, 200, None, ""), outcome="succeeded")
     assert retention.purge_events(ops.shard) == 1
     assert set(h.client.keys("relay:*")) == before
+
+
+def _detector(h: H, redis_url: str) -> tuple[WorkerContext, Detector]:
+    settings = {
+        "RELAY_REDIS_URL": redis_url,
+        "RELAY_ENCRYPTION_KEY": generate_key(),
+        "RELAY_DISABLE_AFTER": "2s",
+    }
+    ctx = WorkerContext(load_settings(settings, dotenv=None), h.clock)
+    ensure_groups(h.client)
+    return ctx, Detector(ctx, "d1")
+
+
+def _redone(
+    h: H, detector: Detector, c: ClaimedDelivery, attempt: Attempt, outcome: str
+) -> list[bytes]:
+    """Record ``attempt`` of ``c``, then lose that write as a failed-over primary would (the
+    webhook, the delivery, its attempts and the outbox back as they were: the event's entry
+    gone, the detector's group before it) and record it again. Returns the two entry ids."""
+    touched = [
+        keys.webhook(REF.shard, REF.account, REF.name),
+        keys.delivery(REF.shard, c.id),
+        keys.delivery_attempts(REF.shard, c.id),
+        keys.outbox(REF.shard),
+    ]
+    before = {k: h.client.dump(k) for k in touched}
+    entries = []
+    for again in (False, True):
+        if again:
+            for k, dumped in before.items():
+                if dumped is None:  # made by the lost write
+                    h.client.delete(k)
+                else:
+                    h.client.restore(k, 0, dumped, replace=True)
+            time.sleep(0.002)  # a new entry id (Redis time), as on another primary
+        assert h.d.record(c, "t", attempt, outcome=outcome, reason="gone!")
+        entries.append(h.client.xrange(keys.outbox(REF.shard))[-1][0])
+        assert detector.read_once(10) == 1
+    return entries
+
+
+@pytest.mark.parametrize("kind", ["webhook.disabled", "delivery.failed"])
+def test_an_operational_event_redone_after_a_failover_keeps_its_id(
+    h: H, redis_url: str, kind: str
+) -> None:
+    """The fact, recorded twice (once on a primary that lost it, once on its successor),
+    is one event: one id, listed once in the operator's feed, one delivery to its webhook."""
+    ctx, detector = _detector(h, redis_url)
+    ops = operational_ref("acme")
+    h.run(h.hooks.register_operational_webhook("acme", OPS_URL))
+    h.d.create(REF, 1, b"{}")
+    if kind == "webhook.disabled":
+        h.fail()
+        h.clock.advance(AFTER_MS)  # the next failure disables
+        outcome = "retry"
+    else:
+        outcome = "failed"
+    c = h.claim()
+    attempt = Attempt(c.number, h.clock(), 1.0, 500, "http_status", "")
+    first, second = _redone(h, detector, c, attempt, outcome)
+    assert first != second  # two entries: an id taken from the entry would differ
+    feed = ctx.events.page("acme", keys.FEED_OPERATIONAL)
+    assert [e["type"] for e in feed.events] == [kind]
+    ops_deliveries = keys.batch_deliveries(ops.shard, "acme", ops.name)
+    (ident,) = (i.decode() for i in h.client.zrange(ops_deliveries, 0, -1))
+    assert feed.events[0]["id"] == ident  # its webhook-id
+    assert keys.shard_of_id("msg", ident) == ops.shard
+    ctx.redis.close()
+
+
+def test_a_second_disable_and_a_second_failure_are_other_events(h: H, redis_url: str) -> None:
+    """What names an event counts: the webhook disabled again after it was registered
+    again, and a delivery failed again after a retry by hand, are new events (new ids)."""
+    ctx, detector = _detector(h, redis_url)
+    h.run(h.hooks.register_operational_webhook("acme", OPS_URL))
+    _, ident = h.d.create(REF, 1, b"{}")
+    h.fail(outcome="failed")  # delivery.failed after attempt 1
+    h.d.retry(ident)  # by hand: the same delivery
+    assert h.fail(outcome="failed") == ident  # delivery.failed after attempt 2
+    for _ in range(2):
+        h.d.create(REF, 2, b"{}")
+        h.fail(outcome="gone", code=410)  # webhook.disabled
+        h.run(h.hooks.register(REF, URL, "http://api"))  # enabled again
+    assert detector.read_once(10) == 4
+    feed = ctx.events.page("acme", keys.FEED_OPERATIONAL).events
+    assert [e["type"] for e in feed] == [*["delivery.failed"] * 2, *["webhook.disabled"] * 2]
+    assert len({e["id"] for e in feed}) == 4
+    assert h.hook()["disables"] == "2"
+    ctx.redis.close()
