@@ -22,6 +22,7 @@ from relay.webhook_store import (
     disable_reason,
     operational_ref,
 )
+from relay.worker_context import WorkerContext
 from tests.support.delivery_seed import WebhookClients
 from tests.support.helpers import closed_after, worker_context
 
@@ -268,12 +269,7 @@ def test_event_deliveries_are_purged_after_the_retention_once_they_ended(h: H) -
 
 
 def _detector(h: H, redis_url: str) -> tuple[WorkerContext, Detector]:
-    settings = {
-        "RELAY_REDIS_URL": redis_url,
-        "RELAY_ENCRYPTION_KEY": generate_key(),
-        "RELAY_DISABLE_AFTER": "2s",
-    }
-    ctx = WorkerContext(load_settings(settings, dotenv=None), h.clock)
+    ctx = worker_context(redis_url, h.clock, RELAY_DISABLE_AFTER="2s")
     ensure_groups(h.client)
     return ctx, Detector(ctx, "d1")
 
