@@ -23,7 +23,7 @@ from ruamel.yaml import YAML
 from relay import healthcheck
 from relay.config import env_example
 from relay.redis_server import find_redis_server
-from tests.support.helpers import free_port, wait_until
+from tests.support.helpers import closed_after, free_port, wait_until
 from tests.support.procs import Stack
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -302,9 +302,7 @@ def test_healthcheck_reads_the_role_from_pid_1(tmp_path: Path) -> None:
 
 @pytest.fixture
 def stack(redis_url: str, tmp_path: Path) -> Iterator[Stack]:
-    st = Stack(redis_url, tmp_path)
-    yield st
-    st.close()
+    yield from closed_after(Stack(redis_url, tmp_path))
 
 
 def _check(st: Stack, *args: str) -> subprocess.CompletedProcess[str]:

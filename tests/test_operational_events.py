@@ -13,21 +13,18 @@ import pytest
 
 from relay import keys
 from relay.blobs import BlobStore
-from relay.config import load_settings
-from relay.crypto import generate_key
 from relay.detector import Detector, ensure_groups
 from relay.model import Attempt, DeliveryStatus
 from relay.retention import Retention
 from relay.store import BatchRef
 from relay.webhook_store import (
-    AsyncWebhookStore,
     ClaimedDelivery,
-    WebhookStore,
     disable_reason,
     operational_ref,
 )
 from relay.worker_context import WorkerContext
-from tests.support.helpers import Clients, closed_after
+from tests.support.delivery_seed import WebhookClients
+from tests.support.helpers import closed_after, worker_context
 
 REF = BatchRef("acme", "b1")
 URL = "https://hooks.example.com/relay"
@@ -35,11 +32,9 @@ OPS_URL = "https://ops.example.com/events"
 AFTER_MS = 2_000
 
 
-class H(Clients):
+class H(WebhookClients):
     def __init__(self, url: str) -> None:
-        super().__init__(url)
-        self.d = WebhookStore(self.client, self.clock, disable_after_ms=AFTER_MS)
-        self.hooks = AsyncWebhookStore(self.aclient, self.clock)
+        super().__init__(url, disable_after_ms=AFTER_MS)
         self.client.hset(
             REF.key,
             mapping={
@@ -79,11 +74,6 @@ class H(Clients):
             if b"kind" in fields:
                 out.append({k.decode(): v.decode() for k, v in fields.items()})
         return out
-
-    def status(self, ident: str) -> DeliveryStatus:
-        found = self.d.get(ident)
-        assert found is not None
-        return found.status
 
 
 @pytest.fixture
@@ -223,12 +213,7 @@ def test_operational_deliveries_make_no_events_about_themselves(h: H) -> None:
 
 
 def test_the_detector_delivers_events_to_the_operational_webhook(h: H, redis_url: str) -> None:
-    settings = {
-        "RELAY_REDIS_URL": redis_url,
-        "RELAY_ENCRYPTION_KEY": generate_key(),
-        "RELAY_DISABLE_AFTER": "2s",
-    }
-    ctx = WorkerContext(load_settings(settings, dotenv=None), h.clock)
+    ctx = worker_context(redis_url, h.clock, RELAY_DISABLE_AFTER="2s")
     assert ctx.webhooks.disable_after_ms == AFTER_MS
     ensure_groups(h.client)
     detector = Detector(ctx, "d1")
@@ -284,12 +269,7 @@ def test_event_deliveries_are_purged_after_the_retention_once_they_ended(h: H) -
 
 
 def _detector(h: H, redis_url: str) -> tuple[WorkerContext, Detector]:
-    settings = {
-        "RELAY_REDIS_URL": redis_url,
-        "RELAY_ENCRYPTION_KEY": generate_key(),
-        "RELAY_DISABLE_AFTER": "2s",
-    }
-    ctx = WorkerContext(load_settings(settings, dotenv=None), h.clock)
+    ctx = worker_context(redis_url, h.clock, RELAY_DISABLE_AFTER="2s")
     ensure_groups(h.client)
     return ctx, Detector(ctx, "d1")
 

@@ -15,22 +15,18 @@ import redis.asyncio
 
 from relay import keys
 from relay.blobs import BlobStore
-from relay.config import load_settings
-from relay.crypto import generate_key
 from relay.processing import ShardRotation, run_document, run_documents
 from relay.queues import PROCESSING, queue_key
 from relay.store import AsyncStore, BatchRef
-from relay.worker_context import WorkerContext
 from tests.support.extractors import Gate
-from tests.support.helpers import closed_after, wait_until
+from tests.support.helpers import closed_after, wait_until, worker_context
 
 CSV = b"sku,qty\nA,1\n"
 
 
 class H:
     def __init__(self, url: str, **settings: str) -> None:
-        env = {"RELAY_REDIS_URL": url, "RELAY_ENCRYPTION_KEY": generate_key(), **settings}
-        self.ctx = WorkerContext(load_settings(env, dotenv=None))
+        self.ctx = worker_context(url, **settings)
         self.client = redis.Redis.from_url(url)
         self.loop = asyncio.new_event_loop()
         self.aclient = redis.asyncio.Redis.from_url(url)

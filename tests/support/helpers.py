@@ -10,17 +10,22 @@ import asyncio
 import os
 import subprocess
 import sys
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import redis
 import redis.asyncio
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
-from relay.redis_server import AppendFsync, RedisServer
+from relay.config import load_settings
+from relay.crypto import generate_key
+from relay.redis_server import HOST, AppendFsync, RedisServer
 from relay.redis_server import free_port as free_port
 from relay.store import BatchRef
 from relay.timefmt import now_ms
+from relay.worker_context import WorkerContext
 from tests.support.procs import wait_until as wait_until
 
 T = TypeVar("T")
@@ -91,6 +96,39 @@ def closed_after(harness: C) -> Iterator[C]:
     test and closes it after."""
     yield harness
     harness.close()
+
+
+def node_client(port: int, password: str | None, timeout: float) -> redis.Redis:
+    """A plain client of one node of a test topology (Cluster or Sentinel), to probe it: short
+    timeouts, no retry, replies as text."""
+    return redis.Redis(
+        host=HOST,
+        port=port,
+        password=password,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),
+        decode_responses=True,
+    )
+
+
+def log_tails(dir: Path, lines: int) -> str:
+    """The last ``lines`` lines of each log of a test topology (``dir/*/*.log``), each under
+    its path: what a failed start or test prints."""
+    parts = []
+    for path in sorted(dir.glob("*/*.log")):
+        tail = path.read_text(errors="replace").splitlines()[-lines:]
+        parts.append(f"--- {path.relative_to(dir)} ---\n" + "\n".join(tail))
+    return "\n".join(parts)
+
+
+def worker_context(
+    redis_url: str, clock: Callable[[], int] = now_ms, /, **settings: str
+) -> WorkerContext:
+    """A worker's context on ``redis_url`` with a new encryption key, the ``RELAY_*``
+    ``settings`` given and ``clock`` (the caller closes ``ctx.redis``)."""
+    env = {"RELAY_REDIS_URL": redis_url, "RELAY_ENCRYPTION_KEY": generate_key(), **settings}
+    return WorkerContext(load_settings(env, dotenv=None), clock)
 
 
 def refs_in_distinct_shards(account: str, n: int) -> list[BatchRef]:

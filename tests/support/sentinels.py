@@ -15,10 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from relay.redis_server import HOST, RedisServer, free_port
+from tests.support.helpers import log_tails, node_client
 
 SERVICE = "mymaster"
 PASSWORD = "data-nodes-secret"
@@ -32,15 +31,7 @@ def find_redis_sentinel() -> str | None:
 
 
 def _probe(port: int, password: str | None) -> redis.Redis:
-    return redis.Redis(
-        host=HOST,
-        port=port,
-        password=password,
-        socket_timeout=0.5,
-        socket_connect_timeout=0.5,
-        retry=Retry(NoBackoff(), 0),
-        decode_responses=True,
-    )
+    return node_client(port, password, 0.5)
 
 
 class Topology:
@@ -209,11 +200,7 @@ class Topology:
         return _probe(port, PASSWORD)
 
     def logs(self) -> str:
-        parts = []
-        for path in sorted(self.dir.glob("*/*.log")):
-            lines = path.read_text(errors="replace").splitlines()[-15:]
-            parts.append(f"--- {path.relative_to(self.dir)} ---\n" + "\n".join(lines))
-        return "\n".join(parts)
+        return log_tails(self.dir, 15)
 
     def close(self) -> None:
         for proc in self.sentinels:
