@@ -15,6 +15,10 @@ PYTHON = $(shell for p in python3.13 python3.12 python3.11 python3; do \
 # Root runs apt-get as is; anyone else through sudo when there is one.
 SUDO = $(shell [ "$$(id -u)" = 0 ] || ! command -v sudo >/dev/null 2>&1 || echo sudo)
 
+# `make test TEST_WORKERS=1`: pytest processes (pytest-xdist). Two by default: most tests wait
+# on real processes and sockets rather than compute, and each worker has its own Redis.
+TEST_WORKERS ?= 2
+
 # `make run PORT=8080`: the API's port (default: RELAY_PORT, else 8000).
 PORT ?=
 
@@ -105,7 +109,7 @@ test: venv redis sentinel ocr chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal
 
 lint: venv
 	$(BIN)/ruff check .

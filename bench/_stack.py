@@ -15,7 +15,6 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 
 import httpx
 import redis
@@ -209,13 +208,8 @@ class Stack:
     def __enter__(self) -> Stack:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is not None:
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        if exc_type is not None:
             for p in self.procs:
                 text = p.tail(1500).strip()
                 if text:

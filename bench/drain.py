@@ -53,7 +53,8 @@ from relay.delivery.signing import build_headers
 from relay.model import Batch
 from relay.signing_keys import SigningKeys
 from relay.store import BatchRef
-from relay.webhook_store import AsyncWebhookStore, WebhookStore, notification_body
+from relay.webhook_events import notification_body
+from relay.webhook_store import AsyncWebhookStore, WebhookStore
 
 NAME = "drain"
 

@@ -18,9 +18,7 @@ from typing import Any
 import httpx
 
 from bench._common import BenchError, CpuMeter, Outcome, progress, ratio, summary_ms, table
-from bench._receiver import ReceiverProcess
-from bench._stack import Stack
-from bench.lag import _one_batch, parse_ts
+from bench.lag import _one_batch, parse_ts, rig, webhook_lags
 
 NAME = "feed"
 
@@ -64,50 +62,29 @@ class LongPoller(threading.Thread):
 def run(quick: bool = False, profile: bool = False) -> Outcome:
     n, warm = (5, 1) if quick else (100, 3)
     out = Outcome()
-    with Stack() as st:
-        receiver = ReceiverProcess(st.tmp, st.env, wait=False)
-        started = st.start(workers=2)
-        receiver.ready()
-        key = started.key
-        auth = {"Authorization": f"Bearer {key}"}
-        http = httpx.Client(base_url=st.api_url, headers=auth, timeout=30)
-        poll_http = httpx.Client(base_url=st.api_url, headers=auth, timeout=40)
-        poller = LongPoller(poll_http)
-        try:
-            for i in range(warm):
-                _one_batch(http, receiver, f"warm-{i}", i + 1)
-            receiver.reset()
-            poller.start()
-            time.sleep(0.5)  # the first long poll is waiting
-            progress(NAME, f"{n} batches, one at a time, webhook and long poll side by side")
-            meter = CpuMeter(st.pids(receiver=receiver.proc.pid))
-            for i in range(n):
-                _one_batch(http, receiver, f"feed-{i}", i + 1)
-                deadline = time.monotonic() + 10
-                while f"feed-{i}" not in poller.seen and time.monotonic() < deadline:
-                    time.sleep(0.005)
-                if f"feed-{i}" not in poller.seen:
-                    raise BenchError(f"the long poll never returned feed-{i}")
-                time.sleep(0.05)  # the next long poll is waiting again
-            cpu = meter.stop()
-            records = receiver.records()
-            rss = st.rss()
-        finally:
-            poller.halt.set()
-            http.close()
-            poll_http.close()
-            receiver.stop()
+    with rig(poll_timeout=40) as r:
+        poller = LongPoller(r.poll_http)
+        r.closing.callback(poller.halt.set)
+        r.warm_up(warm)
+        poller.start()
+        time.sleep(0.5)  # the first long poll is waiting
+        progress(NAME, f"{n} batches, one at a time, webhook and long poll side by side")
+        meter = CpuMeter(r.st.pids(receiver=r.receiver.proc.pid))
+        for i in range(n):
+            _one_batch(r.http, r.receiver, f"feed-{i}", i + 1)
+            deadline = time.monotonic() + 10
+            while f"feed-{i}" not in poller.seen and time.monotonic() < deadline:
+                time.sleep(0.005)
+            if f"feed-{i}" not in poller.seen:
+                raise BenchError(f"the long poll never returned feed-{i}")
+            time.sleep(0.05)  # the next long poll is waiting again
+        cpu = meter.stop()
+        records = r.receiver.records()
+        rss = r.st.rss()
 
-    by_batch = {r["batch_name"]: r for r in records}
-    webhook, longpoll = [], []
-    for i in range(n):
-        name = f"feed-{i}"
-        r = by_batch.get(name)
-        if r is None:
-            raise BenchError(f"no webhook received for {name}")
-        webhook.append(r["at"] - parse_ts(r["completed_at"]))
-        at, done = poller.seen[name]
-        longpoll.append(at - done)
+    names = [f"feed-{i}" for i in range(n)]
+    _, webhook = webhook_lags(records, names)
+    longpoll = [at - done for at, done in (poller.seen[name] for name in names)]
     wh, lp = summary_ms(webhook), summary_ms(longpoll)
     out.data = {
         "batches": n,

@@ -38,6 +38,7 @@ from relay.config import load_settings
 from relay.crypto import generate_key
 from relay.redis_server import RedisServer
 from relay.store import AsyncStore, BatchRef, Claim
+from relay.store import Outcome as DocumentOutcome
 from relay.worker_context import WorkerContext
 from tests.support.documents import HEADER, pdf, table_ops
 
@@ -156,7 +157,13 @@ def _watch_cost(rounds: int, n: int) -> dict[str, Any]:
     ctx = WorkerContext(load_settings(env, dotenv=None))
     watched = processing.process_fairly
 
-    def direct(ctx: WorkerContext, claim: Claim) -> None:
+    def direct(
+        ctx: WorkerContext,
+        claim: Claim,
+        *,
+        others_here: bool = False,
+        sink: list[tuple[DocumentOutcome, float]] | None = None,
+    ) -> None:
         processing.process_claimed(ctx, claim)
 
     ms: dict[str, list[float]] = {"watched": [], "direct": []}

@@ -12,17 +12,13 @@ server at least 0.9 of the stock one per CPU-second.
 from __future__ import annotations
 
 import os
-import shutil
 import statistics
 import sys
 from pathlib import Path
 
-import httpx
-
 from bench._common import ROOT, Outcome, progress, ratio, table
-from bench._seed import upload_http
 from bench._stack import Stack, wait_http
-from bench.status import CONNECTIONS, THREADS, run_wrk
+from bench.status import CONNECTIONS, THREADS, find_wrk, run_wrk, status_api
 from relay.redis_server import free_port
 from tests.support.procs import spawn
 
@@ -38,19 +34,13 @@ def _cpu_seconds(pid: int) -> float:
 
 def run(quick: bool = False, profile: bool = False) -> Outcome:
     out = Outcome()
-    wrk = shutil.which("wrk")
+    wrk = find_wrk(NAME, out)
     if wrk is None:
-        progress(NAME, "wrk not found (apt-get install wrk): skipped")
-        out.data = {"skipped": "wrk not installed"}
-        out.tables.append(f"{NAME}: skipped, wrk is not installed (apt-get install wrk)")
         return out
     seconds, rounds = (1, 2) if quick else (5, 10)
     with Stack() as st:
-        started = st.start(workers=0, detector=False)
-        assert started.api is not None
-        auth = {"Authorization": f"Bearer {started.key}"}
-        with httpx.Client(base_url=st.api_url, headers=auth, timeout=30) as http:
-            upload_http(http, "status", 3, threads=1)
+        api, key = status_api(st)
+        auth = {"Authorization": f"Bearer {key}"}
         port = free_port()
         stock = spawn(
             "unbounded",
@@ -62,7 +52,7 @@ def run(quick: bool = False, profile: bool = False) -> Outcome:
         st.procs.append(stock)
         wait_http(f"http://127.0.0.1:{port}/healthz", 30, stock)
         targets = {
-            BOUNDED: (f"{st.api_url}/api/v1/batches/status", started.api.pid),
+            BOUNDED: (f"{st.api_url}/api/v1/batches/status", api.pid),
             STOCK: (f"http://127.0.0.1:{port}/api/v1/batches/status", stock.pid),
         }
         for url, _ in targets.values():

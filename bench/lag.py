@@ -16,9 +16,12 @@ first attempt started (RQ wake-up and claim) -> request received.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -37,7 +40,7 @@ from bench._common import (
 )
 from bench._profile import Profiler, render
 from bench._receiver import ReceiverProcess
-from bench._stack import Stack
+from bench._stack import Stack, Started
 from relay import keys
 
 NAME = "lag"
@@ -89,6 +92,59 @@ class Poller(threading.Thread):
             self.halt.wait(max(0.0, tick - time.monotonic()))
 
 
+@dataclass
+class Rig:
+    """What both lag benches (this one and ``bench/feed.py``) run: an idle stack with 2
+    workers, the receiver in its own process, an API client for the batches and one for the
+    poller. ``closing`` closes them, last added first: a poller adds its halt there, so it
+    stops before its client closes."""
+
+    st: Stack
+    started: Started
+    receiver: ReceiverProcess
+    http: httpx.Client
+    poll_http: httpx.Client
+    closing: contextlib.ExitStack
+
+    def warm_up(self, n: int) -> None:
+        """First request paths, first deliveries (signing material, HTTP pool); then the
+        receiver forgets them."""
+        for i in range(n):
+            _one_batch(self.http, self.receiver, f"warm-{i}", i + 1)
+        self.receiver.reset()
+
+
+@contextlib.contextmanager
+def rig(poll_timeout: float = 30) -> Iterator[Rig]:
+    """A :class:`Rig` started, closed on leaving (the poller's client with ``poll_timeout``)."""
+    with Stack() as st, contextlib.ExitStack() as closing:
+        receiver = ReceiverProcess(st.tmp, st.env, wait=False)
+        closing.callback(receiver.stop)
+        started = st.start(workers=2)
+        receiver.ready()
+        auth = {"Authorization": f"Bearer {started.key}"}
+        http = closing.enter_context(httpx.Client(base_url=st.api_url, headers=auth, timeout=30))
+        poll_http = closing.enter_context(
+            httpx.Client(base_url=st.api_url, headers=auth, timeout=poll_timeout)
+        )
+        yield Rig(st, started, receiver, http, poll_http, closing)
+
+
+def webhook_lags(
+    records: list[dict[str, Any]], names: list[str]
+) -> tuple[dict[str, dict[str, Any]], list[float]]:
+    """The receiver's record of each batch by name, and each named batch's lag (arrival minus
+    ``completed_at``) in the order of ``names``; a batch without a webhook is a ``BenchError``."""
+    by_batch = {r["batch_name"]: r for r in records}
+    lags = []
+    for name in names:
+        r = by_batch.get(name)
+        if r is None:
+            raise BenchError(f"no webhook received for {name}")
+        lags.append(r["at"] - parse_ts(r["completed_at"]))
+    return by_batch, lags
+
+
 def _lag_metric(client: redis.Redis) -> tuple[float, float]:
     """(sum, count) of relay's ``relay_notification_lag_seconds`` histogram, read from the
     ``relay:metrics`` hash the workers flush to (``GET /metrics`` does not render it yet)."""
@@ -102,64 +158,39 @@ def _lag_metric(client: redis.Redis) -> tuple[float, float]:
 def run(quick: bool = False, profile: bool = False) -> Outcome:
     n, warm = (4, 1) if quick else (100, 3)
     out = Outcome()
-    with Stack() as st:
-        receiver = ReceiverProcess(st.tmp, st.env, wait=False)
-        started = st.start(workers=2)
-        receiver.ready()
-        api, key, (w1, w2) = started.api, started.key, started.workers
+    with rig() as r:
+        api, (w1, w2) = r.started.api, r.started.workers
         assert api is not None
-        http = httpx.Client(
-            base_url=st.api_url, headers={"Authorization": f"Bearer {key}"}, timeout=30
-        )
-        poll_http = httpx.Client(
-            base_url=st.api_url, headers={"Authorization": f"Bearer {key}"}, timeout=30
-        )
-        poller = Poller(poll_http)
+        poller = Poller(r.poll_http)
+        r.closing.callback(poller.halt.set)
         profiler = Profiler({"worker-1": w1.pid, "worker-2": w2.pid, "api": api.pid}, NAME)
-        try:
-            # Warm-up: first request paths, first delivery (signing material, HTTP pool).
-            for i in range(warm):
-                _one_batch(http, receiver, f"warm-{i}", i + 1)
-            receiver.reset()
-            poller.start()
-            progress(NAME, f"{n} batches, one at a time, webhook and poller side by side")
-            if profile:
-                profiler.start()
-            metric0 = _lag_metric(st.redis)
-            meter = CpuMeter(st.pids(receiver=receiver.proc.pid))
-            for i in range(n):
-                name = f"lag-{i}"
-                poller.watch(name)
-                _one_batch(http, receiver, name, i + 1)
-                # A random pause, so batches complete at a random phase of the poller's
-                # schedule (else each would start just after a poll and wait ~0.5 s).
-                time.sleep(random.uniform(0, POLL_INTERVAL))
-            wait_until(
-                lambda: all(poller.done(f"lag-{i}") for i in range(n)), 10, 0.01, "the poller"
-            )
-            cpu = meter.stop()
-            metric1 = _lag_metric(st.redis)
-            profiles = profiler.stop() if profile else {}
-            poller.halt.set()
-            poller.join(5)
-            records = receiver.records()
-            breakdown = [_stages(http, f"lag-{i}") for i in range(n)]
-            counted = metric1[1] - metric0[1]
-            relay_mean = (metric1[0] - metric0[0]) / counted if counted else None
-            rss = st.rss()
-        finally:
-            poller.halt.set()
-            http.close()
-            poll_http.close()
-            receiver.stop()
+        r.warm_up(warm)
+        poller.start()
+        progress(NAME, f"{n} batches, one at a time, webhook and poller side by side")
+        if profile:
+            profiler.start()
+        metric0 = _lag_metric(r.st.redis)
+        meter = CpuMeter(r.st.pids(receiver=r.receiver.proc.pid))
+        for i in range(n):
+            name = f"lag-{i}"
+            poller.watch(name)
+            _one_batch(r.http, r.receiver, name, i + 1)
+            # A random pause, so batches complete at a random phase of the poller's
+            # schedule (else each would start just after a poll and wait ~0.5 s).
+            time.sleep(random.uniform(0, POLL_INTERVAL))
+        wait_until(lambda: all(poller.done(f"lag-{i}") for i in range(n)), 10, 0.01, "the poller")
+        cpu = meter.stop()
+        metric1 = _lag_metric(r.st.redis)
+        profiles = profiler.stop() if profile else {}
+        poller.halt.set()
+        poller.join(5)
+        records = r.receiver.records()
+        breakdown = [_stages(r.http, f"lag-{i}") for i in range(n)]
+        counted = metric1[1] - metric0[1]
+        relay_mean = (metric1[0] - metric0[0]) / counted if counted else None
+        rss = r.st.rss()
 
-    by_batch = {r["batch_name"]: r for r in records}
-    lags = []
-    for i in range(n):
-        r = by_batch.get(f"lag-{i}")
-        if r is None:
-            raise BenchError(f"no webhook received for lag-{i}")
-        lags.append(r["at"] - parse_ts(r["completed_at"]))
+    by_batch, lags = webhook_lags(records, [f"lag-{i}" for i in range(n)])
     poll_lags = [at - done for at, done in (poller.seen[f"lag-{i}"] for i in range(n))]
     relay = summary_ms(lags)
     polling = summary_ms(poll_lags)

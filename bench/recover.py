@@ -32,6 +32,7 @@ from bench._receiver import ReceiverProcess
 from bench._seed import upload_direct
 from bench._stack import ACCOUNT, Stack
 from bench.drain import _completed_body, _outcomes, _register, plain_loop, total_due
+from relay import keys
 from relay.config import load_settings
 from relay.crypto import Encryptor
 from relay.model import Attempt
@@ -70,7 +71,7 @@ def _seed_failed(
             if not created:
                 raise BenchError(f"no delivery created for {ref.name} #{seq}")
             made[ident] = ref
-        for shard in range(16):
+        for shard in keys.all_shards():
             for c in store.claim(shard, limit=len(made), lease_ms=600_000, token="seed"):
                 attempt = Attempt(c.number, now_ms(), 1.0, 503, "http_status", "down")
                 if not store.record(c, "seed", attempt, outcome="failed"):

@@ -39,7 +39,7 @@ from relay import keys
 from relay.auth import parse_key
 from relay.redis_server import free_port
 from relay.store import BatchRef
-from tests.support.procs import spawn
+from tests.support.procs import Proc, spawn
 
 NAME = "status"
 RELAY_LANE = "relay GET /api/v1/batches/{name}, lane"
@@ -87,6 +87,28 @@ def parse_wrk(output: str) -> dict[str, Any]:
     }
 
 
+def status_api(st: Stack) -> tuple[Proc, str]:
+    """Start only the API of ``st`` and upload batch ``status`` (3 documents) for the status
+    endpoint to read; the API's process and key."""
+    started = st.start(workers=0, detector=False)
+    assert started.api is not None
+    auth = {"Authorization": f"Bearer {started.key}"}
+    with httpx.Client(base_url=st.api_url, headers=auth, timeout=30) as http:
+        upload_http(http, "status", 3, threads=1)
+    return started.api, started.key
+
+
+def find_wrk(name: str, out: Outcome) -> str | None:
+    """wrk's path; None when it is not installed, with bench ``name``'s ``out`` saying it was
+    skipped (the bench then returns ``out`` as it is)."""
+    wrk = shutil.which("wrk")
+    if wrk is None:
+        progress(name, "wrk not found (apt-get install wrk): skipped")
+        out.data = {"skipped": "wrk not installed"}
+        out.tables.append(f"{name}: skipped, wrk is not installed (apt-get install wrk)")
+    return wrk
+
+
 def run_wrk(wrk: str, url: str, seconds: int, headers: dict[str, str]) -> dict[str, Any]:
     args = [wrk, f"-t{THREADS}", f"-c{CONNECTIONS}", f"-d{seconds}s", "--latency"]
     for k, v in headers.items():
@@ -101,22 +123,15 @@ def run_wrk(wrk: str, url: str, seconds: int, headers: dict[str, str]) -> dict[s
 
 def run(quick: bool = False, profile: bool = False) -> Outcome:
     out = Outcome()
-    wrk = shutil.which("wrk")
+    wrk = find_wrk(NAME, out)
     if wrk is None:
-        progress(NAME, "wrk not found (apt-get install wrk): skipped")
-        out.data = {"skipped": "wrk not installed"}
-        out.tables.append("status: skipped, wrk is not installed (apt-get install wrk)")
         return out
     seconds, warm, rounds = (1, 0, 1) if quick else (10, 2, 2)
     with Stack() as st:
-        started = st.start(workers=0, detector=False)
-        api, key = started.api, started.key
-        assert api is not None
+        api, key = status_api(st)
         presented = parse_key(key)
         assert presented is not None
         auth = {"Authorization": f"Bearer {key}"}
-        with httpx.Client(base_url=st.api_url, headers=auth, timeout=30) as http:
-            upload_http(http, "status", 3, threads=1)
         port = free_port()
         bare = spawn(
             "bare",

@@ -101,6 +101,13 @@ def _sentinels(raw: str) -> tuple[tuple[str, int], ...]:
     return tuple(out)
 
 
+def _claim_documents(raw: str) -> int:
+    value = _positive_int(raw)
+    if value > 1000:
+        raise ValueError("at most 1000")
+    return value
+
+
 def _non_negative_int(raw: str) -> int:
     value = int(raw)
     if value < 0:
@@ -426,6 +433,18 @@ class Settings:
         "2",
         _non_negative_int,
         "Documents one worker process extracts in the background at once (0: none)",
+    )
+    claim_documents: int = setting(
+        "10",
+        _claim_documents,
+        "Documents a worker claims in one turn of the fair queue, from one batch, while they"
+        " are small (RELAY_CLAIM_BYTES); 1 to claim one at a time (1 to 1000)",
+    )
+    claim_bytes: int = setting(
+        str(64 * 1024),
+        _non_negative_int,
+        "Bytes the documents of one claim may add up to past its first (a large document is"
+        " claimed alone)",
     )
     max_document_attempts: int = setting(
         "3",

@@ -38,7 +38,14 @@ from relay.model import Batch
 from relay.redis_conn import is_cluster, is_store_full
 from relay.retention import trim_outbox
 from relay.store import BatchRef
-from relay.webhook_store import EVENT_TYPE, event_body, notification_body, operational_ref
+from relay.webhook_events import (
+    DELIVERY_FAILED,
+    EVENT_TYPE,
+    WEBHOOK_DISABLED,
+    event_body,
+    notification_body,
+)
+from relay.webhook_store import operational_ref
 from relay.worker_context import WorkerContext
 
 log = logging.getLogger("relay.detector")
@@ -54,6 +61,34 @@ CLUSTER_POLL = 0.05
 def _entry_order(entry_id: bytes) -> tuple[int, int]:
     ms, _, seq = entry_id.partition(b"-")
     return int(ms), int(seq or 0)
+
+
+def operational_event_id(shard: int, entry_id: str, fields: dict[bytes, bytes]) -> str:
+    """The id of the operational event of one outbox entry (of ``shard``): derived from the
+    event, not the entry (``keys.fact_id``), so the event redone after a failover keeps it.
+    ``delivery.failed``: the delivery and its attempt count when it failed (a failed delivery
+    retried by hand and failing again is another event). ``webhook.disabled``: the webhook
+    (account, batch, its ``created_at``) and its count of disables. An entry written before
+    these fields existed keeps its id from the entry (``keys.event_id``)."""
+
+    def text(name: str) -> str:
+        return fields.get(name.encode(), b"").decode()
+
+    account, kind = text("account"), text("kind")
+    home = operational_ref(account).shard
+    if kind == DELIVERY_FAILED and text("id"):
+        delivery = text("id")
+        # The delivery's id holds its batch's created_at (``keys.completion_id``): never
+        # after the failure; another kind of id may hold anything (then no time).
+        at = keys.event_time(delivery) or 0
+        at = at if at <= int(text("at") or 0) else 0
+        return keys.fact_id(home, at, account, kind, delivery, text("attempts"))
+    if kind == WEBHOOK_DISABLED and text("generation"):
+        created = text("webhook_created_at")
+        return keys.fact_id(
+            home, int(created or 0), account, kind, text("batch"), created, text("generation")
+        )
+    return keys.event_id(home, shard, entry_id)
 
 
 def ensure_groups(client: redis.Redis) -> None:
@@ -114,18 +149,16 @@ class Detector:
     def handle_event(self, shard: int, entry_id: bytes, fields: dict[bytes, bytes]) -> None:
         """Create the delivery of one operational event (``webhook.disabled``,
         ``delivery.failed``) to the account's operational webhook, then acknowledge it.
-        Idempotent on the entry (shard and stream id); dropped when the account has no
-        operational webhook or it is disabled."""
+        Idempotent on the event's id (``operational_event_id``); dropped when the account
+        has no operational webhook or it is disabled."""
         account = fields[b"account"].decode()
         body = event_body(fields)
         # In the operator's feed whether or not an operational webhook is registered; the
         # id of its delivery (in the shard of the account's operational webhook) is the same.
-        event_id = keys.event_id(operational_ref(account).shard, shard, entry_id.decode())
+        event_id = operational_event_id(shard, entry_id.decode(), fields)
         kind, batch = fields[b"kind"].decode(), fields.get(b"batch", b"").decode()
         self.ctx.events.append(account, keys.FEED_OPERATIONAL, event_id, kind, batch, body)
-        created, _ = self.ctx.webhooks.create_event(
-            account, f"{shard}-{entry_id.decode()}", body, delivery_id=event_id
-        )
+        created, _ = self.ctx.webhooks.create_event(account, event_id, body, delivery_id=event_id)
         if created:
             queues.wake(self.queue_redis, operational_ref(account).shard, self.settings)
         self.redis.xack(keys.outbox(shard), GROUP, entry_id)

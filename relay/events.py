@@ -5,8 +5,10 @@ An account has two feeds: ``events`` (``batch.completed``; ``GET /api/v1/events`
 one Redis stream in the account's events shard (``relay.keys.event_log``), appended by the
 detector for every outbox entry it handles, whether or not a webhook is registered
 (``append_event.lua``, idempotent on the event id: a detector that handles an entry again
-appends nothing). The event's id is its webhook-id (``relay.keys.event_id``, derived from
-the outbox entry, also the id of its deliveries) and its body is the webhook's exact body.
+appends nothing). The event's id is its webhook-id (``relay.keys.completion_id``,
+``relay.keys.fact_id``: derived from what identifies the event, not from the outbox entry,
+so an event redone after a failover keeps it; also the id of its deliveries) and its body
+is the webhook's exact body.
 
 Why one stream per account rather than a merge of the shards: a cursor over one stream is one
 position, and a stream's entry ids only grow, so an event recorded after a page was read is
@@ -38,15 +40,17 @@ import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import redis
 import redis.asyncio
 
 from relay import keys
+from relay import store_core as core
 from relay.exceptions import EventNotFound, StateError
 from relay.scripts import AsyncScripts, Scripts, fields
 from relay.timefmt import now_ms
+from relay.webhook_events import FeedEvent
 
 log = logging.getLogger("relay.events")
 
@@ -67,24 +71,15 @@ class TooManyWaiters(StateError):
 
 @dataclass(frozen=True)
 class FeedPage:
-    events: list[dict[str, Any]]
+    events: list[FeedEvent]
     next_cursor: str | None  # the id of the last event read (``after`` when none was)
     has_more: bool  # events may follow right now (read again without waiting)
 
 
-def render(entry: dict[str, str]) -> dict[str, Any]:
+def render(entry: dict[str, str]) -> FeedEvent:
     """One feed entry (of ``event_page``) as the API shows it: the id, then the webhook
-    body's members."""
-    return {"id": entry["id"], **json.loads(entry["body"])}
-
-
-def _page_call(
-    account: str, feed: str, after: str | None, count: int
-) -> tuple[list[str], list[Any]]:
-    return (
-        [keys.event_log(account, feed), keys.event_positions(account, feed)],
-        [after or "", count],
-    )
+    body's members (the body as ``relay.webhook_events`` built it, stored as bytes)."""
+    return cast(FeedEvent, {"id": entry["id"], **json.loads(entry["body"])})
 
 
 def _expired(after: str, retention_ms: int, now: int) -> bool:
@@ -93,36 +88,44 @@ def _expired(after: str, retention_ms: int, now: int) -> bool:
     return at is not None and 0 < at < now - retention_ms
 
 
-def _check_aged_out(after: str | None, retention_ms: int, now: int) -> None:
-    """When the feed holds no ``after``: return if it aged out (the page is read again from
-    the oldest event kept), else raise EventNotFound."""
-    if after is None or not _expired(after, retention_ms, now):
-        raise EventNotFound(f"no event {after!r} in this feed")
-
-
-class _Reader:
-    """The page logic both stores share: filter, stop at the limit, the next cursor."""
-
-    def __init__(self, account: str, feed: str, limit: int, type_: str | None, batch: str | None):
-        self.account, self.feed, self.limit = account, feed, limit
-        self.type, self.batch = type_, batch
-        self.count = limit + 1 if type_ is None and batch is None else max(limit + 1, SCAN)
-
-    def page(self, after: str | None, entries: list[dict[str, str]]) -> FeedPage:
-        events: list[dict[str, Any]] = []
-        cursor = after
-        has_more = len(entries) >= self.count
-        for entry in entries:
-            wanted = (self.type is None or entry.get("type", "") == self.type) and (
-                self.batch is None or entry.get("batch", "") == self.batch
-            )
-            if wanted and len(events) == self.limit:
-                has_more = True
-                break
-            cursor = entry["id"]
-            if wanted:
-                events.append(render(entry))
-        return FeedPage(events, cursor, has_more)
+def feed_page(
+    account: str,
+    feed: str,
+    after: str | None,
+    limit: int,
+    type_: str | None,
+    batch: str | None,
+    retention_ms: int,
+    clock: Callable[[], int],
+) -> core.Operation[FeedPage]:
+    """One page of a feed (``store_core``'s operation, run by both logs): read after
+    ``after``, from the oldest kept when the feed holds no ``after`` because it aged out
+    (EventNotFound otherwise); keep the entries the filters want, up to ``limit``."""
+    count = limit + 1 if type_ is None and batch is None else max(limit + 1, SCAN)
+    keys_ = [keys.event_log(account, feed), keys.event_positions(account, feed)]
+    (reply,) = yield [core.script("event_page", keys_, [after or "", count])]
+    r = fields(reply)
+    if not r["found"]:
+        if after is None or not _expired(after, retention_ms, clock()):
+            raise EventNotFound(f"no event {after!r} in this feed")
+        after = None
+        (reply,) = yield [core.script("event_page", keys_, ["", count])]
+        r = fields(reply)
+    events: list[FeedEvent] = []
+    cursor = after
+    entries: list[dict[str, str]] = r.get("entries", [])
+    has_more = len(entries) >= count
+    for entry in entries:
+        wanted = (type_ is None or entry.get("type", "") == type_) and (
+            batch is None or entry.get("batch", "") == batch
+        )
+        if wanted and len(events) == limit:
+            has_more = True
+            break
+        cursor = entry["id"]
+        if wanted:
+            events.append(render(entry))
+    return FeedPage(events, cursor, has_more)
 
 
 class EventLog:
@@ -163,12 +166,8 @@ class EventLog:
     ) -> FeedPage:
         """The events after ``after`` (an event id; None: from the oldest kept), oldest
         first. Raises EventNotFound for an id this feed never held."""
-        reader = _Reader(account, feed, limit, type_, batch)
-        r = fields(self.scripts("event_page", *_page_call(account, feed, after, reader.count)))
-        if not r["found"]:
-            _check_aged_out(after, self.retention_ms, self.clock())
-            return self.page(account, feed, limit=limit, type_=type_, batch=batch)
-        return reader.page(after, r.get("entries", []))
+        op = feed_page(account, feed, after, limit, type_, batch, self.retention_ms, self.clock)
+        return core.run(self.redis, self.scripts, op)
 
     def trim(self, shard: int, limit: int = 500) -> int:
         """Retention: entries recorded before now - RELAY_RETENTION leave the feeds of the
@@ -215,13 +214,8 @@ class AsyncEventLog:
         type_: str | None = None,
         batch: str | None = None,
     ) -> FeedPage:
-        reader = _Reader(account, feed, limit, type_, batch)
-        call = _page_call(account, feed, after, reader.count)
-        r = fields(await self.scripts("event_page", *call))
-        if not r["found"]:
-            _check_aged_out(after, self.retention_ms, self.clock())
-            return await self.page(account, feed, limit=limit, type_=type_, batch=batch)
-        return reader.page(after, r.get("entries", []))
+        op = feed_page(account, feed, after, limit, type_, batch, self.retention_ms, self.clock)
+        return await core.run_async(self.redis, self.scripts, op)
 
 
 class FeedWaiters:

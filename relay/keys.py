@@ -449,6 +449,22 @@ def completion_id(shard: int, account: str, name: str, created_at: int, seq: int
     return f"msg_{digits}{_token(value)}"
 
 
+def fact_id(home: int, at: int, *identity: str) -> str:
+    """The id of an operational event (``webhook.disabled``, ``delivery.failed``): its feed
+    entry's id and its delivery's ``webhook-id``, that delivery living in shard ``home`` (the
+    account's operational webhook's). Derived from what identifies the event (``identity``:
+    the account, the kind, the webhook or delivery and its count), not from the outbox entry
+    that carried it, so the event redone after a failover (the entry lost with the old
+    primary, written again on the new one) keeps its id. ``at`` (ms) is a time never after
+    the event, what ``event_time`` reads back (0: unknown). The layout of ``completion_id``."""
+    digits = _shard_digits(home)
+    bits = _EVENT_BITS[len(digits)]
+    mask = (1 << bits) - 1
+    digest = hashlib.blake2b("\x00".join(identity).encode(), digest_size=6).digest()
+    value = (home << (2 * bits)) | ((at & mask) << bits) | (int.from_bytes(digest) & mask)
+    return f"msg_{digits}{_token(value)}"
+
+
 def event_time(ident: str) -> int | None:
     """When the event of an ``event_id`` was raised, or the batch of a ``completion_id`` was
     created (ms; never after the event was recorded), None for another kind of id."""

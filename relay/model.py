@@ -19,7 +19,7 @@ from enum import StrEnum
 from typing import Annotated, TypedDict
 
 from relay import keys
-from relay.shapes import Ref, Schema
+from relay.shapes import Ref, Schema, components
 from relay.timefmt import rfc3339
 
 BATCH_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -157,17 +157,52 @@ class DeliveryJSON(TypedDict):
     attempts: list[AttemptJSON]
 
 
+class SigningKeyJSON(TypedDict):
+    secret: Annotated[str, Schema(pattern="^whsec_", description="HMAC key (v1).")]
+    public_key: Annotated[str, Schema(pattern="^whpk_", description="Ed25519 key (v1a).")]
+    created_at: Time
+
+
+class PreviousSigningKeyJSON(SigningKeyJSON):
+    expires_at: TimeOrNull
+
+
+class SigningMaterialJSON(SigningKeyJSON):
+    previous: Annotated[
+        PreviousSigningKeyJSON | None,
+        Schema(
+            description="The material replaced by the last rotation while it still "
+            "signs alongside (grace period); null otherwise."
+        ),
+    ]
+
+
+class RecoveryJSON(TypedDict):
+    recovered: Annotated[
+        Count, Schema(description="Deliveries made due now (same webhook-id, fresh schedule).")
+    ]
+    skipped: Annotated[
+        Count,
+        Schema(
+            description="Matching deliveries left as they were: their batch's webhook "
+            "was removed or is disabled (register it again, then recover)."
+        ),
+    ]
+
+
 # The shapes (and enums) that are components of their own in the OpenAPI document.
-COMPONENTS: dict[type, str] = {
-    Status: "Status",
-    ProcessingErrorJSON: "ProcessingError",
-    DocumentJSON: "Document",
-    BatchJSON: "Batch",
-    VerificationJSON: "Verification",
-    WebhookJSON: "Webhook",
-    AttemptJSON: "Attempt",
-    DeliveryJSON: "Delivery",
-}
+COMPONENTS = components(
+    Status,
+    ProcessingErrorJSON,
+    DocumentJSON,
+    BatchJSON,
+    VerificationJSON,
+    WebhookJSON,
+    AttemptJSON,
+    DeliveryJSON,
+    SigningMaterialJSON,
+    RecoveryJSON,
+)
 
 
 def _s(h: dict[bytes, bytes], field: str, default: str = "") -> str:

@@ -27,41 +27,62 @@ import logging
 import secrets
 import threading
 import time
+from collections.abc import Callable
 
 from relay import keys, queues
 from relay.background import Background
 from relay.extract.sandbox import ExtractorHost
 from relay.logs import fields
 from relay.redis_conn import retry_while_full
-from relay.store import BatchRef, Claim, Store
+from relay.store import BatchRef, Claim, Outcome, Store
 from relay.worker_context import WorkerContext
 
 log = logging.getLogger("relay.processing")
 
 
 class _LeaseKeeper:
-    """Renews a claim's lease every third of its length until stopped."""
+    """Renews the leases of claims every third of their length until stopped: the claim
+    being processed, or the claims of a turn waiting for their turn in this worker (each
+    dropped from the keeper once its own processing, which keeps its lease, starts)."""
 
-    def __init__(self, store: Store, claim: Claim, lease_ms: int) -> None:
-        self._store, self._claim, self._lease_ms = store, claim, lease_ms
+    def __init__(self, store: Store, claims: list[Claim], lease_ms: int) -> None:
+        self._store, self._lease_ms = store, lease_ms
+        self._claims = list(claims)
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lease-keeper", daemon=True)
 
     def __enter__(self) -> _LeaseKeeper:
-        self._thread.start()
+        if self._claims:
+            self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def add(self, *claims: Claim) -> None:
+        with self._lock:
+            self._claims += [c for c in claims if c not in self._claims]
+        if self._claims and self._thread.ident is None and not self._stop.is_set():
+            self._thread.start()
+
+    def drop(self, claim: Claim) -> None:
+        with self._lock:
+            if claim in self._claims:
+                self._claims.remove(claim)
 
     def _run(self) -> None:
         while not self._stop.wait(self._lease_ms / 3000):
-            try:
-                if not self._store.renew(self._claim, self._lease_ms):
-                    return
-            except Exception:  # a Redis blip: the next tick tries again before expiry
-                log.warning("lease renewal of %s failed", self._claim.doc_id, exc_info=True)
+            with self._lock:
+                claims = list(self._claims)
+            for claim in claims:
+                try:
+                    if not self._store.renew(claim, self._lease_ms):
+                        self.drop(claim)  # another worker owns it now
+                except Exception:  # a Redis blip: the next tick tries again before expiry
+                    log.warning("lease renewal of %s failed", claim.doc_id, exc_info=True)
 
 
 class ShardRotation:
@@ -84,34 +105,52 @@ class ShardRotation:
 
     def claim(self, lease_ms: int) -> Claim | None:
         """The next document in fair order, claimed; None when no shard has one waiting."""
+        claims = self.claim_turn(lease_ms, documents=1, max_bytes=0)
+        return claims[0] if claims else None
+
+    def claim_turn(self, lease_ms: int, *, documents: int, max_bytes: int) -> list[Claim]:
+        """The next turn in fair order (``Store.claim_turn``): one or more documents of one
+        batch, claimed; empty when no shard has one waiting."""
         if time.monotonic() - self.read_at >= self.refresh:
             self._read()
         reread = False
         while True:
             if not self.active:
                 if reread:
-                    return None
+                    return []
                 self._read()
                 reread = True
                 continue
             # The first shard after the last one served, cyclically.
             n = len(keys.all_shards())
             shard = min(self.active, key=lambda s: (s - self.last - 1) % n)
-            claim, more = self.store.claim_next(shard, secrets.token_hex(8), lease_ms)
+            claims, more = self.store.claim_turn(
+                shard, secrets.token_hex(8), lease_ms, documents=documents, max_bytes=max_bytes
+            )
             if not more:
                 self.active.remove(shard)
-            if claim is not None:
+            if claims:
                 self.last = shard
-                return claim
+                return claims
 
 
-def process_claimed(ctx: WorkerContext, claim: Claim, host: ExtractorHost | None = None) -> str:
+def process_claimed(
+    ctx: WorkerContext,
+    claim: Claim,
+    host: ExtractorHost | None = None,
+    *,
+    flush: bool = True,
+    defer: Callable[[Outcome, float], bool] | None = None,
+) -> str:
     """Extract a claimed document (its lease renewed meanwhile) with ``host`` (the worker's
-    extraction child by default) and store the outcome."""
+    extraction child by default) and store the outcome; ``flush``: write the process's
+    metrics to Redis now (else its job does, ``run_documents``). ``defer``: offered the
+    outcome first; when it takes it (True), the outcome is stored later with those of the
+    rest of the turn (``store_outcomes``)."""
     store = ctx.store
     lease_ms = int(ctx.settings.lease_seconds * 1000)
     t0 = time.perf_counter()
-    with _LeaseKeeper(store, claim, lease_ms):
+    with _LeaseKeeper(store, [claim], lease_ms):
         content = store.read_blob(claim)
         result: bytes | None = None  # line_items and tables, as JSON from the bounded extraction
         error: tuple[str, str] | None = ("blob_missing", "the uploaded bytes are gone")
@@ -122,51 +161,88 @@ def process_claimed(ctx: WorkerContext, claim: Claim, host: ExtractorHost | None
                 content_type=claim.content_type,
                 fields=claim.fields,
             )
+    outcome = Outcome(claim, result, error, ctx.clock())
+    if defer is not None and defer(outcome, t0):
+        return "deferred"
+    [said] = store_outcomes(ctx, [(outcome, t0)], flush=flush)
+    return said
+
+
+def store_outcomes(
+    ctx: WorkerContext, outcomes: list[tuple[Outcome, float]], *, flush: bool = True
+) -> list[str]:
+    """Store extracted outcomes of documents of one batch in one script, log each (with its
+    time since ``perf_counter`` start) and count it. Returns what happened to each."""
     # A full Redis refuses the finish before it changes anything; retry within the lease.
-    # If it stays full, the job fails and the expired lease brings the document back.
+    # If it stays full, the job fails and the expired lease brings the documents back.
     stored, seq = retry_while_full(
-        lambda: store.finish(claim, result=result, error=error),
+        lambda: ctx.store.finish_many([o for o, _ in outcomes]),
         within=ctx.settings.lease_seconds / 2,
-        what=f"storing the outcome of {claim.doc_id}",
+        what=f"storing the outcome of {', '.join(o.claim.doc_id for o, _ in outcomes)}",
         log=log,
     )
-    outcome = "failed" if error else "succeeded"
-    log.log(
-        logging.INFO if stored and not error else logging.WARNING,
-        "document",
-        extra=fields(
-            doc_id=claim.doc_id,
-            account=claim.batch.account,
-            batch=claim.batch.name,
-            status=outcome if stored else "lease_lost",  # lost: another claim owns it now
-            error=error[0] if error else None,
-            claims=claim.claims,
-            duration_ms=round((time.perf_counter() - t0) * 1000, 1),
-        ),
-    )
-    if not stored:
-        return "lease lost"
-    ctx.metrics.document(outcome)
-    ctx.metrics.flush(ctx.redis)
-    return f"{outcome}; batch completed (seq {seq})" if seq else outcome
+    said: list[str] = []
+    for (o, t0), ok in zip(outcomes, stored, strict=True):
+        claim, error = o.claim, o.error
+        status = "failed" if error else "succeeded"
+        log.log(
+            logging.INFO if ok and not error else logging.WARNING,
+            "document",
+            extra=fields(
+                doc_id=claim.doc_id,
+                account=claim.batch.account,
+                batch=claim.batch.name,
+                status=status if ok else "lease_lost",  # lost: another claim owns it now
+                error=error[0] if error else None,
+                claims=claim.claims,
+                duration_ms=round((time.perf_counter() - t0) * 1000, 1),
+            ),
+        )
+        if not ok:
+            said.append("lease lost")
+            continue
+        ctx.metrics.document(status)
+        last = o is outcomes[-1][0]
+        said.append(f"{status}; batch completed (seq {seq})" if seq and last else status)
+    if flush:
+        ctx.metrics.flush(ctx.redis)
+    return said
 
 
 class _Extraction:
-    """One claimed document processed in a thread of its own (``process_claimed``)."""
+    """One claimed document processed in a thread of its own (``process_claimed``). With a
+    ``sink`` its outcome joins the turn's (stored together, ``store_outcomes``) unless it was
+    moved to the background first, which stores its own."""
 
-    def __init__(self, ctx: WorkerContext, claim: Claim, host: ExtractorHost) -> None:
+    def __init__(
+        self,
+        ctx: WorkerContext,
+        claim: Claim,
+        host: ExtractorHost,
+        sink: list[tuple[Outcome, float]] | None = None,
+    ) -> None:
         self.ctx, self.claim, self.host = ctx, claim, host
         self.done = threading.Event()
         self.background: Background | None = None  # set when moved there
+        self._sink = sink
+        self._sunk = False
         self._lock = threading.Lock()
         self._thread = threading.Thread(
             target=self._run, name=f"extract-{claim.doc_id}", daemon=True
         )
         self._thread.start()
 
+    def _defer(self, outcome: Outcome, t0: float) -> bool:
+        with self._lock:
+            if self._sink is None or self.background is not None:
+                return False
+            self._sink.append((outcome, t0))
+            self._sunk = True
+            return True
+
     def _run(self) -> None:
         try:
-            process_claimed(self.ctx, self.claim, self.host)
+            process_claimed(self.ctx, self.claim, self.host, flush=False, defer=self._defer)
         except Exception:  # e.g. Redis gone for good: the lease brings the document back
             log.exception("processing %s failed", self.claim.doc_id)
         finally:
@@ -175,11 +251,13 @@ class _Extraction:
                 background = self.background
             if background is not None:
                 background.release(self)
+                _flush_metrics(self.ctx)  # its job may have ended long ago
 
     def to_background(self, background: Background) -> bool:
-        """Mark this extraction as the background's; False when it ended meanwhile."""
+        """Mark this extraction as the background's; False when it ended meanwhile (or its
+        outcome already joined the turn's)."""
         with self._lock:
-            if self.done.is_set():
+            if self.done.is_set() or self._sunk:
                 return False
             self.background = background
             return True
@@ -191,19 +269,34 @@ class _Extraction:
 _WATCH = 0.1  # seconds between looks at the fair queue while a slow document extracts
 
 
-def process_fairly(ctx: WorkerContext, claim: Claim) -> None:
+def process_fairly(
+    ctx: WorkerContext,
+    claim: Claim,
+    *,
+    others_here: bool = False,
+    sink: list[tuple[Outcome, float]] | None = None,
+) -> None:
     """Process ``claim``; if it is still extracting after ``RELAY_BACKGROUND_AFTER`` seconds
-    while other documents wait, move it to the background and return (module docstring)."""
-    extraction = _Extraction(ctx, claim, ctx.extraction)
+    while other documents wait (in the fair queue, or ``others_here``: claimed in the same
+    turn), move it to the background and return (module docstring). With a ``sink`` its
+    outcome, unless moved, is left there for the caller to store (``store_outcomes``)."""
+    extraction = _Extraction(ctx, claim, ctx.extraction, sink)
     if extraction.done.wait(ctx.settings.background_after):
         return
     background = ctx.background
     while not extraction.done.wait(_WATCH):
-        if not background.has_room() or not _others_wait(ctx):
+        if not background.has_room() or not (others_here or _others_wait(ctx)):
             continue
         if background.adopt(extraction):
             ctx.__dict__.pop("extraction", None)  # the foreground takes a fresh child
         return
+
+
+def _flush_metrics(ctx: WorkerContext) -> None:
+    try:
+        ctx.metrics.flush(ctx.redis)
+    except Exception:  # counts a failed flush took out are lost; the documents are not
+        log.warning("could not write the metrics", exc_info=True)
 
 
 def _others_wait(ctx: WorkerContext) -> bool:
@@ -214,29 +307,59 @@ def _others_wait(ctx: WorkerContext) -> bool:
         return False
 
 
+# Seconds between two writes of a processing job's metrics (one round trip; at the job's end
+# too): a document does not cost its own.
+_METRICS_EVERY = 1.0
+
+
 def run_documents(ctx: WorkerContext, shard: int, budget: float = queues.PROCESS_BUDGET) -> str:
     """RQ job: process documents in fair order, ``shard`` first, for about ``budget``
-    seconds (the document under way is finished). Returns how many (for RQ's logs)."""
+    seconds (the turn under way is finished). A turn is one or more documents of one batch
+    (``RELAY_CLAIM_DOCUMENTS`` while they are small, ``RELAY_CLAIM_BYTES``): claimed in one
+    script, their leases renewed while they wait here. Returns how many (for RQ's logs)."""
     # This job is no longer waiting: the next hand-out or the first claim below may enqueue
     # another one for an idle worker.
     ctx.queue_redis.delete(keys.process_wake())
-    lease_ms = int(ctx.settings.lease_seconds * 1000)
+    settings = ctx.settings
+    lease_ms = int(settings.lease_seconds * 1000)
     rotation = ShardRotation(ctx.store, shard)
     deadline = time.monotonic() + budget
+    flushed = time.monotonic()
     done = 0
-    while True:
-        claim = rotation.claim(lease_ms)
-        if claim is None:
-            return f"{done} documents; none waiting"
-        if done == 0 and rotation.active:
-            queues.wake_processing(ctx.queue_redis, claim.batch.shard, ctx.settings)
-        process_fairly(ctx, claim)
-        done += 1
-        if time.monotonic() >= deadline:
-            break
-    if ctx.store.waiting_shards():
-        queues.wake_processing(ctx.queue_redis, claim.batch.shard, ctx.settings)
-    return f"{done} documents; budget spent"
+    try:
+        while True:
+            claims = rotation.claim_turn(
+                lease_ms, documents=settings.claim_documents, max_bytes=settings.claim_bytes
+            )
+            if not claims:
+                return f"{done} documents; none waiting"
+            if done == 0 and rotation.active:
+                queues.wake_processing(ctx.queue_redis, claims[0].batch.shard, settings)
+            # The turn's outcomes are stored together (one script) once its last document
+            # is extracted; their leases are renewed meanwhile, as those waiting their turn.
+            sink: list[tuple[Outcome, float]] = []
+            ctx.store.prefetch(claims)  # their bytes, one MGET
+            try:
+                with _LeaseKeeper(ctx.store, claims[1:], lease_ms) as waiting:
+                    for i, claim in enumerate(claims):
+                        waiting.drop(claim)
+                        process_fairly(ctx, claim, others_here=i + 1 < len(claims), sink=sink)
+                        waiting.add(*(o.claim for o, _ in sink))
+                        done += 1
+                    if sink:
+                        store_outcomes(ctx, sink, flush=False)
+            finally:
+                ctx.store.forget(claims)
+            if time.monotonic() - flushed >= _METRICS_EVERY:
+                _flush_metrics(ctx)
+                flushed = time.monotonic()
+            if time.monotonic() >= deadline:
+                break
+        if ctx.store.waiting_shards():
+            queues.wake_processing(ctx.queue_redis, claims[0].batch.shard, settings)
+        return f"{done} documents; budget spent"
+    finally:
+        _flush_metrics(ctx)
 
 
 def run_document(ctx: WorkerContext, doc_id: str, account: str, batch_name: str) -> str:

@@ -77,7 +77,7 @@ from redis.maint_notifications import MaintNotificationsConfig
 from redis.retry import Retry
 
 from relay.exceptions import ConfigError
-from relay.redis_deadline import DeadlineRedis
+from relay.redis_deadline import DeadlineRedis, DeadlineRedisCluster
 
 if TYPE_CHECKING:
     from relay.config import Settings
@@ -352,10 +352,11 @@ def sync_client(
         retry_on_error=list(_RETRY_ON),
         socket_connect_timeout=where.connect_timeout,
         socket_timeout=where.socket_timeout if socket_timeout is None else socket_timeout,
-        socket_keepalive=True,
         health_check_interval=15,
         **_common(),
     )
+    if not where.url.startswith("unix://"):  # TCP only: a unix socket has no keepalive
+        options["socket_keepalive"] = True
     if where.is_cluster:
         return cast(redis.Redis, _cluster_client(where, options, retries))
     if not where.via_sentinel:
@@ -492,7 +493,7 @@ async def follow_primary(
 def async_client(target: str | RedisTarget, *, max_connections: int = 64) -> redis.asyncio.Redis:
     """A client for the API: fails fast (the API answers 503) and reconnects by itself;
     within a request, its commands share the request's Redis deadline
-    (``relay.redis_deadline``; not on a Cluster, whose client has timeouts per node only).
+    (``relay.redis_deadline``; on a Cluster too, its redirections and node failover within it).
 
     A dead pooled connection is replaced before a command goes out (module docstring); a
     command that fails on a live connection is not sent again. The retry policy must be
@@ -512,7 +513,7 @@ def async_client(target: str | RedisTarget, *, max_connections: int = 64) -> red
     if where.is_cluster:
         # MOVED and ASK are followed whatever the retries; a command failing on a dead node
         # is not sent again (as above), and the next one asks the nodes for the slot table.
-        cluster: Any = redis.asyncio.cluster.RedisCluster(
+        cluster: Any = DeadlineRedisCluster(
             startup_nodes=[
                 redis.asyncio.cluster.ClusterNode(host, port) for host, port in where.cluster_nodes
             ],

@@ -5,14 +5,17 @@ several in a row: asking the Sentinels for the primary, connecting, the set-up's
 command's reply (14 s at worst with the default settings), and a request may send more than
 one command. So the API gives every HTTP request a budget of Redis time (:func:`budget`,
 opened by :class:`RequestDeadline`): each Redis call the request makes through the API's
-client (:data:`DeadlineRedis`, its pipelines too) or the status lane runs under an
+client (:data:`DeadlineRedis`, or :data:`DeadlineRedisCluster` on a Redis Cluster; their
+pipelines too) or the status lane runs under an
 ``asyncio`` timeout of what is left of it, and what the call took is taken off. Time spent
 elsewhere is not counted: reading an upload's body, a long poll's wait for an event, sending
 the response. Past the budget the call fails with redis-py's ``TimeoutError``: a 503
 ``store_unavailable``, as any other Redis failure, and the client retries.
 
 A call cut short by the timeout is cancelled: redis-py drops that connection (its reply may
-still come), the lane leaves the round in its queue and discards its replies.
+still come), the lane leaves the round in its queue and discards its replies. On a Cluster
+the timeout wraps the whole call, so the client's own ``MOVED``/``ASK`` redirections, its
+refresh of the slot table and its tries on another node all run within the same budget.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ from contextvars import ContextVar
 from typing import Any, TypeVar
 
 import redis.asyncio
+import redis.asyncio.cluster
 from redis.asyncio.client import Pipeline
+from redis.exceptions import RedisClusterException
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 T = TypeVar("T")
@@ -41,6 +46,10 @@ class _Budget:
 
 
 _BUDGET: ContextVar[_Budget | None] = ContextVar("relay_redis_budget", default=None)
+# Set while a call runs under :func:`within`: a call it makes itself (a Cluster pipeline's
+# redirected command goes through the client's ``execute_command``) is already bounded and
+# counted by the outer one, not charged twice.
+_INSIDE: ContextVar[bool] = ContextVar("relay_redis_within", default=False)
 
 
 @contextlib.contextmanager
@@ -71,7 +80,7 @@ async def within(call: Awaitable[T]) -> T:
     """Await one Redis call within what is left of the current budget (none: unbounded
     here, the call's own timeouts apply). Raises redis-py's ``TimeoutError`` past it."""
     current = _BUDGET.get()
-    if current is None:
+    if current is None or _INSIDE.get():
         return await call
     if current.left <= 0:
         if asyncio.iscoroutine(call):
@@ -80,6 +89,7 @@ async def within(call: Awaitable[T]) -> T:
     loop = asyncio.get_running_loop()
     start = loop.time()
     timeout = asyncio.timeout(current.left)
+    inside = _INSIDE.set(True)
     try:
         async with timeout:
             return await call
@@ -88,6 +98,7 @@ async def within(call: Awaitable[T]) -> T:
             raise _spent(current) from exc
         raise
     finally:
+        _INSIDE.reset(inside)
         current.left -= loop.time() - start
 
 
@@ -132,4 +143,36 @@ DeadlineRedis: Any = type(
     "DeadlineRedis",
     (redis.asyncio.Redis,),
     {"execute_command": _execute_command, "pipeline": _pipeline},
+)
+
+
+async def _cluster_execute_command(self: Any, *args: Any, **options: Any) -> Any:
+    return await within(redis.asyncio.cluster.RedisCluster.execute_command(self, *args, **options))
+
+
+async def _cluster_execute(
+    self: Any, raise_on_error: bool = True, allow_redirections: bool = True
+) -> list[Any]:
+    return await within(
+        redis.asyncio.cluster.ClusterPipeline.execute(self, raise_on_error, allow_redirections)
+    )
+
+
+def _cluster_pipeline(self: Any, transaction: Any = None, shard_hint: Any = None) -> Any:
+    if shard_hint:  # as redis-py's own
+        raise RedisClusterException("shard_hint is deprecated in cluster mode")
+    return DeadlineClusterPipeline(self, transaction)
+
+
+DeadlineClusterPipeline: Any = type(
+    "DeadlineClusterPipeline",
+    (redis.asyncio.cluster.ClusterPipeline,),
+    {"execute": _cluster_execute},
+)
+# The API's asyncio client on a Redis Cluster: the same budget, redirections and tries on
+# other nodes included (they happen inside ``execute_command`` and the pipeline's ``execute``).
+DeadlineRedisCluster: Any = type(
+    "DeadlineRedisCluster",
+    (redis.asyncio.cluster.RedisCluster,),
+    {"execute_command": _cluster_execute_command, "pipeline": _cluster_pipeline},
 )

@@ -23,7 +23,7 @@ from typing import Any
 
 from relay import keys
 from relay.exceptions import InvalidCursor
-from relay.model import DELIVERY_ID_PATTERN, DeliveryStatus
+from relay.model import DELIVERY_ID_PATTERN, DeliveryStatus, RecoveryJSON
 from relay.scripts import fields
 
 # Scores are creation times in ms; a bound past every one of them.
@@ -156,6 +156,9 @@ class Recovery:
     recovered: int = 0
     skipped: int = 0
     shards: set[int] = field(default_factory=set)
+
+    def to_json(self) -> RecoveryJSON:
+        return {"recovered": self.recovered, "skipped": self.skipped}
 
 
 class RecoverRun:

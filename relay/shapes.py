@@ -7,6 +7,9 @@ OpenAPI document (``relay.api.openapi_schemas``). What a type alone cannot say (
 a bound, a description, that a string is one of an enum's values) rides along in
 ``Annotated`` metadata: :class:`Schema` (keywords merged into the field's schema),
 :class:`Ref` (the field is a named component) or a ``StrEnum`` class (one of its values).
+A ``Literal`` is its values (``const`` for one). ``X | None`` adds ``"null"`` to a scalar's
+type and is ``oneOf`` null or the schema for an object (inline or a component); a union of
+``TypedDict``s is ``oneOf`` them.
 """
 
 from __future__ import annotations
@@ -14,7 +17,16 @@ from __future__ import annotations
 import types
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints, is_typeddict
+from typing import (
+    Annotated,
+    Any,
+    Literal,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+    is_typeddict,
+)
 
 
 class Schema:
@@ -29,6 +41,12 @@ class Ref:
 
     def __init__(self, name: str) -> None:
         self.name = name
+
+
+def components(*shapes: type) -> dict[type, str]:
+    """The ``names`` of shapes that are components of their own: each its class's name, less
+    a ``JSON`` suffix (``BatchJSON`` is ``Batch``)."""
+    return {shape: shape.__name__.removesuffix("JSON") for shape in shapes}
 
 
 def ref(name: str) -> dict[str, str]:
@@ -69,12 +87,17 @@ def field_schema(hint: Any, names: Mapping[type, str]) -> dict[str, Any]:
         return out
     if origin in (Union, types.UnionType):
         members = [a for a in get_args(hint) if a is not type(None)]
+        if len(members) > 1 and all(is_typeddict(m) for m in get_args(hint)):
+            return {"oneOf": [field_schema(m, names) for m in members]}  # one of the objects
         if len(members) != 1:
-            raise TypeError(f"only X | None unions have a schema here, not {hint!r}")
+            raise TypeError(f"no JSON Schema for the union {hint!r}")
         inner = field_schema(members[0], names)
-        if isinstance(inner.get("type"), str):
+        if isinstance(inner.get("type"), str) and inner["type"] != "object":
             return {**inner, "type": [inner["type"], "null"]}
         return {"oneOf": [{"type": "null"}, inner]}
+    if origin is Literal:
+        values = get_args(hint)
+        return {"const": values[0]} if len(values) == 1 else {"enum": list(values)}
     if origin is list:
         (item,) = get_args(hint)
         return {"type": "array", "items": field_schema(item, names)}

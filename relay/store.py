@@ -18,9 +18,10 @@ import redis.asyncio
 from redis.exceptions import ResponseError
 
 from relay import keys
-from relay.blobs import BlobStore
+from relay.blobs import DIRECTORY, BlobStore
 from relay.exceptions import BatchDeleted, BatchNotFound, QuotaExceeded, StateError
 from relay.model import Batch, Document, Status, valid_batch_name
+from relay.redis_conn import is_cluster
 from relay.scripts import AsyncScripts, Scripts, fields, refusal
 from relay.timefmt import now_ms
 
@@ -62,6 +63,18 @@ class Claim:
     content_type: str
     blob_kind: str
     claims: int
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A claimed document's outcome for ``Store.finish_many``: the result (the JSON of
+    ``{"line_items": [...], "tables": [...]}``) or the error (code, message), and when it
+    ended (ms since the epoch)."""
+
+    claim: Claim
+    result: bytes | None
+    error: tuple[str, str] | None
+    at: int
 
 
 async def locate_batch(client: redis.asyncio.Redis, account: str, name: str) -> BatchRef:
@@ -278,9 +291,13 @@ class AsyncStore:
         Raises BatchNotFound, BatchDeleted."""
         s = ref.shard
         try:
-            ids = await self.scripts(
+            reply = await self.scripts(
                 "process",
-                [ref.key, keys.batch_pending(s, ref.account, ref.name)],
+                [
+                    ref.key,
+                    keys.batch_docs(s, ref.account, ref.name),
+                    keys.batch_pending(s, ref.account, ref.name),
+                ],
                 [
                     json.dumps(list(fields or [])),
                     self.clock(),
@@ -292,7 +309,9 @@ class AsyncStore:
             )
         except ResponseError as exc:
             raise _batch_refusal(ref, exc) from exc
-        return [i.decode() for i in ids]
+        # (``fields`` is the parameter here: the reply is read as scripts.fields reads one.)
+        handed: list[str] = json.loads(reply).get("handed", [])
+        return handed
 
     async def delete_batch(self, ref: BatchRef) -> list[str]:
         """Cancel the batch's queued documents and refuse further uploads; BatchNotFound."""
@@ -329,13 +348,11 @@ class AsyncStore:
         return Batch.from_hash(h) if h else None
 
     async def get_document(self, account: str, doc_id: str) -> Document | None:
-        shard = keys.shard_of_id("doc", doc_id)
-        if shard is None:
-            return None
-        h = await self.redis.hgetall(keys.doc(shard, doc_id))
-        if not h or h.get(b"account", b"").decode() != account:
-            return None
-        return Document.from_hash(h)
+        """The account's document: the status endpoint's read (``DocumentQuery``), alone."""
+        q = DocumentQuery(doc_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            q.queue(pipe, account)
+            return q.decode(await pipe.execute(), account)
 
     async def results(
         self, ref: BatchRef, *, start: int, limit: int
@@ -406,6 +423,8 @@ class Store:
         self.scripts = Scripts(client)
         self.blobs = blobs
         self.clock = clock  # ms since the epoch; tests pass their own
+        # Bytes read ahead for a turn's claims (prefetch), by document id.
+        self._prefetched: dict[str, bytes | None] = {}
 
     def claim(self, ref: BatchRef, doc_id: str, token: str, lease_ms: int) -> Claim | None:
         k = _doc_keys(ref, doc_id)
@@ -420,27 +439,73 @@ class Store:
     def claim_next(self, shard: int, token: str, lease_ms: int) -> tuple[Claim | None, bool]:
         """Claim the shard's next document in fair order (``claim_next.lua``). Returns the
         claim (None when nothing was claimed) and whether documents still wait in the shard."""
+        claims, more = self.claim_turn(shard, token, lease_ms, documents=1, max_bytes=0)
+        return (claims[0] if claims else None), more
+
+    def claim_turn(
+        self, shard: int, token: str, lease_ms: int, *, documents: int, max_bytes: int
+    ) -> tuple[list[Claim], bool]:
+        """Claim the shard's next turn in fair order (``claim_next.lua``): the next account's
+        first waiting document and, behind it in the same batch, more while they are small
+        (at most ``documents``, together within ``max_bytes`` past the first). Returns the
+        claims (none when nothing was claimed) and whether documents still wait in the
+        shard."""
         reply = self.scripts(
             "claim_next",
             [keys.leases(shard)],
-            [keys.shard_prefix(shard), self.clock(), lease_ms, token, CLAIM_SKIP_LIMIT],
+            [
+                keys.shard_prefix(shard),
+                self.clock(),
+                lease_ms,
+                token,
+                CLAIM_SKIP_LIMIT,
+                documents,
+                max_bytes,
+            ],
         )
         c = fields(reply)
         more = int(c["more"]) == 1
-        if not c["claimed"]:
-            return None, more
-        return _claim(c["id"], BatchRef(c["account"], c["batch"], shard), token, c), more
+        if not c.get("claims"):
+            return [], more
+        ref = BatchRef(c["account"], c["batch"], shard)
+        shared = {"fields": c["fields"]}
+        return [_claim(d["id"], ref, token, {**d, **shared}) for d in c["claims"]], more
 
     def waiting_shards(self) -> list[int]:
-        """The shards with documents waiting in their fair queue (one pipelined round trip)."""
+        """The shards with documents waiting in their fair queue: one ``MGET`` of the
+        shards' waiting counters (``keys.waiting``, kept by the same scripts as the fair
+        queue, absent at 0); on a Cluster, whose keys of several slots no one command may
+        name, one pipelined ``EXISTS`` per shard."""
+        counters = [keys.waiting(s) for s in keys.all_shards()]
+        if not is_cluster(self.redis):
+            return [s for s, n in enumerate(self.redis.mget(counters)) if n and int(n) > 0]
         with self.redis.pipeline(transaction=False) as pipe:
-            for s in keys.all_shards():
-                pipe.exists(keys.fair_ring(s))
+            for key in counters:
+                pipe.exists(key)
             found = pipe.execute()
         return [s for s, there in enumerate(found) if there]
 
     def read_blob(self, claim: Claim) -> bytes | None:
+        """The claimed document's bytes: read ahead by ``prefetch`` (taken once), else
+        read now."""
+        if claim.doc_id in self._prefetched:
+            return self._prefetched.pop(claim.doc_id)
         return self.blobs.read(self.redis, claim.batch.shard, claim.doc_id, claim.blob_kind)
+
+    def prefetch(self, claims: Sequence[Claim]) -> None:
+        """Read the bytes of a turn's claims held in Redis with one ``MGET`` (one batch, so
+        one slot), for ``read_blob`` (a turn is small: ``RELAY_CLAIM_BYTES``)."""
+        held = [c for c in claims if c.blob_kind != DIRECTORY]
+        if len(held) < 2:
+            return
+        values = self.redis.mget([keys.blob(c.batch.shard, c.doc_id) for c in held])
+        for c, value in zip(held, values, strict=True):
+            self._prefetched[c.doc_id] = None if value is None else bytes(value)
+
+    def forget(self, claims: Sequence[Claim]) -> None:
+        """Drop what ``prefetch`` read for claims that were not read (their turn ended)."""
+        for c in claims:
+            self._prefetched.pop(c.doc_id, None)
 
     def renew(self, claim: Claim, lease_ms: int) -> bool:
         k = _doc_keys(claim.batch, claim.doc_id)
@@ -465,37 +530,45 @@ class Store:
         if result is None and line_items is not None:
             value = {"line_items": line_items, "tables": tables or []}
             result = json.dumps(value, separators=(",", ":")).encode()
-        k = _doc_keys(claim.batch, claim.doc_id)
-        outcome = "failed" if error is not None else "succeeded"
-        code, message = error if error is not None else ("", "")
-        reply = self.scripts(
-            "finish",
-            [
-                k["doc"],
-                k["batch"],
-                k["leases"],
-                k["outbox"],
-                k["items"],
-                k["blob"],
-                k["pending_bytes"],
-            ],
-            [
-                claim.doc_id,
-                claim.token,
-                self.clock(),
-                outcome,
-                result if result is not None else "",
+        stored, seq = self.finish_many([Outcome(claim, result, error, self.clock())])
+        return stored[0], seq
+
+    def finish_many(self, outcomes: Sequence[Outcome]) -> tuple[list[bool], int]:
+        """Store the outcomes of documents of one batch in one script (``finish.lua``).
+        Returns whether each was stored (not when its lease was lost) and the batch's
+        completion_seq when they completed it, else 0."""
+        ref = outcomes[0].claim.batch
+        s = ref.shard
+        script_keys = [
+            ref.key,
+            keys.leases(s),
+            keys.outbox(s),
+            keys.account_pending_bytes(s, ref.account),
+        ]
+        args: list[Any] = []
+        for o in outcomes:
+            if o.claim.batch != ref:
+                raise ValueError("finish_many: documents of one batch")
+            doc_id = o.claim.doc_id
+            script_keys += [keys.doc(s, doc_id), keys.doc_items(s, doc_id), keys.blob(s, doc_id)]
+            code, message = o.error if o.error is not None else ("", "")
+            args += [
+                doc_id,
+                o.claim.token,
+                o.at,
+                "failed" if o.error is not None else "succeeded",
+                o.result if o.result is not None else "",
                 code,
                 message,
-            ],
-        )
-        outcome_ = fields(reply)
-        if not outcome_["stored"]:
-            return False, 0
-        if outcome_["freed"]:
-            self.release_total(claim.batch.account, outcome_["freed"])
-        self.blobs.discard(claim.doc_id, claim.blob_kind)
-        return True, int(outcome_["seq"])
+            ]
+        reply = fields(self.scripts("finish", script_keys, args))
+        if reply["freed"]:
+            self.release_total(ref.account, reply["freed"])
+        stored = [bool(x) for x in reply["stored"]]
+        for o, ok in zip(outcomes, stored, strict=True):
+            if ok:
+                self.blobs.discard(o.claim.doc_id, o.claim.blob_kind)
+        return stored, int(reply["seq"])
 
     def release_total(self, account: str, freed: int) -> None:
         """Take bytes a script freed off the account's total (``AsyncStore``'s docstring);

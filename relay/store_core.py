@@ -5,7 +5,9 @@ to send in one pipelined round trip, is *sent* their replies, and *returns* its 
 error reply (a script's refusal) is *thrown* into it, where it becomes a domain error.
 :func:`run` and :func:`run_async` are the two thin executors; ``WebhookStore`` and
 ``AsyncWebhookStore`` call one each, so a change to what a search, a recovery, a retry or a
-release sends or how it reads the replies is made in one place for both.
+release sends or how it reads the replies is made in one place for both. The event feeds'
+page (``relay.events.feed_page``) is an operation too, run by ``EventLog`` and
+``AsyncEventLog`` the same way.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from redis.exceptions import ResponseError
 
@@ -123,6 +125,11 @@ async def _cluster_round_async(client: Any, scripts: Any, calls: Round) -> list[
 
 
 def _round(client: Any, scripts: Any, calls: Round) -> list[Any]:
+    if len(calls) == 1:  # sent on its own: a pipeline holding a script adds SCRIPT EXISTS
+        call = calls[0]
+        if call.script:
+            return [scripts(call.command, *call.args)]
+        return [getattr(client, call.command)(*call.args)]
     if is_cluster(client):
         return _cluster_round(client, scripts, calls)
     with client.pipeline(transaction=False) as pipe:
@@ -133,6 +140,11 @@ def _round(client: Any, scripts: Any, calls: Round) -> list[Any]:
 
 
 async def _round_async(client: Any, scripts: Any, calls: Round) -> list[Any]:
+    if len(calls) == 1:  # as in _round
+        call = calls[0]
+        if call.script:
+            return [await scripts(call.command, *call.args)]
+        return [await getattr(client, call.command)(*call.args)]
     if is_cluster(client):
         return await _cluster_round_async(client, scripts, calls)
     async with client.pipeline(transaction=False) as pipe:
@@ -143,37 +155,56 @@ async def _round_async(client: Any, scripts: Any, calls: Round) -> list[Any]:
         return _first_error(await pipe.execute(raise_on_error=False))
 
 
+class _Driver(Generic[T]):
+    """Steps one operation: the round it asks for (``calls``), until it has returned
+    (``done``, ``result``). The generator protocol is handled here, once for both executors."""
+
+    def __init__(self, op: Operation[T]) -> None:
+        self.op = op
+        self.calls: Round = []
+        self.done = False
+        self.result: T | None = None
+        self._step(lambda: next(op))
+
+    def send(self, outcome: list[Any] | ResponseError) -> None:
+        """The round's replies, or its first error reply (thrown into the operation)."""
+        if isinstance(outcome, ResponseError):
+            self._step(lambda: self.op.throw(outcome))
+        else:
+            self._step(lambda: self.op.send(outcome))
+
+    def _step(self, step: Callable[[], Round]) -> None:
+        try:
+            self.calls = step()
+        except StopIteration as stop:
+            self.done, self.result = True, stop.value
+
+
+# In both executors an error the operation raises itself propagates: one caught by their
+# `except` is thrown back into the finished generator, which raises it again at once.
+
+
 def run(client: Any, scripts: Any, op: Operation[T]) -> T:
     """Run ``op`` on a synchronous redis-py client, one pipelined round trip per round; the
     first error reply of a round is thrown into ``op``."""
-    try:
-        calls = next(op)
-        while True:
-            try:
-                replies = _round(client, scripts, calls)
-            except ResponseError as exc:
-                calls = op.throw(exc)
-            else:
-                calls = op.send(replies)
-    except StopIteration as done:
-        result: T = done.value
-        return result
+    d = _Driver(op)
+    while not d.done:
+        try:
+            d.send(_round(client, scripts, d.calls))
+        except ResponseError as exc:
+            d.send(exc)
+    return cast(T, d.result)
 
 
 async def run_async(client: Any, scripts: Any, op: Operation[T]) -> T:
     """:func:`run` on a ``redis.asyncio`` client."""
-    try:
-        calls = next(op)
-        while True:
-            try:
-                replies = await _round_async(client, scripts, calls)
-            except ResponseError as exc:
-                calls = op.throw(exc)
-            else:
-                calls = op.send(replies)
-    except StopIteration as done:
-        result: T = done.value
-        return result
+    d = _Driver(op)
+    while not d.done:
+        try:
+            d.send(await _round_async(client, scripts, d.calls))
+        except ResponseError as exc:
+            d.send(exc)
+    return cast(T, d.result)
 
 
 # -- the operations -------------------------------------------------------------------------

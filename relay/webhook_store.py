@@ -29,13 +29,9 @@ from relay.model import Attempt, Batch, Delivery, DeliveryStatus, Webhook
 from relay.scripts import AsyncScripts, Scripts, fields, refusal
 from relay.search import RecoverRun, Recovery
 from relay.store import BatchRef
-from relay.timefmt import now_ms, rfc3339
+from relay.timefmt import now_ms
+from relay.webhook_events import notification_body, verify_body
 
-EVENT_TYPE = "batch.completed"
-# Operational events, delivered to the account's operational webhook (keys.OPERATIONAL_BATCH).
-WEBHOOK_DISABLED = "webhook.disabled"
-DELIVERY_FAILED = "delivery.failed"
-VERIFY_EVENT = "webhook.verify"  # endpoint verification: a challenge to echo
 DEFAULT_DISABLE_AFTER_MS = 5 * 86_400_000
 
 
@@ -56,58 +52,6 @@ def disable_reason(disable_after_ms: int) -> str:
     else:
         span = f"{seconds:g}s"
     return f"every attempt failed for {span} with no success since the first failure"
-
-
-def event_body(fields: dict[bytes, bytes]) -> bytes:
-    """The exact bytes POSTed for one operational event (an outbox entry with a ``kind``)."""
-
-    def text(name: str) -> str:
-        return fields.get(name.encode(), b"").decode()
-
-    kind = text("kind")
-    data: dict[str, Any]
-    if kind == DELIVERY_FAILED:
-        code = text("status_code")
-        data = {
-            "id": text("id"),
-            "batch_name": text("batch"),
-            "url": text("url"),
-            "attempts": int(text("attempts") or 0),
-            "error": text("error") or None,
-            "status_code": int(code) if code else None,
-        }
-    else:
-        data = {"batch_name": text("batch"), "url": text("url"), "reason": text("reason")}
-    event = {"type": kind, "timestamp": rfc3339(int(text("at"))), "data": data}
-    return json.dumps(event, separators=(",", ":")).encode()
-
-
-def verify_body(batch_name: str, url: str, challenge: str, at_ms: int) -> bytes:
-    """The exact bytes of an endpoint verification's challenge (``webhook.verify``): the
-    receiver answers 2xx with ``challenge`` in its body. ``batch_name`` is null for the
-    operational webhook."""
-    data = {"batch_name": batch_name or None, "url": url, "challenge": challenge}
-    event = {"type": VERIFY_EVENT, "timestamp": rfc3339(at_ms), "data": data}
-    return json.dumps(event, separators=(",", ":")).encode()
-
-
-VERIFY_PREFIX = b'{"type":"' + b"webhook.verify" + b'"'
-
-
-def verify_challenge(body: bytes) -> str | None:
-    """The challenge of a ``verify_body``, None for any other delivery body."""
-    if not body.startswith(VERIFY_PREFIX):
-        return None
-    challenge = json.loads(body)["data"]["challenge"]
-    return challenge if isinstance(challenge, str) else None
-
-
-def notification_body(batch: Batch, public_url: str) -> bytes:
-    """The exact bytes POSTed for one completion (identical on every attempt)."""
-    results_url = f"{public_url.rstrip('/')}/api/v1/batches/{batch.name}/results"
-    data = {**batch.to_json(), "results_url": results_url}
-    event = {"type": EVENT_TYPE, "timestamp": rfc3339(batch.completed_at), "data": data}
-    return json.dumps(event, separators=(",", ":")).encode()
 
 
 def _create_call(
@@ -318,9 +262,8 @@ class WebhookStore:
         with self.redis.pipeline(transaction=False) as pipe:
             for s in shards:
                 pipe.zcount(keys.due(s), "-inf", now)
-            counts = pipe.execute()
-        order = sorted(shards, key=lambda s: (s != first, s))
-        return tuple(s for s in order if counts[s])
+            due = {s for s, count in zip(shards, pipe.execute(), strict=True) if count}
+        return tuple(sorted(due, key=lambda s: (s != first, s)))
 
 
 class AsyncWebhookStore:

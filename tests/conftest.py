@@ -13,7 +13,20 @@ import pytest
 import redis
 
 from relay.redis_server import AppendFsync, RedisServer, find_redis_server
+from tests.support.run_seed import replay_hint, run_seed
 from tests.support.sentinels import Topology, find_redis_sentinel
+
+# -- The run ---------------------------------------------------------------------------------
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    run_seed()  # drawn here, before pytest-xdist starts its workers: they share it
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    seed = run_seed()
+    return f"schemathesis seed {seed}: {replay_hint(seed)}"
+
 
 # -- Redis ----------------------------------------------------------------------------------
 

@@ -14,13 +14,12 @@ from relay.model import DeliveryStatus
 from relay.timefmt import rfc3339
 from tests.support.api_fixtures import V1, Api, ApiFactory, api_factory_fixture, api_fixture  # noqa: F401
 from tests.support.delivery_seed import Seeder
+from tests.support.helpers import closed_after
 
 
 @pytest.fixture(name="seed")
 def seed_fixture(api: Api) -> Iterator[Seeder]:
-    h = Seeder(api.settings.redis_url)
-    yield h
-    h.close()
+    yield from closed_after(Seeder(api.settings.redis_url))
 
 
 def seed_30_and_12(seed: Seeder) -> list[str]:
@@ -40,9 +39,7 @@ def seed_30_and_12(seed: Seeder) -> list[str]:
 
 
 def created_at(seed: Seeder, ident: str) -> int:
-    found = seed.store.get(ident)
-    assert found is not None
-    return found.created_at
+    return seed.get(ident).created_at
 
 
 def all_pages(api: Api, account: str, **params: Any) -> list[list[dict[str, Any]]]:
@@ -123,8 +120,7 @@ def test_recover_makes_the_accounts_failed_deliveries_due(api: Api, seed: Seeder
     assert r.json() == {"recovered": 10, "skipped": 0}
     assert "RateLimit-Remaining" in r.headers or "ratelimit-remaining" in r.headers
     for ident in failed:
-        d = seed.store.get(ident)
-        assert d is not None
+        d = seed.get(ident)
         want = DeliveryStatus.FAILED if ident in failed[:2] else DeliveryStatus.PENDING
         assert d.status is want
     assert api.redis.llen("rq:queue:relay-delivery") >= 1  # the shards were woken

@@ -16,7 +16,7 @@ from relay import keys
 from relay.detector import Detector, ensure_groups
 from relay.events import FeedWaiters
 from relay.store import BatchRef
-from relay.webhook_store import event_body
+from relay.webhook_events import event_body
 from relay.worker_context import WorkerContext
 from tests.support.api_fixtures import V1, Api, ApiFactory, api_factory_fixture, api_fixture  # noqa: F401
 from tests.support.helpers import relay_cli, wait_until

@@ -13,10 +13,16 @@ import pytest
 from starlette.routing import BaseRoute, Mount, Route
 
 from relay.api.reference import anchor as reference_anchor
-from relay.delivery.probe import ProbeResult, probe_body
+from relay.delivery.probe import ProbeResult
 from relay.model import Batch
 from relay.store import BatchRef
-from relay.webhook_store import event_body, notification_body, verify_body, verify_challenge
+from relay.webhook_events import (
+    event_body,
+    notification_body,
+    probe_body,
+    verify_body,
+    verify_challenge,
+)
 from tests.support.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
 
 METHODS = {"get", "put", "post", "delete", "patch"}
@@ -242,6 +248,20 @@ def test_webhooks_describe_the_batch_completed_body_relay_sends(api: Api) -> Non
     assert set(data) == set(doc["components"]["schemas"]["Batch"]["properties"]) | {"results_url"}
 
 
+def _failed_fields(*, attempts: str, error: str, status_code: str) -> dict[str, str]:
+    """A delivery.failed event's outbox fields, as the Lua script writes them."""
+    return {
+        "kind": "delivery.failed",
+        "batch": "b1",
+        "url": "https://h.example/x",
+        "id": "msg_3abcdefghijklmnopqrst",
+        "attempts": attempts,
+        "error": error,
+        "status_code": status_code,
+        "at": "1764475200000",
+    }
+
+
 @pytest.mark.parametrize(
     ("event", "fields"),
     [
@@ -255,32 +275,8 @@ def test_webhooks_describe_the_batch_completed_body_relay_sends(api: Api) -> Non
                 "at": "1764475200000",
             },
         ),
-        (
-            "delivery.failed",
-            {
-                "kind": "delivery.failed",
-                "batch": "b1",
-                "url": "https://h.example/x",
-                "id": "msg_3abcdefghijklmnopqrst",
-                "attempts": "8",
-                "error": "http_status",
-                "status_code": "502",
-                "at": "1764475200000",
-            },
-        ),
-        (
-            "delivery.failed",
-            {
-                "kind": "delivery.failed",
-                "batch": "b1",
-                "url": "https://h.example/x",
-                "id": "msg_3abcdefghijklmnopqrst",
-                "attempts": "3",
-                "error": "timeout",
-                "status_code": "",
-                "at": "1764475200000",
-            },
-        ),
+        ("delivery.failed", _failed_fields(attempts="8", error="http_status", status_code="502")),
+        ("delivery.failed", _failed_fields(attempts="3", error="timeout", status_code="")),
     ],
 )
 def test_webhooks_describe_the_operational_events_relay_sends(

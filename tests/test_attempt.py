@@ -13,15 +13,12 @@ from standardwebhooks.webhooks import Webhook
 
 from relay import keys
 from relay.blobs import BlobStore
-from relay.config import load_settings
-from relay.crypto import generate_key
 from relay.delivery.send import attempt_once
 from relay.model import Attempt, DeliveryStatus
 from relay.redis_server import free_port
 from relay.store import AsyncStore, BatchRef
 from relay.webhook_store import AsyncWebhookStore, ClaimedDelivery
-from relay.worker_context import WorkerContext
-from tests.support.helpers import Clients
+from tests.support.helpers import Clients, worker_context
 from tests.support.receiver import Receiver, Reply
 
 REF = BatchRef("acme", "b1")
@@ -31,15 +28,14 @@ BODY = json.dumps({"type": "batch.completed", "data": {"batch_name": "b1"}}).enc
 class H(Clients):
     def __init__(self, url: str, receiver: Receiver) -> None:
         super().__init__(url)
-        settings = {
-            "RELAY_REDIS_URL": url,
-            "RELAY_ENCRYPTION_KEY": generate_key(),
-            "RELAY_ALLOW_HTTP_TARGETS": "true",
-            "RELAY_ALLOW_PRIVATE_TARGETS": "true",
-            "RELAY_RETRY_SCHEDULE": "60,60",
-            "RELAY_RETRY_JITTER": "0",
-        }
-        self.ctx = WorkerContext(load_settings(settings, dotenv=None), self.clock)
+        self.ctx = worker_context(
+            url,
+            self.clock,
+            RELAY_ALLOW_HTTP_TARGETS="true",
+            RELAY_ALLOW_PRIVATE_TARGETS="true",
+            RELAY_RETRY_SCHEDULE="60,60",
+            RELAY_RETRY_JITTER="0",
+        )
         self.receiver = receiver
         api = AsyncStore(self.aclient, BlobStore(""))
         self.run(api.upload(REF, filename="a.csv", content_type="text/csv", content=b"a\n1\n"))

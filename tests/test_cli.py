@@ -4,9 +4,6 @@ that Redis is not there, and how it refuses bad arguments."""
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,28 +12,7 @@ import redis
 from relay import auth, cli, dev
 from relay.config import load_settings
 from relay.logs import redact_url
-from tests.support.helpers import free_port
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def relay_cli(
-    *args: str, cwd: Path, redis_url: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    """``relay ARGS`` in ``cwd``, with no RELAY_* variable but ``RELAY_REDIS_URL`` if given."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
-    env["PYTHONPATH"] = str(ROOT)
-    if redis_url is not None:
-        env["RELAY_REDIS_URL"] = redis_url
-    return subprocess.run(
-        [sys.executable, "-m", "relay", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+from tests.support.helpers import free_port, relay_cli
 
 
 def _dev_checkout(tmp_path: Path, redis_url: str) -> Path:
@@ -57,12 +33,12 @@ def test_commands_find_the_redis_of_relay_dev_in_this_checkout(
     below = checkout / "docs" / "deep"
     below.mkdir(parents=True)
 
-    made = relay_cli("keys", "create", "--account", "acme", cwd=below)
+    made = relay_cli(None, "keys", "create", "--account", "acme", cwd=below)
     assert made.returncode == 0, made.stderr
     key = made.stdout.strip().splitlines()[-1]
     assert auth.lookup_key(redis, key) == "acme"  # written into relay dev's Redis
 
-    listed = relay_cli("keys", "list", cwd=checkout)
+    listed = relay_cli(None, "keys", "list", cwd=checkout)
     assert listed.returncode == 0, listed.stderr
     assert "acme" in listed.stdout and "active" in listed.stdout
 
@@ -70,7 +46,7 @@ def test_commands_find_the_redis_of_relay_dev_in_this_checkout(
 def test_relay_redis_url_wins_over_relay_devs(redis_url: str, tmp_path: Path) -> None:
     checkout = _dev_checkout(tmp_path, redis_url)
     elsewhere = f"redis://127.0.0.1:{free_port()}/0"
-    out = relay_cli("deliveries", "list", cwd=checkout, redis_url=elsewhere)
+    out = relay_cli(elsewhere, "deliveries", "list", cwd=checkout)
     assert out.returncode == 1
     assert f"cannot reach Redis at {elsewhere} (RELAY_REDIS_URL)" in out.stderr
 
@@ -124,7 +100,7 @@ def test_the_cli_masks_only_the_password() -> None:
 )
 def test_an_unreachable_redis_is_one_line_and_exit_1(args: tuple[str, ...], tmp_path: Path) -> None:
     url = f"redis://:pw@127.0.0.1:{free_port()}/0"
-    out = relay_cli(*args, cwd=tmp_path, redis_url=url)
+    out = relay_cli(url, *args, cwd=tmp_path)
     assert out.returncode == 1
     assert "Traceback" not in out.stderr
     lines = out.stderr.splitlines()
@@ -138,7 +114,7 @@ def test_an_unreachable_redis_is_one_line_and_exit_1(args: tuple[str, ...], tmp_
 def test_a_stopped_relay_dev_is_named_when_its_redis_is_gone(tmp_path: Path) -> None:
     gone = f"redis://127.0.0.1:{free_port()}/0"
     checkout = _dev_checkout(tmp_path, gone)
-    out = relay_cli("deliveries", "list", cwd=checkout)
+    out = relay_cli(None, "deliveries", "list", cwd=checkout)
     assert out.returncode == 1
     assert out.stderr.startswith(
         f"relay: cannot reach Redis at {gone} (the Redis of relay dev, from "

@@ -124,26 +124,29 @@ def test_api_and_worker_refuse_to_start_without_an_encryption_key(redis_url: str
         assert "RELAY_ENCRYPTION_KEY is not set" in done.stderr
 
 
+def _show_failed(redis_url: str, redis: redis.Redis, **delivery: str) -> str:
+    """What ``relay deliveries show`` prints of a failed delivery of batch b1 (``delivery``:
+    its ``url`` or ``excerpt``)."""
+    ident = _failed_delivery(redis_url, redis, "b1", **delivery)
+    shown = relay_cli(redis_url, "deliveries", "show", ident)
+    assert shown.returncode == 0, shown.stderr
+    return shown.stdout
+
+
 def test_show_escapes_control_characters_from_the_receiver(
     redis_url: str, redis: redis.Redis
 ) -> None:
     hostile = "\x1b[2J\x1b[Hall good\r\n\x9b31m\u202eevil\x07"
-    ident = _failed_delivery(redis_url, redis, "b1", excerpt=hostile)
-    shown = relay_cli(redis_url, "deliveries", "show", ident)
-    assert shown.returncode == 0, shown.stderr
-    assert (
-        "\x1b" not in shown.stdout and "\x9b" not in shown.stdout and "\u202e" not in shown.stdout
-    )
-    assert "\x07" not in shown.stdout and "\r" not in shown.stdout
-    assert "\\x1b[2J\\x1b[Hall good\\r\\n\\x9b31m\\u202eevil\\x07" in shown.stdout
+    shown = _show_failed(redis_url, redis, excerpt=hostile)
+    assert "\x1b" not in shown and "\x9b" not in shown and "\u202e" not in shown
+    assert "\x07" not in shown and "\r" not in shown
+    assert "\\x1b[2J\\x1b[Hall good\\r\\n\\x9b31m\\u202eevil\\x07" in shown
 
 
 def test_show_masks_the_query_values_of_the_callback_url(
     redis_url: str, redis: redis.Redis
 ) -> None:
     url = "https://hooks.example.com/in?token=SECRET-123&v=2"
-    ident = _failed_delivery(redis_url, redis, "b1", url=url)
-    shown = relay_cli(redis_url, "deliveries", "show", ident)
-    assert shown.returncode == 0, shown.stderr
-    assert "SECRET-123" not in shown.stdout
-    assert "url https://hooks.example.com/in?token=…&v=…" in shown.stdout
+    shown = _show_failed(redis_url, redis, url=url)
+    assert "SECRET-123" not in shown
+    assert "url https://hooks.example.com/in?token=…&v=…" in shown

@@ -8,29 +8,21 @@ from collections.abc import Iterator
 
 import pytest
 
-from relay.model import Delivery, DeliveryStatus
+from relay.model import DeliveryStatus
 from relay.timefmt import rfc3339
 from tests.support.delivery_seed import Seeder
-from tests.support.helpers import relay_cli
+from tests.support.helpers import closed_after, relay_cli
 
 _ID = re.compile(r"msg_[0-9a-f][a-z2-7]{20}")
 
 
 @pytest.fixture(name="seed")
 def seed_fixture(redis_url: str) -> Iterator[Seeder]:
-    h = Seeder(redis_url)
-    yield h
-    h.close()
-
-
-def get(seed: Seeder, ident: str) -> Delivery:
-    found = seed.store.get(ident)
-    assert found is not None
-    return found
+    yield from closed_after(Seeder(redis_url))
 
 
 def created_at(seed: Seeder, ident: str) -> int:
-    return get(seed, ident).created_at
+    return seed.get(ident).created_at
 
 
 def listed(redis_url: str, *args: str) -> list[str]:
@@ -75,7 +67,7 @@ def test_recover_every_account_with_progress(redis_url: str, seed: Seeder) -> No
     assert done.returncode == 0, done.stderr
     assert "30 delivery(ies) recovered, 0 skipped" in done.stdout
     assert "recovered" in done.stderr  # progress
-    status = {i: get(seed, i).status for i in [old, ok, *failed]}
+    status = {i: seed.get(i).status for i in [old, ok, *failed]}
     assert status[old] is DeliveryStatus.FAILED and status[ok] is DeliveryStatus.SUCCEEDED
     assert all(status[i] is DeliveryStatus.PENDING for i in failed)
     again = relay_cli(redis_url, "deliveries", "recover", "--since", "2020-01-01T00:00:00Z")

@@ -31,7 +31,8 @@ from relay.auth import create_key, create_operator_key
 from relay.detector import Detector
 from relay.model import Attempt, Batch
 from relay.store import BatchRef
-from relay.webhook_store import AsyncWebhookStore, WebhookStore, notification_body
+from relay.webhook_events import notification_body
+from relay.webhook_store import AsyncWebhookStore, WebhookStore
 from relay.worker_context import WorkerContext
 from tests.support.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
 from tests.support.helpers import FakeClock, wait_until

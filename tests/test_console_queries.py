@@ -14,7 +14,7 @@ from relay.scans import Scans
 from relay.store import BatchRef
 from relay.webhook_store import AsyncWebhookStore, WebhookStore
 from tests.support.api_fixtures import make_settings
-from tests.support.helpers import Clients, refs_in_distinct_shards
+from tests.support.helpers import Clients, closed_after, refs_in_distinct_shards
 
 
 class Q(Clients):
@@ -48,9 +48,7 @@ class Q(Clients):
 
 @pytest.fixture
 def q(redis_url: str) -> Iterator[Q]:
-    harness = Q(redis_url)
-    yield harness
-    harness.close()
+    yield from closed_after(Q(redis_url))
 
 
 def test_search_filters_exactly_and_pages_without_gaps(q: Q) -> None:

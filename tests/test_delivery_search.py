@@ -15,13 +15,12 @@ from relay.model import Delivery, DeliveryStatus
 from relay.search import RecoverRun
 from relay.webhook_store import WebhookStore
 from tests.support.delivery_seed import Seeder
+from tests.support.helpers import closed_after
 
 
 @pytest.fixture(name="h")
 def seeder(redis_url: str) -> Iterator[Seeder]:
-    h = Seeder(redis_url)
-    yield h
-    h.close()
+    yield from closed_after(Seeder(redis_url))
 
 
 def pages(store: WebhookStore, limit: int, **filters: Any) -> list[list[Delivery]]:
@@ -40,12 +39,6 @@ def flat(paged: list[list[Delivery]]) -> list[str]:
     return [d.id for page in paged for d in page]
 
 
-def get(h: Seeder, ident: str) -> Delivery:
-    found = h.store.get(ident)
-    assert found is not None
-    return found
-
-
 def test_failed_pages_are_exact_and_scoped_to_the_account(h: Seeder) -> None:
     refs = [h.batch("acme", f"b{i}") for i in range(6)]
     other = h.batch("other", "b0")
@@ -58,18 +51,18 @@ def test_failed_pages_are_exact_and_scoped_to_the_account(h: Seeder) -> None:
             h.delivery(ref, "succeeded")
         h.delivery(other, "failed")
     assert len(failed) == 12
-    paged = pages(h.store, 5, account="acme", status="failed")
+    paged = pages(h.d, 5, account="acme", status="failed")
     assert [len(p) for p in paged] == [5, 5, 2]
     ids = flat(paged)
     assert ids == list(reversed(failed))  # exactly the 12, newest first, no duplicates
     assert all(d.status is DeliveryStatus.FAILED and d.account == "acme" for p in paged for d in p)
     assert all(d.attempts for p in paged for d in p)  # loaded with their attempts
-    succeeded = flat(pages(h.store, 7, account="acme", status="succeeded"))
+    succeeded = flat(pages(h.d, 7, account="acme", status="succeeded"))
     assert len(succeeded) == 30 and not set(succeeded) & set(failed)
-    assert len(flat(pages(h.store, 9, account="acme"))) == 42
-    assert not set(flat(pages(h.store, 50, account="nobody", status="failed")))
-    assert set(flat(pages(h.store, 50, account="other"))).isdisjoint(failed)
-    everyone = flat(pages(h.store, 11, status="failed"))  # operator-wide
+    assert len(flat(pages(h.d, 9, account="acme"))) == 42
+    assert not set(flat(pages(h.d, 50, account="nobody", status="failed")))
+    assert set(flat(pages(h.d, 50, account="other"))).isdisjoint(failed)
+    everyone = flat(pages(h.d, 11, status="failed"))  # operator-wide
     assert len(everyone) == 54 and set(failed) <= set(everyone)
 
 
@@ -77,14 +70,14 @@ def test_ties_and_a_cursor_whose_delivery_moved_on(h: Seeder) -> None:
     refs = [h.batch("acme", f"b{i}") for i in range(20)]
     made = [h.delivery(ref, "failed", tick=0) for ref in refs]  # one millisecond for all
     made += [h.delivery(ref, "failed", tick=1) for ref in refs[:5]]
-    want = sorted(((get(h, i).created_at, i) for i in made), reverse=True)
-    ids = flat(pages(h.store, 3, account="acme", status="failed"))
+    want = sorted(((h.get(i).created_at, i) for i in made), reverse=True)
+    ids = flat(pages(h.d, 3, account="acme", status="failed"))
     assert ids == [i for _, i in want]
     # The delivery a cursor names leaves the index (retried) before the next page is read.
-    first, cursor = h.store.search(account="acme", status="failed", limit=7)
+    first, cursor = h.d.search(account="acme", status="failed", limit=7)
     assert cursor is not None
-    h.store.retry(first[-1].id)
-    rest = flat(pages_from(h.store, cursor, account="acme", status="failed"))
+    h.d.retry(first[-1].id)
+    rest = flat(pages_from(h.d, cursor, account="acme", status="failed"))
     assert [d.id for d in first] + rest == [i for _, i in want]
 
 
@@ -100,16 +93,16 @@ def pages_from(store: WebhookStore, cursor: str, **filters: Any) -> list[list[De
 def test_since_until_and_batch_filters_are_exact(h: Seeder) -> None:
     a, b = h.batch("acme", "a"), h.batch("acme", "b")
     made = [h.delivery(a if i % 2 else b, "failed" if i % 3 else "succeeded") for i in range(30)]
-    created = {i: get(h, i).created_at for i in made}
+    created = {i: h.get(i).created_at for i in made}
     since, until = created[made[5]], created[made[20]]
-    got = flat(pages(h.store, 4, account="acme", since_ms=since, until_ms=until))
+    got = flat(pages(h.d, 4, account="acme", since_ms=since, until_ms=until))
     assert got == list(reversed(made[5:20]))  # since inclusive, until exclusive
-    in_a_failed = flat(pages(h.store, 2, account="acme", batch="a", status="failed"))
+    in_a_failed = flat(pages(h.d, 2, account="acme", batch="a", status="failed"))
     assert in_a_failed == [i for i in reversed(made) if made.index(i) % 2 and made.index(i) % 3]
     with pytest.raises(InvalidCursor):
-        h.store.search(account="acme", cursor="bm90IGEgY3Vyc29y")
+        h.d.search(account="acme", cursor="bm90IGEgY3Vyc29y")
     with pytest.raises(ValueError):
-        h.store.search(batch="a")  # batch names are per account
+        h.d.search(batch="a")  # batch names are per account
 
 
 def commands(h: Seeder) -> int:
@@ -129,7 +122,7 @@ def test_a_page_costs_o_page_among_thousands(h: Seeder) -> None:
         counts, ids = [], []
         for _ in range(3):
             before = commands(h)
-            found, _ = h.store.search(status="failed", limit=5)
+            found, _ = h.d.search(status="failed", limit=5)
             counts.append(commands(h) - before)
             ids = [d.id for d in found]
         return min(counts), ids
@@ -161,28 +154,28 @@ def test_recover_makes_exactly_the_matching_deliveries_due(h: Seeder) -> None:
     h.run(h.hooks.delete(gone))  # its webhook removed: not sent again
     h.clock.advance(5)
     now = h.clock()
-    result = h.store.recover(
+    result = h.d.recover(
         status="failed", since_ms=since, until_ms=until, account="acme", progress=None
     )
     assert (result.recovered, result.skipped) == (40, 1)
     for ident in window:
-        d = h.store.get(ident)
+        d = h.d.get(ident)
         assert d is not None and d.status is DeliveryStatus.PENDING and d.next_attempt_at == now
         shard = keys.shard_of_id("msg", ident)
         assert shard is not None and shard in result.shards
         assert h.client.zscore(keys.due(shard), ident) == now
     for ident in [*old, late, skipped, other_failed]:
-        assert get(h, ident).status is DeliveryStatus.FAILED
-    assert all(get(h, i).status is DeliveryStatus.SUCCEEDED for i in window_ok)
+        assert h.get(ident).status is DeliveryStatus.FAILED
+    assert all(h.get(i).status is DeliveryStatus.SUCCEEDED for i in window_ok)
     # The indexes moved with them: failed now lists only the ones left as they were.
-    assert set(flat(pages(h.store, 50, account="acme", status="failed"))) == {
+    assert set(flat(pages(h.d, 50, account="acme", status="failed"))) == {
         *old,
         late,
         skipped,
     }
-    assert set(flat(pages(h.store, 50, status="pending"))) == set(window)
+    assert set(flat(pages(h.d, 50, status="pending"))) == set(window)
     # The claim hands them out with the same id, a fresh round.
-    claimed = h.store.claim(refs[0].shard, limit=100, lease_ms=1000, token="x")
+    claimed = h.d.claim(refs[0].shard, limit=100, lease_ms=1000, token="x")
     assert {c.id for c in claimed} <= set(window) and all(c.round_attempts == 0 for c in claimed)
 
 
@@ -196,10 +189,10 @@ def test_recover_in_chunks_skips_what_it_cannot_send(h: Seeder) -> None:
     run = RecoverRun(DeliveryStatus.FAILED, None, 0, None, h.clock(), chunk=2)
     while run.pending:
         calls = run.calls()
-        replies = [h.store.scripts("recover_deliveries", k, a) for _, k, a in calls]
+        replies = [h.d.scripts("recover_deliveries", k, a) for _, k, a in calls]
         run.feed([s for s, _, _ in calls], replies)
         seen.append(run.result.recovered)
     assert (run.result.recovered, run.result.skipped) == (7, 3)
     assert len(seen) >= 4  # chunks of 2
-    assert all(get(h, i).status is DeliveryStatus.PENDING for i in made)
-    assert all(get(h, i).status is DeliveryStatus.FAILED for i in off)
+    assert all(h.get(i).status is DeliveryStatus.PENDING for i in made)
+    assert all(h.get(i).status is DeliveryStatus.FAILED for i in off)

@@ -23,7 +23,7 @@ from ruamel.yaml import YAML
 from relay import healthcheck
 from relay.config import env_example
 from relay.redis_server import find_redis_server
-from tests.support.helpers import free_port, wait_until
+from tests.support.helpers import closed_after, free_port, wait_until
 from tests.support.procs import Stack
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,28 +43,21 @@ def _tool(name: str) -> str:
     return str(path)
 
 
+def _in_root(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run a checker in the checkout's root; its output as text (the caller reads the code)."""
+    return subprocess.run(
+        list(args), cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
 # -- Dockerfile --------------------------------------------------------------------------
 
 
 def test_hadolint_passes_at_error_level_and_warns_only_about_what_is_accepted() -> None:
     hadolint = _tool("hadolint")
-    gate = subprocess.run(
-        [hadolint, "--failure-threshold", "error", "deploy/Dockerfile"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    gate = _in_root(hadolint, "--failure-threshold", "error", "deploy/Dockerfile")
     assert gate.returncode == 0, gate.stdout + gate.stderr
-    found = subprocess.run(
-        [hadolint, "--no-fail", "--format", "json", "deploy/Dockerfile"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    found = _in_root(hadolint, "--no-fail", "--format", "json", "deploy/Dockerfile")
     findings = json.loads(found.stdout)
     assert {f["code"] for f in findings} <= ACCEPTED_HADOLINT, findings
 
@@ -136,18 +129,8 @@ def test_what_the_dockerfile_copies_exists_and_passes_the_dockerignore() -> None
 
 
 def test_compose_file_validates_against_the_compose_spec() -> None:
-    done = subprocess.run(
-        [
-            _tool("check-jsonschema"),
-            "--builtin-schema",
-            "vendor.compose-spec",
-            "deploy/compose.yaml",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    done = _in_root(
+        _tool("check-jsonschema"), "--builtin-schema", "vendor.compose-spec", "deploy/compose.yaml"
     )
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -319,9 +302,7 @@ def test_healthcheck_reads_the_role_from_pid_1(tmp_path: Path) -> None:
 
 @pytest.fixture
 def stack(redis_url: str, tmp_path: Path) -> Iterator[Stack]:
-    st = Stack(redis_url, tmp_path)
-    yield st
-    st.close()
+    yield from closed_after(Stack(redis_url, tmp_path))
 
 
 def _check(st: Stack, *args: str) -> subprocess.CompletedProcess[str]:

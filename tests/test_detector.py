@@ -9,16 +9,13 @@ import pytest
 
 from relay import keys
 from relay.blobs import BlobStore
-from relay.config import load_settings
-from relay.crypto import generate_key
 from relay.detector import GROUP, RECLAIM_IDLE_MS, Detector, ensure_groups
 from relay.model import DeliveryStatus
 from relay.processing import run_documents
 from relay.queues import DELIVERY, PROCESSING, queue_key
 from relay.store import AsyncStore, BatchRef
 from relay.webhook_store import AsyncWebhookStore
-from relay.worker_context import WorkerContext
-from tests.support.helpers import Clients
+from tests.support.helpers import Clients, closed_after, worker_context
 
 REF = BatchRef("acme", "b1")
 
@@ -26,12 +23,7 @@ REF = BatchRef("acme", "b1")
 class H(Clients):
     def __init__(self, url: str) -> None:
         super().__init__(url)
-        self.ctx = WorkerContext(
-            load_settings(
-                {"RELAY_REDIS_URL": url, "RELAY_ENCRYPTION_KEY": generate_key()}, dotenv=None
-            ),
-            self.clock,
-        )
+        self.ctx = worker_context(url, self.clock)
         self.api = AsyncStore(self.aclient, BlobStore(""))
         self.hooks = AsyncWebhookStore(self.aclient)
         ensure_groups(self.client)
@@ -67,9 +59,7 @@ class H(Clients):
 
 @pytest.fixture
 def h(redis_url: str) -> Iterator[H]:
-    harness = H(redis_url)
-    yield harness
-    harness.close()
+    yield from closed_after(H(redis_url))
 
 
 def test_a_completion_becomes_one_delivery_and_a_wake_up(h: H) -> None:

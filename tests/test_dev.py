@@ -13,6 +13,7 @@ import stat
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -147,6 +148,39 @@ def _python(code: str) -> list[str]:
     return [sys.executable, "-c", code]
 
 
+def _supervisor(
+    tmp_path: Path, port: int, commands: dict[str, list[str]]
+) -> tuple[dev.Supervisor, io.StringIO]:
+    """A supervisor of the test's own commands on ``port``, with a Redis on a free port, and
+    what it writes."""
+    out = io.StringIO()
+    supervisor = dev.Supervisor(
+        load_settings(environ={}, dotenv=None),
+        host="127.0.0.1",
+        port=port,
+        state_dir=tmp_path,
+        redis_url_explicit=False,
+        console=Console(out),
+        commands=commands,
+        redis_port=free_port(),
+    )
+    return supervisor, out
+
+
+@contextlib.contextmanager
+def _running(supervisor: dev.Supervisor) -> Iterator[list[int]]:
+    """``supervisor`` run in a thread, stopped and joined on leaving; yields the list its exit
+    code is put in."""
+    codes: list[int] = []
+    thread = threading.Thread(target=lambda: codes.append(supervisor.run()))
+    thread.start()
+    try:
+        yield codes
+    finally:
+        supervisor.request_stop()
+        thread.join(30)
+
+
 _HEALTHZ_SERVER = """
 import http.server, sys
 class H(http.server.BaseHTTPRequestHandler):
@@ -161,29 +195,17 @@ http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 
 def test_supervisor_starts_restarts_and_stops_everything(tmp_path: Path) -> None:
     api_port = free_port()
-    out = io.StringIO()
-    supervisor = dev.Supervisor(
-        load_settings(environ={}, dotenv=None),
-        host="127.0.0.1",
-        port=api_port,
-        state_dir=tmp_path,
-        redis_url_explicit=False,
-        console=Console(out),
-        commands={
+    supervisor, out = _supervisor(
+        tmp_path,
+        api_port,
+        {
             "api": [*_python(_HEALTHZ_SERVER), str(api_port)],
             "crasher": _python("print('boom')"),
         },
-        redis_port=free_port(),
     )
-    codes: list[int] = []
-    thread = threading.Thread(target=lambda: codes.append(supervisor.run()))
-    thread.start()
-    try:
+    with _running(supervisor) as codes:
         wait_until(lambda: "relay dev is up" in out.getvalue(), 20, message="never up")
         wait_until(lambda: out.getvalue().count("crasher  | boom") >= 3, 20, message="no restarts")
-    finally:
-        supervisor.request_stop()
-        thread.join(30)
     text = out.getvalue()
 
     assert codes == [0], text
@@ -221,17 +243,7 @@ def test_a_busy_port_stops_relay_dev_with_a_hint_before_anything_starts(tmp_path
         port = busy.getsockname()[1]
         assert dev.port_in_use("127.0.0.1", port) is not None
         assert dev.port_in_use("0.0.0.0", port) is not None  # what uvicorn on 0.0.0.0 meets
-        out = io.StringIO()
-        supervisor = dev.Supervisor(
-            load_settings(environ={}, dotenv=None),
-            host="127.0.0.1",
-            port=port,
-            state_dir=tmp_path,
-            redis_url_explicit=False,
-            console=Console(out),
-            commands={"api": _python("print('started')")},
-            redis_port=free_port(),
-        )
+        supervisor, out = _supervisor(tmp_path, port, {"api": _python("print('started')")})
         assert supervisor.run() == 1
     text = out.getvalue()
     assert text.splitlines() == [
@@ -417,26 +429,13 @@ def test_an_api_up_after_the_banner_is_announced_when_it_answers(
     # A busy machine: the API answers after the banner gave up waiting for it.
     monkeypatch.setattr(dev, "HEALTH_TIMEOUT", 0.5)
     api_port = free_port()
-    out = io.StringIO()
-    supervisor = dev.Supervisor(
-        load_settings(environ={}, dotenv=None),
-        host="127.0.0.1",
-        port=api_port,
-        state_dir=tmp_path,
-        redis_url_explicit=False,
-        console=Console(out),
-        commands={
-            "api": [*_python("import time; time.sleep(3)\n" + _HEALTHZ_SERVER), str(api_port)]
-        },
-        redis_port=free_port(),
+    supervisor, out = _supervisor(
+        tmp_path,
+        api_port,
+        {"api": [*_python("import time; time.sleep(3)\n" + _HEALTHZ_SERVER), str(api_port)]},
     )
-    thread = threading.Thread(target=supervisor.run)
-    thread.start()
-    try:
+    with _running(supervisor):
         wait_until(lambda: "relay dev is up: the API answers" in out.getvalue(), 60, 0.1, "never")
-    finally:
-        supervisor.request_stop()
-        thread.join(30)
     text = out.getvalue()
     assert text.index("relay dev is running (the API is not up yet)") < text.index(
         "relay dev is up: the API answers"
@@ -445,7 +444,6 @@ def test_an_api_up_after_the_banner_is_announced_when_it_answers(
 
 def test_what_a_crashed_child_started_does_not_outlive_it(tmp_path: Path) -> None:
     api_port = free_port()
-    out = io.StringIO()
     # The child starts a grandchild (its own process group, as a worker's work-horse is) and
     # crashes; it is restarted after a long backoff.
     crasher = (
@@ -454,22 +452,8 @@ def test_what_a_crashed_child_started_does_not_outlive_it(tmp_path: Path) -> Non
         "print('grandchild', p.pid, flush=True)\n"
         "sys.exit(3)\n"
     )
-    supervisor = dev.Supervisor(
-        load_settings(environ={}, dotenv=None),
-        host="127.0.0.1",
-        port=api_port,
-        state_dir=tmp_path,
-        redis_url_explicit=False,
-        console=Console(out),
-        commands={"crasher": _python(crasher)},
-        redis_port=free_port(),
-    )
-    thread = threading.Thread(target=supervisor.run)
-    thread.start()
-    try:
+    supervisor, out = _supervisor(tmp_path, api_port, {"crasher": _python(crasher)})
+    with _running(supervisor):
         wait_until(lambda: "crasher exited with code 3" in out.getvalue(), 60, 0.1, "no crash")
         (pid,) = re.findall(r"grandchild (\d+)", out.getvalue())[:1]
         wait_until(lambda: not dev_pid_alive(int(pid)), 10, 0.05, "the grandchild still runs")
-    finally:
-        supervisor.request_stop()
-        thread.join(30)

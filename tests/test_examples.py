@@ -22,12 +22,11 @@ import httpx
 import pytest
 
 from relay.crypto import SigningMaterial
-from relay.delivery.probe import probe_body
 from relay.delivery.signing import build_headers
 from relay.keys import new_id
 from relay.model import Batch, Status
 from relay.timefmt import now_ms
-from relay.webhook_store import notification_body, verify_body
+from relay.webhook_events import notification_body, probe_body, verify_body
 from tests.support.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
 from tests.support.helpers import free_port, wait_until
 from tests.support.procs import spawn

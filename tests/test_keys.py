@@ -33,28 +33,22 @@ def test_lua_key_helpers_equal_the_python_ones(redis: redis.Redis, shard: int) -
     doc_id, msg_id = keys.new_id("doc", shard), keys.new_id("msg", shard)
     assert _lua(redis, "key_doc(ARGV[1], ARGV[2])", p, doc_id) == keys.doc(shard, doc_id)
     assert _lua(redis, "key_events(ARGV[1])", p) == keys.events(shard)
-    for name, made in [
-        ("key_batch_deliveries", keys.batch_deliveries),
-        ("key_delivery_by_seq", keys.batch_delivery_by_seq),
-        ("key_batch_parked", keys.batch_parked),
+    for name, made, batch in [
+        ("key_batch_deliveries", keys.batch_deliveries, "~ops"),
+        ("key_delivery_by_seq", keys.batch_delivery_by_seq, "~ops"),
+        ("key_batch_parked", keys.batch_parked, "~ops"),
+        ("key_webhook", keys.webhook, "b-1.x"),
+        ("key_batch", keys.batch, "b-1.x"),
+        ("key_batch_started", keys.batch_started, "b-1.x"),
+        ("key_batch_ready", keys.batch_ready, "b-1.x"),
     ]:
         expr = f"{name}(ARGV[1], ARGV[2], ARGV[3])"
-        assert _lua(redis, expr, p, "acme", "~ops") == made(shard, "acme", "~ops"), name
+        assert _lua(redis, expr, p, "acme", batch) == made(shard, "acme", batch), name
     assert _lua(redis, "key_blob(ARGV[1], ARGV[2])", p, doc_id) == keys.blob(shard, doc_id)
     assert _lua(redis, "key_delivery(ARGV[1], ARGV[2])", p, msg_id) == keys.delivery(shard, msg_id)
     assert _lua(
         redis, "key_delivery_attempts(ARGV[1], ARGV[2])", p, msg_id
     ) == keys.delivery_attempts(shard, msg_id)
-    assert _lua(
-        redis, "key_webhook(ARGV[1], ARGV[2], ARGV[3])", p, "acme", "b-1.x"
-    ) == keys.webhook(shard, "acme", "b-1.x")
-    for name, made in [
-        ("key_batch", keys.batch),
-        ("key_batch_started", keys.batch_started),
-        ("key_batch_ready", keys.batch_ready),
-    ]:
-        expr = f"{name}(ARGV[1], ARGV[2], ARGV[3])"
-        assert _lua(redis, expr, p, "acme", "b-1.x") == made(shard, "acme", "b-1.x"), name
     assert _lua(redis, "key_fair_account(ARGV[1], ARGV[2])", p, "acme") == keys.fair_account(
         shard, "acme"
     )

@@ -17,7 +17,8 @@ per example and a pytest timeout per test; the stateful run is ``STATEFUL_RUNS``
 at most ``STATEFUL_STEPS`` calls.
 
 Every run draws a fresh random seed (CI too: each build explores new requests), prints it
-before the first test, and a failure names it: ``RELAY_SCHEMATHESIS_SEED=<seed>`` replays
+in the run's header before the first test (one seed for all pytest-xdist workers:
+``tests/support/run_seed.py``), and a failure names it: ``SCHEMATHESIS_SEED=<seed>`` replays
 that run's draws (the same seed gives the same requests on the same document).
 
 Each operation gets a fresh app on a flushed Redis, seeded with one batch (the name the
@@ -31,8 +32,6 @@ from __future__ import annotations
 
 import email
 import email.policy
-import os
-import random
 import socket
 from collections.abc import Iterator
 from typing import Any, ClassVar
@@ -54,10 +53,10 @@ from relay.api.openapi import SOFT_DELETE, document
 from relay.api.openapi_parts import EXAMPLE_BATCH
 from relay.config import RateLimit
 from tests.support.api_fixtures import Api, ApiFactory, api_factory_fixture  # noqa: F401
+from tests.support.run_seed import replay_hint, run_seed
 
-SEED_VARIABLE = "RELAY_SCHEMATHESIS_SEED"
-SEED = int(os.environ.get(SEED_VARIABLE) or random.SystemRandom().randrange(2**32))
-REPLAY = f"replay this run's draws with {SEED_VARIABLE}={SEED}"
+SEED = run_seed()
+REPLAY = replay_hint(SEED)
 MAX_EXAMPLES = 10
 STATEFUL_RUNS = 15
 STATEFUL_STEPS = 8
@@ -192,12 +191,9 @@ class _SeedInFailures:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def announce_seed(request: pytest.FixtureRequest) -> Iterator[None]:
-    """The seed on the terminal whatever the capture mode, before anything can fail, and
-    in the report of any failure."""
-    capture = request.config.pluginmanager.getplugin("capturemanager")
-    with capture.global_and_fixture_disabled():
-        print(f"\nschemathesis seed {SEED}: {REPLAY}", flush=True)
+def seed_in_failures(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The seed in the report of any failure of this module (the run's header names it
+    before the first test: tests/conftest.py)."""
     plugin = _SeedInFailures()
     request.config.pluginmanager.register(plugin)
     yield

@@ -6,27 +6,25 @@ account's operational webhook (and never about that webhook's own deliveries).""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from relay import keys
 from relay.blobs import BlobStore
-from relay.config import load_settings
-from relay.crypto import generate_key
 from relay.detector import Detector, ensure_groups
 from relay.model import Attempt, DeliveryStatus
 from relay.retention import Retention
 from relay.store import BatchRef
 from relay.webhook_store import (
-    AsyncWebhookStore,
     ClaimedDelivery,
-    WebhookStore,
     disable_reason,
     operational_ref,
 )
 from relay.worker_context import WorkerContext
-from tests.support.helpers import Clients
+from tests.support.delivery_seed import WebhookClients
+from tests.support.helpers import closed_after, worker_context
 
 REF = BatchRef("acme", "b1")
 URL = "https://hooks.example.com/relay"
@@ -34,11 +32,9 @@ OPS_URL = "https://ops.example.com/events"
 AFTER_MS = 2_000
 
 
-class H(Clients):
+class H(WebhookClients):
     def __init__(self, url: str) -> None:
-        super().__init__(url)
-        self.d = WebhookStore(self.client, self.clock, disable_after_ms=AFTER_MS)
-        self.hooks = AsyncWebhookStore(self.aclient, self.clock)
+        super().__init__(url, disable_after_ms=AFTER_MS)
         self.client.hset(
             REF.key,
             mapping={
@@ -79,17 +75,10 @@ class H(Clients):
                 out.append({k.decode(): v.decode() for k, v in fields.items()})
         return out
 
-    def status(self, ident: str) -> DeliveryStatus:
-        found = self.d.get(ident)
-        assert found is not None
-        return found.status
-
 
 @pytest.fixture
 def h(redis_url: str) -> Iterator[H]:
-    harness = H(redis_url)
-    yield harness
-    harness.close()
+    yield from closed_after(H(redis_url))
 
 
 def test_failing_for_disable_after_disables_and_stops_the_attempts(h: H) -> None:
@@ -224,12 +213,7 @@ def test_operational_deliveries_make_no_events_about_themselves(h: H) -> None:
 
 
 def test_the_detector_delivers_events_to_the_operational_webhook(h: H, redis_url: str) -> None:
-    settings = {
-        "RELAY_REDIS_URL": redis_url,
-        "RELAY_ENCRYPTION_KEY": generate_key(),
-        "RELAY_DISABLE_AFTER": "2s",
-    }
-    ctx = WorkerContext(load_settings(settings, dotenv=None), h.clock)
+    ctx = worker_context(redis_url, h.clock, RELAY_DISABLE_AFTER="2s")
     assert ctx.webhooks.disable_after_ms == AFTER_MS
     ensure_groups(h.client)
     detector = Detector(ctx, "d1")
@@ -282,3 +266,87 @@ def test_event_deliveries_are_purged_after_the_retention_once_they_ended(h: H) -
     h.d.record(c, "t", Attempt(c.number, h.clock(), 1.0, 200, None, ""), outcome="succeeded")
     assert retention.purge_events(ops.shard) == 1
     assert set(h.client.keys("relay:*")) == before
+
+
+def _detector(h: H, redis_url: str) -> tuple[WorkerContext, Detector]:
+    ctx = worker_context(redis_url, h.clock, RELAY_DISABLE_AFTER="2s")
+    ensure_groups(h.client)
+    return ctx, Detector(ctx, "d1")
+
+
+def _redone(
+    h: H, detector: Detector, c: ClaimedDelivery, attempt: Attempt, outcome: str
+) -> list[bytes]:
+    """Record ``attempt`` of ``c``, then lose that write as a failed-over primary would (the
+    webhook, the delivery, its attempts and the outbox back as they were: the event's entry
+    gone, the detector's group before it) and record it again. Returns the two entry ids."""
+    touched = [
+        keys.webhook(REF.shard, REF.account, REF.name),
+        keys.delivery(REF.shard, c.id),
+        keys.delivery_attempts(REF.shard, c.id),
+        keys.outbox(REF.shard),
+    ]
+    before = {k: h.client.dump(k) for k in touched}
+    entries = []
+    for again in (False, True):
+        if again:
+            for k, dumped in before.items():
+                if dumped is None:  # made by the lost write
+                    h.client.delete(k)
+                else:
+                    h.client.restore(k, 0, dumped, replace=True)
+            time.sleep(0.002)  # a new entry id (Redis time), as on another primary
+        assert h.d.record(c, "t", attempt, outcome=outcome, reason="gone!")
+        entries.append(h.client.xrange(keys.outbox(REF.shard))[-1][0])
+        assert detector.read_once(10) == 1
+    return entries
+
+
+@pytest.mark.parametrize("kind", ["webhook.disabled", "delivery.failed"])
+def test_an_operational_event_redone_after_a_failover_keeps_its_id(
+    h: H, redis_url: str, kind: str
+) -> None:
+    """The fact, recorded twice (once on a primary that lost it, once on its successor),
+    is one event: one id, listed once in the operator's feed, one delivery to its webhook."""
+    ctx, detector = _detector(h, redis_url)
+    ops = operational_ref("acme")
+    h.run(h.hooks.register_operational_webhook("acme", OPS_URL))
+    h.d.create(REF, 1, b"{}")
+    if kind == "webhook.disabled":
+        h.fail()
+        h.clock.advance(AFTER_MS)  # the next failure disables
+        outcome = "retry"
+    else:
+        outcome = "failed"
+    c = h.claim()
+    attempt = Attempt(c.number, h.clock(), 1.0, 500, "http_status", "")
+    first, second = _redone(h, detector, c, attempt, outcome)
+    assert first != second  # two entries: an id taken from the entry would differ
+    feed = ctx.events.page("acme", keys.FEED_OPERATIONAL)
+    assert [e["type"] for e in feed.events] == [kind]
+    ops_deliveries = keys.batch_deliveries(ops.shard, "acme", ops.name)
+    (ident,) = (i.decode() for i in h.client.zrange(ops_deliveries, 0, -1))
+    assert feed.events[0]["id"] == ident  # its webhook-id
+    assert keys.shard_of_id("msg", ident) == ops.shard
+    ctx.redis.close()
+
+
+def test_a_second_disable_and_a_second_failure_are_other_events(h: H, redis_url: str) -> None:
+    """What names an event counts: the webhook disabled again after it was registered
+    again, and a delivery failed again after a retry by hand, are new events (new ids)."""
+    ctx, detector = _detector(h, redis_url)
+    h.run(h.hooks.register_operational_webhook("acme", OPS_URL))
+    _, ident = h.d.create(REF, 1, b"{}")
+    h.fail(outcome="failed")  # delivery.failed after attempt 1
+    h.d.retry(ident)  # by hand: the same delivery
+    assert h.fail(outcome="failed") == ident  # delivery.failed after attempt 2
+    for _ in range(2):
+        h.d.create(REF, 2, b"{}")
+        h.fail(outcome="gone", code=410)  # webhook.disabled
+        h.run(h.hooks.register(REF, URL, "http://api"))  # enabled again
+    assert detector.read_once(10) == 4
+    feed = ctx.events.page("acme", keys.FEED_OPERATIONAL).events
+    assert [e["type"] for e in feed] == [*["delivery.failed"] * 2, *["webhook.disabled"] * 2]
+    assert len({e["id"] for e in feed}) == 4
+    assert h.hook()["disables"] == "2"
+    ctx.redis.close()

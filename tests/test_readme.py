@@ -15,6 +15,7 @@ from relay.extract import extract
 from relay.extract.errors import CODES
 from relay.model import Status
 from relay.store import BatchRef
+from tests.support.helpers import closed_after
 from tests.test_store import Harness
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,9 +58,7 @@ def test_every_code_relay_produces_is_listed_and_every_listed_code_is_produced()
 
 @pytest.fixture
 def h(redis_url: str) -> Iterator[Harness]:
-    harness = Harness(redis_url)
-    yield harness
-    harness.close()
+    yield from closed_after(Harness(redis_url))
 
 
 def test_four_succeeded_and_six_failed_make_a_succeeded_batch(h: Harness) -> None:

@@ -5,19 +5,21 @@ accounting, then the API's client, its status lane and a served API against a hu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+import redis.asyncio
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from relay.lane_url import status_client
 from relay.redis_conn import RedisTarget, async_client
-from relay.redis_deadline import budget, within
+from relay.redis_deadline import budget, left, within
 from relay.redis_server import RedisServer
 from tests.support.helpers import RedisFactory
 from tests.support.procs import Stack
@@ -41,6 +43,44 @@ def test_calls_share_the_budget_and_time_elsewhere_is_not_counted() -> None:
     asyncio.run(scenario())
 
 
+def test_a_call_made_within_a_call_is_counted_once() -> None:
+    """A Cluster pipeline sends its redirected commands through the client's own
+    ``execute_command``: both wrapped, the inner wait must not be taken off twice."""
+
+    async def scenario() -> None:
+        async def inner() -> None:
+            await within(asyncio.sleep(1))
+
+        with budget(5):
+            await within(inner())
+            spent = 5 - (left() or 0)
+            assert 1 <= spent < 1.8, spent  # twice would be 2
+
+    asyncio.run(scenario())
+
+
+@contextlib.asynccontextmanager
+async def _client_and_lane(
+    url: str,
+) -> AsyncIterator[tuple[redis.asyncio.Redis, Callable[[], Awaitable[object]]]]:
+    """The API's client for ``url`` and one round of its status lane (an HGETALL), both
+    closed after."""
+    target = RedisTarget(url=url, socket_timeout=SOCKET_TIMEOUT)
+    client = async_client(target)
+    lane = status_client(target, client)
+
+    async def lane_round() -> object:
+        pipe = lane.pipeline()
+        pipe.hgetall("k")
+        return await pipe.execute()
+
+    try:
+        yield client, lane_round
+    finally:
+        await lane.close()
+        await client.aclose()
+
+
 @pytest.fixture
 def hung(redis_factory: RedisFactory) -> Iterator[RedisServer]:
     """A Redis that accepts connections and never answers (SIGSTOPped)."""
@@ -56,16 +96,7 @@ def hung(redis_factory: RedisFactory) -> Iterator[RedisServer]:
 
 def test_the_api_client_and_the_lane_give_up_at_the_deadline(hung: RedisServer) -> None:
     async def scenario() -> None:
-        target = RedisTarget(url=hung.url, socket_timeout=SOCKET_TIMEOUT)
-        client = async_client(target)
-        lane = status_client(target, client)
-
-        async def lane_round() -> object:
-            pipe = lane.pipeline()
-            pipe.hgetall("k")
-            return await pipe.execute()
-
-        try:
+        async with _client_and_lane(hung.url) as (client, lane_round):
             for call in (
                 lambda: client.get("k"),
                 lambda: client.pipeline(transaction=False).get("k").execute(),
@@ -75,9 +106,6 @@ def test_the_api_client_and_the_lane_give_up_at_the_deadline(hung: RedisServer) 
                 with budget(0.5), pytest.raises(RedisTimeoutError, match="deadline"):
                     await call()
                 assert time.monotonic() - start < SOCKET_TIMEOUT - 1
-        finally:
-            await lane.close()
-            await client.aclose()
 
     asyncio.run(scenario())
 
@@ -118,16 +146,7 @@ def test_a_connected_lane_keeps_to_a_deadline_shorter_than_its_watchdog(
     pid = server.pid
 
     async def scenario() -> None:
-        target = RedisTarget(url=server.url, socket_timeout=SOCKET_TIMEOUT)
-        client = async_client(target)
-        lane = status_client(target, client)
-
-        async def lane_round() -> object:
-            pipe = lane.pipeline()
-            pipe.hgetall("k")
-            return await pipe.execute()
-
-        try:
+        async with _client_and_lane(server.url) as (_, lane_round):
             with budget(8):
                 assert await lane_round() == [{}]  # connected
             os.kill(pid, signal.SIGSTOP)
@@ -138,8 +157,5 @@ def test_a_connected_lane_keeps_to_a_deadline_shorter_than_its_watchdog(
                 assert time.monotonic() - start < SOCKET_TIMEOUT - 1
             finally:
                 os.kill(pid, signal.SIGCONT)
-        finally:
-            await lane.close()
-            await client.aclose()
 
     asyncio.run(scenario())

@@ -15,14 +15,12 @@ import redis.asyncio
 
 from relay import keys
 from relay.blobs import BlobStore
-from relay.config import load_settings
-from relay.crypto import generate_key
 from relay.detector import GROUP, Detector, ensure_groups
 from relay.model import Attempt, DeliveryStatus, Document
 from relay.retention import Retention
 from relay.store import AsyncStore, BatchRef, Store
 from relay.webhook_store import AsyncWebhookStore, WebhookStore
-from relay.worker_context import WorkerContext
+from tests.support.helpers import closed_after, worker_context
 
 DAY = 86_400_000
 RETENTION = 30 * DAY
@@ -101,9 +99,7 @@ class H:
 
 @pytest.fixture
 def h(redis_url: str) -> Iterator[H]:
-    harness = H(redis_url)
-    yield harness
-    harness.close()
+    yield from closed_after(H(redis_url))
 
 
 def test_the_index_follows_completion_and_reopening(h: H) -> None:
@@ -277,16 +273,9 @@ def test_leftover_directory_blobs_are_deleted(redis_url: str, tmp_path: Path) ->
 
 
 def test_the_detector_purges_and_trims_the_outbox(redis_url: str) -> None:
-    settings = load_settings(
-        {
-            "RELAY_REDIS_URL": redis_url,
-            "RELAY_ENCRYPTION_KEY": generate_key(),
-            # Long enough that a busy machine still sweeps before the first completions age.
-            "RELAY_RETENTION": "4s",
-        },
-        dotenv=None,
-    )
-    ctx = WorkerContext(settings)
+    # RELAY_RETENTION long enough that a busy machine still sweeps before the first
+    # completions age.
+    ctx = worker_context(redis_url, RELAY_RETENTION="4s")
     h = H(redis_url)
     try:
         ensure_groups(ctx.redis)
@@ -308,7 +297,10 @@ def test_the_detector_purges_and_trims_the_outbox(redis_url: str) -> None:
         assert not any(h.client.exists(r.key) for r in refs)
         left = sum(int(h.client.xlen(keys.outbox(s))) for s in keys.all_shards())
         assert left <= keys.DEFAULT_SHARDS  # acknowledged entries trimmed (the last one may stay)
-        assert sum(int(h.client.xpending(keys.outbox(s), GROUP)["pending"]) for s in range(16)) == 0
+        assert (
+            sum(int(h.client.xpending(keys.outbox(s), GROUP)["pending"]) for s in keys.all_shards())
+            == 0
+        )
     finally:
         h.close()
         ctx.redis.close()

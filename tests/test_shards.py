@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +15,8 @@ import redis
 from relay import cli, keys, shards
 from relay.config import load_settings
 from relay.exceptions import ConfigError
-from relay.store import BatchQuery
+from relay.store import BatchQuery, BatchRef
+from tests.test_store import Harness
 
 
 @pytest.fixture(autouse=True)
@@ -54,9 +56,12 @@ def test_event_ids_below_16_shards_are_unchanged_and_wider_ones_round_trip() -> 
     assert keys.shard_of_id("msg", keys.event_id(40, 3, entry)) == 40
     assert keys.shard_of_id("msg", keys.event_id(3, 40, entry)) == 3
     for shard in (3, 40, 255):  # a completion's id: its batch's shard, its creation time
-        ident = keys.completion_id(shard, "acme", "b", 1764600000123, 2)
-        assert keys.shard_of_id("msg", ident) == shard
-        assert keys.event_time(ident) == 1764600000123
+        for ident in (
+            keys.completion_id(shard, "acme", "b", 1764600000123, 2),
+            keys.fact_id(shard, 1764600000123, "acme", "delivery.failed", "msg_x", "3"),
+        ):
+            assert keys.shard_of_id("msg", ident) == shard
+            assert keys.event_time(ident) == 1764600000123
 
 
 def test_a_raised_count_takes_new_batches_from_its_time_and_keeps_the_old_places() -> None:
@@ -147,3 +152,25 @@ def test_a_process_started_with_fewer_shards_exits_with_the_reason(
     assert cli.main(["deliveries", "list"]) == 2
     err = capsys.readouterr().err
     assert "RELAY_SHARDS=16 is lower than 64" in err and "Set RELAY_SHARDS=64" in err
+
+
+def test_a_batch_of_the_old_count_is_found_and_a_new_one_takes_the_new_count(
+    redis_url: str,
+) -> None:
+    h = Harness(redis_url)
+    try:
+        # Two names whose shard under 64 is not their shard under 16.
+        moving = [f"b{i}" for i in range(500) if zlib.crc32(f"acme\x00b{i}".encode()) % 64 >= 16]
+        old, new = moving[:2]
+        h.upload(BatchRef("acme", old))  # written under 16 shards
+        keys.use(keys.ShardMap(((16, 0), (64, 1))))
+        found = h.run(h.api.locate("acme", old))
+        assert found.shard == keys.batch_shards("acme", old)[0] < 16
+        assert keys.shard_of_id("doc", h.upload(found).id) == found.shard  # more into it
+        made = h.run(h.api.locate("acme", new))
+        assert made.shard == keys.batch_shards("acme", new)[-1] >= 16
+        assert keys.shard_of_id("doc", h.upload(made).id) == made.shard
+        listed, _ = h.run(h.api.list_batches("acme", before=None, limit=10))
+        assert {b.name for b in listed} == {old, new}
+    finally:
+        h.close()

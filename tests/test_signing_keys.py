@@ -14,7 +14,7 @@ from relay.crypto import Encryptor, SigningMaterial, generate_key
 from relay.exceptions import ConfigError
 from relay.scripts import AsyncScripts
 from relay.signing_keys import SigningKeys
-from tests.support.helpers import Clients
+from tests.support.helpers import Clients, closed_after
 
 GRACE_S = 60.0
 
@@ -45,9 +45,7 @@ class H(Clients):
 
 @pytest.fixture
 def h(redis_url: str) -> Iterator[H]:
-    harness = H(redis_url)
-    yield harness
-    harness.close()
+    yield from closed_after(H(redis_url))
 
 
 def test_material_is_created_on_first_use_and_kept(h: H) -> None:

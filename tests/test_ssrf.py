@@ -512,22 +512,8 @@ def test_unresolvable_name_is_dns() -> None:
 
 
 def test_garbage_response_is_connection() -> None:
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        listener.settimeout(5)
-
-        def answer_garbage() -> None:
-            conn, _ = listener.accept()
-            with conn:
-                conn.settimeout(5)
-                conn.recv(65536)
-                conn.sendall(b"this is not HTTP\r\n\r\n")
-
-        thread = threading.Thread(target=answer_garbage)
-        thread.start()
-        kind, message = refused(OPEN, f"http://127.0.0.1:{listener.getsockname()[1]}/")
-        thread.join(timeout=5)
+    with answering(b"this is not HTTP\r\n\r\n") as port:
+        kind, message = refused(OPEN, f"http://127.0.0.1:{port}/")
     assert kind == "connection"
     assert "protocol" in message
 

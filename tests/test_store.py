@@ -13,7 +13,7 @@ from relay.blobs import BlobStore
 from relay.exceptions import BatchDeleted, BatchNotFound
 from relay.model import Batch, Document, Status
 from relay.store import AsyncStore, BatchRef, Claim, Store
-from tests.support.helpers import Clients
+from tests.support.helpers import Clients, closed_after
 
 LEASE_MS = 60_000
 
@@ -50,9 +50,7 @@ class Harness(Clients):
 
 @pytest.fixture
 def h(redis_url: str) -> Iterator[Harness]:
-    harness = Harness(redis_url)
-    yield harness
-    harness.close()
+    yield from closed_after(Harness(redis_url))
 
 
 REF = BatchRef("acme", "batch-1")
@@ -363,6 +361,78 @@ def test_claim_next_serves_accounts_in_turn_and_each_account_in_order(h: Harness
         keys.fair_account(REF.shard, "acme"),
         keys.batch_ready(REF.shard, "acme", a1.name),
     )
+
+
+def test_a_turn_claims_small_documents_of_one_batch_together(h: Harness) -> None:
+    other = same_shard("bravo", REF.shard, "b")
+    small = [h.upload(REF, b"x" * 10).id for _ in range(4)]
+    big = h.upload(REF, b"x" * 500).id
+    last = h.upload(REF, b"x" * 10).id
+    lone = h.upload(other).id
+    for ref in (REF, other):
+        h.run(h.api.process(ref, None))
+
+    def turn() -> list[str]:
+        claims, _ = h.worker.claim_turn(REF.shard, "t", LEASE_MS, documents=3, max_bytes=100)
+        return [c.doc_id for c in claims]
+
+    first = turn()
+    assert first == small[:3]  # at most 3 documents a turn
+    assert h.batch(REF).counts[Status.PROCESSING] == 3
+    assert {h.doc(REF, i).status for i in first} == {Status.PROCESSING}
+    assert h.client.zcard(keys.leases(REF.shard)) == 3
+    assert h.client.zcard(keys.batch_started(REF.shard, "acme", REF.name)) == 3
+    assert turn() == [lone]  # bravo's turn
+    assert turn() == [small[3]]  # the big one would pass 100 bytes: left for the next turn
+    assert turn() == [big]  # a big document is claimed alone
+    assert turn() == [last]
+    assert turn() == []
+    batch = h.batch(REF)
+    assert (batch.counts[Status.QUEUED], batch.counts[Status.PROCESSING]) == (0, 6)
+    assert h.client.get(keys.waiting(REF.shard)) is None
+    assert not h.client.exists(keys.fair_ring(REF.shard))
+
+
+def test_a_turns_bytes_are_read_with_one_command(h: Harness) -> None:
+    contents = [f"a,b\n{i},2\n".encode() for i in range(3)]
+    for c in contents:
+        h.upload(REF, c)
+    h.run(h.api.process(REF, None))
+    claims, _ = h.worker.claim_turn(REF.shard, "t", LEASE_MS, documents=3, max_bytes=100)
+    calls = int(h.client.info("commandstats").get("cmdstat_mget", {}).get("calls", 0))
+    h.worker.prefetch(claims)
+    assert int(h.client.info("commandstats")["cmdstat_mget"]["calls"]) == calls + 1
+    assert [h.worker.read_blob(c) for c in claims] == contents
+    h.worker.forget(claims)
+    h.worker.prefetch(claims)
+    h.worker.forget(claims)  # a turn that ended before reading: nothing is kept
+    assert h.worker._prefetched == {}
+
+
+def test_process_hands_out_only_what_it_has_not_handed_yet(h: Harness) -> None:
+    first = [h.upload(REF).id for _ in range(2)]
+    assert h.run(h.api.process(REF, None)) == first
+    assert h.run(h.api.process(REF, None)) == []  # idempotent
+    later = h.upload(REF).id
+    assert h.run(h.api.process(REF, ["sku"])) == [later]
+    assert h.batch(REF).fields == ["sku"]
+    assert h.client.lrange(keys.batch_ready(REF.shard, "acme", REF.name), 0, -1) == [
+        i.encode() for i in [*first, later]
+    ]
+
+
+def test_a_batch_from_before_handed_keeps_its_pending_list(h: Harness) -> None:
+    # A batch whose uploads went to its pending list (no `handed`) stays on that list.
+    old = h.upload(REF).id
+    h.client.hdel(REF.key, "handed")
+    pending = keys.batch_pending(REF.shard, "acme", REF.name)
+    h.client.rpush(pending, old)
+    new = h.upload(REF).id
+    assert h.client.lrange(pending, 0, -1) == [old.encode(), new.encode()]
+    assert h.run(h.api.process(REF, None)) == [old, new]
+    assert not h.client.exists(pending)
+    last = h.upload(REF).id
+    assert h.run(h.api.process(REF, None)) == [last]
 
 
 def test_claim_next_drops_documents_that_are_no_longer_queued(h: Harness) -> None:

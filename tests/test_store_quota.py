@@ -19,7 +19,7 @@ from relay.blobs import BlobStore
 from relay.exceptions import QuotaExceeded
 from relay.model import Document, Status
 from relay.store import AsyncStore, BatchRef, Store
-from tests.support.helpers import refs_in_distinct_shards
+from tests.support.helpers import closed_after, refs_in_distinct_shards
 
 T = TypeVar("T")
 LEASE_MS = 60_000
@@ -62,9 +62,7 @@ class Harness:
 
 @pytest.fixture
 def h(redis_url: str) -> Iterator[Harness]:
-    harness = Harness(redis_url)
-    yield harness
-    harness.close()
+    yield from closed_after(Harness(redis_url))
 
 
 def test_the_quota_is_exact_within_a_shard(h: Harness) -> None:

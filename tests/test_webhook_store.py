@@ -11,19 +11,15 @@ from relay import keys
 from relay.exceptions import DeliveryNotFound, NotRetryable, WebhookNotFound
 from relay.model import Attempt, DeliveryStatus
 from relay.store import BatchRef
-from relay.webhook_store import AsyncWebhookStore, ClaimedDelivery, WebhookStore
-from tests.support.helpers import Clients
+from relay.webhook_store import ClaimedDelivery, WebhookStore
+from tests.support.delivery_seed import WebhookClients
+from tests.support.helpers import closed_after
 
 REF = BatchRef("acme", "b1")
 URL = "https://hooks.example.com/relay"
 
 
-class H(Clients):
-    def __init__(self, url: str) -> None:
-        super().__init__(url)
-        self.d = WebhookStore(self.client, self.clock)
-        self.hooks = AsyncWebhookStore(self.aclient, self.clock)
-
+class H(WebhookClients):
     def batch(self, ref: BatchRef = REF, *, done_seq: int = 0) -> None:
         """A batch record as the scripts leave it (done at ``done_seq`` when > 0)."""
         self.client.hset(
@@ -52,17 +48,10 @@ class H(Clients):
             d.number, self.clock(), 1.0, code, None if code == 200 else "http_status", ""
         )
 
-    def status(self, ident: str) -> DeliveryStatus:
-        found = self.d.get(ident)
-        assert found is not None
-        return found.status
-
 
 @pytest.fixture
 def h(redis_url: str) -> Iterator[H]:
-    harness = H(redis_url)
-    yield harness
-    harness.close()
+    yield from closed_after(H(redis_url))
 
 
 def test_one_delivery_per_completion(h: H) -> None:
@@ -276,3 +265,16 @@ def test_disabling_a_missing_webhook_is_refused(h: H) -> None:
         h.run(h.hooks.set_disabled(REF, True, "x"))
     with pytest.raises(DeliveryNotFound):
         h.run(h.hooks.retry_any("msg_0nope"))
+
+
+def test_due_shards_are_the_shards_with_a_delivery_due_now_first_one_first(h: H) -> None:
+    before = keys.shard_map()
+    keys.use(keys.ShardMap(((16, 0), (64, 1))))  # shards 0-63 in use after a raise
+    try:
+        now = h.clock()
+        for shard, at in ((3, now - 1), (40, now), (50, now + 60_000)):  # 50: not yet due
+            h.client.zadd(keys.due(shard), {f"msg_{shard}": at})
+        assert h.d.due_shards() == (3, 40)
+        assert h.d.due_shards(first=40) == (40, 3)
+    finally:
+        keys.use(before)

@@ -7,7 +7,7 @@ Cursors: ``relay.api.paging``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -25,6 +25,7 @@ from relay.api.paging import (
     page_params,
 )
 from relay.api.paths import batch_ref
+from relay.api.responses import BatchListJSON, BatchResultsJSON, TableJSON
 from relay.api.state import state
 from relay.model import Batch
 from relay.store import BatchQuery
@@ -106,14 +107,15 @@ async def batch_results(request: Request) -> Response:
         batch, docs, next_start = await state(request).store.results(ref, start=start, limit=limit)
         if batch is None:
             raise NotFound("no such batch")
-        return {
+        body: BatchResultsJSON = {
             **batch.to_json(),
             "documents": [
-                {**doc.to_json(), "line_items": items, "tables": tables}
+                {**doc.to_json(), "line_items": items, "tables": cast(list[TableJSON], tables)}
                 for doc, items, tables in docs
             ],
             "next_cursor": encode_position(next_start),
         }
+        return body
 
     return await serve_status(request, NO_READS, render)
 
@@ -126,12 +128,11 @@ async def list_batches(request: Request) -> Response:
     batches, next_cursor = await state(request).store.list_batches(
         account, before=before, limit=limit
     )
-    return json_response(
-        {
-            "batches": [b.to_json() for b in batches],
-            "next_cursor": encode_listing_cursor(next_cursor),
-        }
-    )
+    body: BatchListJSON = {
+        "batches": [b.to_json() for b in batches],
+        "next_cursor": encode_listing_cursor(next_cursor),
+    }
+    return json_response(body)
 
 
 async def delete_batch(request: Request) -> Response:

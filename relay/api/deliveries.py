@@ -17,6 +17,7 @@ from relay.api.bodies import json_response, read_json
 from relay.api.errors import Unprocessable
 from relay.api.limits import RETRIES
 from relay.api.paging import page_params
+from relay.api.responses import delivery_list
 from relay.api.state import state
 from relay.model import DeliveryStatus, valid_batch_name
 from relay.search import MAX_MS, RECOVERABLE
@@ -70,7 +71,7 @@ async def search_deliveries(request: Request) -> Response:
         limit=limit,
         cursor=cursor,
     )
-    return json_response({"deliveries": [d.to_json() for d in found], "next_cursor": after})
+    return json_response(delivery_list(found, after))
 
 
 async def recover_deliveries(request: Request) -> Response:
@@ -102,9 +103,7 @@ async def recover_deliveries(request: Request) -> Response:
     )
     for shard in sorted(result.shards):
         await st.edge.wake(shard)
-    return json_response(
-        {"recovered": result.recovered, "skipped": result.skipped}, 202, headers=rate_headers
-    )
+    return json_response(result.to_json(), 202, headers=rate_headers)
 
 
 routes: list[BaseRoute] = [

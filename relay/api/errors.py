@@ -29,6 +29,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
+from relay.api.responses import ErrorJSON
 from relay.exceptions import (
     BatchDeleted,
     BatchNotFound,
@@ -160,7 +161,7 @@ _HTTP_TYPES = {
 def error_json(
     status_code: int, error_type: str, message: str, headers: dict[str, str] | None = None
 ) -> Response:
-    error = {"error": {"type": error_type, "message": message}}
+    error: ErrorJSON = {"error": {"type": error_type, "message": message}}
     body = json.dumps(error, separators=(",", ":"), ensure_ascii=False)
     return Response(body.encode(), status_code, headers, media_type="application/json")
 

@@ -19,6 +19,7 @@ from relay.api.access import authenticate
 from relay.api.bodies import json_response
 from relay.api.errors import RateLimited, Unprocessable
 from relay.api.paging import invalid_cursor
+from relay.api.responses import EventListJSON
 from relay.api.state import AppState, state
 from relay.events import (
     FEED_BATCHES,
@@ -84,9 +85,12 @@ async def _feed(request: Request, feed: str) -> Response:
             ) from exc
     else:
         page = await read(after)
-    return json_response(
-        {"events": page.events, "next_cursor": page.next_cursor, "has_more": page.has_more}
-    )
+    body: EventListJSON = {
+        "events": page.events,
+        "next_cursor": page.next_cursor,
+        "has_more": page.has_more,
+    }
+    return json_response(body)
 
 
 async def list_events(request: Request) -> Response:

@@ -3,30 +3,30 @@
 Every response object is closed (``additionalProperties: false``, all listed fields
 required), so a field that drifts from the contract (SPEC section 3) fails the schemathesis
 conformance test. The records' objects (Batch, Document, Webhook, Delivery ...) are made
-from the types their ``to_json`` returns (``relay.model``'s ``...JSON``, ``relay.shapes``);
-the objects no record makes (lists, requests, event envelopes) are written here.
+from the types their ``to_json`` returns (``relay.model``'s ``...JSON``, ``relay.shapes``),
+the webhook events' from the types their bodies are built as (``relay.webhook_events``) and
+the API's bodies around them (lists, results, errors, the feed) from the types the handlers
+build them as (``relay.api.responses``). Written here: the requests (what the handlers
+read, not build), ``Counts`` (one count per ``Status``) and ``OperationalWebhook`` (a
+``Webhook`` without its batch).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from relay.api.responses import COMPONENTS
 from relay.delivery.ssrf import CALLBACK_URL_PATTERN
 from relay.model import (
     BATCH_NAME_PATTERN,
-    COMPONENTS,
     DELIVERY_ID_PATTERN,
     DOCUMENT_ID_PATTERN,
-    BatchJSON,
     DeliveryStatus,
-    DocumentJSON,
     Status,
-    Time,
-    TimeOrNull,
     WebhookJSON,
 )
 from relay.search import RECOVERABLE
-from relay.shapes import field_schema, object_schema, ref
+from relay.shapes import object_schema, ref
 
 __all__ = ["BATCH_NAME_PATTERN", "DELIVERY_ID_PATTERN", "DOCUMENT_ID_PATTERN", "ref"]
 
@@ -51,118 +51,23 @@ def _optional(names: list[str], props: dict[str, Any]) -> dict[str, Any]:
     return {**schema, "required": [n for n in schema["required"] if n not in names]}
 
 
-_TIME = field_schema(Time, COMPONENTS)
-_TIME_OR_NULL = field_schema(TimeOrNull, COMPONENTS)
 # A time the client sends: RFC 3339 with a zone, any precision (milliseconds count).
 QUERY_TIME: dict[str, Any] = {"type": "string", "format": "date-time"}
 _COUNT = {"type": "integer", "minimum": 0}
 
-# The records' objects, from the types of their to_json (relay.model).
+# The objects made from their types: the records' (model), the webhook events'
+# (webhook_events) and the API's bodies around them (api.responses).
 _MODELS: dict[str, Any] = {
     name: object_schema(shape, COMPONENTS)
     for shape, name in COMPONENTS.items()
     if shape is not Status
 }
-_DOCUMENT_PROPS: dict[str, Any] = object_schema(DocumentJSON, COMPONENTS)["properties"]
-_BATCH_PROPS: dict[str, Any] = object_schema(BatchJSON, COMPONENTS)["properties"]
 _WEBHOOK_PROPS: dict[str, Any] = object_schema(WebhookJSON, COMPONENTS)["properties"]
-
-_SIGNING_KEY_PROPS: dict[str, Any] = {
-    "secret": {"type": "string", "pattern": "^whsec_", "description": "HMAC key (v1)."},
-    "public_key": {"type": "string", "pattern": "^whpk_", "description": "Ed25519 key (v1a)."},
-    "created_at": _TIME,
-}
-
-_NEXT_CURSOR = {
-    "type": ["string", "null"],
-    "description": "Pass as `cursor` for the next page; null on the last page.",
-}
-
-_MSG_ID = {
-    "type": "string",
-    "pattern": DELIVERY_ID_PATTERN,
-    "description": "The delivery's id: the same on every attempt; dedupe on it.",
-}
 
 SCHEMAS: dict[str, Any] = {
     **_MODELS,
-    "Error": _obj(
-        {
-            "error": _obj(
-                {
-                    "type": {"type": "string", "examples": ["not_found", "rate_limited"]},
-                    "message": {"type": "string"},
-                }
-            )
-        }
-    ),
     "Status": {"type": "string", "enum": STATUSES},
     "Counts": _obj({s: _COUNT for s in STATUSES}),
-    "ResultDocument": _obj(
-        {
-            **_DOCUMENT_PROPS,
-            "line_items": {
-                "type": ["array", "null"],
-                "items": {"type": "object"},
-                "description": (
-                    "The extracted rows; null unless the document succeeded. The first "
-                    "table's header row gives the keys; a later table is appended only when "
-                    "it continues the first (a table split over pages: next page, same "
-                    "columns); other tables are in `tables` only."
-                ),
-            },
-            "tables": {
-                "type": ["array", "null"],
-                "items": ref("Table"),
-                "description": (
-                    "Every table found, in reading order (page, then top to bottom). For "
-                    "CSV, TSV and JSON one table: the line_items as a grid, the header row "
-                    "of their keys first. Null unless the document succeeded (and for "
-                    "results stored before tables existed); [] when a plug-in extractor "
-                    "reports rows only."
-                ),
-            },
-        }
-    ),
-    "Table": _obj(
-        {
-            "page": {
-                "type": "integer",
-                "minimum": 1,
-                "description": "The PDF page or TIFF page (1 for any other document).",
-            },
-            "rows": {
-                "type": "array",
-                "items": {"type": "array", "items": {"type": ["string", "null"]}},
-                "description": (
-                    "The grid: every row as long; a spanning cell's text at its top-left "
-                    "position, the cells it covers null."
-                ),
-            },
-            "confidence": {
-                "type": ["array", "null"],
-                "items": {
-                    "type": "array",
-                    "items": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
-                },
-                "description": (
-                    "Per cell, how sure OCR is of its text (0-1, null for an empty cell), "
-                    "in the shape of rows; null when the text comes from a PDF's text layer "
-                    "or a CSV, TSV or JSON document."
-                ),
-            },
-        }
-    ),
-    "BatchResults": _obj(
-        {
-            **_BATCH_PROPS,
-            "documents": {"type": "array", "items": ref("ResultDocument")},
-            "next_cursor": _NEXT_CURSOR,
-        }
-    ),
-    "BatchList": _obj(
-        {"batches": {"type": "array", "items": ref("Batch")}, "next_cursor": _NEXT_CURSOR}
-    ),
     "ProcessRequest": {
         "type": "object",
         "additionalProperties": False,
@@ -216,133 +121,6 @@ SCHEMAS: dict[str, Any] = {
         },
     ),
     "OperationalWebhook": _obj({k: v for k, v in _WEBHOOK_PROPS.items() if k != "batch_name"}),
-    "DeliveryList": _obj(
-        {"deliveries": {"type": "array", "items": ref("Delivery")}, "next_cursor": _NEXT_CURSOR}
-    ),
-    "BatchCompletedData": _obj(
-        {
-            **_BATCH_PROPS,
-            "results_url": {
-                "type": "string",
-                "format": "uri",
-                "description": "GET it (with an API key) for the documents and their rows.",
-            },
-        }
-    ),
-    "BatchCompletedEvent": _obj(
-        {
-            "type": {"const": "batch.completed"},
-            "timestamp": {**_TIME, "description": "When the batch completed (completed_at)."},
-            "data": {
-                **ref("BatchCompletedData"),
-                "description": "The batch, as GET /batches/{name} answered it then, plus "
-                "results_url.",
-            },
-        }
-    ),
-    "WebhookDisabledEvent": _obj(
-        {
-            "type": {"const": "webhook.disabled"},
-            "timestamp": {**_TIME, "description": "When the webhook was disabled."},
-            "data": _obj(
-                {
-                    "batch_name": {"type": "string"},
-                    "url": {"type": "string"},
-                    "reason": {"type": "string"},
-                }
-            ),
-        }
-    ),
-    "DeliveryFailedEvent": _obj(
-        {
-            "type": {"const": "delivery.failed"},
-            "timestamp": {**_TIME, "description": "When the schedule ran out."},
-            "data": _obj(
-                {
-                    "id": {"type": "string", "description": "The failed delivery's webhook-id."},
-                    "batch_name": {"type": "string"},
-                    "url": {"type": "string"},
-                    "attempts": {"type": "integer", "minimum": 1},
-                    "error": {"type": ["string", "null"]},
-                    "status_code": {"type": ["integer", "null"]},
-                }
-            ),
-        }
-    ),
-    "WebhookTestEvent": _obj(
-        {
-            "type": {"const": "webhook.test"},
-            "timestamp": {**_TIME, "description": "When the test was sent."},
-            "data": _obj(
-                {
-                    "batch_name": {"type": ["string", "null"]},
-                    "url": {"type": "string"},
-                }
-            ),
-        }
-    ),
-    "WebhookVerifyEvent": _obj(
-        {
-            "type": {"const": "webhook.verify"},
-            "timestamp": {**_TIME, "description": "When the challenge was made."},
-            "data": _obj(
-                {
-                    "batch_name": {"type": ["string", "null"]},
-                    "url": {"type": "string"},
-                    "challenge": {
-                        "type": "string",
-                        "description": "Echo it in the body of a 2xx answer.",
-                    },
-                }
-            ),
-        }
-    ),
-    "TestSend": _obj(
-        {
-            "id": {**_MSG_ID, "description": "The test event's webhook-id (new each time)."},
-            "type": {"const": "webhook.test"},
-            "url": {"type": "string"},
-            "at": {**_TIME, "description": "When it was sent."},
-            "succeeded": {"type": "boolean", "description": "The receiver answered 2xx."},
-            "status_code": {"type": ["integer", "null"]},
-            "duration_ms": {"type": "number", "minimum": 0},
-            "response_excerpt": {
-                "type": "string",
-                "description": "The first KiB of the answer, or the error's message.",
-            },
-            "error": {
-                "type": ["string", "null"],
-                "description": "http_status, timeout, connection, dns, blocked_destination...; "
-                "null on a 2xx.",
-            },
-        }
-    ),
-    "EventList": _obj(
-        {
-            "events": {
-                "type": "array",
-                "items": {
-                    "oneOf": [
-                        ref("BatchCompletedFeedEvent"),
-                        ref("WebhookDisabledFeedEvent"),
-                        ref("DeliveryFailedFeedEvent"),
-                    ]
-                },
-                "description": "Oldest first: each event's id (its webhook-id), type, "
-                "timestamp and data, as its webhook body has them.",
-            },
-            "next_cursor": {
-                "type": ["string", "null"],
-                "pattern": DELIVERY_ID_PATTERN,
-                "description": "The id of the last event read (pass it as `after`); the "
-                "`after` given when there was none; null when the feed is empty.",
-            },
-            "has_more": {
-                "type": "boolean",
-                "description": "More events follow now: read again without waiting.",
-            },
-        }
-    ),
     "RecoverRequest": {
         "type": "object",
         "description": "Every field is a string when given: `null` is refused with 422 like "
@@ -359,36 +137,4 @@ SCHEMAS: dict[str, Any] = {
         },
         "additionalProperties": False,
     },
-    "Recovery": _obj(
-        {
-            "recovered": {
-                "type": "integer",
-                "minimum": 0,
-                "description": "Deliveries made due now (same webhook-id, fresh schedule).",
-            },
-            "skipped": {
-                "type": "integer",
-                "minimum": 0,
-                "description": "Matching deliveries left as they were: their batch's webhook "
-                "was removed or is disabled (register it again, then recover).",
-            },
-        }
-    ),
-    "SigningMaterial": _obj(
-        {
-            **_SIGNING_KEY_PROPS,
-            "previous": {
-                "oneOf": [
-                    {"type": "null"},
-                    _obj({**_SIGNING_KEY_PROPS, "expires_at": _TIME_OR_NULL}),
-                ],
-                "description": "The material replaced by the last rotation while it still "
-                "signs alongside (grace period); null otherwise.",
-            },
-        }
-    ),
 }
-_EVENT_ID = {**_MSG_ID, "description": "The event's id: the webhook-id of its deliveries."}
-for _name in ("BatchCompletedEvent", "WebhookDisabledEvent", "DeliveryFailedEvent"):
-    _event = SCHEMAS[_name]
-    SCHEMAS[_name.replace("Event", "FeedEvent")] = _obj({"id": _EVENT_ID, **_event["properties"]})

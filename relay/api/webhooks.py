@@ -15,11 +15,12 @@ from relay.api.errors import NotFound, Unprocessable
 from relay.api.limits import RETRIES
 from relay.api.paging import decode_position, encode_position, page_params
 from relay.api.paths import batch_ref
+from relay.api.responses import delivery_list
 from relay.api.state import AppState, state
 from relay.crypto import SigningMaterial
 from relay.delivery.ssrf import in_documented_form, vet_url
 from relay.exceptions import UnsafeTarget, WebhookNotFound
-from relay.model import Webhook
+from relay.model import SigningMaterialJSON, Webhook
 from relay.store import BatchRef
 from relay.timefmt import rfc3339
 from relay.webhook_store import operational_ref
@@ -113,9 +114,7 @@ async def list_deliveries(request: Request) -> Response:
     found, next_start = await st.webhooks.deliveries(
         ref, start=decode_position(cursor), limit=limit
     )
-    return json_response(
-        {"deliveries": [d.to_json() for d in found], "next_cursor": encode_position(next_start)}
-    )
+    return json_response(delivery_list(found, encode_position(next_start)))
 
 
 async def retry_delivery(request: Request) -> Response:
@@ -201,12 +200,12 @@ async def list_operational_deliveries(request: Request) -> Response:
     found, next_start = await st.webhooks.deliveries(
         operational_ref(account), start=decode_position(cursor), limit=limit
     )
-    return json_response(
-        {"deliveries": [d.to_json() for d in found], "next_cursor": encode_position(next_start)}
-    )
+    return json_response(delivery_list(found, encode_position(next_start)))
 
 
-def _signing_json(materials: list[SigningMaterial], previous_until: int | None) -> dict[str, Any]:
+def _signing_json(
+    materials: list[SigningMaterial], previous_until: int | None
+) -> SigningMaterialJSON:
     current = materials[0]
     previous = materials[1] if len(materials) > 1 else None
     return {

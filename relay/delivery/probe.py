@@ -9,9 +9,7 @@ deliveries, the webhook's failure count and the metrics are untouched.
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
 import redis.asyncio
@@ -24,19 +22,8 @@ from relay.exceptions import WebhookNotFound
 from relay.signing_keys import SigningKeys
 from relay.store import BatchRef
 from relay.timefmt import now_ms, rfc3339
+from relay.webhook_events import TestSendJSON, probe_body
 from relay.webhook_store import AsyncWebhookStore
-
-TEST_EVENT = "webhook.test"
-
-
-def probe_body(batch_name: str, url: str, at_ms: int) -> bytes:
-    """The exact bytes of a test send (``batch_name`` is null for the operational webhook)."""
-    event = {
-        "type": TEST_EVENT,
-        "timestamp": rfc3339(at_ms),
-        "data": {"batch_name": batch_name or None, "url": url},
-    }
-    return json.dumps(event, separators=(",", ":")).encode()
 
 
 @dataclass(frozen=True)
@@ -49,10 +36,10 @@ class ProbeResult:
     response_excerpt: str
     error: str | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> TestSendJSON:
         return {
             "id": self.id,
-            "type": TEST_EVENT,
+            "type": "webhook.test",
             "url": self.url,
             "at": rfc3339(self.at),
             "succeeded": self.error is None,

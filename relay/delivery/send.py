@@ -28,7 +28,8 @@ from relay.logs import fields, url_host
 from relay.metrics import Metrics
 from relay.model import Attempt
 from relay.timefmt import now_ms
-from relay.webhook_store import ClaimedDelivery, WebhookStore, verify_challenge
+from relay.webhook_events import verify_challenge
+from relay.webhook_store import ClaimedDelivery, WebhookStore
 
 
 class AttemptContext(Protocol):

@@ -42,41 +42,6 @@ local function fair_push(p, account, name, ids, front)
   end
 end
 
--- Take the next waiting document: the ring's head account (rotated to the tail, so the next
--- call serves the next account), that account's oldest batch, its first document.
--- Returns account, batch name, id, more; account is false when nothing waits in the shard,
--- id is false only if an index was inconsistent (it is repaired on the way); more is true
--- when documents still wait in the shard after this one.
-local function fair_pop(p)
-  local ring = key_fair_ring(p)
-  local account = redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
-  if not account then
-    return false, false, false, false
-  end
-  local ak = key_fair_account(p, account)
-  local name = redis.call('LINDEX', ak, 0)
-  local id = false
-  local left = false  -- whether the account still has documents waiting
-  if name then
-    local rk = key_batch_ready(p, account, name)
-    id = redis.call('LPOP', rk)
-    if id then
-      fair_uncount(p, 1)
-    end
-    -- The batch's list still holding documents keeps the batch (so the account) listed.
-    left = redis.call('LLEN', rk) > 0
-    if not left then
-      redis.call('LPOP', ak)
-      left = redis.call('LLEN', ak) > 0
-    end
-  end
-  if left then
-    return account, name, id, true
-  end
-  redis.call('RPOP', ring)  -- the account just rotated to the tail: it leaves the ring
-  return account, name, id, redis.call('LLEN', ring) > 0
-end
-
 -- Remove a batch's waiting documents from the fair queue (its deletion cancels them).
 local function fair_drop_batch(p, account, name)
   local rk = key_batch_ready(p, account, name)

@@ -47,8 +47,9 @@ end
 -- Keep a delivery's index entries true when its status goes `from` -> `to` (O(1) each):
 -- `from` '' for a new delivery (also enters the account's index), `to` '' for a purged one
 -- (also leaves it). Call it in the script that changes the status, with the old status.
-local function index_delivery(p, id, from, to)
-  local d = redis.call('HMGET', key_delivery(p, id), 'account', 'created_at')
+-- `known`: {account, created_at} when the caller has them (it just wrote the delivery).
+local function index_delivery(p, id, from, to, known)
+  local d = known or redis.call('HMGET', key_delivery(p, id), 'account', 'created_at')
   local account, created = d[1], d[2]
   if not account then
     return
@@ -170,28 +171,28 @@ local function complete_if_done(batch_key, outbox_key)
   return announce_completion(batch_key, outbox_key, c[6], c[7], seq, c[5])
 end
 
--- One processing document of the batch ended with `outcome` ('succeeded' | 'failed') at
+-- Processing documents of the batch ended, `succeeded` and `failed` of them, the last at
 -- `now`: the batch's counters and last completion time (note_completion), and its completion
--- when it was the last open document (complete_if_done), read and written at once: two
+-- when they were the last open documents (complete_if_done), read and written at once: two
 -- commands unless the batch completes. Returns the completion_seq, or 0.
-local function end_document(batch_key, outbox_key, outcome, now)
+local function end_documents(batch_key, outbox_key, succeeded, failed, now)
   local c = redis.call('HMGET', batch_key, 'queued', 'processing', 'total', 'completed_at',
-                       'last_completed_at', 'account', 'name', outcome, 'completion_seq')
-  local processing = tonumber(c[2] or '0') - 1
-  local ended = tonumber(c[8] or '0') + 1
+                       'last_completed_at', 'account', 'name', 'succeeded', 'failed',
+                       'completion_seq')
+  local processing = tonumber(c[2] or '0') - succeeded - failed
   local last = c[5] or '0'
   if tonumber(now) > tonumber(last) then
     last = now
   end
+  local counts = {'processing', processing, 'succeeded', tonumber(c[8] or '0') + succeeded,
+                  'failed', tonumber(c[9] or '0') + failed, 'last_completed_at', last}
   local open = tonumber(c[1] or '0') + processing
   if open ~= 0 or tonumber(c[3] or '0') == 0 or (c[4] and c[4] ~= '') then
-    redis.call('HSET', batch_key, 'processing', processing, outcome, ended,
-               'last_completed_at', last)
+    redis.call('HSET', batch_key, unpack(counts))
     return 0
   end
-  local seq = tonumber(c[9] or '0') + 1
-  redis.call('HSET', batch_key, 'processing', processing, outcome, ended,
-             'last_completed_at', last, 'completion_seq', seq, 'completed_at', last)
+  local seq = tonumber(c[10] or '0') + 1
+  redis.call('HSET', batch_key, 'completion_seq', seq, 'completed_at', last, unpack(counts))
   return announce_completion(batch_key, outbox_key, c[6], c[7], seq, last)
 end
 

@@ -1,34 +1,95 @@
--- A worker claims the shard's next document fairly: the accounts with documents waiting take
+-- A worker claims the shard's next documents fairly: the accounts with documents waiting take
 -- turns (round-robin), an account's batches go in hand-out order, a batch's documents in
--- order. The document goes queued -> processing with a lease, as in claim.lua.
+-- order. One turn takes the first waiting document of the account's oldest batch and, behind
+-- it in the same batch, more while they are small: at most ARGV[6] documents whose sizes
+-- together stay within ARGV[7] bytes (the first is taken whatever its size). Each goes
+-- queued -> processing with a lease, as in claim.lua; the batch's counters are read and
+-- written once for them all.
 -- KEYS: 1 leases
 -- ARGV: 1 the shard's key prefix (the fair queue's keys, documents and batches derive from
 --       it; see _fair.lua), 2 now (ms), 3 lease (ms), 4 lease token,
---       5 at most this many entries taken per call (entries whose document is no longer
---       queued are dropped and the next one is taken)
--- Returns JSON (cjson): claim_doc's table with id, account and batch (the batch's name) added
---          and more = 1 when documents still wait in the shard; {claimed = false, more}
---          when nothing was claimed (more = 1: call again).
+--       5 at most this many entries looked at per call (entries whose document is no longer
+--       queued are dropped and the next ones are taken), 6 documents per turn,
+--       7 bytes per turn
+-- Returns JSON (cjson): {account, batch (its name), fields (the batch's JSON list),
+--          claims = [{id, filename, content_type, blob, claims}, ...], more = 1 when
+--          documents still wait in the shard}; without claims when nothing was claimed
+--          (more = 1: call again).
 local p = ARGV[1]
+local now, lease_ms, token = ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local budget, per_turn, max_bytes = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local ring = key_fair_ring(p)
 local more = false
-for _ = 1, tonumber(ARGV[5]) do
-  local account, name, id
-  account, name, id, more = fair_pop(p)
+while budget > 0 do
+  local account = redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
   if not account then
-    return cjson.encode({claimed = false, more = 0})
+    return cjson.encode({more = 0})
   end
-  if id then
-    local c = claim_doc(key_doc(p, id), key_batch(p, account, name),
-                        key_batch_started(p, account, name), KEYS[1], id, ARGV[2], ARGV[3],
-                        ARGV[4])
-    if c.claimed then
-      c.id, c.account, c.batch = id, account, name
-      c.more = more and 1 or 0
-      return cjson.encode(c)
+  local ak = key_fair_account(p, account)
+  local name = redis.call('LINDEX', ak, 0)
+  local got, leases, started = {}, {}, {}
+  local left = false  -- whether the account still has documents waiting
+  if name then
+    local rk = key_batch_ready(p, account, name)
+    local want = math.min(per_turn, budget)
+    local ids = redis.call('LRANGE', rk, 0, want - 1)
+    local taken, bytes = 0, 0
+    for i, id in ipairs(ids) do
+      local dk = key_doc(p, id)
+      local d = redis.call('HMGET', dk, 'status', 'filename', 'content_type', 'blob', 'claims',
+                           'size')
+      if d[1] == 'queued' then
+        local size = tonumber(d[6] or '0') or 0
+        if #got > 0 and bytes + size > max_bytes then
+          break
+        end
+        bytes = bytes + size
+        local claims = tonumber(d[5] or '0') + 1
+        redis.call('HSET', dk, 'status', 'processing', 'started_at', now, 'lease', token,
+                   'claims', claims)
+        got[#got + 1] = {id = id, filename = d[2], content_type = d[3], blob = d[4],
+                         claims = claims}
+        leases[#leases + 1] = tonumber(now) + lease_ms
+        leases[#leases + 1] = id
+        started[#started + 1] = now
+        started[#started + 1] = id
+      end
+      taken = i
+    end
+    budget = budget - math.max(taken, 1)
+    if taken > 0 then
+      redis.call('LTRIM', rk, taken, -1)
+      fair_uncount(p, taken)
+    end
+    -- Entries left behind (a break, or a list longer than looked at) keep the batch listed.
+    left = taken < #ids or (#ids == want and redis.call('LLEN', rk) > 0)
+    if not left then
+      redis.call('LPOP', ak)
+      left = redis.call('LLEN', ak) > 0
     end
   end
+  if left then
+    more = true
+  else
+    redis.call('RPOP', ring)  -- the account just rotated to the tail: it leaves the ring
+    more = redis.call('LLEN', ring) > 0
+  end
+  if #got > 0 then
+    redis.call('ZADD', KEYS[1], unpack(leases))
+    local bk = key_batch(p, account, name)
+    redis.call('ZADD', key_batch_started(p, account, name), unpack(started))
+    local b = redis.call('HMGET', bk, 'queued', 'processing', 'started_at', 'fields')
+    local first = b[3]
+    if not first or first == '' or tonumber(first) > tonumber(now) then
+      first = now
+    end
+    redis.call('HSET', bk, 'queued', tonumber(b[1] or '0') - #got,
+               'processing', tonumber(b[2] or '0') + #got, 'started_at', first)
+    return cjson.encode({account = account, batch = name, fields = b[4] or '[]', claims = got,
+                         more = more and 1 or 0})
+  end
   if not more then
-    return cjson.encode({claimed = false, more = 0})
+    return cjson.encode({more = 0})
   end
 end
-return cjson.encode({claimed = false, more = more and 1 or 0})
+return cjson.encode({more = more and 1 or 0})

@@ -67,5 +67,5 @@ end
 redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
 redis.call('ZADD', KEYS[5], ARGV[5], ARGV[1])
 redis.call('ZADD', KEYS[4], ARGV[5], ARGV[1])
-index_delivery(ARGV[7], ARGV[1], '', 'pending')  -- the delivery indexes
+index_delivery(ARGV[7], ARGV[1], '', 'pending', {ARGV[2], ARGV[5]})  -- the delivery indexes
 return {1, ARGV[1]}

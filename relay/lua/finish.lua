@@ -1,22 +1,53 @@
--- A worker stores a document's outcome: processing -> succeeded | failed.
--- KEYS: 1 doc, 2 batch, 3 leases, 4 outbox, 5 doc_items, 6 blob, 7 account_pending_bytes
--- ARGV: 1 doc id, 2 lease token, 3 now (ms), 4 'succeeded' | 'failed', 5 result JSON,
---       6 error code, 7 error message
--- Returns JSON (cjson): {stored = true, seq = completion_seq or 0, freed = bytes the caller
--- takes off the account's total (release_known)} when stored; {stored = false, status} when
--- the lease was lost (the document was handed to another worker, or already ended) and the
--- outcome is dropped.
-local d = redis.call('HMGET', KEYS[1], 'status', 'lease', 'charged', 'counted')
-if d[1] ~= 'processing' or d[2] ~= ARGV[2] then
-  return cjson.encode({stored = false, status = d[1] or 'missing'})
+-- Workers store documents' outcomes: processing -> succeeded | failed, for one document or
+-- several of one batch at once (a turn's, relay.processing), the batch's counters read and
+-- written once for them all.
+-- KEYS: 1 batch, 2 leases, 3 outbox, 4 account_pending_bytes, then 3 per document: doc,
+--       doc_items, blob
+-- ARGV: 7 per document: id, lease token, completed at (ms), 'succeeded' | 'failed',
+--       result JSON, error code, error message
+-- Returns JSON (cjson): {stored = [true | false per document: false when its lease was lost
+-- (handed to another worker, or already ended) and its outcome dropped], seq =
+-- completion_seq when these completed the batch else 0, freed = bytes the caller takes off
+-- the account's total (release_known)}.
+local stored, ended = {}, {}
+local counts = {succeeded = 0, failed = 0}
+local last = '0'
+local charged, freed = 0, 0
+for i = 0, #ARGV / 7 - 1 do
+  local a = i * 7
+  local dk = KEYS[5 + i * 3]
+  local d = redis.call('HMGET', dk, 'status', 'lease', 'charged', 'counted')
+  if d[1] == 'processing' and d[2] == ARGV[a + 2] then
+    local outcome, now = ARGV[a + 4], ARGV[a + 3]
+    redis.call('HSET', dk, 'status', outcome, 'completed_at', now, 'lease', '',
+               'error_code', ARGV[a + 6], 'error_message', ARGV[a + 7], 'blob', '', 'charged', 0)
+    if outcome == 'succeeded' then
+      redis.call('SET', KEYS[6 + i * 3], ARGV[a + 5])
+    end
+    redis.call('DEL', KEYS[7 + i * 3])
+    local c = tonumber(d[3] or '0') or 0
+    if c > 0 then
+      charged = charged + c
+      if d[4] == '1' then
+        freed = freed + c
+      end
+    end
+    counts[outcome] = counts[outcome] + 1
+    if tonumber(now) > tonumber(last) then
+      last = now
+    end
+    ended[#ended + 1] = ARGV[a + 1]
+    stored[i + 1] = true
+  else
+    stored[i + 1] = false
+  end
 end
-redis.call('HSET', KEYS[1], 'status', ARGV[4], 'completed_at', ARGV[3], 'lease', '',
-           'error_code', ARGV[6], 'error_message', ARGV[7], 'blob', '', 'charged', 0)
-if ARGV[4] == 'succeeded' then
-  redis.call('SET', KEYS[5], ARGV[5])
+local seq = 0
+if #ended > 0 then
+  if charged > 0 and redis.call('DECRBY', KEYS[4], charged) <= 0 then
+    redis.call('DEL', KEYS[4])
+  end
+  redis.call('ZREM', KEYS[2], unpack(ended))
+  seq = end_documents(KEYS[1], KEYS[3], counts.succeeded, counts.failed, last)
 end
-local freed = release_known(KEYS[7], d[3], d[4])
-redis.call('DEL', KEYS[6])
-redis.call('ZREM', KEYS[3], ARGV[1])
-local seq = end_document(KEYS[2], KEYS[4], ARGV[4], ARGV[3])
-return cjson.encode({stored = true, seq = seq, freed = freed})
+return cjson.encode({stored = stored, seq = seq, freed = freed})

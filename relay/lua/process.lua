@@ -1,20 +1,41 @@
 -- Hand every queued document not yet handed out to the workers (idempotent): they join the
 -- batch's list in the shard's fair queue (_fair.lua), where workers take them.
--- KEYS: 1 batch, 2 batch_pending
+-- The documents not yet handed out are the batch's documents (its upload-ordered list) from
+-- position `handed` on; a batch created by a version before `handed` keeps its own list of
+-- them (KEYS[3], filled by upload.lua while the batch has no `handed`).
+-- KEYS: 1 batch, 2 batch_docs, 3 batch_pending (such an older batch's list)
 -- ARGV: 1 fields (JSON list), 2 now (ms), 3 '1' to store the fields, 4 the shard's key prefix
 --       (the fair queue's keys derive from it), 5 account, 6 batch name
--- Returns: the handed document ids, or the refusal 'deleted' / 'missing'.
-local b = redis.call('HMGET', KEYS[1], 'created_at', 'deleted_at')
+-- Returns JSON (cjson): {handed = [the handed document ids] (absent when none)}, or the
+-- refusal 'deleted' / 'missing'.
+local b = redis.call('HMGET', KEYS[1], 'created_at', 'deleted_at', 'handed')
 if not b[1] then
   return refuse('missing')
 end
 if b[2] and b[2] ~= '' then
   return refuse('deleted')
 end
-if ARGV[3] == '1' then
-  redis.call('HSET', KEYS[1], 'fields', ARGV[1])
+local ids
+local set = {}
+if b[3] then
+  local handed = tonumber(b[3])
+  ids = redis.call('LRANGE', KEYS[2], handed, -1)
+  if #ids > 0 then
+    set = {'handed', handed + #ids}
+  end
+else
+  ids = redis.call('LRANGE', KEYS[3], 0, -1)
+  redis.call('DEL', KEYS[3])
 end
-local ids = redis.call('LRANGE', KEYS[2], 0, -1)
-redis.call('DEL', KEYS[2])
+if ARGV[3] == '1' then
+  set[#set + 1] = 'fields'
+  set[#set + 1] = ARGV[1]
+end
+if #set > 0 then
+  redis.call('HSET', KEYS[1], unpack(set))
+end
 fair_push(ARGV[4], ARGV[5], ARGV[6], ids, false)
-return ids
+if #ids == 0 then
+  ids = nil
+end
+return cjson.encode({handed = ids})

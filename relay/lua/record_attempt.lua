@@ -35,7 +35,8 @@ redis.call('HSET', KEYS[1], 'lease', '', 'updated_at', A.now)
 -- attempt after a success or a registration, cleared by a success. A failed attempt that
 -- many ms after it disables the webhook: a retry becomes `canceled` (attempts stop).
 -- A 410 disables at once. The events go out at the end of the script.
-local hook = redis.call('HMGET', KEYS[4], 'url', 'disabled', 'failing_since', 'verify_id')
+local hook = redis.call('HMGET', KEYS[4], 'url', 'disabled', 'failing_since', 'verify_id',
+                        'created_at')
 local disable = nil
 -- An endpoint verification's challenge: its own short schedule decides, not
 -- RELAY_DISABLE_AFTER; its last failure comes as 'gone' with the reason.
@@ -104,11 +105,16 @@ if verify then
 end
 
 -- Operational events (emit_event in _lib.lua; none about the operational webhook's own).
+-- A disable counts in the webhook's `disables`: the webhook (its `created_at`) and that
+-- count name the event (relay.detector.operational_event_id), so the same disable redone
+-- after a failover (this write lost with the old primary) keeps its id.
 if disable then
   redis.call('HSET', KEYS[4], 'disabled', '1', 'disabled_reason', disable,
              'updated_at', A.now)
+  local generation = redis.call('HINCRBY', KEYS[4], 'disables', 1)
   emit_event(KEYS[5], 'webhook.disabled', dv[1], dv[2], A.clock,
-             {'url', hook[1], 'reason', disable})
+             {'url', hook[1], 'reason', disable, 'webhook_created_at', hook[5] or '',
+              'generation', generation})
 end
 if outcome == 'failed' then
   local a = cjson.decode(A.attempt)

@@ -24,7 +24,7 @@ if tonumber(d[2] or '0') >= tonumber(ARGV[3]) then
              ' times', 'blob', '', 'charged', 0)
   local freed = release_known(KEYS[7], d[3], d[4])
   redis.call('DEL', KEYS[6])
-  end_document(KEYS[2], KEYS[5], 'failed', ARGV[2])
+  end_documents(KEYS[2], KEYS[5], 0, 1, ARGV[2])
   return cjson.encode({outcome = 'failed', freed = freed})
 end
 redis.call('HINCRBY', KEYS[2], 'processing', -1)

@@ -1,5 +1,6 @@
 -- Add one queued document to a batch, creating the batch on its first upload.
--- KEYS: 1 batch, 2 batch_docs, 3 batch_pending, 4 doc, 5 account_batches, 6 blob,
+-- KEYS: 1 batch, 2 batch_docs, 3 batch_pending (batches created before `handed` only),
+--       4 doc, 5 account_batches, 6 blob,
 --       7 account_pending_bytes (this shard's counter of the account)
 -- ARGV: 1 account, 2 batch name, 3 doc id, 4 filename, 5 content_type, 6 size, 7 now (ms),
 --       8 blob bytes, 9 '1' when the bytes go to KEYS[6] (Redis blob store) else '0',
@@ -11,7 +12,8 @@
 -- Returns JSON (cjson): {created = true, batch_created = true|false}; or the refusal
 -- 'deleted' when the batch was deleted, 'quota' when the charge would take KEYS[7] past
 -- ARGV[12] (nothing is written then).
-local batch = redis.call('HMGET', KEYS[1], 'created_at', 'deleted_at', 'completed_at')
+local batch = redis.call('HMGET', KEYS[1], 'created_at', 'deleted_at', 'completed_at', 'total',
+                        'queued', 'handed')
 if batch[2] and batch[2] ~= '' then
   return refuse('deleted')
 end
@@ -21,13 +23,6 @@ if charge > 0 and allowance >= 0 then
   if tonumber(redis.call('GET', KEYS[7]) or '0') + charge > allowance then
     return refuse('quota')
   end
-end
-if not batch[1] then
-  redis.call('HSET', KEYS[1], 'account', ARGV[1], 'name', ARGV[2], 'created_at', ARGV[7],
-             'started_at', '', 'completed_at', '', 'last_completed_at', '0', 'deleted_at', '',
-             'completion_seq', 0, 'total', 0, 'queued', 0, 'processing', 0, 'succeeded', 0,
-             'failed', 0, 'canceled', 0, 'fields', '[]')
-  redis.call('ZADD', KEYS[5], ARGV[7], ARGV[2])
 end
 -- 'counted' = 1: the charge is also on the account's total, which whatever releases it
 -- (release_charge) reports back to its caller to take off.
@@ -42,14 +37,27 @@ if charge > 0 then
   redis.call('INCRBY', KEYS[7], charge)
 end
 redis.call('RPUSH', KEYS[2], ARGV[3])
-redis.call('RPUSH', KEYS[3], ARGV[3])
-redis.call('HINCRBY', KEYS[1], 'total', 1)
-redis.call('HINCRBY', KEYS[1], 'queued', 1)
--- An upload into a finished batch makes it not done again until the new document finishes
--- (and takes it out of the retention index until it completes again).
-if batch[3] and batch[3] ~= '' then
-  redis.call('HSET', KEYS[1], 'completed_at', '')
+-- The documents not yet handed out are KEYS[2] from the batch's `handed` on (process.lua);
+-- a batch created before `handed` existed keeps its list of them in KEYS[3].
+if batch[1] and not batch[6] then
+  redis.call('RPUSH', KEYS[3], ARGV[3])
+end
+-- The batch's counters are read above and written here with the rest (one HSET).
+if not batch[1] then
+  redis.call('HSET', KEYS[1], 'account', ARGV[1], 'name', ARGV[2], 'created_at', ARGV[7],
+             'started_at', '', 'completed_at', '', 'last_completed_at', '0', 'deleted_at', '',
+             'completion_seq', 0, 'total', 1, 'queued', 1, 'processing', 0, 'succeeded', 0,
+             'failed', 0, 'canceled', 0, 'fields', '[]', 'handed', 0)
+  redis.call('ZADD', KEYS[5], ARGV[7], ARGV[2])
+elseif batch[3] and batch[3] ~= '' then
+  -- An upload into a finished batch makes it not done again until the new document
+  -- finishes (and takes it out of the retention index until it completes again).
+  redis.call('HSET', KEYS[1], 'total', tonumber(batch[4] or '0') + 1,
+             'queued', tonumber(batch[5] or '0') + 1, 'completed_at', '')
   redis.call('ZREM', key_finished(batch_prefix(KEYS[1], ARGV[1], ARGV[2])),
              finished_member(ARGV[1], ARGV[2]))
+else
+  redis.call('HSET', KEYS[1], 'total', tonumber(batch[4] or '0') + 1,
+             'queued', tonumber(batch[5] or '0') + 1)
 end
 return cjson.encode({created = true, batch_created = not batch[1]})

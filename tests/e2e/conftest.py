@@ -15,17 +15,22 @@ from tests.support.procs import Stack
 from tests.support.receiver import Receiver
 
 
+def _close(s: Stack, request: pytest.FixtureRequest) -> None:
+    """Close the test's clients and ``s``; print its logs when the test failed."""
+    close_all()
+    s.close()
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed:
+        print(s.logs())
+
+
 @pytest.fixture
 def stack(redis_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Stack]:
     """A stack with no process started yet; tests start what they need. Logs are printed
     when the test fails."""
     s = Stack(redis_url=redis_url, tmp=tmp_path)
     yield s
-    close_all()
-    s.close()
-    rep = getattr(request.node, "rep_call", None)
-    if rep is not None and rep.failed:
-        print(s.logs())
+    _close(s, request)
 
 
 @pytest.fixture
@@ -57,11 +62,7 @@ def cluster_stack(
         },
     )
     yield s
-    close_all()
-    s.close()
-    rep = getattr(request.node, "rep_call", None)
-    if rep is not None and rep.failed:
-        print(s.logs())
+    _close(s, request)
 
 
 @pytest.fixture(params=["standalone", "cluster"])

@@ -1,11 +1,15 @@
-"""Faults of a Redis Cluster under traffic (``tests/e2e/traffic.py``: batch after batch, each
-notification answered 500 once, then 200, so every one needs a retry): the slot of the busiest
-shard moved to another primary, and the primary of the busiest shard SIGKILLed (its replica
-takes over). Afterwards every batch made is ``all_done`` and its notification delivered:
-nothing lost."""
+"""Faults of a Redis Cluster: a hung primary and the request deadline; then, under traffic
+(``tests/e2e/traffic.py``: batch after batch, each notification answered 500 once, then 200,
+so every one needs a retry): the slot of the busiest shard moved to another primary, and the
+primary of the busiest shard SIGKILLed (its replica takes over). Afterwards every batch made
+is ``all_done`` and its notification delivered: nothing lost."""
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,7 +18,7 @@ import pytest
 from relay import keys
 from tests.e2e.traffic import Traffic
 from tests.support.cluster import Cluster
-from tests.support.helpers import wait_until
+from tests.support.helpers import RedisFactory, wait_until
 from tests.support.procs import Stack
 from tests.support.receiver import Receiver
 
@@ -111,3 +115,68 @@ def test_the_busiest_shards_primary_is_killed_during_traffic(
     finally:
         traffic.stop()
     _nothing_lost(cluster_stack, traffic, receiver, tag)
+
+
+@pytest.mark.timeout(120)
+def test_a_request_to_a_hung_cluster_primary_is_answered_503_at_its_deadline(
+    redis_factory: RedisFactory, tmp_path: Path
+) -> None:
+    """RELAY_REQUEST_DEADLINE on a Cluster: a request whose slot's primary hangs (SIGSTOP) is
+    answered 503 within the deadline (+1 s), not at the 5 s reply timeout; after SIGCONT it
+    is answered again. (Three primaries without replicas, half the nodes to start: what is
+    measured is the client's wait, not a failover; a second after the primary hangs, the
+    others see it fail and answer CLUSTERDOWN, a 503 too.)"""
+    cluster = Cluster(tmp_path / "cluster", replicas=0)
+    stack = Stack(
+        redis_url=cluster.url,
+        tmp=tmp_path,
+        env={
+            "RELAY_REDIS_CLUSTER_NODES": cluster.nodes_setting,
+            "RELAY_QUEUE_REDIS_URL": redis_factory().url,
+            "RELAY_REQUEST_DEADLINE": "1",
+            "RELAY_LOG_LEVEL": "warning",
+        },
+    )
+    try:
+        cluster.start()
+        stack.api()
+        _hung_primary(stack, cluster, deadline=1.0)
+    except BaseException:
+        print(stack.logs())
+        raise
+    finally:
+        stack.close()
+        cluster.close()
+
+
+def _hung_primary(stack: Stack, cluster: Cluster, deadline: float) -> None:
+    auth = {"authorization": f"Bearer {stack.create_key('acme')}"}
+
+    hung = cluster.owner(keys.tag(keys.shard_for_batch("acme", "b1")))
+    assert hung.pid is not None
+    pid = hung.pid
+    # /batches/b1 reads b1's shard (on ``hung``); /batches reads every shard.
+    paths = ("/api/v1/batches/b1", "/api/v1/batches")
+    with httpx.Client(base_url=stack.api_url, headers=auth, timeout=30) as http:
+        for path in paths:  # connected to every node, the slot table known
+            assert http.get(path).status_code in (200, 404), path
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            for path in paths:
+                start = time.monotonic()
+                r = http.get(path)
+                took = time.monotonic() - start
+                print(f"\n{path} with its primary hung: {r.status_code} in {took:.2f} s")
+                assert r.status_code == 503, (path, r.text)
+                assert took < deadline + 1, (path, took)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        start = time.monotonic()
+        for path in paths:
+            wait_until(
+                lambda path=path: http.get(path).status_code != 503,  # type: ignore[misc]
+                60,
+                0.2,
+                f"{path} not answered after SIGCONT: " + stack.logs(),
+            )
+        print(f"answered again {time.monotonic() - start:.2f} s after SIGCONT")

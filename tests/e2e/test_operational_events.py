@@ -11,19 +11,21 @@ import redis
 
 from relay import keys
 from tests.e2e.client import Api
-from tests.e2e.test_webhooks import CSV, settled
+from tests.e2e.test_webhooks import CSV, settled, start
 from tests.e2e.verify import verify_both
 from tests.support.helpers import wait_until
 from tests.support.procs import Stack
 from tests.support.receiver import Receiver, Reply
 
 
-def _start(stack: Stack, **settings: str) -> Api:
-    stack.env.update(settings)
-    stack.api()
-    stack.worker()
-    stack.detector()
-    return Api(stack.api_url, stack.create_key("acme"))
+def _process_with_ops(api: Api, receiver: Receiver, batch: str, path: str) -> None:
+    """The account's operational webhook set to the receiver's ``/ops``; ``batch`` uploaded, its
+    webhook set to the receiver's ``path``, and processed."""
+    ops = api.http.put("/operational-webhook", json={"url": receiver.url("/ops")})
+    assert ops.status_code == 201, ops.text
+    api.upload(batch, CSV)
+    assert api.register(batch, receiver.url(path)).status_code == 201
+    api.process(batch)
 
 
 def _ops_deliveries(api: Api) -> list[dict[str, Any]]:
@@ -46,13 +48,9 @@ def _events(client: redis.Redis) -> list[dict[str, str]]:
 def test_a_webhook_failing_for_disable_after_is_disabled_and_the_event_verifies(
     stack: Stack, receiver: Receiver, redis: redis.Redis
 ) -> None:
-    api = _start(stack, RELAY_DISABLE_AFTER="2s", RELAY_RETRY_SCHEDULE=",".join(["0.3"] * 30))
+    api = start(stack, RELAY_DISABLE_AFTER="2s", RELAY_RETRY_SCHEDULE=",".join(["0.3"] * 30))
     receiver.script("/dead", [Reply(500)])
-    ops = api.http.put("/operational-webhook", json={"url": receiver.url("/ops")})
-    assert ops.status_code == 201, ops.text
-    api.upload("b1", CSV)
-    assert api.register("b1", receiver.url("/dead")).status_code == 201
-    api.process("b1")
+    _process_with_ops(api, receiver, "b1", "/dead")
 
     hook = wait_until(
         lambda: (h := api.http.get("/batches/b1/webhook").json())["disabled"] and h,
@@ -94,12 +92,9 @@ def test_a_webhook_failing_for_disable_after_is_disabled_and_the_event_verifies(
 def test_an_exhausted_delivery_produces_delivery_failed(
     stack: Stack, receiver: Receiver, redis: redis.Redis
 ) -> None:
-    api = _start(stack, RELAY_RETRY_SCHEDULE="0.1,0.1")
+    api = start(stack, RELAY_RETRY_SCHEDULE="0.1,0.1")
     receiver.script("/x", [Reply(500), Reply(500), Reply(502)])
-    assert api.http.put("/operational-webhook", json={"url": receiver.url("/ops")}).is_success
-    api.upload("b2", CSV)
-    api.register("b2", receiver.url("/x"))
-    api.process("b2")
+    _process_with_ops(api, receiver, "b2", "/x")
     (event,) = wait_until(lambda: receiver.received("/ops"), 30, message="no delivery.failed")
     payload = verify_both(event, api.signing())
     (failed,) = api.deliveries("b2")
@@ -119,12 +114,9 @@ def test_an_exhausted_delivery_produces_delivery_failed(
 
 
 def test_a_410_emits_webhook_disabled(stack: Stack, receiver: Receiver) -> None:
-    api = _start(stack)
+    api = start(stack)
     receiver.script("/gone", [Reply(410)])
-    assert api.http.put("/operational-webhook", json={"url": receiver.url("/ops")}).is_success
-    api.upload("b3", CSV)
-    api.register("b3", receiver.url("/gone"))
-    api.process("b3")
+    _process_with_ops(api, receiver, "b3", "/gone")
     (event,) = wait_until(lambda: receiver.received("/ops"), 30, message="no webhook.disabled")
     payload = verify_both(event, api.signing())
     assert payload["type"] == "webhook.disabled"
@@ -138,13 +130,10 @@ def test_a_410_emits_webhook_disabled(stack: Stack, receiver: Receiver) -> None:
 def test_a_failing_operational_webhook_makes_no_events_about_itself(
     stack: Stack, receiver: Receiver, redis: redis.Redis
 ) -> None:
-    api = _start(stack, RELAY_RETRY_SCHEDULE="0.1,0.1")
+    api = start(stack, RELAY_RETRY_SCHEDULE="0.1,0.1")
     receiver.script("/x", [Reply(500)])
     receiver.script("/ops", [Reply(500)])
-    assert api.http.put("/operational-webhook", json={"url": receiver.url("/ops")}).is_success
-    api.upload("b4", CSV)
-    api.register("b4", receiver.url("/x"))
-    api.process("b4")
+    _process_with_ops(api, receiver, "b4", "/x")
     (ops_delivery,) = wait_until(
         lambda: [d for d in _ops_deliveries(api) if d["status"] == "failed"],
         30,

@@ -1,5 +1,6 @@
-"""End to end: a deployment raises RELAY_SHARDS from 16 to 64 (every process restarted) and
-what was written under 16 shards keeps working: status, results, processing, notification,
+"""End to end: a deployment raises RELAY_SHARDS from 16 to 64 (a rolling restart: an API on 16
+stays up beside the processes on 64 and follows the raise) and what was written under 16
+shards keeps working: status, results, processing, notification,
 the delivery search, recovery, the event feed and retention; new batches spread over the 64.
 On a Redis Cluster, where raising the count matters (the same code runs on one Redis; the
 Cluster adds batches looked for across slots); retention leaves no batch key on any node."""
@@ -69,14 +70,16 @@ def test_data_written_under_16_shards_works_after_raising_to_64(
         return [d["status"] for d in api.deliveries(failing)] == ["failed"]
 
     wait_until(failed, 30, 0.2, "the failing delivery did not fail")
-    api.close()
+    key = api.http.headers["authorization"].removeprefix("Bearer ")
 
-    # Every process restarted with 64 shards.
-    stop_all(stack.procs)
-    stack.procs.clear()
+    # A rolling restart with 64 shards: the worker and detector restarted, a second API
+    # started; the first API, still on 16, stays up until the end (it follows the counts).
+    old_api, old_procs = api, list(stack.procs)
+    stop_all(old_procs[1:])
+    stack.procs[:] = old_procs[:1]
     stack.env["RELAY_SHARDS"] = "64"
     _start(stack)
-    api = Api(stack.api_url, stack.create_key("acme"))
+    api = Api(stack.api_url, key)
 
     # Status and results of batches written under 16 shards.
     assert api.batch(done)["all_done"] is True
@@ -121,8 +124,11 @@ def test_data_written_under_16_shards_works_after_raising_to_64(
         fresh = [f"new{i}" for i in range(40) if keys.shard_for_batch("acme", f"new{i}") >= 16]
     finally:
         keys.use(keys.ShardMap())
-    shard = keys.shard_of_id("doc", api.upload(fresh[0], CSV)["id"])
+    # Through the API process started with 16: it followed the raise.
+    shard = keys.shard_of_id("doc", old_api.upload(fresh[0], CSV)["id"])
     assert shard is not None and shard >= 16
+    assert api.batch(fresh[0])["counts"]["queued"] == 1  # one batch, whichever API asks
+    old_api.close()
     assert api.register(fresh[0], receiver.url("/fresh")).status_code == 201
     api.process(fresh[0])
     wait_until(lambda: receiver.received("/fresh"), 30, 0.2, "new shard not delivered")

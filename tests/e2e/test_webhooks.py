@@ -43,7 +43,10 @@ def delivered_once(api: Api, client: redis.Redis, batch: str) -> list[dict[str, 
     return deliveries
 
 
-def _start(stack: Stack, workers: int = 1, detectors: int = 1) -> Api:
+def start(stack: Stack, workers: int = 1, detectors: int = 1, **settings: str) -> Api:
+    """Start the API, ``workers`` workers and ``detectors`` detectors with ``settings`` in their
+    environment; an API client of a new account's key."""
+    stack.env.update(settings)
     stack.api()
     for _ in range(workers):
         stack.worker()
@@ -56,7 +59,7 @@ def test_completion_is_delivered_signed_and_verifiable(
     any_stack: Stack, receiver: Receiver
 ) -> None:
     stack = any_stack
-    api = _start(stack)
+    api = start(stack)
     api.upload("b1", CSV)
     api.upload("b1", CSV)
     assert api.register("b1", receiver.url()).status_code == 201
@@ -99,7 +102,7 @@ def test_completion_is_delivered_signed_and_verifiable(
 def test_renotification_after_more_uploads(
     stack: Stack, receiver: Receiver, redis: redis.Redis
 ) -> None:
-    api = _start(stack)
+    api = start(stack)
     api.upload("b2", CSV)
     api.register("b2", receiver.url())
     api.process("b2")
@@ -122,7 +125,7 @@ def test_renotification_after_more_uploads(
 def test_registering_on_a_done_batch_delivers_its_completion(
     stack: Stack, receiver: Receiver, redis: redis.Redis
 ) -> None:
-    api = _start(stack)
+    api = start(stack)
     api.upload("b3", CSV)
     api.process("b3")
     wait_until(lambda: api.batch("b3")["all_done"], 20, message="batch not done")
@@ -137,7 +140,7 @@ def test_registering_on_a_done_batch_delivers_its_completion(
 
 
 def test_rotation_signs_with_both_materials(stack: Stack, receiver: Receiver) -> None:
-    api = _start(stack)
+    api = start(stack)
     old = api.signing()
     rotated = api.http.post("/webhook-signing/rotate").json()
     assert rotated["secret"] != old["secret"]
@@ -156,7 +159,7 @@ def test_rotation_signs_with_both_materials(stack: Stack, receiver: Receiver) ->
 def test_one_delivery_per_completion_with_three_detectors(
     stack: Stack, receiver: Receiver, redis: redis.Redis
 ) -> None:
-    api = _start(stack, workers=2, detectors=3)
+    api = start(stack, workers=2, detectors=3)
     names = [f"m{i}" for i in range(20)]
     for name in names:
         api.upload(name, CSV)
@@ -184,7 +187,7 @@ def test_one_delivery_per_completion_with_three_detectors(
 def test_receiver_answers(
     stack: Stack, receiver: Receiver, replies: list[Reply], final: str, codes: list[int]
 ) -> None:
-    api = _start(stack)
+    api = start(stack)
     receiver.script("/r", replies)
     api.upload("r1", CSV)
     api.register("r1", receiver.url("/r"))
@@ -205,7 +208,7 @@ def test_receiver_answers(
 
 
 def test_retry_after_is_honoured(stack: Stack, receiver: Receiver) -> None:
-    api = _start(stack)
+    api = start(stack)
     receiver.script("/ra", [Reply(429, {"retry-after": "1"}), Reply(200)])
     api.upload("ra", CSV)
     api.register("ra", receiver.url("/ra"))
@@ -223,7 +226,7 @@ def test_a_unicode_digit_retry_after_is_ignored_and_every_attempt_recorded(
 ) -> None:
     # "²".isdigit() is true but float("²") raises: the attempt used to be lost and retried
     # every ~20 s forever, past the attempt cap. Its body also tries to clear the screen.
-    api = _start(stack)
+    api = start(stack)
     excerpt = b"\x1b[2J\x1b[Hbusy"
     receiver.script("/sq", [Reply(503, {"retry-after": "\u00b2"}, body=excerpt)])
     api.upload("sq", CSV)
@@ -254,7 +257,7 @@ def test_a_unicode_digit_retry_after_is_ignored_and_every_attempt_recorded(
 
 
 def test_timeout_and_refused_connection_are_retried(stack: Stack, receiver: Receiver) -> None:
-    api = _start(stack)
+    api = start(stack)
     receiver.script("/slow", [Reply(200, delay=3.0), Reply(200)])
     api.upload("t1", CSV)
     api.register("t1", receiver.url("/slow"))

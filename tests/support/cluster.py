@@ -17,10 +17,9 @@ import time
 from pathlib import Path
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from relay.redis_server import HOST, RedisServer, port_is_free
+from tests.support.helpers import log_tails, node_client
 
 PASSWORD = "cluster-nodes-secret"
 NODE_TIMEOUT_MS = 1000
@@ -37,15 +36,7 @@ def cluster_port() -> int:
 
 def probe(port: int) -> redis.Redis:
     """A plain, short-timeout client of one node (not cluster-aware)."""
-    return redis.Redis(
-        host=HOST,
-        port=port,
-        password=PASSWORD,
-        socket_timeout=1,
-        socket_connect_timeout=1,
-        retry=Retry(NoBackoff(), 0),
-        decode_responses=True,
-    )
+    return node_client(port, PASSWORD, 1)
 
 
 class Cluster:
@@ -246,11 +237,7 @@ class Cluster:
             dst.close()
 
     def logs(self) -> str:
-        parts = []
-        for path in sorted(self.dir.glob("*/*.log")):
-            lines = path.read_text(errors="replace").splitlines()[-10:]
-            parts.append(f"--- {path.relative_to(self.dir)} ---\n" + "\n".join(lines))
-        return "\n".join(parts)
+        return log_tails(self.dir, 10)
 
     def close(self) -> None:
         for node in self.nodes:

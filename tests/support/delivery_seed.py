@@ -3,7 +3,7 @@ directly (create, claim, record) with a clock that moves 1 ms per delivery, no H
 
 from __future__ import annotations
 
-from relay.model import Attempt
+from relay.model import Attempt, Delivery, DeliveryStatus
 from relay.store import BatchRef
 from relay.webhook_store import AsyncWebhookStore, WebhookStore
 from tests.support.helpers import Clients
@@ -11,11 +11,28 @@ from tests.support.helpers import Clients
 URL = "https://hooks.example.com/relay"
 
 
-class Seeder(Clients):
+class WebhookClients(Clients):
+    """:class:`Clients` with relay's webhook stores on them: ``d`` (sync, the workers'; the
+    keyword arguments go to it) and ``hooks`` (asyncio, the API's)."""
+
+    def __init__(self, url: str, **store: int) -> None:
+        super().__init__(url)
+        self.d = WebhookStore(self.client, self.clock, **store)
+        self.hooks = AsyncWebhookStore(self.aclient, self.clock)
+
+    def get(self, ident: str) -> Delivery:
+        """The delivery ``ident``, which must exist."""
+        found = self.d.get(ident)
+        assert found is not None, ident
+        return found
+
+    def status(self, ident: str) -> DeliveryStatus:
+        return self.get(ident).status
+
+
+class Seeder(WebhookClients):
     def __init__(self, url: str) -> None:
         super().__init__(url)
-        self.store = WebhookStore(self.client, self.clock)
-        self.hooks = AsyncWebhookStore(self.aclient, self.clock)
         self._seq: dict[BatchRef, int] = {}
 
     def batch(self, account: str, name: str) -> BatchRef:
@@ -34,13 +51,13 @@ class Seeder(Clients):
         self.clock.advance(tick)
         seq = self._seq.get(ref, 0) + 1
         self._seq[ref] = seq
-        created, ident = self.store.create(ref, seq, b'{"type":"batch.completed"}')
+        created, ident = self.d.create(ref, seq, b'{"type":"batch.completed"}')
         assert created and ident
         if outcome == "pending":
             return ident
-        (claimed,) = self.store.claim(ref.shard, limit=1, lease_ms=60_000, token="seed")
+        (claimed,) = self.d.claim(ref.shard, limit=1, lease_ms=60_000, token="seed")
         assert claimed.id == ident
         code = 200 if outcome == "succeeded" else 503
         attempt = Attempt(claimed.number, self.clock(), 1.0, code, None, "")
-        assert self.store.record(claimed, "seed", attempt, outcome=outcome)
+        assert self.d.record(claimed, "seed", attempt, outcome=outcome)
         return ident

@@ -10,19 +10,26 @@ import asyncio
 import os
 import subprocess
 import sys
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import redis
 import redis.asyncio
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
-from relay.redis_server import AppendFsync, RedisServer
+from relay.config import load_settings
+from relay.crypto import generate_key
+from relay.redis_server import HOST, AppendFsync, RedisServer
 from relay.redis_server import free_port as free_port
 from relay.store import BatchRef
 from relay.timefmt import now_ms
+from relay.worker_context import WorkerContext
 from tests.support.procs import wait_until as wait_until
 
 T = TypeVar("T")
+ROOT = Path(__file__).resolve().parents[2]  # the checkout
 
 
 class RedisFactory(Protocol):
@@ -77,6 +84,53 @@ class Clients:
         self.client.close()
 
 
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=_Closable)
+
+
+def closed_after(harness: C) -> Iterator[C]:
+    """A fixture's body: ``yield from closed_after(H(redis_url))`` yields the harness to the
+    test and closes it after."""
+    yield harness
+    harness.close()
+
+
+def node_client(port: int, password: str | None, timeout: float) -> redis.Redis:
+    """A plain client of one node of a test topology (Cluster or Sentinel), to probe it: short
+    timeouts, no retry, replies as text."""
+    return redis.Redis(
+        host=HOST,
+        port=port,
+        password=password,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),
+        decode_responses=True,
+    )
+
+
+def log_tails(dir: Path, lines: int) -> str:
+    """The last ``lines`` lines of each log of a test topology (``dir/*/*.log``), each under
+    its path: what a failed start or test prints."""
+    parts = []
+    for path in sorted(dir.glob("*/*.log")):
+        tail = path.read_text(errors="replace").splitlines()[-lines:]
+        parts.append(f"--- {path.relative_to(dir)} ---\n" + "\n".join(tail))
+    return "\n".join(parts)
+
+
+def worker_context(
+    redis_url: str, clock: Callable[[], int] = now_ms, /, **settings: str
+) -> WorkerContext:
+    """A worker's context on ``redis_url`` with a new encryption key, the ``RELAY_*``
+    ``settings`` given and ``clock`` (the caller closes ``ctx.redis``)."""
+    env = {"RELAY_REDIS_URL": redis_url, "RELAY_ENCRYPTION_KEY": generate_key(), **settings}
+    return WorkerContext(load_settings(env, dotenv=None), clock)
+
+
 def refs_in_distinct_shards(account: str, n: int) -> list[BatchRef]:
     """``n`` batches of ``account`` that live in ``n`` different shards."""
     found: dict[int, BatchRef] = {}
@@ -89,16 +143,24 @@ def refs_in_distinct_shards(account: str, n: int) -> list[BatchRef]:
 
 
 def relay_cli(
-    redis_url: str, *args: str, encryption_key: str | None = None, timeout: float = 30
+    redis_url: str | None,
+    *args: str,
+    encryption_key: str | None = None,
+    timeout: float = 30,
+    cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m relay ARGS`` on ``redis_url`` (no other ``RELAY_*`` from this process),
-    as an operator runs it; its output as text."""
+    """``python -m relay ARGS`` on ``redis_url`` (None: no ``RELAY_REDIS_URL``; no other
+    ``RELAY_*`` from this process), as an operator runs it, in ``cwd`` (default: this one);
+    its output as text."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
-    env["RELAY_REDIS_URL"] = redis_url
+    env["PYTHONPATH"] = str(ROOT)
+    if redis_url is not None:
+        env["RELAY_REDIS_URL"] = redis_url
     if encryption_key is not None:
         env["RELAY_ENCRYPTION_KEY"] = encryption_key
     return subprocess.run(
         [sys.executable, "-m", "relay", *args],
+        cwd=cwd,
         env=env,
         capture_output=True,
         text=True,

@@ -11,13 +11,13 @@ import contextlib
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from relay.redis_server import HOST, RedisServer, free_port
+from tests.support.helpers import log_tails, node_client
 
 SERVICE = "mymaster"
 PASSWORD = "data-nodes-secret"
@@ -31,15 +31,7 @@ def find_redis_sentinel() -> str | None:
 
 
 def _probe(port: int, password: str | None) -> redis.Redis:
-    return redis.Redis(
-        host=HOST,
-        port=port,
-        password=password,
-        socket_timeout=0.5,
-        socket_connect_timeout=0.5,
-        retry=Retry(NoBackoff(), 0),
-        decode_responses=True,
-    )
+    return node_client(port, password, 0.5)
 
 
 class Topology:
@@ -108,22 +100,32 @@ class Topology:
     def _settled(self) -> bool:
         """Every Sentinel knows the primary, the replica (in sync) and the two others."""
         assert self.replica is not None
+        primary = self.primary.port
+
+        def knows_all(s: redis.Redis) -> bool:
+            return (
+                s.sentinel_get_master_addr_by_name(SERVICE) == (HOST, primary)
+                and len(s.sentinel_slaves(SERVICE)) >= 1
+                and len(s.sentinel_sentinels(SERVICE)) >= 2
+            )
+
         try:
             info = _probe(self.replica.port, PASSWORD).info("replication")
             if info.get("master_link_status") != "up":
                 return False
-            for port in self.sentinel_ports:
-                s = _probe(port, SENTINEL_PASSWORD)
-                try:
-                    if s.sentinel_get_master_addr_by_name(SERVICE) != (HOST, self.primary.port):
-                        return False
-                    replicas, others = s.sentinel_slaves(SERVICE), s.sentinel_sentinels(SERVICE)
-                    if len(replicas) < 1 or len(others) < 2:
-                        return False
-                finally:
-                    s.close()
+            return self._every_sentinel(knows_all)
         except redis.RedisError:
             return False
+
+    def _every_sentinel(self, check: Callable[[redis.Redis], bool]) -> bool:
+        """``check`` holds on every Sentinel, asked in turn (each client closed after)."""
+        for port in self.sentinel_ports:
+            s = _probe(port, SENTINEL_PASSWORD)
+            try:
+                if not check(s):
+                    return False
+            finally:
+                s.close()
         return True
 
     def current_primary(self) -> int | None:
@@ -157,6 +159,17 @@ class Topology:
         """``primary`` is what every Sentinel names, and the other data node is its replica, in
         sync and known to every Sentinel as a good one: ready for the next failover."""
         other = next(n.port for n in (self.primary, self.replica) if n and n.port != primary)
+
+        def knows_other_as_good(s: redis.Redis) -> bool:
+            if s.sentinel_get_master_addr_by_name(SERVICE) != (HOST, primary):
+                return False
+            return any(
+                int(r["port"]) == other
+                and r.get("master-link-status") == "ok"
+                and not ({"s_down", "o_down", "disconnected"} & set(r["flags"].split(",")))
+                for r in s.sentinel_slaves(SERVICE)
+            )
+
         try:
             node = _probe(other, PASSWORD)
             try:
@@ -167,25 +180,9 @@ class Topology:
                 return False
             if info.get("master_link_status") != "up":
                 return False
-            for i in range(len(self.sentinel_ports)):
-                s = self.sentinel(i)
-                try:
-                    if s.sentinel_get_master_addr_by_name(SERVICE) != (HOST, primary):
-                        return False
-                    good = [
-                        r
-                        for r in s.sentinel_slaves(SERVICE)
-                        if int(r["port"]) == other
-                        and r.get("master-link-status") == "ok"
-                        and not ({"s_down", "o_down", "disconnected"} & set(r["flags"].split(",")))
-                    ]
-                    if not good:
-                        return False
-                finally:
-                    s.close()
+            return self._every_sentinel(knows_other_as_good)
         except redis.RedisError:
             return False
-        return True
 
     def role(self, port: int) -> str | None:
         """ROLE of the data node on ``port`` (``master``/``slave``), None when it does not
@@ -203,11 +200,7 @@ class Topology:
         return _probe(port, PASSWORD)
 
     def logs(self) -> str:
-        parts = []
-        for path in sorted(self.dir.glob("*/*.log")):
-            lines = path.read_text(errors="replace").splitlines()[-15:]
-            parts.append(f"--- {path.relative_to(self.dir)} ---\n" + "\n".join(lines))
-        return "\n".join(parts)
+        return log_tails(self.dir, 15)
 
     def close(self) -> None:
         for proc in self.sentinels:
