@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -196,6 +197,11 @@ def run_peer(engine: str, docs: list[tuple[str, Path, str]]) -> dict[str, dict[s
     peer = PEERS.get(engine)
     if peer is None:
         raise PeerUnavailable(f"no peer {engine!r}")
+    if peer.venv == "img2table" and shutil.which("tesseract") is None:
+        # Each document would fail inside img2table ("Tesseract not found"): say it once.
+        raise PeerUnavailable(
+            "img2table needs the system's Tesseract (apt-get install tesseract-ocr)"
+        )
     venv = ensure_venv(peer)
     _VERSIONS[engine] = _versions(venv, peer)
     todo = [
