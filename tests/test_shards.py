@@ -56,9 +56,12 @@ def test_event_ids_below_16_shards_are_unchanged_and_wider_ones_round_trip() -> 
     assert keys.shard_of_id("msg", keys.event_id(40, 3, entry)) == 40
     assert keys.shard_of_id("msg", keys.event_id(3, 40, entry)) == 3
     for shard in (3, 40, 255):  # a completion's id: its batch's shard, its creation time
-        ident = keys.completion_id(shard, "acme", "b", 1764600000123, 2)
-        assert keys.shard_of_id("msg", ident) == shard
-        assert keys.event_time(ident) == 1764600000123
+        for ident in (
+            keys.completion_id(shard, "acme", "b", 1764600000123, 2),
+            keys.fact_id(shard, 1764600000123, "acme", "delivery.failed", "msg_x", "3"),
+        ):
+            assert keys.shard_of_id("msg", ident) == shard
+            assert keys.event_time(ident) == 1764600000123
 
 
 def test_a_raised_count_takes_new_batches_from_its_time_and_keeps_the_old_places() -> None:
