@@ -95,26 +95,24 @@ def table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> s
     return "\n".join(out)
 
 
-def environment() -> dict[str, Any]:
-    """Where the figures come from: machine, Python, relay's commit (read-only git)."""
-    commit = ""
+def git_output(*args: str, timeout: float = 10) -> str:
+    """What ``git ARGS`` prints in the checkout, stripped; empty when git cannot run."""
     try:
         done = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=False,
+            ["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
         )
-        commit = done.stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        pass
+        return ""
+    return done.stdout.strip()
+
+
+def environment() -> dict[str, Any]:
+    """Where the figures come from: machine, Python, relay's commit (read-only git)."""
     return {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
-        "commit": commit,
+        "commit": git_output("rev-parse", "--short", "HEAD", timeout=5),
         "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 

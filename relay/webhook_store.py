@@ -77,6 +77,12 @@ def _create_call(
     )
 
 
+def _created(reply: bytes | str) -> tuple[bool, str]:
+    """create_delivery's answer: (created, the delivery's id; '' when there is no webhook)."""
+    made = fields(reply)
+    return bool(made["created"]), str(made["id"])
+
+
 @dataclass(frozen=True)
 class ClaimedDelivery:
     """One delivery claimed for one attempt."""
@@ -126,8 +132,7 @@ class WebhookStore:
         ``completed_ms`` (the batch's completed_at) lets workers measure notification lag;
         ``delivery_id`` is the event's id (``relay.keys.event_id``), a new one when None."""
         k, a = _create_call(ref, seq, body, completed_ms, self.clock(), delivery_id)
-        created, ident = self.scripts("create_delivery", k, a)
-        return int(created) == 1, ident.decode() if isinstance(ident, bytes) else str(ident)
+        return _created(self.scripts("create_delivery", k, a))
 
     def create_event(
         self, account: str, event_id: str, body: bytes, *, delivery_id: str | None = None
@@ -135,8 +140,7 @@ class WebhookStore:
         """Create the delivery of one operational event to the account's operational
         webhook: (created, id); idempotent on ``event_id``; id '' = no operational webhook."""
         k, a = _create_call(operational_ref(account), event_id, body, 0, self.clock(), delivery_id)
-        created, ident = self.scripts("create_delivery", k, [*a, "event"])
-        return int(created) == 1, ident.decode() if isinstance(ident, bytes) else str(ident)
+        return _created(self.scripts("create_delivery", k, [*a, "event"]))
 
     def claim(self, shard: int, *, limit: int, lease_ms: int, token: str) -> list[ClaimedDelivery]:
         reply = self.scripts(
@@ -334,8 +338,7 @@ class AsyncWebhookStore:
                     self.clock(),
                     keys.completion_id(s, ref.account, ref.name, batch.created_at, seq),
                 )
-                made, _ = await self.scripts("create_delivery", k, a)
-                due = int(made) == 1
+                due, _ = _created(await self.scripts("create_delivery", k, a))
         elif seq and status in (DeliveryStatus.FAILED, DeliveryStatus.CANCELED):
             k, a = core.retry_call(s, dlv, ref, self.clock())
             await self.scripts("retry_delivery", k, a)

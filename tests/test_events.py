@@ -13,21 +13,17 @@ from typing import Any
 import pytest
 
 from relay import keys
-from relay.config import load_settings
-from relay.crypto import generate_key
 from relay.detector import GROUP, Detector
 from relay.events import EventLog
 from relay.exceptions import EventNotFound
 from relay.store import BatchRef
-from relay.worker_context import WorkerContext
+from tests.support.helpers import closed_after, worker_context
 from tests.test_detector import H
 
 
 @pytest.fixture
 def h(redis_url: str) -> Iterator[H]:
-    harness = H(redis_url)
-    yield harness
-    harness.close()
+    yield from closed_after(H(redis_url))
 
 
 def _feed(h: H, account: str = "acme", **kw: object) -> list[dict[str, Any]]:
@@ -158,15 +154,7 @@ def test_the_retention_sweeper_trims_the_feeds(h: H, redis_url: str) -> None:
     h.complete(BatchRef("acme", "old"), register=False)
     Detector(h.ctx, "d1").read_once(10)
     assert len(_feed(h)) == 1
-    settings = load_settings(
-        {
-            "RELAY_REDIS_URL": redis_url,
-            "RELAY_ENCRYPTION_KEY": generate_key(),
-            "RELAY_RETENTION": "1s",
-        },
-        dotenv=None,
-    )
-    ctx = WorkerContext(settings)
+    ctx = worker_context(redis_url, RELAY_RETENTION="1s")
     try:
         time.sleep(1.1)
         Detector(ctx, "d2").sweep_retention()

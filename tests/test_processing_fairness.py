@@ -4,14 +4,11 @@ of earlier versions still works."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
-import redis.asyncio
 
 from relay import keys
 from relay.blobs import BlobStore
@@ -19,17 +16,15 @@ from relay.processing import ShardRotation, run_document, run_documents
 from relay.queues import PROCESSING, queue_key
 from relay.store import AsyncStore, BatchRef
 from tests.support.extractors import Gate
-from tests.support.helpers import closed_after, wait_until, worker_context
+from tests.support.helpers import Clients, closed_after, wait_until, worker_context
 
 CSV = b"sku,qty\nA,1\n"
 
 
-class H:
+class H(Clients):
     def __init__(self, url: str, **settings: str) -> None:
+        super().__init__(url)
         self.ctx = worker_context(url, **settings)
-        self.client = redis.Redis.from_url(url)
-        self.loop = asyncio.new_event_loop()
-        self.aclient = redis.asyncio.Redis.from_url(url)
         self.api = AsyncStore(self.aclient, BlobStore(""))
 
     def hand_out(self, ref: BatchRef, n: int, content: bytes = CSV) -> list[str]:
@@ -40,7 +35,7 @@ class H:
                 )
             return await self.api.process(ref, None)
 
-        return self.loop.run_until_complete(main())
+        return self.run(main())
 
     def status(self, doc_id: str) -> bytes | None:
         shard = keys.shard_of_id("doc", doc_id)
@@ -52,9 +47,7 @@ class H:
         if "background" in self.ctx.__dict__:
             self.ctx.background.join(10)
         self.ctx.extraction.close()
-        self.loop.run_until_complete(self.aclient.aclose())
-        self.loop.close()
-        self.client.close()
+        super().close()
         self.ctx.redis.close()
 
 

@@ -4,7 +4,6 @@ behind (nothing), and the detector's sweeper. Time is the stores' injectable clo
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +19,7 @@ from relay.model import Attempt, DeliveryStatus, Document
 from relay.retention import Retention
 from relay.store import AsyncStore, BatchRef, Store
 from relay.webhook_store import AsyncWebhookStore, WebhookStore
-from tests.support.helpers import closed_after, worker_context
+from tests.support.helpers import Clients, FakeClock, closed_after, worker_context
 
 DAY = 86_400_000
 RETENTION = 30 * DAY
@@ -28,20 +27,10 @@ T0 = 1_800_000_000_000
 URL = "https://hooks.example.com/relay"
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> int:
-        return self.now
-
-
-class H:
+class H(Clients):
     def __init__(self, url: str, blob_dir: str = "") -> None:
-        self.clock = Clock()
-        self.client = redis.Redis.from_url(url)
-        self.aclient = redis.asyncio.Redis.from_url(url)
-        self.loop = asyncio.new_event_loop()
+        super().__init__(url)
+        self.clock = FakeClock(T0)
         blobs = BlobStore(blob_dir)
         self.api = AsyncStore(self.aclient, blobs, clock=self.clock)
         self.store = Store(self.client, blobs, clock=self.clock)
@@ -56,7 +45,7 @@ class H:
                 for _ in range(n)
             ]
 
-        return self.loop.run_until_complete(go())
+        return self.run(go())
 
     def finish_all(self, ref: BatchRef, docs: list[Document]) -> None:
         for doc in docs:
@@ -65,11 +54,11 @@ class H:
             self.store.finish(claim, line_items=[{"a": "1"}], error=None)
 
     def register(self, ref: BatchRef) -> None:
-        self.loop.run_until_complete(self.hooks.register(ref, URL, "http://api"))
+        self.run(self.hooks.register(ref, URL, "http://api"))
 
     def deliver(self, ref: BatchRef, *, outcome: str = "succeeded") -> str:
         """Turn the batch's latest completion into a delivery and make one attempt."""
-        batch = self.loop.run_until_complete(self.api.get_batch(ref))
+        batch = self.run(self.api.get_batch(ref))
         assert batch is not None and batch.completed_at is not None
         _, ident = self.webhooks.create(ref, batch.completion_seq, b"{}", batch.completed_at)
         (claimed,) = self.webhooks.claim(ref.shard, limit=1, lease_ms=60_000, token="w")
@@ -91,11 +80,6 @@ class H:
         self.retention.sweep_shard(ref.shard, 1_000)
         return "gone" if self.client.exists(ref.key) == 0 else "kept"
 
-    def close(self) -> None:
-        self.loop.run_until_complete(self.aclient.aclose())
-        self.loop.close()
-        self.client.close()
-
 
 @pytest.fixture
 def h(redis_url: str) -> Iterator[H]:
@@ -108,12 +92,12 @@ def test_the_index_follows_completion_and_reopening(h: H) -> None:
     assert h.finished(ref) is None
     h.finish_all(ref, docs[:1])
     assert h.finished(ref) is None  # one document still open
-    h.clock.now += 10
+    h.clock.advance(10)
     h.finish_all(ref, docs[1:])
     assert h.finished(ref) == T0 + 10  # scored by the batch's completed_at
     more = h.upload(ref)  # reopened
     assert h.finished(ref) is None
-    h.clock.now += 10
+    h.clock.advance(10)
     h.finish_all(ref, more)
     assert h.finished(ref) == T0 + 20
 
@@ -128,9 +112,9 @@ def test_a_finished_batch_is_purged_after_the_retention_and_leaves_no_key(h: H) 
     h.finish_all(ref, docs)
     delivery = h.deliver(ref)
     assert len(h.relay_keys()) > len(before) + 8
-    h.clock.now += RETENTION - 1
+    h.clock.advance(RETENTION - 1)
     assert h.purge_due(ref) == "kept"  # not yet
-    h.clock.now += 1
+    h.clock.advance(1)
     assert h.purge_due(ref) == "gone"
     assert h.loop.run_until_complete(h.api.get_batch(ref)) is None
     for doc in docs:
@@ -151,7 +135,7 @@ def test_an_unfinished_batch_stays(h: H) -> None:
     h.upload(queued)
     (doc,) = h.upload(processing)
     assert h.store.claim(processing, doc.id, "t", 10 * RETENTION) is not None
-    h.clock.now += 10 * RETENTION
+    h.clock.advance(10 * RETENTION)
     h.purge_due(queued)
     h.purge_due(processing)
     assert h.client.exists(queued.key, processing.key) == 2
@@ -163,19 +147,19 @@ def test_a_batch_with_a_pending_delivery_stays_until_the_delivery_ends(h: H) -> 
     h.register(ref)
     h.finish_all(ref, docs)
     ident = h.deliver(ref, outcome="retry")  # due again in 5 s
-    h.clock.now += RETENTION + 1
+    h.clock.advance(RETENTION + 1)
     assert h.purge_due(ref) == "kept"
     found = h.webhooks.get(ident)
     assert found is not None and found.status is DeliveryStatus.PENDING
     # Parked until its next attempt is due, not looked at on every sweep meanwhile.
     assert h.retention.due(ref.shard, 10) == []
-    h.clock.now += 5_000
+    h.clock.advance(5_000)
     (claimed,) = h.webhooks.claim(ref.shard, limit=1, lease_ms=60_000, token="w2")
     assert h.retention.due(ref.shard, 10) == [("acme", "retrying")]
     assert h.purge_due(ref) == "kept"  # leased: an attempt is in flight
     ok = Attempt(claimed.number, h.clock(), 1.0, 200, None, "")
     h.webhooks.record(claimed, "w2", ok, outcome="succeeded")
-    h.clock.now += 60_000
+    h.clock.advance(60_000)
     assert h.purge_due(ref) == "gone"
     assert h.webhooks.get(ident) is None
 
@@ -185,17 +169,17 @@ def test_a_completion_not_yet_delivered_keeps_its_batch(h: H) -> None:
     docs = h.upload(ref)
     h.register(ref)
     h.finish_all(ref, docs)  # the completion waits in the outbox: no delivery yet
-    h.clock.now += RETENTION + 1
+    h.clock.advance(RETENTION + 1)
     assert h.purge_due(ref) == "kept"
     h.deliver(ref)
-    h.clock.now += 1_000
+    h.clock.advance(1_000)
     assert h.purge_due(ref) == "gone"
 
 
 def test_a_batch_reopened_after_it_was_picked_is_not_purged(h: H) -> None:
     ref = BatchRef("acme", "reopened")
     h.finish_all(ref, h.upload(ref))
-    h.clock.now += RETENTION + 1
+    h.clock.advance(RETENTION + 1)
     assert h.retention.due(ref.shard, 10) == [("acme", "reopened")]  # picked...
     (late,) = h.upload(ref)  # ...then reopened before the purge ran
     outcome, _ = h.retention.start(ref.shard, "acme", "reopened")
@@ -205,9 +189,9 @@ def test_a_batch_reopened_after_it_was_picked_is_not_purged(h: H) -> None:
     assert h.finished(ref) is None
     # It completes again: retention counts from the new completion.
     h.finish_all(ref, [late])
-    h.clock.now += RETENTION - 1
+    h.clock.advance(RETENTION - 1)
     assert h.purge_due(ref) == "kept"
-    h.clock.now += 1
+    h.clock.advance(1)
     assert h.purge_due(ref) == "gone"
 
 
@@ -217,7 +201,7 @@ def test_a_big_deleted_batch_is_purged_in_bounded_steps(h: H) -> None:
     docs = h.upload(ref, 2_000)
     h.loop.run_until_complete(h.api.delete_batch(ref))  # all queued: canceled, completed
     assert h.finished(ref) == T0
-    h.clock.now += RETENTION
+    h.clock.advance(RETENTION)
     outcome, token = h.retention.start(ref.shard, "acme", "big")
     assert outcome == "more"
     # Detached at once: the batch reads as gone, the rest is left for the next steps.
@@ -244,7 +228,7 @@ def test_a_sweep_is_bounded_per_shard_and_carries_on_next_time(h: H) -> None:
         h.finish_all(ref, h.upload(ref))
     h.upload(big, 1_200)
     h.loop.run_until_complete(h.api.delete_batch(big))
-    h.clock.now += RETENTION
+    h.clock.advance(RETENTION)
     reports = [h.retention.sweep_shard(shard, 3) for _ in range(6)]
     assert all(r.calls <= 3 for r in reports)
     assert sum(r.purged for r in reports) == len(mine) + (big.shard == shard)
@@ -265,7 +249,7 @@ def test_leftover_directory_blobs_are_deleted(redis_url: str, tmp_path: Path) ->
         # A process died between the script and removing the file: the file is left over.
         path.write_bytes(b"left over")
         h.client.hset(keys.doc(ref.shard, doc.id), "blob", "dir")
-        h.clock.now += RETENTION
+        h.clock.advance(RETENTION)
         assert h.purge_due(ref) == "gone"
         assert not path.exists()
     finally:
@@ -279,7 +263,7 @@ def test_the_detector_purges_and_trims_the_outbox(redis_url: str) -> None:
     h = H(redis_url)
     try:
         ensure_groups(ctx.redis)
-        h.clock.now = int(time.time() * 1000)  # the detector runs on the real clock
+        h.clock.ms = int(time.time() * 1000)  # the detector runs on the real clock
         refs = [BatchRef("acme", f"d{i}") for i in range(40)]
         for ref in refs:
             h.finish_all(ref, h.upload(ref))
@@ -311,7 +295,7 @@ def test_with_redis_full_a_small_batch_is_purged_and_a_big_one_waits_unharmed(h:
     h.finish_all(small, h.upload(small, 3))
     h.upload(big, 600)
     h.loop.run_until_complete(h.api.delete_batch(big))
-    h.clock.now += RETENTION
+    h.clock.advance(RETENTION)
     h.client.config_set("maxmemory", "1")  # every write that may need memory is refused
     try:
         # Purging only deletes: it frees memory even when Redis is full.

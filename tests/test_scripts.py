@@ -9,7 +9,6 @@ from relay.scripts import NAMES, fields
 
 POSITIONAL = {
     "ratelimit",  # three integers on the status path, documented (docs/decisions.md)
-    "create_delivery",  # (created, id): not converted yet (issue 18; the cost helper's script)
 }
 # `return {` with something in the braces: a Lua table answered as a list of positions.
 _TABLE_REPLY = re.compile(r"^\s*return\s*\{\s*[^}\s]", re.MULTILINE)

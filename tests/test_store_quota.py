@@ -5,37 +5,27 @@ the shards' sum deciding when the total alone would refuse."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
 
 import pytest
-import redis
-import redis.asyncio
 
 from relay import keys
 from relay.blobs import BlobStore
 from relay.exceptions import QuotaExceeded
 from relay.model import Document, Status
 from relay.store import AsyncStore, BatchRef, Store
-from tests.support.helpers import closed_after, refs_in_distinct_shards
+from tests.support.helpers import Clients, closed_after, refs_in_distinct_shards
 
-T = TypeVar("T")
 LEASE_MS = 60_000
 QUOTA = 1_000
 
 
-class Harness:
+class Harness(Clients):
     def __init__(self, url: str, blob_dir: str = "") -> None:
-        self.loop = asyncio.new_event_loop()
-        self.aclient = redis.asyncio.Redis.from_url(url)
-        self.client = redis.Redis.from_url(url)
+        super().__init__(url)
         self.api = AsyncStore(self.aclient, BlobStore(blob_dir), max_pending_bytes=QUOTA)
         self.worker = Store(self.client, BlobStore(blob_dir))
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self.loop.run_until_complete(coro)
 
     def upload(self, ref: BatchRef, size: int) -> Document:
         return self.run(
@@ -53,11 +43,6 @@ class Harness:
 
     def counter_keys(self) -> list[bytes]:
         return sorted(self.client.scan_iter(match="relay:*:pending_bytes"))
-
-    def close(self) -> None:
-        self.run(self.aclient.aclose())
-        self.client.close()
-        self.loop.close()
 
 
 @pytest.fixture

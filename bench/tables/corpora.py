@@ -16,12 +16,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench._common import ROOT
+from bench._common import ROOT, git_output
 
 __all__ = ["Doc", "corpora_dir", "html_grid", "icdar_truth", "load_images", "load_pdfs"]
 
@@ -48,17 +47,7 @@ def corpora_dir() -> Path:
     if os.environ.get("RELAY_CORPORA"):
         return Path(os.environ["RELAY_CORPORA"])
     candidates = [ROOT.parent / "shared" / "corpora"]
-    try:
-        common = subprocess.run(
-            ["git", "rev-parse", "--path-format=absolute", "--git-common-dir"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        common = ""
+    common = git_output("rev-parse", "--path-format=absolute", "--git-common-dir")
     if common:
         candidates.append(Path(common).parent.parent / "shared" / "corpora")
     for path in candidates:

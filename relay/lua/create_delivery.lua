@@ -11,21 +11,21 @@
 --         `pending` one (every event is delivered), and its seq is 0;
 --         'verify' for an endpoint verification's challenge (as 'event', and it becomes the
 --         webhook's `verify_id`: the one delivery sent while the verification is pending)
--- Returns: {1, id} created; {0, id} already exists for this seq or under this id;
---          {0, ''} no usable webhook.
+-- Returns (JSON): {created: true, id} created; {created: false, id} already exists for this
+--          seq or under this id; {created: false, id: ''} no usable webhook.
 local existing = redis.call('HGET', KEYS[2], ARGV[4])
 if existing then
-  return {0, existing}
+  return cjson.encode({created = false, id = existing})
 end
 -- A completion's id is derived from the completion (relay.keys.completion_id): a delivery
 -- that exists under it already is this one, never to be made twice nor overwritten.
 if redis.call('EXISTS', KEYS[6]) == 1 then
-  return {0, ARGV[1]}
+  return cjson.encode({created = false, id = ARGV[1]})
 end
 local w = redis.call('HMGET', KEYS[1], 'url', 'disabled', 'pending', 'verification',
                      'verify_id')
 if not w[1] or w[2] == '1' then
-  return {0, ''}
+  return cjson.encode({created = false, id = ''})
 end
 local verify = ARGV[9] == 'verify'
 local event = ARGV[9] == 'event' or verify
@@ -68,4 +68,4 @@ redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
 redis.call('ZADD', KEYS[5], ARGV[5], ARGV[1])
 redis.call('ZADD', KEYS[4], ARGV[5], ARGV[1])
 index_delivery(ARGV[7], ARGV[1], '', 'pending', {ARGV[2], ARGV[5]})  -- the delivery indexes
-return {1, ARGV[1]}
+return cjson.encode({created = true, id = ARGV[1]})
