@@ -179,9 +179,9 @@ class RedisTarget:
     def is_cluster(self) -> bool:
         return bool(self.cluster_nodes)
 
-    def cluster_kwargs(self, *, for_asyncio: bool) -> dict[str, Any]:
-        """The URL's options (username, password, TLS) for the Cluster's nodes: its host,
-        port and path are ignored, and its db must be 0 (a Cluster has only db 0)."""
+    def _options(self, *, for_asyncio: bool, nodes: str) -> tuple[dict[str, Any], bool]:
+        """The URL's options without its address (the setting ``nodes`` names the nodes), and
+        whether it asks for TLS; a unix:// URL cannot name nodes found elsewhere."""
         parse = redis.asyncio.connection.parse_url if for_asyncio else redis.connection.parse_url
         try:
             kwargs: dict[str, Any] = parse(self.url)
@@ -190,13 +190,17 @@ class RedisTarget:
         kind = kwargs.pop("connection_class", None)
         for name in ("host", "port", "path"):
             kwargs.pop(name, None)
+        if kind is not None and "Unix" in kind.__name__:
+            raise ConfigError(f"RELAY_REDIS_URL: with {nodes} it cannot be unix://")
+        return kwargs, kind is not None and "SSL" in kind.__name__
+
+    def cluster_kwargs(self, *, for_asyncio: bool) -> dict[str, Any]:
+        """The URL's options (username, password, TLS) for the Cluster's nodes: its host,
+        port and path are ignored, and its db must be 0 (a Cluster has only db 0)."""
+        kwargs, tls = self._options(for_asyncio=for_asyncio, nodes="RELAY_REDIS_CLUSTER_NODES")
         if int(kwargs.pop("db", 0) or 0) != 0:
             raise ConfigError("RELAY_REDIS_URL: with RELAY_REDIS_CLUSTER_NODES its db must be 0")
-        if kind is not None and "Unix" in kind.__name__:
-            raise ConfigError(
-                "RELAY_REDIS_URL: with RELAY_REDIS_CLUSTER_NODES it cannot be unix://"
-            )
-        if kind is not None and "SSL" in kind.__name__:
+        if tls:
             kwargs["ssl"] = True
         return kwargs
 
@@ -219,17 +223,7 @@ class RedisTarget:
 
     def node_kwargs(self, *, for_asyncio: bool) -> dict[str, Any]:
         """The URL's options for connections to the data nodes found through Sentinel."""
-        parse = redis.asyncio.connection.parse_url if for_asyncio else redis.connection.parse_url
-        try:
-            kwargs: dict[str, Any] = parse(self.url)
-        except ValueError as exc:
-            raise ConfigError(f"RELAY_REDIS_URL: {exc}") from exc
-        kind = kwargs.pop("connection_class", None)
-        for name in ("host", "port", "path"):
-            kwargs.pop(name, None)
-        if kind is not None and "Unix" in kind.__name__:
-            raise ConfigError("RELAY_REDIS_URL: with RELAY_REDIS_SENTINELS it cannot be unix://")
-        tls = kind is not None and "SSL" in kind.__name__
+        kwargs, tls = self._options(for_asyncio=for_asyncio, nodes="RELAY_REDIS_SENTINELS")
         if for_asyncio:
             # No retry reconnects inside a command here: the pool's connect() asks.
             if tls:

@@ -107,3 +107,11 @@ def test_the_queues_live_in_the_state_redis_unless_told_otherwise() -> None:
     assert options["username"] == "user" and "host" not in options
     with pytest.raises(ConfigError, match="db must be 0"):
         RedisTarget("redis://:pw@x:1/3", cluster_nodes=(("h", 1),)).cluster_kwargs(for_asyncio=True)
+    # The nodes come from the setting: a unix:// URL cannot name them (nor the Sentinels' nodes).
+    with pytest.raises(ConfigError, match="with RELAY_REDIS_CLUSTER_NODES it cannot be unix://"):
+        RedisTarget("unix:///tmp/r.sock", cluster_nodes=(("h", 1),)).cluster_kwargs(
+            for_asyncio=False
+        )
+    for for_asyncio in (False, True):
+        with pytest.raises(ConfigError, match="with RELAY_REDIS_SENTINELS it cannot be unix://"):
+            RedisTarget("unix:///tmp/r.sock").node_kwargs(for_asyncio=for_asyncio)
