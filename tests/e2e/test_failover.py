@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -100,9 +101,27 @@ def test_relay_follows_a_sentinel_failover(sentinel_topology: Topology, tmp_path
                 assert batch["all_done"] is True and batch["status"] == "succeeded", batch
 
             # New work on the new primary (which has no replica now: the wait times out).
-            api.upload("after", b"sku,qty\nB,2\n")
-            assert api.register("after", receiver.url("/after")).status_code == 201
-            api.process("after")
+            # While a Sentinel still reports the failover in progress (longer on a busy
+            # machine) a write is refused with 503 (relay/durable.py): retried, as a client
+            # does, until the failover is over.
+            def accepted(send: Callable[[], httpx.Response], code: int) -> None:
+                def sent() -> bool:
+                    r = send()
+                    assert r.status_code in (code, 503), r.text
+                    return r.status_code == code
+
+                wait_until(sent, 30, 0.5, "a write after the failover was never accepted")
+
+            accepted(
+                lambda: api.http.post(
+                    "/documents",
+                    files={"file": ("doc.csv", b"sku,qty\nB,2\n", "text/csv")},
+                    data={"batch_name": "after"},
+                ),
+                201,
+            )
+            accepted(lambda: api.register("after", receiver.url("/after")), 201)
+            accepted(lambda: api.http.post("/batches/after/process"), 202)
             wait_until(lambda: "after" in delivered(), 30, 0.2, "new work not notified")
             timeouts = _counter(stack.api_url, "relay_replica_wait_timeouts_total")
             assert timeouts == 3, timeouts
