@@ -128,6 +128,21 @@ def feed_page(
     return FeedPage(events, cursor, has_more)
 
 
+def append_call(
+    account: str, feed: str, event_id: str, type_: str, batch: str, body: bytes
+) -> tuple[list[str], list[Any]]:
+    """The keys and arguments of ``append_event.lua`` for one event (``EventLog.append``;
+    the detector also queues it on a pipeline)."""
+    return (
+        [
+            keys.event_log(account, feed),
+            keys.event_positions(account, feed),
+            keys.event_logs(keys.events_shard(account)),
+        ],
+        [event_id, f"{feed}:{account}", keys.events_channel(), type_, batch, body],
+    )
+
+
 class EventLog:
     """The feeds for the detector (append), the CLI (read) and the retention sweeper."""
 
@@ -144,13 +159,7 @@ class EventLog:
     ) -> bool:
         """Record one event (once). Returns whether it was appended now."""
         reply = self.scripts(
-            "append_event",
-            [
-                keys.event_log(account, feed),
-                keys.event_positions(account, feed),
-                keys.event_logs(keys.events_shard(account)),
-            ],
-            [event_id, f"{feed}:{account}", keys.events_channel(), type_, batch, body],
+            "append_event", *append_call(account, feed, event_id, type_, batch, body)
         )
         return bool(fields(reply)["appended"])
 

@@ -337,8 +337,8 @@ def run_documents(ctx: WorkerContext, shard: int, budget: float = queues.PROCESS
                 queues.wake_processing(ctx.queue_redis, claims[0].batch.shard, settings)
             # The turn's outcomes are stored together (one script) once its last document
             # is extracted; their leases are renewed meanwhile, as those waiting their turn.
+            # Their bytes held in Redis came with the claim (claim_next.lua): no read here.
             sink: list[tuple[Outcome, float]] = []
-            ctx.store.prefetch(claims)  # their bytes, one MGET
             try:
                 with _LeaseKeeper(ctx.store, claims[1:], lease_ms) as waiting:
                     for i, claim in enumerate(claims):
