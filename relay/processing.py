@@ -111,9 +111,10 @@ class ShardRotation:
     def claim_turn(self, lease_ms: int, *, documents: int, max_bytes: int) -> list[Claim]:
         """The next turn in fair order (``Store.claim_turn``): one or more documents of one
         batch, claimed; empty when no shard has one waiting."""
+        reread = False
         if time.monotonic() - self.read_at >= self.refresh:
             self._read()
-        reread = False
+            reread = not self.active  # nothing waits anywhere: that is the answer
         while True:
             if not self.active:
                 if reread:

@@ -86,12 +86,14 @@ def _reads(h: H) -> int:
 def test_a_read_of_many_completions_costs_three_round_trips(h: H) -> None:
     # The appends and creations of every entry read go in one pipeline, the acks and the
     # wake-up markers in another: 3 round trips for the read, however many entries.
+    d = Detector(h.ctx, "d1")
+    h.complete(BatchRef("acme", "warm"))
+    assert d.read_once(10) == 1  # (Redis has the scripts now)
     refs = [BatchRef("acme", f"rt{i}") for i in range(4)]
     for ref in refs:
         h.complete(ref)
     for s in keys.all_shards():  # a delivery job waits already: no enqueue to count
         h.client.set(keys.wake(s), b"1")
-    d = Detector(h.ctx, "d1")
     before = _reads(h)
     assert d.read_once(10) == len(refs)
     assert _reads(h) - before == 3 + 1  # + the INFO that reads the count
@@ -103,9 +105,12 @@ def test_a_read_of_many_completions_costs_three_round_trips(h: H) -> None:
 def test_an_entry_whose_append_failed_is_not_acknowledged(h: H) -> None:
     # The feed's stream made unusable (a wrong type): its append fails, the delivery is
     # still made, the entry stays pending for a later take-over, and the error surfaces.
+    d = Detector(h.ctx, "d1")
+    h.complete(BatchRef("acme", "warm"))
+    assert d.read_once(10) == 1  # (Redis has the scripts now: the pipelined path)
+    h.client.delete(keys.event_log("acme", keys.FEED_BATCHES))
     h.complete()
     h.client.set(keys.event_log("acme", keys.FEED_BATCHES), b"not a stream")
-    d = Detector(h.ctx, "d1")
     with pytest.raises(ResponseError):
         d.read_once(10)
     assert len(h.deliveries()) == 1
