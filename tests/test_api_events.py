@@ -50,6 +50,7 @@ def test_an_account_reads_its_own_feed_only(api: Api) -> None:
     assert [e["data"]["batch_name"] for e in mine["events"]] == ["b1"]
     assert mine["next_cursor"] == mine["events"][0]["id"] and mine["has_more"] is False
     theirs = _get(api, "globex").json()["events"]
+    assert [e["data"]["batch_name"] for e in theirs] == ["g1"]
     # Another account's event id is not a position in mine; its batch filter finds nothing.
     r = _get(api, "acme", after=theirs[0]["id"])
     assert r.status_code == 404 and r.json()["error"]["type"] == "not_found"
