@@ -11,10 +11,13 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeAlias
+from urllib.parse import urlsplit
 
 import httpx
+import pytest
 import redis
+import redis.cluster
 
 from relay import keys
 from relay.events import FALLBACK_S
@@ -23,6 +26,29 @@ from tests.e2e.test_webhooks import CSV
 from tests.support.helpers import free_port, wait_until
 from tests.support.procs import Stack
 from tests.support.receiver import Receiver
+
+# The state's Redis: one server, or a Redis Cluster (its outboxes on three primaries).
+State: TypeAlias = "redis.Redis | redis.cluster.RedisCluster"
+
+
+def _state(stack: Stack, request: pytest.FixtureRequest) -> tuple[State, list[redis.Redis]]:
+    """A client of the stack's state and one of each primary (to hold its writes)."""
+    nodes = stack.env.get("RELAY_REDIS_CLUSTER_NODES")
+    if not nodes:
+        client: redis.Redis = request.getfixturevalue("redis")
+        return client, [client]
+    host, port = nodes.split(",")[0].rsplit(":", 1)
+    password = urlsplit(stack.redis_url).password
+    cluster = redis.cluster.RedisCluster(host=host, port=int(port), password=password)
+    primaries = [
+        redis.Redis(host=node.host, port=node.port, password=password)
+        for node in cluster.get_primaries()
+    ]
+    # The queues' Redis too, as on one server: workers held at their dequeue as well.
+    primaries.append(redis.Redis.from_url(stack.env["RELAY_QUEUE_REDIS_URL"]))
+    for client_ in (cluster, *primaries):
+        request.addfinalizer(client_.close)
+    return cluster, primaries
 
 
 def _start(stack: Stack, workers: int = 1, **detector: str) -> Api:
@@ -53,12 +79,12 @@ def _read_all(api: Api, after: str | None, limit: int) -> tuple[list[dict[str, A
             return events, after
 
 
-def _recorded_ms(redis: redis.Redis, event: dict[str, Any]) -> int:
+def _recorded_ms(state: State, event: dict[str, Any]) -> int:
     """When relay recorded the completion: the time of its outbox entry (Redis time; the
     detector's sweep, which trims the outbox, is held off in the test that reads it)."""
     data = event["data"]
     shard = keys.shard_for_batch("acme", data["batch_name"])
-    for entry_id, fields in redis.xrange(keys.outbox(shard)):
+    for entry_id, fields in state.xrange(keys.outbox(shard)):
         if fields[b"batch"].decode() == data["batch_name"] and int(fields[b"seq"]) == int(
             data["completion_seq"]
         ):
@@ -67,16 +93,18 @@ def _recorded_ms(redis: redis.Redis, event: dict[str, Any]) -> int:
 
 
 @contextmanager
-def _writes_held_now_and_then(redis: redis.Redis, hold_ms: int = 300) -> Iterator[None]:
-    """Holds every write to Redis for ``hold_ms`` (CLIENT PAUSE WRITE), over and over: the
-    workers' finish scripts queue behind the pause and run back to back when it ends, so
-    completions in different shards are recorded in the same millisecond (what a cursor
-    made of timestamps, or a merge of the shards by time, would get wrong)."""
+def _writes_held_now_and_then(primaries: list[redis.Redis], hold_ms: int = 300) -> Iterator[None]:
+    """Holds every write to the state's Redis for ``hold_ms`` (CLIENT PAUSE WRITE on each
+    primary), over and over: the workers' finish scripts queue behind the pause and run back
+    to back when it ends, so completions in different shards are recorded in the same
+    millisecond (what a cursor made of timestamps, or a merge of the shards by time, would
+    get wrong)."""
     stop = threading.Event()
 
     def hold() -> None:
         while not stop.is_set():
-            redis.client_pause(hold_ms, all=False)
+            for primary in primaries:
+                primary.client_pause(hold_ms, all=False)
             stop.wait(hold_ms / 1000 + 0.15)
 
     thread = threading.Thread(target=hold, daemon=True)
@@ -86,14 +114,15 @@ def _writes_held_now_and_then(redis: redis.Redis, hold_ms: int = 300) -> Iterato
     finally:
         stop.set()
         thread.join(10)
-        redis.client_unpause()
+        for primary in primaries:
+            primary.client_unpause()
 
 
-def _same_instant_across_shards(redis: redis.Redis, events: list[dict[str, Any]]) -> int:
+def _same_instant_across_shards(state: State, events: list[dict[str, Any]]) -> int:
     """How many events share their recorded millisecond with an event of another shard."""
     shards: defaultdict[int, set[int]] = defaultdict(set)
     at = [
-        (_recorded_ms(redis, e), keys.shard_for_batch("acme", e["data"]["batch_name"]))
+        (_recorded_ms(state, e), keys.shard_for_batch("acme", e["data"]["batch_name"]))
         for e in events
     ]
     for ms, shard in at:
@@ -105,14 +134,18 @@ def _names(events: list[dict[str, Any]]) -> list[str]:
     return [e["data"]["batch_name"] for e in events]
 
 
-def _in_completion_order(redis: redis.Redis, events: list[dict[str, Any]]) -> None:
-    times = [_recorded_ms(redis, e) for e in events]
+def _in_completion_order(state: State, events: list[dict[str, Any]]) -> None:
+    times = [_recorded_ms(state, e) for e in events]
     assert times == sorted(times), "the feed is not in completion order"
 
 
 def test_a_receiver_down_catches_up_from_its_last_id_and_paging_loses_nothing(
-    stack: Stack, receiver: Receiver, redis: redis.Redis
+    any_stack: Stack, receiver: Receiver, request: pytest.FixtureRequest
 ) -> None:
+    """On one Redis, and on a Redis Cluster (the shards' outboxes on three primaries, the
+    account's feed on one of them)."""
+    stack = any_stack
+    state, primaries = _state(stack, request)
     # No detector sweep (it would trim the outboxes this test reads the completion times
     # from; nothing here needs a retry, a lease or a purge).
     api = _start(stack, workers=4, RELAY_SWEEP_INTERVAL="600")
@@ -141,7 +174,7 @@ def test_a_receiver_down_catches_up_from_its_last_id_and_paging_loses_nothing(
         api.upload(name, CSV)
         assert api.register(name, down).status_code == 201
     assert len({keys.shard_for_batch("acme", n) for n in names}) == keys.DEFAULT_SHARDS
-    with _writes_held_now_and_then(redis):
+    with _writes_held_now_and_then(primaries):
         for name in names:
             api.process(name)
         wait_until(
@@ -153,10 +186,14 @@ def test_a_receiver_down_catches_up_from_its_last_id_and_paging_loses_nothing(
     events, cursor = _read_all(api, last_id, 7)
     assert len(events) == 50 and len({e["id"] for e in events}) == 50  # no duplicate
     assert sorted(_names(events)) == names  # all 50 (no gap), nothing else
-    _in_completion_order(redis, events)
-    same_instant = _same_instant_across_shards(redis, events)
+    _in_completion_order(state, events)
+    same_instant = _same_instant_across_shards(state, events)
     print(f"completions sharing a millisecond with one of another shard: {same_instant}")
-    assert same_instant >= 2
+    if isinstance(state, redis.Redis):  # one server
+        assert same_instant >= 2
+    # On a Cluster the shards' finishes run on three primaries in parallel, a few ms apart
+    # on a 2-core machine even when released together (0 to 2 pairs in a run): the count
+    # is printed, not asserted; the feed's properties above are asserted all the same.
     # Each event is its webhook: same id as the batch's delivery, the same body.
     for event in events[:10]:
         (delivery,) = api.deliveries(event["data"]["batch_name"])
@@ -193,10 +230,10 @@ def test_a_receiver_down_catches_up_from_its_last_id_and_paging_loses_nothing(
     rest, _ = _read_all(api, cursor, 50)
     assert rest == []  # nothing after the last one
     assert sorted(_names(seen)) == late and len(seen) == 30
-    _in_completion_order(redis, seen)
+    _in_completion_order(state, seen)
     everything, _ = _read_all(api, None, 200)
     assert len(everything) == 82 and len({e["id"] for e in everything}) == 82
-    _in_completion_order(redis, everything)
+    _in_completion_order(state, everything)
     producer.close()
     api.close()
 
