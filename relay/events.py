@@ -58,6 +58,7 @@ FEED_BATCHES = keys.FEED_BATCHES  # the account's feed: GET /events
 # the operator's feed: GET /operational-events, relay events --operational
 FEED_OPERATIONAL = keys.FEED_OPERATIONAL
 MAX_WAIT_S = 30  # the longest `wait=` of one request
+MAX_PAGE = 200  # the most events one read returns (GET /events?limit=, relay events --limit)
 FALLBACK_S = 5.0  # a waiter reads again this often even without a wake-up
 SCAN = 500  # entries read per round when filters may leave most of them out
 BATCH_TYPES = ("batch.completed",)

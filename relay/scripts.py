@@ -110,6 +110,11 @@ class AsyncScripts:
     async def __call__(self, name: str, keys: list[str], args: list[Any]) -> Any:
         return await self._scripts[name](keys=keys, args=args)
 
+    def sha(self, name: str) -> str:
+        """The script's SHA-1, for a raw ``EVALSHA`` in a pipeline."""
+        sha: str = self._scripts[name].sha
+        return sha
+
     def run(self, name: str, keys: list[str], args: list[Any], client: Any) -> Any:
         """Queue on a pipeline (returns the pipeline's awaitable, not the result)."""
         return self._scripts[name](keys=keys, args=args, client=client)

@@ -12,7 +12,7 @@ from typing import Any, cast
 from starlette.requests import Request
 from starlette.responses import Response
 
-from relay.api.access import authenticate
+from relay.api.access import admit_write, authenticate
 from relay.api.bodies import EMPTY, json_response, read_json
 from relay.api.errors import NotFound, Unprocessable
 from relay.api.gate import NO_READS, serve_status
@@ -68,9 +68,9 @@ def parse_fields(body: Any) -> list[str] | None:
 
 async def process_batch(request: Request) -> Response:
     """Hand the batch's queued, not yet handed documents to the workers: 202, the batch."""
-    account = await authenticate(request)
     st = state(request)
-    rate_headers = await st.limits.admit(PROCESS, account)
+    admitted = await admit_write(request, PROCESS)
+    account, rate_headers = admitted.account, admitted.headers
     ref = await batch_ref(request, account)
     fields = parse_fields(await read_json(request, allow_empty=True))
     # The answer is the batch as the hand-out left it (read in the same script).
