@@ -239,7 +239,8 @@ class Detector:
 
     def _ack_and_wake(self, acks: dict[int, list[bytes]], wakes: set[int]) -> None:
         """Acknowledge entries and wake the delivery queue for shards: one pipeline (the
-        markers in it too when RQ's Redis is this one), then a job for each marker set."""
+        markers and the bell in it too when RQ's Redis is this one, ``queues.wake``), then
+        a job for each marker set."""
         same = self.queue_redis is self.redis
         marked = sorted(wakes) if same else []
         if acks or marked:
@@ -248,8 +249,10 @@ class Detector:
                     pipe.xack(keys.outbox(shard), GROUP, *ids)
                 for shard in marked:
                     queues.mark_wake(pipe, shard)
+                queues.ring(pipe, marked)
                 replies = pipe.execute()
-            for shard, set_now in zip(marked, replies[len(acks) :], strict=True):
+            sets = replies[len(acks) : len(acks) + len(marked)]
+            for shard, set_now in zip(marked, sets, strict=True):
                 if set_now:
                     queues.enqueue_delivery(self.queue_redis, shard, self.settings)
         if not same:

@@ -230,6 +230,13 @@ def waiting(shard: int) -> str:
     return f"{PREFIX}:{tag(shard)}:waiting"
 
 
+def delivery_bell() -> str:
+    """List (in RQ's Redis) of shard numbers: shards whose deliveries became due, for the
+    delivery engines that listen (``BLPOP``, ``relay.delivery.engine``). Not shard-tagged,
+    like ``process_wake``; at most ``relay.queues.BELL_LEN`` items, a TTL."""
+    return f"{PREFIX}:delivery:bell"
+
+
 def process_wake() -> str:
     """String with a TTL: a processing job is waiting in the queue (no second one). Not
     shard-tagged: a processing job serves every shard and no script touches this key."""

@@ -41,6 +41,13 @@ PROCESS_BUDGET = 2.0
 # A wake-up marker outlives its job only when the worker that took the job died before
 # starting it; the queue is then woken again by the sweeper after this long.
 WAKE_TTL_MS = 10_000
+# A delivery engine that listens on the bell (``relay.delivery.engine``) holds every shard's
+# marker this long, again every ``ENGINE_HOLD_EVERY`` s: while one listens, a wake-up is a
+# ring of the bell (one round trip), not a job (RQ's ~28 round trips). An engine gone stops
+# holding them; jobs are enqueued again once they expire.
+ENGINE_HOLD_MS = 3_000
+ENGINE_HOLD_EVERY = 1.0
+BELL_LEN = 64  # shards the bell keeps (the oldest rings go first)
 
 
 def document_job_timeout(settings: Settings) -> int:
@@ -127,8 +134,15 @@ def wake_processing(client: redis.Redis, shard: int, settings: Settings) -> bool
 
 
 def wake(client: redis.Redis, shard: int, settings: Settings) -> bool:
-    """Enqueue a delivery job for the shard's due deliveries unless one is already waiting."""
-    if not client.set(keys.wake(shard), b"1", nx=True, px=WAKE_TTL_MS):
+    """Wake a delivery engine for the shard's due deliveries: ring the bell (an engine
+    listening takes the shard from it, ``relay.delivery.engine``) and enqueue a delivery job
+    unless the shard's marker says one waits or an engine listens. One round trip, and the
+    enqueue's when there is one. Returns whether a job was enqueued."""
+    with client.pipeline(transaction=False) as pipe:
+        mark_wake(pipe, shard)
+        ring(pipe, [shard])
+        set_now = pipe.execute()[0]
+    if not set_now:
         return False
     enqueue_delivery(client, shard, settings)
     return True
@@ -136,8 +150,19 @@ def wake(client: redis.Redis, shard: int, settings: Settings) -> bool:
 
 def mark_wake(pipe: Any, shard: int) -> None:
     """Queue on ``pipe`` (of RQ's Redis) the first half of :func:`wake`: the shard's marker,
-    set unless a delivery job waits. Its reply True means: call :func:`enqueue_delivery`."""
+    set unless a delivery job waits or an engine listens. Its reply True means: call
+    :func:`enqueue_delivery`."""
     pipe.set(keys.wake(shard), b"1", nx=True, px=WAKE_TTL_MS)
+
+
+def ring(pipe: Any, shards: list[int]) -> None:
+    """Queue on ``pipe`` (of RQ's Redis) the delivery bell for ``shards`` (three commands
+    whatever their number): the list keeps the last ``BELL_LEN`` and goes after
+    ``WAKE_TTL_MS`` when no engine listens."""
+    if shards:
+        pipe.rpush(keys.delivery_bell(), *shards)
+        pipe.ltrim(keys.delivery_bell(), -BELL_LEN, -1)
+        pipe.pexpire(keys.delivery_bell(), WAKE_TTL_MS)
 
 
 def enqueue_delivery(client: redis.Redis, shard: int, settings: Settings) -> None:

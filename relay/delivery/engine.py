@@ -19,6 +19,14 @@ Capacity (per process):
   the capacity, however many of them there are, and the other half keeps notifying the
   receivers that answer.
 
+Waking (``relay.queues.wake``): a delivery job per wake-up costs Redis ~28 round trips of
+RQ's own. So while an engine has a free slot it listens on the delivery bell (one list in RQ's
+Redis, ``keys.delivery_bell``) and holds every shard's wake-up marker: a wake-up then rings
+the bell (in the waker's one round trip) and enqueues no job; the engine takes the shard from
+the bell with a ``BLPOP``. Several engines share the rings (each to one of them); an engine
+with every slot taken stops listening and holding, so its markers expire and jobs wake the
+others, as before the bell; one that stops drops them.
+
 A claimed delivery over its destination's share is handed back unattempted and due at once
 (``WebhookStore.release``), for another process with room for it; this engine claims again
 only after one of its own attempts has ended. Claims are leases, as before: if this process
@@ -39,7 +47,7 @@ from urllib.parse import urlsplit
 import redis
 from redis import Redis
 
-from relay import keys
+from relay import keys, queues
 from relay.crypto import SigningMaterial
 from relay.delivery.send import AttemptContext, attempt_once
 from relay.signing_keys import SigningKeys
@@ -49,6 +57,9 @@ from relay.webhook_store import ClaimedDelivery
 
 class EngineContext(AttemptContext, Protocol):
     """What the engine works with besides what an attempt does (a ``WorkerContext``)."""
+
+    @property
+    def queue_redis(self) -> Redis: ...
 
     @property
     def redis(self) -> redis.Redis: ...
@@ -71,6 +82,7 @@ log = logging.getLogger("relay.delivery")
 
 LEASE_MARGIN_MS = 5_000
 SCAN_INTERVAL = 1.0  # seconds between the engine's own scans for due shards
+BELL_WAIT = 1  # seconds one BLPOP on the bell blocks (within the reply timeout)
 MAX_SUSPECTS = 10_000  # destinations remembered as suspect (oldest forgotten first)
 # Errors that mean the destination did not answer at all.
 NO_ANSWER = frozenset({"timeout", "connection", "dns"})
@@ -157,11 +169,67 @@ class Engine:
         self._stopping = False
         self.backoff_cap = settings.redis_backoff_cap
         self._thread = self._start()
+        self._listener = self._start_listener()
 
     def _start(self) -> threading.Thread:
         thread = threading.Thread(target=self._run, name="delivery-engine", daemon=True)
         thread.start()
         return thread
+
+    def _start_listener(self) -> threading.Thread:
+        thread = threading.Thread(target=self._listen, name="delivery-bell", daemon=True)
+        thread.start()
+        return thread
+
+    # -- the bell ----------------------------------------------------------------------
+
+    def _release_markers(self) -> None:
+        """Drop the shards' markers this engine held, so the next wake-up enqueues a job at
+        once rather than after they expire (another engine listening holds them again
+        within ``ENGINE_HOLD_EVERY``)."""
+        try:
+            with self.ctx.queue_redis.pipeline(transaction=False) as pipe:
+                for shard in keys.all_shards():
+                    pipe.delete(keys.wake(shard))
+                pipe.execute()
+        except Exception as exc:  # they expire on their own
+            log.warning("delivery bell: could not drop the markers: %s", exc)
+
+    def _listen(self) -> None:
+        """While this engine has a free slot: hold every shard's wake-up marker (so no
+        delivery job is enqueued: ``queues.wake`` rings the bell instead) and take the
+        shards rung from the bell, one round trip each (``BLPOP``, at most 1 s; the
+        markers renewed in the same pipeline every ``ENGINE_HOLD_EVERY`` s). With every
+        slot taken it neither listens nor holds: the markers expire and jobs wake the other
+        workers' engines, as without the bell. Redis away: a backoff, as the loop."""
+        client = self.ctx.queue_redis
+        held_at = float("-inf")
+        backoff = 0.1
+        while not self._stopping:
+            try:
+                if self.slots.free <= 0:
+                    held_at = float("-inf")
+                    with self._cond:
+                        self._cond.wait(0.1)
+                    continue
+                with client.pipeline(transaction=False) as pipe:
+                    now = time.monotonic()
+                    hold = now - held_at >= queues.ENGINE_HOLD_EVERY
+                    if hold:
+                        for shard in keys.all_shards():
+                            pipe.set(keys.wake(shard), b"1", px=queues.ENGINE_HOLD_MS)
+                        held_at = now
+                    pipe.blpop([keys.delivery_bell()], timeout=BELL_WAIT)
+                    rung = pipe.execute()[-1]
+                if rung is not None and not self._stopping:
+                    self.wake(int(rung[1]))
+                backoff = 0.1
+            except Exception as exc:  # Redis away: the markers expire, jobs take over
+                log.warning("delivery bell: %s; trying again in %.1fs", exc, backoff)
+                held_at = float("-inf")
+                with self._cond:
+                    self._cond.wait(backoff)
+                backoff = min(backoff * 2, self.backoff_cap)
 
     # -- what the delivery job and the worker call -------------------------------------
 
@@ -189,6 +257,8 @@ class Engine:
             self._cond.notify_all()
             self._cond.wait_for(lambda: self._inflight == 0, timeout)
         self._thread.join(timeout=1)
+        self._listener.join(timeout=BELL_WAIT + 1)
+        self._release_markers()
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.ctx.metrics.flush(self.ctx.redis)
 

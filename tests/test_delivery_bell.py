@@ -1,0 +1,51 @@
+"""The delivery bell (``relay.delivery.engine``): while an engine has a free slot it holds
+every shard's wake-up marker and takes wake-ups from the bell, so a wake-up enqueues no RQ
+job; a full or stopped engine lets the markers go and jobs wake the engines again."""
+
+from __future__ import annotations
+
+from relay import keys, queues
+from relay.queues import DELIVERY, queue_key
+from relay.worker_context import WorkerContext
+from tests.support.helpers import wait_until, worker_context
+
+
+def _held(ctx: WorkerContext) -> list[bool]:
+    client = ctx.queue_redis
+    return [bool(client.exists(keys.wake(s))) for s in keys.all_shards()]
+
+
+def test_a_listening_engine_takes_wake_ups_from_the_bell(redis_url: str) -> None:
+    ctx = worker_context(redis_url)
+    client = ctx.queue_redis
+    try:
+        engine = ctx.engine  # started: it listens
+        wait_until(lambda: all(_held(ctx)), 5, 0.02, "the engine holds no marker")
+        assert queues.wake(client, 3, ctx.settings) is False  # rung, no job
+        assert client.llen(queue_key(DELIVERY)) == 0
+        wait_until(lambda: client.llen(keys.delivery_bell()) == 0, 5, 0.02, "bell not taken")
+        engine.close(5)
+        assert not any(_held(ctx))  # dropped at once, not left to expire
+        assert queues.wake(client, 3, ctx.settings) is True  # a job again
+        assert client.llen(queue_key(DELIVERY)) == 1
+        assert client.pttl(keys.delivery_bell()) > 0  # no engine: the rings expire
+    finally:
+        ctx.redis.close()
+
+
+def test_an_engine_with_every_slot_taken_lets_the_markers_go(redis_url: str) -> None:
+    ctx = worker_context(redis_url, RELAY_DELIVERY_CONCURRENCY="1")
+    client = ctx.queue_redis
+    try:
+        engine = ctx.engine
+        wait_until(lambda: all(_held(ctx)), 5, 0.02, "the engine holds no marker")
+        assert engine.slots.take("http://busy.example:80")  # its one slot in use
+        wait_until(
+            lambda: not any(_held(ctx)), queues.ENGINE_HOLD_MS / 1000 + 3, 0.05, "still held"
+        )
+        assert queues.wake(client, 5, ctx.settings) is True  # another worker's engine, by a job
+        engine.slots.give_back("http://busy.example:80", True)
+        wait_until(lambda: all(_held(ctx)), 5, 0.02, "not held again")
+        engine.close(5)
+    finally:
+        ctx.redis.close()
