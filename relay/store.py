@@ -63,6 +63,8 @@ class Claim:
     content_type: str
     blob_kind: str
     claims: int
+    # Bytes finishing it frees from the account's pending total, as claimed (claim_next.lua).
+    freeable: int = 0
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,7 @@ def _claim(doc_id: str, ref: BatchRef, token: str, c: dict[str, Any]) -> Claim:
         content_type=c["content_type"],
         blob_kind=c["blob"],
         claims=int(c["claims"]),
+        freeable=int(c.get("freeable", 0)),
     )
 
 
@@ -629,14 +632,50 @@ class Store:
                 code,
                 message,
             ]
-        reply = fields(self.scripts("finish", script_keys, args))
-        if reply["freed"]:
-            self.release_total(ref.account, reply["freed"])
+        reply = fields(self._finish(ref.account, outcomes, script_keys, args))
         stored = [bool(x) for x in reply["stored"]]
         for o, ok in zip(outcomes, stored, strict=True):
             if ok:
                 self.blobs.discard(o.claim.doc_id, o.claim.blob_kind)
         return stored, int(reply["seq"])
+
+    def _finish(
+        self, account: str, outcomes: Sequence[Outcome], script_keys: list[str], args: list[Any]
+    ) -> Any:
+        """Run ``finish.lua`` and take the bytes it frees off the account's total (another
+        slot). The bytes the claims said they would free are taken off in the same round
+        trip (the script and a ``DECRBY``, pipelined); a difference (a lease lost meanwhile,
+        a claim by name that did not say) is settled after it, as are a refused script and a
+        Redis without the script. On a Cluster: the script, then the ``DECRBY``."""
+        expected = sum(o.claim.freeable for o in outcomes)
+        total = keys.account_pending_total(account)
+        taken = 0
+        if expected and not is_cluster(self.redis):
+            with self.redis.pipeline(transaction=False) as pipe:
+                self.scripts.evalsha(pipe, "finish", script_keys, args)
+                pipe.decrby(total, expected)
+                raw, left = pipe.execute(raise_on_error=False)
+            if not isinstance(left, Exception):
+                taken = expected
+            if isinstance(raw, NoScriptError):
+                raw = None
+            elif isinstance(raw, Exception):
+                self._settle(total, 0, taken, left)
+                raise raw
+        else:
+            raw, left = None, None
+        if raw is None:
+            raw = self.scripts("finish", script_keys, args)
+        self._settle(total, int(fields(raw)["freed"]), taken, left)
+        return raw
+
+    def _settle(self, total: str, freed: int, taken: int, left: Any) -> None:
+        """The account's total after a finish: ``freed`` bytes off it, ``taken`` of them
+        already (``left``: the total then); the key goes at 0 or below (``release_total``)."""
+        if freed != taken:
+            left = self.redis.decrby(total, freed - taken)
+        if freed and isinstance(left, int) and left <= 0:
+            self.redis.delete(total)
 
     def release_total(self, account: str, freed: int) -> None:
         """Take bytes a script freed off the account's total (``AsyncStore``'s docstring);

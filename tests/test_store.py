@@ -540,3 +540,31 @@ def test_finishing_a_turn_costs_two_commands_a_document(h: Harness) -> None:
     batch = h.batch(same_shard("acme", REF.shard, "five"))
     assert batch.counts[Status.SUCCEEDED] == 5 and batch.completed_at is not None
     assert h.outbox(same_shard("acme", REF.shard, "five"))[-1][b"seq"] == b"1"
+
+
+def test_a_turns_finish_frees_the_account_total_in_the_same_round_trip(h: Harness) -> None:
+    # The claim says what each document's finish frees from the account's pending total
+    # (another slot); the finish script and that DECRBY go in one pipeline.
+    from relay.store import Outcome
+
+    ref = same_shard("acme", REF.shard, "freed")
+    h.upload(same_shard("acme", REF.shard, "stays"))  # keeps the total above 0
+    for _ in range(3):
+        h.upload(ref)
+    h.run(h.api.process(ref, None))
+    total = keys.account_pending_total("acme")
+    before_total = int(h.client.get(total) or 0)
+    claims, _ = h.worker.claim_turn(ref.shard, "t", LEASE_MS, documents=3, max_bytes=10**6)
+    h.worker.forget(claims)
+    assert [c.freeable for c in claims] == [len(b"a,b\n1,2\n")] * 3
+    h.worker.finish(claims[0], line_items=[], error=None)  # the script loaded, 1 freed
+    outcomes = [Outcome(c, b'{"line_items":[],"tables":[]}', None, h.clock()) for c in claims]
+    reads = int(h.client.info("stats")["total_reads_processed"])
+    stored, _ = h.worker.finish_many(outcomes[1:])
+    assert int(h.client.info("stats")["total_reads_processed"]) - reads == 1 + 1  # + INFO
+    assert stored == [True, True]
+    assert int(h.client.get(total) or 0) == before_total - 3 * len(b"a,b\n1,2\n")
+    # A lease lost meanwhile frees nothing: what was taken off for it is given back.
+    stored, _ = h.worker.finish_many(outcomes[:1])  # finished already: not this claim's
+    assert stored == [False]
+    assert int(h.client.get(total) or 0) == before_total - 3 * len(b"a,b\n1,2\n")

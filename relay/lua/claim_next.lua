@@ -12,7 +12,8 @@
 --       queued are dropped and the next ones are taken), 6 documents per turn,
 --       7 bytes per turn
 -- Returns an array: first JSON (cjson): {account, batch (its name), fields (the batch's JSON
---          list), claims = [{id, filename, content_type, blob, claims}, ...], more = 1 when
+--          list), claims = [{id, filename, content_type, blob, claims, freeable (the bytes
+--          finishing it frees from the account's total, if it still holds them)}, ...], more = 1 when
 --          documents still wait in the shard}, without claims when nothing was claimed
 --          (more = 1: call again); then the bytes of each claimed document held in Redis
 --          (blob not 'dir'), in claim order, nil when gone: read here with one MGET, so the
@@ -39,7 +40,7 @@ while budget > 0 do
     for i, id in ipairs(ids) do
       local dk = key_doc(p, id)
       local d = redis.call('HMGET', dk, 'status', 'filename', 'content_type', 'blob', 'claims',
-                           'size')
+                           'size', 'charged', 'counted')
       if d[1] == 'queued' then
         local size = tonumber(d[6] or '0') or 0
         if #got > 0 and bytes + size > max_bytes then
@@ -49,8 +50,14 @@ while budget > 0 do
         local claims = tonumber(d[5] or '0') + 1
         redis.call('HSET', dk, 'status', 'processing', 'started_at', now, 'lease', token,
                    'claims', claims)
+        -- The bytes its finish frees from the account's total (release_known), so the
+        -- worker can take them off in the same round trip as the finish.
+        local freeable = 0
+        if d[8] == '1' then
+          freeable = tonumber(d[7] or '0') or 0
+        end
         got[#got + 1] = {id = id, filename = d[2], content_type = d[3], blob = d[4],
-                         claims = claims}
+                         claims = claims, freeable = freeable}
         leases[#leases + 1] = tonumber(now) + lease_ms
         leases[#leases + 1] = id
         started[#started + 1] = now
