@@ -7,9 +7,11 @@ Every script starts with the shared helpers of ``_lib.lua`` and the fair queue's
 
 A script that answers more than one value answers a JSON object (``cjson.encode`` of a
 table with named fields), read with :func:`fields`: callers read a reply by name, never by
-position. One that answers a single value (a count, 1/0) answers it bare. One exception:
+position. One that answers a single value (a count, 1/0) answers it bare. Two exceptions:
 ``ratelimit`` answers three integers, on every status request, where JSON costs more than
-the rest of its decoding (docs/decisions.md); ``relay.ratelimit`` alone reads it.
+the rest of its decoding (docs/decisions.md); ``relay.ratelimit`` alone reads it. And
+``claim_next`` answers its JSON object first, then the claimed documents' bytes, which are
+binary and so cannot ride in the JSON (``Store.claim_turn`` alone reads it).
 """
 
 from __future__ import annotations

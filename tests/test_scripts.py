@@ -9,6 +9,7 @@ from relay.scripts import NAMES, fields
 
 POSITIONAL = {
     "ratelimit",  # three integers on the status path, documented (docs/decisions.md)
+    "claim_next",  # its JSON object, then the turn's bytes (binary), documented (scripts.py)
 }
 # `return {` with something in the braces: a Lua table answered as a list of positions.
 _TABLE_REPLY = re.compile(r"^\s*return\s*\{\s*[^}\s]", re.MULTILINE)
