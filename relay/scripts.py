@@ -133,6 +133,13 @@ class Scripts:
         """Run on another client or a pipeline (the script is queued, not sent)."""
         return self._scripts[name](keys=keys, args=args, client=client)
 
+    def evalsha(self, pipe: Any, name: str, keys: list[str], args: list[Any]) -> None:
+        """Queue the script on a pipeline as a bare ``EVALSHA``: unlike :meth:`run`, the
+        pipeline sends no ``SCRIPT EXISTS`` first (a round trip of its own). The caller
+        handles a ``NoScriptError`` reply (a Redis restarted or failed over has no scripts),
+        e.g. by running the calls again through ``__call__``, which loads the script."""
+        pipe.evalsha(self._scripts[name].sha, len(keys), *keys, *args)
+
 
 class AsyncScripts:
     """The scripts registered on one asyncio client."""

@@ -341,6 +341,14 @@ class AsyncStore:
     async def process(self, ref: BatchRef, fields: Sequence[str] | None) -> list[str]:
         """Hand every queued, not yet handed document to the workers; returns their ids.
         Raises BatchNotFound, BatchDeleted."""
+        handed, _ = await self.hand_out(ref, fields)
+        return handed
+
+    async def hand_out(
+        self, ref: BatchRef, fields: Sequence[str] | None
+    ) -> tuple[list[str], Batch]:
+        """``process``, also returning the batch as the hand-out left it (read by the same
+        script: the API's answer costs no read of its own)."""
         s = ref.shard
         try:
             reply = await self.scripts(
@@ -362,8 +370,10 @@ class AsyncStore:
         except ResponseError as exc:
             raise _batch_refusal(ref, exc) from exc
         # (``fields`` is the parameter here: the reply is read as scripts.fields reads one.)
-        handed: list[str] = json.loads(reply).get("handed", [])
-        return handed
+        r = json.loads(reply)
+        handed: list[str] = r.get("handed", [])
+        batch = Batch.from_hash({k.encode(): str(v).encode() for k, v in r["batch"].items()})
+        return handed, batch
 
     async def delete_batch(self, ref: BatchRef) -> list[str]:
         """Cancel the batch's queued documents and refuse further uploads; BatchNotFound."""
@@ -515,13 +525,18 @@ class Store:
                 max_bytes,
             ],
         )
-        c = fields(reply)
+        c = fields(reply[0])
         more = int(c["more"]) == 1
         if not c.get("claims"):
             return [], more
         ref = BatchRef(c["account"], c["batch"], shard)
         shared = {"fields": c["fields"]}
-        return [_claim(d["id"], ref, token, {**d, **shared}) for d in c["claims"]], more
+        claims = [_claim(d["id"], ref, token, {**d, **shared}) for d in c["claims"]]
+        # The bytes held in Redis came with the claim (read_blob takes them once).
+        held = [cl for cl in claims if cl.blob_kind != DIRECTORY]
+        for cl, value in zip(held, reply[1:], strict=True):
+            self._prefetched[cl.doc_id] = None if value is None else bytes(value)
+        return claims, more
 
     def waiting_shards(self) -> list[int]:
         """The shards with documents waiting in their fair queue: one ``MGET`` of the
@@ -546,8 +561,9 @@ class Store:
 
     def prefetch(self, claims: Sequence[Claim]) -> None:
         """Read the bytes of a turn's claims held in Redis with one ``MGET`` (one batch, so
-        one slot), for ``read_blob`` (a turn is small: ``RELAY_CLAIM_BYTES``)."""
-        held = [c for c in claims if c.blob_kind != DIRECTORY]
+        one slot), for ``read_blob`` (a turn is small: ``RELAY_CLAIM_BYTES``). Claims made
+        by ``claim_turn`` came with their bytes: nothing is read for them."""
+        held = [c for c in claims if c.blob_kind != DIRECTORY and c.doc_id not in self._prefetched]
         if len(held) < 2:
             return
         values = self.redis.mget([keys.blob(c.batch.shard, c.doc_id) for c in held])
