@@ -247,6 +247,24 @@ def account_name(text: str) -> str:
     return text
 
 
+def feed_limit(text: str) -> int:
+    """``relay events --limit``: the page size GET /events takes (1 to MAX_PAGE)."""
+    from relay.events import MAX_PAGE
+
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_PAGE:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to {MAX_PAGE}")
+    return int(text)
+
+
+def batch_name(text: str) -> str:
+    """A batch name as the API takes it (relay.model's rule)."""
+    from relay.model import valid_batch_name
+
+    if not valid_batch_name(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a batch name")
+    return text
+
+
 def cmd_deliveries(settings: Settings, args: argparse.Namespace) -> int:
     from relay import commands
 
@@ -258,13 +276,16 @@ def cmd_events(settings: Settings, args: argparse.Namespace) -> int:
     import json
     import time
 
-    from relay.events import FEED_BATCHES, FEED_OPERATIONAL, EventLog
+    from relay.events import FEED_BATCHES, FEED_OPERATIONAL, TYPES, EventLog
     from relay.exceptions import EventNotFound
     from relay.redis_conn import RedisTarget, sync_client
 
+    feed = FEED_OPERATIONAL if args.operational else FEED_BATCHES
+    if args.type is not None and args.type not in TYPES[feed]:
+        print(f"relay: --type must be one of {', '.join(TYPES[feed])}", file=sys.stderr)
+        return 2
     client = sync_client(RedisTarget.from_settings(settings))
     log = EventLog(client, round(settings.retention * 1000))
-    feed = FEED_OPERATIONAL if args.operational else FEED_BATCHES
     after: str | None = args.after
     try:
         while True:
@@ -445,8 +466,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("--after", help="the id of the last event seen (msg_...)")
     ev.add_argument("--type", help="only events of this type")
-    ev.add_argument("--batch", help="only the events of this batch")
-    ev.add_argument("--limit", type=int, default=100, help="events per read (default 100)")
+    ev.add_argument("--batch", type=batch_name, help="only the events of this batch")
+    ev.add_argument(
+        "--limit", type=feed_limit, default=100, help="events per read, 1-200 (default 100)"
+    )
     ev.add_argument("--follow", action="store_true", help="keep printing new events")
     ev.set_defaults(func=cmd_events)
 

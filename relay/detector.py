@@ -26,14 +26,16 @@ import os
 import socket
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from relay import keys, logs, queues
+from relay.events import append_call
 from relay.model import Batch
 from relay.redis_conn import is_cluster, is_store_full
 from relay.retention import trim_outbox
@@ -45,7 +47,7 @@ from relay.webhook_events import (
     event_body,
     notification_body,
 )
-from relay.webhook_store import operational_ref
+from relay.webhook_store import created_reply, operational_ref
 from relay.worker_context import WorkerContext
 
 log = logging.getLogger("relay.detector")
@@ -101,6 +103,19 @@ def ensure_groups(client: redis.Redis) -> None:
                 raise
 
 
+@dataclass(frozen=True)
+class _Entry:
+    """One outbox entry to handle: the calls of its feed event (``append_event.lua``) and
+    of its delivery (``create_delivery.lua``), each (keys, args); the shard to wake for
+    that delivery."""
+
+    shard: int
+    entry_id: bytes
+    append: tuple[list[str], list[Any]]
+    create: tuple[list[str], list[Any]]
+    wake_shard: int
+
+
 class Detector:
     """Turns outbox entries into deliveries; sweeps leases, hand-outs and due deliveries."""
 
@@ -125,10 +140,13 @@ class Detector:
     # -- completions -----------------------------------------------------------------------
 
     def handle(self, shard: int, entry_id: bytes, fields: dict[bytes, bytes]) -> None:
-        """Create the delivery for one completion entry, then acknowledge it."""
+        """Create the delivery for one outbox entry, then acknowledge it."""
+        self._handle_one(self._plan(shard, entry_id, fields))
+
+    def _plan(self, shard: int, entry_id: bytes, fields: dict[bytes, bytes]) -> _Entry:
+        """What one outbox entry asks for: its feed event and its delivery."""
         if b"kind" in fields:
-            self.handle_event(shard, entry_id, fields)
-            return
+            return self._plan_event(shard, entry_id, fields)
         account = fields[b"account"].decode()
         name = fields[b"batch"].decode()
         seq = int(fields[b"seq"])
@@ -138,30 +156,105 @@ class Detector:
         # The event's id is its webhook-id: the same for the feed and every delivery, and
         # for this completion made again (lost with a failed-over primary).
         event_id = keys.completion_id(shard, account, name, batch.created_at, seq)
-        self.ctx.events.append(account, keys.FEED_BATCHES, event_id, EVENT_TYPE, name, body)
-        created, _ = self.ctx.webhooks.create(
-            BatchRef(account, name, shard), seq, body, batch.completed_at or 0, delivery_id=event_id
+        create = self.ctx.webhooks.create_call(
+            BatchRef(account, name, shard), seq, body, batch.completed_at or 0, event_id
         )
-        if created:
-            queues.wake(self.queue_redis, shard, self.settings)
-        self.redis.xack(keys.outbox(shard), GROUP, entry_id)
+        return _Entry(
+            shard,
+            entry_id,
+            append_call(account, keys.FEED_BATCHES, event_id, EVENT_TYPE, name, body),
+            create,
+            shard,
+        )
 
-    def handle_event(self, shard: int, entry_id: bytes, fields: dict[bytes, bytes]) -> None:
-        """Create the delivery of one operational event (``webhook.disabled``,
-        ``delivery.failed``) to the account's operational webhook, then acknowledge it.
-        Idempotent on the event's id (``operational_event_id``); dropped when the account
-        has no operational webhook or it is disabled."""
+    def _plan_event(self, shard: int, entry_id: bytes, fields: dict[bytes, bytes]) -> _Entry:
+        """One operational event (``webhook.disabled``, ``delivery.failed``): in the
+        operator's feed whether or not an operational webhook is registered, and delivered
+        to the account's operational webhook (dropped when it has none or it is disabled).
+        Idempotent on the event's id (``operational_event_id``); the id of its delivery (in
+        the shard of the account's operational webhook) is the same."""
         account = fields[b"account"].decode()
         body = event_body(fields)
-        # In the operator's feed whether or not an operational webhook is registered; the
-        # id of its delivery (in the shard of the account's operational webhook) is the same.
         event_id = operational_event_id(shard, entry_id.decode(), fields)
         kind, batch = fields[b"kind"].decode(), fields.get(b"batch", b"").decode()
-        self.ctx.events.append(account, keys.FEED_OPERATIONAL, event_id, kind, batch, body)
-        created, _ = self.ctx.webhooks.create_event(account, event_id, body, delivery_id=event_id)
+        create = self.ctx.webhooks.create_event_call(account, event_id, body, event_id)
+        return _Entry(
+            shard,
+            entry_id,
+            append_call(account, keys.FEED_OPERATIONAL, event_id, kind, batch, body),
+            create,
+            operational_ref(account).shard,
+        )
+
+    def _handle_one(self, e: _Entry) -> None:
+        """The entry's event appended, its delivery created (a job woken for it), then the
+        entry acknowledged: one call after the other."""
+        self.ctx.events.scripts("append_event", *e.append)
+        created, _ = created_reply(self.ctx.webhooks.scripts("create_delivery", *e.create))
         if created:
-            queues.wake(self.queue_redis, operational_ref(account).shard, self.settings)
-        self.redis.xack(keys.outbox(shard), GROUP, entry_id)
+            queues.wake(self.queue_redis, e.wake_shard, self.settings)
+        self.redis.xack(keys.outbox(e.shard), GROUP, e.entry_id)
+
+    def handle_all(self, read: list[tuple[int, bytes, dict[bytes, bytes]]]) -> None:
+        """Handle the entries of one read (``(shard, entry id, fields)``, in order) in two
+        round trips, not four or five each: every entry's append and creation pipelined
+        (in this order, so the feeds record events in the order read), then the
+        acknowledgements and the wake-up markers. An entry is acknowledged only when both
+        of its calls succeeded; one that failed is handled again after ``reclaim_idle_ms``
+        (idempotent), and the first error is raised once the others are acknowledged. On a
+        Cluster (scripts go one by one there, ``store_core``) and when Redis has lost its
+        scripts, the entries are handled one by one."""
+        plans = [self._plan(shard, entry_id, fields) for shard, entry_id, fields in read]
+        if not plans:
+            return
+        if is_cluster(self.redis):
+            for e in plans:
+                self._handle_one(e)
+            return
+        events, webhooks = self.ctx.events.scripts, self.ctx.webhooks.scripts
+        with self.redis.pipeline(transaction=False) as pipe:
+            for e in plans:
+                events.evalsha(pipe, "append_event", *e.append)
+                webhooks.evalsha(pipe, "create_delivery", *e.create)
+            replies = pipe.execute(raise_on_error=False)
+        if any(isinstance(r, NoScriptError) for r in replies):
+            for e in plans:
+                self._handle_one(e)
+            return
+        acks: dict[int, list[bytes]] = {}
+        wakes: set[int] = set()
+        error: Exception | None = None
+        for i, e in enumerate(plans):
+            appended, made = replies[2 * i], replies[2 * i + 1]
+            if not isinstance(made, Exception) and created_reply(made)[0]:
+                wakes.add(e.wake_shard)
+            failed = next((r for r in (appended, made) if isinstance(r, Exception)), None)
+            if failed is not None:
+                error = error or failed
+                continue
+            acks.setdefault(e.shard, []).append(e.entry_id)
+        self._ack_and_wake(acks, wakes)
+        if error is not None:
+            raise error
+
+    def _ack_and_wake(self, acks: dict[int, list[bytes]], wakes: set[int]) -> None:
+        """Acknowledge entries and wake the delivery queue for shards: one pipeline (the
+        markers in it too when RQ's Redis is this one), then a job for each marker set."""
+        same = self.queue_redis is self.redis
+        marked = sorted(wakes) if same else []
+        if acks or marked:
+            with self.redis.pipeline(transaction=False) as pipe:
+                for shard, ids in acks.items():
+                    pipe.xack(keys.outbox(shard), GROUP, *ids)
+                for shard in marked:
+                    queues.mark_wake(pipe, shard)
+                replies = pipe.execute()
+            for shard, set_now in zip(marked, replies[len(acks) :], strict=True):
+                if set_now:
+                    queues.enqueue_delivery(self.queue_redis, shard, self.settings)
+        if not same:
+            for shard in sorted(wakes):
+                queues.wake(self.queue_redis, shard, self.settings)
 
     def read_once(self, block_ms: int) -> int:
         if is_cluster(self.redis):
@@ -179,8 +272,7 @@ class Detector:
             for entry_id, fields in entries
         ]
         read.sort(key=lambda r: (r[0], r[1]))
-        for _, shard, entry_id, fields in read:
-            self.handle(shard, entry_id, fields)
+        self.handle_all([(shard, entry_id, fields) for _, shard, entry_id, fields in read])
         return len(read)
 
     def _read_each(self, block_ms: int) -> list[Any]:

@@ -101,6 +101,19 @@ class StatusRound(Generic[T]):
     value: T
 
 
+@dataclass(frozen=True)
+class WriteRound:
+    """What a write's first round trip read: the key record (``HMGET RECORD_FIELDS``, to
+    check before anything else is used), the write window's decision, and the bytes held on
+    the account's pending total (``held``, 0 when none) with the total after holding them
+    (``total``, None when nothing was held)."""
+
+    record: list[bytes | None]
+    decision: Decision
+    held: int
+    total: int | None
+
+
 @dataclass
 class Edge:
     """The API process's Redis resources (:meth:`open` builds them, :meth:`close` closes)."""
@@ -242,6 +255,52 @@ class Edge:
     async def admit(self, kind: str, account: str) -> Decision:
         """Count one write of ``kind`` (:data:`UPLOADS`, :data:`PROCESS`, :data:`RETRIES`)."""
         return await self.write_limits[kind].hit(self.redis, account)
+
+    async def write_round(
+        self, presented: PresentedKey, account: str, kind: str, hold: int = 0
+    ) -> WriteRound:
+        """A write's first round trip (``relay.api.access.admit_write``): the key record,
+        the account's window of ``kind`` and, with ``hold`` > 0 (an upload's declared size),
+        ``INCRBY`` of the account's pending total, pipelined for the (cached) ``account``.
+
+        Nothing is decided here: the caller checks the record, then the decision, and gives
+        the held bytes back (:meth:`release_hold`) when it refuses. Sent down the lane, which
+        sends a round once more when Redis resets the connection under it: the record read and
+        the window (a member made once per request) are safe to run twice; the ``INCRBY`` may
+        then hold twice, which leaves the total high, never low (``relay.store.AsyncStore``).
+        A ``NOSCRIPT`` reply for the window (a new or restarted Redis) loads the script and
+        counts the request on its own, without sending the rest again."""
+        window = self.write_limits[kind]
+        total_key = keys.account_pending_total(account)
+        pipe = self.lane.pipeline()
+        pipe.hmget(keys.api_key(presented.prefix), list(RECORD_FIELDS))
+        window.queue(pipe, account)
+        if hold > 0:
+            pipe.execute_command("INCRBY", total_key, hold)
+        replies = await pipe.execute(raise_on_error=False)
+        total: int | None = None
+        if hold > 0:
+            if isinstance(replies[2], Exception):
+                raise replies[2]  # e.g. the store full (OOM): nothing was held
+            total = int(replies[2])
+        held = hold if total is not None else 0
+        try:
+            if isinstance(replies[0], Exception):
+                raise replies[0]
+            if isinstance(replies[1], NoScriptError):
+                await window.load(self.redis)
+                decision = await window.hit(self.redis, account)
+            else:
+                decision = window.decide(replies[1])
+        except BaseException:
+            await self.release_hold(account, held)
+            raise
+        return WriteRound(record=replies[0], decision=decision, held=held, total=total)
+
+    async def release_hold(self, account: str, held: int) -> None:
+        """Give back bytes a refused or failed write held on the account's total."""
+        if held > 0:
+            await self.store.release_hold(account, held)
 
     async def count_bad_key(self, address: str) -> Decision:
         """Count a failed authentication against the client's address."""

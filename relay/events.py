@@ -58,6 +58,7 @@ FEED_BATCHES = keys.FEED_BATCHES  # the account's feed: GET /events
 # the operator's feed: GET /operational-events, relay events --operational
 FEED_OPERATIONAL = keys.FEED_OPERATIONAL
 MAX_WAIT_S = 30  # the longest `wait=` of one request
+MAX_PAGE = 200  # the most events one read returns (GET /events?limit=, relay events --limit)
 FALLBACK_S = 5.0  # a waiter reads again this often even without a wake-up
 SCAN = 500  # entries read per round when filters may leave most of them out
 BATCH_TYPES = ("batch.completed",)
@@ -128,6 +129,21 @@ def feed_page(
     return FeedPage(events, cursor, has_more)
 
 
+def append_call(
+    account: str, feed: str, event_id: str, type_: str, batch: str, body: bytes
+) -> tuple[list[str], list[Any]]:
+    """The keys and arguments of ``append_event.lua`` for one event (``EventLog.append``;
+    the detector also queues it on a pipeline)."""
+    return (
+        [
+            keys.event_log(account, feed),
+            keys.event_positions(account, feed),
+            keys.event_logs(keys.events_shard(account)),
+        ],
+        [event_id, f"{feed}:{account}", keys.events_channel(), type_, batch, body],
+    )
+
+
 class EventLog:
     """The feeds for the detector (append), the CLI (read) and the retention sweeper."""
 
@@ -144,13 +160,7 @@ class EventLog:
     ) -> bool:
         """Record one event (once). Returns whether it was appended now."""
         reply = self.scripts(
-            "append_event",
-            [
-                keys.event_log(account, feed),
-                keys.event_positions(account, feed),
-                keys.event_logs(keys.events_shard(account)),
-            ],
-            [event_id, f"{feed}:{account}", keys.events_channel(), type_, batch, body],
+            "append_event", *append_call(account, feed, event_id, type_, batch, body)
         )
         return bool(fields(reply)["appended"])
 

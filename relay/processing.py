@@ -111,9 +111,10 @@ class ShardRotation:
     def claim_turn(self, lease_ms: int, *, documents: int, max_bytes: int) -> list[Claim]:
         """The next turn in fair order (``Store.claim_turn``): one or more documents of one
         batch, claimed; empty when no shard has one waiting."""
+        reread = False
         if time.monotonic() - self.read_at >= self.refresh:
             self._read()
-        reread = False
+            reread = not self.active  # nothing waits anywhere: that is the answer
         while True:
             if not self.active:
                 if reread:
@@ -337,8 +338,8 @@ def run_documents(ctx: WorkerContext, shard: int, budget: float = queues.PROCESS
                 queues.wake_processing(ctx.queue_redis, claims[0].batch.shard, settings)
             # The turn's outcomes are stored together (one script) once its last document
             # is extracted; their leases are renewed meanwhile, as those waiting their turn.
+            # Their bytes held in Redis came with the claim (claim_next.lua): no read here.
             sink: list[tuple[Outcome, float]] = []
-            ctx.store.prefetch(claims)  # their bytes, one MGET
             try:
                 with _LeaseKeeper(ctx.store, claims[1:], lease_ms) as waiting:
                     for i, claim in enumerate(claims):

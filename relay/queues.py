@@ -12,6 +12,8 @@ of them, so a delivery backlog never holds documents back, nor a document backlo
 
 from __future__ import annotations
 
+from typing import Any
+
 import redis
 from rq import Queue
 from rq.serializers import JSONSerializer
@@ -89,6 +91,19 @@ def _enqueue_once(
     """Enqueue ``job(shard)`` on queue ``name`` unless the ``marker`` says one is waiting."""
     if not client.set(marker, b"1", nx=True, px=WAKE_TTL_MS):
         return False
+    _enqueue(client, name, job, shard, timeout, failure_ttl, description)
+    return True
+
+
+def _enqueue(
+    client: redis.Redis,
+    name: str,
+    job: str,
+    shard: int,
+    timeout: int,
+    failure_ttl: int,
+    description: str,
+) -> None:
     queue(client, name).enqueue_call(
         job,
         args=[shard],
@@ -97,7 +112,6 @@ def _enqueue_once(
         failure_ttl=failure_ttl,
         description=description,
     )
-    return True
 
 
 def wake_processing(client: redis.Redis, shard: int, settings: Settings) -> bool:
@@ -117,13 +131,26 @@ def wake_processing(client: redis.Redis, shard: int, settings: Settings) -> bool
 
 def wake(client: redis.Redis, shard: int, settings: Settings) -> bool:
     """Enqueue a delivery job for the shard's due deliveries unless one is already waiting."""
-    return _enqueue_once(
+    if not client.set(keys.wake(shard), b"1", nx=True, px=WAKE_TTL_MS):
+        return False
+    enqueue_delivery(client, shard, settings)
+    return True
+
+
+def mark_wake(pipe: Any, shard: int) -> None:
+    """Queue on ``pipe`` (of RQ's Redis) the first half of :func:`wake`: the shard's marker,
+    set unless a delivery job waits. Its reply True means: call :func:`enqueue_delivery`."""
+    pipe.set(keys.wake(shard), b"1", nx=True, px=WAKE_TTL_MS)
+
+
+def enqueue_delivery(client: redis.Redis, shard: int, settings: Settings) -> None:
+    """Enqueue a delivery job for the shard (its marker just set: :func:`wake`)."""
+    _enqueue(
         client,
-        keys.wake(shard),
         DELIVERY,
         DELIVER_JOB,
         shard,
-        timeout=delivery_job_timeout(settings),
-        failure_ttl=3_600,
-        description=f"deliver due in shard {shard}",
+        delivery_job_timeout(settings),
+        3_600,
+        f"deliver due in shard {shard}",
     )

@@ -179,6 +179,12 @@ class RedisTarget:
     def is_cluster(self) -> bool:
         return bool(self.cluster_nodes)
 
+    @property
+    def over_unix_socket(self) -> bool:
+        """The URL names a unix socket (``unix://``): no TCP keepalive, and no nodes that
+        Sentinel or a Cluster would name elsewhere."""
+        return self.url.lower().startswith("unix://")
+
     def _options(self, *, for_asyncio: bool, nodes: str) -> tuple[dict[str, Any], bool]:
         """The URL's options without its address (the setting ``nodes`` names the nodes), and
         whether it asks for TLS; a unix:// URL cannot name nodes found elsewhere."""
@@ -190,7 +196,7 @@ class RedisTarget:
         kind = kwargs.pop("connection_class", None)
         for name in ("host", "port", "path"):
             kwargs.pop(name, None)
-        if kind is not None and "Unix" in kind.__name__:
+        if self.over_unix_socket:
             raise ConfigError(f"RELAY_REDIS_URL: with {nodes} it cannot be unix://")
         return kwargs, kind is not None and "SSL" in kind.__name__
 
@@ -349,7 +355,7 @@ def sync_client(
         health_check_interval=15,
         **_common(),
     )
-    if not where.url.startswith("unix://"):  # TCP only: a unix socket has no keepalive
+    if not where.over_unix_socket:
         options["socket_keepalive"] = True
     if where.is_cluster:
         return cast(redis.Redis, _cluster_client(where, options, retries))

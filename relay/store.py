@@ -15,7 +15,7 @@ from typing import Any
 
 import redis
 import redis.asyncio
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 
 from relay import keys
 from relay.blobs import DIRECTORY, BlobStore
@@ -215,48 +215,80 @@ class AsyncStore:
         await (self.redis.set(total, pending) if pending else self.redis.delete(total))
         raise QuotaExceeded(limit=self.max_pending_bytes, pending=pending, size=charge)
 
+    async def release_hold(self, account: str, held: int) -> None:
+        """Give back bytes held on the account's total by a write that did not happen."""
+        if held > 0:
+            await self.redis.decrby(keys.account_pending_total(account), held)
+
+    def within_quota(self, total: int | None) -> bool:
+        """Whether a total read after holding an upload's bytes admits it by itself."""
+        return total is not None and (
+            self.max_pending_bytes is None or total <= self.max_pending_bytes
+        )
+
     async def upload(
-        self, ref: BatchRef, *, filename: str, content_type: str, content: bytes
+        self,
+        ref: BatchRef,
+        *,
+        filename: str,
+        content_type: str,
+        content: bytes,
+        held: int = 0,
+        admitted: bool = False,
     ) -> Document:
         """Create a queued document. Raises BatchDeleted when the batch was deleted,
-        QuotaExceeded when its bytes would pass the account's pending-bytes quota."""
+        QuotaExceeded when its bytes would pass the account's pending-bytes quota.
+
+        ``held``: bytes the request already holds on the account's total (the API reserves
+        the declared size of the body in its first round trip, ``relay.edge.Edge.write_round``);
+        ``admitted``: the total after that reservation was within the quota. The upload is then
+        one round trip: the script, and the ``DECRBY`` of what was held beyond the file's bytes,
+        pipelined. Otherwise (nothing held, the body larger than its declared size, or the total
+        past the quota) the hold is given back and the upload reserves its exact bytes as
+        without it (:meth:`_reserve`). The hold is the caller's until this is called: it gives
+        it back itself when the request fails before."""
         s = ref.shard
         doc_id = keys.new_id("doc", s)
         in_redis = self.blobs.kind == "redis"
         # Only bytes held in Redis are charged: the directory store keeps them on its own
         # disk, which its mount bounds (docs/decisions.md).
         charge = len(content) if in_redis else 0
-        allowance = await self._reserve(ref, charge) if charge else -1
+        fast = held > 0 and admitted and charge <= held
+        if not fast:
+            await self.release_hold(ref.account, held)
+            held = 0
+        allowance = -1 if fast or not charge else await self._reserve(ref, charge)
         now = self.clock()
         if not in_redis:
             await asyncio.to_thread(self.blobs.write_file, doc_id, content)
+        script_keys = [
+            ref.key,
+            keys.batch_docs(s, ref.account, ref.name),
+            keys.batch_pending(s, ref.account, ref.name),
+            keys.doc(s, doc_id),
+            keys.account_batches(s, ref.account),
+            keys.blob(s, doc_id),
+            keys.account_pending_bytes(s, ref.account),
+        ]
+        script_args: list[Any] = [
+            ref.account,
+            ref.name,
+            doc_id,
+            filename,
+            content_type,
+            len(content),
+            now,
+            content if in_redis else b"",
+            "1" if in_redis else "0",
+            self.blobs.kind,
+            charge,
+            allowance,
+        ]
         try:
-            await self.scripts(
-                "upload",
-                [
-                    ref.key,
-                    keys.batch_docs(s, ref.account, ref.name),
-                    keys.batch_pending(s, ref.account, ref.name),
-                    keys.doc(s, doc_id),
-                    keys.account_batches(s, ref.account),
-                    keys.blob(s, doc_id),
-                    keys.account_pending_bytes(s, ref.account),
-                ],
-                [
-                    ref.account,
-                    ref.name,
-                    doc_id,
-                    filename,
-                    content_type,
-                    len(content),
-                    now,
-                    content if in_redis else b"",
-                    "1" if in_redis else "0",
-                    self.blobs.kind,
-                    charge,
-                    allowance,
-                ],
-            )
+            if fast:
+                await self._upload_round(ref.account, held - charge, script_keys, script_args)
+            else:
+                await self.scripts("upload", script_keys, script_args)
         except ResponseError as exc:
             # Refused before it wrote anything: the reservation is undone. (Any other
             # failure may come after the script ran, so its reservation stays: the total
@@ -286,9 +318,37 @@ class AsyncStore:
             error_message="",
         )
 
+    async def _upload_round(
+        self, account: str, excess: int, script_keys: list[str], script_args: list[Any]
+    ) -> None:
+        """``upload`` (raw ``EVALSHA``: a redis-py pipeline holding a ``Script`` sends a
+        ``SCRIPT EXISTS`` round trip first) and the ``DECRBY`` of the bytes held beyond the
+        file's, in one pipelined round trip (on a Cluster, one per node). Raises the script's
+        error reply; after a ``NOSCRIPT`` (a new or restarted Redis) the script runs on its
+        own, the ``DECRBY`` having run."""
+        sha = self.scripts.sha("upload")
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.execute_command("EVALSHA", sha, len(script_keys), *script_keys, *script_args)
+            if excess > 0:
+                pipe.decrby(keys.account_pending_total(account), excess)
+            replies = await pipe.execute(raise_on_error=False)
+        reply = replies[0]
+        if isinstance(reply, NoScriptError):
+            await self.scripts("upload", script_keys, script_args)
+        elif isinstance(reply, Exception):
+            raise reply
+
     async def process(self, ref: BatchRef, fields: Sequence[str] | None) -> list[str]:
         """Hand every queued, not yet handed document to the workers; returns their ids.
         Raises BatchNotFound, BatchDeleted."""
+        handed, _ = await self.hand_out(ref, fields)
+        return handed
+
+    async def hand_out(
+        self, ref: BatchRef, fields: Sequence[str] | None
+    ) -> tuple[list[str], Batch]:
+        """``process``, also returning the batch as the hand-out left it (read by the same
+        script: the API's answer costs no read of its own)."""
         s = ref.shard
         try:
             reply = await self.scripts(
@@ -310,8 +370,10 @@ class AsyncStore:
         except ResponseError as exc:
             raise _batch_refusal(ref, exc) from exc
         # (``fields`` is the parameter here: the reply is read as scripts.fields reads one.)
-        handed: list[str] = json.loads(reply).get("handed", [])
-        return handed
+        r = json.loads(reply)
+        handed: list[str] = r.get("handed", [])
+        batch = Batch.from_hash({k.encode(): str(v).encode() for k, v in r["batch"].items()})
+        return handed, batch
 
     async def delete_batch(self, ref: BatchRef) -> list[str]:
         """Cancel the batch's queued documents and refuse further uploads; BatchNotFound."""
@@ -463,13 +525,18 @@ class Store:
                 max_bytes,
             ],
         )
-        c = fields(reply)
+        c = fields(reply[0])
         more = int(c["more"]) == 1
         if not c.get("claims"):
             return [], more
         ref = BatchRef(c["account"], c["batch"], shard)
         shared = {"fields": c["fields"]}
-        return [_claim(d["id"], ref, token, {**d, **shared}) for d in c["claims"]], more
+        claims = [_claim(d["id"], ref, token, {**d, **shared}) for d in c["claims"]]
+        # The bytes held in Redis came with the claim (read_blob takes them once).
+        held = [cl for cl in claims if cl.blob_kind != DIRECTORY]
+        for cl, value in zip(held, reply[1:], strict=True):
+            self._prefetched[cl.doc_id] = None if value is None else bytes(value)
+        return claims, more
 
     def waiting_shards(self) -> list[int]:
         """The shards with documents waiting in their fair queue: one ``MGET`` of the
@@ -494,8 +561,9 @@ class Store:
 
     def prefetch(self, claims: Sequence[Claim]) -> None:
         """Read the bytes of a turn's claims held in Redis with one ``MGET`` (one batch, so
-        one slot), for ``read_blob`` (a turn is small: ``RELAY_CLAIM_BYTES``)."""
-        held = [c for c in claims if c.blob_kind != DIRECTORY]
+        one slot), for ``read_blob`` (a turn is small: ``RELAY_CLAIM_BYTES``). Claims made
+        by ``claim_turn`` came with their bytes: nothing is read for them."""
+        held = [c for c in claims if c.blob_kind != DIRECTORY and c.doc_id not in self._prefetched]
         if len(held) < 2:
             return
         values = self.redis.mget([keys.blob(c.batch.shard, c.doc_id) for c in held])

@@ -77,7 +77,7 @@ def _create_call(
     )
 
 
-def _created(reply: bytes | str) -> tuple[bool, str]:
+def created_reply(reply: bytes | str) -> tuple[bool, str]:
     """create_delivery's answer: (created, the delivery's id; '' when there is no webhook)."""
     made = fields(reply)
     return bool(made["created"]), str(made["id"])
@@ -132,15 +132,32 @@ class WebhookStore:
         ``completed_ms`` (the batch's completed_at) lets workers measure notification lag;
         ``delivery_id`` is the event's id (``relay.keys.event_id``), a new one when None."""
         k, a = _create_call(ref, seq, body, completed_ms, self.clock(), delivery_id)
-        return _created(self.scripts("create_delivery", k, a))
+        return created_reply(self.scripts("create_delivery", k, a))
 
     def create_event(
         self, account: str, event_id: str, body: bytes, *, delivery_id: str | None = None
     ) -> tuple[bool, str]:
         """Create the delivery of one operational event to the account's operational
         webhook: (created, id); idempotent on ``event_id``; id '' = no operational webhook."""
+        return created_reply(
+            self.scripts(
+                "create_delivery", *self.create_event_call(account, event_id, body, delivery_id)
+            )
+        )
+
+    def create_call(
+        self, ref: BatchRef, seq: int, body: bytes, completed_ms: int, delivery_id: str
+    ) -> tuple[list[str], list[Any]]:
+        """The keys and arguments of ``create_delivery.lua`` for :meth:`create` (the
+        detector queues it on a pipeline; :func:`created_reply` reads its reply)."""
+        return _create_call(ref, seq, body, completed_ms, self.clock(), delivery_id)
+
+    def create_event_call(
+        self, account: str, event_id: str, body: bytes, delivery_id: str | None
+    ) -> tuple[list[str], list[Any]]:
+        """The keys and arguments of ``create_delivery.lua`` for :meth:`create_event`."""
         k, a = _create_call(operational_ref(account), event_id, body, 0, self.clock(), delivery_id)
-        return _created(self.scripts("create_delivery", k, [*a, "event"]))
+        return k, [*a, "event"]
 
     def claim(self, shard: int, *, limit: int, lease_ms: int, token: str) -> list[ClaimedDelivery]:
         reply = self.scripts(
@@ -338,7 +355,7 @@ class AsyncWebhookStore:
                     self.clock(),
                     keys.completion_id(s, ref.account, ref.name, batch.created_at, seq),
                 )
-                due, _ = _created(await self.scripts("create_delivery", k, a))
+                due, _ = created_reply(await self.scripts("create_delivery", k, a))
         elif seq and status in (DeliveryStatus.FAILED, DeliveryStatus.CANCELED):
             k, a = core.retry_call(s, dlv, ref, self.clock())
             await self.scripts("retry_delivery", k, a)

@@ -50,6 +50,7 @@ def test_an_account_reads_its_own_feed_only(api: Api) -> None:
     assert [e["data"]["batch_name"] for e in mine["events"]] == ["b1"]
     assert mine["next_cursor"] == mine["events"][0]["id"] and mine["has_more"] is False
     theirs = _get(api, "globex").json()["events"]
+    assert [e["data"]["batch_name"] for e in theirs] == ["g1"]
     # Another account's event id is not a position in mine; its batch filter finds nothing.
     r = _get(api, "acme", after=theirs[0]["id"])
     assert r.status_code == 404 and r.json()["error"]["type"] == "not_found"
@@ -211,3 +212,20 @@ def test_relay_events_prints_the_feed(api: Api) -> None:
     assert bad.returncode == 1 and "no event" in bad.stderr
     ops = relay_cli(api.settings.redis_url, "events", "--account", "acme", "--operational")
     assert ops.returncode == 0 and ops.stdout == ""
+    # Bad input is a clear error, never a loop (a limit under 1 once read the same page
+    # for good) nor a silently empty feed.
+    for args, error in [
+        (("--limit", "0"), "--limit: '0' is not a whole number from 1 to 200"),
+        (("--limit", "-3"), "--limit: '-3' is not a whole number from 1 to 200"),
+        (("--limit", "201"), "--limit: '201' is not a whole number from 1 to 200"),
+        (("--type", "nope"), "--type must be one of batch.completed"),
+        (("--type", "webhook.disabled"), "--type must be one of batch.completed"),
+        (("--batch", "~x"), "--batch: '~x' is not a batch name"),
+    ]:
+        bad = relay_cli(api.settings.redis_url, "events", "--account", "acme", *args, timeout=10)
+        assert bad.returncode == 2 and error in bad.stderr, (args, bad.stderr)
+        assert bad.stdout == ""
+    one = relay_cli(
+        api.settings.redis_url, "events", "--account", "acme", "--limit", "1", "--batch", "b2"
+    )
+    assert [json.loads(line) for line in one.stdout.splitlines()] == events[1:]

@@ -13,6 +13,7 @@ import pytest
 from redis.cluster import ClusterNode, RedisCluster
 
 from relay import keys
+from relay.blobs import BlobStore
 from relay.config import load_settings
 from relay.crypto import Encryptor, generate_key
 from relay.redis_conn import RedisTarget, async_client, is_cluster, sync_client
@@ -20,6 +21,7 @@ from relay.redis_server import HOST
 from relay.reencrypt import reencrypt
 from relay.scripts import AsyncScripts, Scripts
 from relay.signing_keys import SigningKeys
+from relay.store import AsyncStore
 from relay.store_core import Call, Round, run, run_async, script
 from tests.support.cluster import PASSWORD, Cluster
 
@@ -120,3 +122,44 @@ def test_reencrypt_walks_every_primary(cluster: Cluster) -> None:
         }
     finally:
         client.close()
+
+
+def test_an_upload_holding_its_bytes_runs_on_a_node_without_the_script(cluster: Cluster) -> None:
+    """The upload's one round trip (the script as a raw EVALSHA and the DECRBY of the bytes
+    held beyond the file's, on two nodes) carries on when the node has no script: it loads
+    it, and the total ends at the file's bytes."""
+    settings = load_settings(
+        {
+            "RELAY_REDIS_URL": cluster.url,
+            "RELAY_REDIS_CLUSTER_NODES": cluster.nodes_setting,
+            "RELAY_QUEUE_REDIS_URL": "redis://127.0.0.1:1/0",
+        },
+        dotenv=None,
+    )
+    target = RedisTarget.from_settings(settings)
+
+    async def upload_twice() -> tuple[int, list[int], list[bytes]]:
+        client = async_client(target)
+        try:
+            await client.script_flush()
+            store = AsyncStore(client, BlobStore(""), max_pending_bytes=10_000)
+            ref = await store.locate("acme", "b1")
+            for content in (b"abc", b"defg"):
+                await client.incrby(keys.account_pending_total("acme"), 100)  # the API's hold
+                await store.upload(
+                    ref,
+                    filename="a.csv",
+                    content_type="text/csv",
+                    content=content,
+                    held=100,
+                    admitted=True,
+                )
+            total = int(await client.get(keys.account_pending_total("acme")) or 0)
+            docs = await client.lrange(keys.batch_docs(ref.shard, "acme", "b1"), 0, -1)
+            return total, await store.pending_bytes("acme"), docs
+        finally:
+            await client.aclose()
+
+    total, per_shard, docs = asyncio.run(upload_twice())
+    assert total == sum(per_shard) == 7
+    assert len(docs) == 2

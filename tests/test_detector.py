@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from redis.exceptions import ResponseError
 
 from relay import keys
 from relay.blobs import BlobStore
@@ -75,6 +76,56 @@ def test_a_completion_becomes_one_delivery_and_a_wake_up(h: H) -> None:
     assert len(ids) == 2
     assert h.queued_jobs(DELIVERY) >= 1
     assert h.client.xpending(keys.outbox(REF.shard), GROUP)["pending"] == 0
+
+
+def _reads(h: H) -> int:
+    """Requests Redis has read from its clients (a pipeline is one): round trips."""
+    return int(h.client.info("stats")["total_reads_processed"])
+
+
+def test_a_read_of_many_completions_costs_three_round_trips(h: H) -> None:
+    # The appends and creations of every entry read go in one pipeline, the acks and the
+    # wake-up markers in another: 3 round trips for the read, however many entries.
+    d = Detector(h.ctx, "d1")
+    h.complete(BatchRef("acme", "warm"))
+    assert d.read_once(10) == 1  # (Redis has the scripts now)
+    refs = [BatchRef("acme", f"rt{i}") for i in range(4)]
+    for ref in refs:
+        h.complete(ref)
+    for s in keys.all_shards():  # a delivery job waits already: no enqueue to count
+        h.client.set(keys.wake(s), b"1")
+    before = _reads(h)
+    assert d.read_once(10) == len(refs)
+    assert _reads(h) - before == 3 + 1  # + the INFO that reads the count
+    for ref in refs:
+        assert len(h.client.zrange(keys.batch_deliveries(ref.shard, "acme", ref.name), 0, -1)) == 1
+    assert all(h.client.xpending(keys.outbox(s), GROUP)["pending"] == 0 for s in keys.all_shards())
+
+
+def test_an_entry_whose_append_failed_is_not_acknowledged(h: H) -> None:
+    # The feed's stream made unusable (a wrong type): its append fails, the delivery is
+    # still made, the entry stays pending for a later take-over, and the error surfaces.
+    d = Detector(h.ctx, "d1")
+    h.complete(BatchRef("acme", "warm"))
+    assert d.read_once(10) == 1  # (Redis has the scripts now: the pipelined path)
+    h.client.delete(keys.event_log("acme", keys.FEED_BATCHES))
+    h.complete()
+    h.client.set(keys.event_log("acme", keys.FEED_BATCHES), b"not a stream")
+    with pytest.raises(ResponseError):
+        d.read_once(10)
+    assert len(h.deliveries()) == 1
+    assert h.client.xpending(keys.outbox(REF.shard), GROUP)["pending"] == 1
+    h.client.delete(keys.event_log("acme", keys.FEED_BATCHES))
+    h.client.xclaim(keys.outbox(REF.shard), GROUP, "d1", 0, [_pending_id(h)], idle=RECLAIM_IDLE_MS)
+    assert d.reclaim() == 1
+    assert len(h.deliveries()) == 1
+    assert h.client.xpending(keys.outbox(REF.shard), GROUP)["pending"] == 0
+    assert h.client.xlen(keys.event_log("acme", keys.FEED_BATCHES)) == 1
+
+
+def _pending_id(h: H) -> bytes:
+    [entry] = h.client.xpending_range(keys.outbox(REF.shard), GROUP, "-", "+", 10)
+    return bytes(entry["message_id"])
 
 
 def test_an_entry_read_twice_still_makes_one_delivery(h: H) -> None:

@@ -393,19 +393,37 @@ def test_a_turn_claims_small_documents_of_one_batch_together(h: Harness) -> None
     assert not h.client.exists(keys.fair_ring(REF.shard))
 
 
-def test_a_turns_bytes_are_read_with_one_command(h: Harness) -> None:
+def test_a_turns_bytes_come_with_its_claim(h: Harness) -> None:
+    # The claim script answers the bytes held in Redis (one MGET inside it): reading them
+    # costs the worker no command, no round trip of its own.
     contents = [f"a,b\n{i},2\n".encode() for i in range(3)]
     for c in contents:
         h.upload(REF, c)
     h.run(h.api.process(REF, None))
+
+    def commands() -> int:
+        return sum(int(v["calls"]) for v in h.client.info("commandstats").values())
+
     claims, _ = h.worker.claim_turn(REF.shard, "t", LEASE_MS, documents=3, max_bytes=100)
-    calls = int(h.client.info("commandstats").get("cmdstat_mget", {}).get("calls", 0))
-    h.worker.prefetch(claims)
-    assert int(h.client.info("commandstats")["cmdstat_mget"]["calls"]) == calls + 1
+    before = commands()
+    h.worker.prefetch(claims)  # nothing left to read
     assert [h.worker.read_blob(c) for c in claims] == contents
+    assert commands() == before + 1  # the commandstats read itself
     h.worker.forget(claims)
-    h.worker.prefetch(claims)
+    assert h.worker._prefetched == {}
+    # Bytes gone meanwhile come back as None (the worker records blob_missing).
+    h.upload(REF, b"x,y\n1,2\n")
+    h.run(h.api.process(REF, None))
+    h.client.delete(
+        keys.blob(
+            REF.shard,
+            h.client.lrange(keys.batch_ready(REF.shard, "acme", REF.name), 0, 0)[0].decode(),
+        )
+    )
+    [gone], _ = h.worker.claim_turn(REF.shard, "t", LEASE_MS, documents=3, max_bytes=100)
+    assert h.worker.read_blob(gone) is None
     h.worker.forget(claims)  # a turn that ended before reading: nothing is kept
+    h.worker.forget([gone])
     assert h.worker._prefetched == {}
 
 
@@ -492,3 +510,33 @@ def test_claim_next_cost_does_not_grow_with_the_backlog(h: Harness) -> None:
         h.upload(REF)
     h.run(h.api.process(REF, None))
     assert cost() == cheap
+
+
+def test_finishing_a_turn_costs_two_commands_a_document(h: Harness) -> None:
+    # One script stores a turn's outcomes: per document its read and its write; the results
+    # (one MSET), the blobs (one DEL), the leases and the batch are written once for all.
+    from relay.store import Outcome
+
+    def commands() -> int:
+        return sum(int(v["calls"]) for v in h.client.info("commandstats").values())
+
+    def finish_turn(ref: BatchRef, n: int) -> tuple[int, int]:
+        for _ in range(n):
+            h.upload(ref)
+        h.run(h.api.process(ref, None))
+        claims, _ = h.worker.claim_turn(ref.shard, "t", LEASE_MS, documents=n, max_bytes=10**6)
+        h.worker.forget(claims)
+        assert len(claims) == n
+        outcomes = [Outcome(c, b'{"line_items":[],"tables":[]}', None, h.clock()) for c in claims]
+        before = commands()
+        stored, seq = h.worker.finish_many(outcomes)
+        assert stored == [True] * n and seq == 1  # the batch completed
+        return commands() - before, n
+
+    finish_turn(same_shard("acme", REF.shard, "warm"), 1)  # the script loaded once
+    two, _ = finish_turn(same_shard("acme", REF.shard, "two"), 2)
+    five, _ = finish_turn(same_shard("acme", REF.shard, "five"), 5)
+    assert five - two == 3 * 2
+    batch = h.batch(same_shard("acme", REF.shard, "five"))
+    assert batch.counts[Status.SUCCEEDED] == 5 and batch.completed_at is not None
+    assert h.outbox(same_shard("acme", REF.shard, "five"))[-1][b"seq"] == b"1"

@@ -1,18 +1,33 @@
 """Who is calling: the API key of ``Authorization: Bearer`` and the account it belongs to.
 
 The polled status endpoints authenticate inside their one round trip (``relay.api.gate``);
-every other endpoint calls :func:`authenticate`. Both answer a failed authentication
-through :func:`refuse`: 401, or 429 once the client's address has sent too many bad keys
-(``relay.api.limits``).
+the rate-limited writes (uploads, process calls, manual retries) authenticate inside theirs
+(:func:`admit_write`); every other endpoint calls :func:`authenticate`. All answer a failed
+authentication through :func:`refuse`: 401, or 429 once the client's address has sent too
+many bad keys (``relay.api.limits``).
+
+:func:`admit_write` is the status gate's scheme applied to a write: the account comes from
+:class:`relay.auth.KeyCache` (a miss looks the key up first: one more round trip), and one
+pipelined round trip reads the key record, counts the request in the account's window of
+its kind and, for an upload, holds its declared size on the account's pending total
+(``relay.edge.Edge.write_round``). Nothing is written for the request until the fresh record
+is checked (exists, hash matches in constant time, unrevoked, names the cached account): a
+revoked key is refused on its very next request, as before. What that round trip itself did
+for a key that turns out revoked is bounded: the held bytes are given back, and the request
+stays counted in the account's window - once per revoked key per API process, since the
+refusal drops the key from the cache and its next request is looked up first (and refused)
+without touching the window.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from starlette.requests import Request
 
 from relay.api.errors import ApiError, Unauthorized
 from relay.api.state import state
-from relay.auth import PresentedKey, parse_key
+from relay.auth import PresentedKey, check_record, parse_key
 
 
 def presented_key(request: Request) -> PresentedKey:
@@ -47,3 +62,47 @@ async def authenticate(request: Request) -> str:
         raise await refuse(request, exc) from None
     st.key_cache.put(presented, account)
     return account
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A write let through by :func:`admit_write`: the account, its window's ``RateLimit-*``
+    headers, and the bytes held on the account's total (``held``; ``within_quota``: the
+    total after holding them admits the upload by itself)."""
+
+    account: str
+    headers: dict[str, str]
+    held: int = 0
+    within_quota: bool = False
+
+
+async def admit_write(request: Request, kind: str, hold: int = 0) -> Admitted:
+    """Authenticate and count a write of ``kind`` in one round trip (module docstring);
+    with ``hold`` > 0, also hold that many bytes on the account's pending total (an upload's
+    declared size). Unauthorized (or the bad-key 429) as :func:`authenticate`; RateLimited
+    (429, ``Retry-After``, ``RateLimit-*``) past the account's window, nothing held then."""
+    st = state(request)
+    try:
+        presented = presented_key(request)
+        account = st.key_cache.get(presented)
+        if account is None:
+            account = await st.edge.lookup_key(presented)
+            if account is None:
+                raise Unauthorized("unknown or revoked API key")
+            st.key_cache.put(presented, account)
+        sent = await st.edge.write_round(presented, account, kind, hold)
+        if check_record(sent.record, presented) != account:
+            st.key_cache.drop(presented.prefix)
+            await st.edge.release_hold(account, sent.held)
+            raise Unauthorized("unknown or revoked API key")
+    except Unauthorized as exc:
+        raise await refuse(request, exc) from None
+    if not sent.decision.allowed:
+        await st.edge.release_hold(account, sent.held)
+        raise st.limits.refused(kind, sent.decision)
+    return Admitted(
+        account,
+        sent.decision.headers(),
+        sent.held,
+        st.store.within_quota(sent.total),
+    )

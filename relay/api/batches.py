@@ -12,7 +12,7 @@ from typing import Any, cast
 from starlette.requests import Request
 from starlette.responses import Response
 
-from relay.api.access import authenticate
+from relay.api.access import admit_write, authenticate
 from relay.api.bodies import EMPTY, json_response, read_json
 from relay.api.errors import NotFound, Unprocessable
 from relay.api.gate import NO_READS, serve_status
@@ -68,19 +68,17 @@ def parse_fields(body: Any) -> list[str] | None:
 
 async def process_batch(request: Request) -> Response:
     """Hand the batch's queued, not yet handed documents to the workers: 202, the batch."""
-    account = await authenticate(request)
     st = state(request)
-    rate_headers = await st.limits.admit(PROCESS, account)
+    admitted = await admit_write(request, PROCESS)
+    account, rate_headers = admitted.account, admitted.headers
     ref = await batch_ref(request, account)
     fields = parse_fields(await read_json(request, allow_empty=True))
-    doc_ids = await st.store.process(ref, fields)
+    # The answer is the batch as the hand-out left it (read in the same script).
+    doc_ids, batch = await st.store.hand_out(ref, fields)
     if doc_ids:
         # The documents wait in the shard's fair queue; a job takes them from there. A crash
         # before this wake-up loses nothing: the sweeper wakes the queue for any that wait.
         await st.edge.wake_processing(ref.shard)
-    batch = await st.store.get_batch(ref)
-    if batch is None:
-        raise NotFound("no such batch")
     await st.edge.replicated(f"process of batch {ref.name!r}", ref.shard)
     return json_response(batch.to_json(), 202, headers=rate_headers)
 

@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from relay.api.access import authenticate
+from relay.api.access import admit_write, authenticate
 from relay.api.bodies import json_response, read_json
 from relay.api.errors import Unprocessable
 from relay.api.limits import RETRIES
@@ -76,9 +76,9 @@ async def search_deliveries(request: Request) -> Response:
 
 async def recover_deliveries(request: Request) -> Response:
     """Every matching delivery of the account due again now: 202 ``{"recovered": N}``."""
-    account = await authenticate(request)
     st = state(request)
-    rate_headers = await st.limits.admit(RETRIES, account)
+    admitted = await admit_write(request, RETRIES)
+    account, rate_headers = admitted.account, admitted.headers
     body = await read_json(request)
     if (
         not isinstance(body, dict)

@@ -20,7 +20,7 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import Request
 from starlette.responses import Response
 
-from relay.api.access import authenticate
+from relay.api.access import admit_write
 from relay.api.bodies import declared_length, json_response, media_type
 from relay.api.errors import (
     BadRequest,
@@ -102,45 +102,76 @@ def _single(form: FormData, name: str) -> Any:
 
 async def upload_document(request: Request) -> Response:
     """Store one uploaded file as a queued document of a batch (created if new): 201.
-    Counted against the account's upload rate before the body is read; its bytes count
-    against the account's pending-bytes quota (``relay.store.AsyncStore``)."""
-    account = await authenticate(request)
+    Authenticated and counted against the account's upload rate before the body is read, in
+    one round trip that also holds the body's declared size on the account's pending-bytes
+    total (``relay.api.access.admit_write``); its bytes count against the account's
+    pending-bytes quota (``relay.store.AsyncStore.upload``)."""
     st = state(request)
-    rate_headers = await st.limits.admit(UPLOADS, account)
     limit = st.settings.max_upload_bytes
-    form = await _parse_form(request, limit + MULTIPART_OVERHEAD)
+    admitted = await admit_write(request, UPLOADS, _hold(request, st.store.blobs.kind, limit))
     try:
-        unknown = sorted(set(form.keys()) - _PARTS)
-        if unknown:
-            raise Unprocessable(f"unexpected form part(s): {', '.join(unknown)[:200]}")
-        upload = _single(form, "file")
-        if not isinstance(upload, UploadFile):
-            raise Unprocessable("part 'file' is required and must be a file (with a filename)")
-        if upload.size is not None and upload.size > limit:
+        form = await _parse_form(request, limit + MULTIPART_OVERHEAD)
+        try:
+            unknown = sorted(set(form.keys()) - _PARTS)
+            if unknown:
+                raise Unprocessable(f"unexpected form part(s): {', '.join(unknown)[:200]}")
+            upload = _single(form, "file")
+            if not isinstance(upload, UploadFile):
+                raise Unprocessable("part 'file' is required and must be a file (with a filename)")
+            if upload.size is not None and upload.size > limit:
+                raise PayloadTooLarge(f"upload larger than {limit} bytes")
+            batch_name = _single(form, "batch_name")
+            if batch_name is None:
+                batch_name = "batch_" + "".join(
+                    secrets.choice(_GENERATED_ALPHABET) for _ in range(12)
+                )
+            elif not isinstance(batch_name, str) or not valid_batch_name(batch_name):
+                raise Unprocessable(
+                    "batch_name must match [A-Za-z0-9][A-Za-z0-9._-]{0,127}",
+                    error_type="invalid_batch_name",
+                )
+            filename = clean_filename(upload.filename)
+            content_type = content_type_of(upload, filename)
+            content = await upload.read()
+        finally:
+            await form.close()
+        if len(content) > limit:
             raise PayloadTooLarge(f"upload larger than {limit} bytes")
-        batch_name = _single(form, "batch_name")
-        if batch_name is None:
-            batch_name = "batch_" + "".join(secrets.choice(_GENERATED_ALPHABET) for _ in range(12))
-        elif not isinstance(batch_name, str) or not valid_batch_name(batch_name):
-            raise Unprocessable(
-                "batch_name must match [A-Za-z0-9][A-Za-z0-9._-]{0,127}",
-                error_type="invalid_batch_name",
-            )
-        filename = clean_filename(upload.filename)
-        content_type = content_type_of(upload, filename)
-        content = await upload.read()
-    finally:
-        await form.close()
-    if len(content) > limit:
-        raise PayloadTooLarge(f"upload larger than {limit} bytes")
-    ref = await st.store.locate(account, batch_name)
-    doc = await st.store.upload(ref, filename=filename, content_type=content_type, content=content)
+        ref = await st.store.locate(admitted.account, batch_name)
+    except BaseException:
+        # Refused before the store took the hold over: it goes back (a crash here leaves the
+        # total high, which the next recount at the quota's edge corrects).
+        await st.edge.release_hold(admitted.account, admitted.held)
+        raise
+    doc = await st.store.upload(
+        ref,
+        filename=filename,
+        content_type=content_type,
+        content=content,
+        held=admitted.held,
+        admitted=admitted.within_quota,
+    )
     await st.edge.replicated(f"upload {doc.id}", ref.shard)
     return json_response(
         doc.to_json(),
         201,
-        headers={"Location": f"/api/v1/documents/{doc.id}", **rate_headers},
+        headers={"Location": f"/api/v1/documents/{doc.id}", **admitted.headers},
     )
+
+
+def _hold(request: Request, blob_kind: str, limit: int) -> int:
+    """What an upload holds on the account's pending total before its body is read: the
+    body's declared size, at most the file limit (the file is part of the body, and larger
+    is refused). 0 when nothing is charged (blobs outside Redis), when the body has no
+    declared size (chunked) or one that is refused anyway (413): such an upload reserves its
+    exact bytes after reading them, one round trip more."""
+    try:
+        length = declared_length(request)
+    except BadRequest:
+        return 0  # answered 400 once the request is authenticated and counted, as before
+    if blob_kind != "redis" or length is None or length > limit + MULTIPART_OVERHEAD:
+        return 0
+    return min(length, limit)
 
 
 async def get_document(request: Request) -> Response:

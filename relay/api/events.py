@@ -24,6 +24,7 @@ from relay.api.state import AppState, state
 from relay.events import (
     FEED_BATCHES,
     FEED_OPERATIONAL,
+    MAX_PAGE,
     MAX_WAIT_S,
     TYPES,
     FeedPage,
@@ -36,7 +37,6 @@ EVENT_ID_PATTERN = DELIVERY_ID_PATTERN  # an event's id is its deliveries' webho
 _EVENT_ID_RE = re.compile(EVENT_ID_PATTERN[1:-1])
 _LIMIT_RE = re.compile(r"[0-9]{1,4}")
 _WAIT_RE = re.compile(r"[0-9]{1,20}(\.[0-9]{1,20})?([eE][-+]?[0-9]{1,3})?")
-MAX_LIMIT = 200
 
 
 def _params(request: Request, feed: str) -> tuple[str | None, int, str | None, str | None, float]:
@@ -47,8 +47,8 @@ def _params(request: Request, feed: str) -> tuple[str | None, int, str | None, s
     limit = 50
     raw = q.get("limit")
     if raw is not None:
-        if not _LIMIT_RE.fullmatch(raw) or not 1 <= int(raw) <= MAX_LIMIT:
-            raise Unprocessable(f"limit must be an integer from 1 to {MAX_LIMIT}")
+        if not _LIMIT_RE.fullmatch(raw) or not 1 <= int(raw) <= MAX_PAGE:
+            raise Unprocessable(f"limit must be an integer from 1 to {MAX_PAGE}")
         limit = int(raw)
     type_ = q.get("type") or None
     if type_ is not None and type_ not in TYPES[feed]:

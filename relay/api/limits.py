@@ -30,6 +30,7 @@ from starlette.requests import Request
 
 from relay.api.errors import ApiError, RateLimited
 from relay.edge import PROCESS, RETRIES, UPLOADS, Edge
+from relay.ratelimit import Decision
 
 __all__ = ["PROCESS", "RETRIES", "UPLOADS", "Limits", "client_address"]
 
@@ -62,14 +63,18 @@ class Limits:
         Raises RateLimited (429, with the headers and ``Retry-After``) past the limit."""
         decision = await self.edge.admit(kind, account)
         if not decision.allowed:
-            window_ms = self.edge.write_limits[kind].rate.window_ms
-            raise RateLimited(
-                f"rate limit of {decision.limit} {_WHAT[kind]} per "
-                f"{window_ms // 1000} s exceeded for this account; retry after "
-                f"{decision.retry_after} s",
-                headers=decision.headers(),
-            )
+            raise self.refused(kind, decision)
         return decision.headers()
+
+    def refused(self, kind: str, decision: Decision) -> RateLimited:
+        """The 429 of a write of ``kind`` the account's window refused."""
+        window_ms = self.edge.write_limits[kind].rate.window_ms
+        return RateLimited(
+            f"rate limit of {decision.limit} {_WHAT[kind]} per "
+            f"{window_ms // 1000} s exceeded for this account; retry after "
+            f"{decision.retry_after} s",
+            headers=decision.headers(),
+        )
 
     async def bad_key(self, request: Request, refused: ApiError) -> ApiError:
         """Count a request that failed authentication against its client address: the

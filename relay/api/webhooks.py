@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from relay.api.access import authenticate
+from relay.api.access import admit_write, authenticate
 from relay.api.bodies import json_response, read_json
 from relay.api.errors import NotFound, Unprocessable
 from relay.api.limits import RETRIES
@@ -119,9 +119,9 @@ async def list_deliveries(request: Request) -> Response:
 
 async def retry_delivery(request: Request) -> Response:
     """Send a delivery again now: 202. Counted against the account's retry rate first."""
-    account = await authenticate(request)
     st = state(request)
-    rate_headers = await st.limits.admit(RETRIES, account)
+    admitted = await admit_write(request, RETRIES)
+    account, rate_headers = admitted.account, admitted.headers
     ref = await _existing(st, await batch_ref(request, account))
     delivery = await st.webhooks.retry(ref, request.path_params["id"])
     await _wake(st, ref)
@@ -132,9 +132,9 @@ async def test_webhook(request: Request) -> Response:
     """Send a signed webhook.test event to the batch's webhook now and answer with the
     attempt; the batch's deliveries are untouched. Counted against the account's retry rate
     (each is a signed POST to the receiver)."""
-    account = await authenticate(request)
     st = state(request)
-    rate_headers = await st.limits.admit(RETRIES, account)
+    admitted = await admit_write(request, RETRIES)
+    account, rate_headers = admitted.account, admitted.headers
     ref = await _existing(st, await batch_ref(request, account))
     try:
         result = await st.edge.prober.send(ref)
@@ -148,9 +148,9 @@ async def test_webhook(request: Request) -> Response:
 
 async def test_operational_webhook(request: Request) -> Response:
     """The test send of the operational webhook."""
-    account = await authenticate(request)
     st = state(request)
-    rate_headers = await st.limits.admit(RETRIES, account)
+    admitted = await admit_write(request, RETRIES)
+    account, rate_headers = admitted.account, admitted.headers
     try:
         result = await st.edge.prober.send(operational_ref(account))
     except WebhookNotFound as exc:

@@ -174,26 +174,53 @@ end
 -- Processing documents of the batch ended, `succeeded` and `failed` of them, the last at
 -- `now`: the batch's counters and last completion time (note_completion), and its completion
 -- when they were the last open documents (complete_if_done), read and written at once: two
--- commands unless the batch completes. Returns the completion_seq, or 0.
+-- commands unless the batch completes (then four: the batch read once, its snapshot built
+-- here rather than read again, and the counters and completion_entry written in one HSET).
+-- Returns the completion_seq, or 0.
 local function end_documents(batch_key, outbox_key, succeeded, failed, now)
-  local c = redis.call('HMGET', batch_key, 'queued', 'processing', 'total', 'completed_at',
-                       'last_completed_at', 'account', 'name', 'succeeded', 'failed',
-                       'completion_seq')
-  local processing = tonumber(c[2] or '0') - succeeded - failed
-  local last = c[5] or '0'
+  local flat = redis.call('HGETALL', batch_key)
+  local b = {}
+  for i = 1, #flat, 2 do
+    b[flat[i]] = flat[i + 1]
+  end
+  local processing = tonumber(b.processing or '0') - succeeded - failed
+  local last = b.last_completed_at or '0'
   if tonumber(now) > tonumber(last) then
     last = now
   end
-  local counts = {'processing', processing, 'succeeded', tonumber(c[8] or '0') + succeeded,
-                  'failed', tonumber(c[9] or '0') + failed, 'last_completed_at', last}
-  local open = tonumber(c[1] or '0') + processing
-  if open ~= 0 or tonumber(c[3] or '0') == 0 or (c[4] and c[4] ~= '') then
-    redis.call('HSET', batch_key, unpack(counts))
+  local counts = {processing = tostring(processing),
+                  succeeded = tostring(tonumber(b.succeeded or '0') + succeeded),
+                  failed = tostring(tonumber(b.failed or '0') + failed),
+                  last_completed_at = tostring(last)}
+  local open = tonumber(b.queued or '0') + processing
+  local set = {}
+  if open ~= 0 or tonumber(b.total or '0') == 0 or (b.completed_at and b.completed_at ~= '') then
+    for k, v in pairs(counts) do
+      set[#set + 1] = k
+      set[#set + 1] = v
+    end
+    redis.call('HSET', batch_key, unpack(set))
     return 0
   end
-  local seq = tonumber(c[10] or '0') + 1
-  redis.call('HSET', batch_key, 'completion_seq', seq, 'completed_at', last, unpack(counts))
-  return announce_completion(batch_key, outbox_key, c[6], c[7], seq, last)
+  local seq = tonumber(b.completion_seq or '0') + 1
+  counts.completion_seq = tostring(seq)
+  counts.completed_at = counts.last_completed_at
+  -- The snapshot is the batch as announce_completion would read it after these writes
+  -- (before its completion_entry is written).
+  for k, v in pairs(counts) do
+    b[k] = v
+    set[#set + 1] = k
+    set[#set + 1] = v
+  end
+  redis.call('ZADD', key_finished(batch_prefix(batch_key, b.account, b.name)), last,
+             finished_member(b.account, b.name))
+  local entry = redis.call('XADD', outbox_key, 'MAXLEN', '~', '100000', '*',
+                          'account', b.account, 'batch', b.name, 'seq', seq,
+                          'snapshot', cjson.encode(b))
+  set[#set + 1] = 'completion_entry'
+  set[#set + 1] = entry
+  redis.call('HSET', batch_key, unpack(set))
+  return seq
 end
 
 -- Record a document's completion time on the batch (the batch's completed_at is the latest).

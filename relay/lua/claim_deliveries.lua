@@ -14,7 +14,7 @@ local expiry = tonumber(ARGV[1]) + tonumber(ARGV[2])
 for _, id in ipairs(ids) do
   local dk = key_delivery(ARGV[5], id)
   local d = redis.call('HMGET', dk, 'status', 'account', 'batch', 'body', 'round_start',
-                       'created_at', 'seq', 'completed_at')
+                       'created_at', 'seq', 'completed_at', 'attempt_count')
   if d[1] ~= 'pending' then
     redis.call('ZREM', KEYS[1], id)
   else
@@ -31,8 +31,7 @@ for _, id in ipairs(ids) do
       redis.call('ZREM', KEYS[1], id)
       index_delivery(ARGV[5], id, 'pending', 'canceled')  -- the delivery indexes
     else
-      local done = tonumber(redis.call('HGET', dk, 'attempt_count') or
-                            redis.call('LLEN', key_delivery_attempts(ARGV[5], id)))
+      local done = tonumber(d[9] or redis.call('LLEN', key_delivery_attempts(ARGV[5], id)))
       redis.call('HSET', dk, 'lease', ARGV[4], 'url', w[1])
       redis.call('ZADD', KEYS[1], expiry, id)
       out[#out + 1] = {

@@ -56,7 +56,7 @@ end
 redis.call('HSET', KEYS[6], 'id', ARGV[1], 'account', ARGV[2], 'batch', ARGV[3],
            'seq', ARGV[4], 'url', w[1], 'status', 'pending', 'created_at', ARGV[5],
            'updated_at', ARGV[5], 'next_attempt_at', ARGV[5], 'lease', '', 'round_start', 0,
-           'body', ARGV[6], 'completed_at', ARGV[8])
+           'body', ARGV[6], 'completed_at', ARGV[8], 'attempt_count', 0)
 redis.call('HSET', KEYS[2], ARGV[4], ARGV[1])
 if event then
   redis.call('HSET', KEYS[6], 'seq', 0, 'event', ARGV[4])

@@ -1,6 +1,7 @@
 -- Workers store documents' outcomes: processing -> succeeded | failed, for one document or
 -- several of one batch at once (a turn's, relay.processing), the batch's counters read and
--- written once for them all.
+-- written once for them all, the results written by one MSET and the blobs deleted by one
+-- DEL (two commands per document remain: its read and its write).
 -- KEYS: 1 batch, 2 leases, 3 outbox, 4 account_pending_bytes, then 3 per document: doc,
 --       doc_items, blob
 -- ARGV: 7 per document: id, lease token, completed at (ms), 'succeeded' | 'failed',
@@ -9,7 +10,7 @@
 -- (handed to another worker, or already ended) and its outcome dropped], seq =
 -- completion_seq when these completed the batch else 0, freed = bytes the caller takes off
 -- the account's total (release_known)}.
-local stored, ended = {}, {}
+local stored, ended, results, blobs = {}, {}, {}, {}
 local counts = {succeeded = 0, failed = 0}
 local last = '0'
 local charged, freed = 0, 0
@@ -22,9 +23,10 @@ for i = 0, #ARGV / 7 - 1 do
     redis.call('HSET', dk, 'status', outcome, 'completed_at', now, 'lease', '',
                'error_code', ARGV[a + 6], 'error_message', ARGV[a + 7], 'blob', '', 'charged', 0)
     if outcome == 'succeeded' then
-      redis.call('SET', KEYS[6 + i * 3], ARGV[a + 5])
+      results[#results + 1] = KEYS[6 + i * 3]
+      results[#results + 1] = ARGV[a + 5]
     end
-    redis.call('DEL', KEYS[7 + i * 3])
+    blobs[#blobs + 1] = KEYS[7 + i * 3]
     local c = tonumber(d[3] or '0') or 0
     if c > 0 then
       charged = charged + c
@@ -41,6 +43,13 @@ for i = 0, #ARGV / 7 - 1 do
   else
     stored[i + 1] = false
   end
+end
+-- unpack() has a stack limit: at most 1,000 values per command.
+for i = 1, #results, 1000 do
+  redis.call('MSET', unpack(results, i, math.min(i + 999, #results)))
+end
+for i = 1, #blobs, 1000 do
+  redis.call('DEL', unpack(blobs, i, math.min(i + 999, #blobs)))
 end
 local seq = 0
 if #ended > 0 then

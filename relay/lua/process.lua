@@ -6,8 +6,8 @@
 -- KEYS: 1 batch, 2 batch_docs, 3 batch_pending (such an older batch's list)
 -- ARGV: 1 fields (JSON list), 2 now (ms), 3 '1' to store the fields, 4 the shard's key prefix
 --       (the fair queue's keys derive from it), 5 account, 6 batch name
--- Returns JSON (cjson): {handed = [the handed document ids] (absent when none)}, or the
--- refusal 'deleted' / 'missing'.
+-- Returns JSON (cjson): {handed = [the handed document ids] (absent when none), batch = the
+-- batch's hash after the hand-out (field -> value)}, or the refusal 'deleted' / 'missing'.
 local b = redis.call('HMGET', KEYS[1], 'created_at', 'deleted_at', 'handed')
 if not b[1] then
   return refuse('missing')
@@ -38,4 +38,10 @@ fair_push(ARGV[4], ARGV[5], ARGV[6], ids, false)
 if #ids == 0 then
   ids = nil
 end
-return cjson.encode({handed = ids})
+-- The batch as it is now, for the API's answer (no read of its own).
+local flat = redis.call('HGETALL', KEYS[1])
+local batch = {}
+for i = 1, #flat, 2 do
+  batch[flat[i]] = flat[i + 1]
+end
+return cjson.encode({handed = ids, batch = batch})

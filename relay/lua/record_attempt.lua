@@ -12,31 +12,35 @@
 -- The delivery's `attempt_count` counts every attempt; the list keeps the first and the
 -- latest `keep` - 1. A delivery purged meanwhile (retention) gets no orphan list.
 local A = cjson.decode(ARGV[1])
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  return 0
+-- The delivery read once: what the lease check, the indexes and the events need.
+local d = redis.call('HMGET', KEYS[1], 'status', 'lease', 'attempt_count', 'account',
+                     'created_at', 'batch', 'url')
+if not d[1] then
+  return 0  -- purged meanwhile
 end
-redis.call('HSETNX', KEYS[1], 'attempt_count', redis.call('LLEN', KEYS[2]))
-redis.call('HINCRBY', KEYS[1], 'attempt_count', 1)
-redis.call('RPUSH', KEYS[2], A.attempt)
+-- A delivery from before `attempt_count` counts what its list holds.
+local count = tonumber(d[3] or redis.call('LLEN', KEYS[2])) + 1
+local kept = redis.call('RPUSH', KEYS[2], A.attempt)
 local keep = tonumber(A.keep)
-if keep > 1 and redis.call('LLEN', KEYS[2]) > keep then
+if keep > 1 and kept > keep then
   local first = redis.call('LINDEX', KEYS[2], 0)
   redis.call('LTRIM', KEYS[2], 1 - keep, -1)
   redis.call('LPUSH', KEYS[2], first)
 end
-local d = redis.call('HMGET', KEYS[1], 'status', 'lease')
 if d[1] ~= 'pending' or d[2] ~= A.token then
+  redis.call('HSET', KEYS[1], 'attempt_count', count)
   return 0
 end
 local outcome = A.outcome
-redis.call('HSET', KEYS[1], 'lease', '', 'updated_at', A.now)
+-- The delivery's fields, written by one HSET at the end.
+local set = {'attempt_count', count, 'lease', '', 'updated_at', A.now}
 
 -- Auto-disable (RELAY_DISABLE_AFTER): the webhook's `failing_since` is set by its first failed
 -- attempt after a success or a registration, cleared by a success. A failed attempt that
 -- many ms after it disables the webhook: a retry becomes `canceled` (attempts stop).
 -- A 410 disables at once. The events go out at the end of the script.
 local hook = redis.call('HMGET', KEYS[4], 'url', 'disabled', 'failing_since', 'verify_id',
-                        'created_at')
+                        'created_at', 'pending')
 local disable = nil
 -- An endpoint verification's challenge: its own short schedule decides, not
 -- RELAY_DISABLE_AFTER; its last failure comes as 'gone' with the reason.
@@ -48,7 +52,9 @@ if hook[1] and hook[2] ~= '1' and A.verify == '1' then
 elseif hook[1] and hook[2] ~= '1' then
   local clock = tonumber(A.clock)
   if outcome == 'succeeded' then
-    redis.call('HSET', KEYS[4], 'failing_since', '')
+    if hook[3] and hook[3] ~= '' then
+      redis.call('HSET', KEYS[4], 'failing_since', '')
+    end
   elseif outcome == 'gone' then
     disable = A.reason
   else
@@ -66,41 +72,46 @@ elseif hook[1] and hook[2] ~= '1' then
 end
 -- (end of auto-disable)
 if outcome == 'retry' then
-  redis.call('HSET', KEYS[1], 'next_attempt_at', A.next_at)
+  set[#set + 1] = 'next_attempt_at'
+  set[#set + 1] = A.next_at
+  redis.call('HSET', KEYS[1], unpack(set))
   redis.call('ZADD', KEYS[3], A.next_at, A.id)
   return 1
 end
 redis.call('ZREM', KEYS[3], A.id)
-redis.call('HSET', KEYS[1], 'next_attempt_at', '')
-if redis.call('HGET', KEYS[4], 'pending') == A.id then
+if hook[6] == A.id then
   redis.call('HSET', KEYS[4], 'pending', '')
 end
+local status = 'failed'
 if outcome == 'succeeded' then
-  redis.call('HSET', KEYS[1], 'status', 'succeeded', 'succeeded_at', A.now)
-elseif outcome == 'gone' then
-  redis.call('HSET', KEYS[1], 'status', 'failed')
+  status = 'succeeded'
+  set[#set + 1] = 'succeeded_at'
+  set[#set + 1] = A.now
+elseif outcome == 'canceled' then
+  status = 'canceled'
+end
+if outcome == 'gone' and not disable then
   redis.call('HSET', KEYS[4], 'disabled', '1', 'disabled_reason', A.reason,
              'updated_at', A.now)
-elseif outcome == 'canceled' then
-  redis.call('HSET', KEYS[1], 'status', 'canceled')
-else
-  redis.call('HSET', KEYS[1], 'status', 'failed')
 end
+set[#set + 1] = 'next_attempt_at'
+set[#set + 1] = ''
+set[#set + 1] = 'status'
+set[#set + 1] = status
+redis.call('HSET', KEYS[1], unpack(set))
 -- The delivery indexes: pending -> the status it ended in.
-index_delivery(delivery_prefix(KEYS[1], A.id), A.id, 'pending',
-               redis.call('HGET', KEYS[1], 'status'))
+local p = delivery_prefix(KEYS[1], A.id)
+index_delivery(p, A.id, 'pending', status, {d[4], d[5]})
 
-local dv = redis.call('HMGET', KEYS[1], 'account', 'batch', 'url', 'attempt_count')
 if verify then
   -- The verification ended: what was parked meanwhile goes now, or never.
-  local p = delivery_prefix(KEYS[1], A.id)
   if outcome == 'succeeded' then
     redis.call('HSET', KEYS[4], 'verification', 'verified', 'challenge', '',
                'verified_at', A.now)
-    release_parked(p, KEYS[3], dv[1], dv[2], A.now, false)
+    release_parked(p, KEYS[3], d[4], d[6], A.now, false)
   else
     redis.call('HSET', KEYS[4], 'verification', 'failed')
-    release_parked(p, KEYS[3], dv[1], dv[2], A.now, true)
+    release_parked(p, KEYS[3], d[4], d[6], A.now, true)
   end
 end
 
@@ -112,7 +123,7 @@ if disable then
   redis.call('HSET', KEYS[4], 'disabled', '1', 'disabled_reason', disable,
              'updated_at', A.now)
   local generation = redis.call('HINCRBY', KEYS[4], 'disables', 1)
-  emit_event(KEYS[5], 'webhook.disabled', dv[1], dv[2], A.clock,
+  emit_event(KEYS[5], 'webhook.disabled', d[4], d[6], A.clock,
              {'url', hook[1], 'reason', disable, 'webhook_created_at', hook[5] or '',
               'generation', generation})
 end
@@ -120,8 +131,8 @@ if outcome == 'failed' then
   local a = cjson.decode(A.attempt)
   local code = type(a.status_code) == 'number' and string.format('%d', a.status_code) or ''
   local err = type(a.error) == 'string' and a.error or ''
-  emit_event(KEYS[5], 'delivery.failed', dv[1], dv[2], A.clock,
-             {'id', A.id, 'url', dv[3], 'attempts', dv[4], 'error', err,
+  emit_event(KEYS[5], 'delivery.failed', d[4], d[6], A.clock,
+             {'id', A.id, 'url', d[7] or '', 'attempts', count, 'error', err,
               'status_code', code})
 end
 return 1

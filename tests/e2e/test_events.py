@@ -8,17 +8,47 @@ import json
 import statistics
 import threading
 import time
-from typing import Any
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TypeAlias
+from urllib.parse import urlsplit
 
 import httpx
+import pytest
 import redis
+import redis.cluster
 
 from relay import keys
+from relay.events import FALLBACK_S
 from tests.e2e.client import Api
 from tests.e2e.test_webhooks import CSV
 from tests.support.helpers import free_port, wait_until
 from tests.support.procs import Stack
 from tests.support.receiver import Receiver
+
+# The state's Redis: one server, or a Redis Cluster (its outboxes on three primaries).
+State: TypeAlias = "redis.Redis | redis.cluster.RedisCluster"
+
+
+def _state(stack: Stack, request: pytest.FixtureRequest) -> tuple[State, list[redis.Redis]]:
+    """A client of the stack's state and one of each primary (to hold its writes)."""
+    nodes = stack.env.get("RELAY_REDIS_CLUSTER_NODES")
+    if not nodes:
+        client: redis.Redis = request.getfixturevalue("redis")
+        return client, [client]
+    host, port = nodes.split(",")[0].rsplit(":", 1)
+    password = urlsplit(stack.redis_url).password
+    cluster = redis.cluster.RedisCluster(host=host, port=int(port), password=password)
+    primaries = [
+        redis.Redis(host=node.host, port=node.port, password=password)
+        for node in cluster.get_primaries()
+    ]
+    # The queues' Redis too, as on one server: workers held at their dequeue as well.
+    primaries.append(redis.Redis.from_url(stack.env["RELAY_QUEUE_REDIS_URL"]))
+    for client_ in (cluster, *primaries):
+        request.addfinalizer(client_.close)
+    return cluster, primaries
 
 
 def _start(stack: Stack, workers: int = 1, **detector: str) -> Api:
@@ -49,12 +79,12 @@ def _read_all(api: Api, after: str | None, limit: int) -> tuple[list[dict[str, A
             return events, after
 
 
-def _recorded_ms(redis: redis.Redis, event: dict[str, Any]) -> int:
+def _recorded_ms(state: State, event: dict[str, Any]) -> int:
     """When relay recorded the completion: the time of its outbox entry (Redis time; the
     detector's sweep, which trims the outbox, is held off in the test that reads it)."""
     data = event["data"]
     shard = keys.shard_for_batch("acme", data["batch_name"])
-    for entry_id, fields in redis.xrange(keys.outbox(shard)):
+    for entry_id, fields in state.xrange(keys.outbox(shard)):
         if fields[b"batch"].decode() == data["batch_name"] and int(fields[b"seq"]) == int(
             data["completion_seq"]
         ):
@@ -62,21 +92,63 @@ def _recorded_ms(redis: redis.Redis, event: dict[str, Any]) -> int:
     raise AssertionError(f"no outbox entry for {data['batch_name']} #{data['completion_seq']}")
 
 
+@contextmanager
+def _writes_held_now_and_then(primaries: list[redis.Redis], hold_ms: int = 300) -> Iterator[None]:
+    """Holds every write to the state's Redis for ``hold_ms`` (CLIENT PAUSE WRITE on each
+    primary), over and over: the workers' finish scripts queue behind the pause and run back
+    to back when it ends, so completions in different shards are recorded in the same
+    millisecond (what a cursor made of timestamps, or a merge of the shards by time, would
+    get wrong)."""
+    stop = threading.Event()
+
+    def hold() -> None:
+        while not stop.is_set():
+            for primary in primaries:
+                primary.client_pause(hold_ms, all=False)
+            stop.wait(hold_ms / 1000 + 0.15)
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(10)
+        for primary in primaries:
+            primary.client_unpause()
+
+
+def _same_instant_across_shards(state: State, events: list[dict[str, Any]]) -> int:
+    """How many events share their recorded millisecond with an event of another shard."""
+    shards: defaultdict[int, set[int]] = defaultdict(set)
+    at = [
+        (_recorded_ms(state, e), keys.shard_for_batch("acme", e["data"]["batch_name"]))
+        for e in events
+    ]
+    for ms, shard in at:
+        shards[ms].add(shard)
+    return sum(1 for ms, _ in at if len(shards[ms]) > 1)
+
+
 def _names(events: list[dict[str, Any]]) -> list[str]:
     return [e["data"]["batch_name"] for e in events]
 
 
-def _in_completion_order(redis: redis.Redis, events: list[dict[str, Any]]) -> None:
-    times = [_recorded_ms(redis, e) for e in events]
+def _in_completion_order(state: State, events: list[dict[str, Any]]) -> None:
+    times = [_recorded_ms(state, e) for e in events]
     assert times == sorted(times), "the feed is not in completion order"
 
 
 def test_a_receiver_down_catches_up_from_its_last_id_and_paging_loses_nothing(
-    stack: Stack, receiver: Receiver, redis: redis.Redis
+    any_stack: Stack, receiver: Receiver, request: pytest.FixtureRequest
 ) -> None:
+    """On one Redis, and on a Redis Cluster (the shards' outboxes on three primaries, the
+    account's feed on one of them)."""
+    stack = any_stack
+    state, primaries = _state(stack, request)
     # No detector sweep (it would trim the outboxes this test reads the completion times
     # from; nothing here needs a retry, a lease or a purge).
-    api = _start(stack, workers=2, RELAY_SWEEP_INTERVAL="600")
+    api = _start(stack, workers=4, RELAY_SWEEP_INTERVAL="600")
     # Up: two completions delivered; the receiver keeps the id of the last one it processed.
     for name in ("first-1", "first-2"):
         api.upload(name, CSV)
@@ -93,25 +165,35 @@ def test_a_receiver_down_catches_up_from_its_last_id_and_paging_loses_nothing(
     last = receiver.accepted()[-1]
     last_id = last.headers["webhook-id"]
 
-    # Down (nothing listens on its port): 50 batches across the shards complete, two
-    # workers finishing them as fast as they can, many within the same millisecond.
+    # Down (nothing listens on its port): 50 batches across the shards complete, four
+    # workers finishing them as fast as they can, Redis's writes held now and then so that
+    # some finish in the same millisecond in different shards.
     down = f"http://127.0.0.1:{free_port()}/hook"
     names = [f"down-{i:02d}" for i in range(50)]
     for name in names:
         api.upload(name, CSV)
         assert api.register(name, down).status_code == 201
     assert len({keys.shard_for_batch("acme", n) for n in names}) == keys.DEFAULT_SHARDS
-    for name in names:
-        api.process(name)
-    wait_until(lambda: all(api.batch(n)["all_done"] for n in names), 60, message="batches not done")
+    with _writes_held_now_and_then(primaries):
+        for name in names:
+            api.process(name)
+        wait_until(
+            lambda: all(api.batch(n)["all_done"] for n in names), 90, message="batches not done"
+        )
     wait_until(lambda: len(_read_all(api, None, 200)[0]) == 52, 30, message="feed incomplete")
 
     # Back: from its last id, in pages of 7.
     events, cursor = _read_all(api, last_id, 7)
-    assert _names(events) == sorted(_names(events), key=_names(events).index)  # no repeat
-    assert sorted(_names(events)) == names  # all 50, once each, nothing else
-    assert len({e["id"] for e in events}) == 50
-    _in_completion_order(redis, events)
+    assert len(events) == 50 and len({e["id"] for e in events}) == 50  # no duplicate
+    assert sorted(_names(events)) == names  # all 50 (no gap), nothing else
+    _in_completion_order(state, events)
+    same_instant = _same_instant_across_shards(state, events)
+    print(f"completions sharing a millisecond with one of another shard: {same_instant}")
+    if isinstance(state, redis.Redis):  # one server
+        assert same_instant >= 2
+    # On a Cluster the shards' finishes run on three primaries in parallel, a few ms apart
+    # on a 2-core machine even when released together (0 to 2 pairs in a run): the count
+    # is printed, not asserted; the feed's properties above are asserted all the same.
     # Each event is its webhook: same id as the batch's delivery, the same body.
     for event in events[:10]:
         (delivery,) = api.deliveries(event["data"]["batch_name"])
@@ -119,8 +201,8 @@ def test_a_receiver_down_catches_up_from_its_last_id_and_paging_loses_nothing(
     before = _read_all(api, None, 200)[0]
     assert json.loads(last.body) == {k: v for k, v in before[1].items() if k != "id"}
     assert before[1]["id"] == last_id
-    same_ms = len(events) - len({_recorded_ms(redis, e) for e in events})
-    print(f"completions sharing a millisecond with another: {same_ms}")
+    # Pages of 7 from the last id are exactly the feed after it read in one go.
+    assert before[2:] == events
 
     # Paging with `after` while 30 more batches complete (no webhook: in the feed anyway).
     late = [f"late-{i:02d}" for i in range(30)]
@@ -148,10 +230,10 @@ def test_a_receiver_down_catches_up_from_its_last_id_and_paging_loses_nothing(
     rest, _ = _read_all(api, cursor, 50)
     assert rest == []  # nothing after the last one
     assert sorted(_names(seen)) == late and len(seen) == 30
-    _in_completion_order(redis, seen)
+    _in_completion_order(state, seen)
     everything, _ = _read_all(api, None, 200)
     assert len(everything) == 82 and len({e["id"] for e in everything}) == 82
-    _in_completion_order(redis, everything)
+    _in_completion_order(state, everything)
     producer.close()
     api.close()
 
@@ -194,8 +276,11 @@ def test_long_polling_returns_when_a_batch_completes(any_stack: Stack) -> None:
             lags.append(lag)
         p50 = statistics.median(lags)
         print(f"long poll: p50 {p50:.1f} ms, max {max(lags):.1f} ms over {rounds}")
-        # Generous on a busy machine; the figure is printed and reported.
-        assert p50 < 1000
+        # Each returned on its event, not at the end of its 25 s wait; and mostly on the
+        # wake-up the append publishes, not on the read a waiter makes every FALLBACK_S
+        # anyway. How fast is measured in bench (`python -m bench feed`), not asserted here.
+        assert max(lags) < 20_000
+        assert p50 < FALLBACK_S * 1000
         # Nothing new: empty after the wait.
         t0 = time.monotonic()
         r = poller.get(base, params={"wait": "2", "after": cursor})

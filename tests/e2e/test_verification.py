@@ -1,7 +1,7 @@
 """End to end, real processes: endpoint verification. A webhook registered with verify is
 pending until its receiver echoes the signed webhook.verify challenge; notifications created
-meanwhile wait, none lost, and go once it is verified. A wrong echo never gets a notification:
-the webhook is disabled with the reason and a webhook.disabled event."""
+meanwhile wait, none lost, and go once it is verified. A wrong or missing echo never gets a
+notification: the webhook is disabled with the reason and a webhook.disabled event."""
 
 from __future__ import annotations
 
@@ -82,40 +82,59 @@ def test_pending_until_the_echo_then_verified_and_what_waited_is_delivered(
     api.close()
 
 
-def test_a_wrong_echo_is_never_delivered_to_and_ends_disabled_with_the_event(
+def test_a_wrong_or_missing_echo_is_never_delivered_to_and_ends_disabled_with_the_event(
     stack: Stack, receiver: Receiver, redis: redis.Redis
 ) -> None:
     api = start(stack, RELAY_VERIFY_SCHEDULE="0.5,0.5,0.5")
-    receiver.script("/w", [Reply(200, body=b"not the challenge")])
+    receiver.script("/w", [Reply(200, body=b"not the challenge")])  # a wrong echo
+    receiver.script("/m", [Reply(204, body=b"")])  # a 2xx with no echo at all
     ops = api.http.put("/operational-webhook", json={"url": receiver.url("/ops")})
     assert ops.status_code == 201, ops.text
-    api.upload("b2", CSV)
-    api.process("b2")
-    wait_until(lambda: api.batch("b2")["all_done"], 30, message="b2 never completed")
+    batches = {"b2": "/w", "b4": "/m"}
+    for batch in batches:
+        api.upload(batch, CSV)
+        api.process(batch)
+    for batch in batches:
+        wait_until(
+            lambda b=batch: api.batch(b)["all_done"],  # type: ignore[misc]
+            30,
+            message=f"{batch} not done",
+        )
     # Registered on a completed batch: its notification is made at once, while pending (a
     # completion racing the short challenge schedule could come after the webhook is
     # disabled on a busy machine, and make no notification at all).
-    r = api.http.put("/batches/b2/webhook", json={"url": receiver.url("/w"), "verify": True})
-    assert r.status_code == 201
+    for batch, path in batches.items():
+        r = api.http.put(
+            f"/batches/{batch}/webhook", json={"url": receiver.url(path), "verify": True}
+        )
+        assert r.status_code == 201
 
-    hook = wait_until(
-        lambda: (h := _hook(api, "b2"))["disabled"] and h, 30, message="never disabled"
-    )
-    assert hook["verification"]["status"] == "failed"
-    assert "endpoint verification failed" in hook["disabled_reason"]
-    assert "did not echo the challenge" in hook["disabled_reason"]
+    for batch in batches:
+        hook = wait_until(
+            lambda b=batch: (h := _hook(api, b))["disabled"] and h,  # type: ignore[misc]
+            30,
+            message=f"{batch} never disabled",
+        )
+        assert hook["verification"]["status"] == "failed"
+        assert "endpoint verification failed" in hook["disabled_reason"]
+        assert "did not echo the challenge" in hook["disabled_reason"]
     wait_until(lambda: settled(redis), 10, message="deliveries still in flight")
-    # Only challenges reached it: 4 attempts (the schedule), never the notification.
-    assert _types(receiver, "/w") == ["webhook.verify"] * 4
-    statuses = sorted(d["status"] for d in api.deliveries("b2"))
-    assert statuses == ["canceled", "failed"]  # the notification canceled, the challenge failed
+    for batch, path in batches.items():
+        # Only challenges reached it: 4 attempts (the schedule), never the notification.
+        assert _types(receiver, path) == ["webhook.verify"] * 4
+        statuses = sorted(d["status"] for d in api.deliveries(batch))
+        assert statuses == ["canceled", "failed"]  # the notification canceled, the challenge failed
 
-    (event,) = wait_until(lambda: receiver.received("/ops"), 20, message="no webhook.disabled")
-    body = verify_both(event, api.signing())
-    assert body["type"] == "webhook.disabled" and body["data"]["batch_name"] == "b2"
+    wait_until(
+        lambda: len(receiver.received("/ops")) == 2, 20, message="no webhook.disabled for each"
+    )
+    events = receiver.received("/ops")
+    bodies = [verify_both(event, api.signing()) for event in events]
+    assert {b["type"] for b in bodies} == {"webhook.disabled"}
+    assert sorted(b["data"]["batch_name"] for b in bodies) == sorted(batches)
     feed = api.http.get("/operational-events").json()["events"]
-    assert [e["type"] for e in feed] == ["webhook.disabled"]
-    assert feed[0]["id"] == event.headers["webhook-id"]
+    assert [e["type"] for e in feed] == ["webhook.disabled"] * 2
+    assert {e["id"] for e in feed} == {event.headers["webhook-id"] for event in events}
     api.close()
 
 

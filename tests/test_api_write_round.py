@@ -1,0 +1,161 @@
+"""A write's first round trip (``relay.api.access.admit_write``): the key record, the
+account's window and an upload's hold on the pending total in one pipeline, over HTTP on the
+real app and Redis. What it must keep: a revoked key writes nothing and holds nothing, the
+window counts every admitted write and no refused one, the total ends at the exact bytes
+held in Redis whatever the request's fate, and the quota stays exact at its edge."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+import redis
+
+from relay import keys
+from relay.auth import revoke_key
+from relay.config import RateLimit
+from tests.support.api_fixtures import V1, Api, ApiFactory, api_factory_fixture  # noqa: F401
+from tests.support.helpers import wait_until
+
+CSV = b"sku,qty\nA-1,2\nB-2,5\n"
+
+
+def total(api: Api, account: str = "acme") -> int:
+    return int(api.redis.get(keys.account_pending_total(account)) or 0)
+
+
+def window(api: Api, kind: str = "uploads", account: str = "acme") -> int:
+    return int(api.redis.zcard(keys.account_rate_window(kind, account)))
+
+
+def documents(api: Api, batch: str, account: str = "acme") -> int:
+    ref_key = next(iter(api.redis.scan_iter(f"relay:*:batch:{account}:{batch}")))
+    return int(api.redis.hget(ref_key, "total") or 0)
+
+
+def test_a_revoked_key_writes_nothing_and_is_counted_once(api_factory: ApiFactory) -> None:
+    api = api_factory(account_upload_rate_limit=RateLimit(limit=10, window_ms=60_000))
+    for _ in range(2):  # the second upload finds the key in the process's cache
+        api.upload_ok("acme", "b1", content=CSV)
+    assert (total(api), window(api), documents(api, "b1")) == (2 * len(CSV), 2, 2)
+    assert revoke_key(api.redis, api.key("acme")) is True
+    refused = api.upload("acme", "b1", content=CSV)
+    assert refused.status_code == 401, refused.text
+    assert "ratelimit-limit" not in refused.headers
+    # Nothing written, the hold given back; the round trip counted this request once...
+    assert (total(api), window(api), documents(api, "b1")) == (2 * len(CSV), 3, 2)
+    # ...and the next ones are looked up first (the cache dropped the key): not counted.
+    for _ in range(3):
+        assert api.upload("acme", "b1", content=CSV).status_code == 401
+        assert api.client.post(f"{V1}/batches/b1/process", headers=api.auth("acme")).status_code
+    assert (total(api), window(api), window(api, "process")) == (2 * len(CSV), 3, 0)
+
+
+@pytest.mark.parametrize(
+    ("case", "status"),
+    [("bad_name", 422), ("no_file", 422), ("too_large", 413), ("rate", 429)],
+)
+def test_a_refused_upload_leaves_the_total_as_it_was(
+    api_factory: ApiFactory, case: str, status: int
+) -> None:
+    api = api_factory(
+        account_upload_rate_limit=RateLimit(limit=2, window_ms=60_000),
+        max_upload_bytes=1000,
+    )
+    api.upload_ok("acme", "b1", content=CSV)
+    before = total(api)
+    assert before == len(CSV)
+    auth = api.auth("acme")
+    if case == "bad_name":
+        response = api.upload("acme", "-bad", content=CSV)
+    elif case == "no_file":
+        response = api.client.post(
+            f"{V1}/documents", headers=auth, data={"batch_name": "b1"}, files={"x": ("a", b"1")}
+        )
+    elif case == "too_large":
+        response = api.upload("acme", "b1", content=b"x" * 1001)
+    else:
+        api.upload_ok("acme", "b1", content=CSV)
+        before = total(api)
+        response = api.upload("acme", "b1", content=CSV)
+    assert response.status_code == status, response.text
+    assert total(api) == before
+
+
+def test_the_total_is_the_files_bytes_not_the_bodies(api_factory: ApiFactory) -> None:
+    api = api_factory()
+    sizes = [len(CSV), 1, 0, 5000]
+    for i, size in enumerate(sizes):
+        api.upload_ok("acme", f"b{i % 2}", content=CSV[:size] if size <= len(CSV) else b"y" * size)
+    assert total(api) == sum(sizes)
+    per_shard = [int(api.redis.get(keys.account_pending_bytes(s, "acme")) or 0) for s in range(16)]
+    assert sum(per_shard) == total(api)
+
+
+def test_the_quota_is_exact_although_the_body_declares_more(api_factory: ApiFactory) -> None:
+    # The hold is the body's declared size, some hundred bytes more than the file: a file that
+    # fills the quota exactly must still pass (the exact recount decides at the edge).
+    api = api_factory(account_max_pending_bytes=10_000)
+    api.upload_ok("acme", "b1", content=b"a" * 6_000)
+    filled = api.upload("acme", "b1", content=b"b" * 4_000)
+    assert filled.status_code == 201, filled.text
+    assert total(api) == 10_000
+    over = api.upload("acme", "b1", content=b"c")
+    assert over.status_code == 429 and over.json()["error"]["type"] == "quota_exceeded"
+    assert over.headers["ratelimit-remaining"] == "0"
+    assert total(api) == 10_000
+    assert documents(api, "b1") == 2
+
+
+def test_an_upload_is_two_round_trips(api_factory: ApiFactory) -> None:
+    """With the key cached: one pipeline of key record, window and hold; then one of the
+    upload script and the hold's excess given back (MONITOR shows each connection's commands
+    in the order Redis ran them; a script's own commands carry no connection)."""
+    api = api_factory()
+    api.upload_ok("acme", "b1", content=CSV)  # caches the key
+    seen: list[dict[str, Any]] = []
+    ready = threading.Event()
+
+    def watch() -> None:
+        with redis.Redis.from_url(api.settings.redis_url).monitor() as m:
+            ready.set()
+            for command in m.listen():
+                seen.append(command)
+                if command["command"] == "ECHO done":
+                    return
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    ready.wait(5)
+    wait_until(lambda: api.redis.echo("warm") is not None, 5)
+    seen.clear()
+    api.upload_ok("acme", "b1", content=CSV)
+    api.redis.echo("done")
+    thread.join(10)
+    sent = [
+        (c["client_port"], c["command"].split(" ", 2)[:2])
+        for c in seen
+        if c.get("client_address") != "lua" and not c["command"].startswith("ECHO")
+    ]
+    names = [name for _, (name, *_) in sent]
+    assert names == ["HMGET", "EVALSHA", "INCRBY", "EVALSHA", "DECRBY"], sent
+    # Each pair of round trips is one connection's consecutive commands.
+    assert sent[0][0] == sent[1][0] == sent[2][0]
+    assert sent[3][0] == sent[4][0]
+
+
+def test_after_redis_forgot_its_scripts_a_write_is_counted_and_held_once(
+    api_factory: ApiFactory,
+) -> None:
+    # A new or restarted Redis answers the window's EVALSHA with NOSCRIPT after the hold ran:
+    # the window is loaded and counted on its own, the hold is not sent again.
+    api = api_factory()
+    api.upload_ok("acme", "b1", content=CSV)  # caches the key
+    api.redis.script_flush()
+    api.upload_ok("acme", "b1", content=CSV)
+    assert (total(api), window(api), documents(api, "b1")) == (2 * len(CSV), 2, 2)
+    api.redis.script_flush()
+    auth = api.auth("acme")
+    assert api.client.post(f"{V1}/batches/b1/process", headers=auth).status_code == 202
+    assert window(api, "process") == 1
