@@ -201,9 +201,9 @@ async function catchUp(apiUrl, apiKey, retryMaxS) {
         processEvent(event.id, event);
         done += 1;
       }
+      remember(event.id); // every event up to here is processed, here or by a webhook
     }
     after = page.next_cursor || after;
-    if (after) remember(after); // every event up to here is processed, here or by a webhook
     if (!page.has_more) {
       state.followsWebhooks = true;
       console.log(`caught up: ${done} event(s)`);

@@ -237,9 +237,8 @@ async def catch_up(api_url: str, api_key: str, retry_max_s: float) -> None:
                 if first_time(event["id"]):
                     handle(event["id"], event)
                     done += 1
+                remember(event["id"])  # every event up to here is processed, here or by a webhook
             after = page.get("next_cursor") or after
-            if after is not None:
-                remember(after)  # every event up to here is processed, here or by a webhook
             if not page["has_more"]:
                 CURSOR["follows_webhooks"] = True
                 print(f"caught up: {done} event(s)", flush=True)
