@@ -13,7 +13,20 @@
 // Catching up (optional): with EVENTS_API_URL (relay's API, e.g. http://127.0.0.1:8000/api/v1)
 // and EVENTS_API_KEY (an API key of the account), the receiver keeps the id of the last event
 // it processed in a file (--state, default .receiver-last-id) and, when it starts, reads
-// GET /events?after=<that id>: whatever completed while it was down is processed first.
+// GET /events?after=<that id>: whatever completed while it was down is processed, in order,
+// each once. The catch-up runs in the background: webhooks are served from the start, and both
+// paths deduplicate on the id. EVENTS_RETRY_MAX_S (default 30) is the longest wait between
+// catch-up attempts.
+// - relay unreachable, a 5xx or a 429: tried again, waiting 0.5 s, 1 s, 2 s, ... up to
+//   EVENTS_RETRY_MAX_S, until it answers.
+// - a 404 for the saved id (relay does not know it: an event appended a moment after its webhook
+//   went out, or an id of another deployment or account): asked again a few times within about
+//   3 s; then the catch-up stops with a message and the file keeps that id. The receiver does
+//   not start over from the oldest event kept: that would process every kept event again. (An
+//   id that aged out of the feed is not a 404: relay reads from the oldest kept.)
+// - any other 4xx (a wrong key, a malformed id): the catch-up stops with a message.
+// Until the catch-up has read the whole feed, webhooks are processed but do not move the saved
+// id, so a restart meanwhile resumes from where the feed was read, not past a gap.
 "use strict";
 
 const crypto = require("node:crypto");
@@ -25,6 +38,9 @@ const { Webhook } = require("standardwebhooks");
 const TOLERANCE_S = 5 * 60; // Standard Webhooks: refuse a webhook-timestamp more than 5 min off
 const MAX_BODY = 1 << 20; // relay's notifications are ~1 KB; refuse anything absurd
 const SEEN_MAX = 100_000; // webhook-ids remembered (oldest forgotten first)
+const RETRY_FIRST_S = 0.5; // the first wait after relay's API failed to answer the catch-up
+const RETRY_MAX_S = 30; // the longest (EVENTS_RETRY_MAX_S)
+const NOT_FOUND_WAITS_S = [0.1, 0.2, 0.4, 0.8, 1.5]; // asking again about a saved id relay 404s
 // DER header of an Ed25519 SubjectPublicKeyInfo; the raw 32-byte key follows it.
 const ED25519_SPKI_PREFIX = Buffer.from("302a300506032b6570032100", "hex");
 
@@ -87,7 +103,9 @@ function firstTime(id) {
   return true;
 }
 
-const state = { path: ".receiver-last-id" };
+// followsWebhooks is false while a catch-up is pending: the saved id then moves with the feed
+// only, never past an event the catch-up has not read yet.
+const state = { path: ".receiver-last-id", followsWebhooks: true };
 
 function lastProcessed() {
   try {
@@ -108,28 +126,89 @@ function processEvent(id, event) {
   const data = event.data;
   // e.g. GET data.results_url with your API key and store the line items.
   console.log(`processed ${id} batch=${data.batch_name} seq=${data.completion_seq}`);
-  remember(id);
 }
 
-// Every event after the last one processed (GET /events, page by page).
-async function catchUp(apiUrl, apiKey) {
+class Stop extends Error {} // the catch-up cannot go on by itself (retrying would not help)
+class NotFound extends Error {} // relay has no event with the saved id
+
+const sleep = (seconds) => new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+
+// One page of GET /events after `after`, or (a string) why relay could not answer one now.
+async function readPage(apiUrl, apiKey, after) {
+  const query = new URLSearchParams({ limit: "100", ...(after ? { after } : {}) });
+  let res;
+  try {
+    res = await fetch(`${apiUrl}/events?${query}`, {
+      headers: { authorization: `Bearer ${apiKey}` },
+      signal: AbortSignal.timeout(30_000),
+    });
+  } catch (err) {
+    return `relay's API is unreachable (${err.cause?.code || err.name}: ${err.message})`;
+  }
+  const text = await res.text().catch(() => "");
+  if (res.status >= 500 || res.status === 429) return `GET /events answered ${res.status}`;
+  if (res.status === 404 && after) throw new NotFound(after);
+  if (res.status >= 400) throw new Stop(`GET /events answered ${res.status} ${text.slice(0, 300)}`);
+  try {
+    const page = JSON.parse(text);
+    if (Array.isArray(page.events) && typeof page.has_more === "boolean") return page;
+  } catch {}
+  return `GET /events answered ${res.status} without an event page`; // e.g. a proxy's page
+}
+
+// Every event after the last one processed (GET /events, page by page), trying again while
+// relay is unreachable or failing; webhooks are served meanwhile.
+async function catchUp(apiUrl, apiKey, retryMaxS) {
   let after = lastProcessed();
   let done = 0;
+  let wait = RETRY_FIRST_S;
+  let notFound = 0;
   for (;;) {
-    const query = new URLSearchParams({ limit: "100", ...(after ? { after } : {}) });
-    const res = await fetch(`${apiUrl}/events?${query}`, {
-      headers: { authorization: `Bearer ${apiKey}` },
-    });
-    if (!res.ok) throw new Error(`GET /events: ${res.status} ${await res.text()}`);
-    const page = await res.json();
+    let page;
+    try {
+      page = await readPage(apiUrl, apiKey, after);
+    } catch (err) {
+      if (err instanceof NotFound && notFound < NOT_FOUND_WAITS_S.length) {
+        await sleep(NOT_FOUND_WAITS_S[notFound]); // it may be appended in a moment
+        notFound += 1;
+        continue;
+      }
+      if (err instanceof NotFound) {
+        console.log(
+          `catch-up stopped: relay has no event ${after} (saved in ${state.path}; from another ` +
+            "deployment or account?). Webhooks are still processed. To catch up, put a known " +
+            "event id in that file, or delete it to process every event relay keeps (again).",
+        );
+        return;
+      }
+      if (err instanceof Stop) {
+        console.log(`catch-up stopped: ${err.message}`);
+        return;
+      }
+      throw err;
+    }
+    if (typeof page === "string") {
+      const pause = wait * (0.8 + 0.2 * Math.random()); // jittered: receivers restarted together
+      console.log(`catch-up: ${page}; trying again in ${pause.toFixed(1)}s`);
+      await sleep(pause);
+      wait = Math.min(wait * 2, retryMaxS);
+      continue;
+    }
+    wait = RETRY_FIRST_S;
+    notFound = 0;
     for (const event of page.events) {
       if (firstTime(event.id)) {
         processEvent(event.id, event);
         done += 1;
       }
+      remember(event.id); // every event up to here is processed, here or by a webhook
     }
-    after = page.next_cursor;
-    if (!page.has_more) return done;
+    after = page.next_cursor || after;
+    if (!page.has_more) {
+      state.followsWebhooks = true;
+      console.log(`caught up: ${done} event(s)`);
+      return;
+    }
   }
 }
 
@@ -158,7 +237,10 @@ function handle(req, res, body) {
     return answer(res, 200, "duplicate");
   }
   answer(res, 200, "ok"); // answer at once, then work
-  setImmediate(() => processEvent(id, event));
+  setImmediate(() => {
+    processEvent(id, event);
+    if (state.followsWebhooks) remember(id);
+  });
 }
 
 const server = http.createServer((req, res) => {
@@ -189,19 +271,22 @@ if (!webhooks.length && !keys.length) {
   console.error("set WEBHOOK_SECRET (whsec_...) and/or WEBHOOK_PUBLIC_KEY (whpk_...)");
   process.exit(2);
 }
-async function main() {
-  const [apiUrl] = env("EVENTS_API_URL");
-  const [apiKey] = env("EVENTS_API_KEY");
-  if (apiUrl && apiKey) console.log(`caught up: ${await catchUp(apiUrl, apiKey)} event(s)`);
-  server.listen(Number(values.port), values.host, () => {
-    console.log(
-      `listening on http://${values.host}:${values.port}/hook ` +
-        `(v1 secrets: ${webhooks.length}, v1a keys: ${keys.length})`,
-    );
-  });
+const retryMaxS = Number((process.env.EVENTS_RETRY_MAX_S || "").trim() || RETRY_MAX_S);
+if (!Number.isFinite(retryMaxS)) {
+  console.error("EVENTS_RETRY_MAX_S must be a number of seconds");
+  process.exit(2);
 }
-
-main().catch((err) => {
-  console.error(err);
-  process.exit(1);
+const [apiUrl] = env("EVENTS_API_URL");
+const [apiKey] = env("EVENTS_API_KEY");
+if (apiUrl && apiKey) state.followsWebhooks = false; // before the first webhook can arrive
+server.listen(Number(values.port), values.host, () => {
+  console.log(
+    `listening on http://${values.host}:${values.port}/hook ` +
+      `(v1 secrets: ${webhooks.length}, v1a keys: ${keys.length})`,
+  );
+  if (apiUrl && apiKey) {
+    catchUp(apiUrl, apiKey, Math.max(retryMaxS, 0.1)).catch((err) => {
+      console.error("catch-up failed:", err); // a bug, or the state file could not be written
+    });
+  }
 });

@@ -19,20 +19,37 @@ Catching up (optional): with
 
 the receiver keeps the id of the last event it processed in a file (``--state``, default
 ``.receiver-last-id``) and, when it starts, reads ``GET /events?after=<that id>``: whatever
-completed while it was down is processed first, in order, each once.
+completed while it was down is processed in order, each once. The catch-up runs in the
+background: webhooks are served from the start, and both paths deduplicate on the id.
+
+    EVENTS_RETRY_MAX_S           the longest wait between catch-up attempts (default 30)
+
+- relay unreachable, a 5xx or a 429: tried again, waiting 0.5 s, 1 s, 2 s, ... up to
+  EVENTS_RETRY_MAX_S, until it answers.
+- a 404 for the saved id (relay does not know it: an event appended a moment after its
+  webhook went out, or an id of another deployment or account): asked again a few times
+  within about 3 s; then the catch-up stops with a message and the file keeps that id. The
+  receiver does not start over from the oldest event kept: that would process every kept
+  event again. (An id that aged out of the feed is not a 404: relay reads from the oldest kept.)
+- any other 4xx (a wrong key, a malformed id): the catch-up stops with a message.
+Until the catch-up has read the whole feed, webhooks are processed but do not move the saved
+id, so a restart meanwhile resumes from where the feed was read, not past a gap.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import binascii
 import json
 import os
+import random
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -49,6 +66,9 @@ from starlette.routing import Route
 TOLERANCE_S = 5 * 60  # Standard Webhooks: refuse a webhook-timestamp more than 5 minutes off
 MAX_BODY = 1 << 20  # relay's notifications are ~1 KB; refuse anything absurd
 SEEN_MAX = 100_000  # webhook-ids remembered (oldest forgotten first)
+RETRY_FIRST_S = 0.5  # the first wait after relay's API failed to answer the catch-up
+RETRY_MAX_S = 30.0  # the longest (EVENTS_RETRY_MAX_S)
+NOT_FOUND_WAITS_S = (0.1, 0.2, 0.4, 0.8, 1.5)  # asking again about a saved id relay answers 404 to
 
 
 class Verifier:
@@ -118,6 +138,9 @@ def first_time(msg_id: str) -> bool:
 
 
 STATE: dict[str, str] = {"path": ".receiver-last-id"}
+# False while a catch-up is pending: the saved id then moves with the feed only, never past an
+# event the catch-up has not read yet.
+CURSOR = {"follows_webhooks": True}
 
 
 def last_processed() -> str | None:
@@ -141,33 +164,85 @@ def handle(msg_id: str, event: dict[str, Any]) -> None:
     data = event["data"]
     # e.g. GET data["results_url"] with your API key and store the line items.
     print(f"processed {msg_id} batch={data['batch_name']} seq={data['completion_seq']}", flush=True)
-    remember(msg_id)
 
 
 async def process(msg_id: str, event: dict[str, Any]) -> None:
     """The slow part, run after the answer has gone out."""
     handle(msg_id, event)
+    if CURSOR["follows_webhooks"]:
+        remember(msg_id)
 
 
-def catch_up(api_url: str, api_key: str) -> int:
-    """Process every event after the last one processed (GET /events, page by page)."""
+class Stop(Exception):
+    """The catch-up cannot go on by itself (retrying would not help)."""
+
+
+async def read_page(client: httpx.AsyncClient, after: str | None) -> dict[str, Any] | str:
+    """One page of GET /events after ``after``, or why relay could not answer one now."""
+    params: dict[str, Any] = {"limit": 100, **({"after": after} if after else {})}
+    try:
+        r = await client.get("/events", params=params)
+    except httpx.TransportError as exc:
+        return f"relay's API is unreachable ({type(exc).__name__}: {exc})"
+    if r.status_code >= 500 or r.status_code == 429:
+        return f"GET /events answered {r.status_code}"
+    if r.status_code == 404 and after is not None:
+        raise LookupError(after)
+    if r.status_code >= 400:
+        raise Stop(f"GET /events answered {r.status_code} {r.text[:300]}")
+    try:
+        page: dict[str, Any] = r.json()
+        if isinstance(page["events"], list) and isinstance(page["has_more"], bool):
+            return page
+    except (ValueError, KeyError, TypeError):
+        pass
+    return f"GET /events answered {r.status_code} without an event page"  # e.g. a proxy's page
+
+
+async def catch_up(api_url: str, api_key: str, retry_max_s: float) -> None:
+    """Process every event after the last one processed (GET /events, page by page), trying
+    again while relay is unreachable or failing; webhooks are served meanwhile."""
     after = last_processed()
-    done = 0
-    with httpx.Client(
+    done, wait, not_found = 0, RETRY_FIRST_S, 0
+    async with httpx.AsyncClient(
         base_url=api_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=30
     ) as client:
         while True:
-            params: dict[str, Any] = {"limit": 100, **({"after": after} if after else {})}
-            r = client.get("/events", params=params)
-            r.raise_for_status()
-            page = r.json()
+            try:
+                page = await read_page(client, after)
+            except LookupError:
+                if not_found < len(NOT_FOUND_WAITS_S):  # it may be appended in a moment
+                    await asyncio.sleep(NOT_FOUND_WAITS_S[not_found])
+                    not_found += 1
+                    continue
+                print(
+                    f"catch-up stopped: relay has no event {after} (saved in {STATE['path']}; "
+                    "from another deployment or account?). Webhooks are still processed. To "
+                    "catch up, put a known event id in that file, or delete it to process every "
+                    "event relay keeps (again).",
+                    flush=True,
+                )
+                return
+            except Stop as exc:
+                print(f"catch-up stopped: {exc}", flush=True)
+                return
+            if isinstance(page, str):
+                pause = wait * random.uniform(0.8, 1.0)  # jittered: receivers restarted together
+                print(f"catch-up: {page}; trying again in {pause:.1f}s", flush=True)
+                await asyncio.sleep(pause)
+                wait = min(wait * 2, retry_max_s)
+                continue
+            wait, not_found = RETRY_FIRST_S, 0
             for event in page["events"]:
                 if first_time(event["id"]):
                     handle(event["id"], event)
                     done += 1
-            after = page["next_cursor"]
+                remember(event["id"])  # every event up to here is processed, here or by a webhook
+            after = page.get("next_cursor") or after
             if not page["has_more"]:
-                return done
+                CURSOR["follows_webhooks"] = True
+                print(f"caught up: {done} event(s)", flush=True)
+                return
 
 
 async def hook(request: Request) -> PlainTextResponse:
@@ -196,6 +271,12 @@ async def hook(request: Request) -> PlainTextResponse:
     return PlainTextResponse("ok", background=BackgroundTask(process, msg_id, event))
 
 
+def _report(task: asyncio.Task[None]) -> None:
+    """Print what ended a catch-up unexpectedly (a bug, or the state file is not writable)."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        print(f"catch-up failed: {exc!r}", flush=True)
+
+
 def _env(*names: str) -> list[str]:
     return [value for name in names if (value := os.environ.get(name, "").strip())]
 
@@ -216,9 +297,23 @@ def main() -> None:
     except ValueError as exc:  # binascii.Error is a ValueError
         sys.exit(f"unusable WEBHOOK_* value: {exc}")
     api_url, api_key = _env("EVENTS_API_URL"), _env("EVENTS_API_KEY")
-    if api_url and api_key:
-        print(f"caught up: {catch_up(api_url[0], api_key[0])} event(s)", flush=True)
-    app = Starlette(routes=[Route("/hook", hook, methods=["POST"])])
+    try:
+        retry_max_s = float(os.environ.get("EVENTS_RETRY_MAX_S", "").strip() or RETRY_MAX_S)
+    except ValueError:
+        sys.exit("EVENTS_RETRY_MAX_S must be a number of seconds")
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        task = None
+        if api_url and api_key:
+            CURSOR["follows_webhooks"] = False
+            task = asyncio.create_task(catch_up(api_url[0], api_key[0], max(retry_max_s, 0.1)))
+            task.add_done_callback(_report)
+        yield
+        if task is not None:
+            task.cancel()
+
+    app = Starlette(routes=[Route("/hook", hook, methods=["POST"])], lifespan=lifespan)
     app.state.verifier = verifier
     print(
         f"listening on http://{args.host}:{args.port}/hook "

@@ -73,6 +73,13 @@ def _non_negative_float(raw: str) -> float:
     return value
 
 
+def _wall_factor(raw: str) -> float:
+    value = float(raw)
+    if not 1 <= value < float("inf"):  # NaN fails the comparison
+        raise ValueError("must be a finite number >= 1")
+    return value
+
+
 def _positive_int(raw: str) -> int:
     value = int(raw)
     if value <= 0:
@@ -321,14 +328,20 @@ class Settings:
     extract_timeout: float = setting(
         "60",
         _positive_float,
-        "Wall-clock seconds one document's extraction may take, plus"
-        " RELAY_EXTRACT_PAGE_SECONDS a page for a PDF or TIFF (else extraction_timeout)",
+        "CPU seconds one document's extraction may use, plus RELAY_EXTRACT_PAGE_SECONDS a"
+        " page for a PDF or TIFF (else extraction_timeout); a loaded machine does not cut it",
     )
     extract_page_seconds: float = setting(
         "15",
         _non_negative_float,
-        "Seconds a PDF's or TIFF's extraction deadline grows by for each of its pages"
+        "CPU seconds a PDF's or TIFF's extraction budget grows by for each of its pages"
         " (the longest: RELAY_EXTRACT_TIMEOUT + RELAY_MAX_PAGES of them)",
+    )
+    extract_wall_factor: float = setting(
+        "4",
+        _wall_factor,
+        "Wall-clock backstop of an extraction, as a multiple (>= 1) of its CPU budget: a child"
+        " waiting rather than computing is cut there (else extraction_timeout)",
     )
     extract_memory: int = setting(
         str(2 * 1024 * 1024 * 1024),

@@ -52,11 +52,14 @@ BELL_LEN = 64  # shards the bell keeps (the oldest rings go first)
 
 def document_job_timeout(settings: Settings) -> int:
     """RQ's limit for one document job: far past the lease, which the job renews while its
-    extractor runs, and a minute past the extraction deadline, so that the job, not RQ,
-    records ``extraction_timeout``; a job stuck past it is killed and its lease brings the
-    document back. The deadline is the longest a document may have: one of
-    ``RELAY_MAX_PAGES`` pages (``relay.extract.sandbox``)."""
-    longest = settings.extract_timeout + settings.max_pages * settings.extract_page_seconds
+    extractor runs, and a minute past the longest wall-clock time an extraction may take, so
+    that the job, not RQ, records ``extraction_timeout``; a job stuck past it is killed and
+    its lease brings the document back. The longest is the wall-clock backstop of a document
+    of ``RELAY_MAX_PAGES`` pages: ``RELAY_EXTRACT_WALL_FACTOR`` times its CPU budget
+    (``relay.extract.sandbox``; the CPU budget itself can take longer than its seconds on
+    a loaded machine, never longer than the backstop)."""
+    budget = settings.extract_timeout + settings.max_pages * settings.extract_page_seconds
+    longest = budget * settings.extract_wall_factor
     return int(max(settings.lease_seconds * 10, longest)) + 60
 
 

@@ -75,11 +75,51 @@ def fields(reply: bytes | str) -> dict[str, Any]:
     return out
 
 
+# The scripts that start with only the shared definitions they use (:func:`source`).
+LEAN = frozenset({"upload", "ratelimit"})
+
+_DEFINITION = re.compile(r"^local (?:function )?([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_COMMENT = re.compile(r"--[^\n]*")
+
+
+def _definitions(text: str) -> list[tuple[str, str]]:
+    """The top-level definitions of a helpers file as (name, text), in order: each runs from
+    its ``local`` line to the next one (the comment lines before a definition go with the one
+    above: harmless)."""
+    starts = list(_DEFINITION.finditer(text))
+    return [
+        (m.group(1), text[m.start() : starts[i + 1].start() if i + 1 < len(starts) else None])
+        for i, m in enumerate(starts)
+    ]
+
+
+def _used(body: str, helpers: list[tuple[str, str]]) -> str:
+    """The helpers ``body`` uses, directly or through each other, in their order."""
+    defined = dict(helpers)
+    wanted: set[str] = set()
+    todo = [body]
+    while todo:
+        for name in _NAME.findall(_COMMENT.sub("", todo.pop())):
+            if name in defined and name not in wanted:
+                wanted.add(name)
+                todo.append(defined[name])
+    return "".join(text for name, text in helpers if name in wanted)
+
+
 @cache
 def source(name: str) -> str:
+    """The script's text as Redis runs it: ``_lib.lua``, ``_fair.lua``, then the script.
+
+    A script in :data:`LEAN` starts with only the helpers it uses (issue 16): every helper is
+    a closure made afresh on each run, so the whole library costs each run some forty
+    allocations, and the Lua heap's garbage collection with them, whether used or not."""
     lua = resources.files("relay") / "lua"
-    parts = ("_lib.lua", "_fair.lua", f"{name}.lua")
-    return "\n".join((lua / part).read_text() for part in parts)
+    body = (lua / f"{name}.lua").read_text()
+    helpers = [(lua / part).read_text() for part in ("_lib.lua", "_fair.lua")]
+    if name in LEAN:
+        return _used(body, [d for text in helpers for d in _definitions(text)]) + body
+    return "\n".join([*helpers, body])
 
 
 class Scripts:

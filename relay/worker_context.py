@@ -129,4 +129,5 @@ def sandbox_config(settings: Settings) -> SandboxConfig:
         max_image_pixels=settings.max_image_pixels,
         max_pages=settings.max_pages,
         page_seconds=settings.extract_page_seconds,
+        wall_factor=settings.extract_wall_factor,
     )

@@ -143,3 +143,19 @@ def test_an_upload_is_two_round_trips(api_factory: ApiFactory) -> None:
     # Each pair of round trips is one connection's consecutive commands.
     assert sent[0][0] == sent[1][0] == sent[2][0]
     assert sent[3][0] == sent[4][0]
+
+
+def test_after_redis_forgot_its_scripts_a_write_is_counted_and_held_once(
+    api_factory: ApiFactory,
+) -> None:
+    # A new or restarted Redis answers the window's EVALSHA with NOSCRIPT after the hold ran:
+    # the window is loaded and counted on its own, the hold is not sent again.
+    api = api_factory()
+    api.upload_ok("acme", "b1", content=CSV)  # caches the key
+    api.redis.script_flush()
+    api.upload_ok("acme", "b1", content=CSV)
+    assert (total(api), window(api), documents(api, "b1")) == (2 * len(CSV), 2, 2)
+    api.redis.script_flush()
+    auth = api.auth("acme")
+    assert api.client.post(f"{V1}/batches/b1/process", headers=auth).status_code == 202
+    assert window(api, "process") == 1

@@ -27,14 +27,23 @@ def test_defaults_match_the_spec() -> None:
 
 
 def test_the_document_job_outlives_the_extraction_deadline() -> None:
-    # The job's RQ timeout is always a minute past the longest extraction deadline (a
-    # document of RELAY_MAX_PAGES pages: 60 + 500 x 15 s by default) and past lease_seconds
-    # x 10, so the job records extraction_timeout, not RQ.
-    assert document_job_timeout(load_settings({}, dotenv=None)) == 7620
+    # The job's RQ timeout is always a minute past the longest wall-clock time an extraction
+    # may take (the backstop of a document of RELAY_MAX_PAGES pages: 4 x (60 + 500 x 15) s
+    # of CPU budget by default) and past lease_seconds x 10, so the job records
+    # extraction_timeout, not RQ.
+    assert document_job_timeout(load_settings({}, dotenv=None)) == 30_300
     short = {"RELAY_MAX_PAGES": "10", "RELAY_EXTRACT_PAGE_SECONDS": "0"}
     assert document_job_timeout(load_settings(short, dotenv=None)) == 660
     long = load_settings({**short, "RELAY_EXTRACT_TIMEOUT": "3600"}, dotenv=None)
-    assert document_job_timeout(long) == 3660
+    assert document_job_timeout(long) == 14_460
+    tight = {**short, "RELAY_EXTRACT_TIMEOUT": "3600", "RELAY_EXTRACT_WALL_FACTOR": "1"}
+    assert document_job_timeout(load_settings(tight, dotenv=None)) == 3660
+
+
+@pytest.mark.parametrize("factor", ["0.5", "0", "-1", "nan", "inf"])
+def test_the_wall_clock_backstop_is_never_below_the_cpu_budget(factor: str) -> None:
+    with pytest.raises(ConfigError, match="RELAY_EXTRACT_WALL_FACTOR"):
+        load_settings({"RELAY_EXTRACT_WALL_FACTOR": factor}, dotenv=None)
 
 
 def test_env_beats_dotenv(tmp_path: Path) -> None:

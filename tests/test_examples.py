@@ -4,26 +4,33 @@ Each gets requests signed by relay's own signing code: it must answer 2xx to a g
 process a ``webhook-id`` once however often it arrives, honour the previous material during a
 rotation, and answer 400 to anything tampered, stale, forged or missing a configured signature.
 The Node receiver runs when ``node`` and ``npm`` are present and ``npm install`` works.
+Catching up runs against relay's real API, directly or behind a tiny proxy on 127.0.0.1 that
+is down at first, or answers a few canned statuses (a 503, the 404 of an event not appended
+yet) before passing requests on.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from relay.crypto import SigningMaterial
 from relay.delivery.signing import build_headers
-from relay.keys import new_id
+from relay.keys import completion_id, new_id
 from relay.model import Batch, Status
 from relay.timefmt import now_ms
 from relay.webhook_events import notification_body, probe_body, verify_body
@@ -250,8 +257,174 @@ def test_receiver_resumes_from_the_last_id_it_processed(
     }
     with running(command, tmp_path, **settings) as receiver:
         receiver.wait_processed(events[2]["id"], "r3", 1)
+        # In the background: the line comes after the events, once the position is saved.
+        wait_until(lambda: "caught up: 2 event(s)" in receiver.output(), 10)
         output = receiver.output()
         assert receiver.processed(events[0]["id"]) == 0, output
         assert receiver.processed(events[1]["id"]) == 1, output
-        assert "caught up: 2 event(s)" in output
         assert (tmp_path / "last-id").read_text() == events[2]["id"]
+
+
+def feed_webhook(event: dict[str, Any], material: SigningMaterial) -> tuple[bytes, dict[str, str]]:
+    """The webhook of a feed event (its body is the event without ``id``), signed."""
+    body = json.dumps({k: v for k, v in event.items() if k != "id"}).encode()
+    return body, signed(event["id"], body, [material])
+
+
+@contextmanager
+def api_proxy(target: str, port: int, canned: list[int]) -> Iterator[list[int]]:
+    """relay's API (``target``) behind a proxy on 127.0.0.1:``port``: the first requests get
+    the ``canned`` statuses, the rest relay's answers. Yields the statuses answered so far."""
+    answered: list[int] = []
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            with lock:
+                status = canned.pop(0) if canned else None
+            if status is None:
+                headers = {"authorization": self.headers.get("authorization", "")}
+                r = httpx.get(target + self.path, headers=headers, timeout=10)
+                status, body = r.status_code, r.content
+            else:
+                body = json.dumps({"error": {"type": "canned", "message": str(status)}}).encode()
+            with lock:
+                answered.append(status)
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield answered
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def test_receiver_serves_while_the_api_is_down_and_catches_up_later(
+    command: list[str], tmp_path: Path, api: Api
+) -> None:
+    """relay's API is unreachable when the receiver starts: it serves webhooks anyway, tries
+    the feed again with a backoff (through a 503 too), then catches up, each event once."""
+    for name in ("r1", "r2", "r3"):
+        complete_in_process(api, "acme", name)
+    events = api.client.get(f"{V1}/events", headers=api.auth("acme")).json()["events"]
+    assert len(events) == 3
+    state = tmp_path / "last-id"
+    state.write_text(events[0]["id"])
+    material = SigningMaterial.generate(now_ms())
+    port = free_port()  # nothing listens there yet
+    settings = {
+        "WEBHOOK_SECRET": material.whsec,
+        "EVENTS_API_URL": f"http://127.0.0.1:{port}{V1}",
+        "EVENTS_API_KEY": api.key("acme"),
+        "EVENTS_RETRY_MAX_S": "0.5",
+    }
+    with running(command, tmp_path, **settings) as receiver, httpx.Client(timeout=5) as client:
+        wait_until(
+            lambda: receiver.output().count("catch-up: relay's API is unreachable") >= 2,
+            10,
+            message="the receiver did not retry the unreachable API",
+        )
+        # r3's webhook arrives while the feed cannot be read: processed, but the saved id
+        # stays before r2 (which only the feed will bring).
+        body, headers = feed_webhook(events[2], material)
+        assert client.post(receiver.url, content=body, headers=headers).status_code == 200
+        receiver.wait_processed(events[2]["id"], "r3", 1)
+        assert state.read_text() == events[0]["id"]
+        assert "caught up" not in receiver.output()
+
+        with api_proxy(api.base_url, port, [503]) as answered:
+            receiver.wait_processed(events[1]["id"], "r2", 1)
+            wait_until(lambda: "caught up: 1 event(s)" in receiver.output(), 10)
+            output = receiver.output()
+            assert answered[0] == 503 and 200 in answered, answered
+            assert "GET /events answered 503" in output
+            assert [receiver.processed(e["id"]) for e in events] == [0, 1, 1], output
+            assert state.read_text() == events[2]["id"]
+            # Caught up, the saved id follows the webhooks again; a retry is still a duplicate.
+            complete_in_process(api, "acme", "r4")
+            (r4,) = api.client.get(
+                f"{V1}/events", params={"after": events[2]["id"]}, headers=api.auth("acme")
+            ).json()["events"]
+            body, headers = feed_webhook(r4, material)
+            assert client.post(receiver.url, content=body, headers=headers).status_code == 200
+            receiver.wait_processed(r4["id"], "r4", 1)
+            wait_until(lambda: state.read_text() == r4["id"], 5)
+            body, headers = feed_webhook(events[2], material)
+            assert client.post(receiver.url, content=body, headers=headers).text == "duplicate"
+            output = receiver.output()
+            assert [receiver.processed(e["id"]) for e in [*events, r4]] == [0, 1, 1, 1], output
+            assert "Traceback" not in output and "catch-up failed" not in output
+
+
+def test_receiver_waits_briefly_for_a_saved_id_not_in_the_feed_yet(
+    command: list[str], tmp_path: Path, api: Api
+) -> None:
+    """The saved id came with a webhook sent just before its event was appended to the feed:
+    relay answers 404 for a moment (canned here), then the catch-up goes on from it."""
+    for name in ("w1", "w2"):
+        complete_in_process(api, "acme", name)
+    events = api.client.get(f"{V1}/events", headers=api.auth("acme")).json()["events"]
+    (tmp_path / "last-id").write_text(events[0]["id"])
+    port = free_port()
+    settings = {
+        "WEBHOOK_SECRET": SigningMaterial.generate(now_ms()).whsec,
+        "EVENTS_API_URL": f"http://127.0.0.1:{port}{V1}",
+        "EVENTS_API_KEY": api.key("acme"),
+    }
+    with (
+        api_proxy(api.base_url, port, [404, 404]) as answered,
+        running(command, tmp_path, **settings) as receiver,
+    ):
+        receiver.wait_processed(events[1]["id"], "w2", 1)
+        wait_until(lambda: "caught up: 1 event(s)" in receiver.output(), 10)
+        output = receiver.output()
+        assert answered[:2] == [404, 404] and answered[2] == 200, answered
+        assert receiver.processed(events[0]["id"]) == 0, output
+        assert "catch-up stopped" not in output and "Traceback" not in output
+
+
+def test_receiver_keeps_serving_when_relay_does_not_know_its_saved_id(
+    command: list[str], tmp_path: Path, api: Api
+) -> None:
+    """A saved id relay answers 404 to for good (from another deployment): after a few brief
+    tries the catch-up stops with a clear message, keeps the file as it was, and replays
+    nothing from the oldest event (that would process them again); webhooks are still served."""
+    for name in ("u1", "u2"):
+        complete_in_process(api, "acme", name)
+    events = api.client.get(f"{V1}/events", headers=api.auth("acme")).json()["events"]
+    unknown = completion_id(0, "acme", "elsewhere", now_ms(), 1)  # recent: not aged out
+    state = tmp_path / "last-id"
+    state.write_text(unknown)
+    material = SigningMaterial.generate(now_ms())
+    settings = {
+        "WEBHOOK_SECRET": material.whsec,
+        "EVENTS_API_URL": api.base_url + V1,
+        "EVENTS_API_KEY": api.key("acme"),
+    }
+    started = time.monotonic()
+    with running(command, tmp_path, **settings) as receiver, httpx.Client(timeout=5) as client:
+        body, headers = feed_webhook(events[1], material)  # served during the brief tries too
+        assert client.post(receiver.url, content=body, headers=headers).status_code == 200
+        receiver.wait_processed(events[1]["id"], "u2", 1)
+        stopped = f"catch-up stopped: relay has no event {unknown}"
+        wait_until(lambda: stopped in receiver.output(), 10, message="no clear message")
+        assert time.monotonic() - started < 8  # a few brief tries, not a long backoff
+        body, headers = feed_webhook(events[0], material)
+        assert client.post(receiver.url, content=body, headers=headers).status_code == 200
+        receiver.wait_processed(events[0]["id"], "u1", 1)
+        output = receiver.output()
+        assert [receiver.processed(e["id"]) for e in events] == [1, 1], output
+        assert output.count("processed ") == 2 and "caught up" not in output, output
+        assert state.read_text() == unknown
+        assert "Traceback" not in output

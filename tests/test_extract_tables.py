@@ -118,11 +118,23 @@ def test_tables_are_cleaned_with_their_confidences_and_made_rectangular() -> Non
     )
 
 
+def test_a_first_table_of_one_row_leaves_line_items_to_the_next_table_with_rows() -> None:
+    """A lone row read as a table (a heading, a line of figures) does not fail the document
+    with ``empty_document`` while a later table has rows; it stays in ``tables``."""
+    heading = _t(1, ["Table 3", "2009"])
+    rows, kept = split_tables([heading, _t(1, ["SKU", "Qty"], ["A", "1"])], "the image")
+    assert rows == [{"SKU": "A", "Qty": "1"}]
+    assert [t.rows[0] for t in kept] == [["Table 3", "2009"], ["SKU", "Qty"]]
+
+
 def test_no_table_and_a_header_alone_fail_as_before() -> None:
     with pytest.raises(ExtractionError, match="no table found in the PDF"):
         split_tables([Table(1, [[None, " "]])], "the PDF")
     with pytest.raises(ExtractionError) as caught:
         split_tables([Table(1, [["SKU", "Qty"]])], "the PDF")
+    assert caught.value.code == "empty_document"
+    with pytest.raises(ExtractionError) as caught:
+        split_tables([Table(1, [["SKU", "Qty"]]), Table(2, [["Name"]])], "the PDF")
     assert caught.value.code == "empty_document"
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -186,10 +188,40 @@ def test_a_pdf_decompression_bomb_fails_on_memory_and_the_host_goes_on(
     _still_works(host)
 
 
-def test_a_slow_extractor_is_killed_at_the_deadline_and_the_next_document_runs(
+def test_a_computing_extractor_is_cut_at_its_cpu_budget_not_by_the_wall_clock(
     host_factory: HostFactory,
 ) -> None:
-    host = host_factory(extractor="tests.support.hostile_extractors:slow", timeout=1.0)
+    # 1 s of CPU time, a backstop far away (30 s): the budget is what cuts it.
+    host = host_factory(
+        extractor="tests.support.hostile_extractors:burning", timeout=1.0, wall_factor=30.0
+    )
+    _still_works(host)
+    pid = host.pid
+    assert pid is not None
+    # Stopped for 1.5 s mid-document (as a loaded machine holds it off the CPU): wall-clock
+    # time passes, its CPU time does not, so it is not cut before it has used its 1 s.
+    threading.Timer(0.2, os.kill, (pid, signal.SIGSTOP)).start()
+    threading.Timer(1.7, os.kill, (pid, signal.SIGCONT)).start()
+    started = time.monotonic()
+    data, error = _run(host, b"burn\nsku\nA\n")
+    elapsed = time.monotonic() - started
+    assert data is None and error == (
+        "extraction_timeout",
+        "the extraction used more than 1 s of CPU time",
+    )
+    assert 2.5 <= elapsed < 30
+    assert _is_zombie_or_gone(pid)
+    _still_works(host)
+    assert host.pid != pid
+
+
+def test_a_waiting_extractor_is_cut_by_the_wall_clock_backstop(
+    host_factory: HostFactory,
+) -> None:
+    # It sleeps (no CPU time): the backstop, 2 x its 1 s budget, ends it.
+    host = host_factory(
+        extractor="tests.support.hostile_extractors:burning", timeout=1.0, wall_factor=2.0
+    )
     _still_works(host)
     first_pid = host.pid
     assert first_pid is not None
@@ -198,10 +230,10 @@ def test_a_slow_extractor_is_killed_at_the_deadline_and_the_next_document_runs(
     elapsed = time.monotonic() - started
     assert data is None and error == (
         "extraction_timeout",
-        "the extraction took longer than 1 s",
+        "the extraction took longer than 2 s of wall-clock time (2 x its 1 s CPU budget)",
     )
-    assert 1.0 <= elapsed < 4.0
-    assert not os.path.exists(f"/proc/{first_pid}/status") or _is_zombie_or_gone(first_pid)
+    assert 2.0 <= elapsed < 5.0
+    assert _is_zombie_or_gone(first_pid)
     _still_works(host)
     assert host.pid != first_pid
 
@@ -263,12 +295,14 @@ def test_a_5000_page_pdf_is_too_many_pages_in_seconds_and_the_bound_is_the_setti
 def test_the_deadline_grows_with_the_pages_and_still_bounds_a_hostile_document(
     host_factory: HostFactory,
 ) -> None:
-    # RELAY_EXTRACT_TIMEOUT 0.3 s + 0.5 s a page, at most 3 pages.
+    # RELAY_EXTRACT_TIMEOUT 0.3 s + 0.5 s a page of CPU time, at most 3 pages; the wall-clock
+    # backstop far enough (x 20) that a loaded machine does not reach it first.
     host = host_factory(
         extractor="tests.support.hostile_extractors:paged",
         timeout=0.3,
         page_seconds=0.5,
         max_pages=3,
+        wall_factor=20.0,
     )
     # Three pages of 0.2 s: longer than the flat 0.3 s, within 0.3 + 3 x 0.5 s.
     started = time.monotonic()
@@ -282,12 +316,13 @@ def test_the_deadline_grows_with_the_pages_and_still_bounds_a_hostile_document(
     elapsed = time.monotonic() - started
     assert data is None and error == (
         "extraction_timeout",
-        "the extraction took longer than 1.3 s (0.3 s and 0.5 s for each of its 2 pages)",
+        "the extraction used more than 1.3 s of CPU time (0.3 s and 0.5 s for each of its 2 pages)",
     )
-    assert 1.3 <= elapsed < 7
+    assert 1.3 <= elapsed < 20
     # A document claiming more pages than RELAY_MAX_PAGES gets no more than 3 pages' time.
     started = time.monotonic()
     data, error = _run(host, b"pages=1000000 seconds=3600\nsku\nA-1\n")
     assert data is None and error is not None and error[0] == "extraction_timeout"
-    assert 1.8 <= time.monotonic() - started < 8
+    assert "1.8 s of CPU time" in error[1], error
+    assert 1.8 <= time.monotonic() - started < 20
     _still_works(host)

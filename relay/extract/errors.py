@@ -25,8 +25,9 @@ Codes the default extractor uses:
 
 Codes of the bounded run (``relay.extract.sandbox``), whatever the extractor:
 
-    extraction_timeout  longer than ``RELAY_EXTRACT_TIMEOUT`` plus ``RELAY_EXTRACT_PAGE_SECONDS``
-                        a page of a PDF or TIFF (the extraction is killed)
+    extraction_timeout  more CPU time than ``RELAY_EXTRACT_TIMEOUT`` plus
+                        ``RELAY_EXTRACT_PAGE_SECONDS`` a page of a PDF or TIFF, or more wall
+                        clock than ``RELAY_EXTRACT_WALL_FACTOR`` times that (it is killed)
     extraction_memory   more memory than ``RELAY_EXTRACT_MEMORY`` (a MemoryError, or killed)
     extraction_crashed  the extraction process died without answering
     result_too_large    line_items and tables past ``RELAY_MAX_RESULT_BYTES`` of JSON
@@ -61,8 +62,9 @@ CODES: dict[str, str] = {
     "too_deeply_nested": "JSON nested deeper than `RELAY_EXTRACT_MAX_DEPTH` levels",
     "result_too_large": "the result (`line_items` and `tables`) exceeds "
     "`RELAY_MAX_RESULT_BYTES` bytes of JSON",
-    "extraction_timeout": "the extraction took longer than `RELAY_EXTRACT_TIMEOUT`, plus "
-    "`RELAY_EXTRACT_PAGE_SECONDS` for each page of a PDF or TIFF (it is killed)",
+    "extraction_timeout": "the extraction used more CPU time than `RELAY_EXTRACT_TIMEOUT`, plus "
+    "`RELAY_EXTRACT_PAGE_SECONDS` for each page of a PDF or TIFF, or more wall-clock time "
+    "than `RELAY_EXTRACT_WALL_FACTOR` times that (it is killed)",
     "extraction_memory": "the extraction needed more memory than `RELAY_EXTRACT_MEMORY`",
     "extraction_crashed": "the extraction process died without answering",
     "extraction_error": "the extractor failed otherwise: OCR failed, or a plug-in extractor "

@@ -1,5 +1,6 @@
 """Bounded extraction: the extractor runs in a child process with a memory limit, a
-wall-clock deadline and a result-size bound, so no document can stall or exhaust a worker.
+CPU-time budget (with a wall-clock backstop) and a result-size bound, so no document can
+stall or exhaust a worker.
 
 :meth:`ExtractorHost.run` is what the processing job calls (one host per worker process, in
 its ``WorkerContext``). It returns the result already serialised as JSON,
@@ -7,9 +8,11 @@ its ``WorkerContext``). It returns the result already serialised as JSON,
 failure ``(code, message)``:
 
 =====================  ==========================================================================
-``extraction_timeout``  the document took longer than its deadline: ``RELAY_EXTRACT_TIMEOUT``,
-                        plus ``RELAY_EXTRACT_PAGE_SECONDS`` for each page of a PDF or TIFF
-                        (the child is killed; the next document gets a fresh one)
+``extraction_timeout``  the document used more CPU time than its budget:
+                        ``RELAY_EXTRACT_TIMEOUT``, plus ``RELAY_EXTRACT_PAGE_SECONDS`` for each
+                        page of a PDF or TIFF; or more wall-clock time than
+                        ``RELAY_EXTRACT_WALL_FACTOR`` times that (the child is killed; the
+                        next document gets a fresh one)
 ``extraction_memory``   it needed more than ``RELAY_EXTRACT_MEMORY`` bytes of address space
                         (``RLIMIT_AS`` in the child: a ``MemoryError``, or the child was killed)
 ``extraction_crashed``  the child died without answering (a crash in native code)
@@ -32,13 +35,25 @@ and tables one by one, checking the size; the worker reads at most the bound (pl
 bytes) back.
 Messages are length-prefixed bytes over a pipe: a JSON header, the document, the JSON reply.
 
-The deadline grows with the pages (docs/decisions.md, "Bounded extraction"): a document
-starts with ``RELAY_EXTRACT_TIMEOUT``; once the extractor has counted a PDF's or TIFF's
-pages (within ``RELAY_MAX_PAGES``, none read yet: ``relay.extract.limits.declare_pages``)
-the child sends the count ahead of its reply and the deadline becomes ``RELAY_EXTRACT_TIMEOUT
-+ pages x RELAY_EXTRACT_PAGE_SECONDS``, counted from the start. So a long scan can finish,
-and no document holds a child longer than ``RELAY_EXTRACT_TIMEOUT + RELAY_MAX_PAGES x
-RELAY_EXTRACT_PAGE_SECONDS``.
+The budget is CPU time and grows with the pages (docs/decisions.md, "Bounded extraction"):
+a document starts with ``RELAY_EXTRACT_TIMEOUT`` seconds of the child's CPU time (user and
+system, all its threads, as ``/proc/<pid>/stat`` counts them); once the extractor has
+counted a PDF's or TIFF's pages (within ``RELAY_MAX_PAGES``, none read yet:
+``relay.extract.limits.declare_pages``) the child sends the count ahead of its reply and
+the budget becomes ``RELAY_EXTRACT_TIMEOUT + pages x RELAY_EXTRACT_PAGE_SECONDS``, counted
+from the start. CPU time, not wall clock: on a loaded machine a page gets less of a core
+each second, and a wall-clock deadline cut scans that were only waiting for their turn. A
+child that waits instead of computing (blocked, asleep, stopped) uses no CPU time, so a
+wall-clock backstop still ends it: ``RELAY_EXTRACT_WALL_FACTOR`` times the budget, counted
+from the start too. So a long scan can finish, and no document holds a child longer than
+``RELAY_EXTRACT_WALL_FACTOR x (RELAY_EXTRACT_TIMEOUT + RELAY_MAX_PAGES x
+RELAY_EXTRACT_PAGE_SECONDS)`` of wall-clock time (``SandboxConfig.longest``). Where
+``/proc`` is missing (not Linux) the budget is counted in wall-clock time.
+
+The worker does not poll the child's CPU time on a fixed tick: it waits for the reply as long
+as the child could not spend its remaining budget even with every core (``os.cpu_count()``),
+then reads the time again, so it checks a few times per document and overshoots the budget by
+at most a few tens of milliseconds.
 """
 
 from __future__ import annotations
@@ -83,8 +98,13 @@ _REPLY_OVERHEAD = 64  # tag bytes and slack on top of the result bound
 _START_TIMEOUT = 30.0  # importing a plug-in in a fresh child
 _ALARM_MARGIN = 5  # the child's own backstop, should its parent be gone
 # RELAY_EXTRACT_PAGE_SECONDS's default (docs/decisions.md): a scanned page takes 1.5-5 s of
-# OCR on a quiet core and up to ~11 s on a loaded 2-core machine; 15 s covers that.
+# OCR (CPU time, whatever the load); 15 s covers that with room.
 DEFAULT_PAGE_SECONDS = 15.0
+# RELAY_EXTRACT_WALL_FACTOR's default: the wall-clock backstop, a multiple of the CPU budget.
+DEFAULT_WALL_FACTOR = 4.0
+# The shortest wait between two readings of the child's CPU time (seconds).
+_MIN_CPU_POLL = 0.02
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 @dataclass(frozen=True)
@@ -99,15 +119,20 @@ class SandboxConfig:
     max_image_pixels: int = 50_000_000  # RELAY_MAX_IMAGE_PIXELS's default
     max_pages: int = DEFAULT_MAX_PAGES
     page_seconds: float = DEFAULT_PAGE_SECONDS  # RELAY_EXTRACT_PAGE_SECONDS
+    wall_factor: float = DEFAULT_WALL_FACTOR  # RELAY_EXTRACT_WALL_FACTOR
 
     def deadline(self, pages: int) -> float:
-        """Seconds a document of ``pages`` pages may take (0: not a paged document)."""
+        """CPU seconds a document of ``pages`` pages may use (0: not a paged document)."""
         return self.timeout + pages * self.page_seconds
+
+    def wall_deadline(self, pages: int) -> float:
+        """Wall-clock seconds a document of ``pages`` pages may take: the backstop."""
+        return self.deadline(pages) * self.wall_factor
 
     @property
     def longest(self) -> float:
-        """The longest any document may take: one of ``max_pages`` pages."""
-        return self.deadline(self.max_pages)
+        """The longest wall-clock time any document may take: one of ``max_pages`` pages."""
+        return self.wall_deadline(self.max_pages)
 
 
 # -- the child ----------------------------------------------------------------------------
@@ -128,7 +153,7 @@ def _extract_one(
     def on_pages(pages: int) -> None:
         # The parent's deadline grows; so does this child's backstop (from now: later than
         # the parent's, which counts from the start).
-        signal.alarm(math.ceil(config.deadline(pages)) + _ALARM_MARGIN)
+        signal.alarm(math.ceil(config.wall_deadline(pages)) + _ALARM_MARGIN)
         conn.send_bytes(_PAGES + str(int(pages)).encode())
 
     limits = ExtractLimits(config.max_result_bytes, config.max_depth, tuple(fields), on_pages)
@@ -172,7 +197,7 @@ def _serve(conn: Connection, config: SandboxConfig) -> None:
             content = conn.recv_bytes()
         except EOFError:  # the worker is gone or let this child go
             return
-        signal.alarm(math.ceil(config.timeout) + _ALARM_MARGIN)
+        signal.alarm(math.ceil(config.wall_deadline(0)) + _ALARM_MARGIN)
         try:
             reply, retire = _extract_one(config, extractor, header, content, conn)
         except MemoryError:  # outside the extractor (serialising, copying): start afresh
@@ -186,6 +211,20 @@ def _serve(conn: Connection, config: SandboxConfig) -> None:
 
 
 # -- the worker's side ------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time (user and system, every thread, and its waited-for children's) process
+    ``pid`` has used, from ``/proc/<pid>/stat``; ``None`` where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rpartition(b")")[2].split()
+    except OSError:
+        return None
+    try:  # utime, stime, cutime, cstime: fields 14-17, counted after the ")" from field 3
+        return sum(int(tick) for tick in fields[11:15]) / _CLOCK_TICKS
+    except (ValueError, IndexError):
+        return None
 
 
 def _context() -> multiprocessing.context.ForkServerContext:
@@ -308,16 +347,42 @@ class ExtractorHost:
                     raise
         raise AssertionError("unreachable")
 
+    def _used(self, pid: int | None, cpu_start: float | None, started: float) -> float:
+        """The document's CPU seconds so far (its wall-clock seconds without ``/proc``)."""
+        now = cpu_seconds(pid) if pid is not None and cpu_start is not None else None
+        if now is None or cpu_start is None:
+            return time.monotonic() - started
+        return now - cpu_start
+
+    def _wait(self, conn: Connection, pages: int, started: float, cpu_start: float | None) -> str:
+        """Wait for the child's next message: ``""`` when one is there, else the
+        ``extraction_timeout`` message once the budget or the backstop is spent."""
+        pid = self.pid
+        cores = max(os.cpu_count() or 1, 1)
+        while True:
+            budget, backstop = self.config.deadline(pages), self.config.wall_deadline(pages)
+            wall_left = started + backstop - time.monotonic()
+            cpu_left = budget - self._used(pid, cpu_start, started)
+            if cpu_left <= 0:
+                log.warning("extraction used %gs of CPU: killing child %s", budget, pid)
+                return self._too_long(budget, pages)
+            if wall_left <= 0:
+                log.warning("extraction passed %gs: killing child %s", backstop, pid)
+                return self._too_long(backstop, pages, wall=True)
+            # The child cannot spend cpu_left in less than cpu_left / cores of wall time.
+            if conn.poll(min(wall_left, max(cpu_left / cores, _MIN_CPU_POLL))):
+                return ""
+
     def _run(self, header: bytes, content: bytes) -> Outcome:
         conn = self._send(header, content)  # a child started here is not the document's time
         started = time.monotonic()
+        cpu_start = cpu_seconds(self.pid) if self.pid is not None else None
         pages = 0
         while True:
-            allowed = self.config.deadline(pages)
-            if not conn.poll(max(0.0, started + allowed - time.monotonic())):
-                log.warning("extraction passed %gs: killing child %s", allowed, self.pid)
+            late = self._wait(conn, pages, started, cpu_start)
+            if late:
                 self._drop()
-                return None, ("extraction_timeout", self._too_long(allowed, pages))
+                return None, ("extraction_timeout", late)
             try:
                 reply = conn.recv_bytes(self.config.max_result_bytes + _REPLY_OVERHEAD)
             except EOFError:
@@ -338,13 +403,22 @@ class ExtractorHost:
         code, message = json.loads(body)
         return None, (str(code), str(message))
 
-    def _too_long(self, allowed: float, pages: int) -> str:
-        if not pages:
-            return f"the extraction took longer than {allowed:g} s"
-        return (
-            f"the extraction took longer than {allowed:g} s ({self.config.timeout:g} s and"
-            f" {self.config.page_seconds:g} s for each of its {pages:,} pages)"
+    def _too_long(self, allowed: float, pages: int, *, wall: bool = False) -> str:
+        why = []
+        if wall:
+            budget = self.config.deadline(pages)
+            why.append(f"{self.config.wall_factor:g} x its {budget:g} s CPU budget")
+        if pages:
+            why.append(
+                f"{self.config.timeout:g} s and {self.config.page_seconds:g} s for each of"
+                f" its {pages:,} pages"
+            )
+        said = (
+            f"the extraction took longer than {allowed:g} s of wall-clock time"
+            if wall
+            else f"the extraction used more than {allowed:g} s of CPU time"
         )
+        return f"{said} ({'; '.join(why)})" if why else said
 
     def _died(self) -> Failure:
         proc = self._proc

@@ -7,7 +7,10 @@ hand over, in reading order):
 * Every table is cleaned: string cells stripped; rows with nothing in them dropped (with
   their confidences); rows padded with ``None`` to the table's widest row; a table left
   with no rows is dropped. What is left is the document's ``tables``, in reading order.
-* ``line_items`` keeps the v1 contract: the first row of the first table is the header.
+* ``line_items`` keeps the v1 contract: the first row of the first table is the header. A
+  table of one row (a heading or a line of figures read as a table) gives no rows, so the
+  first table *with rows under its header* is the one: a document whose first table is a
+  lone row is not failed for it while later tables have rows (all are in ``tables``).
   Header names are stripped and their inner whitespace collapsed ("Unit\\nPrice" ->
   "Unit Price": a line wrapped inside a cell is layout, not meaning); blank and repeated
   names are disambiguated as for CSV. Rows shorter or longer than the header are handled as
@@ -26,7 +29,8 @@ hand over, in reading order):
   Every other table is in ``tables`` only. (A continuation whose first row is all text,
   like a list of names, is therefore kept apart: adding a wrong table's rows to
   ``line_items`` is the worse mistake, and ``tables`` still has it.)
-* No table at all -> ``no_table_found``; a header with no rows under it -> ``empty_document``.
+* No table at all -> ``no_table_found``; only tables of a header row with no rows under it
+  -> ``empty_document``.
 
 For CSV, TSV and JSON documents ``tables`` is :func:`table_of_records`: the ``line_items``
 themselves as one grid.
@@ -114,11 +118,12 @@ def split_tables(found: Sequence[Table], where: str) -> Extraction:
     tables = [table for table in map(_cleaned, found) if table is not None]
     if not tables:
         raise ExtractionError("no_table_found", f"no table found in {where}")
-    first = tables[0]
+    start = next((i for i, table in enumerate(tables) if len(table.rows) > 1), 0)
+    first = tables[start]
     header = _header_names(first.rows[0])
     body: list[Cells] = list(first.rows[1:])
     previous = first
-    for table in tables[1:]:
+    for table in tables[start + 1 :]:
         if not _continues(table, previous, header):
             break
         repeats_header = _header_names(table.rows[0]) == header

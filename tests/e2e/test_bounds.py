@@ -70,6 +70,7 @@ def test_hostile_documents_fail_with_their_codes_and_the_worker_goes_on(stack: S
     # The bomb takes ~1-2 s to hit the memory limit below on a quiet machine, over 8 s with
     # another `make test` beside this one: the timeout leaves it room (slow.csv waits it out).
     stack.env["RELAY_EXTRACT_TIMEOUT"] = "30"
+    stack.env["RELAY_EXTRACT_WALL_FACTOR"] = "1"  # slow.csv sleeps: cut at 30 s of wall clock
     stack.env["RELAY_EXTRACT_MEMORY"] = str(512 << 20)  # CSV and PDF need far less than 1 GiB
     stack.api()
     worker = stack.worker()

@@ -47,12 +47,32 @@ def hostile(
     return _default(content, filename, content_type, fields)
 
 
+def _burn(seconds: float) -> None:
+    """Compute (one core) until this process has used ``seconds`` more of CPU time."""
+    until = time.process_time() + seconds
+    while time.process_time() < until:
+        sum(range(10_000))
+
+
+def burning(
+    content: bytes, *, filename: str, content_type: str, fields: list[str]
+) -> list[dict[str, object]]:
+    """``burn`` on the first line: computes for an hour of CPU time (never returns in a
+    test); ``slow``: sleeps an hour (uses no CPU). Anything else: the default extractor."""
+    first = content.partition(b"\n")[0]
+    if first == b"burn":
+        _burn(3600)
+    if first == b"slow":
+        time.sleep(3600)
+    return _default(content, filename, content_type, fields)
+
+
 def paged(
     content: bytes, *, filename: str, content_type: str, fields: list[str]
 ) -> list[dict[str, object]]:
     """``pages=N seconds=S`` on the first line: declares N pages (as the default extractor
-    does once it has counted a PDF's), then takes S seconds for each; the rest is a CSV.
-    Any other document is read by the default extractor."""
+    does once it has counted a PDF's), then computes for S seconds of CPU time on each; the
+    rest is a CSV. Any other document is read by the default extractor."""
     from relay.extract.limits import declare_pages
 
     first, _, rest = content.partition(b"\n")
@@ -62,5 +82,5 @@ def paged(
     pages, seconds = int(said[b"pages"]), float(said[b"seconds"])
     declare_pages(pages)
     for _ in range(pages):
-        time.sleep(seconds)
+        _burn(seconds)
     return _default(rest, filename, content_type, fields)
