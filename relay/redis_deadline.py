@@ -153,9 +153,22 @@ async def _cluster_execute_command(self: Any, *args: Any, **options: Any) -> Any
 async def _cluster_execute(
     self: Any, raise_on_error: bool = True, allow_redirections: bool = True
 ) -> list[Any]:
-    return await within(
+    replies: list[Any] = await within(
         redis.asyncio.cluster.ClusterPipeline.execute(self, raise_on_error, allow_redirections)
     )
+    if any(isinstance(reply, _STALE_MAP) for reply in replies):
+        # redis-py re-reads the slot map after a connection error only when it raises it (its
+        # retry closes the client, and the next command re-reads the map); with
+        # raise_on_error=False it hands the error back and keeps the map, so after a primary
+        # failed over every such pipeline (a write's first round trip, an upload) went to the
+        # dead node for good. Close as its retry does: this request fails (503), the next
+        # one finds the new primary.
+        await self.cluster_client.aclose()
+    return replies
+
+
+# The errors after which redis-py's Cluster client re-reads the slot map before trying again.
+_STALE_MAP = redis.asyncio.cluster.RedisCluster.ERRORS_ALLOW_RETRY
 
 
 def _cluster_pipeline(self: Any, transaction: Any = None, shard_hint: Any = None) -> Any:
