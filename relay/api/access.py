@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from starlette.requests import Request
 
 from relay.api.errors import ApiError, Unauthorized
-from relay.api.state import state
+from relay.api.state import AppState, state
 from relay.auth import PresentedKey, check_record, parse_key
 
 
@@ -38,6 +38,20 @@ def presented_key(request: Request) -> PresentedKey:
     if presented is None:
         raise Unauthorized("missing or malformed API key (Authorization: Bearer rk_...)")
     return presented
+
+
+async def cached_account(st: AppState, presented: PresentedKey) -> str:
+    """The account :class:`relay.auth.KeyCache` guesses for ``presented``, looked up (one
+    more round trip) and remembered on a miss; Unauthorized for an unknown or revoked key.
+    Only a guess to build the request's one round trip: the caller checks the record read
+    there (``check_record``) before trusting it."""
+    account = st.key_cache.get(presented)
+    if account is None:
+        account = await st.edge.lookup_key(presented)
+        if account is None:
+            raise Unauthorized("unknown or revoked API key")
+        st.key_cache.put(presented, account)
+    return account
 
 
 async def refuse(request: Request, exc: Unauthorized) -> ApiError:
@@ -84,12 +98,7 @@ async def admit_write(request: Request, kind: str, hold: int = 0) -> Admitted:
     st = state(request)
     try:
         presented = presented_key(request)
-        account = st.key_cache.get(presented)
-        if account is None:
-            account = await st.edge.lookup_key(presented)
-            if account is None:
-                raise Unauthorized("unknown or revoked API key")
-            st.key_cache.put(presented, account)
+        account = await cached_account(st, presented)
         sent = await st.edge.write_round(presented, account, kind, hold)
         if check_record(sent.record, presented) != account:
             st.key_cache.drop(presented.prefix)

@@ -47,7 +47,7 @@ from typing import Any, TypeVar
 from starlette.requests import Request
 from starlette.responses import Response
 
-from relay.api.access import presented_key, refuse
+from relay.api.access import cached_account, presented_key, refuse
 from relay.api.bodies import json_response
 from relay.api.errors import ApiError, RateLimited, Unauthorized, error_response
 from relay.api.state import AppState, state
@@ -66,12 +66,7 @@ async def _authenticated(
     st: AppState, request: Request, query: StatusQuery[T]
 ) -> tuple[str, StatusRound[T]]:
     presented = presented_key(request)
-    account = st.key_cache.get(presented)
-    if account is None:
-        account = await st.edge.lookup_key(presented)
-        if account is None:
-            raise Unauthorized("unknown or revoked API key")
-        st.key_cache.put(presented, account)
+    account = await cached_account(st, presented)
     read = await st.edge.status(presented, account, query)
     if check_record(read.record, presented) != account:
         st.key_cache.drop(presented.prefix)
