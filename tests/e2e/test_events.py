@@ -134,9 +134,25 @@ def _names(events: list[dict[str, Any]]) -> list[str]:
     return [e["data"]["batch_name"] for e in events]
 
 
+# How far out of completion order a Cluster's feed may record two completions: its
+# detector reads the outboxes in one round trip per primary, not at one instant, so a
+# completion on a primary read a moment earlier is recorded in the next read, after one
+# made a few ms later on a primary read later (docs/decisions.md, "Order"). On one Redis a
+# read takes every outbox at once: no slack.
+CLUSTER_ORDER_SLACK_MS = 2_000
+
+
 def _in_completion_order(state: State, events: list[dict[str, Any]]) -> None:
     times = [_recorded_ms(state, e) for e in events]
-    assert times == sorted(times), "the feed is not in completion order"
+    if not isinstance(state, redis.cluster.RedisCluster):
+        assert times == sorted(times), "the feed is not in completion order"
+        return
+    latest = max(times[0], 0)
+    for t in times:
+        assert t > latest - CLUSTER_ORDER_SLACK_MS, (
+            f"recorded {latest - t} ms out of completion order: {times}"
+        )
+        latest = max(latest, t)
 
 
 def test_a_receiver_down_catches_up_from_its_last_id_and_paging_loses_nothing(
