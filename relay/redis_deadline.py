@@ -157,13 +157,15 @@ async def _cluster_execute(
         redis.asyncio.cluster.ClusterPipeline.execute(self, raise_on_error, allow_redirections)
     )
     if any(isinstance(reply, _STALE_MAP) for reply in replies):
-        # redis-py re-reads the slot map after a connection error only when it raises it (its
-        # retry closes the client, and the next command re-reads the map); with
-        # raise_on_error=False it hands the error back and keeps the map, so after a primary
-        # failed over every such pipeline (a write's first round trip, an upload) went to the
-        # dead node for good. Close as its retry does: this request fails (503), the next
-        # one finds the new primary.
-        await self.cluster_client.aclose()
+        # redis-py re-reads the slot map after a connection error only when it raises it
+        # (``RedisCluster.execute_command`` sets ``_initialize`` and the next command re-reads
+        # the map); with raise_on_error=False it hands the error back and keeps the map, so
+        # after a primary failed over every such pipeline (a write's first round trip, an
+        # upload) went to the dead node for good. Mark it as redis-py does for a command:
+        # this request fails (503), the next one finds the new primary. Not ``aclose()``,
+        # which would also cut other requests' round trips in flight on live nodes (a write
+        # done there but answered 503, then sent again by its client: twice done).
+        self.cluster_client._initialize = True
     return replies
 
 
