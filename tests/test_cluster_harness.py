@@ -14,7 +14,7 @@ from redis.cluster import ClusterNode, RedisCluster
 
 from relay import keys
 from relay.blobs import BlobStore
-from relay.config import load_settings
+from relay.config import Settings, load_settings
 from relay.crypto import Encryptor, generate_key
 from relay.redis_conn import RedisTarget, async_client, is_cluster, sync_client
 from relay.redis_server import HOST
@@ -56,6 +56,18 @@ def test_three_primaries_own_every_slot_and_a_replica_takes_over(cluster: Cluste
         client.close()
 
 
+def _settings(cluster: Cluster) -> Settings:
+    """relay's settings for the harness's Cluster (its queues nowhere: unused here)."""
+    return load_settings(
+        {
+            "RELAY_REDIS_URL": cluster.url,
+            "RELAY_REDIS_CLUSTER_NODES": cluster.nodes_setting,
+            "RELAY_QUEUE_REDIS_URL": "redis://127.0.0.1:1/0",
+        },
+        dotenv=None,
+    )
+
+
 def _round() -> Generator[Round, list[Any], list[Any]]:
     replies = yield [
         script("ratelimit", [keys.rate_window("p1")], [60_000, 5, "m1"]),
@@ -68,14 +80,7 @@ def _round() -> Generator[Round, list[Any], list[Any]]:
 def test_the_stores_rounds_run_scripts_a_node_has_never_seen(cluster: Cluster) -> None:
     """redis-py's cluster pipeline does not load a script a node lacks (a promoted replica
     starts with none): relay's rounds run each script on its own, which does."""
-    settings = load_settings(
-        {
-            "RELAY_REDIS_URL": cluster.url,
-            "RELAY_REDIS_CLUSTER_NODES": cluster.nodes_setting,
-            "RELAY_QUEUE_REDIS_URL": "redis://127.0.0.1:1/0",
-        },
-        dotenv=None,
-    )
+    settings = _settings(cluster)
     target = RedisTarget.from_settings(settings)
     client = sync_client(target)
     try:
@@ -100,14 +105,7 @@ def test_the_stores_rounds_run_scripts_a_node_has_never_seen(cluster: Cluster) -
 
 
 def test_reencrypt_walks_every_primary(cluster: Cluster) -> None:
-    settings = load_settings(
-        {
-            "RELAY_REDIS_URL": cluster.url,
-            "RELAY_REDIS_CLUSTER_NODES": cluster.nodes_setting,
-            "RELAY_QUEUE_REDIS_URL": "redis://127.0.0.1:1/0",
-        },
-        dotenv=None,
-    )
+    settings = _settings(cluster)
     client = sync_client(RedisTarget.from_settings(settings))
     accounts = {f"acct-{i:02d}" for i in range(20)}
     key_a, key_b = generate_key(), generate_key()
@@ -128,14 +126,7 @@ def test_an_upload_holding_its_bytes_runs_on_a_node_without_the_script(cluster: 
     """The upload's one round trip (the script as a raw EVALSHA and the DECRBY of the bytes
     held beyond the file's, on two nodes) carries on when the node has no script: it loads
     it, and the total ends at the file's bytes."""
-    settings = load_settings(
-        {
-            "RELAY_REDIS_URL": cluster.url,
-            "RELAY_REDIS_CLUSTER_NODES": cluster.nodes_setting,
-            "RELAY_QUEUE_REDIS_URL": "redis://127.0.0.1:1/0",
-        },
-        dotenv=None,
-    )
+    settings = _settings(cluster)
     target = RedisTarget.from_settings(settings)
 
     async def upload_twice() -> tuple[int, list[int], list[bytes]]:
