@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import socket
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from relay.scripts import AsyncScripts, Scripts
 from relay.signing_keys import SigningKeys
 from relay.store import AsyncStore
 from relay.store_core import Call, Round, run, run_async, script
-from tests.support.cluster import PASSWORD, Cluster
+from tests.support.cluster import PASSWORD, Cluster, probe
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-cli") is None, reason="needs redis-cli")
 
@@ -54,6 +55,28 @@ def test_three_primaries_own_every_slot_and_a_replica_takes_over(cluster: Cluste
         assert len(cluster.primaries()) == 3
     finally:
         client.close()
+
+
+def test_a_node_whose_bus_port_is_taken_starts_on_another_pair(tmp_path: Path) -> None:
+    """The free-port check is only a look: a bus port taken between the pick and the bind
+    (another test's server, an outgoing connection) costs the node its pair, not the test."""
+    c = Cluster(tmp_path, primaries=1, replicas=0)
+    first = c.nodes[0].port
+    squatter = socket.socket()
+    try:
+        squatter.bind((HOST, first + 10_000))
+        squatter.listen()
+        c.start()
+        assert c.nodes[0].port != first
+        assert c.nodes[0].running
+        node = probe(c.nodes[0].port)
+        try:
+            assert node.cluster("info")["cluster_state"] == "ok"
+        finally:
+            node.close()
+    finally:
+        squatter.close()
+        c.close()
 
 
 def _settings(cluster: Cluster) -> Settings:

@@ -5,8 +5,10 @@ node also authenticating to its primary) started with ``--cluster-enabled yes`` 
 ``cluster-node-timeout``, so a killed primary is replaced by its replica in a few seconds;
 ``redis-cli --cluster create`` (Debian's redis-tools, beside redis-server) assigns the slots.
 
-A node's cluster bus listens 10,000 ports above its port, so ports are picked below 55536
-with both free.
+A node's cluster bus listens 10,000 ports above its port. Both are picked below the kernel's
+ephemeral range (``ip_local_port_range``, 32768 and up by default), where outgoing connections
+take their local ports, and a node whose bind still loses a race to another test process is
+started again on a new pair.
 """
 
 from __future__ import annotations
@@ -18,17 +20,22 @@ from pathlib import Path
 
 import redis
 
-from relay.redis_server import HOST, RedisServer, port_is_free
+from relay.redis_server import HOST, RedisServer, RedisServerError, port_is_free
 from tests.support.helpers import log_tails, node_client
 
 PASSWORD = "cluster-nodes-secret"
 NODE_TIMEOUT_MS = 1000
 
 
+# Node ports 10,000-22,767: their bus ports (+10,000) end below 32,768.
+PORT_RANGE = (10_000, 22_767)
+NODE_START_TRIES = 5
+
+
 def cluster_port() -> int:
     """A free port whose cluster-bus port (+10,000) is free too."""
     for _ in range(1000):
-        port = random.randint(20_000, 45_000)
+        port = random.randint(*PORT_RANGE)
         if port_is_free(port) and port_is_free(port + 10_000):
             return port
     raise RuntimeError("no free port pair for a cluster node")
@@ -78,9 +85,23 @@ class Cluster:
         """``RELAY_REDIS_URL`` beside the nodes: the nodes' password (host ignored)."""
         return f"redis://:{PASSWORD}@ignored.invalid:1/0"
 
+    def _start_node(self, index: int) -> None:
+        """Start node ``index``; a port pair lost between the pick and the bind (the check is
+        only a look) is given up for a new one, and the node started again."""
+        for attempt in range(1, NODE_START_TRIES + 1):
+            node = self.nodes[index]
+            try:
+                node.start()
+                return
+            except RedisServerError as exc:
+                if "Address already in use" not in str(exc) or attempt == NODE_START_TRIES:
+                    raise
+            (node.dir / "nodes.conf").unlink(missing_ok=True)
+            self.nodes[index] = self._node(node.dir)
+
     def start(self, timeout: float = 30) -> None:
-        for node in self.nodes:
-            node.start()
+        for index in range(len(self.nodes)):
+            self._start_node(index)
         if len(self.nodes) == 1:  # redis-cli creates three primaries at least
             client = probe(self.nodes[0].port)
             try:
