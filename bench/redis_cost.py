@@ -27,22 +27,26 @@ run's.
 
 from __future__ import annotations
 
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 import redis
 
 from bench._common import CSV_DOC, BenchError, Outcome, progress, table
 from bench._receiver import ReceiverProcess
-from bench._seed import upload_http
 from bench._stack import Stack
 
 NAME = "redis_cost"
 BATCHES = 200
 PER_BATCH = 10
 IDLE_S = 5.0
+# Requests in flight in every phase (``RELAY_BENCH_CLIENTS``): relay's API process sends the
+# round trips of concurrent requests together (relay.lane), so Redis's cost per document falls
+# as more arrive at once.
+CLIENTS = int(os.environ.get("RELAY_BENCH_CLIENTS", "8"))
 
 # This bench on v0.2 (commit 75eae6a), before the work on issue 16, on the 2-core machine the
 # README's figures come from. (The issue measured 814 us for a document on a busier machine;
@@ -65,42 +69,68 @@ class RedisMeter:
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
 
-    def read(self) -> tuple[dict[str, int], float]:
+    def read(self) -> Reading:
         stats: dict[str, Any] = self.client.info("commandstats")
         calls = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+        usec = {name.removeprefix("cmdstat_"): int(v["usec"]) for name, v in stats.items()}
         cpu: dict[str, Any] = self.client.info("cpu")
         seconds = float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"])
-        return calls, seconds
+        reads = int(self.client.info("stats")["total_reads_processed"])
+        return Reading(calls, seconds, reads, usec)
 
     @staticmethod
-    def delta(
-        before: tuple[dict[str, int], float], after: tuple[dict[str, int], float]
-    ) -> tuple[dict[str, int], float]:
-        calls = {k: v - before[0].get(k, 0) for k, v in after[0].items()}
-        # The INFO calls of the meter itself are not relay's.
-        calls["info"] = max(0, calls.get("info", 0) - 2)
-        return {k: v for k, v in calls.items() if v > 0}, after[1] - before[1]
+    def delta(before: Reading, after: Reading) -> Reading:
+        calls = {k: v - before.calls.get(k, 0) for k, v in after.calls.items()}
+        # The INFO calls of the meter itself are not relay's (three a reading).
+        calls["info"] = max(0, calls.get("info", 0) - 3)
+        return Reading(
+            {k: v for k, v in calls.items() if v > 0},
+            after.cpu_s - before.cpu_s,
+            max(0, after.reads - before.reads - 3),
+            {k: v - before.command_us.get(k, 0) for k, v in after.command_us.items()},
+        )
+
+
+class Reading(NamedTuple):
+    """What one look at ``INFO`` saw (or, from :meth:`RedisMeter.delta`, what changed):
+    calls by command, Redis CPU seconds, socket reads served (``total_reads_processed``: a
+    client's round trip is one read, a pipeline's too) and the microseconds spent inside
+    commands by command (``commandstats`` usec; a script's EVALSHA counts the whole script, the
+    commands it calls count again under their names)."""
+
+    calls: dict[str, int]
+    cpu_s: float
+    reads: int
+    command_us: dict[str, int]
 
 
 class Phase:
     """One measured phase: raw deltas, its length, and net figures once idle is known."""
 
-    def __init__(self, name: str, calls: dict[str, int], cpu_s: float, wall_s: float) -> None:
+    def __init__(self, name: str, seen: Reading, wall_s: float) -> None:
         self.name = name
-        self.calls = calls
-        self.cpu_s = cpu_s
+        self.calls = seen.calls
+        self.cpu_s = seen.cpu_s
+        self.reads = seen.reads
+        self.by_command_us = seen.command_us
+        # Each command's own time, called by a client or by a script, counted once (EVALSHA's
+        # time holds its commands' again, and the script's own work: left out).
+        self.command_us = sum(us for name, us in seen.command_us.items() if name != "evalsha")
         self.wall_s = wall_s
 
     @property
     def commands(self) -> int:
         return sum(self.calls.values())
 
-    def net(self, idle: Phase) -> tuple[float, float]:
-        """(commands, CPU seconds) with the idle rate times this phase's length taken out."""
+    def net(self, idle: Phase) -> tuple[float, float, float, float]:
+        """(commands, CPU seconds, reads, microseconds in commands) with the idle rate times
+        this phase's length taken out."""
         scale = self.wall_s / idle.wall_s
         return (
             max(0.0, self.commands - idle.commands * scale),
             max(0.0, self.cpu_s - idle.cpu_s * scale),
+            max(0.0, self.reads - idle.reads * scale),
+            max(0.0, self.command_us - idle.command_us * scale),
         )
 
 
@@ -109,8 +139,7 @@ def _measure(meter: RedisMeter, name: str, action: Any) -> Phase:
     t0 = time.monotonic()
     action()
     wall = time.monotonic() - t0
-    calls, cpu = RedisMeter.delta(before, meter.read())
-    return Phase(name, calls, cpu, wall)
+    return Phase(name, RedisMeter.delta(before, meter.read()), wall)
 
 
 def _parallel(http: httpx.Client, calls: list[tuple[str, str, dict[str, Any]]]) -> None:
@@ -120,7 +149,7 @@ def _parallel(http: httpx.Client, calls: list[tuple[str, str, dict[str, Any]]]) 
         if r.status_code >= 300:
             raise BenchError(f"{method} {path} answered {r.status_code}: {r.text[:300]}")
 
-    with ThreadPoolExecutor(8) as pool:
+    with ThreadPoolExecutor(CLIENTS) as pool:
         for future in [pool.submit(one, c) for c in calls]:
             future.result()
 
@@ -163,6 +192,7 @@ def _run(quick: bool, separate_queues: bool) -> Outcome:
             base_url=stack.api_url,
             headers={"Authorization": f"Bearer {started.key}"},
             timeout=30,
+            limits=httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS),
         )
         names = [f"cost-{i}" for i in range(batches)]
         try:
@@ -172,11 +202,25 @@ def _run(quick: bool, separate_queues: bool) -> Outcome:
 
             progress(NAME, f"{batches * PER_BATCH} uploads")
 
-            def upload_all() -> None:
-                for n in names:
-                    upload_http(http, n, PER_BATCH, CSV_DOC, threads=8)
-
-            upload = _measure(meter, "upload", upload_all)
+            upload = _measure(
+                meter,
+                "upload",
+                lambda: _parallel(
+                    http,
+                    [
+                        (
+                            "POST",
+                            "/api/v1/documents",
+                            {
+                                "files": {"file": (f"doc-{i}.csv", CSV_DOC, "text/csv")},
+                                "data": {"batch_name": n},
+                            },
+                        )
+                        for n in names
+                        for i in range(PER_BATCH)
+                    ],
+                ),
+            )
 
             progress(NAME, f"{batches} webhook registrations")
             register = _measure(
@@ -230,11 +274,15 @@ def _run(quick: bool, separate_queues: bool) -> Outcome:
     def put(label: str, phases: list[Phase], n: int) -> None:
         commands = sum(p.net(idle)[0] for p in phases) / n
         cpu_us = sum(p.net(idle)[1] for p in phases) / n * 1e6
+        reads = sum(p.net(idle)[2] for p in phases) / n
+        in_commands_us = sum(p.net(idle)[3] for p in phases) / n
         raw_commands = sum(p.commands for p in phases) / n
         raw_cpu_us = sum(p.cpu_s for p in phases) / n * 1e6
         per[label] = {
             "commands": round(commands, 1),
             "cpu_us": round(cpu_us, 1),
+            "round_trips": round(reads, 1),
+            "in_commands_us": round(in_commands_us, 1),
             "raw_commands": round(raw_commands, 1),
             "raw_cpu_us": round(raw_cpu_us, 1),
         }
@@ -256,6 +304,8 @@ def _run(quick: bool, separate_queues: bool) -> Outcome:
             before(label, "commands"),
             f["cpu_us"],
             before(label, "cpu_us"),
+            f["round_trips"],
+            f["in_commands_us"],
             f["raw_commands"],
             f["raw_cpu_us"],
         ]
@@ -265,25 +315,38 @@ def _run(quick: bool, separate_queues: bool) -> Outcome:
     out.tables.append(
         table(
             f"Redis cost ({batches} batches x {PER_BATCH} one-row CSVs, webhook each, "
-            "AOF everysec; net of relay's idle rate)",
-            ["per", "commands", "before", "CPU us", "before", "raw cmds", "raw us"],
+            f"AOF everysec, {CLIENTS} requests in flight; "
+            "net of relay's idle rate)",
+            [
+                "per",
+                "commands",
+                "before",
+                "CPU us",
+                "before",
+                "round trips",
+                "us in commands",
+                "raw cmds",
+                "raw us",
+            ],
             rows,
         )
     )
-    top = sorted(
-        ((k, v) for p in (upload, notify) for k, v in p.calls.items()),
-        key=lambda kv: -kv[1],
-    )
     merged: dict[str, int] = {}
-    for k, v in top:
-        merged[k] = merged.get(k, 0) + v
+    merged_us: dict[str, int] = {}
+    for p in (upload, notify):
+        for k, v in p.calls.items():
+            merged[k] = merged.get(k, 0) + v
+        for k, v in p.by_command_us.items():
+            merged_us[k] = merged_us.get(k, 0) + v
     out.tables.append(
         table(
-            "commands per document, upload + notify, by command (raw)",
-            ["command", "per document"],
-            [[k, round(v / docs, 2)] for k, v in sorted(merged.items(), key=lambda kv: -kv[1])][
-                :15
-            ],
+            "per document, upload + notify, by command (raw; EVALSHA's time holds its "
+            "commands' time again)",
+            ["command", "calls", "us"],
+            [
+                [k, round(v / docs, 2), round(merged_us.get(k, 0) / docs, 1)]
+                for k, v in sorted(merged.items(), key=lambda kv: -merged_us.get(kv[0], 0))
+            ][:18],
         )
     )
     out.tables.append(
@@ -297,6 +360,7 @@ def _run(quick: bool, separate_queues: bool) -> Outcome:
     out.data = {
         "batches": batches,
         "per_batch": PER_BATCH,
+        "clients": CLIENTS,
         "per": per,
         "before": BEFORE,
         "phases": {
@@ -305,6 +369,8 @@ def _run(quick: bool, separate_queues: bool) -> Outcome:
                 "cpu_s": round(p.cpu_s, 4),
                 "wall_s": round(p.wall_s, 2),
                 "calls": p.calls,
+                "reads": p.reads,
+                "command_us": p.by_command_us,
             }
             for p in (idle, register, upload, notify, retry)
         },
