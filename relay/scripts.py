@@ -1,9 +1,9 @@
-"""The Lua scripts in ``relay/lua/``: loaded once, each prefixed with ``_lib.lua``.
+"""The Lua scripts in ``relay/lua/``: loaded once, each prefixed with the helpers it uses.
 
 Every state transition that touches more than one key is one of these scripts, so nothing
 is half-written when a process dies. Each script's header comment lists its KEYS and ARGV.
 Every script starts with the shared helpers of ``_lib.lua`` and the fair queue's of
-``_fair.lua``.
+``_fair.lua`` that it uses (:func:`source`).
 
 A script that answers more than one value answers a JSON object (``cjson.encode`` of a
 table with named fields), read with :func:`fields`: callers read a reply by name, never by
@@ -74,10 +74,6 @@ def fields(reply: bytes | str) -> dict[str, Any]:
     out: dict[str, Any] = json.loads(reply)
     return out
 
-
-# The scripts that start with only the shared definitions they use (:func:`source`).
-LEAN = frozenset({"upload", "ratelimit"})
-
 _DEFINITION = re.compile(r"^local (?:function )?([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _COMMENT = re.compile(r"--[^\n]*")
@@ -109,17 +105,17 @@ def _used(body: str, helpers: list[tuple[str, str]]) -> str:
 
 @cache
 def source(name: str) -> str:
-    """The script's text as Redis runs it: ``_lib.lua``, ``_fair.lua``, then the script.
+    """The script's text as Redis runs it: the definitions of ``_lib.lua`` and ``_fair.lua``
+    it uses (directly or through each other), in their order, then the script.
 
-    A script in :data:`LEAN` starts with only the helpers it uses (issue 16): every helper is
-    a closure made afresh on each run, so the whole library costs each run some forty
-    allocations, and the Lua heap's garbage collection with them, whether used or not."""
+    Only those (issue 16): every helper is a closure made afresh on each run, so the whole
+    library cost each run some forty allocations, and the Lua heap's garbage collection with
+    them, whether used or not: on an idle Redis, 4 us more per run than a bare ``return 1``
+    (1.8 us). The 27 scripts went from ~20 KB each to 0.4-10 KB."""
     lua = resources.files("relay") / "lua"
     body = (lua / f"{name}.lua").read_text()
     helpers = [(lua / part).read_text() for part in ("_lib.lua", "_fair.lua")]
-    if name in LEAN:
-        return _used(body, [d for text in helpers for d in _definitions(text)]) + body
-    return "\n".join([*helpers, body])
+    return _used(body, [d for text in helpers for d in _definitions(text)]) + body
 
 
 class Scripts:

@@ -11,15 +11,14 @@ from redis.exceptions import ResponseError
 
 from relay import keys
 from relay.model import valid_batch_name
-from relay.scripts import refusal, source
+from relay.scripts import refusal
 
 
 def _lib() -> str:
-    """The shared helpers (``_lib.lua``, then ``_fair.lua``), as every script starts with them."""
+    """The shared helpers, all of them (``_lib.lua``, then ``_fair.lua``): a script starts with
+    those it uses, in this order (``relay.scripts.source``)."""
     lua = resources.files("relay") / "lua"
-    lib = (lua / "_lib.lua").read_text() + "\n" + (lua / "_fair.lua").read_text()
-    assert source("renew").startswith(lib)
-    return lib
+    return (lua / "_lib.lua").read_text() + "\n" + (lua / "_fair.lua").read_text()
 
 
 def _lua(client: redis.Redis, expr: str, *args: str) -> str:
