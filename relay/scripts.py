@@ -74,6 +74,7 @@ def fields(reply: bytes | str) -> dict[str, Any]:
     out: dict[str, Any] = json.loads(reply)
     return out
 
+
 _DEFINITION = re.compile(r"^local (?:function )?([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _COMMENT = re.compile(r"--[^\n]*")
