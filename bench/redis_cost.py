@@ -43,6 +43,7 @@ NAME = "redis_cost"
 BATCHES = 200
 PER_BATCH = 10
 IDLE_S = 5.0
+ROUND_TRIPS = 5000  # PINGs to measure what one round trip costs Redis
 # Requests in flight in every phase (``RELAY_BENCH_CLIENTS``): relay's API process sends the
 # round trips of concurrent requests together (relay.lane), so Redis's cost per document falls
 # as more arrive at once.
@@ -154,6 +155,29 @@ def _parallel(http: httpx.Client, calls: list[tuple[str, str, dict[str, Any]]]) 
             future.result()
 
 
+def _round_trip_floor(meter: RedisMeter, idle: Phase, n: int) -> dict[str, float]:
+    """What a round trip itself costs this Redis, net of relay's idle rate: ``n`` PINGs one
+    at a time (each a round trip to an otherwise idle server: what a request's round trip
+    costs at this bench's load), then ``n`` PINGs ten to a round trip (a command's share
+    once the round trip is paid)."""
+    client = meter.client
+
+    def serial() -> None:
+        for _ in range(n):
+            client.ping()
+
+    def pipelined() -> None:
+        for _ in range(n // 10):
+            pipe = client.pipeline(transaction=False)
+            for _ in range(10):
+                pipe.ping()
+            pipe.execute()
+
+    one = _measure(meter, "ping", serial).net(idle)[1] / n * 1e6
+    ten = _measure(meter, "ping x10", pipelined).net(idle)[1] / n * 1e6
+    return {"round_trip_us": round(one, 1), "pipelined_command_us": round(ten, 1)}
+
+
 def run(quick: bool = False, profile: bool = False) -> Outcome:
     out = _run(quick, separate_queues=False)
     progress(NAME, "again, RQ's queues on a Redis of their own (RELAY_QUEUE_REDIS_URL)")
@@ -199,6 +223,7 @@ def _run(quick: bool, separate_queues: bool) -> Outcome:
             progress(NAME, f"idle for {idle_s:.0f} s (relay's background rate)")
             time.sleep(1.0)  # let start-up traffic settle
             idle = _measure(meter, "idle", lambda: time.sleep(idle_s))
+            floor = _round_trip_floor(meter, idle, ROUND_TRIPS // (10 if quick else 1))
 
             progress(NAME, f"{batches * PER_BATCH} uploads")
 
@@ -331,6 +356,7 @@ def _run(quick: bool, separate_queues: bool) -> Outcome:
             rows,
         )
     )
+    document = per["document (upload to notification)"]
     merged: dict[str, int] = {}
     merged_us: dict[str, int] = {}
     for p in (upload, notify):
@@ -349,6 +375,22 @@ def _run(quick: bool, separate_queues: bool) -> Outcome:
             ][:18],
         )
     )
+    floor_us = document["round_trips"] * floor["round_trip_us"]
+    out.tables.append(
+        table(
+            "what a round trip costs this Redis (PING, net of the idle rate), and the floor "
+            "it sets: a document's round trips x one round trip",
+            ["round trip us", "pipelined command us", "round trips a document", "floor us"],
+            [
+                [
+                    floor["round_trip_us"],
+                    floor["pipelined_command_us"],
+                    document["round_trips"],
+                    round(floor_us, 1),
+                ]
+            ],
+        )
+    )
     out.tables.append(
         table(
             "idle rate (taken out of each phase)",
@@ -356,12 +398,12 @@ def _run(quick: bool, separate_queues: bool) -> Outcome:
             [[round(idle.commands / idle.wall_s, 1), round(idle.cpu_s / idle.wall_s * 1e3, 2)]],
         )
     )
-    document = per["document (upload to notification)"]
     out.data = {
         "batches": batches,
         "per_batch": PER_BATCH,
         "clients": CLIENTS,
         "per": per,
+        "round_trip": {**floor, "floor_us_per_document": round(floor_us, 1)},
         "before": BEFORE,
         "phases": {
             p.name: {
