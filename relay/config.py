@@ -389,6 +389,16 @@ class Settings:
         RateLimit.parse,
         "Per account: sliding-window limit on manual delivery retries",
     )
+    write_lease_slots: int = setting(
+        "8",
+        _positive_int,
+        "Most slots of an account's write window an API process leases at once (1 = none)",
+    )
+    write_lease_ms: int = setting(
+        "1000",
+        _positive_int,
+        "How long an API process may admit writes from a lease of window slots (ms)",
+    )
     auth_failure_rate_limit: RateLimit = setting(
         "60/minute",
         RateLimit.parse,

@@ -8,7 +8,7 @@ records and decisions:
 - the status round trip (:meth:`Edge.status`): the key record, the status window's count and
   the reads of a *query object* (``relay.store.DocumentQuery``, ``BatchQuery``) in one
   pipelined round trip, sent down the lane (``relay.lane``) or a redis-py pipeline;
-- the windows of writes and of bad keys (:meth:`Edge.admit`, :meth:`Edge.count_bad_key`);
+- the windows of writes and of bad keys (:meth:`Edge.write_round`, :meth:`Edge.count_bad_key`);
 - key and operator lookups, the signing material, the replicas' acknowledgement of a write
   (``relay.durable``), the wake-ups of the RQ queues and the operators' reads across shards
   (:class:`relay.scans.Scans`).
@@ -46,7 +46,7 @@ from relay.delivery.transport import USER_AGENT, make_client
 from relay.events import AsyncEventLog, FeedWaiters
 from relay.lane import Lane, StatusClient, StatusPipe
 from relay.lane_url import status_client
-from relay.ratelimit import Decision, SlidingWindow
+from relay.ratelimit import Decision, LeasePolicy, SlidingWindow
 from relay.redis_conn import (
     RedisTarget,
     async_client,
@@ -174,7 +174,11 @@ class Edge:
             ),
             status_limit=SlidingWindow(settings.status_rate_limit),
             write_limits={
-                kind: SlidingWindow(rate, functools.partial(keys.account_rate_window, kind))
+                kind: SlidingWindow(
+                    rate,
+                    functools.partial(keys.account_rate_window, kind),
+                    LeasePolicy(settings.write_lease_slots, settings.write_lease_ms),
+                )
                 for kind, rate in rates.items()
             },
             auth_failures=SlidingWindow(settings.auth_failure_rate_limit, keys.auth_failure_window),
@@ -252,10 +256,6 @@ class Edge:
         """Whether the console session is open and its operator key still active."""
         return await console_session_active(self.redis, sid, prefix, operator)
 
-    async def admit(self, kind: str, account: str) -> Decision:
-        """Count one write of ``kind`` (:data:`UPLOADS`, :data:`PROCESS`, :data:`RETRIES`)."""
-        return await self.write_limits[kind].hit(self.redis, account)
-
     async def write_round(
         self, presented: PresentedKey, account: str, kind: str, hold: int = 0
     ) -> WriteRound:
@@ -269,29 +269,34 @@ class Edge:
         the window (a member made once per request) are safe to run twice; the ``INCRBY`` may
         then hold twice, which leaves the total high, never low (``relay.store.AsyncStore``).
         A ``NOSCRIPT`` reply for the window (a new or restarted Redis) loads the script and
-        counts the request on its own, without sending the rest again."""
+        counts the request on its own, without sending the rest again. A request the process
+        admits from its lease of the window's slots (``relay.ratelimit``, leased slots) sends
+        no window at all: the record and the hold still go."""
         window = self.write_limits[kind]
+        leased = window.take(account)
         total_key = keys.account_pending_total(account)
         pipe = self.lane.pipeline()
         pipe.hmget(keys.api_key(presented.prefix), list(RECORD_FIELDS))
-        window.queue(pipe, account)
+        asked = window.queue(pipe, account) if leased is None else None
         if hold > 0:
             pipe.execute_command("INCRBY", total_key, hold)
         replies = await pipe.execute(raise_on_error=False)
         total: int | None = None
         if hold > 0:
-            if isinstance(replies[2], Exception):
-                raise replies[2]  # e.g. the store full (OOM): nothing was held
-            total = int(replies[2])
+            if isinstance(replies[-1], Exception):
+                raise replies[-1]  # e.g. the store full (OOM): nothing was held
+            total = int(replies[-1])
         held = hold if total is not None else 0
         try:
             if isinstance(replies[0], Exception):
                 raise replies[0]
-            if isinstance(replies[1], NoScriptError):
+            if leased is not None:
+                decision = leased
+            elif isinstance(replies[1], NoScriptError):
                 await window.load(self.redis)
                 decision = await window.hit(self.redis, account)
             else:
-                decision = window.decide(replies[1])
+                decision = window.decide(replies[1], account, asked)
         except BaseException:
             await self.release_hold(account, held)
             raise

@@ -159,3 +159,28 @@ def test_after_redis_forgot_its_scripts_a_write_is_counted_and_held_once(
     auth = api.auth("acme")
     assert api.client.post(f"{V1}/batches/b1/process", headers=auth).status_code == 202
     assert window(api, "process") == 1
+
+
+def test_a_busy_account_writes_from_leased_slots_and_a_revoked_key_stops_at_once(
+    api_factory: ApiFactory,
+) -> None:
+    # Leases of 2: an account is busy at 2 writes within a second, on any machine.
+    api = api_factory(
+        account_upload_rate_limit=RateLimit(limit=1000, window_ms=60_000), write_lease_slots=2
+    )
+    for _ in range(12):
+        api.upload_ok("acme", "b1", content=CSV)
+    # The first upload asked one slot; from the second on, each ask took a lease of 2, the
+    # next upload came from it without the window's script: 6 asks for 11 uploads, the 12th
+    # upload's lease leaves one slot held by the process.
+    window_key = keys.account_rate_window("uploads", "acme")
+    members = [m.decode() for m in api.redis.zrange(window_key, 0, -1)]
+    assert len(members) == 13
+    assert sum(m.count(":") == 2 for m in members) == 12  # <token>:<n>:<slot>
+    assert documents(api, "b1") == 12
+    assert total(api) == 12 * len(CSV)
+    # A leased slot never skips the key: revoked, the next upload is refused and writes nothing.
+    assert revoke_key(api.redis, api.key("acme")) is True
+    refused = api.upload("acme", "b1", content=CSV)
+    assert refused.status_code == 401, refused.text
+    assert (documents(api, "b1"), total(api)) == (12, 12 * len(CSV))

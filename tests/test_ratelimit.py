@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -12,7 +13,7 @@ import redis.asyncio
 
 from relay import keys
 from relay.config import RateLimit
-from relay.ratelimit import Decision, SlidingWindow
+from relay.ratelimit import Decision, LeasePolicy, SlidingWindow
 
 T = TypeVar("T")
 
@@ -122,3 +123,121 @@ def test_uses_the_server_clock(redis_url: str, redis: redis.Redis) -> None:
     server_ms = seconds * 1000 + micros // 1000
     assert server_ms - 5_000 < score <= server_ms
     assert abs(score - time.time() * 1000) < 60_000
+
+
+# -- leased slots (the account write windows) -------------------------------------------------
+
+LEASE = LeasePolicy(slots=8, ms=1_000)
+
+
+async def _admit(window: SlidingWindow, client: redis.asyncio.Redis, subject: str) -> Decision:
+    """One write as the API admits it (relay.edge.Edge.write_round): from the process's lease,
+    else by asking the window."""
+    return window.take(subject) or await window.hit(client, subject)
+
+
+def _script_runs(redis: redis.Redis) -> int:
+    stats = redis.info("commandstats")
+    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+def test_a_busy_subject_is_leased_slots_and_the_window_stays_exact(
+    redis_url: str, redis: redis.Redis
+) -> None:
+    window = SlidingWindow(RateLimit(limit=100, window_ms=60_000), lease=LEASE)
+    runs = _script_runs(redis)
+
+    async def body(client: redis.asyncio.Redis) -> list[Decision]:
+        return [await _admit(window, client, "busy1234") for _ in range(150)]
+
+    decisions = run_with_client(redis_url, body)
+    assert [d.allowed for d in decisions] == [True] * 100 + [False] * 50
+    # Each admitted write's header counts it, leased or not: 99 down to 0, as without leases.
+    assert [d.remaining for d in decisions[:100]] == list(range(99, -1, -1))
+    # Every slot recorded was used, and far fewer script runs than admitted writes (each of
+    # the 50 refused asks the window): 7 asked one slot each before the subject was busy,
+    # then leases of 8 until a quarter of what was left fell below 8, then smaller ones.
+    assert redis.zcard(keys.rate_window("busy1234")) == 100
+    asked = _script_runs(redis) - runs - 50
+    assert asked < 30, asked
+
+
+def test_leased_slots_are_recorded_a_lease_ahead_and_single_ones_at_now(
+    redis_url: str, redis: redis.Redis
+) -> None:
+    window = SlidingWindow(RateLimit(limit=1_000, window_ms=60_000), lease=LEASE)
+    run_with_client(redis_url, lambda c: _many(window, c, "ahead123", 9))
+    scores = [s for _, s in redis.zrange(keys.rate_window("ahead123"), 0, -1, withscores=True)]
+    seconds, micros = redis.time()
+    now = seconds * 1000 + micros // 1000
+    # Seven asked one at a time (the subject not yet busy), then a lease of eight.
+    assert len(scores) == 15
+    assert all(now - 5_000 < s <= now for s in scores[:7])
+    assert all(now + 1_000 - 5_000 < s <= now + 1_000 for s in scores[7:])
+    assert redis.pttl(keys.rate_window("ahead123")) > 60_000
+
+
+async def _many(window: SlidingWindow, client: redis.asyncio.Redis, subject: str, n: int) -> None:
+    for _ in range(n):
+        await _admit(window, client, subject)
+
+
+def test_a_quiet_subject_asks_one_slot_at_a_time(redis_url: str, redis: redis.Redis) -> None:
+    window = SlidingWindow(RateLimit(limit=100, window_ms=60_000), lease=LEASE)
+
+    async def body(client: redis.asyncio.Redis) -> None:
+        for _ in range(7):  # fewer than a lease's slots in any second
+            assert window.take("quiet123") is None
+            await window.hit(client, "quiet123")
+
+    run_with_client(redis_url, body)
+    assert redis.zcard(keys.rate_window("quiet123")) == 7
+
+
+def test_an_expired_lease_gives_its_unused_slots_back_on_the_next_ask(
+    redis_url: str, redis: redis.Redis
+) -> None:
+    window = SlidingWindow(
+        RateLimit(limit=100, window_ms=60_000), lease=LeasePolicy(slots=8, ms=200)
+    )
+
+    async def body(client: redis.asyncio.Redis) -> list[int]:
+        await _many(window, client, "spare123", 9)  # the 8th asked a lease: 7 slots left
+        leased = int(redis.zcard(keys.rate_window("spare123")))
+        await asyncio.sleep(0.3)
+        assert window.take("spare123") is None  # past the lease's length: not used
+        await window.hit(client, "spare123")
+        return [leased, int(redis.zcard(keys.rate_window("spare123")))]
+
+    leased, after = run_with_client(redis_url, body)
+    assert leased == 15  # 7 single, 8 leased (2 used, 6 held)
+    # The 6 unused were removed by the next ask (itself a new lease: the subject is still
+    # busy): every slot in the window admitted one of the 10 writes or is held by the lease.
+    held = window._leases["spare123"].members
+    assert after == 10 + len(held)
+    # Of the first lease (the 8th ask's member, slots :1 to :8) only the two used remain.
+    first = f"{window._token}:7:"
+    members = {m.decode() for m in redis.zrange(keys.rate_window("spare123"), 0, -1)}
+    assert {m for m in members if m.startswith(first)} == {first + "1", first + "2"}
+
+
+def test_processes_sharing_a_window_never_admit_more_than_its_limit(
+    redis_url: str, redis: redis.Redis
+) -> None:
+    """Three API processes (three windows, each its own leases) taking turns at random on one
+    account: never more than the limit admitted, and the slots they hold unused at the end
+    are all that keeps the count below it."""
+    rate = RateLimit(limit=100, window_ms=60_000)
+    processes = [SlidingWindow(rate, lease=LEASE) for _ in range(3)]
+    turns = random.Random(7)
+
+    async def body(client: redis.asyncio.Redis) -> int:
+        admitted = 0
+        for _ in range(400):
+            admitted += (await _admit(turns.choice(processes), client, "shared12")).allowed
+        return admitted
+
+    admitted = run_with_client(redis_url, body)
+    held = sum(len(p._leases["shared12"].members) for p in processes if "shared12" in p._leases)
+    assert admitted + held == redis.zcard(keys.rate_window("shared12")) <= 100
+    assert admitted >= 100 - 3 * (LEASE.slots - 1)

@@ -54,17 +54,9 @@ def client_address(request: Request) -> str:
 @dataclass(frozen=True)
 class Limits:
     """The API process's write windows (by kind) and its bad-key window, as HTTP answers
-    (the windows themselves are the edge's: ``relay.edge.Edge.admit``)."""
+    (the windows themselves are the edge's: ``relay.edge.Edge.write_round``)."""
 
     edge: Edge
-
-    async def admit(self, kind: str, account: str) -> dict[str, str]:
-        """Count one write of ``kind`` by ``account``; returns its ``RateLimit-*`` headers.
-        Raises RateLimited (429, with the headers and ``Retry-After``) past the limit."""
-        decision = await self.edge.admit(kind, account)
-        if not decision.allowed:
-            raise self.refused(kind, decision)
-        return decision.headers()
 
     def refused(self, kind: str, decision: Decision) -> RateLimited:
         """The 429 of a write of ``kind`` the account's window refused."""
