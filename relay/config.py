@@ -115,6 +115,22 @@ def _claim_documents(raw: str) -> int:
     return value
 
 
+def _lease_slots(raw: str) -> int:
+    value = _positive_int(raw)
+    if value > 64:
+        raise ValueError("at most 64 (1 = no leases)")
+    return value
+
+
+def _lease_ms(raw: str) -> int:
+    # A leased slot is recorded this far ahead: a refusal may come this much later than a
+    # window without leases would allow (docs/decisions.md, "Leased slots").
+    value = _positive_int(raw)
+    if value > 10_000:
+        raise ValueError("at most 10000 (10 s)")
+    return value
+
+
 def _non_negative_int(raw: str) -> int:
     value = int(raw)
     if value < 0:
@@ -391,12 +407,12 @@ class Settings:
     )
     write_lease_slots: int = setting(
         "8",
-        _positive_int,
+        _lease_slots,
         "Most slots of an account's write window an API process leases at once (1 = none)",
     )
     write_lease_ms: int = setting(
         "1000",
-        _positive_int,
+        _lease_ms,
         "How long an API process may admit writes from a lease of window slots (ms)",
     )
     auth_failure_rate_limit: RateLimit = setting(

@@ -70,6 +70,10 @@ def test_unknown_setting_is_an_error() -> None:
         ("RELAY_RETENTION", "-4s"),
         ("RELAY_MAX_STORED_ATTEMPTS", "1"),
         ("RELAY_PURGE_STEPS", "0"),
+        ("RELAY_WRITE_LEASE_SLOTS", "0"),
+        ("RELAY_WRITE_LEASE_SLOTS", "65"),
+        ("RELAY_WRITE_LEASE_MS", "0"),
+        ("RELAY_WRITE_LEASE_MS", "10001"),
     ],
 )
 def test_bad_values_name_the_variable(name: str, value: str) -> None:
