@@ -10,14 +10,14 @@ send an extra ``SCRIPT EXISTS`` round trip on every execute. Redis forgets scrip
 restarts, so a ``NOSCRIPT`` reply means "load it (:meth:`SlidingWindow.load`) and send again".
 
 Leased slots (the account write windows, :class:`LeasePolicy`): an API process that sees an
-account write fast (``slots`` requests within a second) asks for up to ``slots`` slots in one
-run of the script and admits the account's next writes from its lease, without the script
-(issue 16: a script run is most of what a rate-limited write costs Redis). The window stays
-exact, only ever stricter: the slots are recorded ``ms`` ahead of the server's clock and the
-process uses each before that time, so each is recorded no earlier than it is used and
-leaves the window no sooner; a slot never used stays counted until it leaves. A lease takes
-at most a quarter of what is left in the window, so the last slots go one at a time, and a
-process admits from a lease only until ``ms`` after it asked.
+account write fast (``slots`` requests within this clock second and the last) asks for up to
+``slots`` slots in one run of the script and admits the account's next writes from its
+lease, without the script (issue 16: a script run is most of what a rate-limited write costs
+Redis). The window stays exact, only ever stricter: the slots are recorded ``ms`` ahead of
+the server's clock and the process uses each before that time, so each is recorded no
+earlier than it is used and leaves the window no sooner; a slot never used stays counted
+until it leaves. A lease takes at most a quarter of what is left in the window, so the last
+slots go one at a time, and a process admits from a lease only until ``ms`` after it asked.
 """
 
 from __future__ import annotations
@@ -176,11 +176,12 @@ class SlidingWindow:
 
     def _wanted(self, subject: str) -> int:
         """Slots to ask for: the lease's size once ``subject`` sent that many requests within
-        the current or the last second, else one."""
+        the current second and the one before (a clock second: at most two seconds, at least
+        one), else one."""
         if self.lease is None:
             return 1
         seen = self._arrivals.get(subject)
-        busy = seen is not None and max(seen[1], seen[2]) >= self.lease.slots
+        busy = seen is not None and seen[1] + seen[2] >= self.lease.slots
         return self.lease.slots if busy else 1
 
     def queue(self, pipe: Any, prefix: str) -> Asked:
