@@ -15,9 +15,10 @@ account write fast (``slots`` requests within this clock second and the last) as
 lease, without the script (issue 16: a script run is most of what a rate-limited write costs
 Redis). The window stays exact, only ever stricter: the slots are recorded ``ms`` ahead of
 the server's clock and the process uses each before that time, so each is recorded no
-earlier than it is used and leaves the window no sooner; a slot never used stays counted
-until it leaves. A lease takes at most a quarter of what is left in the window, so the last
-slots go one at a time, and a process admits from a lease only until ``ms`` after it asked.
+earlier than it is used and leaves the window no sooner; a slot not used in time goes back
+with the process's next ask for that account (else it stays counted until it leaves). A
+lease takes at most a quarter of what is left in the window, so the last slots go one at a
+time, and a process admits from a lease only until ``ms`` after it asked.
 """
 
 from __future__ import annotations
