@@ -202,17 +202,9 @@ def test_a_computing_extractor_is_cut_at_its_cpu_budget_not_by_the_wall_clock(
     # time passes, its CPU time does not, so it is not cut before it has used its 1 s.
     threading.Timer(0.2, os.kill, (pid, signal.SIGSTOP)).start()
     threading.Timer(1.7, os.kill, (pid, signal.SIGCONT)).start()
-    started = time.monotonic()
-    data, error = _run(host, b"burn\nsku\nA\n")
-    elapsed = time.monotonic() - started
-    assert data is None and error == (
-        "extraction_timeout",
-        "the extraction used more than 1 s of CPU time",
-    )
+    elapsed = _timed_out(host, b"burn\nsku\nA\n", "the extraction used more than 1 s of CPU time")
     assert 2.5 <= elapsed < 30
-    assert _is_zombie_or_gone(pid)
-    _still_works(host)
-    assert host.pid != pid
+    _replaced(host, pid)
 
 
 def test_a_waiting_extractor_is_cut_by_the_wall_clock_backstop(
@@ -225,17 +217,30 @@ def test_a_waiting_extractor_is_cut_by_the_wall_clock_backstop(
     _still_works(host)
     first_pid = host.pid
     assert first_pid is not None
-    started = time.monotonic()
-    data, error = _run(host, b"slow\nsku\nA\n")
-    elapsed = time.monotonic() - started
-    assert data is None and error == (
-        "extraction_timeout",
+    elapsed = _timed_out(
+        host,
+        b"slow\nsku\nA\n",
         "the extraction took longer than 2 s of wall-clock time (2 x its 1 s CPU budget)",
     )
     assert 2.0 <= elapsed < 5.0
-    assert _is_zombie_or_gone(first_pid)
+    _replaced(host, first_pid)
+
+
+def _timed_out(host: ExtractorHost, content: bytes, message: str) -> float:
+    """Run ``content``, which must end in ``extraction_timeout`` saying ``message``; the
+    seconds it took."""
+    started = time.monotonic()
+    data, error = _run(host, content)
+    elapsed = time.monotonic() - started
+    assert data is None and error == ("extraction_timeout", message)
+    return elapsed
+
+
+def _replaced(host: ExtractorHost, pid: int) -> None:
+    """The cut child ``pid`` is gone (or a zombie) and a new one serves the next document."""
+    assert _is_zombie_or_gone(pid)
     _still_works(host)
-    assert host.pid != first_pid
+    assert host.pid != pid
 
 
 def _is_zombie_or_gone(pid: int) -> bool:
@@ -311,11 +316,9 @@ def test_the_deadline_grows_with_the_pages_and_still_bounds_a_hostile_document(
     assert time.monotonic() - started > 0.6
     assert json.loads(data)["line_items"] == [{"sku": "A-1"}]
     # Two pages that never end: cut at 0.3 + 2 x 0.5 s.
-    started = time.monotonic()
-    data, error = _run(host, b"pages=2 seconds=3600\nsku\nA-1\n")
-    elapsed = time.monotonic() - started
-    assert data is None and error == (
-        "extraction_timeout",
+    elapsed = _timed_out(
+        host,
+        b"pages=2 seconds=3600\nsku\nA-1\n",
         "the extraction used more than 1.3 s of CPU time (0.3 s and 0.5 s for each of its 2 pages)",
     )
     assert 1.3 <= elapsed < 20
