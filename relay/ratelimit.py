@@ -138,21 +138,23 @@ class SlidingWindow:
             return None
         now = time.monotonic()
         self._arrive(subject, int(now))
-        lease = self._leases.get(subject)
+        lease = self._live(subject, now)
         if lease is None:
-            return None
-        if not lease.members or now >= lease.expires:
-            self._expire(subject)
             return None
         lease.members.pop(0)
         reset_ms = max(0, math.ceil((lease.reset_at - now) * 1000))
         return Decision(True, self.rate.limit, lease.remaining + len(lease.members), reset_ms)
 
-    def _expire(self, subject: str) -> None:
-        """End ``subject``'s lease; its unused slots go back with the subject's next ask."""
-        lease = self._leases.pop(subject, None)
-        if lease is not None and lease.members:
+    def _live(self, subject: str, now: float) -> _Lease | None:
+        """``subject``'s lease while it has a slot to use and its time is not up; else None,
+        the lease ended and its unused slots set to go back with the subject's next ask."""
+        lease = self._leases.get(subject)
+        if lease is None or (lease.members and now < lease.expires):
+            return lease
+        del self._leases[subject]
+        if lease.members:
             self._unused.setdefault(subject, []).extend(lease.members)
+        return None
 
     def _arrive(self, subject: str, second: int) -> None:
         seen = self._arrivals.get(subject)
@@ -192,9 +194,7 @@ class SlidingWindow:
         args: list[Any] = [self.rate.window_ms, self.rate.limit, member]
         if self.lease is not None:
             args += [self._wanted(prefix), self.lease.ms]
-            lease = self._leases.get(prefix)
-            if lease is not None and time.monotonic() >= lease.expires:
-                self._expire(prefix)
+            self._live(prefix, time.monotonic())  # a lease past its time gives back here
             args += self._unused.pop(prefix, [])
         asked = Asked(member, time.monotonic())
         pipe.execute_command("EVALSHA", self.sha, 1, self.key(prefix), *args)
@@ -225,12 +225,10 @@ class SlidingWindow:
         assert self.lease is not None
         now = time.monotonic()
         expires = asked + self.lease.ms / 1000
-        held = self._leases.get(subject)
-        if held is not None and held.members and now < held.expires:
+        held = self._live(subject, now)
+        if held is not None:
             members = held.members + members
             expires = min(expires, held.expires)
-        elif held is not None:
-            self._expire(subject)
         if subject not in self._leases and len(self._leases) >= _REMEMBERED:
             self._forget(int(now))
         self._leases[subject] = _Lease(members, expires, remaining, now + reset_ms / 1000)
