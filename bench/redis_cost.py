@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
@@ -297,10 +298,9 @@ def _run(quick: bool, separate_queues: bool) -> Outcome:
     per: dict[str, dict[str, float]] = {}
 
     def put(label: str, phases: list[Phase], n: int) -> None:
-        commands = sum(p.net(idle)[0] for p in phases) / n
-        cpu_us = sum(p.net(idle)[1] for p in phases) / n * 1e6
-        reads = sum(p.net(idle)[2] for p in phases) / n
-        in_commands_us = sum(p.net(idle)[3] for p in phases) / n
+        nets = zip(*(p.net(idle) for p in phases), strict=True)
+        commands, cpu_s, reads, in_commands_us = (sum(column) / n for column in nets)
+        cpu_us = cpu_s * 1e6
         raw_commands = sum(p.commands for p in phases) / n
         raw_cpu_us = sum(p.cpu_s for p in phases) / n * 1e6
         per[label] = {
@@ -357,13 +357,8 @@ def _run(quick: bool, separate_queues: bool) -> Outcome:
         )
     )
     document = per["document (upload to notification)"]
-    merged: dict[str, int] = {}
-    merged_us: dict[str, int] = {}
-    for p in (upload, notify):
-        for k, v in p.calls.items():
-            merged[k] = merged.get(k, 0) + v
-        for k, v in p.by_command_us.items():
-            merged_us[k] = merged_us.get(k, 0) + v
+    merged = Counter(upload.calls) + Counter(notify.calls)
+    merged_us = Counter(upload.by_command_us) + Counter(notify.by_command_us)
     out.tables.append(
         table(
             "per document, upload + notify, by command (raw; EVALSHA's time holds its "
