@@ -6,7 +6,7 @@ import re
 from importlib import resources
 from typing import Any
 
-from relay.scripts import NAMES, _definitions, _used, fields, source
+from relay.scripts import _COMMENT, NAMES, _definitions, _used, fields, source
 
 POSITIONAL = {
     "ratelimit",  # three integers on the status path, documented (docs/decisions.md)
@@ -51,8 +51,7 @@ def test_a_lean_script_starts_with_the_helpers_it_uses_and_no_others(redis: Any)
     assert len(source("claim")) < len(_text("_lib")) / 4
 
 
-# A script's text with its comments and string literals blanked, for the check below.
-_LUA_COMMENT = re.compile(r"--[^\n]*")
+# Lua string literals, blanked for the check below (comments go by relay.scripts' pattern).
 _LUA_STRING = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
 _LUA_BUILTINS = {
     *("tonumber", "tostring", "type", "pairs", "ipairs", "unpack", "error", "assert"),
@@ -65,7 +64,7 @@ def _unbound_calls(text: str) -> set[str]:
     """The names ``text`` calls as functions that it neither defines (a local, a parameter,
     a loop variable) nor gets from Lua or Redis (``redis.call`` and the like are fields of
     a library table, not names): what would be a global at run time, which Redis refuses."""
-    text = _LUA_STRING.sub("''", _LUA_COMMENT.sub("", text))
+    text = _LUA_STRING.sub("''", _COMMENT.sub("", text))
     called = set(re.findall(r"(?<![.:\w])([A-Za-z_]\w*)\s*\(", text))
     bound = set(re.findall(r"\blocal\s+function\s+(\w+)", text))
     for names in [
