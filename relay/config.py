@@ -108,27 +108,23 @@ def _sentinels(raw: str) -> tuple[tuple[str, int], ...]:
     return tuple(out)
 
 
-def _claim_documents(raw: str) -> int:
-    value = _positive_int(raw)
-    if value > 1000:
-        raise ValueError("at most 1000")
-    return value
+def _positive_at_most(most: int, note: str = "") -> Callable[[str], int]:
+    """A parser of whole numbers from 1 to ``most``; ``note`` explains the bound's refusal."""
+
+    def parse(raw: str) -> int:
+        value = _positive_int(raw)
+        if value > most:
+            raise ValueError(f"at most {most}{note}")
+        return value
+
+    return parse
 
 
-def _lease_slots(raw: str) -> int:
-    value = _positive_int(raw)
-    if value > 64:
-        raise ValueError("at most 64 (1 = no leases)")
-    return value
-
-
-def _lease_ms(raw: str) -> int:
-    # A leased slot is recorded this far ahead: a refusal may come this much later than a
-    # window without leases would allow (docs/decisions.md, "Leased slots").
-    value = _positive_int(raw)
-    if value > 10_000:
-        raise ValueError("at most 10000 (10 s)")
-    return value
+_claim_documents = _positive_at_most(1000)
+_lease_slots = _positive_at_most(64, " (1 = no leases)")
+# A leased slot is recorded this far ahead: a refusal may come this much later than a window
+# without leases would allow (docs/decisions.md, "Leased slots").
+_lease_ms = _positive_at_most(10_000, " (10 s)")
 
 
 def _non_negative_int(raw: str) -> int:
