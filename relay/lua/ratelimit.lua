@@ -1,7 +1,7 @@
 -- Sliding-window rate limit: at most ARGV[2] requests in any ARGV[1] milliseconds.
 -- KEYS: 1 the window (sorted set of admitted requests scored by server time in ms)
 -- ARGV: 1 window (ms), 2 limit, 3 a member unique to this request; on a window that leases
---       slots (relay.ratelimit, SlotLeases) also 4 the most slots wanted, 5 the lease's length
+--       slots (relay.ratelimit, leased slots) also 4 the most slots wanted, 5 the lease's length
 --       (ms): slots asked for more than one at a time are recorded that far ahead of now (the
 --       time by which each is used), and the window lives that much longer; 6... slots of
 --       an earlier lease that went unused (removed first: they admitted nothing)
