@@ -261,7 +261,8 @@ class Edge:
     ) -> WriteRound:
         """A write's first round trip (``relay.api.access.admit_write``): the key record,
         the account's window of ``kind`` and, with ``hold`` > 0 (an upload's declared size),
-        ``INCRBY`` of the account's pending total, pipelined for the (cached) ``account``.
+        ``INCRBY`` of the account's pending total, pipelined for the (cached) ``account``; the
+        ``INCRBY`` also gives back what this process owes that total (``relay.store.GiveBack``).
 
         Nothing is decided here: the caller checks the record, then the decision, and gives
         the held bytes back (:meth:`release_hold`) when it refuses. Sent down the lane, which
@@ -275,15 +276,19 @@ class Edge:
         window = self.write_limits[kind]
         leased = window.take(account)
         total_key = keys.account_pending_total(account)
+        owed = self.store.give_back.take(account) if hold > 0 else 0
         pipe = self.lane.pipeline()
         pipe.hmget(keys.api_key(presented.prefix), list(RECORD_FIELDS))
         asked = window.queue(pipe, account) if leased is None else None
         if hold > 0:
-            pipe.execute_command("INCRBY", total_key, hold)
+            # What earlier uploads held beyond their files' bytes goes back in the same
+            # command (relay.store.GiveBack).
+            pipe.execute_command("INCRBY", total_key, hold - owed)
         replies = await pipe.execute(raise_on_error=False)
         total: int | None = None
         if hold > 0:
             if isinstance(replies[-1], Exception):
+                self.store.give_back.owe(account, owed)  # not run: still owed
                 raise replies[-1]  # e.g. the store full (OOM): nothing was held
             total = int(replies[-1])
         held = hold if total is not None else 0

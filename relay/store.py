@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 import redis.asyncio
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from relay import keys
 from relay.blobs import DIRECTORY, BlobStore
@@ -24,6 +25,8 @@ from relay.model import Batch, Document, Status, valid_batch_name
 from relay.redis_conn import is_cluster
 from relay.scripts import AsyncScripts, Scripts, fields, refusal
 from relay.timefmt import now_ms
+
+log = logging.getLogger("relay.store")
 
 
 @dataclass(frozen=True)
@@ -151,6 +154,81 @@ def _result(stored: bytes | None) -> tuple[Any, Any]:
     return value["line_items"], value["tables"]
 
 
+class GiveBack:
+    """Bytes this process held on accounts' pending totals beyond what their uploads charged.
+
+    An upload holds its body's declared size (multipart and all) before reading it, and
+    charges its file's bytes: the difference goes back. Rather than one ``DECRBY`` per upload,
+    it is owed here, and netted into the account's next hold (``relay.edge.Edge.write_round``
+    sends one ``INCRBY`` of the hold minus what is owed) or given back by :meth:`now` within
+    a second. Meanwhile the total is high by at most what this process owes: a total may be
+    high, never low (:class:`AsyncStore`). A process that dies owing leaves its total high,
+    which the next recount at the quota's edge corrects; a recount forgets what was owed (it
+    counted the truth)."""
+
+    def __init__(self, client: redis.asyncio.Redis) -> None:
+        self.redis = client
+        self._owed: dict[str, int] = {}
+        self._giving = 0  # bytes on their way back (now)
+
+    @property
+    def outstanding(self) -> int:
+        """Bytes owed or on their way back: 0 when every total is exact (as far as this
+        process goes)."""
+        return sum(self._owed.values()) + self._giving
+
+    def owe(self, account: str, n: int) -> None:
+        if n > 0:
+            self._owed[account] = self._owed.get(account, 0) + n
+
+    def take(self, account: str) -> int:
+        """What is owed to the account's total (now the caller's to give back)."""
+        return self._owed.pop(account, 0)
+
+    def forget(self, account: str) -> None:
+        self._owed.pop(account, None)
+
+    async def now(self) -> None:
+        """Give back everything owed, in one pipelined round trip: every second and at
+        shutdown. A round that fails drops what it carried (logged): the totals stay high,
+        never low."""
+        owed, self._owed = self._owed, {}
+        if not owed:
+            return
+        self._giving += sum(owed.values())
+        # Errors come back as replies, not raised: a Cluster pipeline that raises a
+        # connection error closes every connection of the client, other requests' round
+        # trips in flight included (relay.redis_deadline).
+        try:
+            totals = [keys.account_pending_total(account) for account in owed]
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for total, n in zip(totals, owed.values(), strict=True):
+                    pipe.decrby(total, n)
+                left = await pipe.execute(raise_on_error=False)
+            failed = [reply for reply in left if isinstance(reply, Exception)]
+            # A total at 0 goes, as after a finish (SyncStore.release_total).
+            emptied = [
+                t for t, n in zip(totals, left, strict=True) if isinstance(n, int) and n <= 0
+            ]
+            if emptied:
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    for total in emptied:  # one key a command: on a Cluster, slots apart
+                        pipe.delete(total)
+                    await pipe.execute(raise_on_error=False)
+            if failed:
+                raise failed[0]
+        except (RedisError, OSError) as exc:
+            log.warning("could not give back held bytes (the totals stay high): %s", exc)
+        finally:
+            self._giving -= sum(owed.values())
+
+    async def every(self, seconds: float = 1.0) -> None:
+        """:meth:`now` every ``seconds``, until cancelled (the API's lifespan)."""
+        while True:
+            await asyncio.sleep(seconds)
+            await self.now()
+
+
 class AsyncStore:
     """The API's view: uploads, hand-outs, deletes and reads.
 
@@ -183,6 +261,7 @@ class AsyncStore:
         self.blobs = blobs
         self.clock = clock  # ms since the epoch; tests pass their own
         self.max_pending_bytes = max_pending_bytes
+        self.give_back = GiveBack(client)
 
     async def locate(self, account: str, name: str) -> BatchRef:
         """The account's batch of that name, in the shard it lives in (:func:`locate_batch`)."""
@@ -212,6 +291,8 @@ class AsyncStore:
             return -1
         per_shard = await self.pending_bytes(ref.account)
         pending = sum(per_shard)
+        # The recount is the truth: what this process still owes the total is in it already.
+        self.give_back.forget(ref.account)
         if pending + charge <= self.max_pending_bytes:
             await self.redis.set(total, pending + charge)
             return max(0, self.max_pending_bytes - (pending - per_shard[ref.shard]))
@@ -245,11 +326,12 @@ class AsyncStore:
         ``held``: bytes the request already holds on the account's total (the API reserves
         the declared size of the body in its first round trip, ``relay.edge.Edge.write_round``);
         ``admitted``: the total after that reservation was within the quota. The upload is then
-        one round trip: the script, and the ``DECRBY`` of what was held beyond the file's bytes,
-        pipelined. Otherwise (nothing held, the body larger than its declared size, or the total
-        past the quota) the hold is given back and the upload reserves its exact bytes as
-        without it (:meth:`_reserve`). The hold is the caller's until this is called: it gives
-        it back itself when the request fails before."""
+        one round trip, the script; what was held beyond the file's bytes goes back later, with
+        the account's next hold or within a second (:class:`GiveBack`). Otherwise (nothing
+        held, the body larger than its declared size, or the total past the quota) the hold is
+        given back and the upload reserves its exact bytes as without it (:meth:`_reserve`).
+        The hold is the caller's until this is called: it gives it back itself when the
+        request fails before."""
         s = ref.shard
         doc_id = keys.new_id("doc", s)
         in_redis = self.blobs.kind == "redis"
@@ -287,11 +369,11 @@ class AsyncStore:
             charge,
             allowance,
         ]
+        if fast and held > charge:
+            # Never charged, whatever the script does: owed back (GiveBack).
+            self.give_back.owe(ref.account, held - charge)
         try:
-            if fast:
-                await self._upload_round(ref.account, held - charge, script_keys, script_args)
-            else:
-                await self.scripts("upload", script_keys, script_args)
+            await self.scripts("upload", script_keys, script_args)
         except ResponseError as exc:
             # Refused before it wrote anything: the reservation is undone. (Any other
             # failure may come after the script ran, so its reservation stays: the total
@@ -320,26 +402,6 @@ class AsyncStore:
             error_code="",
             error_message="",
         )
-
-    async def _upload_round(
-        self, account: str, excess: int, script_keys: list[str], script_args: list[Any]
-    ) -> None:
-        """``upload`` (raw ``EVALSHA``: a redis-py pipeline holding a ``Script`` sends a
-        ``SCRIPT EXISTS`` round trip first) and the ``DECRBY`` of the bytes held beyond the
-        file's, in one pipelined round trip (on a Cluster, one per node). Raises the script's
-        error reply; after a ``NOSCRIPT`` (a new or restarted Redis) the script runs on its
-        own, the ``DECRBY`` having run."""
-        sha = self.scripts.sha("upload")
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.execute_command("EVALSHA", sha, len(script_keys), *script_keys, *script_args)
-            if excess > 0:
-                pipe.decrby(keys.account_pending_total(account), excess)
-            replies = await pipe.execute(raise_on_error=False)
-        reply = replies[0]
-        if isinstance(reply, NoScriptError):
-            await self.scripts("upload", script_keys, script_args)
-        elif isinstance(reply, Exception):
-            raise reply
 
     async def process(self, ref: BatchRef, fields: Sequence[str] | None) -> list[str]:
         """Hand every queued, not yet handed document to the workers; returns their ids.

@@ -6,13 +6,15 @@ held in Redis whatever the request's fate, and the quota stays exact at its edge
 
 from __future__ import annotations
 
+import itertools
 import threading
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
 
 from relay import keys
+from relay.api.state import STATE_KEY, AppState
 from relay.auth import revoke_key
 from relay.config import RateLimit
 from tests.support.api_fixtures import V1, Api, ApiFactory, api_factory_fixture  # noqa: F401
@@ -21,8 +23,17 @@ from tests.support.helpers import wait_until
 CSV = b"sku,qty\nA-1,2\nB-2,5\n"
 
 
-def total(api: Api, account: str = "acme") -> int:
+def held(api: Api, account: str = "acme") -> int:
+    """The account's pending total as it is now."""
     return int(api.redis.get(keys.account_pending_total(account)) or 0)
+
+
+def total(api: Api, account: str = "acme") -> int:
+    """The total once the process has given back what its uploads held beyond their files
+    (within about a second: relay.store.GiveBack)."""
+    give_back = cast(AppState, getattr(api.app.state, STATE_KEY)).store.give_back
+    wait_until(lambda: give_back.outstanding == 0, 5)
+    return held(api, account)
 
 
 def window(api: Api, kind: str = "uploads", account: str = "acme") -> int:
@@ -109,9 +120,10 @@ def test_the_quota_is_exact_although_the_body_declares_more(api_factory: ApiFact
 
 
 def test_an_upload_is_two_round_trips(api_factory: ApiFactory) -> None:
-    """With the key cached: one pipeline of key record, window and hold; then one of the
-    upload script and the hold's excess given back (MONITOR shows each connection's commands
-    in the order Redis ran them; a script's own commands carry no connection)."""
+    """With the key cached: one pipeline of key record, window and hold; then the upload
+    script (MONITOR shows each connection's commands in the order Redis ran them; a script's
+    own commands carry no connection). What the hold took beyond the file's bytes goes back
+    later, in the next hold's INCRBY or in the process's DECRBY each second (left out)."""
     api = api_factory()
     api.upload_ok("acme", "b1", content=CSV)  # caches the key
     seen: list[dict[str, Any]] = []
@@ -136,13 +148,56 @@ def test_an_upload_is_two_round_trips(api_factory: ApiFactory) -> None:
     sent = [
         (c["client_port"], c["command"].split(" ", 2)[:2])
         for c in seen
-        if c.get("client_address") != "lua" and not c["command"].startswith("ECHO")
+        if c.get("client_address") != "lua" and not c["command"].startswith(("ECHO", "DECRBY"))
     ]
     names = [name for _, (name, *_) in sent]
-    assert names == ["HMGET", "EVALSHA", "INCRBY", "EVALSHA", "DECRBY"], sent
-    # Each pair of round trips is one connection's consecutive commands.
+    assert names == ["HMGET", "EVALSHA", "INCRBY", "EVALSHA"], sent
+    # The first round trip is one connection's consecutive commands.
     assert sent[0][0] == sent[1][0] == sent[2][0]
-    assert sent[3][0] == sent[4][0]
+
+
+def test_what_an_upload_held_beyond_its_file_goes_back_with_the_next_hold(
+    api_factory: ApiFactory,
+) -> None:
+    """The total is never below the files' bytes, is back at them within about a second of
+    the last upload, and the next upload's hold carries what the last one owes: its INCRBY
+    is its body's size less that (or, when the second passed in between, the DECRBY came)."""
+    api = api_factory()
+    api.upload_ok("acme", "b1", content=CSV)  # caches the key
+    assert total(api) == len(CSV)
+    seen: list[str] = []
+    ready = threading.Event()
+
+    def watch() -> None:
+        with redis.Redis.from_url(api.settings.redis_url).monitor() as m:
+            ready.set()
+            for command in m.listen():
+                if command.get("client_address") != "lua":  # not the scripts' own
+                    seen.append(command["command"])
+                if command["command"] == "ECHO done":
+                    return
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    ready.wait(5)
+    wait_until(lambda: api.redis.echo("warm") is not None, 5)
+    for n in range(2, 5):
+        api.upload_ok("acme", "b1", content=CSV)
+        assert held(api) >= n * len(CSV)  # never below the files' bytes
+    assert total(api) == 4 * len(CSV)
+    api.redis.echo("done")
+    thread.join(10)
+    moves = [c.split(" ") for c in seen if c.startswith(("INCRBY", "DECRBY"))]
+    holds = [int(n) for name, _, n in moves if name == "INCRBY"]
+    gives = [int(n) for name, _, n in moves if name == "DECRBY"]
+    body = holds[0]  # nothing owed then: the whole body held
+    assert len(holds) == 3 and body > len(CSV), moves
+    assert sum(holds) - sum(gives) == 3 * len(CSV), moves
+    # An INCRBY with no DECRBY since the last one holds its body less the last's excess
+    # (body - len(CSV)): the file's size.
+    for before, after in itertools.pairwise(moves):
+        if before[0] == after[0] == "INCRBY":
+            assert int(after[2]) == len(CSV), moves
 
 
 def test_after_redis_forgot_its_scripts_a_write_is_counted_and_held_once(

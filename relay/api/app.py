@@ -109,6 +109,7 @@ def create_app(settings: Settings) -> Starlette:
         edge = Edge.open(settings)
         listener = asyncio.create_task(edge.waiters.run(), name="relay-event-listener")
         follower = edge.follow_primary()
+        giver = asyncio.create_task(edge.store.give_back.every(), name="relay-give-back")
         setattr(
             app.state,
             STATE_KEY,
@@ -127,13 +128,14 @@ def create_app(settings: Settings) -> Starlette:
         try:
             yield
         finally:
-            tasks = {task for task in (listener, follower) if task is not None}
+            tasks = {task for task in (listener, follower, giver) if task is not None}
             for task in tasks:
                 task.cancel()
             # Bounded: a task that does not end on its cancellation cannot hold the
             # shutdown (and the process) for good.
             await asyncio.wait(tasks, timeout=5)
             shards.stop.set()
+            await edge.store.give_back.now()
             await edge.close()
 
     routes: list[BaseRoute] = [
