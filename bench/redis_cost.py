@@ -38,6 +38,7 @@ import redis
 
 from bench._common import CSV_DOC, BenchError, Outcome, progress, table
 from bench._receiver import ReceiverProcess
+from bench._replay import DEPTH, Capture, replay
 from bench._stack import Stack
 
 NAME = "redis_cost"
@@ -156,6 +157,39 @@ def _parallel(http: httpx.Client, calls: list[tuple[str, str, dict[str, Any]]]) 
             future.result()
 
 
+def _upload_all(http: httpx.Client, names: list[str]) -> None:
+    _parallel(
+        http,
+        [
+            (
+                "POST",
+                "/api/v1/documents",
+                {
+                    "files": {"file": (f"doc-{i}.csv", CSV_DOC, "text/csv")},
+                    "data": {"batch_name": n},
+                },
+            )
+            for n in names
+            for i in range(PER_BATCH)
+        ],
+    )
+
+
+def _register_all(http: httpx.Client, names: list[str], receiver: ReceiverProcess) -> None:
+    _parallel(
+        http,
+        [("PUT", f"/api/v1/batches/{n}/webhook", {"json": {"url": receiver.url()}}) for n in names],
+    )
+
+
+def _process_all(http: httpx.Client, names: list[str], receiver: ReceiverProcess) -> None:
+    """Process every batch, until the receiver holds one notification per batch."""
+    _parallel(http, [("POST", f"/api/v1/batches/{n}/process", {}) for n in names])
+    got = receiver.wait(len(names), 120)
+    if got < len(names):
+        raise BenchError(f"{got} of {len(names)} notifications within 120 s")
+
+
 def _round_trip_floor(meter: RedisMeter, idle: Phase, n: int) -> dict[str, float]:
     """What a round trip itself costs this Redis, net of relay's idle rate: ``n`` PINGs one
     at a time (each a round trip to an otherwise idle server: what a request's round trip
@@ -202,7 +236,88 @@ def run(quick: bool = False, profile: bool = False) -> Outcome:
         )
     )
     out.data["queues_apart"] = apart.data
+    progress(NAME, "again, recording every command, then replaying them at full speed")
+    busy = _recorded(quick)
+    out.tables.append(
+        table(
+            "the same traffic's commands replayed at full speed on a fresh Redis (one "
+            f"connection, {DEPTH} commands a round trip, AOF everysec): what they cost a Redis "
+            "that stays busy, as a primary near its capacity does (bench/_replay.py; raw)",
+            ["per", "commands", "CPU us", "Redis busy %", "replay errors", "bench CPU us"],
+            [
+                [
+                    label,
+                    f["commands"],
+                    f["cpu_us"],
+                    f["redis_busy_pct"],
+                    f["errors"],
+                    out.data["per"][label]["cpu_us"],
+                ]
+                for label, f in busy.items()
+            ],
+        )
+    )
+    out.data["replayed"] = busy
     return out
+
+
+def _recorded(quick: bool) -> dict[str, dict[str, float]]:
+    """Upload and notify on a third stack with every command recorded (a MONITOR from
+    before relay's processes start), then those commands replayed at full speed
+    (:mod:`bench._replay`); per document."""
+    batches = 10 if quick else BATCHES
+    settings = {"RELAY_ACCOUNT_RETRY_RATE_LIMIT": "1000000/minute"}
+    with Stack(settings=settings, appendonly=True) as stack:
+        assert stack.redis_server is not None
+        with Capture("127.0.0.1", stack.redis_server.port) as capture:
+            started = stack.start(workers=1)
+            receiver = ReceiverProcess(stack.tmp, stack.env)
+            http = httpx.Client(
+                base_url=stack.api_url,
+                headers={"Authorization": f"Bearer {started.key}"},
+                timeout=30,
+                limits=httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS),
+            )
+            names = [f"cost-{i}" for i in range(batches)]
+            try:
+                time.sleep(1.0)
+                upload = capture.mark()
+                _upload_all(http, names)
+                register = capture.mark()
+                _register_all(http, names, receiver)
+                notify = capture.mark()
+                _process_all(http, names, receiver)
+                end = capture.mark()
+            finally:
+                http.close()
+                receiver.stop()
+        segments = {"upload": (upload, register), "notify": (notify, end)}
+        replayed = replay(capture.lines, segments, stack.tmp)
+    docs = batches * PER_BATCH
+    labels = {
+        "upload": "upload, per document",
+        "notify": "process + notify, per document",
+    }
+    per = {
+        labels[name]: {
+            "commands": round(r.redis_commands / docs, 1),
+            "cpu_us": round(r.cpu_s / docs * 1e6, 1),
+            "redis_busy_pct": round(r.cpu_s / r.wall_s * 100, 1),
+            "errors": r.errors,
+        }
+        for name, r in replayed.items()
+    }
+    up, pn = replayed["upload"], replayed["notify"]
+    per = {
+        "document (upload to notification)": {
+            "commands": round((up.redis_commands + pn.redis_commands) / docs, 1),
+            "cpu_us": round((up.cpu_s + pn.cpu_s) / docs * 1e6, 1),
+            "redis_busy_pct": round((up.cpu_s + pn.cpu_s) / (up.wall_s + pn.wall_s) * 100, 1),
+            "errors": up.errors + pn.errors,
+        },
+        **per,
+    }
+    return per
 
 
 def _run(quick: bool, separate_queues: bool) -> Outcome:
@@ -228,48 +343,14 @@ def _run(quick: bool, separate_queues: bool) -> Outcome:
 
             progress(NAME, f"{batches * PER_BATCH} uploads")
 
-            upload = _measure(
-                meter,
-                "upload",
-                lambda: _parallel(
-                    http,
-                    [
-                        (
-                            "POST",
-                            "/api/v1/documents",
-                            {
-                                "files": {"file": (f"doc-{i}.csv", CSV_DOC, "text/csv")},
-                                "data": {"batch_name": n},
-                            },
-                        )
-                        for n in names
-                        for i in range(PER_BATCH)
-                    ],
-                ),
-            )
+            upload = _measure(meter, "upload", lambda: _upload_all(http, names))
 
             progress(NAME, f"{batches} webhook registrations")
-            register = _measure(
-                meter,
-                "register",
-                lambda: _parallel(
-                    http,
-                    [
-                        ("PUT", f"/api/v1/batches/{n}/webhook", {"json": {"url": receiver.url()}})
-                        for n in names
-                    ],
-                ),
-            )
+            register = _measure(meter, "register", lambda: _register_all(http, names, receiver))
 
             progress(NAME, "process every batch until every notification is in")
 
-            def process_all() -> None:
-                _parallel(http, [("POST", f"/api/v1/batches/{n}/process", {}) for n in names])
-                got = receiver.wait(batches, 120)
-                if got < batches:
-                    raise BenchError(f"{got} of {batches} notifications within 120 s")
-
-            notify = _measure(meter, "notify", process_all)
+            notify = _measure(meter, "notify", lambda: _process_all(http, names, receiver))
 
             ids = []
             for n in names:
