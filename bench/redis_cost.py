@@ -157,6 +157,16 @@ def _parallel(http: httpx.Client, calls: list[tuple[str, str, dict[str, Any]]]) 
             future.result()
 
 
+def _client(stack: Stack, key: str) -> httpx.Client:
+    """The bench's HTTP client: ``CLIENTS`` connections to the stack's API, with ``key``."""
+    return httpx.Client(
+        base_url=stack.api_url,
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=30,
+        limits=httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS),
+    )
+
+
 def _upload_all(http: httpx.Client, names: list[str]) -> None:
     _parallel(
         http,
@@ -272,12 +282,7 @@ def _recorded(quick: bool) -> dict[str, dict[str, float]]:
         with Capture("127.0.0.1", stack.redis_server.port) as capture:
             started = stack.start(workers=1)
             receiver = ReceiverProcess(stack.tmp, stack.env)
-            http = httpx.Client(
-                base_url=stack.api_url,
-                headers={"Authorization": f"Bearer {started.key}"},
-                timeout=30,
-                limits=httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS),
-            )
+            http = _client(stack, started.key)
             names = [f"cost-{i}" for i in range(batches)]
             try:
                 time.sleep(1.0)
@@ -328,12 +333,7 @@ def _run(quick: bool, separate_queues: bool) -> Outcome:
         started = stack.start(workers=1)
         receiver = ReceiverProcess(stack.tmp, stack.env)
         meter = RedisMeter(stack.redis)
-        http = httpx.Client(
-            base_url=stack.api_url,
-            headers={"Authorization": f"Bearer {started.key}"},
-            timeout=30,
-            limits=httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS),
-        )
+        http = _client(stack, started.key)
         names = [f"cost-{i}" for i in range(batches)]
         try:
             progress(NAME, f"idle for {idle_s:.0f} s (relay's background rate)")

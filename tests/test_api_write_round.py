@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
@@ -43,6 +44,31 @@ def window(api: Api, kind: str = "uploads", account: str = "acme") -> int:
 def documents(api: Api, batch: str, account: str = "acme") -> int:
     ref_key = next(iter(api.redis.scan_iter(f"relay:*:batch:{account}:{batch}")))
     return int(api.redis.hget(ref_key, "total") or 0)
+
+
+def monitored(api: Api, action: Callable[[], object]) -> list[dict[str, Any]]:
+    """What Redis ran while ``action`` ran, as MONITOR shows it (each connection's commands
+    in the order Redis ran them; a script's own commands have ``client_address`` "lua")."""
+    seen: list[dict[str, Any]] = []
+    ready = threading.Event()
+
+    def watch() -> None:
+        with redis.Redis.from_url(api.settings.redis_url).monitor() as m:
+            ready.set()
+            for command in m.listen():
+                seen.append(command)
+                if command["command"] == "ECHO done":
+                    return
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    ready.wait(5)
+    wait_until(lambda: api.redis.echo("warm") is not None, 5)
+    seen.clear()
+    action()
+    api.redis.echo("done")
+    thread.join(10)
+    return [c for c in seen if not c["command"].startswith("ECHO")]
 
 
 def test_a_revoked_key_writes_nothing_and_is_counted_once(api_factory: ApiFactory) -> None:
@@ -121,34 +147,15 @@ def test_the_quota_is_exact_although_the_body_declares_more(api_factory: ApiFact
 
 def test_an_upload_is_two_round_trips(api_factory: ApiFactory) -> None:
     """With the key cached: one pipeline of key record, window and hold; then the upload
-    script (MONITOR shows each connection's commands in the order Redis ran them; a script's
-    own commands carry no connection). What the hold took beyond the file's bytes goes back
-    later, in the next hold's INCRBY or in the process's DECRBY each second (left out)."""
+    script. What the hold took beyond the file's bytes goes back later, in the next hold's
+    INCRBY or in the process's DECRBY each second (left out)."""
     api = api_factory()
     api.upload_ok("acme", "b1", content=CSV)  # caches the key
-    seen: list[dict[str, Any]] = []
-    ready = threading.Event()
-
-    def watch() -> None:
-        with redis.Redis.from_url(api.settings.redis_url).monitor() as m:
-            ready.set()
-            for command in m.listen():
-                seen.append(command)
-                if command["command"] == "ECHO done":
-                    return
-
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    ready.wait(5)
-    wait_until(lambda: api.redis.echo("warm") is not None, 5)
-    seen.clear()
-    api.upload_ok("acme", "b1", content=CSV)
-    api.redis.echo("done")
-    thread.join(10)
+    seen = monitored(api, lambda: api.upload_ok("acme", "b1", content=CSV))
     sent = [
         (c["client_port"], c["command"].split(" ", 2)[:2])
         for c in seen
-        if c.get("client_address") != "lua" and not c["command"].startswith(("ECHO", "DECRBY"))
+        if c.get("client_address") != "lua" and not c["command"].startswith("DECRBY")
     ]
     names = [name for _, (name, *_) in sent]
     assert names == ["HMGET", "EVALSHA", "INCRBY", "EVALSHA"], sent
@@ -165,29 +172,19 @@ def test_what_an_upload_held_beyond_its_file_goes_back_with_the_next_hold(
     api = api_factory()
     api.upload_ok("acme", "b1", content=CSV)  # caches the key
     assert total(api) == len(CSV)
-    seen: list[str] = []
-    ready = threading.Event()
 
-    def watch() -> None:
-        with redis.Redis.from_url(api.settings.redis_url).monitor() as m:
-            ready.set()
-            for command in m.listen():
-                if command.get("client_address") != "lua":  # not the scripts' own
-                    seen.append(command["command"])
-                if command["command"] == "ECHO done":
-                    return
+    def three() -> None:
+        for n in range(2, 5):
+            api.upload_ok("acme", "b1", content=CSV)
+            assert held(api) >= n * len(CSV)  # never below the files' bytes
+        assert total(api) == 4 * len(CSV)
 
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    ready.wait(5)
-    wait_until(lambda: api.redis.echo("warm") is not None, 5)
-    for n in range(2, 5):
-        api.upload_ok("acme", "b1", content=CSV)
-        assert held(api) >= n * len(CSV)  # never below the files' bytes
-    assert total(api) == 4 * len(CSV)
-    api.redis.echo("done")
-    thread.join(10)
-    moves = [c.split(" ") for c in seen if c.startswith(("INCRBY", "DECRBY"))]
+    seen = monitored(api, three)
+    moves = [
+        c["command"].split(" ")
+        for c in seen
+        if c.get("client_address") != "lua" and c["command"].startswith(("INCRBY", "DECRBY"))
+    ]
     holds = [int(n) for name, _, n in moves if name == "INCRBY"]
     gives = [int(n) for name, _, n in moves if name == "DECRBY"]
     body = holds[0]  # nothing owed then: the whole body held
