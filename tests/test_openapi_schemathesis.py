@@ -49,7 +49,7 @@ from schemathesis.openapi.checks import UseAfterFree
 from schemathesis.specs.openapi.checks import negative_data_rejection, use_after_free
 from schemathesis.transport.serialization import contains_binary
 
-from relay.api.openapi import SOFT_DELETE, document
+from relay.api.openapi import SOFT_DELETE, STILL_READABLE, document
 from relay.api.openapi_parts import EXAMPLE_BATCH
 from relay.config import RateLimit
 from tests.support.api_fixtures import Api, ApiFactory, api_factory_fixture  # noqa: F401
@@ -73,15 +73,19 @@ def use_after_free_unless_soft_delete(
 ) -> bool | None:
     """schemathesis's ``use_after_free``, except after a DELETE the document marks as a soft
     delete (``x-soft-delete``: the resource stays readable by design, as its description
-    says). A read after any other DELETE that still answers 2xx fails as before."""
+    says) and for a read of a path the DELETE names as still readable (``x-still-readable``:
+    a webhook's removal leaves the batch's deliveries listed). A read after any other DELETE
+    that still answers 2xx fails as before."""
     try:
         return use_after_free(ctx, response, case)
     except UseAfterFree as failure:
         freed_by = next(
             (c for c in ctx.internals.find_all_cases() if c.id == failure.deleted_case_id), None
         )
-        if freed_by is not None and freed_by.operation.definition.raw.get(SOFT_DELETE):
-            return None
+        if freed_by is not None:
+            raw = freed_by.operation.definition.raw
+            if raw.get(SOFT_DELETE) or case.operation.path in raw.get(STILL_READABLE, ()):
+                return None
         raise
 
 

@@ -45,6 +45,9 @@ from relay.api.openapi_schemas import (
 V1 = "/api/v1"
 # Marks a DELETE after which the resource stays readable (documented in its description).
 SOFT_DELETE = "x-soft-delete"
+# On a DELETE: the paths whose reads still answer after it by design (what it removed is not
+# what they show).
+STILL_READABLE = "x-still-readable"
 
 
 def _document_paths() -> dict[str, Any]:
@@ -163,13 +166,19 @@ def _webhook_paths() -> dict[str, Any]:
                 {"200": response("Webhook", "The webhook."), **errors(401, 404)},
                 params=[NAME],
             ),
-            "delete": operation(
-                "deleteWebhook",
-                "Remove the callback; pending deliveries of the batch become canceled.",
-                "webhooks",
-                {"200": response("Webhook", "The removed webhook."), **errors(401, 404)},
-                params=[NAME],
-            ),
+            "delete": {
+                **operation(
+                    "deleteWebhook",
+                    "Remove the callback; pending deliveries of the batch become canceled.",
+                    "webhooks",
+                    {"200": response("Webhook", "The removed webhook."), **errors(401, 404)},
+                    params=[NAME],
+                ),
+                "description": "The registration goes (GET of the webhook answers 404); the "
+                "batch's deliveries stay listed, the pending ones canceled, until retention "
+                "purges the batch: an operator still finds every delivery and its attempts.",
+                STILL_READABLE: [f"{webhook}/deliveries"],
+            },
         },
         f"{webhook}/deliveries": {
             "get": operation(
