@@ -232,6 +232,8 @@ def test_operational_webhook_register_replace_read_remove(api_factory: object) -
     removed = api.client.delete(ops, headers=h)
     assert removed.status_code == 200 and removed.json()["url"].endswith("/ops2")
     assert api.client.get(ops, headers=h).status_code == 404
+    # Its deliveries stay listed (the document's x-still-readable on this DELETE).
+    assert api.client.get(f"{ops}/deliveries", headers=h).status_code == 200
 
 
 @pytest.mark.parametrize(

@@ -247,15 +247,20 @@ def _webhook_paths() -> dict[str, Any]:
                 "webhooks",
                 {"200": response("OperationalWebhook", "The webhook."), **errors(401, 404)},
             ),
-            "delete": operation(
-                "deleteOperationalWebhook",
-                "Remove the operational webhook; its pending deliveries become canceled.",
-                "webhooks",
-                {
-                    "200": response("OperationalWebhook", "The removed webhook."),
-                    **errors(401, 404),
-                },
-            ),
+            "delete": {
+                **operation(
+                    "deleteOperationalWebhook",
+                    "Remove the operational webhook; its pending deliveries become canceled.",
+                    "webhooks",
+                    {
+                        "200": response("OperationalWebhook", "The removed webhook."),
+                        **errors(401, 404),
+                    },
+                ),
+                "description": "The registration goes; its deliveries stay listed, the "
+                "pending ones canceled, as the account's record of what was sent.",
+                STILL_READABLE: [f"{V1}/operational-webhook/deliveries"],
+            },
         },
         f"{V1}/operational-webhook/deliveries": {
             "get": operation(
