@@ -101,21 +101,19 @@ def _batch_paths() -> dict[str, Any]:
             "get": status_operation(
                 "getBatch", "The batch with all_done and counts.", "Batch", [NAME]
             ),
-            "delete": {
-                **operation(
-                    "deleteBatch",
-                    "Cancel queued documents; the batch stays readable and accepts no uploads.",
-                    "batches",
-                    {"202": response("Batch", "The batch (idempotent)."), **errors(401, 404)},
-                    params=[NAME],
-                ),
-                "description": "A soft delete, by design: queued documents become canceled, "
+            "delete": operation(
+                "deleteBatch",
+                "Cancel queued documents; the batch stays readable and accepts no uploads.",
+                "batches",
+                {"202": response("Batch", "The batch (idempotent)."), **errors(401, 404)},
+                params=[NAME],
+                description="A soft delete, by design: queued documents become canceled, "
                 "processing ones finish, and the batch, its results and its webhook stay "
                 "readable (200, with deleted_at set) until retention purges them; uploads into "
                 "it are 409 batch_deleted and its name is never reused. A read after this DELETE "
                 "answering 200 is therefore not a use after free.",
-                SOFT_DELETE: True,
-            },
+                extensions={SOFT_DELETE: True},
+            ),
         },
         f"{V1}/batches/{{name}}/process": {
             "post": operation(
@@ -166,19 +164,17 @@ def _webhook_paths() -> dict[str, Any]:
                 {"200": response("Webhook", "The webhook."), **errors(401, 404)},
                 params=[NAME],
             ),
-            "delete": {
-                **operation(
-                    "deleteWebhook",
-                    "Remove the callback; pending deliveries of the batch become canceled.",
-                    "webhooks",
-                    {"200": response("Webhook", "The removed webhook."), **errors(401, 404)},
-                    params=[NAME],
-                ),
-                "description": "The registration goes (GET of the webhook answers 404); the "
+            "delete": operation(
+                "deleteWebhook",
+                "Remove the callback; pending deliveries of the batch become canceled.",
+                "webhooks",
+                {"200": response("Webhook", "The removed webhook."), **errors(401, 404)},
+                params=[NAME],
+                description="The registration goes (GET of the webhook answers 404); the "
                 "batch's deliveries stay listed, the pending ones canceled, until retention "
                 "purges the batch: an operator still finds every delivery and its attempts.",
-                STILL_READABLE: [f"{webhook}/deliveries"],
-            },
+                extensions={STILL_READABLE: [f"{webhook}/deliveries"]},
+            ),
         },
         f"{webhook}/deliveries": {
             "get": operation(
@@ -247,20 +243,18 @@ def _webhook_paths() -> dict[str, Any]:
                 "webhooks",
                 {"200": response("OperationalWebhook", "The webhook."), **errors(401, 404)},
             ),
-            "delete": {
-                **operation(
-                    "deleteOperationalWebhook",
-                    "Remove the operational webhook; its pending deliveries become canceled.",
-                    "webhooks",
-                    {
-                        "200": response("OperationalWebhook", "The removed webhook."),
-                        **errors(401, 404),
-                    },
-                ),
-                "description": "The registration goes; its deliveries stay listed, the "
-                "pending ones canceled, as the account's record of what was sent.",
-                STILL_READABLE: [f"{V1}/operational-webhook/deliveries"],
-            },
+            "delete": operation(
+                "deleteOperationalWebhook",
+                "Remove the operational webhook; its pending deliveries become canceled.",
+                "webhooks",
+                {
+                    "200": response("OperationalWebhook", "The removed webhook."),
+                    **errors(401, 404),
+                },
+                description="The registration goes; its deliveries stay listed, the pending "
+                "ones canceled, as the account's record of what was sent.",
+                extensions={STILL_READABLE: [f"{V1}/operational-webhook/deliveries"]},
+            ),
         },
         f"{V1}/operational-webhook/deliveries": {
             "get": operation(

@@ -156,8 +156,11 @@ def operation(
     params: list[dict[str, Any]] | None = None,
     body: dict[str, Any] | None = None,
     public: bool = False,
+    description: str | None = None,
+    extensions: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One operation; ``public`` ones need no API key."""
+    """One operation; ``public`` ones need no API key; ``extensions``: ``x-`` keys the
+    tests read (relay.api.openapi's SOFT_DELETE and STILL_READABLE)."""
     out: dict[str, Any] = {
         "operationId": op_id,
         "summary": summary,
@@ -170,7 +173,9 @@ def operation(
         out["requestBody"] = body
     if public:
         out["security"] = []
-    return out
+    if description is not None:
+        out["description"] = description
+    return {**out, **(extensions or {})}
 
 
 def status_operation(
