@@ -26,10 +26,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import redis
 
+from bench._meter import RedisMeter
 from relay import scripts as relay_scripts
 from relay.redis_server import RedisServer
 
@@ -177,21 +177,10 @@ class Capture:
 class Replayed:
     """One measured segment of a replay."""
 
-    commands: int  # top-level commands sent (scripts' own not counted here)
     redis_commands: int  # as INFO commandstats counts them (a script's own included)
     cpu_s: float
     wall_s: float
     errors: int
-
-
-def _cpu(client: redis.Redis) -> float:
-    info: dict[str, Any] = client.info("cpu")
-    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
-
-
-def _calls(client: redis.Redis) -> int:
-    stats: dict[str, Any] = client.info("commandstats")
-    return sum(int(v["calls"]) for v in stats.values())
 
 
 def replay(
@@ -215,26 +204,26 @@ def replay(
         out: dict[str, Replayed] = {}
         at = 0
 
-        def send(upto: int) -> tuple[int, int]:
+        def send(upto: int) -> int:
+            """Send the commands recorded before line ``upto``; returns how many failed."""
             nonlocal at
-            sent = errors = 0
+            errors = 0
             while at < len(commands) and commands[at][0] < upto:
                 pipe = client.pipeline(transaction=False)
                 while at < len(commands) and commands[at][0] < upto and len(pipe) < DEPTH:
                     pipe.execute_command(*commands[at][1])
                     at += 1
-                sent += len(pipe)
                 errors += sum(isinstance(r, Exception) for r in pipe.execute(raise_on_error=False))
-            return sent, errors
+            return errors
 
+        meter = RedisMeter(client)
         for name, (first, end) in segments.items():
             send(first)  # what comes before, unmeasured
-            cpu0, calls0, t0 = _cpu(client), _calls(client), time.monotonic()
-            sent, errors = send(end)
+            before, t0 = meter.read(), time.monotonic()
+            errors = send(end)
             wall = time.monotonic() - t0
-            # The INFO calls themselves: 2 commands, a few us; left in.
-            calls = _calls(client) - calls0 - 2
-            out[name] = Replayed(sent, calls, _cpu(client) - cpu0, wall, errors)
+            seen = RedisMeter.delta(before, meter.read())
+            out[name] = Replayed(sum(seen.calls.values()), seen.cpu_s, wall, errors)
         return out
     finally:
         client.close()
