@@ -5,6 +5,7 @@ job; a full or stopped engine lets the markers go and jobs wake the engines agai
 from __future__ import annotations
 
 from relay import keys, queues
+from relay.delivery.engine import run_due
 from relay.queues import DELIVERY, queue_key
 from relay.worker_context import WorkerContext
 from tests.support.helpers import wait_until, worker_context
@@ -47,5 +48,28 @@ def test_an_engine_with_every_slot_taken_lets_the_markers_go(redis_url: str) -> 
         engine.slots.give_back("http://busy.example:80", True)
         wait_until(lambda: all(_held(ctx)), 5, 0.02, "not held again")
         engine.close(5)
+    finally:
+        ctx.redis.close()
+
+
+def test_a_delivery_job_does_not_undo_the_hold_of_its_processs_listening_engine(
+    redis_url: str,
+) -> None:
+    """A job enqueued before the engine listened runs after it holds the markers: it must
+    leave them held, or every wake-up of its shard would be a job until the next hold."""
+    ctx = worker_context(redis_url)
+    client = ctx.queue_redis
+    try:
+        engine = ctx.engine
+        wait_until(lambda: all(_held(ctx)) and engine.holding, 5, 0.02, "not holding")
+        assert run_due(ctx, 3) == "engine woken"
+        assert _held(ctx)[3]
+        assert queues.wake(client, 3, ctx.settings) is False  # rung, still no job
+        engine.close(5)
+        assert not engine.holding
+        # With no engine holding them, the job clears its shard's marker as before.
+        client.set(keys.wake(3), b"1")
+        assert run_due(ctx, 3) == "engine woken"
+        assert not _held(ctx)[3]
     finally:
         ctx.redis.close()

@@ -1,10 +1,10 @@
 """The delivery engine: many attempts in flight per worker process, none of them able to
 hold the others up.
 
-One engine per worker process that serves the delivery queue, started by the first delivery
-job (:func:`run_due`), which only wakes it: the engine claims due deliveries
-of the woken shards, and of every shard it finds due on its own once a second, whenever it
-has a free slot. So a delivery never waits for a job to finish, and a job never waits for a
+One engine per worker process that serves the delivery queue, started with the process
+(``relay worker``; else by the first delivery job, :func:`run_due`, which only wakes it): the
+engine claims due deliveries of the woken shards, and of every shard it finds due on its own
+once a second, whenever it has a free slot. So a delivery never waits for a job to finish, and a job never waits for a
 slow receiver.
 
 Capacity (per process):
@@ -167,6 +167,7 @@ class Engine:
         self._blocked_at = -1  # ``_ended`` when every claim last went back unattempted
         self._claiming = False  # between taking the woken shards and starting their attempts
         self._stopping = False
+        self._held_at = float("-inf")  # when the listener last held the shards' markers
         self.backoff_cap = settings.redis_backoff_cap
         self._thread = self._start()
         self._listener = self._start_listener()
@@ -203,33 +204,39 @@ class Engine:
         slot taken it neither listens nor holds: the markers expire and jobs wake the other
         workers' engines, as without the bell. Redis away: a backoff, as the loop."""
         client = self.ctx.queue_redis
-        held_at = float("-inf")
         backoff = 0.1
         while not self._stopping:
             try:
                 if self.slots.free <= 0:
-                    held_at = float("-inf")
+                    self._held_at = float("-inf")
                     with self._cond:
                         self._cond.wait(0.1)
                     continue
                 with client.pipeline(transaction=False) as pipe:
                     now = time.monotonic()
-                    hold = now - held_at >= queues.ENGINE_HOLD_EVERY
+                    hold = now - self._held_at >= queues.ENGINE_HOLD_EVERY
                     if hold:
                         for shard in keys.all_shards():
                             pipe.set(keys.wake(shard), b"1", px=queues.ENGINE_HOLD_MS)
-                        held_at = now
                     pipe.blpop([keys.delivery_bell()], timeout=BELL_WAIT)
                     rung = pipe.execute()[-1]
+                if hold:
+                    self._held_at = now
                 if rung is not None and not self._stopping:
                     self.wake(int(rung[1]))
                 backoff = 0.1
             except Exception as exc:  # Redis away: the markers expire, jobs take over
                 log.warning("delivery bell: %s; trying again in %.1fs", exc, backoff)
-                held_at = float("-inf")
+                self._held_at = float("-inf")
                 with self._cond:
                     self._cond.wait(backoff)
                 backoff = min(backoff * 2, self.backoff_cap)
+
+    @property
+    def holding(self) -> bool:
+        """Whether this engine holds the shards' wake-up markers now (it listens on the bell,
+        and its last hold has not expired)."""
+        return time.monotonic() - self._held_at < queues.ENGINE_HOLD_MS / 1000
 
     # -- what the delivery job and the worker call -------------------------------------
 
@@ -258,6 +265,7 @@ class Engine:
             self._cond.wait_for(lambda: self._inflight == 0, timeout)
         self._thread.join(timeout=1)
         self._listener.join(timeout=BELL_WAIT + 1)
+        self._held_at = float("-inf")
         self._release_markers()
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.ctx.metrics.flush(self.ctx.redis)
@@ -361,7 +369,13 @@ class Engine:
 
 def run_due(ctx: EngineHost, shard: int) -> str:
     """RQ job of the delivery queue: wake this process's engine for the shard's due
-    deliveries (the engine runs the attempts; this job never waits for a receiver)."""
-    ctx.queue_redis.delete(keys.wake(shard))
-    ctx.engine.wake(shard)
+    deliveries (the engine runs the attempts; this job never waits for a receiver).
+
+    The job clears the shard's marker, so the next wake-up enqueues a job again, unless this
+    process's engine holds the markers: a job enqueued before it began to listen must not
+    undo its hold (until the next hold, every wake-up of the shard would be a job)."""
+    engine = ctx.engine  # started by the first job
+    if not engine.holding:
+        ctx.queue_redis.delete(keys.wake(shard))
+    engine.wake(shard)
     return "engine woken"
