@@ -95,6 +95,11 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     follow(settings)
     ctx = WorkerContext(settings)
     ctx.http  # noqa: B018  (built now: its SSL context costs ~25 ms, not the first delivery's)
+    if not args.burst and queues.DELIVERY in queues.WORKER_QUEUES[args.queues]:
+        # The delivery engine listens on the bell from the start, not from the first delivery
+        # job: until then every shard's first wake-up was a job of its own (~17 of them at the
+        # start of `bench redis_cost`).
+        ctx.engine  # noqa: B018
     from relay.redis_conn import RedisTarget, is_store_full, sync_client
 
     # RQ's own client: its BLPOP blocks RELAY_WORKER_DEQUEUE_TIMEOUT on purpose, so it waits

@@ -1,5 +1,6 @@
 """``relay worker`` as a real process: a stop signal ends it with status 0 and no restart,
-whether it was idle or in the middle of a document (which it finishes first)."""
+whether it was idle or in the middle of a document (which it finishes first); one serving
+deliveries listens on the delivery bell from its start."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import pytest
 import redis
 from rq import Worker
 
+from relay import keys, queues
+from relay.config import load_settings
 from tests.support.helpers import wait_until
 from tests.support.procs import Proc, Stack
 
@@ -75,5 +78,29 @@ def test_a_stop_signal_mid_document_finishes_it_then_exits(redis_url: str, tmp_p
             assert _stop(worker) == 0, stack.logs()
             assert status() == "succeeded"  # warm shutdown: the document in hand was finished
         assert "starting again" not in stack.logs()
+    finally:
+        stack.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("queues_arg", "listens"), [("delivery", True), ("processing", False)])
+def test_a_worker_serving_deliveries_listens_on_the_bell_from_its_start(
+    redis_url: str, redis: redis.Redis, tmp_path: Path, queues_arg: str, listens: bool
+) -> None:
+    """Its delivery engine holds every shard's wake-up marker before any delivery, so the
+    first wake-up of a shard rings the bell instead of enqueueing a job; a processing-only
+    worker has no engine and holds nothing."""
+    stack = Stack(redis_url=redis_url, tmp=tmp_path)
+    try:
+        stack.worker("--queues", queues_arg)
+        wait_until(lambda: _workers(redis) == 1 and _ready(stack), 20, message="never ready")
+        held = lambda: all(redis.exists(keys.wake(s)) for s in keys.all_shards())  # noqa: E731
+        if listens:
+            wait_until(held, 10, 0.05, "the markers are not held: " + stack.logs())
+            assert queues.wake(redis, 0, load_settings({}, dotenv=None)) is False
+            assert redis.llen(queues.queue_key(queues.DELIVERY)) == 0
+        else:
+            time.sleep(1.5)  # an engine holds within its first look at the bell
+            assert not any(redis.exists(keys.wake(s)) for s in keys.all_shards())
     finally:
         stack.close()
