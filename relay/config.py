@@ -481,6 +481,12 @@ class Settings:
         "Bytes the documents of one claim may add up to past its first (a large document is"
         " claimed alone)",
     )
+    process_linger: float = setting(
+        "1",
+        _non_negative_float,
+        "Seconds a processing job with nothing left to claim waits on the processing bell for"
+        " more before it ends (within its 2 s budget; 0: it ends at once)",
+    )
     max_document_attempts: int = setting(
         "3",
         _positive_int,

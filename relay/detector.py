@@ -249,7 +249,7 @@ class Detector:
                     pipe.xack(keys.outbox(shard), GROUP, *ids)
                 for shard in marked:
                     queues.mark_wake(pipe, shard)
-                queues.ring(pipe, marked)
+                queues.ring(pipe, marked, keys.delivery_bell())
                 replies = pipe.execute()
             sets = replies[len(acks) : len(acks) + len(marked)]
             for shard, set_now in zip(marked, sets, strict=True):

@@ -243,6 +243,13 @@ def process_wake() -> str:
     return f"{PREFIX}:processing:wake"
 
 
+def process_bell() -> str:
+    """List (in RQ's Redis) of shard numbers: shards whose documents were handed out, for
+    the processing jobs that linger after their work (``relay.processing``). Like
+    ``delivery_bell``: not shard-tagged, at most ``relay.queues.BELL_LEN`` items, a TTL."""
+    return f"{PREFIX}:processing:bell"
+
+
 def replica_waits(shard: int) -> str:
     """Integer: the marker the API writes before ``WAIT`` on a Cluster, in the slot of the
     shard it wrote to (``relay.durable``); one per shard, never removed."""

@@ -5,7 +5,10 @@ job, more than a small document. ``run_documents`` claims documents from the sha
 queues (``relay/lua/claim_next.lua``: the accounts with work take turns) for up to
 ``queues.PROCESS_BUDGET`` seconds, visiting the shards with work in turn, then hands what
 still waits to a fresh job. One job waits in the queue while there is work, so every idle
-worker joins in: a job that finds more work when it starts wakes the next.
+worker joins in: a job that finds more work when it starts wakes the next. A job that runs
+out of documents lingers on the processing bell for the next hand-out
+(``RELAY_PROCESS_LINGER``, :func:`linger_on_bell`): under a steady trickle of batches a job
+serves many of them, not one each.
 
 Each claim takes a lease that a background thread renews while the extractor runs. If this
 process dies, the lease expires and the detector's sweeper hands the document out again
@@ -102,6 +105,11 @@ class ShardRotation:
     def _read(self) -> None:
         self.active = self.store.waiting_shards()
         self.read_at = time.monotonic()
+
+    def start_at(self, shard: int) -> None:
+        """Serve ``shard`` next (a wake-up named it), and read which shards have work anew."""
+        self.last = (shard - 1) % len(keys.all_shards())
+        self.read_at = float("-inf")
 
     def claim(self, lease_ms: int) -> Claim | None:
         """The next document in fair order, claimed; None when no shard has one waiting."""
@@ -313,29 +321,46 @@ def _others_wait(ctx: WorkerContext) -> bool:
 _METRICS_EVERY = 1.0
 
 
-def run_documents(ctx: WorkerContext, shard: int, budget: float = queues.PROCESS_BUDGET) -> str:
+def run_documents(
+    ctx: WorkerContext,
+    shard: int,
+    budget: float = queues.PROCESS_BUDGET,
+    linger: float | None = None,
+) -> str:
     """RQ job: process documents in fair order, ``shard`` first, for about ``budget``
     seconds (the turn under way is finished). A turn is one or more documents of one batch
     (``RELAY_CLAIM_DOCUMENTS`` while they are small, ``RELAY_CLAIM_BYTES``): claimed in one
-    script, their leases renewed while they wait here. Returns how many (for RQ's logs)."""
+    script, their leases renewed while they wait here. With nothing left to claim, the job
+    lingers on the processing bell for up to ``linger`` seconds of its budget
+    (``RELAY_PROCESS_LINGER``; :func:`linger_on_bell`) and goes on when documents are handed
+    out meanwhile. Returns how many (for RQ's logs)."""
     # This job is no longer waiting: the next hand-out or the first claim below may enqueue
     # another one for an idle worker.
     ctx.queue_redis.delete(keys.process_wake())
     settings = ctx.settings
+    linger = settings.process_linger if linger is None else linger
     lease_ms = int(settings.lease_seconds * 1000)
     rotation = ShardRotation(ctx.store, shard)
-    deadline = time.monotonic() + budget
-    flushed = time.monotonic()
+    start = time.monotonic()
+    deadline = start + budget
+    flushed = start
     done = 0
+    woken = True  # the first claim after a wake-up may wake one more worker
     try:
         while True:
             claims = rotation.claim_turn(
                 lease_ms, documents=settings.claim_documents, max_bytes=settings.claim_bytes
             )
             if not claims:
-                return f"{done} documents; none waiting"
-            if done == 0 and rotation.active:
+                rung = linger_on_bell(ctx, min(linger, deadline - time.monotonic()))
+                if rung is None:
+                    return f"{done} documents; none waiting"
+                rotation.start_at(rung)
+                woken = True
+                continue
+            if woken and rotation.active:
                 queues.wake_processing(ctx.queue_redis, claims[0].batch.shard, settings)
+            woken = False
             # The turn's outcomes are stored together (one script) once its last document
             # is extracted; their leases are renewed meanwhile, as those waiting their turn.
             # Their bytes held in Redis came with the claim (claim_next.lua): no read here.
@@ -361,6 +386,39 @@ def run_documents(ctx: WorkerContext, shard: int, budget: float = queues.PROCESS
         return f"{done} documents; budget spent"
     finally:
         _flush_metrics(ctx)
+
+
+# Longest single wait on the processing bell: between two, the lingering job looks whether a
+# delivery job waits in RQ (a worker on both queues must not sit on it).
+_BELL_SLICE = 0.25
+# Rings one look takes from the bell: those that came while the job worked are taken in the
+# same round trip as the first, so they cost one look for documents, not one each.
+_BELL_TAKE = queues.BELL_LEN
+
+
+def linger_on_bell(ctx: WorkerContext, seconds: float) -> int | None:
+    """Wait up to ``seconds`` for documents handed out (``queues.wake_processing`` rings the
+    processing bell): the shard rung first, or None when nothing was (or a delivery job
+    waits in RQ, which a worker serving both queues must get to). A lingering job is how a
+    worker that just ran out of documents takes the next batch's without an RQ job per
+    batch (RQ's own cost is ~20 commands and ~8 round trips a job).
+
+    Each look is one round trip: the delivery queue's length, a ``BLPOP`` of at most
+    ``_BELL_SLICE`` seconds and, once it returns, the rings left behind it. Rings only say
+    "look": the fair queues are the truth, and a stale ring costs one empty claim."""
+    client = ctx.queue_redis
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        with client.pipeline(transaction=False) as pipe:
+            pipe.llen(queues.queue_key(queues.DELIVERY))
+            pipe.blpop([keys.process_bell()], timeout=min(left, _BELL_SLICE))
+            pipe.lpop(keys.process_bell(), _BELL_TAKE)
+            others, rung, _ = pipe.execute()
+        if rung is not None:
+            return int(rung[1])
+        if others:
+            break
+    return None
 
 
 def run_document(ctx: WorkerContext, doc_id: str, account: str, batch_name: str) -> str:

@@ -84,24 +84,6 @@ def queue_key(name: str) -> str:
     return Queue.redis_queue_namespace_prefix + name
 
 
-def _enqueue_once(
-    client: redis.Redis,
-    marker: str,
-    name: str,
-    job: str,
-    shard: int,
-    *,
-    timeout: int,
-    failure_ttl: int,
-    description: str,
-) -> bool:
-    """Enqueue ``job(shard)`` on queue ``name`` unless the ``marker`` says one is waiting."""
-    if not client.set(marker, b"1", nx=True, px=WAKE_TTL_MS):
-        return False
-    _enqueue(client, name, job, shard, timeout, failure_ttl, description)
-    return True
-
-
 def _enqueue(
     client: redis.Redis,
     name: str,
@@ -122,18 +104,33 @@ def _enqueue(
 
 
 def wake_processing(client: redis.Redis, shard: int, settings: Settings) -> bool:
-    """Enqueue a processing job unless one is already waiting. It starts at ``shard`` and
-    takes documents from every shard's fair queue (``relay.processing.run_documents``)."""
-    return _enqueue_once(
+    """Wake processing for the shard's documents just handed out: ring the processing bell
+    (a job lingering after its work takes the shard from it, ``relay.processing``), then
+    enqueue a processing job unless one is already waiting. One round trip, and the
+    enqueue's when there is one. The job starts at ``shard`` and takes documents from every
+    shard's fair queue (``relay.processing.run_documents``). Returns whether a job was
+    enqueued.
+
+    A ring is a hint: a lingering job holds no marker, so whenever no job waits in the
+    queue one is enqueued as before, and a ring nobody hears loses nothing. With a job
+    lingering and one waiting, every hand-out until the lingering job's budget ends costs
+    this round trip alone, not an RQ job."""
+    with client.pipeline(transaction=False) as pipe:
+        ring(pipe, [shard], keys.process_bell())
+        pipe.set(keys.process_wake(), b"1", nx=True, px=WAKE_TTL_MS)
+        set_now = pipe.execute()[-1]
+    if not set_now:
+        return False
+    _enqueue(
         client,
-        keys.process_wake(),
         PROCESSING,
         PROCESS_JOB,
         shard,
-        timeout=processing_job_timeout(settings),
-        failure_ttl=86_400,
-        description=f"process documents, shard {shard} first",
+        processing_job_timeout(settings),
+        86_400,
+        f"process documents, shard {shard} first",
     )
+    return True
 
 
 def wake(client: redis.Redis, shard: int, settings: Settings) -> bool:
@@ -143,7 +140,7 @@ def wake(client: redis.Redis, shard: int, settings: Settings) -> bool:
     enqueue's when there is one. Returns whether a job was enqueued."""
     with client.pipeline(transaction=False) as pipe:
         mark_wake(pipe, shard)
-        ring(pipe, [shard])
+        ring(pipe, [shard], keys.delivery_bell())
         set_now = pipe.execute()[0]
     if not set_now:
         return False
@@ -158,14 +155,14 @@ def mark_wake(pipe: Any, shard: int) -> None:
     pipe.set(keys.wake(shard), b"1", nx=True, px=WAKE_TTL_MS)
 
 
-def ring(pipe: Any, shards: list[int]) -> None:
-    """Queue on ``pipe`` (of RQ's Redis) the delivery bell for ``shards`` (three commands
-    whatever their number): the list keeps the last ``BELL_LEN`` and goes after
-    ``WAKE_TTL_MS`` when no engine listens."""
+def ring(pipe: Any, shards: list[int], bell: str) -> None:
+    """Queue on ``pipe`` (of RQ's Redis) a ring of ``bell`` (``keys.delivery_bell`` or
+    ``keys.process_bell``) for ``shards`` (three commands whatever their number): the list
+    keeps the last ``BELL_LEN`` and goes after ``WAKE_TTL_MS`` when nobody listens."""
     if shards:
-        pipe.rpush(keys.delivery_bell(), *shards)
-        pipe.ltrim(keys.delivery_bell(), -BELL_LEN, -1)
-        pipe.pexpire(keys.delivery_bell(), WAKE_TTL_MS)
+        pipe.rpush(bell, *shards)
+        pipe.ltrim(bell, -BELL_LEN, -1)
+        pipe.pexpire(bell, WAKE_TTL_MS)
 
 
 def enqueue_delivery(client: redis.Redis, shard: int, settings: Settings) -> None:

@@ -1,19 +1,21 @@
 """The processing job on a real Redis, run in this process: shards with work take turns, a
-job stops after its budget and leaves a job waiting for what is left, the per-document job
-of earlier versions still works."""
+job stops after its budget and leaves a job waiting for what is left, a job out of documents
+lingers on the processing bell for the next hand-out, the per-document job of earlier
+versions still works."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from relay import keys
+from relay import keys, queues
 from relay.blobs import BlobStore
 from relay.processing import ShardRotation, run_document, run_documents
-from relay.queues import PROCESSING, queue_key
+from relay.queues import DELIVERY, PROCESSING, queue_key
 from relay.store import AsyncStore, BatchRef
 from tests.support.extractors import Gate
 from tests.support.helpers import Clients, closed_after, wait_until, worker_context
@@ -186,3 +188,61 @@ def test_two_slow_documents_of_two_accounts_do_not_hold_a_third_accounts_csv(
         )
     finally:
         h.close()
+
+
+def _run_in_thread(h: H, shard: int, **kw: float) -> tuple[threading.Thread, list[str]]:
+    said: list[str] = []
+    thread = threading.Thread(target=lambda: said.append(run_documents(h.ctx, shard, **kw)))
+    thread.start()
+    return thread, said
+
+
+def test_a_job_out_of_documents_lingers_and_takes_the_next_hand_out_from_the_bell(h: H) -> None:
+    """The processing bell (``queues.wake_processing`` rings it; ``linger_on_bell``): a job
+    that ran out of documents waits on it, so the next batch's documents are processed by
+    the same job, not by an RQ job of their own."""
+    first, second = in_shard("acme", 4), in_shard("bulk", 11)
+    ids = h.hand_out(first, 3)
+    thread, said = _run_in_thread(h, first.shard, budget=30, linger=30)
+    try:
+        wait_until(lambda: {h.status(i) for i in ids} == {b"succeeded"}, 10, 0.02, "first")
+        # Handed out while the job lingers: the wake-up rings the bell, and the job takes it.
+        later = h.hand_out(second, 2)
+        queues.wake_processing(h.client, second.shard, h.ctx.settings)
+        wait_until(lambda: {h.status(i) for i in later} == {b"succeeded"}, 10, 0.02, "rung")
+        assert thread.is_alive()  # still the same job, lingering again
+        assert h.client.llen(keys.process_bell()) == 0  # the ring was taken
+    finally:
+        # A delivery job waiting in RQ ends the linger: a worker serving both queues takes it.
+        h.client.rpush(queue_key(DELIVERY), "some-delivery-job")
+        thread.join(5)
+    assert not thread.is_alive()
+    assert said == ["5 documents; none waiting"]
+
+
+def test_a_job_lingers_no_longer_than_its_setting_nor_its_budget(h: H) -> None:
+    (doc,) = h.hand_out(in_shard("acme", 4), 1)
+    started = time.monotonic()
+    assert run_documents(h.ctx, 4, budget=30, linger=0.6) == "1 documents; none waiting"
+    assert 0.6 <= time.monotonic() - started < 5
+    started = time.monotonic()
+    assert run_documents(h.ctx, 4, budget=0.5, linger=30) == "0 documents; none waiting"
+    assert time.monotonic() - started < 5
+    started = time.monotonic()
+    assert run_documents(h.ctx, 4, linger=0) == "0 documents; none waiting"
+    assert time.monotonic() - started < 0.5
+    assert h.status(doc) == b"succeeded"
+
+
+def test_a_ring_nobody_hears_loses_nothing(h: H) -> None:
+    """With no job lingering, the wake-up still enqueues a job (no marker is held by a
+    lingering job), and its ring expires."""
+    ref = in_shard("acme", 6)
+    h.hand_out(ref, 1)
+    assert queues.wake_processing(h.client, ref.shard, h.ctx.settings) is True
+    assert h.client.llen(queue_key(PROCESSING)) == 1
+    assert h.client.lrange(keys.process_bell(), 0, -1) == [str(ref.shard).encode()]
+    assert 0 < h.client.pttl(keys.process_bell()) <= queues.WAKE_TTL_MS
+    # A second wake-up while that job waits rings again and enqueues nothing.
+    assert queues.wake_processing(h.client, ref.shard, h.ctx.settings) is False
+    assert h.client.llen(queue_key(PROCESSING)) == 1
