@@ -93,6 +93,8 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     from relay.shards import follow
 
     follow(settings)
+    if args.burst:  # it quits when the queues are empty: nothing to linger for
+        settings = dataclasses.replace(settings, process_linger=0.0)
     ctx = WorkerContext(settings)
     ctx.http  # noqa: B018  (built now: its SSL context costs ~25 ms, not the first delivery's)
     if not args.burst and queues.DELIVERY in queues.WORKER_QUEUES[args.queues]:

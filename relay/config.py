@@ -485,7 +485,8 @@ class Settings:
         "1",
         _non_negative_float,
         "Seconds a processing job with nothing left to claim waits on the processing bell for"
-        " more before it ends (within its 2 s budget; 0: it ends at once)",
+        " more before it ends (within its 2 s budget; 0: it ends at once; never with"
+        " `relay worker --burst`)",
     )
     max_document_attempts: int = setting(
         "3",

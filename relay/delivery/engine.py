@@ -4,8 +4,8 @@ hold the others up.
 One engine per worker process that serves the delivery queue, started with the process
 (``relay worker``; else by the first delivery job, :func:`run_due`, which only wakes it): the
 engine claims due deliveries of the woken shards, and of every shard it finds due on its own
-once a second, whenever it has a free slot. So a delivery never waits for a job to finish, and a job never waits for a
-slow receiver.
+once a second, whenever it has a free slot. So a delivery never waits for a job to finish,
+and a job never waits for a slow receiver.
 
 Capacity (per process):
 
