@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
+from rq import Worker
 
 from bench._common import CSV_DOC, BenchError, Outcome, progress, table
 from bench._meter import Reading, RedisMeter
@@ -45,6 +46,9 @@ NAME = "redis_cost"
 BATCHES = 200
 PER_BATCH = 10
 IDLE_S = 5.0
+# The spaced-out run: batches processed one at a time, this far apart.
+SPACED_BATCHES = 40
+SPACED_GAP_S = 0.3
 ROUND_TRIPS = 5000  # PINGs to measure what one round trip costs Redis
 # Requests in flight in every phase (``RELAY_BENCH_CLIENTS``): relay's API process sends the
 # round trips of concurrent requests together (relay.lane), so Redis's cost per document falls
@@ -229,7 +233,73 @@ def run(quick: bool = False, profile: bool = False) -> Outcome:
         )
     )
     out.data["replayed"] = busy
+    progress(NAME, f"batches spaced out: one every {SPACED_GAP_S:g} s, linger off and on")
+    spaced = {linger: _spaced(quick, linger) for linger in ("0", "1")}
+    out.tables.append(
+        table(
+            f"process + notify with batches spaced out ({SPACED_BATCHES} batches, one "
+            f"processed every {SPACED_GAP_S:g} s, not at once: a steady trickle), per "
+            "document, net of the idle rate; RQ jobs run, per batch",
+            ["RELAY_PROCESS_LINGER", "commands", "CPU us", "round trips", "RQ jobs"],
+            [
+                [linger, f["commands"], f["cpu_us"], f["round_trips"], f["rq_jobs"]]
+                for linger, f in spaced.items()
+            ],
+        )
+    )
+    out.data["spaced"] = spaced
     return out
+
+
+def _spaced(quick: bool, linger: str) -> dict[str, float]:
+    """Process + notify when batches come one at a time, ``SPACED_GAP_S`` apart (each done
+    before the next), with ``RELAY_PROCESS_LINGER=linger``: what a steady trickle costs,
+    where a processing job that ends when it runs out of documents is one RQ job a batch.
+    Per document, net of the idle rate; RQ jobs per batch (its workers' counts of jobs
+    done)."""
+    batches = 10 if quick else SPACED_BATCHES
+    settings = {**SETTINGS, "RELAY_PROCESS_LINGER": linger}
+    with Stack(settings=settings, appendonly=True) as stack:
+        started = stack.start(workers=1)
+        receiver = ReceiverProcess(stack.tmp, stack.env)
+        meter = RedisMeter(stack.redis)
+        http = _client(stack, started.key)
+        names = [f"spaced-{i}" for i in range(batches)]
+        try:
+            _upload_all(http, names)
+            _register_all(http, names, receiver)
+            time.sleep(1.0)
+            idle = _measure(meter, "idle", lambda: time.sleep(1.0 if quick else IDLE_S))
+
+            def one_by_one() -> None:
+                for i, name in enumerate(names):
+                    started_at = time.monotonic()
+                    http.post(f"/api/v1/batches/{name}/process").raise_for_status()
+                    if receiver.wait(i + 1, 30) < i + 1:
+                        raise BenchError(f"batch {name} not notified within 30 s")
+                    time.sleep(max(0.0, SPACED_GAP_S - (time.monotonic() - started_at)))
+
+            jobs_before = _jobs_done(stack)
+            notify = _measure(meter, "spaced", one_by_one)
+            jobs = _jobs_done(stack) - jobs_before
+        finally:
+            http.close()
+            receiver.stop()
+    commands, cpu_s, reads, _ = notify.net(idle)
+    docs = batches * PER_BATCH
+    return {
+        "commands": round(commands / docs, 1),
+        "cpu_us": round(cpu_s / docs * 1e6, 1),
+        "round_trips": round(reads / docs, 2),
+        "rq_jobs": round(jobs / batches, 2),
+    }
+
+
+def _jobs_done(stack: Stack) -> int:
+    """The RQ jobs the stack's workers have run (successful or not)."""
+    return sum(
+        w.successful_job_count + w.failed_job_count for w in Worker.all(connection=stack.redis)
+    )
 
 
 def _recorded(quick: bool) -> dict[str, dict[str, float]]:
