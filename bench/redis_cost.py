@@ -15,6 +15,11 @@ own:
               a second notification per batch: one delivery attempt, and the call that asks
               for it.
 
+Then, on fresh stacks: the same with RQ's queues on a Redis of their own; a run recorded and
+replayed at full speed (``bench/_replay.py``); and ``SPACED_BATCHES`` batches processed one
+after another, ``SPACED_GAP_S`` apart, with ``RELAY_PROCESS_LINGER`` off and on (a steady
+trickle, where a processing job that ends when it runs out of documents is a job a batch).
+
 relay's processes keep talking to Redis while idle (the detector's blocking read, the
 sweepers, the delivery engine's once-a-second look for due work), so the bench first measures
 that idle rate for ``IDLE_S`` seconds and takes it out of each phase (idle rate x phase
