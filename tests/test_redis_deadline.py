@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 import redis.asyncio
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from relay.lane_url import status_client
@@ -92,6 +93,40 @@ def hung(redis_factory: RedisFactory) -> Iterator[RedisServer]:
         yield server
     finally:
         os.kill(pid, signal.SIGCONT)
+
+
+@pytest.mark.parametrize("deadline", [None, 5.0])
+def test_a_connection_torn_down_under_a_write_is_a_connection_error(
+    redis_url: str, deadline: float | None
+) -> None:
+    """redis-py's asyncio connection, disconnected by another task between its check and its
+    write (a Cluster's topology refresh does that at a failover), raises AttributeError from
+    its writer; within() makes it the ConnectionError that redis-py's retries and the API's
+    503 expect. Any other AttributeError stays what it is (a bug must not pass for an
+    outage)."""
+
+    async def scenario() -> None:
+        pool = redis.asyncio.ConnectionPool.from_url(redis_url)
+        conn = await pool.get_connection()
+        try:
+            await conn.send_command("PING")
+            assert await conn.read_response() in (b"PONG", "PONG")
+            await conn.disconnect()  # what the other task does; this one was past its check
+            with contextlib.ExitStack() as stack:
+                if deadline is not None:
+                    stack.enter_context(budget(deadline))
+                with pytest.raises(RedisConnectionError, match="closed under the command"):
+                    await within(conn._send_packed_command([b"*1\r\n$4\r\nPING\r\n"]))
+
+                async def bug() -> None:
+                    raise AttributeError("not the connection's")
+
+                with pytest.raises(AttributeError, match="not the connection's"):
+                    await within(bug())
+        finally:
+            await pool.disconnect()
+
+    asyncio.run(scenario())
 
 
 def test_the_api_client_and_the_lane_give_up_at_the_deadline(hung: RedisServer) -> None:
