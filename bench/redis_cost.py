@@ -32,11 +32,13 @@ run's.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 from rq import Worker
@@ -170,6 +172,34 @@ def _process_all(http: httpx.Client, names: list[str], receiver: ReceiverProcess
         raise BenchError(f"{got} of {len(names)} notifications within 120 s")
 
 
+class _Running(NamedTuple):
+    """One started stack of a run, with its receiver, meter, client and batch names."""
+
+    stack: Stack
+    receiver: ReceiverProcess
+    meter: RedisMeter
+    http: httpx.Client
+    names: list[str]
+
+
+@contextlib.contextmanager
+def _running(
+    settings: dict[str, str], batches: int, prefix: str, *, separate_queues: bool = False
+) -> Iterator[_Running]:
+    """A stack (AOF everysec, one worker) with a receiver and the bench's client, closed
+    after; ``batches`` batch names starting with ``prefix``."""
+    with Stack(settings=settings, appendonly=True, separate_queues=separate_queues) as stack:
+        started = stack.start(workers=1)
+        receiver = ReceiverProcess(stack.tmp, stack.env)
+        http = _client(stack, started.key)
+        names = [f"{prefix}-{i}" for i in range(batches)]
+        try:
+            yield _Running(stack, receiver, RedisMeter(stack.redis), http, names)
+        finally:
+            http.close()
+            receiver.stop()
+
+
 def _round_trip_floor(meter: RedisMeter, idle: Phase, n: int) -> dict[str, float]:
     """What a round trip itself costs this Redis, net of relay's idle rate: ``n`` PINGs one
     at a time (each a round trip to an otherwise idle server: what a request's round trip
@@ -264,32 +294,23 @@ def _spaced(quick: bool, linger: str) -> dict[str, float]:
     done)."""
     batches = 10 if quick else SPACED_BATCHES
     settings = {**SETTINGS, "RELAY_PROCESS_LINGER": linger}
-    with Stack(settings=settings, appendonly=True) as stack:
-        started = stack.start(workers=1)
-        receiver = ReceiverProcess(stack.tmp, stack.env)
-        meter = RedisMeter(stack.redis)
-        http = _client(stack, started.key)
-        names = [f"spaced-{i}" for i in range(batches)]
-        try:
-            _upload_all(http, names)
-            _register_all(http, names, receiver)
-            time.sleep(1.0)
-            idle = _measure(meter, "idle", lambda: time.sleep(1.0 if quick else IDLE_S))
+    with _running(settings, batches, "spaced") as run:
+        _upload_all(run.http, run.names)
+        _register_all(run.http, run.names, run.receiver)
+        time.sleep(1.0)
+        idle = _measure(run.meter, "idle", lambda: time.sleep(1.0 if quick else IDLE_S))
 
-            def one_by_one() -> None:
-                for i, name in enumerate(names):
-                    started_at = time.monotonic()
-                    http.post(f"/api/v1/batches/{name}/process").raise_for_status()
-                    if receiver.wait(i + 1, 30) < i + 1:
-                        raise BenchError(f"batch {name} not notified within 30 s")
-                    time.sleep(max(0.0, SPACED_GAP_S - (time.monotonic() - started_at)))
+        def one_by_one() -> None:
+            for i, name in enumerate(run.names):
+                started_at = time.monotonic()
+                run.http.post(f"/api/v1/batches/{name}/process").raise_for_status()
+                if run.receiver.wait(i + 1, 30) < i + 1:
+                    raise BenchError(f"batch {name} not notified within 30 s")
+                time.sleep(max(0.0, SPACED_GAP_S - (time.monotonic() - started_at)))
 
-            jobs_before = _jobs_done(stack)
-            notify = _measure(meter, "spaced", one_by_one)
-            jobs = _jobs_done(stack) - jobs_before
-        finally:
-            http.close()
-            receiver.stop()
+        jobs_before = _jobs_done(run.stack)
+        notify = _measure(run.meter, "spaced", one_by_one)
+        jobs = _jobs_done(run.stack) - jobs_before
     commands, cpu_s, reads, _ = notify.net(idle)
     docs = batches * PER_BATCH
     return {
@@ -355,51 +376,40 @@ def _recorded(quick: bool) -> dict[str, dict[str, float]]:
 def _run(quick: bool, separate_queues: bool) -> Outcome:
     batches = 10 if quick else BATCHES
     idle_s = 1.0 if quick else IDLE_S
-    with Stack(settings=SETTINGS, appendonly=True, separate_queues=separate_queues) as stack:
-        started = stack.start(workers=1)
-        receiver = ReceiverProcess(stack.tmp, stack.env)
-        meter = RedisMeter(stack.redis)
-        http = _client(stack, started.key)
-        names = [f"cost-{i}" for i in range(batches)]
-        try:
-            progress(NAME, f"idle for {idle_s:.0f} s (relay's background rate)")
-            time.sleep(1.0)  # let start-up traffic settle
-            idle = _measure(meter, "idle", lambda: time.sleep(idle_s))
-            floor = _round_trip_floor(meter, idle, ROUND_TRIPS // (10 if quick else 1))
+    with _running(SETTINGS, batches, "cost", separate_queues=separate_queues) as run:
+        http, names, receiver, meter = run.http, run.names, run.receiver, run.meter
+        progress(NAME, f"idle for {idle_s:.0f} s (relay's background rate)")
+        time.sleep(1.0)  # let start-up traffic settle
+        idle = _measure(meter, "idle", lambda: time.sleep(idle_s))
+        floor = _round_trip_floor(meter, idle, ROUND_TRIPS // (10 if quick else 1))
 
-            progress(NAME, f"{batches * PER_BATCH} uploads")
+        progress(NAME, f"{batches * PER_BATCH} uploads")
 
-            upload = _measure(meter, "upload", lambda: _upload_all(http, names))
+        upload = _measure(meter, "upload", lambda: _upload_all(http, names))
 
-            progress(NAME, f"{batches} webhook registrations")
-            register = _measure(meter, "register", lambda: _register_all(http, names, receiver))
+        progress(NAME, f"{batches} webhook registrations")
+        register = _measure(meter, "register", lambda: _register_all(http, names, receiver))
 
-            progress(NAME, "process every batch until every notification is in")
+        progress(NAME, "process every batch until every notification is in")
 
-            notify = _measure(meter, "notify", lambda: _process_all(http, names, receiver))
+        notify = _measure(meter, "notify", lambda: _process_all(http, names, receiver))
 
-            ids = []
-            for n in names:
-                page = http.get(f"/api/v1/batches/{n}/webhook/deliveries").json()
-                ids.append((n, page["deliveries"][0]["id"]))
-            progress(NAME, f"{batches} retried deliveries")
+        ids = []
+        for n in names:
+            page = http.get(f"/api/v1/batches/{n}/webhook/deliveries").json()
+            ids.append((n, page["deliveries"][0]["id"]))
+        progress(NAME, f"{batches} retried deliveries")
 
-            def retry_all() -> None:
-                _parallel(
-                    http,
-                    [
-                        ("POST", f"/api/v1/batches/{n}/webhook/deliveries/{i}/retry", {})
-                        for n, i in ids
-                    ],
-                )
-                got = receiver.wait(2 * batches, 120)
-                if got < 2 * batches:
-                    raise BenchError(f"{got - batches} of {batches} retries within 120 s")
+        def retry_all() -> None:
+            _parallel(
+                http,
+                [("POST", f"/api/v1/batches/{n}/webhook/deliveries/{i}/retry", {}) for n, i in ids],
+            )
+            got = receiver.wait(2 * batches, 120)
+            if got < 2 * batches:
+                raise BenchError(f"{got - batches} of {batches} retries within 120 s")
 
-            retry = _measure(meter, "retry", retry_all)
-        finally:
-            http.close()
-            receiver.stop()
+        retry = _measure(meter, "retry", retry_all)
 
     docs = batches * PER_BATCH
     per: dict[str, dict[str, float]] = {}
