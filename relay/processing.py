@@ -32,6 +32,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from redis.exceptions import RedisError
+
 from relay import keys, queues
 from relay.background import Background
 from relay.extract.sandbox import ExtractorHost
@@ -409,11 +411,15 @@ def linger_on_bell(ctx: WorkerContext, seconds: float) -> int | None:
     client = ctx.queue_redis
     end = time.monotonic() + seconds
     while (left := end - time.monotonic()) > 0:
-        with client.pipeline(transaction=False) as pipe:
-            pipe.llen(queues.queue_key(queues.DELIVERY))
-            pipe.blpop([keys.process_bell()], timeout=min(left, _BELL_SLICE))
-            pipe.lpop(keys.process_bell(), _BELL_TAKE)
-            others, rung, _ = pipe.execute()
+        try:
+            with client.pipeline(transaction=False) as pipe:
+                pipe.llen(queues.queue_key(queues.DELIVERY))
+                pipe.blpop([keys.process_bell()], timeout=min(left, _BELL_SLICE))
+                pipe.lpop(keys.process_bell(), _BELL_TAKE)
+                others, rung, _ = pipe.execute()
+        except RedisError as exc:  # e.g. RQ's Redis failing over: end as if nothing came
+            log.warning("processing bell: %s; the job ends", exc)
+            return None
         if rung is not None:
             return int(rung[1])
         if others:

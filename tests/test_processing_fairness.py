@@ -18,7 +18,13 @@ from relay.processing import ShardRotation, run_document, run_documents
 from relay.queues import DELIVERY, PROCESSING, queue_key
 from relay.store import AsyncStore, BatchRef
 from tests.support.extractors import Gate
-from tests.support.helpers import Clients, closed_after, wait_until, worker_context
+from tests.support.helpers import (
+    Clients,
+    RedisFactory,
+    closed_after,
+    wait_until,
+    worker_context,
+)
 
 CSV = b"sku,qty\nA,1\n"
 
@@ -246,3 +252,21 @@ def test_a_ring_nobody_hears_loses_nothing(h: H) -> None:
     # A second wake-up while that job waits rings again and enqueues nothing.
     assert queues.wake_processing(h.client, ref.shard, h.ctx.settings) is False
     assert h.client.llen(queue_key(PROCESSING)) == 1
+
+
+def test_a_lingering_job_whose_queue_redis_goes_away_ends_as_done(
+    redis_url: str, redis_factory: RedisFactory
+) -> None:
+    """RQ's Redis lost while the job lingers (a failover, a restart): the job ends as if
+    nothing came, not as a failed job; the next wake-up enqueues a job as before."""
+    queue_redis = redis_factory(appendonly=False)
+    h = H(redis_url, RELAY_QUEUE_REDIS_URL=queue_redis.url)
+    try:
+        thread, said = _run_in_thread(h, 4, budget=30, linger=30)
+        time.sleep(0.5)  # lingering now
+        queue_redis.kill()
+        thread.join(15)
+        assert not thread.is_alive()
+        assert said == ["0 documents; none waiting"]
+    finally:
+        h.close()
