@@ -11,7 +11,8 @@ failover in progress, or names another primary than the one written to. The repl
 write: the API answers 503 (:class:`relay.exceptions.StoreUnavailable`) and the client's retry
 goes to the new primary. This is the case of a graceful ``SENTINEL FAILOVER``: the old primary
 takes writes until the Sentinels demote it, and without the check every one of them would be
-acknowledged and lost.
+acknowledged and lost. (A write answered 503 may have reached the replica all the same: an
+upload retried with its ``Idempotency-Key`` then answers that document, not a second one.)
 
 Redis ``WAIT`` counts the replicas that have the writes *of the connection it is sent on*; the
 request's writes went out on whatever pooled connections (and RQ's enqueue on another client).

@@ -155,6 +155,13 @@ def batch_docs(shard: int, account: str, name: str) -> str:
     return batch(shard, account, name) + ":docs"
 
 
+def batch_uploads(shard: int, account: str, name: str) -> str:
+    """Hash: an upload's ``Idempotency-Key`` -> the document it made, for the batch's uploads
+    that carried one (a retry with the same key answers that document, makes no other).
+    Purged with the batch."""
+    return batch(shard, account, name) + ":uploads"
+
+
 def batch_pending(shard: int, account: str, name: str) -> str:
     """List: queued documents not yet handed to the workers."""
     return batch(shard, account, name) + ":pending"

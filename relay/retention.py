@@ -99,6 +99,7 @@ class Retention:
                 keys.batch_delivery_by_seq(s, account, name),
                 keys.batch_deliveries(s, account, name),
                 keys.account_batches(s, account),
+                keys.batch_uploads(s, account, name),
             ]
             if batch
             else []

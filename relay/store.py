@@ -319,9 +319,14 @@ class AsyncStore:
         content: bytes,
         held: int = 0,
         admitted: bool = False,
+        idempotency_key: str | None = None,
     ) -> Document:
         """Create a queued document. Raises BatchDeleted when the batch was deleted,
         QuotaExceeded when its bytes would pass the account's pending-bytes quota.
+
+        ``idempotency_key``: the batch's document made by an earlier upload with this key is
+        returned as it is now, and nothing is made or charged (a client's retry of an upload
+        whose answer it lost, or that was answered 503 after the write: ``relay.durable``).
 
         ``held``: bytes the request already holds on the account's total (the API reserves
         the declared size of the body in its first round trip, ``relay.edge.Edge.write_round``);
@@ -354,6 +359,7 @@ class AsyncStore:
             keys.account_batches(s, ref.account),
             keys.blob(s, doc_id),
             keys.account_pending_bytes(s, ref.account),
+            keys.batch_uploads(s, ref.account, ref.name),
         ]
         script_args: list[Any] = [
             ref.account,
@@ -368,6 +374,7 @@ class AsyncStore:
             self.blobs.kind,
             charge,
             allowance,
+            idempotency_key or "",
         ]
         if fast and held > charge:
             # Never charged, whatever the script does: owed back (GiveBack).
@@ -381,6 +388,10 @@ class AsyncStore:
             if charge:
                 await self.redis.decrby(keys.account_pending_total(ref.account), charge)
             self.blobs.discard(doc_id, self.blobs.kind)
+            if refusal(exc) == "replayed" and idempotency_key:
+                earlier = await self._replayed(ref, idempotency_key)
+                if earlier is not None:
+                    return earlier
             if refusal(exc) == "quota" and self.max_pending_bytes is not None:
                 pending = sum(await self.pending_bytes(ref.account))
                 raise QuotaExceeded(
@@ -401,6 +412,18 @@ class AsyncStore:
             completed_at=None,
             error_code="",
             error_message="",
+        )
+
+    async def _replayed(self, ref: BatchRef, idempotency_key: str) -> Document | None:
+        """The batch's document an upload with ``idempotency_key`` made, as it is now (None:
+        gone meanwhile, the batch purged)."""
+        doc_id = await self.redis.hget(
+            keys.batch_uploads(ref.shard, ref.account, ref.name), idempotency_key
+        )
+        if doc_id is None:
+            return None
+        return await self.get_document(
+            ref.account, doc_id.decode() if isinstance(doc_id, bytes) else str(doc_id)
         )
 
     async def process(self, ref: BatchRef, fields: Sequence[str] | None) -> list[str]:

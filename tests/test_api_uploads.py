@@ -7,6 +7,7 @@ import re
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
+import pytest
 import redis
 
 from relay.api.app import create_app
@@ -197,3 +198,46 @@ def test_upload_stream_is_cut_at_the_limit(redis_url: str, redis: redis.Redis) -
     assert consumed <= TEST_MAX_UPLOAD + MULTIPART_OVERHEAD + chunk
     assert consumed >= TEST_MAX_UPLOAD
     assert redis.llen(QUEUE) == 0
+
+
+def _upload_keyed(api: Api, key: str | bytes | list[str], batch: str = "b1") -> httpx.Response:
+    keys_ = key if isinstance(key, list) else [key]
+    return api.client.post(
+        f"{V1}/documents",
+        headers=[
+            *((k.encode(), v.encode()) for k, v in api.auth("acme").items()),
+            *((b"Idempotency-Key", k if isinstance(k, bytes) else k.encode()) for k in keys_),
+        ],
+        data={"batch_name": batch},
+        files={"file": ("items.csv", CSV, "text/csv")},
+    )
+
+
+def test_an_upload_retried_with_its_idempotency_key_makes_one_document(api: Api) -> None:
+    """A client that lost an upload's answer (or got a 503 after the write: relay.durable)
+    sends it again with the same key: the batch's document is answered, no second is made."""
+    first = _upload_keyed(api, "upload-7f3a")
+    assert first.status_code == 201, first.text
+    again = _upload_keyed(api, "upload-7f3a")
+    assert again.status_code == 201, again.text
+    assert again.json() == first.json()
+    assert again.headers["location"] == first.headers["location"]
+    other = _upload_keyed(api, "upload-7f3b")  # another key: another document
+    assert other.status_code == 201 and other.json()["id"] != first.json()["id"]
+    batch = api.client.get(f"{V1}/batches/b1", headers=api.auth("acme")).json()
+    assert batch["document_count"] == 2
+    # The same key in another batch is another upload.
+    elsewhere = _upload_keyed(api, "upload-7f3a", batch="b2")
+    assert elsewhere.status_code == 201 and elsewhere.json()["id"] != first.json()["id"]
+
+
+@pytest.mark.parametrize(
+    "key", ["", "has space", "x" * 256, "caf\u00e9".encode(), ["twice-a", "twice-b"]], ids=repr
+)
+def test_a_malformed_idempotency_key_is_refused_and_makes_nothing(
+    api: Api, key: str | bytes | list[str]
+) -> None:
+    r = _upload_keyed(api, key)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["type"] == "invalid_idempotency_key"
+    assert api.client.get(f"{V1}/batches/b1", headers=api.auth("acme")).status_code == 404

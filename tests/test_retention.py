@@ -4,6 +4,7 @@ behind (nothing), and the detector's sweeper. Time is the stores' injectable clo
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,9 +40,18 @@ class H(Clients):
         self.retention = Retention(self.client, blobs, retention_ms=RETENTION, clock=self.clock)
 
     def upload(self, ref: BatchRef, n: int = 1) -> list[Document]:
+        """``n`` documents, each uploaded with an idempotency key (its record is the batch's
+        too, and goes with it)."""
+
         async def go() -> list[Document]:
             return [
-                await self.api.upload(ref, filename="a.csv", content_type="text/csv", content=b"a")
+                await self.api.upload(
+                    ref,
+                    filename="a.csv",
+                    content_type="text/csv",
+                    content=b"a",
+                    idempotency_key=secrets.token_hex(8),
+                )
                 for _ in range(n)
             ]
 

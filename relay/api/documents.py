@@ -42,6 +42,8 @@ _PARTS = frozenset({"file", "batch_name"})
 _GENERATED_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _MEDIA_TYPE = re.compile(r"[A-Za-z0-9][\w.+-]*/[\w.+-]+(\s*;[ -~]*)?", re.ASCII)
+# An upload's Idempotency-Key: 1 to 255 visible ASCII characters (no spaces).
+_IDEMPOTENCY_KEY = re.compile(r"[!-~]{1,255}")
 
 
 async def _bounded(stream: AsyncIterator[bytes], max_bytes: int) -> AsyncGenerator[bytes, None]:
@@ -105,9 +107,12 @@ async def upload_document(request: Request) -> Response:
     Authenticated and counted against the account's upload rate before the body is read, in
     one round trip that also holds the body's declared size on the account's pending-bytes
     total (``relay.api.access.admit_write``); its bytes count against the account's
-    pending-bytes quota (``relay.store.AsyncStore.upload``)."""
+    pending-bytes quota (``relay.store.AsyncStore.upload``). With an ``Idempotency-Key``
+    the batch's document an earlier upload with that key made is answered instead, as it
+    is now: a client may retry an upload whose answer it lost, or that was answered 503."""
     st = state(request)
     limit = st.settings.max_upload_bytes
+    idempotency_key = _idempotency_key(request)
     admitted = await admit_write(request, UPLOADS, _hold(request, st.store.blobs.kind, limit))
     try:
         form = await _parse_form(request, limit + MULTIPART_OVERHEAD)
@@ -150,6 +155,7 @@ async def upload_document(request: Request) -> Response:
         content=content,
         held=admitted.held,
         admitted=admitted.within_quota,
+        idempotency_key=idempotency_key,
     )
     await st.edge.replicated(f"upload {doc.id}", ref.shard)
     return json_response(
@@ -157,6 +163,21 @@ async def upload_document(request: Request) -> Response:
         201,
         headers={"Location": f"/api/v1/documents/{doc.id}", **admitted.headers},
     )
+
+
+def _idempotency_key(request: Request) -> str | None:
+    """The upload's ``Idempotency-Key`` header, if any: a retry with the key of an upload
+    the batch already has answers that document and makes no other
+    (``relay.store.AsyncStore.upload``). 400 when malformed or given twice."""
+    given = request.headers.getlist("idempotency-key")
+    if not given:
+        return None
+    if len(given) > 1 or not _IDEMPOTENCY_KEY.fullmatch(given[0]):
+        raise BadRequest(
+            "Idempotency-Key must be given once, 1 to 255 visible ASCII characters",
+            error_type="invalid_idempotency_key",
+        )
+    return given[0]
 
 
 def _hold(request: Request, blob_kind: str, limit: int) -> int:

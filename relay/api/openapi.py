@@ -50,6 +50,15 @@ SOFT_DELETE = "x-soft-delete"
 STILL_READABLE = "x-still-readable"
 
 
+_IDEMPOTENCY_KEY: dict[str, Any] = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "description": "The client's key for this upload, unique within the batch.",
+    "schema": {"type": "string", "pattern": "^[!-~]{1,255}$"},
+}
+
+
 def _document_paths() -> dict[str, Any]:
     upload = {
         "required": True,
@@ -77,7 +86,11 @@ def _document_paths() -> dict[str, Any]:
                     ),
                     **errors(400, 401, 409, 413, 415, 422),
                 },
+                params=[_IDEMPOTENCY_KEY],
                 body=upload,
+                description="With an Idempotency-Key, a retry with the key of an upload the "
+                "batch already has answers that document, as it is now, and makes no other: "
+                "retry an upload whose answer was lost, or that was answered 503, with its key.",
             )
         },
         f"{V1}/documents/{{id}}": {

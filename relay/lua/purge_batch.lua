@@ -2,7 +2,7 @@
 -- KEYS: 1 finished, 2 purging, 3 due, 4 leases, 5 shard_deliveries,
 --       and to start a purge (absent to continue one):
 --       6 batch, 7 batch_docs, 8 batch_pending, 9 batch_started, 10 webhook,
---       11 delivery_by_seq, 12 batch_deliveries, 13 account_batches
+--       11 delivery_by_seq, 12 batch_deliveries, 13 account_batches, 14 batch_uploads
 -- ARGV: 1 the shard's key prefix (documents, deliveries and the purge's lists derive from it),
 --       2 the purge's token, 3 now (ms), 4 step size (documents + deliveries deleted per call),
 --       5 account, 6 batch name (both '' to continue the purge of token ARGV[2]),
@@ -81,7 +81,7 @@ if ARGV[5] ~= '' then
   end
   redis.call('ZREM', KEYS[1], member)
   redis.call('ZREM', KEYS[13], ARGV[6])
-  redis.call('UNLINK', KEYS[6], KEYS[8], KEYS[9], KEYS[10], KEYS[11])
+  redis.call('UNLINK', KEYS[6], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[14])
   if redis.call('EXISTS', KEYS[7]) == 1 then
     redis.call('RENAME', KEYS[7], docs_key)
   end

@@ -1,21 +1,26 @@
 -- Add one queued document to a batch, creating the batch on its first upload.
 -- KEYS: 1 batch, 2 batch_docs, 3 batch_pending (batches created before `handed` only),
 --       4 doc, 5 account_batches, 6 blob,
---       7 account_pending_bytes (this shard's counter of the account)
+--       7 account_pending_bytes (this shard's counter of the account), 8 batch_uploads
 -- ARGV: 1 account, 2 batch name, 3 doc id, 4 filename, 5 content_type, 6 size, 7 now (ms),
 --       8 blob bytes, 9 '1' when the bytes go to KEYS[6] (Redis blob store) else '0',
 --       10 blob reference (directory store path, or ''), 11 bytes to charge to KEYS[7]
 --       (0: nothing held in Redis), 12 what KEYS[7] may reach after this upload: the
 --       account's quota minus its other shards' counters (-1: no check here; the caller
---       reserved the bytes on the account's total, keys.account_pending_total, first)
+--       reserved the bytes on the account's total, keys.account_pending_total, first),
+--       13 the upload's idempotency key ('' for none)
 -- Derived from KEYS[1] (same hash tag): the shard's retention index `finished`.
 -- Returns JSON (cjson): {created = true, batch_created = true|false}; or the refusal
 -- 'deleted' when the batch was deleted, 'quota' when the charge would take KEYS[7] past
--- ARGV[12] (nothing is written then).
+-- ARGV[12], 'replayed' when the batch already has a document made with key ARGV[13] (its id
+-- is in KEYS[8]) (nothing is written then).
 local batch = redis.call('HMGET', KEYS[1], 'created_at', 'deleted_at', 'completed_at', 'total',
                         'queued', 'handed')
 if batch[2] and batch[2] ~= '' then
   return refuse('deleted')
+end
+if ARGV[13] ~= '' and redis.call('HEXISTS', KEYS[8], ARGV[13]) == 1 then
+  return refuse('replayed')
 end
 local charge = tonumber(ARGV[11])
 local allowance = tonumber(ARGV[12])
@@ -32,6 +37,9 @@ redis.call('HSET', KEYS[4], 'id', ARGV[3], 'account', ARGV[1], 'batch', ARGV[2],
            'blob', ARGV[10], 'charged', charge, 'counted', 1)
 if ARGV[9] == '1' then
   redis.call('SET', KEYS[6], ARGV[8])
+end
+if ARGV[13] ~= '' then
+  redis.call('HSET', KEYS[8], ARGV[13], ARGV[3])
 end
 if charge > 0 then
   redis.call('INCRBY', KEYS[7], charge)

@@ -7,8 +7,9 @@
   threads: a stalled API does not slow the arrivals down, as real clients would not);
 - a producer making batch after batch: upload a document, register a webhook on the
   receiver (whose path answers 500 once, then 200: every notification needs a retry), process.
-  A 503 or a request that got no answer is retried, as a client would; anything else
-  unexpected is recorded.
+  A 503 or a request that got no answer is retried, as a client would (the upload with its
+  ``Idempotency-Key``: a 503 after the write, ``relay.durable``, or a lost answer may have
+  made the document already); anything else unexpected is recorded.
 
 Every request has a client-side ``deadline`` (httpx timeout); a request that reaches it is
 recorded as ``timeout``. Times are ``time.monotonic()``.
@@ -137,7 +138,7 @@ class Traffic:
         files = {"file": ("doc.csv", self.content, "text/csv")}
         made = (
             self._until("upload", {"201"}, "POST", "/documents", files=files,
-                        data={"batch_name": name})
+                        data={"batch_name": name}, headers={"Idempotency-Key": f"{name}-doc"})
             and self._until("register", {"200", "201"}, "PUT", f"/batches/{name}/webhook",
                             json={"url": self.receiver.url(f"/{name}")})
             and self._until("process", {"202"}, "POST", f"/batches/{name}/process")
