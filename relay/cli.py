@@ -126,6 +126,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
                 dequeue_timeout=dequeue,
                 reply_timeout=settings.redis_socket_timeout,
                 backoff_cap=settings.redis_backoff_cap,
+                stopping=ctx.stopping,
             )
             # No RQ scheduler: relay enqueues nothing for later (its retries are its own due
             # deliveries and sweepers), and the scheduler's process died at the first

@@ -401,16 +401,17 @@ _BELL_TAKE = queues.BELL_LEN
 def linger_on_bell(ctx: WorkerContext, seconds: float) -> int | None:
     """Wait up to ``seconds`` for documents handed out (``queues.wake_processing`` rings the
     processing bell): the shard rung first, or None when nothing was (or a delivery job
-    waits in RQ, which a worker serving both queues must get to). A lingering job is how a
-    worker that just ran out of documents takes the next batch's without an RQ job per
-    batch (RQ's own cost is ~20 commands and ~8 round trips a job).
+    waits in RQ, which a worker serving both queues must get to, or the process is asked to
+    stop: ``ctx.stopping``). A lingering job is how a worker that just ran out of documents
+    takes the next batch's without an RQ job per batch (RQ's own cost is ~20 commands and
+    ~8 round trips a job).
 
     Each look is one round trip: the delivery queue's length, a ``BLPOP`` of at most
     ``_BELL_SLICE`` seconds and, once it returns, the rings left behind it. Rings only say
     "look": the fair queues are the truth, and a stale ring costs one empty claim."""
     client = ctx.queue_redis
     end = time.monotonic() + seconds
-    while (left := end - time.monotonic()) > 0:
+    while (left := end - time.monotonic()) > 0 and not ctx.stopping.is_set():
         try:
             with client.pipeline(transaction=False) as pipe:
                 pipe.llen(queues.queue_key(queues.DELIVERY))

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -58,9 +59,11 @@ class RelayWorker(SimpleWorker):
         dequeue_timeout: int = 5,
         reply_timeout: float = 5.0,
         backoff_cap: float = 2.0,
+        stopping: threading.Event | None = None,
         **kwargs: Any,
     ) -> None:
         # Set before RQ's __init__, which reads connection_timeout.
+        self._stopping = stopping
         self._dequeue_timeout = dequeue_timeout
         self._reply_timeout = reply_timeout
         self.max_connection_wait_time = backoff_cap
@@ -77,5 +80,7 @@ class RelayWorker(SimpleWorker):
 
     def handle_warm_shutdown_request(self) -> None:
         self.stop_requested = True  # first: RQ's own handling may fail on a Redis error
+        if self._stopping is not None:  # a job lingering for work ends now (relay.processing)
+            self._stopping.set()
         # RQ leaves the hook unannotated; its contract is "no arguments, returns nothing".
         cast(Callable[[], None], super().handle_warm_shutdown_request)()

@@ -9,6 +9,7 @@ use, so a process pays only for what it uses.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -111,6 +112,12 @@ class WorkerContext:
         """The bounded child that runs this process's extractor (``relay.extract.sandbox``);
         replaced when its document is moved to the background (``relay.processing``)."""
         return ExtractorHost(sandbox_config(self.settings))
+
+    @cached_property
+    def stopping(self) -> threading.Event:
+        """Set when the process is asked to stop (``relay worker``'s warm shutdown): a job
+        waiting for work (``relay.processing.linger_on_bell``) ends instead."""
+        return threading.Event()
 
     @cached_property
     def background(self) -> Background:

@@ -270,3 +270,12 @@ def test_a_lingering_job_whose_queue_redis_goes_away_ends_as_done(
         assert said == ["0 documents; none waiting"]
     finally:
         h.close()
+
+
+def test_a_lingering_job_ends_when_its_process_is_asked_to_stop(h: H) -> None:
+    thread, said = _run_in_thread(h, 4, budget=30, linger=30)
+    time.sleep(0.3)  # lingering now
+    h.ctx.stopping.set()  # what relay worker's warm shutdown does (relay.worker)
+    thread.join(5)
+    assert not thread.is_alive()
+    assert said == ["0 documents; none waiting"]

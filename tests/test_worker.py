@@ -5,16 +5,18 @@ deliveries listens on the delivery bell from its start."""
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 import redis
-from rq import Worker
+from rq import Queue, Worker
 
 from relay import keys, queues
 from relay.config import load_settings
+from relay.worker import RelayWorker
 from tests.support.helpers import wait_until
 from tests.support.procs import Proc, Stack
 
@@ -104,3 +106,14 @@ def test_a_worker_serving_deliveries_listens_on_the_bell_from_its_start(
             assert not any(redis.exists(keys.wake(s)) for s in keys.all_shards())
     finally:
         stack.close()
+
+
+def test_a_warm_shutdown_request_tells_the_jobs(redis: redis.Redis) -> None:
+    """RQ's warm shutdown hook sets the context's ``stopping``, which a processing job
+    lingering for work watches (relay.processing.linger_on_bell)."""
+    stopping = threading.Event()
+    worker = RelayWorker(
+        [Queue("relay-test", connection=redis)], connection=redis, stopping=stopping
+    )
+    worker.handle_warm_shutdown_request()
+    assert worker.stop_requested and stopping.is_set()
