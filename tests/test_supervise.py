@@ -127,6 +127,15 @@ def test_orphans_of_a_killed_supervisor_are_stopped(tmp_path: Path) -> None:
     orphan = subprocess.Popen(_python("import time; time.sleep(60)  # relay worker"))
     stranger = subprocess.Popen(_python("import time; time.sleep(60)"))
     try:
+        # Popen returns once execve has begun, a moment before the kernel sets the new
+        # command line (/proc/PID/cmdline reads empty meanwhile): a real orphan has long run.
+        for proc in (orphan, stranger):
+            wait_until(
+                lambda proc=proc: b"sleep" in Path(f"/proc/{proc.pid}/cmdline").read_bytes(),  # type: ignore[misc]
+                5,
+                0.01,
+                "the child's command line never showed",
+            )
         (tmp_path / "dev.pids").write_text(
             json.dumps({"worker": orphan.pid, "api": stranger.pid, "detector": 2**22 + 1})
         )
