@@ -90,12 +90,7 @@ async def within(call: Awaitable[T]) -> T:
     its ``ConnectionError`` for a connection torn down under the call (:func:`torn`)."""
     current = _BUDGET.get()
     if current is None or _INSIDE.get():
-        try:
-            return await call
-        except (AttributeError, TypeError) as exc:
-            if torn(exc):
-                raise _torn_error(exc) from exc
-            raise
+        return await _untorn(call)
     if current.left <= 0:
         if asyncio.iscoroutine(call):
             call.close()  # never started: no "was never awaited" warning
@@ -106,14 +101,10 @@ async def within(call: Awaitable[T]) -> T:
     inside = _INSIDE.set(True)
     try:
         async with timeout:
-            return await call
+            return await _untorn(call)
     except TimeoutError as exc:
         if timeout.expired():
             raise _spent(current) from exc
-        raise
-    except (AttributeError, TypeError) as exc:
-        if torn(exc):
-            raise _torn_error(exc) from exc
         raise
     finally:
         _INSIDE.reset(inside)
@@ -140,9 +131,16 @@ def torn(exc: BaseException) -> bool:
     return tb is not None and tb.tb_frame.f_code.co_filename.endswith(_IO_FILES)
 
 
-def _torn_error(exc: BaseException) -> Exception:
-    error: Exception = RedisConnectionError(f"the connection was closed under the command ({exc})")
-    return error
+async def _untorn(call: Awaitable[T]) -> T:
+    """Await ``call``; a connection torn down under it (:func:`torn`) is a ConnectionError."""
+    try:
+        return await call
+    except (AttributeError, TypeError) as exc:
+        if torn(exc):
+            raise RedisConnectionError(
+                f"the connection was closed under the command ({exc})"
+            ) from exc
+        raise
 
 
 def _spent(current: _Budget) -> RedisTimeoutError:
