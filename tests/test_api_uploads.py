@@ -202,15 +202,8 @@ def test_upload_stream_is_cut_at_the_limit(redis_url: str, redis: redis.Redis) -
 
 def _upload_keyed(api: Api, key: str | bytes | list[str], batch: str = "b1") -> httpx.Response:
     keys_ = key if isinstance(key, list) else [key]
-    return api.client.post(
-        f"{V1}/documents",
-        headers=[
-            *((k.encode(), v.encode()) for k, v in api.auth("acme").items()),
-            *((b"Idempotency-Key", k if isinstance(k, bytes) else k.encode()) for k in keys_),
-        ],
-        data={"batch_name": batch},
-        files={"file": ("items.csv", CSV, "text/csv")},
-    )
+    idempotency = [(b"Idempotency-Key", k if isinstance(k, bytes) else k.encode()) for k in keys_]
+    return api.upload("acme", batch, headers=idempotency)
 
 
 def test_an_upload_retried_with_its_idempotency_key_makes_one_document(api: Api) -> None:

@@ -13,7 +13,7 @@ real server also exercises real ``Content-Length`` and chunked bodies.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,14 +95,16 @@ class Api:
         content: bytes = CSV,
         filename: str = "items.csv",
         content_type: str | None = "text/csv",
+        headers: Sequence[tuple[bytes, bytes]] = (),
     ) -> httpx.Response:
+        """``POST /documents`` as ``account``, with any more ``headers`` (raw, each sent as
+        given, a name possibly twice)."""
         data = {} if batch_name is None else {"batch_name": batch_name}
         file: Any = (
             (filename, content) if content_type is None else (filename, content, content_type)
         )
-        return self.client.post(
-            f"{V1}/documents", headers=self.auth(account), data=data, files={"file": file}
-        )
+        sent = [(k.encode(), v.encode()) for k, v in self.auth(account).items()] + list(headers)
+        return self.client.post(f"{V1}/documents", headers=sent, data=data, files={"file": file})
 
     def upload_ok(self, account: str, batch_name: str = "b1", **kwargs: Any) -> dict[str, Any]:
         response = self.upload(account, batch_name, **kwargs)
