@@ -20,7 +20,13 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from relay import keys
 from relay.blobs import DIRECTORY, BlobStore
-from relay.exceptions import BatchDeleted, BatchNotFound, QuotaExceeded, StateError
+from relay.exceptions import (
+    BatchDeleted,
+    BatchNotFound,
+    QuotaExceeded,
+    StateError,
+    StoreUnavailable,
+)
 from relay.model import Batch, Document, Status, valid_batch_name
 from relay.redis_conn import is_cluster
 from relay.scripts import AsyncScripts, Scripts, fields, refusal
@@ -320,6 +326,7 @@ class AsyncStore:
         held: int = 0,
         admitted: bool = False,
         idempotency_key: str | None = None,
+        again: bool = False,
     ) -> Document:
         """Create a queued document. Raises BatchDeleted when the batch was deleted,
         QuotaExceeded when its bytes would pass the account's pending-bytes quota.
@@ -327,6 +334,8 @@ class AsyncStore:
         ``idempotency_key``: the batch's document made by an earlier upload with this key is
         returned as it is now, and nothing is made or charged (a client's retry of an upload
         whose answer it lost, or that was answered 503 after the write: ``relay.durable``).
+        When that document is gone by the time it is read (the batch purged meanwhile), the
+        upload is made anew, once (``again``); gone again, StoreUnavailable (a 503: retry).
 
         ``held``: bytes the request already holds on the account's total (the API reserves
         the declared size of the body in its first round trip, ``relay.edge.Edge.write_round``);
@@ -392,6 +401,21 @@ class AsyncStore:
                 earlier = await self._replayed(ref, idempotency_key)
                 if earlier is not None:
                     return earlier
+                if not again:
+                    # Gone between the refusal and the read: the batch was purged (its key
+                    # record with it), so this upload is a new one, as a moment later.
+                    return await self.upload(
+                        ref,
+                        filename=filename,
+                        content_type=content_type,
+                        content=content,
+                        idempotency_key=idempotency_key,
+                        again=True,
+                    )
+                raise StoreUnavailable(
+                    f"the upload with Idempotency-Key {idempotency_key!r} names a document "
+                    "that is gone; try again"
+                ) from exc
             if refusal(exc) == "quota" and self.max_pending_bytes is not None:
                 pending = sum(await self.pending_bytes(ref.account))
                 raise QuotaExceeded(

@@ -10,7 +10,7 @@ import pytest
 
 from relay import keys
 from relay.blobs import BlobStore
-from relay.exceptions import BatchDeleted, BatchNotFound
+from relay.exceptions import BatchDeleted, BatchNotFound, StoreUnavailable
 from relay.model import Batch, Document, Status
 from relay.store import AsyncStore, BatchRef, Claim, Store
 from tests.support.helpers import Clients, closed_after
@@ -571,3 +571,32 @@ def test_a_turns_finish_frees_the_account_total_in_the_same_round_trip(h: Harnes
     stored, _ = h.worker.finish_many(outcomes[:1])  # finished already: not this claim's
     assert stored == [False]
     assert int(h.client.get(total) or 0) == before_total - 3 * len(b"a,b\n1,2\n")
+
+
+def test_a_replayed_upload_whose_document_is_gone_is_store_unavailable_and_makes_nothing(
+    h: Harness,
+) -> None:
+    # The upload script refuses a key the batch has a record of; the document that record
+    # names is then read. Gone (as when the batch is purged between the two), the upload is
+    # made anew once; a record that still names a missing document is refused again, and the
+    # caller is told to retry (a 503), never a bare script error (a 500).
+    first = h.run(
+        h.api.upload(
+            REF, filename="x.csv", content_type="text/csv", content=b"a\n1\n", idempotency_key="k"
+        )
+    )
+    h.client.delete(keys.doc(REF.shard, first.id))
+    with pytest.raises(StoreUnavailable, match="names a document that is gone"):
+        h.run(
+            h.api.upload(
+                REF,
+                filename="x.csv",
+                content_type="text/csv",
+                content=b"a\n1\n",
+                idempotency_key="k",
+            )
+        )
+    assert h.batch(REF).document_count == 1
+    assert h.client.llen(keys.batch_docs(REF.shard, REF.account, REF.name)) == 1
+    # Each refused try gave its reservation back: the total holds the first upload's bytes.
+    assert int(h.client.get(keys.account_pending_total("acme")) or 0) == len(b"a\n1\n")
