@@ -112,6 +112,21 @@ class Terminal:
             time.sleep(0.05)
         return time.monotonic() - started
 
+    def wait_asleep(self, timeout: float) -> None:
+        """Wait until the shell sleeps (in ``wait``, the stand-in for a terminal at its
+        prompt), at most ``timeout`` seconds. bash misses a SIGINT that arrives between the
+        command before ``wait`` and ``wait`` itself (it then waits for its jobs first: 1 run
+        in 200 here, bash 5.2), which a person's Ctrl-C at a prompt never meets."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{self.proc.pid}/stat") as stat:
+                    if stat.read().rpartition(")")[2].split()[0] == "S":
+                        return
+            except (OSError, IndexError):
+                return  # gone, or no /proc: nothing to wait for
+            time.sleep(0.01)
+
     def interrupt(self, *, group: bool, timeout: float) -> int | None:
         """Ctrl-C: SIGINT to the shell (``group``: to its whole process group); its exit code,
         or None when it did not exit within ``timeout`` (it is then killed)."""
@@ -221,6 +236,7 @@ def run_quickstart(
         second.wait_for('{"deliveries":', notified_timeout, "the deliveries listing")
         second.wait_for(_AT_PROMPT, notified_timeout, "the end of the second block")
         out.deliveries = _deliveries(clone, relay_port)
+        second.wait_asleep(notified_timeout)
         out.second_exit = second.interrupt(group=False, timeout=STOP_SECONDS)
         deadline = time.monotonic() + STOP_SECONDS
         while _listening(hook_port) and time.monotonic() < deadline:
