@@ -64,9 +64,9 @@ async def _register(redis_url: str, refs: list[BatchRef], url: str, public_url: 
     hooks = AsyncWebhookStore(client)
     try:
         for ref in refs:
-            created, due = await hooks.register(ref, url, public_url)
-            if not created or due:
-                raise BenchError(f"unexpected registration of {ref.name}: {created=} {due=}")
+            done = await hooks.register(ref, url, public_url)
+            if not done.created or done.due:
+                raise BenchError(f"unexpected registration of {ref.name}: {done}")
     finally:
         await client.aclose()
 

@@ -13,7 +13,7 @@ import json
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 import redis.asyncio
@@ -287,6 +287,26 @@ class WebhookStore:
         return tuple(sorted(due, key=lambda s: (s != first, s)))
 
 
+# The webhook's fields register_webhook.lua answers, in its order (``Webhook.from_hash``).
+_HOOK_FIELDS = (
+    "url",
+    "disabled",
+    "disabled_reason",
+    "created_at",
+    "updated_at",
+    "verification",
+    "verified_at",
+)
+
+
+class Registration(NamedTuple):
+    """What :meth:`AsyncWebhookStore.register` did."""
+
+    created: bool  # a new webhook (201), not a replaced one (200)
+    due: bool  # a delivery became due now: wake the delivery queue
+    hook: Webhook  # as registered
+
+
 class AsyncWebhookStore:
     """The API's view: register, read, remove webhooks; list and retry deliveries."""
 
@@ -306,11 +326,12 @@ class AsyncWebhookStore:
 
     async def register(
         self, ref: BatchRef, url: str, public_url: str, *, verify: bool = False
-    ) -> tuple[bool, bool]:
-        """Register or replace the URL. Returns (created, a delivery became due now).
-        With ``verify``, the webhook is pending until the receiver echoes a signed
-        ``webhook.verify`` challenge; nothing else is sent to it meanwhile. Raises
-        BatchNotFound."""
+    ) -> Registration:
+        """Register or replace the URL. Returns whether it was created, whether a delivery
+        became due now, and the webhook as the script left it (read in the same script: the
+        API's answer costs no read of its own). With ``verify``, the webhook is pending until
+        the receiver echoes a signed ``webhook.verify`` challenge; nothing else is sent to it
+        meanwhile. Raises BatchNotFound (the script checks the batch exists)."""
         s = ref.shard
         challenge = secrets.token_urlsafe(24) if verify else ""
         try:
@@ -362,7 +383,9 @@ class AsyncWebhookStore:
             due = True
         elif status == DeliveryStatus.PENDING:
             due = True
-        return bool(r["created"]), due
+        hook = dict(zip(_HOOK_FIELDS, r["hook"], strict=True))
+        as_hash = {k.encode(): str(v).encode() for k, v in hook.items() if v is not False}
+        return Registration(bool(r["created"]), due, Webhook.from_hash(ref.name, as_hash))
 
     async def register_operational_webhook(
         self, account: str, url: str, *, verify: bool = False

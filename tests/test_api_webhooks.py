@@ -123,6 +123,10 @@ def test_webhook_routes_for_a_missing_batch_are_404(api: Api) -> None:
         api.client.put(f"{V1}/batches/nope/webhook", headers=h, json={"url": HOOK}).status_code
         == 404
     )
+    # Whatever the body: the batch is looked at first when the body is refused.
+    for body in ({"url": 5}, {"url": "ftp://x"}, {}):
+        r = api.client.put(f"{V1}/batches/nope/webhook", headers=h, json=body)
+        assert r.status_code == 404, (body, r.text)
     assert api.client.get(f"{V1}/batches/nope/webhook/deliveries", headers=h).status_code == 404
     retry = api.client.post(
         f"{V1}/batches/nope/webhook/deliveries/msg_0aaaaaaaaaaaaaaaaaaaa/retry", headers=h

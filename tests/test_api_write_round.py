@@ -237,3 +237,34 @@ def test_a_busy_account_writes_from_leased_slots_and_a_revoked_key_stops_at_once
     refused = api.upload("acme", "b1", content=CSV)
     assert refused.status_code == 401, refused.text
     assert (documents(api, "b1"), total(api)) == (12, 12 * len(CSV))
+
+
+def test_a_webhook_registration_is_two_round_trips_and_answers_what_it_wrote(
+    api_factory: ApiFactory,
+) -> None:
+    """The key's round trip, then the registration script, which checks that the batch
+    exists and answers the webhook as it left it (no existence check or read back of its
+    own)."""
+    api = api_factory(allow_http_targets=True, allow_private_targets=True)
+    for name in ("b0", "b1"):
+        api.upload_ok("acme", name, content=CSV)  # the batches, and the key cached
+    hook = {"url": "http://127.0.0.1:9/a"}
+    # The script loaded (a Redis that has not run it answers NOSCRIPT once).
+    assert api.client.put(
+        f"{V1}/batches/b0/webhook", headers=api.auth("acme"), json=hook
+    ).is_success
+    url = f"{V1}/batches/b1/webhook"
+    replies: list[Any] = []
+
+    def register() -> None:
+        r = api.client.put(url, headers=api.auth("acme"), json=hook)
+        replies.append(r)
+
+    seen = monitored(api, register)
+    sent = [c["command"].split(" ", 1)[0] for c in seen if c.get("client_address") != "lua"]
+    assert sent == ["HMGET", "EVALSHA"], sent
+    (r,) = replies
+    assert r.status_code == 201
+    assert r.json() == api.client.get(url, headers=api.auth("acme")).json()
+    assert r.json()["url"] == "http://127.0.0.1:9/a" and r.json()["disabled"] is False
+    assert r.json()["verification"] == {"status": "none", "verified_at": None}

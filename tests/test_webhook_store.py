@@ -38,7 +38,9 @@ class H(WebhookClients):
         )
 
     def register(self, ref: BatchRef = REF, url: str = URL) -> tuple[bool, bool]:
-        return self.run(self.hooks.register(ref, url, "http://api"))
+        """(created, due)."""
+        done = self.run(self.hooks.register(ref, url, "http://api"))
+        return done.created, done.due
 
     def claim(self, token: str = "t", lease_ms: int = 60_000) -> list[ClaimedDelivery]:
         return self.d.claim(REF.shard, limit=10, lease_ms=lease_ms, token=token)

@@ -4,7 +4,10 @@
 --       4 '1' to verify the endpoint first (a webhook.verify challenge must be echoed),
 --       5 the challenge, 6 account, 7 batch name
 -- Returns: a JSON object (cjson): created (1/0), seq (completion_seq if the batch is done
---   else 0), delivery (the id of that completion's delivery or ''), status (its status or '')
+--   else 0), delivery (the id of that completion's delivery or ''), status (its status or ''),
+--   hook (the webhook as registered: url, disabled, disabled_reason, created_at,
+--   updated_at, verification, verified_at, false for one not set;
+--   the API answers it, no read of its own)
 -- or the refusal 'missing' when the batch does not exist.
 local b = redis.call('HMGET', KEYS[1], 'created_at', 'completed_at', 'completion_seq')
 if not b[1] then
@@ -23,4 +26,6 @@ if seq > 0 then
     status = redis.call('HGET', key_delivery(ARGV[3], dlv), 'status') or ''
   end
 end
-return cjson.encode({created = created, seq = seq, delivery = dlv, status = status})
+local hook = redis.call('HMGET', KEYS[2], 'url', 'disabled', 'disabled_reason', 'created_at',
+                       'updated_at', 'verification', 'verified_at')
+return cjson.encode({created = created, seq = seq, delivery = dlv, status = status, hook = hook})
