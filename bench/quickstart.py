@@ -70,6 +70,16 @@ def _listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+def _as_in_a_terminal() -> None:
+    """In the shell's process before it starts: Ctrl-C and Ctrl-\\ as a terminal's shell
+    has them. A process started in the background of a shell without job control (``make
+    test &`` from a script, as some CI runners do) ignores SIGINT and SIGQUIT, its children
+    inherit that, and bash cannot trap a signal ignored on entry: the quick start's
+    ``trap ... INT`` would do nothing and Ctrl-C would not stop the receiver."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 class Terminal:
     """A shell running a script in its own session, its output (stdout and stderr) collected."""
 
@@ -83,6 +93,7 @@ class Terminal:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=_as_in_a_terminal,
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
