@@ -287,18 +287,6 @@ class WebhookStore:
         return tuple(sorted(due, key=lambda s: (s != first, s)))
 
 
-# The webhook's fields register_webhook.lua answers, in its order (``Webhook.from_hash``).
-_HOOK_FIELDS = (
-    "url",
-    "disabled",
-    "disabled_reason",
-    "created_at",
-    "updated_at",
-    "verification",
-    "verified_at",
-)
-
-
 class Registration(NamedTuple):
     """What :meth:`AsyncWebhookStore.register` did."""
 
@@ -383,9 +371,9 @@ class AsyncWebhookStore:
             due = True
         elif status == DeliveryStatus.PENDING:
             due = True
-        hook = dict(zip(_HOOK_FIELDS, r["hook"], strict=True))
-        as_hash = {k.encode(): str(v).encode() for k, v in hook.items() if v is not False}
-        return Registration(bool(r["created"]), due, Webhook.from_hash(ref.name, as_hash))
+        flat = [str(x).encode() for x in r["hook"]]  # HGETALL's field, value list
+        hook = Webhook.from_hash(ref.name, dict(zip(flat[::2], flat[1::2], strict=True)))
+        return Registration(bool(r["created"]), due, hook)
 
     async def register_operational_webhook(
         self, account: str, url: str, *, verify: bool = False

@@ -5,9 +5,8 @@
 --       5 the challenge, 6 account, 7 batch name
 -- Returns: a JSON object (cjson): created (1/0), seq (completion_seq if the batch is done
 --   else 0), delivery (the id of that completion's delivery or ''), status (its status or ''),
---   hook (the webhook as registered: url, disabled, disabled_reason, created_at,
---   updated_at, verification, verified_at, false for one not set;
---   the API answers it, no read of its own)
+--   hook (the webhook's hash as registered, HGETALL's field, value list: the API answers it
+--   with no read of its own)
 -- or the refusal 'missing' when the batch does not exist.
 local b = redis.call('HMGET', KEYS[1], 'created_at', 'completed_at', 'completion_seq')
 if not b[1] then
@@ -26,6 +25,5 @@ if seq > 0 then
     status = redis.call('HGET', key_delivery(ARGV[3], dlv), 'status') or ''
   end
 end
-local hook = redis.call('HMGET', KEYS[2], 'url', 'disabled', 'disabled_reason', 'created_at',
-                       'updated_at', 'verification', 'verified_at')
+local hook = redis.call('HGETALL', KEYS[2])
 return cjson.encode({created = created, seq = seq, delivery = dlv, status = status, hook = hook})
