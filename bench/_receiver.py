@@ -10,7 +10,7 @@ import httpx
 
 from bench._common import ROOT
 from bench._stack import wait_http
-from relay.redis_server import free_port
+from relay.devtools.redis_server import free_port
 from tests.support.procs import Proc, spawn
 
 

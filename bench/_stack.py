@@ -20,7 +20,7 @@ import httpx
 import redis
 
 from bench._common import BenchError, proc_status_kib
-from relay.redis_server import RedisServer, free_port
+from relay.devtools.redis_server import RedisServer, free_port
 from tests.support.procs import Proc, relay_env, spawn, stop_all, wait_until
 
 ACCOUNT = "bench"

@@ -30,7 +30,7 @@ import httpx
 
 from bench._common import BenchError, Outcome, _machine_jiffies, _proc_jiffies, progress, table
 from bench._receiver import ReceiverProcess
-from relay.redis_server import RedisServer
+from relay.devtools.redis_server import RedisServer
 from tests.support.cluster import Cluster
 from tests.support.procs import Stack, relay_env, wait_until
 

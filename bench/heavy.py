@@ -7,7 +7,7 @@ are being extracted, account ``bench-other`` uploads a one-row CSV and calls ``p
 several times one after the other; each latency runs from just before that call to the
 document's ``completed_at``. The same run is made on fresh stacks with
 ``RELAY_BACKGROUND_EXTRACTIONS`` at 2 (the default: both heavy documents move to the
-background of ``relay.processing``), 1 (the default before: the second one holds the
+background of ``relay.runtime.processing``), 1 (the default before: the second one holds the
 worker) and 0 (v1's behaviour: the small document waits for the heavy ones). Also
 reported: the heavy documents' own extraction times in each, i.e. what moving them to the
 background (reniced) costs them.
@@ -32,14 +32,15 @@ import redis.asyncio
 
 from bench._common import BenchError, Outcome, percentile, progress, table, wait_until, write_result
 from bench._stack import ACCOUNT, Stack
-from relay import keys, processing
-from relay.blobs import BlobStore
 from relay.config import load_settings
 from relay.crypto import generate_key
-from relay.redis_server import RedisServer
-from relay.store import AsyncStore, BatchRef, Claim
-from relay.store import Outcome as DocumentOutcome
-from relay.worker_context import WorkerContext
+from relay.devtools.redis_server import RedisServer
+from relay.redis import keyspace
+from relay.runtime import processing
+from relay.runtime.context import WorkerContext
+from relay.state.blobs import BlobStore
+from relay.state.store import AsyncStore, BatchRef, Claim
+from relay.state.store import Outcome as DocumentOutcome
 from tests.support.documents import HEADER, pdf, table_ops
 
 OTHER = "bench-other"
@@ -48,10 +49,10 @@ SMALL = b"sku,qty\nS-1,1\n"
 
 
 def _doc(st: Stack, doc_id: str) -> dict[bytes, bytes]:
-    shard = keys.shard_of_id("doc", doc_id)
+    shard = keyspace.shard_of_id("doc", doc_id)
     if shard is None:
         raise BenchError(f"not a document id: {doc_id!r}")
-    found: dict[bytes, bytes] = st.redis.hgetall(keys.doc(shard, doc_id))
+    found: dict[bytes, bytes] = st.redis.hgetall(keyspace.doc(shard, doc_id))
     return found
 
 

@@ -9,9 +9,9 @@ import httpx
 import pytest
 
 from relay.api.state import STATE_KEY, AppState
-from relay.auth import revoke_key
 from relay.config import RateLimit
-from relay.lane import Lane, PipelineClient
+from relay.redis.status_lane import Lane, PipelineClient
+from relay.state.api_keys import revoke_key
 from tests.support.api_fixtures import (  # noqa: F401
     V1,
     Api,

@@ -17,9 +17,9 @@ from typing import cast
 import pytest
 
 from relay.extract import ExtractionError, Extractor, extract, load_extractor, run_extractor
+from relay.extract.bounds import ExtractLimits, RowBudget, applied, encode_rows
 from relay.extract.csv_tsv import sniffer_sample
 from relay.extract.errors import ExtractorConfigError
-from relay.extract.limits import ExtractLimits, RowBudget, applied, encode_rows
 from relay.extract.pdf import _out_of_memory
 from tests.support.documents import pdf as _pdf
 from tests.support.documents import quote_storm, wide_csv

@@ -20,8 +20,8 @@ from PIL import Image, ImageDraw, ImageFont
 from relay.config import load_settings
 from relay.extract import ExtractionError, extract_document
 from relay.extract.ocr import read_tables
-from relay.extract.sandbox import ExtractorHost, SandboxConfig
-from relay.worker_context import sandbox_config
+from relay.runtime.context import sandbox_config
+from relay.runtime.sandbox import ExtractorHost, SandboxConfig
 from tests.support.drawn_tables import draw_table, encode, font_path
 
 GRID = [

@@ -18,10 +18,10 @@ import redis.asyncio
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
+from relay.devtools.redis_server import RedisServer
 from relay.exceptions import ConfigError, StoreProtocolError, StoreUnavailable
-from relay.lane import Lane, PipelineClient
-from relay.lane_url import lane_from_url, status_client, unsupported_options
-from relay.redis_server import RedisServer
+from relay.redis.status_lane import Lane, PipelineClient
+from relay.redis.status_target import lane_from_url, status_client, unsupported_options
 from tests.support.helpers import RedisFactory
 from tests.support.redis_forms import FORMS, Form, RedisForm, redis_form_fixture, tls_url  # noqa: F401
 from tests.support.tls import Pki

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from relay import keys, queues
-from relay.blobs import BlobStore
-from relay.processing import ShardRotation, run_document, run_documents
-from relay.queues import DELIVERY, PROCESSING, queue_key
-from relay.store import AsyncStore, BatchRef
+from relay.redis import keyspace
+from relay.runtime.processing import ShardRotation, run_document, run_documents
+from relay.state import job_queues
+from relay.state.blobs import BlobStore
+from relay.state.job_queues import DELIVERY, PROCESSING, queue_key
+from relay.state.store import AsyncStore, BatchRef
 from tests.support.extractors import Gate
 from tests.support.helpers import (
     Clients,
@@ -46,9 +47,9 @@ class H(Clients):
         return self.run(main())
 
     def status(self, doc_id: str) -> bytes | None:
-        shard = keys.shard_of_id("doc", doc_id)
+        shard = keyspace.shard_of_id("doc", doc_id)
         assert shard is not None
-        found: bytes | None = self.client.hget(keys.doc(shard, doc_id), "status")
+        found: bytes | None = self.client.hget(keyspace.doc(shard, doc_id), "status")
         return found
 
     def close(self) -> None:
@@ -89,18 +90,18 @@ def test_a_job_stops_after_its_budget_and_leaves_a_job_for_the_rest(h: H) -> Non
     assert run_documents(h.ctx, ref.shard, budget=0) == "10 documents; budget spent"
     assert h.status(ids[9]) == b"succeeded" and h.status(ids[10]) == b"queued"
     assert h.client.llen(queue_key(PROCESSING)) == 1  # the rest has a job waiting
-    assert h.client.exists(keys.process_wake())
+    assert h.client.exists(keyspace.process_wake())
     # A worker takes that job: it clears the marker, and since more documents wait after
     # its first claim it wakes one more job for any idle worker, then takes the rest.
     h.client.delete(queue_key(PROCESSING))
     assert run_documents(h.ctx, ref.shard) == "20 documents; none waiting"
     assert {h.status(i) for i in ids} == {b"succeeded"}
-    assert h.client.get(keys.waiting(ref.shard)) is None  # nothing waits: the key is gone
+    assert h.client.get(keyspace.waiting(ref.shard)) is None  # nothing waits: the key is gone
     assert h.client.llen(queue_key(PROCESSING)) == 1
     # That job finds nothing and wakes nobody.
     h.client.delete(queue_key(PROCESSING))
     assert run_documents(h.ctx, ref.shard) == "0 documents; none waiting"
-    assert not h.client.exists(keys.process_wake())
+    assert not h.client.exists(keyspace.process_wake())
     assert h.client.llen(queue_key(PROCESSING)) == 0
 
 
@@ -204,7 +205,7 @@ def _run_in_thread(h: H, shard: int, **kw: float) -> tuple[threading.Thread, lis
 
 
 def test_a_job_out_of_documents_lingers_and_takes_the_next_hand_out_from_the_bell(h: H) -> None:
-    """The processing bell (``queues.wake_processing`` rings it; ``linger_on_bell``): a job
+    """The processing bell (``job_queues.wake_processing`` rings it; ``linger_on_bell``): a job
     that ran out of documents waits on it, so the next batch's documents are processed by
     the same job, not by an RQ job of their own."""
     first, second = in_shard("acme", 4), in_shard("bulk", 11)
@@ -214,10 +215,10 @@ def test_a_job_out_of_documents_lingers_and_takes_the_next_hand_out_from_the_bel
         wait_until(lambda: {h.status(i) for i in ids} == {b"succeeded"}, 10, 0.02, "first")
         # Handed out while the job lingers: the wake-up rings the bell, and the job takes it.
         later = h.hand_out(second, 2)
-        queues.wake_processing(h.client, second.shard, h.ctx.settings)
+        job_queues.wake_processing(h.client, second.shard, h.ctx.settings)
         wait_until(lambda: {h.status(i) for i in later} == {b"succeeded"}, 10, 0.02, "rung")
         assert thread.is_alive()  # still the same job, lingering again
-        assert h.client.llen(keys.process_bell()) == 0  # the ring was taken
+        assert h.client.llen(keyspace.process_bell()) == 0  # the ring was taken
     finally:
         # A delivery job waiting in RQ ends the linger: a worker serving both queues takes it.
         h.client.rpush(queue_key(DELIVERY), "some-delivery-job")
@@ -245,12 +246,12 @@ def test_a_ring_nobody_hears_loses_nothing(h: H) -> None:
     lingering job), and its ring expires."""
     ref = in_shard("acme", 6)
     h.hand_out(ref, 1)
-    assert queues.wake_processing(h.client, ref.shard, h.ctx.settings) is True
+    assert job_queues.wake_processing(h.client, ref.shard, h.ctx.settings) is True
     assert h.client.llen(queue_key(PROCESSING)) == 1
-    assert h.client.lrange(keys.process_bell(), 0, -1) == [str(ref.shard).encode()]
-    assert 0 < h.client.pttl(keys.process_bell()) <= queues.WAKE_TTL_MS
+    assert h.client.lrange(keyspace.process_bell(), 0, -1) == [str(ref.shard).encode()]
+    assert 0 < h.client.pttl(keyspace.process_bell()) <= job_queues.WAKE_TTL_MS
     # A second wake-up while that job waits rings again and enqueues nothing.
-    assert queues.wake_processing(h.client, ref.shard, h.ctx.settings) is False
+    assert job_queues.wake_processing(h.client, ref.shard, h.ctx.settings) is False
     assert h.client.llen(queue_key(PROCESSING)) == 1
 
 
@@ -275,7 +276,7 @@ def test_a_lingering_job_whose_queue_redis_goes_away_ends_as_done(
 def test_a_lingering_job_ends_when_its_process_is_asked_to_stop(h: H) -> None:
     thread, said = _run_in_thread(h, 4, budget=30, linger=30)
     time.sleep(0.3)  # lingering now
-    h.ctx.stopping.set()  # what relay worker's warm shutdown does (relay.worker)
+    h.ctx.stopping.set()  # what relay worker's warm shutdown does (relay.runtime.worker)
     thread.join(5)
     assert not thread.is_alive()
     assert said == ["0 documents; none waiting"]

@@ -13,8 +13,8 @@ import pytest
 
 from relay.extract import extract
 from relay.extract.errors import CODES
-from relay.model import Status
-from relay.store import BatchRef
+from relay.state.model import Status
+from relay.state.store import BatchRef
 from tests.support.helpers import closed_after
 from tests.test_store import Harness
 
@@ -44,8 +44,8 @@ def _codes_raised_in_source() -> set[str]:
         r'None = \("([a-z_]+)", "',  # the worker's own: the uploaded bytes are gone
     ]
     found: set[str] = set()
-    sources = [*(ROOT / "relay" / "extract").rglob("*.py"), ROOT / "relay" / "processing.py"]
-    for path in [*sources, *(ROOT / "relay" / "lua").glob("*.lua")]:
+    sources = [*(ROOT / "relay" / "extract").rglob("*.py"), ROOT / "relay" / "runtime" / "processing.py"]
+    for path in [*sources, *(ROOT / "relay" / "state" / "lua").glob("*.lua")]:
         text = path.read_text()
         for pattern in patterns:
             found.update(re.findall(pattern, text))

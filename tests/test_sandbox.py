@@ -1,4 +1,4 @@
-"""Bounded extraction (``relay.extract.sandbox``): real child processes, real limits.
+"""Bounded extraction (``relay.runtime.sandbox``): real child processes, real limits.
 
 Hostile plug-ins live in ``tests/support/hostile_extractors.py``; hostile documents are built by
 ``tests/support/documents.py``. Each test checks the failure *and* that the same host then extracts
@@ -20,7 +20,7 @@ import pytest
 
 from relay.extract import extract_document
 from relay.extract.errors import ExtractorConfigError
-from relay.extract.sandbox import ExtractorHost, Outcome, SandboxConfig
+from relay.runtime.sandbox import ExtractorHost, Outcome, SandboxConfig
 from tests.support.documents import blank_pages_pdf, pdf_bomb, wide_csv
 
 MIB = 1 << 20

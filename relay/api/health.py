@@ -1,7 +1,7 @@
 """``/healthz``, ``/readyz`` and ``/metrics`` (no authentication).
 
 ``/metrics`` renders a small registry of gauges in the Prometheus text format, followed by the
-counters and histograms that workers flush to Redis (``relay.metrics``). Each gauge costs one
+counters and histograms that workers flush to Redis (``relay.state.metrics``). Each gauge costs one
 pipelined round trip. A gauge is an
 async function of the app state returning samples; add one with :func:`gauge`. A gauge that
 cannot reach Redis is left out of that scrape and ``relay_redis_up`` reads 0, so the scrape
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from starlette.requests import Request
 from starlette.responses import Response
 
-from relay import metrics as counters
 from relay.api.bodies import json_response
 from relay.api.state import AppState, state
-from relay.redis_conn import UNREACHABLE
+from relay.redis.clients import UNREACHABLE
+from relay.state import metrics as counters
 from relay.timefmt import now_ms
 
 # (labels, value) pairs of one gauge.

@@ -12,18 +12,18 @@ from starlette.routing import BaseRoute, Route
 from relay.api.access import admit_write, authenticate
 from relay.api.bodies import json_response, read_json
 from relay.api.errors import ApiError, NotFound, Unprocessable
-from relay.api.limits import RETRIES
 from relay.api.paging import decode_position, encode_position, page_params
 from relay.api.paths import batch_ref
 from relay.api.responses import delivery_list
 from relay.api.state import AppState, state
+from relay.api.throttles import RETRIES
 from relay.crypto import SigningMaterial
 from relay.delivery.ssrf import in_documented_form, vet_url
 from relay.exceptions import UnsafeTarget, WebhookNotFound
-from relay.model import SigningMaterialJSON, Webhook
-from relay.store import BatchRef
+from relay.state.model import SigningMaterialJSON, Webhook
+from relay.state.store import BatchRef
+from relay.state.webhooks import operational_ref
 from relay.timefmt import rfc3339
-from relay.webhook_store import operational_ref
 
 MAX_URL_CHARS = 2048
 

@@ -2,9 +2,11 @@
 
 The console is another edge over the same domain queries as ``GET /deliveries``; its pages
 call :class:`ConsoleQueries` and nothing else. The Deliveries page and recovery are the
-store's exact, indexed search and its chunked recovery (``relay.search``), the same as
+store's exact, indexed search and its chunked recovery (``relay.state.delivery_search``), the same
+as
 ``GET /deliveries`` and ``POST /deliveries/recover``. The overview and the webhooks page read
-the newest deliveries of every shard (at most ``relay.scans.SCAN_CAP``), until webhooks have
+the newest deliveries of every shard (at most ``relay.state.all_shards.SCAN_CAP``), until webhooks
+have
 an index of their own.
 """
 
@@ -15,13 +17,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from relay.delivery.probe import Prober, ProbeResult
-from relay.events import FEED_BATCHES, FEED_OPERATIONAL, AsyncEventLog, FeedPage
 from relay.exceptions import WebhookNotFound
-from relay.model import Attempt, Delivery, DeliveryStatus, Webhook
-from relay.scans import Scans
-from relay.store import BatchRef
+from relay.state.all_shards import Scans
+from relay.state.event_feed import FEED_BATCHES, FEED_OPERATIONAL, AsyncEventLog, FeedPage
+from relay.state.model import Attempt, Delivery, DeliveryStatus, Webhook
+from relay.state.store import BatchRef
+from relay.state.webhooks import AsyncWebhookStore
 from relay.timefmt import now_ms
-from relay.webhook_store import AsyncWebhookStore
 
 DAY_MS = 86_400_000
 HOUR_MS = 3_600_000
@@ -80,7 +82,7 @@ def _percentile(values: list[float], q: float) -> float | None:
 
 class ConsoleQueries:
     """The console's reads and actions over the state layer: the webhook store, the
-    cross-shard reads (``relay.scans``) and a way to wake a shard's delivery job."""
+    cross-shard reads (``relay.state.all_shards``) and a way to wake a shard's delivery job."""
 
     def __init__(
         self,

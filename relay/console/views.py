@@ -23,14 +23,14 @@ from starlette.templating import Jinja2Templates
 
 from relay.api.errors import Unauthorized
 from relay.api.state import AppState, state
-from relay.auth import parse_key
 from relay.console import charts
 from relay.console.notices import error_code, notices
 from relay.console.queries import ConsoleQueries, DeliveryFilter
 from relay.console.session import Session, Sessions, csrf_ok
 from relay.exceptions import StateError
 from relay.logs import mask_query
-from relay.model import DeliveryStatus
+from relay.state.api_keys import parse_key
+from relay.state.model import DeliveryStatus
 from relay.timefmt import now_ms
 
 PAGE_SIZE = 25

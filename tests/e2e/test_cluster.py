@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from relay import keys
+from relay.redis import keyspace
 from tests.e2e.client import Api
 from tests.support.cluster import Cluster
 from tests.support.helpers import wait_until
@@ -30,8 +30,8 @@ def _batches_on_every_primary(cluster: Cluster, account: str, count: int) -> lis
     owners: dict[int, list[str]] = {}
     for i in range(200):
         name = f"b{i}"
-        shard = keys.shard_for_batch(account, name)
-        owners.setdefault(cluster.owner(keys.tag(shard)).port, []).append(name)
+        shard = keyspace.shard_for_batch(account, name)
+        owners.setdefault(cluster.owner(keyspace.tag(shard)).port, []).append(name)
     assert len(owners) == 3, owners  # the 16 shards are spread over the three primaries
     names: list[str] = []
     while len(names) < count:

@@ -1,6 +1,6 @@
 """A Redis Cluster on loopback for tests: three primaries, each with one replica.
 
-The nodes are :class:`relay.redis_server.RedisServer` processes (AOF on, a password, every
+The nodes are :class:`relay.devtools.redis_server.RedisServer` processes (AOF on, a password, every
 node also authenticating to its primary) started with ``--cluster-enabled yes`` and a short
 ``cluster-node-timeout``, so a killed primary is replaced by its replica in a few seconds;
 ``redis-cli --cluster create`` (Debian's redis-tools, beside redis-server) assigns the slots.
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import redis
 
-from relay.redis_server import HOST, RedisServer, RedisServerError, port_is_free
+from relay.devtools.redis_server import HOST, RedisServer, RedisServerError, port_is_free
 from tests.support.helpers import log_tails, node_client
 
 PASSWORD = "cluster-nodes-secret"

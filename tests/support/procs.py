@@ -23,8 +23,8 @@ from typing import TypeVar
 import httpx
 
 from relay.crypto import generate_key
-from relay.redis_server import free_port
-from relay.supervise import STOP_TIMEOUT, terminate_all
+from relay.devtools.redis_server import free_port
+from relay.devtools.supervisor import STOP_TIMEOUT, terminate_all
 
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the checkout relay runs from
 
