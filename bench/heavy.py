@@ -35,13 +35,13 @@ from bench._stack import ACCOUNT, Stack
 from relay.config import load_settings
 from relay.crypto import generate_key
 from relay.devtools.redis_server import RedisServer
+from relay.devtools.sample_documents import HEADER, pdf, table_ops
 from relay.redis import keyspace
 from relay.runtime import processing
 from relay.runtime.context import WorkerContext
 from relay.state.blobs import BlobStore
 from relay.state.store import AsyncStore, BatchRef, Claim
 from relay.state.store import Outcome as DocumentOutcome
-from tests.support.documents import HEADER, pdf, table_ops
 
 OTHER = "bench-other"
 HEAVY_2 = "heavy-2"

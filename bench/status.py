@@ -35,11 +35,11 @@ from bench._common import ROOT, BenchError, CpuMeter, Outcome, progress, ratio, 
 from bench._profile import Profiler, render
 from bench._seed import upload_http
 from bench._stack import ACCOUNT, Stack, wait_http
+from relay.devtools.processes import Proc, spawn
 from relay.devtools.redis_server import free_port
 from relay.redis import keyspace
 from relay.state.api_keys import parse_key
 from relay.state.store import BatchRef
-from tests.support.procs import Proc, spawn
 
 NAME = "status"
 RELAY_LANE = "relay GET /api/v1/batches/{name}, lane"

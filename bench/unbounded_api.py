@@ -10,7 +10,7 @@ import argparse
 
 import uvicorn
 
-from relay.api.app import create_app
+from relay.app import create_app
 from relay.config import load_settings
 
 

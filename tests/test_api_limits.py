@@ -12,12 +12,12 @@ import httpx
 import pytest
 
 from relay.config import RateLimit
+from relay.devtools.processes import Stack
 from relay.redis import keyspace
 from relay.runtime.context import WorkerContext
 from relay.runtime.detector import Detector, ensure_groups
 from tests.support.api_fixtures import V1, Api, ApiFactory, api_factory_fixture  # noqa: F401
 from tests.support.helpers import refs_in_distinct_shards
-from tests.support.procs import Stack
 
 RATE_HEADERS = ("ratelimit-limit", "ratelimit-remaining", "ratelimit-reset")
 UNKNOWN_KEY = "rk_zzzzzzzz_" + "A" * 43

@@ -10,8 +10,8 @@ import httpx
 import pytest
 import redis
 
-from relay.api.app import create_app
 from relay.api.documents import MULTIPART_OVERHEAD
+from relay.app import create_app
 from relay.state.api_keys import create_key
 from relay.state.job_queues import PROCESSING
 from tests.support.api_fixtures import (  # noqa: F401

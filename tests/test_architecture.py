@@ -200,3 +200,14 @@ def test_the_module_map_lists_every_module_once_and_only_modules_that_exist() ->
     assert missing == [], f"docs/architecture.md's module map does not list {missing}"
     gone = sorted(p for p in listed if not (ROOT / p).is_file())
     assert gone == [], f"docs/architecture.md's module map lists {gone}, which do not exist"
+
+
+def test_the_benchmarks_stand_on_their_own() -> None:
+    """bench/ shares relay.devtools with the tests, never the tests themselves."""
+    found = {
+        f"{path.relative_to(ROOT)} imports {target}"
+        for path in sorted((ROOT / "bench").rglob("*.py"))
+        for target in imports_of("bench", path, set())
+        if within(target, "tests")
+    }
+    assert found == set()

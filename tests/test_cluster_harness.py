@@ -15,6 +15,7 @@ from redis.cluster import ClusterNode, RedisCluster
 
 from relay.config import Settings, load_settings
 from relay.crypto import Encryptor, generate_key
+from relay.devtools.cluster import PASSWORD, Cluster, probe
 from relay.devtools.redis_server import HOST
 from relay.redis import keyspace
 from relay.redis.clients import RedisTarget, async_client, is_cluster, sync_client
@@ -24,7 +25,6 @@ from relay.state.scripts import AsyncScripts, Scripts
 from relay.state.signing_material import SigningKeys
 from relay.state.store import AsyncStore
 from relay.state.webhooks_core import Call, Round, run, run_async, script
-from tests.support.cluster import PASSWORD, Cluster, probe
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-cli") is None, reason="needs redis-cli")
 

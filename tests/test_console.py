@@ -2,7 +2,7 @@
 Playwright; ``make chromium`` installs it, no browser is ever downloaded).
 
 The API runs in-process on uvicorn (``tests.support.api_fixtures``), a real delivery worker runs
-as a subprocess (``tests.support.procs``) and posts to a real HTTP receiver
+as a subprocess (``relay.devtools.processes``) and posts to a real HTTP receiver
 (``tests.support.receiver``). With
 ``RELAY_CONSOLE_SCREENSHOTS=docs/console`` the walk-through also saves a 1280-px-wide
 screenshot of each page there (how the README's pictures are made).
@@ -26,6 +26,7 @@ import redis
 import redis.asyncio
 from playwright.sync_api import Browser, Page, sync_playwright
 
+from relay.devtools.processes import Stack
 from relay.redis import keyspace
 from relay.runtime.context import WorkerContext
 from relay.runtime.detector import Detector
@@ -37,7 +38,6 @@ from relay.state.store import BatchRef
 from relay.state.webhooks import AsyncWebhookStore, WebhookStore
 from tests.support.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
 from tests.support.helpers import FakeClock, wait_until
-from tests.support.procs import Stack
 from tests.support.receiver import Receiver, Reply
 from tests.test_api_events import complete_in_process
 

@@ -21,10 +21,10 @@ from packaging.utils import canonicalize_name
 from ruamel.yaml import YAML
 
 from relay.config import env_example
+from relay.devtools.processes import Stack
 from relay.devtools.redis_server import find_redis_server
 from relay.runtime import healthcheck
 from tests.support.helpers import closed_after, free_port, wait_until
-from tests.support.procs import Stack
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"

@@ -44,7 +44,10 @@ def _codes_raised_in_source() -> set[str]:
         r'None = \("([a-z_]+)", "',  # the worker's own: the uploaded bytes are gone
     ]
     found: set[str] = set()
-    sources = [*(ROOT / "relay" / "extract").rglob("*.py"), ROOT / "relay" / "runtime" / "processing.py"]
+    sources = [
+        *(ROOT / "relay" / "extract").rglob("*.py"),
+        ROOT / "relay" / "runtime" / "processing.py",
+    ]
     for path in [*sources, *(ROOT / "relay" / "state" / "lua").glob("*.lua")]:
         text = path.read_text()
         for pattern in patterns:

@@ -18,12 +18,12 @@ import redis.asyncio
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from relay.devtools.processes import Stack
 from relay.devtools.redis_server import RedisServer
 from relay.redis.clients import RedisTarget, async_client
 from relay.redis.deadline import budget, left, within
 from relay.redis.status_target import status_client
 from tests.support.helpers import RedisFactory
-from tests.support.procs import Stack
 
 SOCKET_TIMEOUT = 5.0  # RELAY_REDIS_SOCKET_TIMEOUT's default: what a hung Redis costs without
 

@@ -15,11 +15,11 @@ import redis
 from rq import Queue, Worker
 
 from relay.config import load_settings
+from relay.devtools.processes import Proc, Stack
 from relay.redis import keyspace
 from relay.runtime.worker import RelayWorker
 from relay.state import job_queues
 from tests.support.helpers import wait_until
-from tests.support.procs import Proc, Stack
 
 
 def _workers(client: redis.Redis) -> int:

@@ -15,7 +15,7 @@ everything else goes through as usual.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
@@ -40,7 +40,6 @@ from relay.api.resources import Edge
 from relay.api.state import STATE_KEY, AppState
 from relay.api.throttles import Limits
 from relay.config import Settings
-from relay.console import views as console
 from relay.delivery.addresses import TargetPolicy
 from relay.redis.deadline import RequestDeadline
 from relay.redis.shards import Follower
@@ -100,8 +99,9 @@ def one_route_per_path(routes: Iterable[BaseRoute], prefix: str = "") -> list[Ba
     ]
 
 
-def create_app(settings: Settings) -> Starlette:
-    """The API for ``settings``; serve it with uvicorn (``relay serve``)."""
+def create_app(settings: Settings, *, extra_routes: Sequence[BaseRoute] = ()) -> Starlette:
+    """The API for ``settings``, with ``extra_routes`` served beside it on the same state
+    (``relay.app`` adds the console's); serve it with uvicorn (``relay serve``)."""
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -152,8 +152,7 @@ def create_app(settings: Settings) -> Starlette:
                 Route("/metrics", health.metrics, methods=["GET"]),
             ]
         ),
-        # The operator console (operator keys only; customer keys never open it).
-        *console.routes(),
+        *extra_routes,
     ]
     handlers = exception_handlers()
     fast_path = Middleware(

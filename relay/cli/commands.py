@@ -53,8 +53,8 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
 
     require_encryption_key(settings)
 
-    from relay.api.app import create_app
     from relay.api.server import uvicorn_options
+    from relay.app import create_app
     from relay.redis.shards import Follower
 
     # A lowered RELAY_SHARDS is refused here in one line (the lifespan checks it again).

@@ -15,11 +15,11 @@ from typing import Any
 
 import httpx
 
+from relay.devtools.cluster import Cluster
+from relay.devtools.processes import Stack
 from relay.redis import keyspace
 from tests.e2e.client import Api
-from tests.support.cluster import Cluster
 from tests.support.helpers import wait_until
-from tests.support.procs import Stack
 from tests.support.receiver import Receiver, Reply
 
 CSV = b"sku,qty\nA-1,2\nB-7,5\n"

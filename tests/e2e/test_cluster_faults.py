@@ -15,11 +15,11 @@ from typing import Any
 import httpx
 import pytest
 
+from relay.devtools.cluster import Cluster
+from relay.devtools.processes import Stack
 from relay.redis import keyspace
 from tests.e2e.traffic import Traffic
-from tests.support.cluster import Cluster
 from tests.support.helpers import RedisFactory, wait_until
-from tests.support.procs import Stack
 from tests.support.receiver import Receiver
 
 BEFORE = 12  # batches made before the fault

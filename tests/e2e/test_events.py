@@ -19,12 +19,12 @@ import pytest
 import redis
 import redis.cluster
 
+from relay.devtools.processes import Stack
 from relay.redis import keyspace
 from relay.state.event_feed import FALLBACK_S
 from tests.e2e.client import Api
 from tests.e2e.test_webhooks import CSV
 from tests.support.helpers import free_port, wait_until
-from tests.support.procs import Stack
 from tests.support.receiver import Receiver
 
 # The state's Redis: one server, or a Redis Cluster (its outboxes on three primaries).

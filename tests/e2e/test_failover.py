@@ -14,9 +14,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from relay.devtools.processes import Stack
 from tests.e2e.client import Api, close_all
 from tests.support.helpers import wait_until
-from tests.support.procs import Stack
 from tests.support.receiver import Receiver, Reply
 from tests.support.sentinels import SENTINEL_PASSWORD, Topology
 

@@ -16,13 +16,13 @@ import pytest
 import redis
 import redis.asyncio
 
+from relay.devtools.processes import Stack
 from relay.redis import keyspace
 from relay.state.blobs import BlobStore
 from relay.state.job_queues import PROCESSING, queue_key
 from relay.state.store import AsyncStore, BatchRef
 from tests.e2e.client import Api
 from tests.support.helpers import wait_until
-from tests.support.procs import Stack
 
 CSV = b"sku,qty\nA-1,2\nB-2,1\n"
 BACKLOG = 3000

@@ -14,12 +14,12 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from relay.devtools.processes import Stack
 from relay.redis import keyspace
 from relay.state.metrics import ATTEMPT_BUCKETS, LAG_BUCKETS
 from tests.e2e.client import Api
 from tests.e2e.test_webhooks import settled
 from tests.support.helpers import wait_until
-from tests.support.procs import Stack
 from tests.support.receiver import Receiver, Reply
 
 CSV = b"sku,qty\nA-1,2\nB-7,5\n"

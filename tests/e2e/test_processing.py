@@ -6,11 +6,11 @@ import json
 
 import redis
 
+from relay.devtools.processes import Stack
+from relay.devtools.sample_documents import HEADER, pdf, table_ops
 from relay.redis import keyspace
 from tests.e2e.client import Api
-from tests.support.documents import HEADER, pdf, table_ops
 from tests.support.helpers import wait_until
-from tests.support.procs import Stack
 
 
 def test_documents_are_extracted_by_a_worker(any_stack: Stack) -> None:

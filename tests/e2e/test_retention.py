@@ -11,11 +11,11 @@ import time
 
 import redis
 
+from relay.devtools.processes import Stack
 from relay.redis import keyspace
 from relay.timefmt import parse_rfc3339
 from tests.e2e.client import Api
 from tests.support.helpers import wait_until
-from tests.support.procs import Stack
 from tests.support.receiver import Receiver, Reply
 
 CSV = b"sku,qty\nA-1,2\n"

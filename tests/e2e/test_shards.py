@@ -14,11 +14,11 @@ from urllib.parse import urlsplit
 import redis
 import redis.cluster
 
+from relay.devtools.cluster import Cluster, batch_keys
+from relay.devtools.processes import Stack, stop_all
 from relay.redis import keyspace, shards
 from tests.e2e.client import Api
-from tests.support.cluster import Cluster, batch_keys
 from tests.support.helpers import wait_until
-from tests.support.procs import Stack, stop_all
 from tests.support.receiver import Receiver, Reply
 
 CSV = b"sku,qty\nA-1,2\nB-7,5\n"

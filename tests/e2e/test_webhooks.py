@@ -9,13 +9,13 @@ import pytest
 import redis
 from rq.registry import StartedJobRegistry
 
+from relay.devtools.processes import Stack
 from relay.redis import keyspace
 from relay.runtime.detector import GROUP
 from relay.state.job_queues import DELIVERY, queue_key
 from tests.e2e.client import Api
 from tests.e2e.verify import verify_both, verify_v1, verify_v1a
 from tests.support.helpers import free_port, wait_until
-from tests.support.procs import Stack
 from tests.support.receiver import Receiver, Reply
 
 CSV = b"sku,qty\nA-1,2\nB-7,5\n"

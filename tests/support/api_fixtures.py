@@ -25,8 +25,8 @@ import uvicorn
 from cryptography.fernet import Fernet
 from starlette.applications import Starlette
 
-from relay.api.app import create_app
 from relay.api.server import uvicorn_options
+from relay.app import create_app
 from relay.config import Secret, Settings, load_settings
 from relay.state.api_keys import create_key
 from tests.support.helpers import free_port, wait_until

@@ -17,17 +17,15 @@ from typing import Any, Protocol, TypeVar
 
 import redis
 import redis.asyncio
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from relay.config import load_settings
 from relay.crypto import generate_key
-from relay.devtools.redis_server import HOST, AppendFsync, RedisServer
+from relay.devtools.processes import wait_until as wait_until
+from relay.devtools.redis_server import AppendFsync, RedisServer
 from relay.devtools.redis_server import free_port as free_port
 from relay.runtime.context import WorkerContext
 from relay.state.store import BatchRef
 from relay.timefmt import now_ms
-from tests.support.procs import wait_until as wait_until
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[2]  # the checkout
@@ -97,30 +95,6 @@ def closed_after(harness: C) -> Iterator[C]:
     test and closes it after."""
     yield harness
     harness.close()
-
-
-def node_client(port: int, password: str | None, timeout: float) -> redis.Redis:
-    """A plain client of one node of a test topology (Cluster or Sentinel), to probe it: short
-    timeouts, no retry, replies as text."""
-    return redis.Redis(
-        host=HOST,
-        port=port,
-        password=password,
-        socket_timeout=timeout,
-        socket_connect_timeout=timeout,
-        retry=Retry(NoBackoff(), 0),
-        decode_responses=True,
-    )
-
-
-def log_tails(dir: Path, lines: int) -> str:
-    """The last ``lines`` lines of each log of a test topology (``dir/*/*.log``), each under
-    its path: what a failed start or test prints."""
-    parts = []
-    for path in sorted(dir.glob("*/*.log")):
-        tail = path.read_text(errors="replace").splitlines()[-lines:]
-        parts.append(f"--- {path.relative_to(dir)} ---\n" + "\n".join(tail))
-    return "\n".join(parts)
 
 
 def worker_context(

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import redis
 
+from relay.devtools.cluster import log_tails, node_client
 from relay.devtools.redis_server import HOST, RedisServer, free_port
-from tests.support.helpers import log_tails, node_client
 
 SERVICE = "mymaster"
 PASSWORD = "data-nodes-secret"

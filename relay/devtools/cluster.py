@@ -19,11 +19,12 @@ import time
 from pathlib import Path
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from relay.devtools.redis_server import HOST, RedisServer, RedisServerError, port_is_free
-from tests.support.helpers import log_tails, node_client
 
-PASSWORD = "cluster-nodes-secret"
+PASSWORD = "cluster-nodes-secret"  # noqa: S105 - a throwaway loopback cluster's password
 NODE_TIMEOUT_MS = 1000
 
 
@@ -280,3 +281,27 @@ def batch_keys(cluster: Cluster) -> list[bytes]:
         finally:
             client.close()
     return found
+
+
+def node_client(port: int, password: str | None, timeout: float) -> redis.Redis:
+    """A plain client of one node of a test topology (Cluster or Sentinel), to probe it: short
+    timeouts, no retry, replies as text."""
+    return redis.Redis(
+        host=HOST,
+        port=port,
+        password=password,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),
+        decode_responses=True,
+    )
+
+
+def log_tails(dir: Path, lines: int) -> str:
+    """The last ``lines`` lines of each log of a test topology (``dir/*/*.log``), each under
+    its path: what a failed start or test prints."""
+    parts = []
+    for path in sorted(dir.glob("*/*.log")):
+        tail = path.read_text(errors="replace").splitlines()[-lines:]
+        parts.append(f"--- {path.relative_to(dir)} ---\n" + "\n".join(tail))
+    return "\n".join(parts)
