@@ -47,6 +47,7 @@ def _codes_raised_in_source() -> set[str]:
     sources = [
         *(ROOT / "relay" / "extract").rglob("*.py"),
         ROOT / "relay" / "runtime" / "processing.py",
+        ROOT / "relay" / "runtime" / "sandbox.py",
     ]
     for path in [*sources, *(ROOT / "relay" / "state" / "lua").glob("*.lua")]:
         text = path.read_text()
