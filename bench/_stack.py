@@ -1,6 +1,5 @@
 """Real relay processes on a private Redis, for the benchmarks (as relay/devtools/processes.py is
-for
-the tests; both run their processes as its :class:`Proc`).
+for the tests; both run their processes as its :class:`Proc`).
 
 ``Stack`` starts its own ``redis-server`` (127.0.0.1, a free port, AOF everysec as in
 production) in a temporary directory and ``python -m relay serve|worker|detector`` children

@@ -136,7 +136,7 @@ def _one_run(background: int, heavy_pdf: bytes, samples: int) -> dict[str, Any]:
                 client.close()
 
 
-def _hand_out(url: str, ref: BatchRef, n: int) -> None:
+def _process_and_read(url: str, ref: BatchRef, n: int) -> None:
     async def main() -> None:
         client = redis.asyncio.Redis.from_url(url)
         api = AsyncStore(client, BlobStore(""))
@@ -174,7 +174,7 @@ def _watch_cost(rounds: int, n: int) -> dict[str, Any]:
             for how in ("watched", "direct"):
                 processing.process_fairly = watched if how == "watched" else direct
                 ref = BatchRef("bench", f"{how}-{i}")
-                _hand_out(server.url, ref, n)
+                _process_and_read(server.url, ref, n)
                 t0 = time.perf_counter()
                 processing.run_documents(ctx, ref.shard, budget=1e9)
                 ms[how].append(round((time.perf_counter() - t0) / n * 1000, 3))

@@ -17,10 +17,9 @@ them (the API in ``relay.api.errors``, the CLI to one line and an exit code).
 Redis's own errors (unreachable, timing out, loading) are not wrapped: every edge maps
 redis-py's exceptions as they are; ``StoreUnavailable`` is for what relay's own Redis
 client (``relay.redis.status_lane``) finds wrong. ``relay.extract.ExtractionError`` is not here
-either: it
-belongs to the extractor plug-in contract and is a document-level result, never an error
-of an operation; nor ``relay.extract.errors.ExtractorConfigError`` (an extractor that cannot
-be loaded), which relay.extract defines itself because it imports nothing of relay.
+either: it belongs to the extractor plug-in contract and is a document-level result, never an error
+of an operation; nor ``relay.extract.errors.ExtractorConfigError`` (an extractor that cannot be
+loaded), which relay.extract defines itself because it imports nothing of relay.
 """
 
 from __future__ import annotations

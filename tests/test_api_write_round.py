@@ -31,9 +31,9 @@ def held(api: Api, account: str = "acme") -> int:
 
 def total(api: Api, account: str = "acme") -> int:
     """The total once the process has given back what its uploads held beyond their files
-    (within about a second: relay.state.store.GiveBack)."""
-    give_back = cast(AppState, getattr(api.app.state, STATE_KEY)).store.give_back
-    wait_until(lambda: give_back.outstanding == 0, 5)
+    (within about a second: relay.state.store.PendingRefunds)."""
+    refunds = cast(AppState, getattr(api.app.state, STATE_KEY)).store.refunds
+    wait_until(lambda: refunds.outstanding == 0, 5)
     return held(api, account)
 
 

@@ -168,7 +168,7 @@ def test_an_upload_holding_its_bytes_runs_on_a_node_without_the_script(cluster: 
                     held=100,
                     admitted=True,
                 )
-            await store.give_back.now()
+            await store.refunds.now()
             total = int(await client.get(keyspace.account_pending_total("acme")) or 0)
             docs = await client.lrange(keyspace.batch_docs(ref.shard, "acme", "b1"), 0, -1)
             return total, await store.pending_bytes("acme"), docs

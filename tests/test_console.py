@@ -3,9 +3,8 @@ Playwright; ``make chromium`` installs it, no browser is ever downloaded).
 
 The API runs in-process on uvicorn (``tests.support.api_fixtures``), a real delivery worker runs
 as a subprocess (``relay.devtools.processes``) and posts to a real HTTP receiver
-(``tests.support.receiver``). With
-``RELAY_CONSOLE_SCREENSHOTS=docs/console`` the walk-through also saves a 1280-px-wide
-screenshot of each page there (how the README's pictures are made).
+(``tests.support.receiver``). With ``RELAY_CONSOLE_SCREENSHOTS=docs/console`` the walk-through also
+saves a 1280-px-wide screenshot of each page there (how the README's pictures are made).
 """
 
 from __future__ import annotations

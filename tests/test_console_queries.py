@@ -10,7 +10,7 @@ import pytest
 from relay.console.queries import ConsoleQueries, DeliveryFilter
 from relay.redis import keyspace
 from relay.state import job_queues
-from relay.state.all_shards import Scans
+from relay.state.all_shards import AllShards
 from relay.state.model import Attempt, DeliveryStatus
 from relay.state.store import BatchRef
 from relay.state.webhooks import AsyncWebhookStore, WebhookStore
@@ -28,7 +28,7 @@ class Q(Clients):
         async def wake(shard: int) -> None:
             job_queues.wake(self.client, shard, settings)
 
-        self.q = ConsoleQueries(self.hooks, Scans(self.aclient), wake)
+        self.q = ConsoleQueries(self.hooks, AllShards(self.aclient), wake)
 
     def delivery(self, ref: BatchRef, *, fail: bool) -> str:
         """A batch with a webhook and one delivery, attempted once: failed or succeeded."""

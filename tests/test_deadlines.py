@@ -15,7 +15,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from rq.serializers import JSONSerializer
 
 from relay.redis.clients import RedisTarget, sync_client
-from relay.redis.status_lane import Address, Lane
+from relay.redis.status_lane import Address, StatusLane
 from relay.runtime.worker import RelayWorker
 from relay.state import job_queues
 from tests.support.helpers import RedisFactory, free_port
@@ -82,7 +82,7 @@ def test_requests_queued_behind_a_failing_connect_fail_with_it() -> None:
         raise RedisConnectionError("no master found")
 
     async def run() -> float:
-        lane = Lane(locate, timeout=1.0, connect_timeout=1.0)
+        lane = StatusLane(locate, timeout=1.0, connect_timeout=1.0)
 
         async def one() -> BaseException | None:
             pipe = lane.pipeline()

@@ -25,12 +25,12 @@ def test_a_listening_engine_takes_wake_ups_from_the_bell(redis_url: str) -> None
         wait_until(lambda: all(_held(ctx)), 5, 0.02, "the engine holds no marker")
         assert job_queues.wake(client, 3, ctx.settings) is False  # rung, no job
         assert client.llen(queue_key(DELIVERY)) == 0
-        wait_until(lambda: client.llen(keyspace.delivery_bell()) == 0, 5, 0.02, "bell not taken")
+        wait_until(lambda: client.llen(keyspace.delivery_wakeups()) == 0, 5, 0.02, "bell not taken")
         engine.close(5)
         assert not any(_held(ctx))  # dropped at once, not left to expire
         assert job_queues.wake(client, 3, ctx.settings) is True  # a job again
         assert client.llen(queue_key(DELIVERY)) == 1
-        assert client.pttl(keyspace.delivery_bell()) > 0  # no engine: the rings expire
+        assert client.pttl(keyspace.delivery_wakeups()) > 0  # no engine: the rings expire
     finally:
         ctx.redis.close()
 
@@ -46,7 +46,7 @@ def test_an_engine_with_every_slot_taken_lets_the_markers_go(redis_url: str) -> 
             lambda: not any(_held(ctx)), job_queues.ENGINE_HOLD_MS / 1000 + 3, 0.05, "still held"
         )
         assert job_queues.wake(client, 5, ctx.settings) is True  # another worker's engine, by a job
-        engine.slots.give_back("http://busy.example:80", True)
+        engine.slots.release("http://busy.example:80", True)
         wait_until(lambda: all(_held(ctx)), 5, 0.02, "not held again")
         engine.close(5)
     finally:

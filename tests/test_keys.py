@@ -1,6 +1,5 @@
 """Key names: the Lua helpers that derive keys from ids build exactly what relay.redis.keyspace
-does,
-and script refusals are read back exactly."""
+does, and script refusals are read back exactly."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The document job (relay.runtime.processing.run_document) run in this process on a real Redis,
-with a
-worker context of the test's own: each outcome stored, the lease renewed while the extractor
+with a worker context of the test's own: each outcome stored, the lease renewed while the extractor
 runs and a lost lease respected, the outcome counted in the metrics."""
 
 from __future__ import annotations

@@ -132,9 +132,8 @@ LEASE = LeasePolicy(slots=8, ms=1_000)
 
 
 async def _admit(window: SlidingWindow, client: redis.asyncio.Redis, subject: str) -> Decision:
-    """One write as the API admits it (relay.api.resources.Edge.write_round): from the process's
-    lease,
-    else by asking the window."""
+    """One write as the API admits it (relay.api.resources.ApiResources.write_round): from the
+    process's lease, else by asking the window."""
     return window.take(subject) or await window.hit(client, subject)
 
 

@@ -2,8 +2,7 @@
 
 Hostile plug-ins live in ``tests/support/hostile_extractors.py``; hostile documents are built by
 ``relay/devtools/sample_documents.py``. Each test checks the failure *and* that the same host then
-extracts
-an ordinary document: one bad document never costs the next one.
+extracts an ordinary document: one bad document never costs the next one.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from relay.exceptions import ConfigError
 from relay.redis import keyspace
 from relay.redis.clients import RedisTarget, async_client, sync_client
 from relay.redis.replicas import TIMEOUTS, WAITS, replicated
-from relay.redis.status_lane import Address, Lane
+from relay.redis.status_lane import Address, StatusLane
 from relay.redis.status_target import SentinelLocate, lane_from_url, status_client
 from tests.support.helpers import wait_until
 from tests.support.sentinels import (
@@ -111,7 +111,7 @@ def test_every_client_follows_a_demoted_primary_that_answers_readonly(
     async def run() -> None:
         aclient = async_client(target)
         lane = status_client(target, aclient)
-        assert isinstance(lane, Lane)
+        assert isinstance(lane, StatusLane)
         asked: list[int] = []
         locate = lane.locate
         assert isinstance(locate, SentinelLocate)

@@ -1,6 +1,5 @@
 """Process supervision for ``relay dev`` (relay.devtools.supervisor): the state directory lock,
-restart
-budget, health probe, children and orphans."""
+restart budget, health probe, children and orphans."""
 
 from __future__ import annotations
 

@@ -111,7 +111,7 @@ def test_a_worker_serving_deliveries_listens_on_the_bell_from_its_start(
 
 def test_a_warm_shutdown_request_tells_the_jobs(redis: redis.Redis) -> None:
     """RQ's warm shutdown hook sets the context's ``stopping``, which a processing job
-    lingering for work watches (relay.runtime.processing.linger_on_bell)."""
+    lingering for work watches (relay.runtime.processing.linger_for_wakeups)."""
     stopping = threading.Event()
     worker = RelayWorker(
         [Queue("relay-test", connection=redis)], connection=redis, stopping=stopping

@@ -10,14 +10,13 @@ many bad keys (``relay.api.throttles``).
 :class:`relay.state.api_keys.KeyCache` (a miss looks the key up first: one more round trip), and one
 pipelined round trip reads the key record, counts the request in the account's window of
 its kind and, for an upload, holds its declared size on the account's pending total
-(``relay.api.resources.Edge.write_round``). Nothing is written for the request until the fresh
-record
-is checked (exists, hash matches in constant time, unrevoked, names the cached account): a
-revoked key is refused on its very next request, as before. What that round trip itself did
-for a key that turns out revoked is bounded: the held bytes are given back, and the request
-stays counted in the account's window - once per revoked key per API process, since the
-refusal drops the key from the cache and its next request is looked up first (and refused)
-without touching the window.
+(``relay.api.resources.ApiResources.write_round``). Nothing is written for the request until the
+fresh record is checked (exists, hash matches in constant time, unrevoked, names the cached
+account): a revoked key is refused on its very next request, as before. What that round trip itself
+did for a key that turns out revoked is bounded: the held bytes are given back, and the request
+stays counted in the account's window - once per revoked key per API process, since the refusal
+drops the key from the cache and its next request is looked up first (and refused) without touching
+the window.
 """
 
 from __future__ import annotations
@@ -48,7 +47,7 @@ async def cached_account(st: AppState, presented: PresentedKey) -> str:
     there (``check_record``) before trusting it."""
     account = st.key_cache.get(presented)
     if account is None:
-        account = await st.edge.lookup_key(presented)
+        account = await st.resources.lookup_key(presented)
         if account is None:
             raise Unauthorized("unknown or revoked API key")
         st.key_cache.put(presented, account)
@@ -69,7 +68,7 @@ async def authenticate(request: Request) -> str:
     st = state(request)
     try:
         presented = presented_key(request)
-        account = await st.edge.lookup_key(presented)
+        account = await st.resources.lookup_key(presented)
         if account is None:
             st.key_cache.drop(presented.prefix)
             raise Unauthorized("unknown or revoked API key")
@@ -100,15 +99,15 @@ async def admit_write(request: Request, kind: str, hold: int = 0) -> Admitted:
     try:
         presented = presented_key(request)
         account = await cached_account(st, presented)
-        sent = await st.edge.write_round(presented, account, kind, hold)
+        sent = await st.resources.write_round(presented, account, kind, hold)
         if check_record(sent.record, presented) != account:
             st.key_cache.drop(presented.prefix)
-            await st.edge.release_hold(account, sent.held)
+            await st.resources.release_hold(account, sent.held)
             raise Unauthorized("unknown or revoked API key")
     except Unauthorized as exc:
         raise await refuse(request, exc) from None
     if not sent.decision.allowed:
-        await st.edge.release_hold(account, sent.held)
+        await st.resources.release_hold(account, sent.held)
         raise st.limits.refused(kind, sent.decision)
     return Admitted(
         account,

@@ -74,12 +74,12 @@ async def process_batch(request: Request) -> Response:
     ref = await batch_ref(request, account)
     fields = parse_fields(await read_json(request, allow_empty=True))
     # The answer is the batch as the hand-out left it (read in the same script).
-    doc_ids, batch = await st.store.hand_out(ref, fields)
+    doc_ids, batch = await st.store.process_and_read(ref, fields)
     if doc_ids:
         # The documents wait in the shard's fair queue; a job takes them from there. A crash
         # before this wake-up loses nothing: the sweeper wakes the queue for any that wait.
-        await st.edge.wake_processing(ref.shard)
-    await st.edge.replicated(f"process of batch {ref.name!r}", ref.shard)
+        await st.resources.wake_processing(ref.shard)
+    await st.resources.replicated(f"process of batch {ref.name!r}", ref.shard)
     return json_response(batch.to_json(), 202, headers=rate_headers)
 
 

@@ -102,7 +102,7 @@ async def recover_deliveries(request: Request) -> Response:
         status=status, since_ms=since, until_ms=until, account=account
     )
     for shard in sorted(result.shards):
-        await st.edge.wake(shard)
+        await st.resources.wake(shard)
     return json_response(result.to_json(), 202, headers=rate_headers)
 
 

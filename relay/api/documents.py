@@ -146,7 +146,7 @@ async def upload_document(request: Request) -> Response:
     except BaseException:
         # Refused before the store took the hold over: it goes back (a crash here leaves the
         # total high, which the next recount at the quota's edge corrects).
-        await st.edge.release_hold(admitted.account, admitted.held)
+        await st.resources.release_hold(admitted.account, admitted.held)
         raise
     doc = await st.store.upload(
         ref,
@@ -157,7 +157,7 @@ async def upload_document(request: Request) -> Response:
         admitted=admitted.within_quota,
         idempotency_key=idempotency_key,
     )
-    await st.edge.replicated(f"upload {doc.id}", ref.shard)
+    await st.resources.replicated(f"upload {doc.id}", ref.shard)
     return json_response(
         doc.to_json(),
         201,

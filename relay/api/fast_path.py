@@ -2,9 +2,8 @@
 
 ``GET /documents/{id}``, ``GET /batches/{name}`` and ``GET /batches/{name}/results`` are
 the endpoints clients poll, so each costs one pipelined Redis round trip in the steady
-state (``relay.api.resources.Edge.status``, sent down the lane: ``relay.redis.status_lane``, one
-multiplexed
-connection, hiredis packing and parsing). The round trip holds:
+state (``relay.api.resources.ApiResources.status``, sent down the lane: ``relay.redis.status_lane``,
+one multiplexed connection, hiredis packing and parsing). The round trip holds:
 
 1. ``HMGET api_key(prefix) hash account revoked_at`` - the key record, read fresh;
 2. ``EVALSHA ratelimit`` - the sliding window of this key (``relay.state.rate_limits``), sent as a
@@ -68,7 +67,7 @@ async def _authenticated(
 ) -> tuple[str, StatusRound[T]]:
     presented = presented_key(request)
     account = await cached_account(st, presented)
-    read = await st.edge.status(presented, account, query)
+    read = await st.resources.status(presented, account, query)
     if check_record(read.record, presented) != account:
         st.key_cache.drop(presented.prefix)
         raise Unauthorized("unknown or revoked API key")
@@ -87,7 +86,7 @@ async def serve_status(request: Request, query: StatusQuery[T], render: Render[T
     if not decision.allowed:
         limited = RateLimited(
             f"rate limit of {decision.limit} status requests per "
-            f"{st.edge.status_limit.rate.window_ms // 1000} s exceeded; retry after "
+            f"{st.resources.status_limit.rate.window_ms // 1000} s exceeded; retry after "
             f"{decision.retry_after} s"
         )
         return error_response(limited, headers)

@@ -1,19 +1,21 @@
 """What the API process and its console reach Redis through: the edges' side of the state layer.
 
 The routes (``relay.api``) and the console (``relay.console``) import no key builder and no
-Redis client (docs/architecture.md, "Import contracts"): an :class:`Edge`, built once per
+Redis client (docs/architecture.md, "Import contracts"): an :class:`ApiResources`, built once per
 process, owns the clients and offers what the edges ask of Redis as calls that return
 records and decisions:
 
-- the status round trip (:meth:`Edge.status`): the key record, the status window's count and
+- the status round trip (:meth:`ApiResources.status`): the key record, the status window's count and
   the reads of a *query object* (``relay.state.store.DocumentQuery``, ``BatchQuery``) in one
   pipelined round trip, sent down the lane (``relay.redis.status_lane``) or a redis-py pipeline;
-- the windows of writes and of bad keys (:meth:`Edge.write_round`, :meth:`Edge.count_bad_key`);
+- the windows of writes and of bad keys (:meth:`ApiResources.write_round`,
+  :meth:`ApiResources.count_bad_key`);
 - key and operator lookups, the signing material, the replicas' acknowledgement of a write
   (``relay.redis.replicas``), the wake-ups of the RQ queues and the operators' reads across shards
-  (:class:`relay.state.all_shards.Scans`).
+  (:class:`relay.state.all_shards.AllShards`).
 
-The stores themselves (:attr:`Edge.store`, :attr:`Edge.webhooks`) are used as they are.
+The stores themselves (:attr:`ApiResources.store`, :attr:`ApiResources.webhooks`) are used as they
+are.
 """
 
 from __future__ import annotations
@@ -40,10 +42,10 @@ from relay.redis.clients import (
     follow_primary,
     sync_client,
 )
-from relay.redis.status_lane import Lane, StatusClient, StatusPipe
+from relay.redis.status_lane import StatusClient, StatusLane, StatusPipe
 from relay.redis.status_target import status_client
 from relay.state import job_queues
-from relay.state.all_shards import Scans
+from relay.state.all_shards import AllShards
 from relay.state.api_keys import (
     RECORD_FIELDS,
     PresentedKey,
@@ -116,7 +118,7 @@ class WriteRound:
 
 
 @dataclass
-class Edge:
+class ApiResources:
     """The API process's Redis resources (:meth:`open` builds them, :meth:`close` closes)."""
 
     settings: Settings
@@ -126,7 +128,7 @@ class Edge:
     store: AsyncStore
     webhooks: AsyncWebhookStore
     signing: SigningKeys
-    scans: Scans
+    all_shards: AllShards
     events: AsyncEventLog  # the event feeds (GET /events)
     waiters: FeedWaiters  # the long polls of this process and their one listener
     status_limit: SlidingWindow
@@ -135,7 +137,7 @@ class Edge:
     prober: Prober  # test sends, through a delivery client of this process
 
     @classmethod
-    def open(cls, settings: Settings) -> Edge:
+    def open(cls, settings: Settings) -> ApiResources:
         """Clients for the settings' Redis (connected on first use) and what runs over them."""
         target = RedisTarget.from_settings(settings)
         client = async_client(target)
@@ -166,7 +168,7 @@ class Edge:
             ),
             webhooks=webhooks,
             signing=signing,
-            scans=Scans(client, queues_async),
+            all_shards=AllShards(client, queues_async),
             events=AsyncEventLog(client, round(settings.retention * 1000)),
             waiters=FeedWaiters(
                 client,
@@ -198,7 +200,7 @@ class Edge:
             return None
 
         async def moved() -> None:
-            if isinstance(self.lane, Lane):
+            if isinstance(self.lane, StatusLane):
                 self.lane.relocate()  # what waits on it is sent again, to the new primary
             await drop_old_primary(self.redis)
 
@@ -207,8 +209,8 @@ class Edge:
     async def close(self) -> None:
         self.prober.http.close()
         await self.lane.close()
-        if self.scans.queues is not self.redis:
-            await self.scans.queues.aclose()
+        if self.all_shards.queues is not self.redis:
+            await self.all_shards.queues.aclose()
         await self.redis.aclose()
         self.sync_redis.close()
 
@@ -266,34 +268,33 @@ class Edge:
         the account's window of ``kind`` and, with ``hold`` > 0 (an upload's declared size),
         ``INCRBY`` of the account's pending total, pipelined for the (cached) ``account``; the
         ``INCRBY`` also gives back what this process owes that total
-        (``relay.state.store.GiveBack``).
+        (``relay.state.store.PendingRefunds``).
 
         Nothing is decided here: the caller checks the record, then the decision, and gives
         the held bytes back (:meth:`release_hold`) when it refuses. Sent down the lane, which
         sends a round once more when Redis resets the connection under it: the record read and
         the window (a member made once per request) are safe to run twice; the ``INCRBY`` may
         then hold twice, which leaves the total high, never low (``relay.state.store.AsyncStore``).
-        A ``NOSCRIPT`` reply for the window (a new or restarted Redis) loads the script and
-        counts the request on its own, without sending the rest again. A request the process
-        admits from its lease of the window's slots (``relay.state.rate_limits``, leased slots)
-        sends
-        no window at all: the record and the hold still go."""
+        A ``NOSCRIPT`` reply for the window (a new or restarted Redis) loads the script and counts
+        the request on its own, without sending the rest again. A request the process admits from
+        its lease of the window's slots (``relay.state.rate_limits``, leased slots) sends no window
+        at all: the record and the hold still go."""
         window = self.write_limits[kind]
         leased = window.take(account)
         total_key = keyspace.account_pending_total(account)
-        owed = self.store.give_back.take(account) if hold > 0 else 0
+        owed = self.store.refunds.take(account) if hold > 0 else 0
         pipe = self.lane.pipeline()
         pipe.hmget(keyspace.api_key(presented.prefix), list(RECORD_FIELDS))
         asked = window.queue(pipe, account) if leased is None else None
         if hold > 0:
             # What earlier uploads held beyond their files' bytes goes back in the same
-            # command (relay.state.store.GiveBack).
+            # command (relay.state.store.PendingRefunds).
             pipe.execute_command("INCRBY", total_key, hold - owed)
         replies = await pipe.execute(raise_on_error=False)
         total: int | None = None
         if hold > 0:
             if isinstance(replies[-1], Exception):
-                self.store.give_back.owe(account, owed)  # not run: still owed
+                self.store.refunds.owe(account, owed)  # not run: still owed
                 raise replies[-1]  # e.g. the store full (OOM): nothing was held
             total = int(replies[-1])
         held = hold if total is not None else 0

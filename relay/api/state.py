@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
-from relay.api.resources import Edge
+from relay.api.resources import ApiResources
 from relay.api.throttles import Limits
 from relay.config import Settings
 from relay.delivery.addresses import TargetPolicy
@@ -23,7 +23,7 @@ class AppState:
     """Per-process resources of the API (``relay.api.app.create_app`` builds them)."""
 
     settings: Settings
-    edge: Edge  # everything the routes ask of Redis (relay.api.resources)
+    resources: ApiResources  # everything the routes ask of Redis (relay.api.resources)
     store: AsyncStore  # the edge's stores, as the routes use them
     webhooks: AsyncWebhookStore
     policy: TargetPolicy  # callback URLs checked at registration

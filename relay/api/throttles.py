@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from starlette.requests import Request
 
 from relay.api.errors import ApiError, RateLimited
-from relay.api.resources import PROCESS, RETRIES, UPLOADS, Edge
+from relay.api.resources import PROCESS, RETRIES, UPLOADS, ApiResources
 from relay.state.rate_limits import Decision
 
 __all__ = ["PROCESS", "RETRIES", "UPLOADS", "Limits", "client_address"]
@@ -54,13 +54,13 @@ def client_address(request: Request) -> str:
 @dataclass(frozen=True)
 class Limits:
     """The API process's write windows (by kind) and its bad-key window, as HTTP answers
-    (the windows themselves are the edge's: ``relay.api.resources.Edge.write_round``)."""
+    (the windows themselves are the edge's: ``relay.api.resources.ApiResources.write_round``)."""
 
-    edge: Edge
+    resources: ApiResources
 
     def refused(self, kind: str, decision: Decision) -> RateLimited:
         """The 429 of a write of ``kind`` the account's window refused."""
-        window_ms = self.edge.write_limits[kind].rate.window_ms
+        window_ms = self.resources.write_limits[kind].rate.window_ms
         return RateLimited(
             f"rate limit of {decision.limit} {_WHAT[kind]} per "
             f"{window_ms // 1000} s exceeded for this account; retry after "
@@ -71,7 +71,7 @@ class Limits:
     async def bad_key(self, request: Request, refused: ApiError) -> ApiError:
         """Count a request that failed authentication against its client address: the
         error to answer, ``refused`` (the 401) within the limit, a 429 past it."""
-        decision = await self.edge.count_bad_key(client_address(request))
+        decision = await self.resources.count_bad_key(client_address(request))
         if decision.allowed:
             return refused
         return RateLimited(

@@ -41,7 +41,7 @@ async def _batch(request: Request) -> tuple[AppState, BatchRef]:
 
 
 async def _wake(st: AppState, ref: BatchRef) -> None:
-    await st.edge.wake(ref.shard)
+    await st.resources.wake(ref.shard)
 
 
 async def _callback_url(request: Request, st: AppState) -> tuple[str, bool]:
@@ -95,7 +95,7 @@ async def put_webhook(request: Request) -> Response:
     done = await st.webhooks.register(ref, url, st.settings.public_url, verify=verify)
     if done.due:
         await _wake(st, ref)
-    await st.edge.replicated(f"webhook of batch {ref.name!r}", ref.shard)
+    await st.resources.replicated(f"webhook of batch {ref.name!r}", ref.shard)
     return json_response(done.hook.to_json(), 201 if done.created else 200)
 
 
@@ -144,7 +144,7 @@ async def test_webhook(request: Request) -> Response:
     account, rate_headers = admitted.account, admitted.headers
     ref = await _existing(st, await batch_ref(request, account))
     try:
-        result = await st.edge.prober.send(ref)
+        result = await st.resources.prober.send(ref)
     except WebhookNotFound as exc:
         raise NotFound(f"batch {ref.name!r} has no webhook", headers=rate_headers) from exc
     return json_response(result.to_json(), headers=rate_headers)
@@ -159,7 +159,7 @@ async def test_operational_webhook(request: Request) -> Response:
     admitted = await admit_write(request, RETRIES)
     account, rate_headers = admitted.account, admitted.headers
     try:
-        result = await st.edge.prober.send(operational_ref(account))
+        result = await st.resources.prober.send(operational_ref(account))
     except WebhookNotFound as exc:
         raise NotFound("no operational webhook is registered", headers=rate_headers) from exc
     return json_response(result.to_json(), headers=rate_headers)
@@ -232,12 +232,12 @@ def _signing_json(
 
 async def get_signing(request: Request) -> Response:
     account = await authenticate(request)
-    return json_response(_signing_json(*await state(request).edge.signing_material(account)))
+    return json_response(_signing_json(*await state(request).resources.signing_material(account)))
 
 
 async def rotate_signing(request: Request) -> Response:
     account = await authenticate(request)
-    return json_response(_signing_json(*await state(request).edge.rotate_signing(account)))
+    return json_response(_signing_json(*await state(request).resources.rotate_signing(account)))
 
 
 routes: list[BaseRoute] = [

@@ -21,7 +21,7 @@ Capacity (per process):
 
 Waking (``relay.state.job_queues.wake``): a delivery job per wake-up costs Redis ~28 round trips of
 RQ's own. So while an engine has a free slot it listens on the delivery bell (one list in RQ's
-Redis, ``keyspace.delivery_bell``) and holds every shard's wake-up marker: a wake-up then rings
+Redis, ``keyspace.delivery_wakeups``) and holds every shard's wake-up marker: a wake-up then rings
 the bell (in the waker's one round trip) and enqueues no job; the engine takes the shard from
 the bell with a ``BLPOP``. Several engines share the rings (each to one of them); an engine
 with every slot taken stops listening and holding, so its markers expire and jobs wake the
@@ -83,7 +83,7 @@ log = logging.getLogger("relay.delivery")
 
 LEASE_MARGIN_MS = 5_000
 SCAN_INTERVAL = 1.0  # seconds between the engine's own scans for due shards
-BELL_WAIT = 1  # seconds one BLPOP on the bell blocks (within the reply timeout)
+WAKEUPS_WAIT = 1  # seconds one BLPOP on the bell blocks (within the reply timeout)
 MAX_SUSPECTS = 10_000  # destinations remembered as suspect (oldest forgotten first)
 # Errors that mean the destination did not answer at all.
 NO_ANSWER = frozenset({"timeout", "connection", "dns"})
@@ -128,7 +128,7 @@ class Slots:
             self._used += 1
             return True
 
-    def give_back(self, dest: str, answered: bool | None) -> None:
+    def release(self, dest: str, answered: bool | None) -> None:
         """Free the slot of an attempt to ``dest``. ``answered``: whether the destination
         gave an HTTP answer (None: unknown, e.g. the record failed)."""
         with self._lock:
@@ -219,7 +219,7 @@ class Engine:
                     if hold:
                         for shard in keyspace.all_shards():
                             pipe.set(keyspace.wake(shard), b"1", px=job_queues.ENGINE_HOLD_MS)
-                    pipe.blpop([keyspace.delivery_bell()], timeout=BELL_WAIT)
+                    pipe.blpop([keyspace.delivery_wakeups()], timeout=WAKEUPS_WAIT)
                     rung = pipe.execute()[-1]
                 if hold:
                     self._held_at = now
@@ -265,7 +265,7 @@ class Engine:
             self._cond.notify_all()
             self._cond.wait_for(lambda: self._inflight == 0, timeout)
         self._thread.join(timeout=1)
-        self._listener.join(timeout=BELL_WAIT + 1)
+        self._listener.join(timeout=WAKEUPS_WAIT + 1)
         self._held_at = float("-inf")
         self._release_markers()
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -361,7 +361,7 @@ class Engine:
         except Exception:  # Redis lost mid-record: the lease brings the delivery back
             log.error("delivery attempt of %s failed to record", d.id, exc_info=True)
         finally:
-            self.slots.give_back(dest, answered)
+            self.slots.release(dest, answered)
             with self._cond:
                 self._inflight -= 1
                 self._ended += 1

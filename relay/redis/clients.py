@@ -33,9 +33,8 @@ What differs is what happens when a command fails on a live connection:
 - :func:`async_client` (the API) never sends a command twice: a request fails fast (the API
   answers 503) and its client retries. Several API writes are not idempotent (an upload run
   twice would list its document twice), and a reply lost mid-flight does not tell whether Redis
-  ran the command. The status endpoints' lane (:mod:`relay.redis.status_lane`) does re-send,
-  because what it
-  sends is safe to run twice.
+  ran the command. The status endpoints' lane (:mod:`relay.redis.status_lane`) does re-send, because
+  what it sends is safe to run twice.
 
 :func:`is_store_full` and :func:`retry_while_full`: how every process recognises and rides out
 a full Redis (``maxmemory`` reached).

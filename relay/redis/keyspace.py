@@ -237,10 +237,10 @@ def waiting(shard: int) -> str:
     return f"{PREFIX}:{tag(shard)}:waiting"
 
 
-def delivery_bell() -> str:
+def delivery_wakeups() -> str:
     """List (in RQ's Redis) of shard numbers: shards whose deliveries became due, for the
     delivery engines that listen (``BLPOP``, ``relay.delivery.engine``). Not shard-tagged,
-    like ``process_wake``; at most ``relay.state.job_queues.BELL_LEN`` items, a TTL."""
+    like ``process_wake``; at most ``relay.state.job_queues.WAKEUPS_LEN`` items, a TTL."""
     return f"{PREFIX}:delivery:bell"
 
 
@@ -250,10 +250,10 @@ def process_wake() -> str:
     return f"{PREFIX}:processing:wake"
 
 
-def process_bell() -> str:
+def processing_wakeups() -> str:
     """List (in RQ's Redis) of shard numbers: shards whose documents were handed out, for
     the processing jobs that linger after their work (``relay.runtime.processing``). Like
-    ``delivery_bell``: not shard-tagged, at most ``relay.state.job_queues.BELL_LEN`` items, a
+    ``delivery_wakeups``: not shard-tagged, at most ``relay.state.job_queues.WAKEUPS_LEN`` items, a
     TTL."""
     return f"{PREFIX}:processing:bell"
 

@@ -12,9 +12,8 @@ Where it connects is a :data:`Locate` callable returning an :class:`Address` (TC
 unix socket), asked again at every reconnect: through Sentinel it asks the Sentinels for the
 current primary (:func:`relay.redis.status_target.sentinel_locate`).
 :func:`relay.redis.status_target.status_client` builds the lane from ``RELAY_REDIS_URL`` with
-redis-py's
-own URL parser, or falls back to a ``redis.asyncio`` pipeline for options the lane
-does not implement.
+redis-py's own URL parser, or falls back to a ``redis.asyncio`` pipeline for options the lane does
+not implement.
 
 Failures: a request that finds the connection closed connects again first. A round whose
 connection the server closes or resets before its replies arrive (Redis restarted between two
@@ -238,7 +237,7 @@ class StatusPipe(Protocol):
 
 
 class StatusClient(Protocol):
-    """The status endpoints' Redis: a :class:`Lane`, or redis-py as a fallback."""
+    """The status endpoints' Redis: a :class:`StatusLane`, or redis-py as a fallback."""
 
     def pipeline(self) -> StatusPipe: ...
     async def close(self) -> None: ...
@@ -259,10 +258,10 @@ class PipelineClient:
         """Nothing to do: the client belongs to the caller, who closes it."""
 
 
-class LanePipe:
+class StatusLanePipe:
     """Collects one request's commands (the subset of redis-py's pipeline the gate uses)."""
 
-    def __init__(self, lane: Lane) -> None:
+    def __init__(self, lane: StatusLane) -> None:
         self._lane = lane
         self._commands: list[bytes] = []
         self._shapes: list[Callable[[Any], Any] | None] = []
@@ -292,7 +291,7 @@ class LanePipe:
         return out
 
 
-class Lane:
+class StatusLane:
     """One lazily (re)connected, multiplexed connection to the Redis ``locate`` names.
 
     ``username``/``password`` (AUTH), ``db`` (SELECT) and ``client_name`` (CLIENT SETNAME)
@@ -326,8 +325,8 @@ class Lane:
     def __repr__(self) -> str:  # no password in logs
         return f"Lane(db={self.db}, connected={self._protocol is not None})"
 
-    def pipeline(self) -> LanePipe:
-        return LanePipe(self)
+    def pipeline(self) -> StatusLanePipe:
+        return StatusLanePipe(self)
 
     async def send(self, packed: bytes, n: int) -> list[Any]:
         """Write ``n`` packed commands and return their ``n`` replies (module docstring: a

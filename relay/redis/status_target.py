@@ -34,7 +34,7 @@ import redis.connection
 
 from relay.exceptions import ConfigError
 from relay.redis.clients import RedisTarget
-from relay.redis.status_lane import Address, Lane, Locate, PipelineClient, StatusClient, fixed
+from relay.redis.status_lane import Address, Locate, PipelineClient, StatusClient, StatusLane, fixed
 
 log = logging.getLogger("relay.api")
 
@@ -134,8 +134,7 @@ def _tls_context(kwargs: dict[str, Any]) -> ssl.SSLContext:
 
 class SentinelLocate:
     """A :data:`relay.redis.status_lane.Locate` asking the Sentinels of ``target`` for the current
-    primary
-    (the first Sentinel that knows one not marked down; ``MasterNotFoundError``, a
+    primary (the first Sentinel that knows one not marked down; ``MasterNotFoundError``, a
     ``ConnectionError``, when none does: the request answers 503)."""
 
     def __init__(self, target: RedisTarget, tls: ssl.SSLContext | None) -> None:
@@ -165,7 +164,7 @@ def lane_from_url(
     timeout: float | None = None,
     connect_timeout: float | None = None,
     target: RedisTarget | None = None,
-) -> Lane:
+) -> StatusLane:
     """The lane for ``url``; ConfigError when the URL is invalid or has options the lane does
     not implement (:func:`unsupported_options`). The two timeouts default to the ``target``'s
     (``RELAY_REDIS_SOCKET_TIMEOUT``, ``RELAY_REDIS_CONNECT_TIMEOUT``); the URL's
@@ -196,7 +195,7 @@ def lane_from_url(
                 tls=_tls_context(kwargs) if tls else None,
             )
         )
-    return Lane(
+    return StatusLane(
         locate,
         username=kwargs.get("username"),
         password=kwargs.get("password"),

@@ -1,9 +1,8 @@
 """The documents one worker process extracts in the background (``RELAY_BACKGROUND_EXTRACTIONS``
 at most): each goes on in the extraction child it started in, at a lower priority, and is
 stored by its own thread. ``relay.runtime.processing`` decides what moves here
-(docs/architecture.md,
-"Why processing is fair"); the worker's context holds the one :class:`Background` of its
-process, and a worker that stops waits for it (``relay worker``).
+(docs/architecture.md, "Why processing is fair"); the worker's context holds the one
+:class:`Background` of its process, and a worker that stops waits for it (``relay worker``).
 """
 
 from __future__ import annotations

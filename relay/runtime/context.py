@@ -116,7 +116,7 @@ class WorkerContext:
     @cached_property
     def stopping(self) -> threading.Event:
         """Set when the process is asked to stop (``relay worker``'s warm shutdown): a job
-        waiting for work (``relay.runtime.processing.linger_on_bell``) ends instead."""
+        waiting for work (``relay.runtime.processing.linger_for_wakeups``) ends instead."""
         return threading.Event()
 
     @cached_property

@@ -251,7 +251,7 @@ class Detector:
                     pipe.xack(keyspace.outbox(shard), GROUP, *ids)
                 for shard in marked:
                     job_queues.mark_wake(pipe, shard)
-                job_queues.ring(pipe, marked, keyspace.delivery_bell())
+                job_queues.ring(pipe, marked, keyspace.delivery_wakeups())
                 replies = pipe.execute()
             sets = replies[len(acks) : len(acks) + len(marked)]
             for shard, set_now in zip(marked, sets, strict=True):

@@ -7,7 +7,7 @@ queues (``relay/state/lua/claim_next.lua``: the accounts with work take turns) f
 still waits to a fresh job. One job waits in the queue while there is work, so every idle
 worker joins in: a job that finds more work when it starts wakes the next. A job that runs
 out of documents lingers on the processing bell for the next hand-out
-(``RELAY_PROCESS_LINGER``, :func:`linger_on_bell`): under a steady trickle of batches a job
+(``RELAY_PROCESS_LINGER``, :func:`linger_for_wakeups`): under a steady trickle of batches a job
 serves many of them, not one each.
 
 Each claim takes a lease that a background thread renews while the extractor runs. If this
@@ -335,7 +335,7 @@ def run_documents(
     (``RELAY_CLAIM_DOCUMENTS`` while they are small, ``RELAY_CLAIM_BYTES``): claimed in one
     script, their leases renewed while they wait here. With nothing left to claim, the job
     lingers on the processing bell for up to ``linger`` seconds of its budget
-    (``RELAY_PROCESS_LINGER``; :func:`linger_on_bell`) and goes on when documents are handed
+    (``RELAY_PROCESS_LINGER``; :func:`linger_for_wakeups`) and goes on when documents are handed
     out meanwhile. Returns how many (for RQ's logs)."""
     # This job is no longer waiting: the next hand-out or the first claim below may enqueue
     # another one for an idle worker.
@@ -355,7 +355,7 @@ def run_documents(
                 lease_ms, documents=settings.claim_documents, max_bytes=settings.claim_bytes
             )
             if not claims:
-                rung = linger_on_bell(ctx, min(linger, deadline - time.monotonic()))
+                rung = linger_for_wakeups(ctx, min(linger, deadline - time.monotonic()))
                 if rung is None:
                     return f"{done} documents; none waiting"
                 rotation.start_at(rung)
@@ -393,13 +393,13 @@ def run_documents(
 
 # Longest single wait on the processing bell: between two, the lingering job looks whether a
 # delivery job waits in RQ (a worker on both queues must not sit on it).
-_BELL_SLICE = 0.25
+_WAKEUPS_SLICE = 0.25
 # Rings one look takes from the bell: those that came while the job worked are taken in the
 # same round trip as the first, so they cost one look for documents, not one each.
-_BELL_TAKE = job_queues.BELL_LEN
+_WAKEUPS_TAKE = job_queues.WAKEUPS_LEN
 
 
-def linger_on_bell(ctx: WorkerContext, seconds: float) -> int | None:
+def linger_for_wakeups(ctx: WorkerContext, seconds: float) -> int | None:
     """Wait up to ``seconds`` for documents handed out (``job_queues.wake_processing`` rings the
     processing bell): the shard rung first, or None when nothing was (or a delivery job
     waits in RQ, which a worker serving both queues must get to, or the process is asked to
@@ -416,8 +416,8 @@ def linger_on_bell(ctx: WorkerContext, seconds: float) -> int | None:
         try:
             with client.pipeline(transaction=False) as pipe:
                 pipe.llen(job_queues.queue_key(job_queues.DELIVERY))
-                pipe.blpop([keyspace.process_bell()], timeout=min(left, _BELL_SLICE))
-                pipe.lpop(keyspace.process_bell(), _BELL_TAKE)
+                pipe.blpop([keyspace.processing_wakeups()], timeout=min(left, _WAKEUPS_SLICE))
+                pipe.lpop(keyspace.processing_wakeups(), _WAKEUPS_TAKE)
                 others, rung, _ = pipe.execute()
         except RedisError as exc:  # e.g. RQ's Redis failing over: end as if nothing came
             log.warning("processing bell: %s; the job ends", exc)

@@ -30,9 +30,8 @@ their held locks. The child is replaced after a timeout, a crash, a ``MemoryErro
 its peak RSS passes half the memory limit (so one big document's heap does not linger).
 
 The bounds are enforced where the data is: the child stops the default extractor as soon as
-its rows pass the result bound (``relay.extract.bounds``) and serialises any extractor's rows
-and tables one by one, checking the size; the worker reads at most the bound (plus a few
-bytes) back.
+its rows pass the result bound (``relay.extract.bounds``) and serialises any extractor's rows and
+tables one by one, checking the size; the worker reads at most the bound (plus a few bytes) back.
 Messages are length-prefixed bytes over a pipe: a JSON header, the document, the JSON reply.
 
 The budget is CPU time and grows with the pages (docs/decisions.md, "Bounded extraction"):

@@ -23,7 +23,7 @@ from relay.state.store import BatchRef, locate_batch
 SCAN_CAP = 20_000
 
 
-class Scans:
+class AllShards:
     """The cross-shard reads, over the API process's ``redis.asyncio`` client."""
 
     def __init__(

@@ -47,7 +47,7 @@ WAKE_TTL_MS = 10_000
 # holding them; jobs are enqueued again once they expire.
 ENGINE_HOLD_MS = 3_000
 ENGINE_HOLD_EVERY = 1.0
-BELL_LEN = 64  # shards the bell keeps (the oldest rings go first)
+WAKEUPS_LEN = 64  # shards the bell keeps (the oldest rings go first)
 
 
 def document_job_timeout(settings: Settings) -> int:
@@ -116,7 +116,7 @@ def wake_processing(client: redis.Redis, shard: int, settings: Settings) -> bool
     lingering and one waiting, every hand-out until the lingering job's budget ends costs
     this round trip alone, not an RQ job."""
     with client.pipeline(transaction=False) as pipe:
-        ring(pipe, [shard], keyspace.process_bell())
+        ring(pipe, [shard], keyspace.processing_wakeups())
         pipe.set(keyspace.process_wake(), b"1", nx=True, px=WAKE_TTL_MS)
         set_now = pipe.execute()[-1]
     if not set_now:
@@ -140,7 +140,7 @@ def wake(client: redis.Redis, shard: int, settings: Settings) -> bool:
     enqueue's when there is one. Returns whether a job was enqueued."""
     with client.pipeline(transaction=False) as pipe:
         mark_wake(pipe, shard)
-        ring(pipe, [shard], keyspace.delivery_bell())
+        ring(pipe, [shard], keyspace.delivery_wakeups())
         set_now = pipe.execute()[0]
     if not set_now:
         return False
@@ -155,14 +155,14 @@ def mark_wake(pipe: Any, shard: int) -> None:
     pipe.set(keyspace.wake(shard), b"1", nx=True, px=WAKE_TTL_MS)
 
 
-def ring(pipe: Any, shards: list[int], bell: str) -> None:
-    """Queue on ``pipe`` (of RQ's Redis) a ring of ``bell`` (``keyspace.delivery_bell`` or
-    ``keyspace.process_bell``) for ``shards`` (three commands whatever their number): the list
-    keeps the last ``BELL_LEN`` and goes after ``WAKE_TTL_MS`` when nobody listens."""
+def ring(pipe: Any, shards: list[int], wakeups: str) -> None:
+    """Queue on ``pipe`` (of RQ's Redis) a ring of ``bell`` (``keyspace.delivery_wakeups`` or
+    ``keyspace.processing_wakeups``) for ``shards`` (three commands whatever their number): the list
+    keeps the last ``WAKEUPS_LEN`` and goes after ``WAKE_TTL_MS`` when nobody listens."""
     if shards:
-        pipe.rpush(bell, *shards)
-        pipe.ltrim(bell, -BELL_LEN, -1)
-        pipe.pexpire(bell, WAKE_TTL_MS)
+        pipe.rpush(wakeups, *shards)
+        pipe.ltrim(wakeups, -WAKEUPS_LEN, -1)
+        pipe.pexpire(wakeups, WAKE_TTL_MS)
 
 
 def enqueue_delivery(client: redis.Redis, shard: int, settings: Settings) -> None:

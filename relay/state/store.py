@@ -160,13 +160,13 @@ def _result(stored: bytes | None) -> tuple[Any, Any]:
     return value["line_items"], value["tables"]
 
 
-class GiveBack:
+class PendingRefunds:
     """Bytes this process held on accounts' pending totals beyond what their uploads charged.
 
     An upload holds its body's declared size (multipart and all) before reading it, and
     charges its file's bytes: the difference goes back. Rather than one ``DECRBY`` per upload,
     it is owed here, and netted into the account's next hold
-    (``relay.api.resources.Edge.write_round``
+    (``relay.api.resources.ApiResources.write_round``
     sends one ``INCRBY`` of the hold minus what is owed) or given back by :meth:`now` within
     a second. Meanwhile the total is high by at most what this process owes: a total may be
     high, never low (:class:`AsyncStore`). A process that dies owing leaves its total high,
@@ -268,7 +268,7 @@ class AsyncStore:
         self.blobs = blobs
         self.clock = clock  # ms since the epoch; tests pass their own
         self.max_pending_bytes = max_pending_bytes
-        self.give_back = GiveBack(client)
+        self.refunds = PendingRefunds(client)
 
     async def locate(self, account: str, name: str) -> BatchRef:
         """The account's batch of that name, in the shard it lives in (:func:`locate_batch`)."""
@@ -299,7 +299,7 @@ class AsyncStore:
         per_shard = await self.pending_bytes(ref.account)
         pending = sum(per_shard)
         # The recount is the truth: what this process still owes the total is in it already.
-        self.give_back.forget(ref.account)
+        self.refunds.forget(ref.account)
         if pending + charge <= self.max_pending_bytes:
             await self.redis.set(total, pending + charge)
             return max(0, self.max_pending_bytes - (pending - per_shard[ref.shard]))
@@ -340,10 +340,10 @@ class AsyncStore:
 
         ``held``: bytes the request already holds on the account's total (the API reserves
         the declared size of the body in its first round trip,
-        ``relay.api.resources.Edge.write_round``);
+        ``relay.api.resources.ApiResources.write_round``);
         ``admitted``: the total after that reservation was within the quota. The upload is then
         one round trip, the script; what was held beyond the file's bytes goes back later, with
-        the account's next hold or within a second (:class:`GiveBack`). Otherwise (nothing
+        the account's next hold or within a second (:class:`PendingRefunds`). Otherwise (nothing
         held, the body larger than its declared size, or the total past the quota) the hold is
         given back and the upload reserves its exact bytes as without it (:meth:`_reserve`).
         The hold is the caller's until this is called: it gives it back itself when the
@@ -389,7 +389,7 @@ class AsyncStore:
         ]
         if fast and held > charge:
             # Never charged, whatever the script does: owed back (GiveBack).
-            self.give_back.owe(ref.account, held - charge)
+            self.refunds.owe(ref.account, held - charge)
         try:
             await self.scripts("upload", script_keys, script_args)
         except ResponseError as exc:
@@ -455,10 +455,10 @@ class AsyncStore:
     async def process(self, ref: BatchRef, fields: Sequence[str] | None) -> list[str]:
         """Hand every queued, not yet handed document to the workers; returns their ids.
         Raises BatchNotFound, BatchDeleted."""
-        handed, _ = await self.hand_out(ref, fields)
+        handed, _ = await self.process_and_read(ref, fields)
         return handed
 
-    async def hand_out(
+    async def process_and_read(
         self, ref: BatchRef, fields: Sequence[str] | None
     ) -> tuple[list[str], Batch]:
         """``process``, also returning the batch as the hand-out left it (read by the same
@@ -853,7 +853,8 @@ class Store:
         return str(result["outcome"])
 
 
-# -- the status endpoints' reads (relay.api.resources.Edge.status) --------------------------------
+# -- the status endpoints' reads (relay.api.resources.ApiResources.status)
+# --------------------------------
 
 
 @dataclass(frozen=True)

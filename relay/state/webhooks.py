@@ -259,9 +259,9 @@ class WebhookStore:
     ) -> tuple[list[Delivery], str | None]:
         """One page of deliveries, newest first, and the cursor of the next page (None at
         the end). Filters are exact (``relay.state.delivery_search``): ``since_ms`` inclusive,
-        ``until_ms``
-        exclusive (creation time); ``batch`` needs ``account``. Two round trips, O(page).
-        Raises InvalidCursor; ValueError for an unknown status or a batch without account."""
+        ``until_ms`` exclusive (creation time); ``batch`` needs ``account``. Two round trips,
+        O(page). Raises InvalidCursor; ValueError for an unknown status or a batch without
+        account."""
         q = core.query(account, status, batch, since_ms, until_ms)
         return core.run(self.redis, self.scripts, core.search(q, limit, cursor))
 

@@ -1,8 +1,7 @@
 """Small helpers shared by the tests (no fixtures here: those live in ``conftest.py``).
 
 ``free_port`` (relay's, :mod:`relay.devtools.redis_server`) and ``wait_until`` (``procs.py`` here,
-shared
-with the benchmarks) are re-exported so that tests import their helpers from one place.
+shared with the benchmarks) are re-exported so that tests import their helpers from one place.
 """
 
 from __future__ import annotations
