@@ -32,7 +32,7 @@ from relay.api.errors import (
 from relay.api.fast_path import serve_status
 from relay.api.state import state
 from relay.api.throttles import UPLOADS
-from relay.state.model import Document, valid_batch_name
+from relay.state.model import BATCH_NAME_RE, IDEMPOTENCY_KEY_RE, Document, valid_batch_name
 from relay.state.store import DocumentQuery
 
 # Room for boundaries, part headers and the batch_name field around the file's bytes.
@@ -43,7 +43,6 @@ _GENERATED_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _MEDIA_TYPE = re.compile(r"[A-Za-z0-9][\w.+-]*/[\w.+-]+(\s*;[ -~]*)?", re.ASCII)
 # An upload's Idempotency-Key: 1 to 255 visible ASCII characters (no spaces).
-_IDEMPOTENCY_KEY = re.compile(r"[!-~]{1,255}")
 
 
 async def _bounded(stream: AsyncIterator[bytes], max_bytes: int) -> AsyncGenerator[bytes, None]:
@@ -132,7 +131,7 @@ async def upload_document(request: Request) -> Response:
                 )
             elif not isinstance(batch_name, str) or not valid_batch_name(batch_name):
                 raise Unprocessable(
-                    "batch_name must match [A-Za-z0-9][A-Za-z0-9._-]{0,127}",
+                    f"batch_name must match {BATCH_NAME_RE.pattern}",
                     error_type="invalid_batch_name",
                 )
             filename = clean_filename(upload.filename)
@@ -172,7 +171,7 @@ def _idempotency_key(request: Request) -> str | None:
     given = request.headers.getlist("idempotency-key")
     if not given:
         return None
-    if len(given) > 1 or not _IDEMPOTENCY_KEY.fullmatch(given[0]):
+    if len(given) > 1 or not IDEMPOTENCY_KEY_RE.fullmatch(given[0]):
         raise BadRequest(
             "Idempotency-Key must be given once, 1 to 255 visible ASCII characters",
             error_type="invalid_idempotency_key",

@@ -41,6 +41,7 @@ from relay.api.openapi_schemas import (
     SCHEMAS,
     ref,
 )
+from relay.state.model import IDEMPOTENCY_KEY_PATTERN
 
 V1 = "/api/v1"
 # Marks a DELETE after which the resource stays readable (documented in its description).
@@ -55,7 +56,7 @@ _IDEMPOTENCY_KEY: dict[str, Any] = {
     "in": "header",
     "required": False,
     "description": "The client's key for this upload, unique within the batch.",
-    "schema": {"type": "string", "pattern": "^[!-~]{1,255}$"},
+    "schema": {"type": "string", "pattern": IDEMPOTENCY_KEY_PATTERN},
 }
 
 

@@ -19,15 +19,16 @@ import re
 from starlette.requests import Request
 
 from relay.api.errors import Unprocessable
+from relay.state.model import BATCH_NAME_RE
 
 MAX_CURSOR_CHARS = 512
 MAX_POSITION = 10**9
 _LIMIT_RE = re.compile(r"[0-9]{1,4}")
 # ECMA-262 and Python read these the same way; the server matches them in full.
 POSITION_CURSOR_PATTERN = "^([0-9]{1,9})?$"
-LISTING_CURSOR_PATTERN = r"^([0-9]{1,15}\.[A-Za-z0-9][A-Za-z0-9._-]{0,127})?$"
+LISTING_CURSOR_PATTERN = rf"^([0-9]{{1,15}}\.{BATCH_NAME_RE.pattern})?$"
 _POSITION_RE = re.compile(r"[0-9]{1,9}")
-_LISTING_RE = re.compile(r"([0-9]{1,15})\.([A-Za-z0-9][A-Za-z0-9._-]{0,127})")
+_LISTING_RE = re.compile(rf"([0-9]{{1,15}})\.({BATCH_NAME_RE.pattern})")
 
 
 def invalid_cursor() -> Unprocessable:

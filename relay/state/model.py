@@ -23,14 +23,17 @@ from relay.shapes import Ref, Schema, components
 from relay.timefmt import rfc3339
 
 BATCH_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+# An upload's Idempotency-Key: 1 to 255 visible ASCII characters.
+IDEMPOTENCY_KEY_RE = re.compile(r"[!-~]{1,255}")
 # JSON Schema (ECMA-262) patterns, anchored, from the definitions the code checks against.
 BATCH_NAME_PATTERN = f"^{BATCH_NAME_RE.pattern}$"
+IDEMPOTENCY_KEY_PATTERN = f"^{IDEMPOTENCY_KEY_RE.pattern}$"
 DOCUMENT_ID_PATTERN = keyspace.id_pattern("doc")
 DELIVERY_ID_PATTERN = keyspace.id_pattern("msg")
 
 
 def valid_batch_name(name: str) -> bool:
-    """Whether a batch can have this name: ``[A-Za-z0-9][A-Za-z0-9._-]{0,127}``."""
+    """Whether a batch can have this name (``BATCH_NAME_RE``)."""
     return BATCH_NAME_RE.fullmatch(name) is not None
 
 
