@@ -117,7 +117,7 @@ def test_a_connection_torn_down_under_a_write_is_a_connection_error(
                 if deadline is not None:
                     stack.enter_context(budget(deadline))
                 # relay's "closed under the command", or redis-py's own "closed ... before write"
-                with pytest.raises(RedisConnectionError, match="[Cc]losed"):
+                with pytest.raises(RedisConnectionError, match=r"[Cc]losed"):
                     await within(conn._send_packed_command([b"*1\r\n$4\r\nPING\r\n"]))
 
                 async def bug() -> None:

@@ -37,14 +37,10 @@ from relay.api import (
 )
 from relay.api.errors import exception_handlers
 from relay.api.fast_path import StatusFastPath
-from relay.api.resources import ApiResources
 from relay.api.state import STATE_KEY, AppState
-from relay.api.throttles import Limits
 from relay.config import Settings
-from relay.delivery.addresses import TargetPolicy
 from relay.redis.deadline import RequestDeadline
 from relay.redis.shards import Follower
-from relay.state.api_keys import KeyCache
 
 API_PREFIX = "/api/v1"
 
@@ -107,29 +103,16 @@ def create_app(settings: Settings, *, extra_routes: Sequence[BaseRoute] = ()) ->
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         shards = Follower(settings).start()  # raises ShardCountError: RELAY_SHARDS lowered
-        resources = ApiResources.open(settings)
+        st = AppState.open(settings)
+        resources = st.resources
         listener = asyncio.create_task(resources.waiters.run(), name="relay-event-listener")
         follower = resources.follow_primary()
-        giver = asyncio.create_task(resources.store.refunds.every(), name="relay-give-back")
-        setattr(
-            app.state,
-            STATE_KEY,
-            AppState(
-                settings=settings,
-                resources=resources,
-                store=resources.store,
-                webhooks=resources.webhooks,
-                policy=TargetPolicy.from_settings(settings),
-                key_cache=KeyCache(),
-                limits=Limits(resources),
-                events=resources.events,
-                waiters=resources.waiters,
-            ),
-        )
+        refunds = asyncio.create_task(resources.store.refunds.every(), name="relay-refunds")
+        setattr(app.state, STATE_KEY, st)
         try:
             yield
         finally:
-            tasks = {task for task in (listener, follower, giver) if task is not None}
+            tasks = {task for task in (listener, follower, refunds) if task is not None}
             for task in tasks:
                 task.cancel()
             # Bounded: a task that does not end on its cancellation cannot hold the

@@ -135,6 +135,7 @@ class ApiResources:
     write_limits: dict[str, SlidingWindow]
     auth_failures: SlidingWindow
     prober: Prober  # test sends, through a delivery client of this process
+    policy: TargetPolicy  # callback URLs: checked at registration, pinned by the test send
 
     @classmethod
     def open(cls, settings: Settings) -> ApiResources:
@@ -188,6 +189,7 @@ class ApiResources:
                 settings.auth_failure_rate_limit, keyspace.auth_failure_window
             ),
             prober=Prober(webhooks, signing, client, http, policy, settings.delivery_timeout),
+            policy=policy,
         )
 
     def follow_primary(self) -> asyncio.Task[None] | None:

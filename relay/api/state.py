@@ -20,17 +20,39 @@ STATE_KEY = "relay"
 
 @dataclass
 class AppState:
-    """Per-process resources of the API (``relay.api.app.create_app`` builds them)."""
+    """Per-process resources of the API: the Redis side (:class:`ApiResources`) and what the
+    process keeps in memory. Built once by :meth:`open` (the app's lifespan), closed by it."""
 
     settings: Settings
     resources: ApiResources  # everything the routes ask of Redis (relay.api.resources)
-    store: AsyncStore  # the edge's stores, as the routes use them
-    webhooks: AsyncWebhookStore
-    policy: TargetPolicy  # callback URLs checked at registration
     key_cache: KeyCache
     limits: Limits  # per-account write rates, bad keys per client address
-    events: AsyncEventLog  # the event feeds (GET /events)
-    waiters: FeedWaiters  # the long polls of this process and their one listener
+
+    @classmethod
+    def open(cls, settings: Settings) -> AppState:
+        resources = ApiResources.open(settings)
+        return cls(settings, resources, KeyCache(), Limits(resources))
+
+    # The resources' parts the routes use most, by their plain names.
+    @property
+    def store(self) -> AsyncStore:
+        return self.resources.store
+
+    @property
+    def webhooks(self) -> AsyncWebhookStore:
+        return self.resources.webhooks
+
+    @property
+    def policy(self) -> TargetPolicy:
+        return self.resources.policy
+
+    @property
+    def events(self) -> AsyncEventLog:
+        return self.resources.events
+
+    @property
+    def waiters(self) -> FeedWaiters:
+        return self.resources.waiters
 
 
 def state(request: Request) -> AppState:

@@ -30,7 +30,7 @@ from relay.extract.errors import ExtractorConfigError
 from relay.logs import redact_url
 
 if TYPE_CHECKING:
-    from relay.runtime.context import WorkerContext
+    pass
 
 log = logging.getLogger("relay")
 
@@ -150,9 +150,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
             else:
                 log.warning("worker stopped on an error", exc_info=True)
         if args.burst or (worker is not None and worker.stop_requested):
-            if "background" in ctx.__dict__:  # documents moved to the background end first
-                ctx.background.join(ctx.settings.extract_timeout + 5)
-            _finish_deliveries(ctx, wait_for_due=args.burst)
+            ctx.close(send_due=args.burst)
             return 0
         if time.monotonic() - started > 60:  # it had been working: not a restart loop
             backoff = 1.0
@@ -168,19 +166,6 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
                 return 0
             raise
         backoff = min(backoff * 2, 10.0)
-
-
-def _finish_deliveries(ctx: WorkerContext, *, wait_for_due: bool) -> None:
-    """Let the attempts in flight end (each within the delivery timeout) before the process
-    exits; with ``wait_for_due`` (``--burst``), first send what is due now."""
-    if "engine" not in ctx.__dict__:  # this process never sent a delivery
-        return
-    limit = time.monotonic() + ctx.settings.delivery_timeout * 4 + 5
-    while wait_for_due and time.monotonic() < limit:
-        if ctx.engine.idle() and not ctx.webhooks.due_shards():
-            break
-        time.sleep(0.05)
-    ctx.engine.close(timeout=ctx.settings.delivery_timeout + 1)
 
 
 def cmd_detector(settings: Settings, args: argparse.Namespace) -> int:

@@ -170,18 +170,15 @@ class Engine:
         self._stopping = False
         self._held_at = float("-inf")  # when the listener last held the shards' markers
         self.backoff_cap = settings.redis_backoff_cap
-        self._thread = self._start()
-        self._listener = self._start_listener()
+        self._started = False
+        self._thread = threading.Thread(target=self._run, name="delivery-engine", daemon=True)
+        self._listener = threading.Thread(target=self._listen, name="delivery-wakeups", daemon=True)
 
-    def _start(self) -> threading.Thread:
-        thread = threading.Thread(target=self._run, name="delivery-engine", daemon=True)
-        thread.start()
-        return thread
-
-    def _start_listener(self) -> threading.Thread:
-        thread = threading.Thread(target=self._listen, name="delivery-bell", daemon=True)
-        thread.start()
-        return thread
+    def start(self) -> None:
+        """Start the claiming loop and the listener on the wake-up list (once)."""
+        self._started = True
+        self._thread.start()
+        self._listener.start()
 
     # -- the bell ----------------------------------------------------------------------
 
@@ -246,12 +243,15 @@ class Engine:
         with self._cond:
             self._woken.add(shard)
             self._cond.notify_all()
-            if not self._stopping and not self._thread.is_alive():
+            if self._started and not self._stopping and not self._thread.is_alive():
                 # The loop catches every Exception; only something worse ends it. Never
                 # leave the process without its engine: the deliveries' leases make a new
                 # loop safe to start.
                 log.error("delivery engine: its loop had ended; starting it again")
-                self._thread = self._start()
+                self._thread = threading.Thread(
+                    target=self._run, name="delivery-engine", daemon=True
+                )
+                self._thread.start()
 
     def idle(self) -> bool:
         """Nothing in flight and nothing woken."""
@@ -264,8 +264,10 @@ class Engine:
             self._stopping = True
             self._cond.notify_all()
             self._cond.wait_for(lambda: self._inflight == 0, timeout)
-        self._thread.join(timeout=1)
-        self._listener.join(timeout=WAKEUPS_WAIT + 1)
+        if self._thread.is_alive():
+            self._thread.join(timeout=1)
+        if self._listener.is_alive():
+            self._listener.join(timeout=WAKEUPS_WAIT + 1)
         self._held_at = float("-inf")
         self._release_markers()
         self._pool.shutdown(wait=False, cancel_futures=True)

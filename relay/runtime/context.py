@@ -4,14 +4,17 @@
 (``relay.runtime.worker``), which hands it to every job as its first argument, as arq's ``ctx``
 does; ``relay detector`` and ``relay deliveries`` build their own. Nothing here is global:
 a test or benchmark builds a context from its own settings. Each resource is made on first
-use, so a process pays only for what it uses.
+use, so a process pays only for what it uses; the context owns what it made, and
+:meth:`WorkerContext.close` ends it all once, in order (the documents in the background, the
+delivery engine's attempts, the extraction child, the HTTP client, the Redis connections).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import httpx
@@ -41,10 +44,17 @@ class WorkerContext:
     settings: Settings
     # ms since the epoch, for the stores and the signing keys; tests pass a clock they move.
     clock: Callable[[], int] = now_ms
+    # What the context started and must end (made on first use, by the properties below).
+    _engine: Engine | None = field(default=None, init=False, repr=False)
+    _extraction: ExtractorHost | None = field(default=None, init=False, repr=False)
+    _background: Background | None = field(default=None, init=False, repr=False)
+    _closers: list[Callable[[], object]] = field(default_factory=list, init=False, repr=False)
 
     @cached_property
     def redis(self) -> redis.Redis:
-        return sync_client(RedisTarget.from_settings(self.settings))
+        client = sync_client(RedisTarget.from_settings(self.settings))
+        self._closers.append(client.close)
+        return client
 
     @cached_property
     def queue_redis(self) -> Redis:
@@ -53,7 +63,9 @@ class WorkerContext:
         target = RedisTarget.queues_from_settings(self.settings)
         if target == RedisTarget.from_settings(self.settings):
             return self.redis
-        return sync_client(target)
+        client = sync_client(target)
+        self._closers.append(client.close)
+        return client
 
     @cached_property
     def store(self) -> Store:
@@ -91,27 +103,39 @@ class WorkerContext:
     @cached_property
     def http(self) -> httpx.Client:
         """One client per process: its SSL context costs ~25 ms and its pool is reused."""
-        return make_client(
+        client = make_client(
             self.policy,
             self.settings.delivery_timeout,
             max_connections=self.settings.delivery_concurrency * 2,
             user_agent=USER_AGENT,
         )
+        self._closers.append(client.close)
+        return client
 
     @cached_property
     def signing(self) -> SigningKeys:
         return SigningKeys(Encryptor.from_setting(self.settings.encryption_key), self.clock)
 
-    @cached_property
+    @property
     def engine(self) -> Engine:
         """The delivery engine of this process, started on first use."""
-        return Engine(self)
+        if self._engine is None:
+            self._engine = Engine(self)
+            self._engine.start()
+        return self._engine
 
-    @cached_property
+    @property
     def extraction(self) -> ExtractorHost:
         """The bounded child that runs this process's extractor (``relay.runtime.sandbox``);
-        replaced when its document is moved to the background (``relay.runtime.processing``)."""
-        return ExtractorHost(sandbox_config(self.settings))
+        replaced when its document is moved to the background (:meth:`hand_over_extraction`)."""
+        if self._extraction is None:
+            self._extraction = ExtractorHost(sandbox_config(self.settings))
+        return self._extraction
+
+    def hand_over_extraction(self) -> None:
+        """The current extraction child now belongs to the background (which closes it when
+        its document ends); the next document takes a fresh one."""
+        self._extraction = None
 
     @cached_property
     def stopping(self) -> threading.Event:
@@ -119,10 +143,35 @@ class WorkerContext:
         waiting for work (``relay.runtime.processing.linger_for_wakeups``) ends instead."""
         return threading.Event()
 
-    @cached_property
+    @property
     def background(self) -> Background:
         """The documents this process extracts in the background (``relay.runtime.processing``)."""
-        return Background(self.settings.background_extractions)
+        if self._background is None:
+            self._background = Background(self.settings.background_extractions)
+        return self._background
+
+    def close(self, *, send_due: bool = False) -> None:
+        """End what this context started, once, in order: the documents in the background
+        (each within ``RELAY_EXTRACT_TIMEOUT``), then the delivery engine's attempts in
+        flight (each within ``RELAY_DELIVERY_TIMEOUT``; with ``send_due``, as for
+        ``relay worker --burst``, first what is due now), the extraction child, the HTTP
+        client and the Redis connections."""
+        self.stopping.set()
+        if self._background is not None:
+            self._background.join(self.settings.extract_timeout + 5)
+        if self._engine is not None:
+            engine, self._engine = self._engine, None
+            limit = time.monotonic() + self.settings.delivery_timeout * 4 + 5
+            while send_due and time.monotonic() < limit:
+                if engine.idle() and not self.webhooks.due_shards():
+                    break
+                time.sleep(0.05)
+            engine.close(timeout=self.settings.delivery_timeout + 1)
+        if self._extraction is not None:
+            self._extraction.close()
+            self._extraction = None
+        while self._closers:  # the last made first: the HTTP client before the connections
+            self._closers.pop()()
 
 
 def sandbox_config(settings: Settings) -> SandboxConfig:

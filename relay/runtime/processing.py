@@ -300,7 +300,7 @@ def process_fairly(
         if not background.has_room() or not (others_here or _others_wait(ctx)):
             continue
         if background.adopt(extraction):
-            ctx.__dict__.pop("extraction", None)  # the foreground takes a fresh child
+            ctx.hand_over_extraction()  # the foreground takes a fresh child
         return
 
 
