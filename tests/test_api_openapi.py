@@ -14,8 +14,10 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from relay.api.reference import anchor as reference_anchor
 from relay.delivery.probe import ProbeResult
+from relay.extract import extract_document
+from relay.extract.tables import table_of_records
 from relay.model import Batch
-from relay.store import BatchRef
+from relay.store import BatchRef, _table
 from relay.webhook_events import (
     event_body,
     notification_body,
@@ -24,6 +26,7 @@ from relay.webhook_events import (
     verify_challenge,
 )
 from tests.support.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
+from tests.support.documents import pdf, table_ops
 
 METHODS = {"get", "put", "post", "delete", "patch"}
 
@@ -352,3 +355,31 @@ def test_webhooks_describe_the_test_event_and_the_feed_and_test_send_answers(
 def ref_schema(doc: dict[str, Any], name: str) -> dict[str, Any]:
     schema: dict[str, Any] = doc["components"]["schemas"][name]
     return schema
+
+
+def test_a_table_with_its_geometry_is_what_the_schema_describes(api: Api) -> None:
+    """A PDF table (boxes), a CSV table (no geometry) and one stored without its cells, as
+    the store reads it back, all validate against ``Table``; the schema is closed, a box is
+    four numbers from 0 to 1, a span at least 1."""
+    doc = api.client.get("/openapi.json").json()
+    check = jsonschema_rs.validator_for(
+        {**ref_schema(doc, "Table"), "components": doc["components"]}
+    )
+    ruled = extract_document(
+        pdf([table_ops([["SKU", "Qty"], ["A1", "10"]])]),
+        filename="t.pdf",
+        content_type="",
+        fields=[],
+    ).tables[0]
+    csv = table_of_records([{"sku": "A", "qty": None}])
+    for table in (ruled.to_json(), csv.to_json(), _table(csv.stored_json())):
+        check.validate(table)
+    body = ruled.to_json()
+    assert body["bbox"] is not None and body["cells"]
+    assert not check.is_valid({**body, "extra": 1})
+    assert not check.is_valid({**body, "bbox": [0.1, 0.2, 0.3]})
+    assert not check.is_valid({**body, "bbox": [0.1, 0.2, 0.3, 1.5]})
+    cell = {"row": 0, "col": 0, "row_span": 0, "col_span": 1, "bbox": None}
+    assert not check.is_valid({**body, "cells": [cell]})
+    properties = ref_schema(doc, "TableCell")["properties"]
+    assert list(properties) == ["row", "col", "row_span", "col_span", "bbox"]
