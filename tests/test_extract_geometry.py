@@ -3,7 +3,7 @@ of the page as displayed, a cell per anchor with its spans, for a PDF's text lay
 200-dpi scan and an uploaded image alike; and the grids, confidences and line_items the
 geometry leaves as they were.
 
-The PDFs are written by hand (``tests.support.documents``), so where every piece of text
+The PDFs are written by hand (``relay.devtools.sample_documents``), so where every piece of text
 and every rule was drawn is known exactly; the scans are those PDFs rendered by PDFium.
 """
 
@@ -18,6 +18,8 @@ import pypdfium2
 import pytest
 from PIL import Image
 
+from relay.devtools.drawn_tables import EXPECTED, TABLE, draw_table, encode
+from relay.devtools.sample_documents import pdf_page
 from relay.extract import ExtractionError, extract_document
 from relay.extract.geometry import Frame, keep, rectangles, tiling_problem
 from relay.extract.loader import call_extractor
@@ -25,8 +27,6 @@ from relay.extract.pdf_layout import read_pdfium, read_plumber
 from relay.extract.pdf_tables import page_tables
 from relay.extract.result import Box, Cell, Table
 from relay.extract.tables import clean, table_of_records
-from tests.support.documents import pdf_page
-from tests.support.drawn_tables import EXPECTED, TABLE, draw_table, encode
 
 WIDTH, HEIGHT = 612.0, 792.0
 SCAN_DPI = 200
@@ -376,7 +376,7 @@ def test_a_csv_table_has_no_geometry_and_stores_none() -> None:
             for c in range(2)
         ],
     }
-    # Stored, plain cells are left out (relay.store puts them back): a CSV of a million
+    # Stored, plain cells are left out (relay.state.store puts them back): a CSV of a million
     # values does not store a million cells that say nothing.
     assert "cells" not in table.stored_json()
 

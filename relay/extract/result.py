@@ -95,7 +95,7 @@ class Table:
     def stored_json(self) -> dict[str, object]:
         """``to_json`` as a result is stored: ``cells`` left out when every cell is plain
         (``grid_cells`` of the rows alone gives them back), so a CSV of a million values does
-        not store a million cells that say nothing; ``relay.store`` puts them back on read."""
+        not store a million cells that say nothing; ``relay.state.store`` puts them back on read."""
         value: dict[str, object] = {
             "page": self.page,
             "rows": self.rows,
