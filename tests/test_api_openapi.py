@@ -14,6 +14,9 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from relay.api.reference import anchor as reference_anchor
 from relay.delivery.probe import ProbeResult
+from relay.devtools.sample_documents import pdf, table_ops
+from relay.extract import extract_document
+from relay.extract.tables import table_of_records
 from relay.state.event_bodies import (
     event_body,
     notification_body,
@@ -22,7 +25,7 @@ from relay.state.event_bodies import (
     verify_challenge,
 )
 from relay.state.model import Batch
-from relay.state.store import BatchRef
+from relay.state.store import BatchRef, _table
 from tests.support.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
 
 METHODS = {"get", "put", "post", "delete", "patch"}
@@ -352,3 +355,31 @@ def test_webhooks_describe_the_test_event_and_the_feed_and_test_send_answers(
 def ref_schema(doc: dict[str, Any], name: str) -> dict[str, Any]:
     schema: dict[str, Any] = doc["components"]["schemas"][name]
     return schema
+
+
+def test_a_table_with_its_geometry_is_what_the_schema_describes(api: Api) -> None:
+    """A PDF table (boxes), a CSV table (no geometry) and one stored without its cells, as
+    the store reads it back, all validate against ``Table``; the schema is closed, a box is
+    four numbers from 0 to 1, a span at least 1."""
+    doc = api.client.get("/openapi.json").json()
+    check = jsonschema_rs.validator_for(
+        {**ref_schema(doc, "Table"), "components": doc["components"]}
+    )
+    ruled = extract_document(
+        pdf([table_ops([["SKU", "Qty"], ["A1", "10"]])]),
+        filename="t.pdf",
+        content_type="",
+        fields=[],
+    ).tables[0]
+    csv = table_of_records([{"sku": "A", "qty": None}])
+    for table in (ruled.to_json(), csv.to_json(), _table(csv.stored_json())):
+        check.validate(table)
+    body = ruled.to_json()
+    assert body["bbox"] is not None and body["cells"]
+    assert not check.is_valid({**body, "extra": 1})
+    assert not check.is_valid({**body, "bbox": [0.1, 0.2, 0.3]})
+    assert not check.is_valid({**body, "bbox": [0.1, 0.2, 0.3, 1.5]})
+    cell = {"row": 0, "col": 0, "row_span": 0, "col_span": 1, "bbox": None}
+    assert not check.is_valid({**body, "cells": [cell]})
+    properties = ref_schema(doc, "TableCell")["properties"]
+    assert list(properties) == ["row", "col", "row_span", "col_span", "bbox"]

@@ -323,9 +323,9 @@ def test_two_unruled_tables_are_both_in_tables_and_only_the_first_in_line_items(
     ops += paragraph(170.0, PROSE)
     ops += cells(COUNTRIES, [72.0, 200.0, 300.0], 260.0)
     result = extract_document(pdf(["\n".join(ops)]), filename="two.pdf", content_type="", fields=[])
-    assert [t.to_json() for t in result.tables] == [
-        {"page": 1, "rows": ITEMS, "confidence": None},
-        {"page": 1, "rows": COUNTRIES, "confidence": None},
+    assert [(t.page, t.rows, t.confidence) for t in result.tables] == [
+        (1, ITEMS, None),
+        (1, COUNTRIES, None),
     ]
     assert result.line_items == [dict(zip(ITEMS[0], row, strict=True)) for row in ITEMS[1:]]
 

@@ -89,13 +89,15 @@ def test_rows_come_back_as_json_identical_to_an_in_process_run(
     )
     assert json.loads(data) == {
         "line_items": expected.line_items,
-        "tables": [table.to_json() for table in expected.tables],
+        "tables": [table.stored_json() for table in expected.tables],
     }
+    # Stored without cells: a CSV's are all plain (relay.state.store gives them back on read).
     assert json.loads(data)["tables"] == [
         {
             "page": 1,
             "rows": [["qty", "desc", "missing"], ["1", "Café 😀", None], ["2", "x", None]],
             "confidence": None,
+            "bbox": None,
         }
     ]
     assert "😀".encode() in data, "valid non-ASCII text is stored as UTF-8, not escaped"
@@ -145,7 +147,9 @@ def test_result_bound_is_exact_on_the_serialised_size(host_factory: HostFactory)
         json.dumps(
             {
                 "line_items": [{"v": "x" * 1000}],
-                "tables": [{"page": 1, "rows": [["v"], ["x" * 1000]], "confidence": None}],
+                "tables": [
+                    {"page": 1, "rows": [["v"], ["x" * 1000]], "confidence": None, "bbox": None}
+                ],
             },
             separators=(",", ":"),
         )

@@ -115,19 +115,36 @@ def test_full_chain_to_succeeded_and_batch_completion(h: Harness) -> None:
 
 
 def test_results_carry_tables_and_read_a_result_stored_before_tables(h: Harness) -> None:
-    new, old = h.upload(REF), h.upload(REF)
+    new, old, plain = h.upload(REF), h.upload(REF), h.upload(REF)
     h.run(h.api.process(REF, None))
-    table = {"page": 2, "rows": [["a"], ["1"]], "confidence": None}
-    for doc in (new, old):
+    cells = [
+        {"row": 0, "col": 0, "row_span": 1, "col_span": 2, "bbox": [0.1, 0.1, 0.5, 0.2]},
+        {"row": 1, "col": 0, "row_span": 1, "col_span": 1, "bbox": [0.1, 0.2, 0.3, 0.3]},
+        {"row": 1, "col": 1, "row_span": 1, "col_span": 1, "bbox": None},
+    ]
+    table = {
+        "page": 2,
+        "rows": [["a", None], ["1", "2"]],
+        "confidence": None,
+        "bbox": [0.1, 0.1, 0.5, 0.3],
+        "cells": cells,
+    }
+    # Stored without geometry: before tables had it, or every cell plain (a CSV's).
+    bare = {"page": 1, "rows": [["a"], ["1"]], "confidence": None}
+    for doc, stored in ((new, table), (old, table), (plain, bare)):
         claim = h.claim(REF, doc.id)
         assert claim is not None
-        h.worker.finish(claim, line_items=[{"a": "1"}], tables=[table], error=None)
+        h.worker.finish(claim, line_items=[{"a": "1"}], tables=[stored], error=None)
     # A result an earlier version stored: the bare list of line items.
     h.client.set(keyspace.doc_items(REF.shard, old.id), b'[{"a": "2"}]')
     _, docs, _ = h.run(h.api.results(REF, start=0, limit=10))
+    plain_cells = [
+        {"row": r, "col": 0, "row_span": 1, "col_span": 1, "bbox": None} for r in range(2)
+    ]
     assert [(d.id, items, tables) for d, items, tables in docs] == [
         (new.id, [{"a": "1"}], [table]),
         (old.id, [{"a": "2"}], None),
+        (plain.id, [{"a": "1"}], [{**bare, "bbox": None, "cells": plain_cells}]),
     ]
 
 

@@ -26,6 +26,36 @@ class ErrorJSON(TypedDict):
     error: ErrorDetailJSON
 
 
+# A box on the page: fractions of its width and height, origin at its top-left corner.
+Box = Annotated[
+    list[Annotated[float, Schema(minimum=0, maximum=1)]],
+    Schema(
+        minItems=4,
+        maxItems=4,
+        description="[x0, y0, x1, y1] (x0 < x1, y0 < y1) as fractions of the page's width "
+        "and height, 0-1, rounded to 4 decimals; origin at the top-left corner of the page "
+        "as displayed (a PDF page's CropBox with its /Rotate applied, an image after its "
+        "EXIF orientation), x to the right, y down. The same for PDF text, images and scans: "
+        "laid over the rendered page as CSS percentages.",
+    ),
+]
+
+
+class TableCellJSON(TypedDict):
+    row: Annotated[int, Schema(minimum=0, description="The row (0-based index into rows).")]
+    col: Annotated[int, Schema(minimum=0, description="The column (0-based).")]
+    row_span: Annotated[int, Schema(minimum=1, description="How many rows the cell covers.")]
+    col_span: Annotated[int, Schema(minimum=1, description="How many columns the cell covers.")]
+    bbox: Annotated[
+        Box | None,
+        Schema(
+            description="The cell's region on the page: its ruled box, or in an unruled "
+            "table the crossing of its row's and its column's bands (an empty cell has one "
+            "too); null when nothing is known (CSV, TSV, JSON, a plug-in's table)."
+        ),
+    ]
+
+
 class TableJSON(TypedDict):
     page: Annotated[
         int,
@@ -44,6 +74,22 @@ class TableJSON(TypedDict):
             description="Per cell, how sure OCR is of its text (0-1, null for an empty cell), "
             "in the shape of rows; null when the text comes from a PDF's text layer "
             "or a CSV, TSV or JSON document."
+        ),
+    ]
+    bbox: Annotated[
+        Box | None,
+        Schema(
+            description="The table's box, holding every cell's box; null when nothing is "
+            "known (CSV, TSV, JSON)."
+        ),
+    ]
+    cells: Annotated[
+        list[TableCellJSON],
+        Schema(
+            description="One cell per anchor (every position of rows no spanning cell "
+            "covers, empty ones included), row-major. A cell's text is at "
+            "rows[row][col]; the other positions it covers (row_span x col_span) are null "
+            "in rows. Together the cells cover every position of rows exactly once."
         ),
     ]
 
@@ -116,6 +162,7 @@ COMPONENTS: dict[type, str] = {
     **EVENTS,
     **components(
         ErrorJSON,
+        TableCellJSON,
         TableJSON,
         ResultDocumentJSON,
         BatchResultsJSON,

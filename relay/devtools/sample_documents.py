@@ -85,6 +85,30 @@ def pdf(pages: Sequence[str]) -> bytes:
     return _pdf_from_streams([ops.encode("latin-1") for ops in pages])
 
 
+def pdf_page(
+    ops: str,
+    *,
+    mediabox: tuple[float, float, float, float] = (0, 0, 612, 792),
+    cropbox: tuple[float, float, float, float] | None = None,
+    rotate: int = 0,
+) -> bytes:
+    """A valid one-page PDF of ``ops`` whose page has these boxes and ``/Rotate``."""
+    boxes = "/MediaBox [{} {} {} {}]".format(*mediabox)
+    if cropbox is not None:
+        boxes += " /CropBox [{} {} {} {}]".format(*cropbox)
+    data = ops.encode("latin-1")
+    return _write_pdf(
+        [
+            b"<< /Type /Catalog /Pages 2 0 R >>",
+            b"<< /Type /Pages /Kids [4 0 R] /Count 1 >>",
+            b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+            f"<< /Type /Page /Parent 2 0 R {boxes} /Rotate {rotate}"
+            " /Resources << /Font << /F1 3 0 R >> >> /Contents 5 0 R >>".encode(),
+            b"<< /Length %d >>\nstream\n%b\nendstream" % (len(data), data),
+        ]
+    )
+
+
 @cache
 def pdf_bomb(inflated: int = 1 << 30) -> bytes:
     """A valid ~1 MB PDF whose one content stream inflates (FlateDecode) to ``inflated``

@@ -207,11 +207,12 @@ _RESULT_HEAD, _RESULT_MIDDLE, _RESULT_TAIL = b'{"line_items":[', b'],"tables":['
 def encode_result(
     rows: Sequence[Mapping[str, object]], tables: Sequence[Table], max_bytes: int | None
 ) -> bytes:
-    """A document's result as stored, ``{"line_items": [...], "tables": [...]}``, encoded as
-    :func:`encode_rows` does, the bound counting both."""
+    """A document's result as stored, ``{"line_items": [...], "tables": [...]}`` (each table
+    as ``Table.stored_json``), encoded as :func:`encode_rows` does, the bound counting both."""
     total = len(_RESULT_HEAD) + len(_RESULT_MIDDLE) + len(_RESULT_TAIL) - 2
     row_parts, total = _encode_items(rows, total, max_bytes, "rows")
-    table_parts, _ = _encode_items([t.to_json() for t in tables], total, max_bytes, "tables")
+    stored = [t.stored_json() for t in tables]
+    table_parts, _ = _encode_items(stored, total, max_bytes, "tables")
     return b"".join(
         [
             _RESULT_HEAD,

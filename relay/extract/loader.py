@@ -12,7 +12,13 @@ An extractor returns either
   ``{"page": N, "rows": [[cell, ...], ...], "confidence": [[...]] | null}`` as in
   ``relay.extract.result.Table`` (page a positive integer; every row a list of strings or
   ``null``, all of one length; ``confidence`` absent, ``null`` or of the same shape, each
-  value ``null`` or a number from 0 to 1). ``tables`` may be left out.
+  value ``null`` or a number from 0 to 1). ``tables`` may be left out. A table may also
+  carry its geometry as relay's own tables do: ``bbox`` (``[x0, y0, x1, y1]``, fractions
+  of the page, ``x0 < x1``, ``y0 < y1``, or ``null``) and ``cells`` (``[{"row", "col",
+  "row_span", "col_span", "bbox"}, ...]``, spans 1 when left out, one per anchor in
+  row-major order covering the grid exactly, positions covered beyond an anchor ``null`` in
+  ``rows``: ``geometry.tiling_problem``); left out or ``null``, the table has no box and
+  each position is a cell of its own.
 
 The default extractor returns an :class:`relay.extract.tables.Extraction` (the same two).
 
@@ -39,8 +45,9 @@ import math
 from collections.abc import Mapping
 from typing import Protocol, cast
 
+from relay.extract import geometry
 from relay.extract.errors import ExtractionError, ExtractorConfigError, shorten
-from relay.extract.result import Table
+from relay.extract.result import Box, Cell, Table
 from relay.extract.tables import Extraction
 
 __all__ = ["Extractor", "call_extractor", "load_extractor", "run_extractor"]
@@ -155,7 +162,55 @@ def _table(index: int, value: object) -> Table | str:
             problem = f"{what} with a confidence outside 0-1"
     if problem is not None:
         return problem
-    return Table(page, cast(list[list[str | None]], rows), confidence)
+    grid = cast(list[list[str | None]], rows)
+    bbox = value.get("bbox")
+    box = _box(bbox)
+    if bbox is not None and box is None:
+        return f"{what} whose bbox is not [x0, y0, x1, y1] within 0-1 with x0 < x1, y0 < y1"
+    cells = _cells(value.get("cells"), grid)
+    if isinstance(cells, str):
+        return f"{what} whose {cells}"
+    return Table(page, grid, confidence, box, cells)
+
+
+def _box(value: object) -> Box | None:
+    """``value`` as a box (``relay.extract.result``), or ``None`` when it is not one."""
+    if not isinstance(value, list) or len(value) != 4:
+        return None
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in value):
+        return None
+    x0, y0, x1, y1 = (float(v) for v in value)
+    if not all(math.isfinite(v) and 0 <= v <= 1 for v in (x0, y0, x1, y1)):
+        return None
+    return (x0, y0, x1, y1) if x0 < x1 and y0 < y1 else None
+
+
+def _count(value: object, default: int | None) -> int | None:
+    if value is None:
+        return default
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _cells(value: object, rows: list[list[str | None]]) -> tuple[Cell, ...] | str | None:
+    """A plug-in table's ``cells`` (module docstring), or what is wrong with them."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        return "cells is not a list"
+    cells: list[Cell] = []
+    for index, item in enumerate(value):
+        if not isinstance(item, dict):
+            return f"cell {index} is not an object"
+        row, col = _count(item.get("row"), None), _count(item.get("col"), None)
+        spans = _count(item.get("row_span"), 1), _count(item.get("col_span"), 1)
+        if row is None or col is None or spans[0] is None or spans[1] is None:
+            return f"cell {index} has a row, col or span that is not an integer"
+        box = _box(item.get("bbox"))
+        if item.get("bbox") is not None and box is None:
+            return f"cell {index} has a bbox that is not [x0, y0, x1, y1] within 0-1"
+        cells.append(Cell(row, col, spans[0], spans[1], box))
+    problem = geometry.tiling_problem(cells, rows)
+    return f"cells do not fit its rows: {problem}" if problem is not None else tuple(cells)
 
 
 def _extraction(result: object) -> Extraction | str:

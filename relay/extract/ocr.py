@@ -41,15 +41,18 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import re
 import statistics
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from relay.extract.errors import ExtractionError
-from relay.extract.result import Confidence, Grid, Table
+from relay.extract.geometry import Frame, enclosing, keep, rectangles
+from relay.extract.ocr_boxes import Rules, place
+from relay.extract.result import Box, Cell, Confidence, Grid, Table
 
 if TYPE_CHECKING:  # numpy, Pillow and the models are imported when a page arrives
     import numpy as np
@@ -102,6 +105,10 @@ class _Line:
     @property
     def height(self) -> float:
         return self.y2 - self.y1
+
+    @property
+    def box(self) -> Box:
+        return (self.x1, self.y1, self.x2, self.y2)
 
     def moved(self, dx: float, dy: float) -> _Line:
         return _Line(self.x1 - dx, self.y1 - dy, self.x2 - dx, self.y2 - dy, self.text, self.score)
@@ -168,11 +175,12 @@ def _has_ink(grey: NDArray[np.uint8]) -> bool:
     return int(np.count_nonzero(grey < _INK_LEVEL)) >= _MIN_INK_PIXELS
 
 
-def _without_rules(grey: NDArray[np.uint8]) -> NDArray[np.uint8]:
+def _without_rules(grey: NDArray[np.uint8]) -> tuple[NDArray[np.uint8], Rules]:
     """``grey`` with its ruling lines painted white, for the text reader only (a rule that
-    touches a glyph in a tight cell was read as part of it: "12" came back "1.2"). A rule is
-    a straight run of ink several times longer than a character is high (the median height
-    of the ink's connected pieces), so no stroke of a letter is one."""
+    touches a glyph in a tight cell was read as part of it: "12" came back "1.2"), and the
+    lines (where cells' boxes end: ``relay.extract.ocr_boxes``). A rule is a straight run of
+    ink several times longer than a character is high (the median height of the ink's
+    connected pieces), so no stroke of a letter is one."""
     import cv2
     import numpy as np
 
@@ -181,16 +189,16 @@ def _without_rules(grey: NDArray[np.uint8]) -> NDArray[np.uint8]:
     heights = stats[1:, cv2.CC_STAT_HEIGHT]
     heights = heights[(heights > 2) & (heights < grey.shape[0] // 4)]
     if count < 2 or heights.size == 0:
-        return grey
+        return grey, Rules()
     reach = max(int(np.median(heights) * _RULE_LENGTH), 12)
     across = cv2.morphologyEx(ink, cv2.MORPH_OPEN, np.ones((1, reach), np.uint8))
     down = cv2.morphologyEx(ink, cv2.MORPH_OPEN, np.ones((reach, 1), np.uint8))
     rules = np.maximum(across, down)
     if not rules.any():
-        return grey
+        return grey, Rules()
     clean = grey.copy()
     clean[rules > 0] = 255
-    return clean
+    return clean, Rules.from_masks(across, down)
 
 
 def _lines(models: _Models, bgr: NDArray[np.uint8]) -> list[_Line]:
@@ -351,9 +359,11 @@ def _match(text: NDArray[np.float64], cells: NDArray[np.float64]) -> dict[int, l
     return matched
 
 
-def _structure(models: _Models, crop: NDArray[np.uint8], lines: list[_Line]) -> Table | None:
-    """One table region through SLANet-plus, its cells filled with ``lines`` (crop
-    coordinates); ``None`` when it predicts no cell."""
+def _structure(
+    models: _Models, crop: NDArray[np.uint8], lines: list[_Line], rules: Rules
+) -> Table | None:
+    """One table region through SLANet-plus, its cells filled with ``lines`` and placed
+    among ``rules`` (crop coordinates); ``None`` when it predicts no cell."""
     import numpy as np
 
     height, width = crop.shape[:2]
@@ -371,15 +381,26 @@ def _structure(models: _Models, crop: NDArray[np.uint8], lines: list[_Line]) -> 
     text_boxes = np.asarray([[ln.x1, ln.y1, ln.x2, ln.y2] for ln in lines], dtype=np.float64)
     matched = _match(text_boxes, boxes)
     cells: dict[tuple[int, int], tuple[str | None, float | None]] = {}
+    owner: dict[tuple[int, int], int] = {}  # the SLANet cell each position is part of
+    texts: dict[tuple[int, int], Box] = {}  # the box of each cell's text, at its anchor
+    predicted: dict[tuple[int, int], Box] = {}  # SLANet's box of each cell, at its anchor
     for r, row in enumerate(_tokens_to_cells(tokens)):
         c = 0
         for index, colspan, rowspan in row:
             while (r, c) in cells:
                 c += 1
-            text, score = _cell_text([lines[i] for i in matched.get(index, [])])
+            members = [lines[i] for i in matched.get(index, [])]
+            text, score = _cell_text(members)
             for dr in range(rowspan):
                 for dc in range(colspan):
                     cells[(r + dr, c + dc)] = (text, score) if dr == dc == 0 else (None, None)
+                    owner[(r + dr, c + dc)] = index
+            text_box = enclosing(ln.box for ln in members)
+            box = _box(boxes[index]) if index < len(boxes) else None
+            if text_box is not None:
+                texts[(r, c)] = text_box
+            if box is not None:
+                predicted[(r, c)] = box
             c += colspan
     if not cells:
         return None
@@ -387,14 +408,30 @@ def _structure(models: _Models, crop: NDArray[np.uint8], lines: list[_Line]) -> 
     n_cols = max(c for _, c in cells) + 1
     rows: Grid = []
     confidence: Confidence = []
+    kept: list[int] = []
     for r in range(n_rows):
         pairs = [cells.get((r, c), (None, None)) for c in range(n_cols)]
         if any(text for text, _ in pairs):
             rows.append([text for text, _ in pairs])
             confidence.append([score for _, score in pairs])
+            kept.append(r)
     if not rows:
         return None
-    return Table(0, rows, confidence)
+    # A position no SLANet cell reached (a hole in its grid) is a cell of its own.
+    names = [[owner.get((r, c), -1 - r * n_cols - c) for c in range(n_cols)] for r in range(n_rows)]
+    spans = place([Cell(*rect) for rect in rectangles(names)], texts, rules, predicted)
+    return _with_cells(Table(0, rows, confidence), keep(spans, kept, range(n_cols)))
+
+
+def _box(values: Sequence[float]) -> Box | None:
+    """A predicted box, unless it is empty or not finite."""
+    x0, y0, x1, y1 = (float(v) for v in values[:4])
+    return (x0, y0, x1, y1) if math.isfinite(x0 + y0 + x1 + y1) and x0 < x1 and y0 < y1 else None
+
+
+def _with_cells(table: Table, cells: Sequence[Cell]) -> Table:
+    """``table`` with ``cells`` (pixel boxes), its box the one holding theirs."""
+    return replace(table, bbox=enclosing(cell.bbox for cell in cells), cells=tuple(cells))
 
 
 def _bands(rows: Sequence[_Row]) -> list[tuple[float, float]]:
@@ -418,7 +455,7 @@ def _bands(rows: Sequence[_Row]) -> list[tuple[float, float]]:
     return sorted((band[0], band[1]) for band in bands)
 
 
-def _text_grid(rows: Sequence[_Row]) -> Table | None:
+def _text_grid(rows: Sequence[_Row], rules: Rules) -> Table | None:
     """A table laid out from its text alone: a row per row of text, a column per band
     (``_bands``); each piece in the band it overlaps most. For a long table with rules
     between groups of rows, where SLANet-plus took each group for one row."""
@@ -427,7 +464,8 @@ def _text_grid(rows: Sequence[_Row]) -> Table | None:
         return None
     grid: Grid = []
     confidence: Confidence = []
-    for row in rows:
+    boxes: dict[tuple[int, int], Box] = {}  # the box of each cell's text
+    for r, row in enumerate(rows):
         cells: list[list[_Line]] = [[] for _ in bands]
         for line in row.lines:
             overlaps = [min(line.x2, b) - max(line.x1, a) for a, b in bands]
@@ -439,7 +477,12 @@ def _text_grid(rows: Sequence[_Row]) -> Table | None:
         texts = [_cell_text(members) for members in cells]
         grid.append([text for text, _ in texts])
         confidence.append([score for _, score in texts])
-    return Table(0, grid, confidence)
+        for c, members in enumerate(cells):
+            text_box = enclosing(ln.box for ln in members)
+            if text_box is not None:
+                boxes[(r, c)] = text_box
+    spans = [Cell(r, c) for r in range(len(grid)) for c in range(len(bands))]
+    return _with_cells(Table(0, grid, confidence), place(spans, boxes, rules))
 
 
 def _read(page: Image, number: int) -> list[Table]:
@@ -450,7 +493,7 @@ def _read(page: Image, number: int) -> list[Table]:
         return []
     bgr = np.ascontiguousarray(np.asarray(page.convert("RGB"))[:, :, ::-1])
     models = _models()
-    clean = _without_rules(grey)
+    clean, rules = _without_rules(grey)
     del grey
     lines = _lines(models, np.ascontiguousarray(np.repeat(clean[:, :, None], 3, axis=2)))
     del clean
@@ -466,12 +509,35 @@ def _read(page: Image, number: int) -> list[Table]:
         x2 = min(round(max(ln.x2 for ln in inside)) + margin, width)
         y2 = min(round(max(ln.y2 for ln in inside)) + margin, height)
         crop = np.ascontiguousarray(bgr[y1:y2, x1:x2])
-        table = _structure(models, crop, [line.moved(x1, y1) for line in inside])
-        if table is None or len(table.rows) < _MIN_ROW_SHARE * len(run):
-            table = _text_grid(run)
+        moved = [line.moved(x1, y1) for line in inside]
+        table = _structure(models, crop, moved, rules.moved(x1, y1))
         if table is not None:
-            tables.append(Table(number, table.rows, table.confidence))
+            table = _moved(table, x1, y1)  # crop pixels to page pixels
+        if table is None or len(table.rows) < _MIN_ROW_SHARE * len(run):
+            table = _text_grid(run, rules)
+        if table is not None:
+            tables.append(_on_page(table, number, Frame(0, 0, width, height)))
     return tables
+
+
+def _moved(table: Table, dx: float, dy: float) -> Table:
+    """``table`` with its pixel boxes moved by ``(dx, dy)``."""
+
+    def move(box: Box | None) -> Box | None:
+        return None if box is None else (box[0] + dx, box[1] + dy, box[2] + dx, box[3] + dy)
+
+    cells = tuple(replace(cell, bbox=move(cell.bbox)) for cell in table.grid_cells())
+    return replace(table, bbox=move(table.bbox), cells=cells)
+
+
+def _on_page(table: Table, number: int, frame: Frame) -> Table:
+    """``table`` on page ``number``, its pixel boxes as fractions of the page (``frame``)."""
+    cells = tuple(
+        replace(cell, bbox=frame.box(*cell.bbox) if cell.bbox is not None else None)
+        for cell in table.grid_cells()
+    )
+    bbox = enclosing(cell.bbox for cell in cells)
+    return Table(number, table.rows, table.confidence, bbox, cells)
 
 
 def read_tables(page: Image, number: int = 1) -> list[Table]:

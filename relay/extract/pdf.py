@@ -24,8 +24,11 @@ Contract:
 * The tables are returned as ``relay.extract.result.Table`` in reading order (page order,
   then top to bottom); ``relay.extract.tables`` makes them ``line_items`` and ``tables``.
   A blank cell is ``""``, the cells a spanning cell covers are ``None``; strings are
-  stripped. One-row tables before the first table of two rows or more are dropped (a
-  ruled box round a heading is no table).
+  stripped. Each table has its cells and boxes (``relay.extract.result``): measured on the
+  page as displayed (the CropBox, ``/Rotate`` applied), from the text layer's rules and
+  text, or for a scanned page from the rendered image (``relay.extract.ocr``). One-row
+  tables before the first table of two rows or more are dropped (a ruled box round a
+  heading is no table).
 * Errors: no table anywhere -> ``no_table_found``; a header with no rows under it ->
   ``empty_document``. Running out of memory (a decompression bomb under the sandbox's
   limit) is re-raised as ``MemoryError``, never disguised as ``invalid_pdf``.
@@ -38,6 +41,7 @@ import itertools
 import math
 import zlib
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import pdfplumber
@@ -46,9 +50,9 @@ from pdfminer.pdfpage import PDFPage
 from relay.extract.bounds import DEFAULT_MAX_PAGES, declare_pages, too_many_pages
 from relay.extract.errors import ExtractionError, shorten
 from relay.extract.pdf_layout import PageLayout, read_pdfium, read_plumber
-from relay.extract.pdf_tables import find_tables
+from relay.extract.pdf_tables import page_tables
 from relay.extract.result import Table
-from relay.extract.tables import Cells, clean_table
+from relay.extract.tables import clean, clean_table
 
 __all__ = ["PDFIUM_MAX_CONTENT", "SCAN_DPI", "extract_pdf"]
 
@@ -210,17 +214,8 @@ def _page_tables(page: Any, document: Any, number: int, max_pixels: int) -> list
     layout = _layout(page, document, number - 1)
     if not layout.has_text:
         return _as_tables(number, _ocr_page(page, max_pixels, number))
-    tables = []
-    for grid in find_tables(layout):
-        rows = clean_table(grid)
-        if rows:
-            tables.append(Table(number, _rectangular(rows)))
-    return tables
-
-
-def _rectangular(rows: list[Cells]) -> list[Cells]:
-    width = max(len(row) for row in rows)
-    return [row + [None] * (width - len(row)) for row in rows]
+    found = (clean(replace(table, page=number)) for table in page_tables(layout))
+    return [table for table in found if table is not None]
 
 
 def _without_leading_single_rows(tables: list[Table]) -> list[Table]:

@@ -11,7 +11,9 @@ Two readers fill the same ``PageLayout``:
   ``MemoryError`` rather than an abort of the whole process.
 
 Coordinates are PDF points with the origin at the top left of the page (``top`` grows
-downwards), as pdfplumber has them.
+downwards), as pdfplumber has them. ``shown`` is the part of the page a viewer displays (its
+CropBox, the MediaBox when it has none) in those coordinates: where a table's boxes are
+measured from (``relay.extract.result``).
 
 A *rule* is an axis-aligned segment the page draws: a stroked line, a side of a stroked
 rectangle, or a filled rectangle thin enough to be a line (many producers draw rules as
@@ -78,6 +80,13 @@ class PageLayout:
     # Whether the page has a text layer at all (turned text and spaces included): a page
     # without one is a scan for OCR, a page with only turned text has no table to read.
     has_text: bool = False
+    # The page as displayed (left, top, right, bottom), when it is not (0, 0, width, height).
+    shown: tuple[float, float, float, float] | None = None
+
+    @property
+    def frame(self) -> tuple[float, float, float, float]:
+        """The page as displayed: ``shown``, or the whole page."""
+        return self.shown if self.shown is not None else (0.0, 0.0, self.width, self.height)
 
 
 def _segment(x0: float, y0: float, x1: float, y1: float, out: PageLayout) -> None:
@@ -277,6 +286,9 @@ def read_pdfium(page: Any) -> PageLayout:
 
     view = _View(tuple(float(v) for v in page.get_mediabox()), int(page.get_rotation()))  # type: ignore[arg-type]
     layout = PageLayout(view.width, view.height)
+    crop = view.box(*(float(v) for v in page.get_cropbox()))
+    if crop != (0.0, 0.0, view.width, view.height) and crop[0] < crop[2] and crop[1] < crop[3]:
+        layout.shown = crop
     textpage = page.get_textpage()
     try:
         rect = raw.FS_RECTF()
@@ -330,6 +342,9 @@ def read_plumber(page: Any) -> PageLayout:
     """The characters and rules of a ``pdfplumber.page.Page``."""
     layout = PageLayout(float(page.width), float(page.height))
     layout.has_text = bool(page.chars)
+    crop = tuple(float(v) for v in page.cropbox)  # in the coordinates of its characters
+    if len(crop) == 4 and crop[0] < crop[2] and crop[1] < crop[3]:
+        layout.shown = (crop[0], crop[1], crop[2], crop[3])
     for char in page.chars:
         text = char.get("text") or ""
         if not text.strip():

@@ -1,7 +1,9 @@
 """Tables on a PDF page with a text layer: ruled, partly ruled and unruled, kept apart.
 
 Input is a ``PageLayout`` (``relay.extract.pdf_layout``: characters and rules); output the
-page's tables as grids, top to bottom (``find_tables``). Nothing here is tuned to a
+page's tables, top to bottom, with their cells and boxes (``page_tables``: a ruled cell's
+box is its ruled box, an unruled one's the crossing of its row's and its column's bands),
+or as grids only (``find_tables``). Nothing here is tuned to a
 particular document: the thresholds are relative to the size of the text, except the few
 in points that say when two drawn rules meet.
 
@@ -37,11 +39,13 @@ import bisect
 import itertools
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from relay.extract import geometry
 from relay.extract.pdf_layout import Char, PageLayout, Rule
+from relay.extract.result import Cell, Table
 
-__all__ = ["find_tables"]
+__all__ = ["find_tables", "page_tables"]
 
 Grid = list[list[str | None]]
 
@@ -332,6 +336,7 @@ class _Region:
     bottom: float
     grid: Grid | None  # None: read the region as an unruled table
     skip: bool = False  # not a table: nothing in it is read
+    cells: list[Cell] = field(default_factory=list)  # the grid's cells, boxes in points
 
 
 def _numeric(text: str) -> bool:
@@ -497,7 +502,31 @@ def _ruled(hs: list[Rule], vs: list[Rule], lines: Sequence[_Line]) -> _Region | 
         i, j = divmod(anchor, cols)
         grid[i][j] = "\n".join(" ".join(lines_of[key]) for key in sorted(lines_of))
     region.grid = grid
+    # A cell's box is its ruled box: the columns' rules, its rows' extents (``_extents``).
+    extents = _extents(ys, rows_of)
+    owner = [[find(i * cols + j) for j in range(cols)] for i in range(rows)]
+    region.cells = [
+        Cell(i, j, h, w, (xs[j], extents[i][0], xs[j + w], extents[i + h - 1][1]))
+        for i, j, h, w in geometry.rectangles(owner)
+    ]
     return region
+
+
+def _extents(
+    ys: Sequence[float], rows_of: Sequence[tuple[int, list[_Line]]]
+) -> list[tuple[float, float]]:
+    """The top and bottom of each row of a ruled grid: its band between two rules; the
+    rows a band is split into (a row per text line, ``_bands``) part the band midway
+    between their lines."""
+    extents: list[tuple[float, float]] = []
+    for k, (band, lines) in enumerate(rows_of):
+        top, bottom = ys[band], ys[band + 1]
+        if lines and k > 0 and rows_of[k - 1][0] == band and rows_of[k - 1][1]:
+            top = (rows_of[k - 1][1][-1].bottom + lines[0].top) / 2
+        if lines and k + 1 < len(rows_of) and rows_of[k + 1][0] == band and rows_of[k + 1][1]:
+            bottom = (lines[-1].bottom + rows_of[k + 1][1][0].top) / 2
+        extents.append((top, bottom))
+    return extents
 
 
 # --- unruled tables -----------------------------------------------------------------------
@@ -667,7 +696,12 @@ def _ruled_rows(
     return rows
 
 
-def _unruled(block: Sequence[_Line], rules: Sequence[Rule] = ()) -> Grid | None:
+def _unruled(
+    block: Sequence[_Line], rules: Sequence[Rule] = ()
+) -> tuple[Grid, tuple[Cell, ...]] | None:
+    """The unruled table of ``block`` and its cells (boxes in points: a row's band, from
+    midway to the row above to midway to the row below, crossed with a column's band, from
+    one cut to the next, the block's edges outside), or ``None`` when it is no table."""
     cuts = _columns(block)
     if not cuts:
         return None
@@ -676,8 +710,11 @@ def _unruled(block: Sequence[_Line], rules: Sequence[Rule] = ()) -> Grid | None:
         return None
     edges = [float("-inf"), *cuts, float("inf")]
     grid: Grid = []
+    owners: list[list[int]] = []  # per row: the column of the cell each position is part of
+    extents: list[list[float]] = []  # per row: the top and bottom of its text
     for group in _ruled_rows(block, edges, rules):
         row: list[str | None] = [""] * (len(edges) - 1)
+        owner = list(range(len(row)))
         for chunk in (chunk for line in group for chunk in line.chunks):
             # a chunk crossing a cut is split there when a word gap lies on it, else kept whole
             pieces: list[list[_Word]] = [[chunk.words[0]]]
@@ -692,17 +729,35 @@ def _unruled(block: Sequence[_Line], rules: Sequence[Rule] = ()) -> Grid | None:
                 text = " ".join(w.text for w in piece)
                 glue = "\n" if len(group) > 1 else " "
                 row[column] = f"{row[column]}{glue}{text}" if row[column] else text
+                owner[column] = column
                 for covered in range(column + 1, last + 1):
                     if not row[covered]:
                         row[covered] = None  # under a cell spanning columns
-        if not _continues(grid, row):
+                        owner[covered] = column
+        top, bottom = min(ln.top for ln in group), max(ln.bottom for ln in group)
+        if _continues(grid, row):
+            extents[-1] = [min(extents[-1][0], top), max(extents[-1][1], bottom)]
+        else:
             grid.append(row)
-    grid = _trim(grid)
+            owners.append(owner)
+            extents.append([top, bottom])
+    xs = [min(ln.x0 for ln in block), *cuts, max(ln.x1 for ln in block)]
+    ys = [
+        (extents[i - 1][1] + extents[i][0]) / 2 if i else extents[0][0] for i in range(len(extents))
+    ]
+    ys.append(extents[-1][1])
+    cells = [
+        Cell(i, j, h, w, (xs[j], ys[i], xs[j + w], ys[i + h]))
+        for i, j, h, w in geometry.rectangles(
+            [[(i, column) for column in owner] for i, owner in enumerate(owners)]
+        )
+    ]
+    grid, trimmed = _trim(grid, cells)
     if len(grid) < 2 or len(grid[0]) < 2 or _prose(grid) or _listing(grid):
         return None
     if sum(sum(bool(cell) for cell in row) >= 2 for row in grid) < 2:
         return None
-    return grid
+    return grid, trimmed
 
 
 def _continues(grid: Grid, row: list[str | None]) -> bool:
@@ -747,24 +802,31 @@ def _prose(grid: Grid) -> bool:
     return True
 
 
-def _trim(grid: Grid) -> Grid:
-    """``grid`` without empty rows and columns."""
-    rows = [row for row in grid if any(row)]
+def _trim(grid: Grid, cells: Sequence[Cell]) -> tuple[Grid, tuple[Cell, ...]]:
+    """``grid`` without empty rows and columns, and its ``cells`` to match."""
+    rows = [i for i, row in enumerate(grid) if any(row)]
     if not rows:
-        return []
-    keep = [j for j in range(len(rows[0])) if any(row[j] for row in rows)]
-    return [[row[j] for j in keep] for row in rows]
+        return [], ()
+    keep = [j for j in range(len(grid[rows[0]])) if any(grid[i][j] for i in rows)]
+    return [[grid[i][j] for j in keep] for i in rows], geometry.keep(cells, rows, keep)
 
 
 # --- a page -------------------------------------------------------------------------------
 
 
 def find_tables(layout: PageLayout) -> list[Grid]:
-    """The tables of one page, top to bottom (module docstring)."""
+    """The tables of one page as grids, top to bottom (module docstring)."""
+    return [table.rows for table in page_tables(layout)]
+
+
+def page_tables(layout: PageLayout) -> list[Table]:
+    """The tables of one page, top to bottom (module docstring), each with its cells and
+    boxes as ``relay.extract.result`` says, measured from ``layout.frame``; ``page`` is 0
+    (the caller knows the page)."""
     if not layout.chars:
         return []
     lines = _lines(layout.chars)
-    found: list[tuple[float, float, Grid]] = []
+    found: list[tuple[float, float, Grid, Sequence[Cell]]] = []
     taken: list[_Region] = []
 
     across = _merge((r for r in layout.rules if r.horizontal), True)
@@ -775,7 +837,7 @@ def find_tables(layout: PageLayout) -> list[Grid]:
                 continue
             table = _unruled(block, across)
             if table:
-                found.append((block[0].top, block[0].x0, table))
+                found.append((block[0].top, block[0].x0, *table))
 
     for hs, vs in _grids(layout.rules):
         region = _ruled(hs, vs, lines)
@@ -785,9 +847,9 @@ def find_tables(layout: PageLayout) -> list[Grid]:
         if region.skip:
             continue
         if region.grid is not None:
-            grid = _trim(region.grid)
+            grid, cells = _trim(region.grid, region.cells)
             if grid and len(grid[0]) >= 2:  # one column: a boxed heading, caption or note
-                found.append((region.top, region.x0, grid))
+                found.append((region.top, region.x0, grid, cells))
         else:
             unruled([ln for ln in lines if _within(ln, region)])
     rest = [ln for ln in lines if not any(_within(ln, region) for region in taken)]
@@ -810,7 +872,18 @@ def find_tables(layout: PageLayout) -> list[Grid]:
         unruled(_lines(right))
         unruled(spanning)
     found.sort(key=lambda t: (t[0], t[1]))
-    return [grid for _, _, grid in found]
+    frame = geometry.Frame(*layout.frame)
+    return [_placed(grid, cells, frame) for _, _, grid, cells in found]
+
+
+def _placed(grid: Grid, cells: Sequence[Cell], frame: geometry.Frame) -> Table:
+    """``grid`` as a ``Table`` of page 0, its cells' boxes (points) as fractions of
+    ``frame``, its box the one holding them."""
+    placed = tuple(
+        replace(cell, bbox=frame.box(*cell.bbox) if cell.bbox is not None else None)
+        for cell in cells
+    )
+    return Table(0, grid, None, geometry.enclosing(c.bbox for c in placed), placed)
 
 
 def _gutter(lines: Sequence[_Line], width: float) -> float | None:

@@ -5,8 +5,9 @@ Contract, shared by the PDF and image readers (``relay.extract.result.Table`` is
 hand over, in reading order):
 
 * Every table is cleaned: string cells stripped; rows with nothing in them dropped (with
-  their confidences); rows padded with ``None`` to the table's widest row; a table left
-  with no rows is dropped. What is left is the document's ``tables``, in reading order.
+  their confidences, and their cells: ``clean``); rows padded with ``None`` to the table's
+  widest row; a table left with no rows is dropped. What is left is the document's
+  ``tables``, in reading order.
 * ``line_items`` keeps the v1 contract: the first row of the first table is the header. A
   table of one row (a heading or a line of figures read as a table) gives no rows, so the
   first table *with rows under its header* is the one: a document whose first table is a
@@ -42,11 +43,12 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple, TypeVar
 
+from relay.extract import geometry
 from relay.extract.csv_tsv import build_records
 from relay.extract.errors import ExtractionError
 from relay.extract.result import Confidence, Grid, Table
 
-__all__ = ["Cells", "Extraction", "clean_table", "split_tables", "table_of_records"]
+__all__ = ["Cells", "Extraction", "clean", "clean_table", "split_tables", "table_of_records"]
 
 Cells = list[str | None]
 Rows = list[dict[str, object]]
@@ -73,17 +75,22 @@ def clean_table(rows: Iterable[Sequence[str | None]]) -> list[Cells]:
     return [cleaned for cleaned in map(_clean, rows) if any(cleaned)]
 
 
-def _cleaned(table: Table) -> Table | None:
+def clean(table: Table) -> Table | None:
     """``table`` as the module docstring says (stripped, blank rows dropped, rectangular),
-    or ``None`` when nothing is left."""
+    or ``None`` when nothing is left. Its cells follow the rows (``geometry.keep``: a cell
+    anchored in a dropped row starts at its next kept row, a span loses the dropped rows),
+    positions added by padding are cells of their own, and the table's box is then the
+    one holding its cells' boxes (its own when none has one)."""
     rows: Grid = []
     confidence: Confidence = []
+    kept: list[int] = []
     scores = table.confidence
     for index, raw in enumerate(table.rows):
         row = _clean(raw)
         if not any(row):
             continue
         rows.append(row)
+        kept.append(index)
         if scores is not None:
             score = _padded(list(scores[index]) if index < len(scores) else [], len(row))
             confidence.append([s if c else None for c, s in zip(row, score, strict=False)])
@@ -91,8 +98,16 @@ def _cleaned(table: Table) -> Table | None:
         return None
     width = max(len(row) for row in rows)
     rows = [_padded(row, width) for row in rows]
-    kept = [_padded(score, width) for score in confidence] if scores is not None else None
-    return Table(table.page, rows, kept)
+    padded = [_padded(score, width) for score in confidence] if scores is not None else None
+    if table.cells is None:
+        return Table(table.page, rows, padded, table.bbox)
+    if len(kept) == len(table.rows) and all(len(row) == width for row in table.rows):
+        return Table(table.page, rows, padded, table.bbox, table.cells)
+    old_width = max((len(row) for row in table.rows), default=0)
+    cells = geometry.keep(table.cells, kept, range(old_width))
+    cells = geometry.banded(geometry.complete(cells, len(rows), width))
+    bbox = geometry.enclosing(cell.bbox for cell in cells) or table.bbox
+    return Table(table.page, rows, padded, bbox, cells)
 
 
 def _padded(row: list[_T | None], width: int) -> list[_T | None]:
@@ -115,7 +130,7 @@ def _continues(table: Table, previous: Table, header: list[str]) -> bool:
 def split_tables(found: Sequence[Table], where: str) -> Extraction:
     """``line_items`` and ``tables`` from a page reader's tables (module docstring);
     ``where`` names the document in messages ("the PDF", "the image")."""
-    tables = [table for table in map(_cleaned, found) if table is not None]
+    tables = [table for table in map(clean, found) if table is not None]
     if not tables:
         raise ExtractionError("no_table_found", f"no table found in {where}")
     start = next((i for i, table in enumerate(tables) if len(table.rows) > 1), 0)
@@ -151,4 +166,4 @@ def table_of_records(records: Sequence[dict[str, object]]) -> Table:
     names = list(keys)
     rows: Grid = [list[str | None](names)]
     rows.extend([_text(record.get(name)) for name in names] for record in records)
-    return Table(1, rows, None)
+    return Table(1, rows, None)  # no geometry: bbox null, every cell plain

@@ -151,13 +151,30 @@ def _doc_keys(ref: BatchRef, doc_id: str) -> dict[str, str]:
 def _result(stored: bytes | None) -> tuple[Any, Any]:
     """A document's stored result as ``(line_items, tables)``: both ``None`` when there is
     none (not succeeded); ``tables`` ``None`` for a result stored by a version before tables
-    (a bare list of line items)."""
+    (a bare list of line items). Each table in the API's shape (``_table``)."""
     if not stored:
         return None, None
     value = json.loads(stored)
     if isinstance(value, list):
         return value, None
-    return value["line_items"], value["tables"]
+    return value["line_items"], [_table(table) for table in value["tables"]]
+
+
+def _table(table: dict[str, Any]) -> dict[str, Any]:
+    """A stored table with its ``bbox`` and ``cells`` (``relay.extract.result``): a table
+    whose cells are all plain is stored without them (``Table.stored_json``), and one stored
+    before tables had geometry has neither; then it has no box and each position of its
+    rows is a cell of its own, spanning nothing, with no box."""
+    if "cells" in table and "bbox" in table:
+        return table
+    cells = table.get("cells")
+    if cells is None:
+        cells = [
+            {"row": r, "col": c, "row_span": 1, "col_span": 1, "bbox": None}
+            for r, row in enumerate(table.get("rows") or [])
+            for c in range(len(row))
+        ]
+    return {**table, "bbox": table.get("bbox"), "cells": cells}
 
 
 class PendingRefunds:

@@ -34,13 +34,29 @@ def test_documents_are_extracted_by_a_worker(any_stack: Stack) -> None:
     results = api.http.get("/batches/p1/results").json()
     by_name = {d["filename"]: d for d in results["documents"]}
     assert by_name["a.csv"]["line_items"] == [{"sku": "A", "SKU": None}, {"sku": "B", "SKU": None}]
+    # A CSV's table has no geometry: no box, every position a cell of its own.
+    plain = [
+        {"row": r, "col": c, "row_span": 1, "col_span": 1, "bbox": None}
+        for r in range(3)
+        for c in range(2)
+    ]
     assert by_name["a.csv"]["tables"] == [
-        {"page": 1, "rows": [["sku", "SKU"], ["A", None], ["B", None]], "confidence": None}
+        {
+            "page": 1,
+            "rows": [["sku", "SKU"], ["A", None], ["B", None]],
+            "confidence": None,
+            "bbox": None,
+            "cells": plain,
+        }
     ]
     assert by_name["b.json"]["line_items"] == [{"sku": "C", "SKU": None}]
     # Two different tables: both in tables, only the first gives line_items.
     assert by_name["d.pdf"]["line_items"] == [{"sku": None, "SKU": "A1"}]
     assert [t["rows"][0] for t in by_name["d.pdf"]["tables"]] == [HEADER, ["Item", "Unit price"]]
+    # A PDF's tables carry their boxes: fractions of the page, the first table above.
+    first, second = (t["bbox"] for t in by_name["d.pdf"]["tables"])
+    assert 0 < first[0] < first[2] <= 1 and first[3] < second[1]
+    assert all(cell["bbox"] is not None for cell in by_name["d.pdf"]["tables"][0]["cells"])
     assert by_name["c.bin"]["line_items"] is None and by_name["c.bin"]["tables"] is None
     assert by_name["c.bin"]["processing_error"]["code"] == "unsupported_format"
     for d in results["documents"]:
