@@ -553,6 +553,52 @@ class AsyncStore:
                 docs.append((Document.from_hash(h), *_result(stored)))
         return Batch.from_hash(batch_hash), docs, next_start
 
+    async def document_tables(self, doc_id: str) -> Any:
+        """The document's stored ``tables`` (``_result``): None when it has no result (not
+        succeeded, purged) or one stored before tables. Check the document is the caller's
+        first (``get_document`` or the status round's ``DocumentQuery``)."""
+        shard = keys.shard_of_id("doc", doc_id)
+        if shard is None:
+            return None
+        return _result(await self.redis.get(keys.doc_items(shard, doc_id)))[1]
+
+    async def result_sizes(
+        self, ref: BatchRef, *, start: int, limit: int
+    ) -> tuple[Batch | None, list[tuple[Document, int]], int | None]:
+        """The batch, ``limit`` documents from position ``start`` with the bytes of their
+        stored results (0: none), and the next position (None on the last page): a page of
+        ``results`` without the results, for a reader that fetches them a few at a time
+        (``tables_of``)."""
+        s = ref.shard
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(ref.key)
+            pipe.lrange(keys.batch_docs(s, ref.account, ref.name), start, start + limit)
+            batch_hash, ids = await pipe.execute()
+        if not batch_hash:
+            return None, [], None
+        next_start = start + limit if len(ids) > limit else None
+        ids = ids[:limit]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for raw in ids:
+                pipe.hgetall(keys.doc(s, raw.decode()))
+                pipe.strlen(keys.doc_items(s, raw.decode()))
+            replies = await pipe.execute()
+        docs = [
+            (Document.from_hash(h), int(size))
+            for h, size in zip(replies[::2], replies[1::2], strict=True)
+            if h
+        ]
+        return Batch.from_hash(batch_hash), docs, next_start
+
+    async def tables_of(self, ref: BatchRef, doc_ids: Sequence[str]) -> list[Any]:
+        """The stored ``tables`` of the batch's documents ``doc_ids`` (one pipelined round
+        trip; each as ``document_tables`` reads it)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for doc_id in doc_ids:
+                pipe.get(keys.doc_items(ref.shard, doc_id))
+            stored = await pipe.execute()
+        return [_result(value)[1] for value in stored]
+
     async def list_batches(
         self, account: str, *, before: tuple[int, str] | None, limit: int
     ) -> tuple[list[Batch], tuple[int, str] | None]:

@@ -359,3 +359,22 @@ def test_an_archive_holds_a_csv_per_table_and_its_index(tmp_path: Path) -> None:
     assert index[0][0] == "file" and len(index) == 5
     assert index[1][:3] == ["_evil_p3_t1.csv", "doc_1", "'=evil.pdf"]  # guarded in the index
     assert index[4] == ["", "doc_3", "x.bin", "", "", "", "", "failed: unsupported_format"]
+
+
+def test_an_export_refused_midway_leaves_no_open_or_stored_file() -> None:
+    small = {"page": 1, "rows": [["k", "v"], ["a", "1"]]}
+    limits = ExportLimits(max_tables=5, max_cells=1000, max_bytes=1000)
+    for make in (
+        lambda out: WorkbookExport(out, limits, title="b"),
+        lambda out: ArchiveExport(out, limits),
+    ):
+        before = _open_fds()
+        export = make(io.BytesIO())
+        tmp = getattr(export, "_tmp", None)
+        with pytest.raises(ExportTooLarge, match="RELAY_EXPORT_MAX_TABLES"):
+            for i in range(10):
+                export.add(Source(f"doc_{i}", "f.csv", "succeeded"), [small])
+        export.close()
+        assert _open_fds() == before
+        if tmp is not None:
+            assert not Path(tmp.name).exists()

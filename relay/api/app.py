@@ -29,6 +29,7 @@ from relay.api import (
     deliveries,
     documents,
     events,
+    exports,
     health,
     openapi,
     reference,
@@ -37,7 +38,7 @@ from relay.api import (
 from relay.api.errors import exception_handlers
 from relay.api.gate import StatusFastPath
 from relay.api.limits import Limits
-from relay.api.state import STATE_KEY, AppState
+from relay.api.state import STATE_KEY, AppState, ExportSlots
 from relay.auth import KeyCache
 from relay.config import Settings
 from relay.console import views as console
@@ -56,6 +57,8 @@ def api_routes() -> list[BaseRoute]:
         Route("/batches/{name}", batches.get_batch, methods=["GET"]),
         Route("/documents/{id}", documents.get_document, methods=["GET"]),
         Route("/batches/{name}/results", batches.batch_results, methods=["GET"]),
+        Route("/documents/{id}/tables/{n}", exports.get_table, methods=["GET"]),
+        Route("/batches/{name}/export", exports.export_batch, methods=["GET"]),
         Route("/documents", documents.upload_document, methods=["POST"]),
         Route("/batches", batches.list_batches, methods=["GET"]),
         Route("/batches/{name}", batches.delete_batch, methods=["DELETE"]),
@@ -123,6 +126,7 @@ def create_app(settings: Settings) -> Starlette:
                 limits=Limits(edge),
                 events=edge.events,
                 waiters=edge.waiters,
+                exports=ExportSlots(settings.export_concurrency),
             ),
         )
         try:

@@ -18,6 +18,25 @@ from relay.webhook_store import AsyncWebhookStore
 STATE_KEY = "relay"
 
 
+class ExportSlots:
+    """The exports this process builds at once (``RELAY_EXPORT_CONCURRENCY``): each builds
+    in a thread and takes a core meanwhile. Taken and given back on the event loop only."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.busy = 0
+
+    def take(self) -> bool:
+        """Take a slot; False when all are taken."""
+        if self.busy >= self.size:
+            return False
+        self.busy += 1
+        return True
+
+    def give_back(self) -> None:
+        self.busy -= 1
+
+
 @dataclass
 class AppState:
     """Per-process resources of the API (``relay.api.app.create_app`` builds them)."""
@@ -31,6 +50,7 @@ class AppState:
     limits: Limits  # per-account write rates, bad keys per client address
     events: AsyncEventLog  # the event feeds (GET /events)
     waiters: FeedWaiters  # the long polls of this process and their one listener
+    exports: ExportSlots  # the exports being built (relay.api.exports)
 
 
 def state(request: Request) -> AppState:

@@ -78,10 +78,15 @@ class WorkbookExport:
     def __init__(self, out: IO[bytes], limits: ExportLimits, *, title: str) -> None:
         self.meter = Meter(limits)
         self.names = SheetNames()
+        self._finished = False
         self._tmp = tempfile.TemporaryDirectory(prefix="relay-export-")
-        self.workbook = Workbook(out, tmpdir=self._tmp.name, title=title)
-        self.index: Sheet = self.workbook.add_sheet(INDEX_SHEET)
-        self.index.append(["sheet", *INDEX_COLUMNS], bold=True)
+        try:
+            self.workbook = Workbook(out, tmpdir=self._tmp.name, title=title)
+            self.index: Sheet = self.workbook.add_sheet(INDEX_SHEET)
+            self.index.append(["sheet", *INDEX_COLUMNS], bold=True)
+        except BaseException:
+            self._tmp.cleanup()
+            raise
 
     def add(self, source: Source, tables: Sequence[object] | None) -> None:
         found = _tables(tables)
@@ -100,8 +105,11 @@ class WorkbookExport:
     def finish(self) -> None:
         self.index.finish()
         self.workbook.close()
+        self._finished = True
 
     def close(self) -> None:
+        if not self._finished:
+            self.workbook.discard()
         self._tmp.cleanup()
 
 

@@ -81,7 +81,11 @@ def write_table(
     elif fmt is XLSX:
         with tempfile.TemporaryDirectory(prefix="relay-export-") as tmpdir:
             workbook = Workbook(out, tmpdir=tmpdir, title=label)
-            workbook.add_table(SheetNames().take(filename, label_tail(grid.page, n)), grid)
+            try:
+                workbook.add_table(SheetNames().take(filename, label_tail(grid.page, n)), grid)
+            except BaseException:
+                workbook.discard()
+                raise
             workbook.close()
     else:
         raise ValueError(f"not a table format: {fmt.name}")

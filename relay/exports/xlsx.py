@@ -102,6 +102,12 @@ class Workbook:
         """Assemble the workbook into ``out``."""
         self.book.close()
 
+    def discard(self) -> None:
+        """Close the worksheets' temporary files without assembling anything (a workbook
+        abandoned midway); removing them is the caller's (they live in its ``tmpdir``)."""
+        for sheet in self.book.worksheets():
+            _close_rows_file(sheet)
+
 
 class Sheet:
     """A worksheet of rows of text and numbers, written in order; a row's first cell may
