@@ -148,6 +148,13 @@ def _doc_keys(ref: BatchRef, doc_id: str) -> dict[str, str]:
     }
 
 
+def stored_tables(stored: bytes | None) -> Any:
+    """The ``tables`` of a stored result (``_result``): None when there is none or it was
+    stored before tables. Parsing a large result takes a while: callers on the event loop
+    run it in a thread."""
+    return _result(stored)[1]
+
+
 def _result(stored: bytes | None) -> tuple[Any, Any]:
     """A document's stored result as ``(line_items, tables)``: both ``None`` when there is
     none (not succeeded); ``tables`` ``None`` for a result stored by a version before tables
@@ -553,14 +560,15 @@ class AsyncStore:
                 docs.append((Document.from_hash(h), *_result(stored)))
         return Batch.from_hash(batch_hash), docs, next_start
 
-    async def document_tables(self, doc_id: str) -> Any:
-        """The document's stored ``tables`` (``_result``): None when it has no result (not
-        succeeded, purged) or one stored before tables. Check the document is the caller's
-        first (``get_document`` or the status round's ``DocumentQuery``)."""
+    async def stored_result(self, doc_id: str) -> bytes | None:
+        """The document's stored result as stored (JSON bytes; :func:`stored_tables` reads
+        its tables), None when it has none (not succeeded, or purged). Check the document
+        is the caller's first (``get_document`` or the status round's ``DocumentQuery``)."""
         shard = keys.shard_of_id("doc", doc_id)
         if shard is None:
             return None
-        return _result(await self.redis.get(keys.doc_items(shard, doc_id)))[1]
+        stored: bytes | None = await self.redis.get(keys.doc_items(shard, doc_id))
+        return stored
 
     async def result_sizes(
         self, ref: BatchRef, *, start: int, limit: int
@@ -568,7 +576,7 @@ class AsyncStore:
         """The batch, ``limit`` documents from position ``start`` with the bytes of their
         stored results (0: none), and the next position (None on the last page): a page of
         ``results`` without the results, for a reader that fetches them a few at a time
-        (``tables_of``)."""
+        (``stored_results``)."""
         s = ref.shard
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hgetall(ref.key)
@@ -590,14 +598,14 @@ class AsyncStore:
         ]
         return Batch.from_hash(batch_hash), docs, next_start
 
-    async def tables_of(self, ref: BatchRef, doc_ids: Sequence[str]) -> list[Any]:
-        """The stored ``tables`` of the batch's documents ``doc_ids`` (one pipelined round
-        trip; each as ``document_tables`` reads it)."""
+    async def stored_results(self, ref: BatchRef, doc_ids: Sequence[str]) -> list[bytes | None]:
+        """The stored results of the batch's documents ``doc_ids``, as :meth:`stored_result`
+        reads one, in one pipelined round trip."""
         async with self.redis.pipeline(transaction=False) as pipe:
             for doc_id in doc_ids:
                 pipe.get(keys.doc_items(ref.shard, doc_id))
-            stored = await pipe.execute()
-        return [_result(value)[1] for value in stored]
+            stored: list[bytes | None] = await pipe.execute()
+        return stored
 
     async def list_batches(
         self, account: str, *, before: tuple[int, str] | None, limit: int

@@ -22,7 +22,7 @@ import re
 import tempfile
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager
-from typing import IO, Any
+from typing import IO
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -45,7 +45,7 @@ from relay.exports.formats import (
 from relay.exports.grid import ExportLimits, ExportTooLarge
 from relay.exports.names import content_disposition
 from relay.model import Document, Status
-from relay.store import BatchRef, DocumentQuery
+from relay.store import BatchRef, DocumentQuery, stored_tables
 
 __all__ = ["export_batch", "get_table"]
 
@@ -161,6 +161,18 @@ def _not_succeeded(doc: Document) -> Conflict:
     )
 
 
+async def _nth_table(st: AppState, doc: Document, n: int) -> dict[str, object]:
+    """The document's stored ``n``-th table (parsed in a thread: a result may be large), or
+    NotFound."""
+    stored = await st.store.stored_result(doc.id)
+    tables = await asyncio.to_thread(stored_tables, stored)
+    count = len(tables) if isinstance(tables, list) else 0
+    if n > count or not isinstance(tables[n - 1], dict):
+        raise NotFound(f"no such table: the document has {count}")
+    table: dict[str, object] = tables[n - 1]
+    return table
+
+
 async def get_table(request: Request) -> Response:
     """The document's ``n``-th table (1-based, as in its ``tables``) as a file."""
     st = state(request)
@@ -173,12 +185,8 @@ async def get_table(request: Request) -> Response:
         n = _table_number(request)
         if doc.status is not Status.SUCCEEDED:
             raise _not_succeeded(doc)
-        tables = await st.store.document_tables(doc.id)
-        count = len(tables) if isinstance(tables, list) else 0
-        if n > count or not isinstance(tables[n - 1], dict):
-            raise NotFound(f"no such table: the document has {count}")
-        table = tables[n - 1]
         with _slot(st):
+            table = await _nth_table(st, doc, n)
             out = _spool()
             try:
                 await asyncio.to_thread(
@@ -228,9 +236,10 @@ def _open(fmt: Format, out: IO[bytes], limits: ExportLimits, title: str, bom: bo
     return ArchiveExport(out, limits, bom=bom)
 
 
-def _add_all(export: BatchExport, entries: list[tuple[Source, Any]]) -> None:
-    for source, tables in entries:
-        export.add(source, tables)
+def _add_all(export: BatchExport, entries: list[tuple[Source, bytes | None]]) -> None:
+    """Each document with its stored result (parsed here, in the export's thread)."""
+    for source, stored in entries:
+        export.add(source, stored_tables(stored))
 
 
 async def _build(st: AppState, ref: BatchRef, fmt: Format, bom: bool, out: IO[bytes]) -> bool:
@@ -244,7 +253,7 @@ async def _build(st: AppState, ref: BatchRef, fmt: Format, bom: bool, out: IO[by
         while True:
             for group in _groups(docs):
                 with_result = [doc.id for doc, size in group if size]
-                stored = await st.store.tables_of(ref, with_result)
+                stored = await st.store.stored_results(ref, with_result)
                 found = dict(zip(with_result, stored, strict=True))
                 entries = [
                     (
