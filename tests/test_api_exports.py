@@ -19,14 +19,15 @@ from typing import Any
 import httpx
 import pytest
 
-from relay import keys
 from relay.api import exports
 from relay.api.state import STATE_KEY, AppState
-from relay.blobs import BlobStore
 from relay.config import RateLimit
-from relay.store import Store
+from relay.devtools.processes import Stack, stop_all
+from relay.devtools.sample_documents import HEADER, pdf, table_ops
+from relay.redis import keyspace
+from relay.state.blobs import BlobStore
+from relay.state.store import Store
 from tests.support.api_fixtures import V1, Api, ApiFactory, api_factory_fixture  # noqa: F401
-from tests.support.documents import HEADER, pdf, table_ops
 from tests.support.exported import (
     expected,
     load_xlsx,
@@ -38,7 +39,6 @@ from tests.support.exported import (
     unguard,
 )
 from tests.support.helpers import wait_until
-from tests.support.procs import Stack, stop_all
 
 XLSX_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 # Cells a spreadsheet would run, a quote, a comma, a line break, text that looks like data.
@@ -263,7 +263,7 @@ def test_spans_are_merged_in_xlsx_and_html_and_left_empty_in_csv_and_markdown(ap
     # Processed as a worker processes it, with a result whose table carries its geometry.
     store = Store(api.redis, BlobStore(""))
     claims, _ = store.claim_turn(
-        keys.shard_for_batch("acme", "geo"), "tok", 30_000, documents=1, max_bytes=0
+        keyspace.shard_for_batch("acme", "geo"), "tok", 30_000, documents=1, max_bytes=0
     )
     assert [c.doc_id for c in claims] == [doc["id"]]
     stored = {

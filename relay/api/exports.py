@@ -1,7 +1,7 @@
 """``GET /documents/{id}/tables/{n}`` and ``GET /batches/{name}/export``: tables as files
 (docs/exports.md; the rendering is ``relay.exports``).
 
-Both are reads through the status gate (``relay.api.gate.serve_read``): authenticated,
+Both are reads through the status gate (``relay.api.fast_path.serve_read``): authenticated,
 counted in the status window and answered with its ``RateLimit-*`` headers; another
 account's document or batch is a 404, as for ``GET /documents/{id}``.
 
@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from relay.api.errors import ApiError, Conflict, NotFound, Unprocessable
-from relay.api.gate import NO_READS, serve_read
+from relay.api.fast_path import NO_READS, serve_read
 from relay.api.paths import batch_ref
 from relay.api.state import AppState, state
 from relay.config import Settings
@@ -44,8 +44,8 @@ from relay.exports.formats import (
 )
 from relay.exports.grid import ExportLimits, ExportTooLarge
 from relay.exports.names import content_disposition
-from relay.model import Document, Status
-from relay.store import BatchRef, DocumentQuery, stored_tables
+from relay.state.model import Document, Status
+from relay.state.store import BatchRef, DocumentQuery, stored_tables
 
 __all__ = ["export_batch", "get_table"]
 
@@ -110,7 +110,7 @@ def _slot(st: AppState) -> Iterator[None]:
     try:
         yield
     finally:
-        st.exports.give_back()
+        st.exports.refunds()
 
 
 def _spool() -> IO[bytes]:
