@@ -34,6 +34,7 @@ BENCHMARKS = (
     "redis_cost",
     "heavy",
     "cluster",
+    "exports",
 )
 # Valid names that the default run (no NAME) leaves out: ``tables`` makes venvs for its peers
 # (from the package index on first use) and takes tens of minutes over its three corpora.

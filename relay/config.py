@@ -377,6 +377,29 @@ class Settings:
         str,
         "Keep uploaded bytes in this directory (shared by API and workers); empty = in Redis",
     )
+    export_max_tables: int = setting(
+        "1000",
+        _positive_int,
+        "Most tables one export holds (a batch's workbook or ZIP); past it the export is 422"
+        " export_too_large, before anything is sent",
+    )
+    export_max_cells: int = setting(
+        "2000000",
+        _positive_int,
+        "Most cells (grid positions, empty ones included) one export holds, a single table's"
+        " included (else 422 export_too_large)",
+    )
+    export_max_bytes: int = setting(
+        str(128 * 1024 * 1024),
+        _positive_int,
+        "Most bytes of cell text (UTF-8) one export holds (else 422 export_too_large)",
+    )
+    export_concurrency: int = setting(
+        "2",
+        _positive_int,
+        "Exports one API process builds at a time (each takes a thread and a core while it"
+        " builds); past it an export is 503 export_busy with Retry-After",
+    )
     status_rate_limit: RateLimit = setting(
         "120/minute",
         RateLimit.parse,

@@ -375,6 +375,7 @@ RUNTIME = {
     "numpy",
     "jinja2",
     "itsdangerous",
+    "xlsxwriter",
 }
 DEV_TOOLS = {
     "pytest",

@@ -3,7 +3,8 @@
 ``GET /documents/{id}``, ``GET /batches/{name}`` and ``GET /batches/{name}/results`` are
 the endpoints clients poll, so each costs one pipelined Redis round trip in the steady
 state (``relay.api.resources.ApiResources.status``, sent down the lane: ``relay.redis.status_lane``,
-one multiplexed connection, hiredis packing and parsing). The round trip holds:
+one multiplexed connection, hiredis packing and parsing). The exports (``relay.api.exports``) are
+reads through the same gate (:func:`serve_read`), counted in the same window. The round trip holds:
 
 1. ``HMGET api_key(prefix) hash account revoked_at`` - the key record, read fresh;
 2. ``EVALSHA ratelimit`` - the sliding window of this key (``relay.state.rate_limits``), sent as a
@@ -58,8 +59,10 @@ T = TypeVar("T")
 
 # Turns (account, the query's record) into the JSON body; raises ApiError for 4xx.
 Render = Callable[[str, T], Awaitable[Any]]
+# Turns (account, the query's record, the RateLimit-* headers) into the response.
+Respond = Callable[[str, T, dict[str, str]], Awaitable[Response]]
 
-__all__ = ["NO_READS", "serve_status"]
+__all__ = ["NO_READS", "serve_read", "serve_status"]
 
 
 async def _authenticated(
@@ -76,6 +79,17 @@ async def _authenticated(
 
 async def serve_status(request: Request, query: StatusQuery[T], render: Render[T]) -> Response:
     """Authenticate, count and read in one round trip, then render (module docstring)."""
+
+    async def respond(account: str, value: T, headers: dict[str, str]) -> Response:
+        return json_response(await render(account, value), headers=headers)
+
+    return await serve_read(request, query, respond)
+
+
+async def serve_read(request: Request, query: StatusQuery[T], respond: Respond[T]) -> Response:
+    """:func:`serve_status` for a read that answers more than JSON (the exports): the
+    response is ``respond``'s, given the ``RateLimit-*`` headers to carry; an ApiError it
+    raises is answered with them too."""
     st = state(request)
     try:
         account, read = await _authenticated(st, request, query)
@@ -91,10 +105,9 @@ async def serve_status(request: Request, query: StatusQuery[T], render: Render[T
         )
         return error_response(limited, headers)
     try:
-        body = await render(account, read.value)
+        return await respond(account, read.value, headers)
     except ApiError as exc:
         return error_response(exc, headers)
-    return json_response(body, headers=headers)
 
 
 # -- the fast path: the polled GETs served before Starlette's routing ----------------------

@@ -42,6 +42,16 @@ from relay.api.openapi_schemas import (
     ref,
 )
 from relay.state.model import IDEMPOTENCY_KEY_PATTERN
+from relay.exports.formats import (
+    BATCH_FORMATS,
+    CSV,
+    HTML,
+    JSON,
+    MARKDOWN,
+    TABLE_FORMATS,
+    XLSX,
+    ZIP,
+)
 
 V1 = "/api/v1"
 # Marks a DELETE after which the resource stays readable (documented in its description).
@@ -149,6 +159,109 @@ def _batch_paths() -> dict[str, Any]:
                 "BatchResults",
                 [NAME, *PAGE],
                 422,
+            )
+        },
+    }
+
+
+def _export_query(formats: list[str], default: str, csv_inside: str) -> list[dict[str, Any]]:
+    return [
+        _query(
+            "format",
+            f"The file's format (default {default}). `Accept` is not consulted.",
+            {"type": "string", "enum": formats, "default": default},
+        ),
+        _query(
+            "bom",
+            f"Start {csv_inside} with a UTF-8 byte order mark, for Excel (default false).",
+            {"type": "boolean", "default": False},
+        ),
+    ]
+
+
+def _export_answer(description: str, content: dict[str, Any], *extra: int) -> dict[str, Any]:
+    """An export's 200 (``content`` by media type), its errors (the status gate's headers on
+    every answer after authentication) and the 503 of a busy server."""
+    answers = {
+        "200": {
+            "description": description,
+            "headers": {
+                "Content-Disposition": string_header(
+                    'attachment; filename="..." (and filename* when the name is not ASCII).'
+                ),
+                **rate_headers(),
+            },
+            "content": content,
+        },
+        **errors(401, 404, 422, 429, *extra, rate_limited=True),
+    }
+    answers["422"]["description"] = (
+        "An unknown format or bom (validation_error), or an export past RELAY_EXPORT_MAX_TABLES, "
+        "_CELLS or _BYTES (export_too_large): nothing is sent then, the message says which."
+    )
+    answers["503"]["description"] = (
+        "The data store is unreachable (store_unavailable), or RELAY_EXPORT_CONCURRENCY exports "
+        "are being built (export_busy); see Retry-After."
+    )
+    return answers
+
+
+def _file(media_type: str) -> dict[str, Any]:
+    return {media_type: {"schema": {"type": "string", "format": "binary"}}}
+
+
+TABLE_NUMBER: dict[str, Any] = {
+    "name": "n",
+    "in": "path",
+    "required": True,
+    "description": "The table: its 1-based position in the document's tables.",
+    "schema": {"type": "integer", "minimum": 1, "maximum": 999_999_999},
+    "example": 1,
+}
+
+
+def _export_paths() -> dict[str, Any]:
+    table_content = {
+        **_file(CSV.media_type.split(";")[0]),
+        **_file(XLSX.media_type),
+        **_file(MARKDOWN.media_type.split(";")[0]),
+        **_file(HTML.media_type.split(";")[0]),
+        JSON.media_type: {"schema": ref("Table")},
+    }
+    table = _export_answer("The table as a file.", table_content, 409)
+    table["409"]["description"] = (
+        "The document has not succeeded (document_not_succeeded): it has no tables yet, or none."
+    )
+    batch = _export_answer(
+        "The batch's tables in one file.", {**_file(XLSX.media_type), **_file(ZIP.media_type)}
+    )
+    return {
+        f"{V1}/documents/{{id}}/tables/{{n}}": {
+            "get": operation(
+                "getTable",
+                "One table of a succeeded document as CSV, XLSX, Markdown, HTML or JSON.",
+                "exports",
+                table,
+                params=[DOC_ID, TABLE_NUMBER, *_export_query(list(TABLE_FORMATS), "csv", "a CSV")],
+                description="CSV is RFC 4180 (UTF-8, CRLF) with formula-looking cells "
+                "prefixed by ' (not plain numbers); XLSX writes every cell as text and merges "
+                "spans; Markdown is a GFM table (spans: covered cells empty); HTML is one "
+                "standalone table with rowspan/colspan; JSON is the table as in the "
+                "document's tables. Counted in the status window. See docs/exports.md.",
+            )
+        },
+        f"{V1}/batches/{{name}}/export": {
+            "get": operation(
+                "exportBatch",
+                "Every table of the batch: one XLSX workbook (an Index sheet, then a sheet "
+                "per table) or a ZIP of CSV files with index.csv.",
+                "exports",
+                batch,
+                params=[NAME, *_export_query(list(BATCH_FORMATS), "xlsx", "each CSV")],
+                description="Documents in upload order, tables in page order; a document "
+                "that gave no table (not succeeded, or none found) has an index row saying "
+                "why. Built whole before it is sent (so a bound passed is a 422, never a "
+                "truncated file). Counted in the status window. See docs/exports.md.",
             )
         },
     }
@@ -665,6 +778,7 @@ def document() -> dict[str, Any]:
         "paths": {
             **_document_paths(),
             **_batch_paths(),
+            **_export_paths(),
             **_webhook_paths(),
             **_delivery_paths(),
             **_event_paths(),

@@ -18,6 +18,25 @@ from relay.state.webhooks import AsyncWebhookStore
 STATE_KEY = "relay"
 
 
+class ExportSlots:
+    """The exports this process builds at once (``RELAY_EXPORT_CONCURRENCY``): each builds
+    in a thread and takes a core meanwhile. Taken and given back on the event loop only."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.busy = 0
+
+    def take(self) -> bool:
+        """Take a slot; False when all are taken."""
+        if self.busy >= self.size:
+            return False
+        self.busy += 1
+        return True
+
+    def refunds(self) -> None:
+        self.busy -= 1
+
+
 @dataclass
 class AppState:
     """Per-process resources of the API: the Redis side (:class:`ApiResources`) and what the
@@ -27,11 +46,18 @@ class AppState:
     resources: ApiResources  # everything the routes ask of Redis (relay.api.resources)
     key_cache: KeyCache
     limits: Limits  # per-account write rates, bad keys per client address
+    exports: ExportSlots  # the exports being built (relay.api.exports)
 
     @classmethod
     def open(cls, settings: Settings) -> AppState:
         resources = ApiResources.open(settings)
-        return cls(settings, resources, KeyCache(), Limits(resources))
+        return cls(
+            settings,
+            resources,
+            KeyCache(),
+            Limits(resources),
+            ExportSlots(settings.export_concurrency),
+        )
 
     # The resources' parts the routes use most, by their plain names.
     @property

@@ -148,6 +148,13 @@ def _doc_keys(ref: BatchRef, doc_id: str) -> dict[str, str]:
     }
 
 
+def stored_tables(stored: bytes | None) -> Any:
+    """The ``tables`` of a stored result (``_result``): None when there is none or it was
+    stored before tables. Parsing a large result takes a while: callers on the event loop
+    run it in a thread."""
+    return _result(stored)[1]
+
+
 def _result(stored: bytes | None) -> tuple[Any, Any]:
     """A document's stored result as ``(line_items, tables)``: both ``None`` when there is
     none (not succeeded); ``tables`` ``None`` for a result stored by a version before tables
@@ -571,6 +578,53 @@ class AsyncStore:
             if h:
                 docs.append((Document.from_hash(h), *_result(stored)))
         return Batch.from_hash(batch_hash), docs, next_start
+
+    async def stored_result(self, doc_id: str) -> bytes | None:
+        """The document's stored result as stored (JSON bytes; :func:`stored_tables` reads
+        its tables), None when it has none (not succeeded, or purged). Check the document
+        is the caller's first (``get_document`` or the status round's ``DocumentQuery``)."""
+        shard = keyspace.shard_of_id("doc", doc_id)
+        if shard is None:
+            return None
+        stored: bytes | None = await self.redis.get(keyspace.doc_items(shard, doc_id))
+        return stored
+
+    async def result_sizes(
+        self, ref: BatchRef, *, start: int, limit: int
+    ) -> tuple[Batch | None, list[tuple[Document, int]], int | None]:
+        """The batch, ``limit`` documents from position ``start`` with the bytes of their
+        stored results (0: none), and the next position (None on the last page): a page of
+        ``results`` without the results, for a reader that fetches them a few at a time
+        (``stored_results``)."""
+        s = ref.shard
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(ref.key)
+            pipe.lrange(keyspace.batch_docs(s, ref.account, ref.name), start, start + limit)
+            batch_hash, ids = await pipe.execute()
+        if not batch_hash:
+            return None, [], None
+        next_start = start + limit if len(ids) > limit else None
+        ids = ids[:limit]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for raw in ids:
+                pipe.hgetall(keyspace.doc(s, raw.decode()))
+                pipe.strlen(keyspace.doc_items(s, raw.decode()))
+            replies = await pipe.execute()
+        docs = [
+            (Document.from_hash(h), int(size))
+            for h, size in zip(replies[::2], replies[1::2], strict=True)
+            if h
+        ]
+        return Batch.from_hash(batch_hash), docs, next_start
+
+    async def stored_results(self, ref: BatchRef, doc_ids: Sequence[str]) -> list[bytes | None]:
+        """The stored results of the batch's documents ``doc_ids``, as :meth:`stored_result`
+        reads one, in one pipelined round trip."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for doc_id in doc_ids:
+                pipe.get(keyspace.doc_items(ref.shard, doc_id))
+            stored: list[bytes | None] = await pipe.execute()
+        return stored
 
     async def list_batches(
         self, account: str, *, before: tuple[int, str] | None, limit: int
