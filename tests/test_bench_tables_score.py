@@ -10,10 +10,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from bench.tables.scans import scan_tiff
 
 from bench.tables.corpora import corpora_dir, html_grid, icdar_truth
 from bench.tables.peer_driver import html_tables
+from bench.tables.scans import scan_tiff
 from bench.tables.score import Counts, normalise, relations, score_document, summarise
 
 TRUTH = [["a", "b"], ["1", "2"]]  # (a,b,R) (1,2,R) (a,1,B) (b,2,B)

@@ -41,7 +41,6 @@ from relay.api.openapi_schemas import (
     SCHEMAS,
     ref,
 )
-from relay.state.model import IDEMPOTENCY_KEY_PATTERN
 from relay.exports.formats import (
     BATCH_FORMATS,
     CSV,
@@ -52,6 +51,7 @@ from relay.exports.formats import (
     XLSX,
     ZIP,
 )
+from relay.state.model import IDEMPOTENCY_KEY_PATTERN
 
 V1 = "/api/v1"
 # Marks a DELETE after which the resource stays readable (documented in its description).
