@@ -64,12 +64,9 @@ CLIENTS = int(os.environ.get("RELAY_BENCH_CLIENTS", "8"))
 # Every run's relay: the retry phase's calls must not be refused by the account's window.
 SETTINGS = {"RELAY_ACCOUNT_RETRY_RATE_LIMIT": "1000000/minute"}
 
-# This bench on v0.2 (commit 75eae6a), before the work on issue 16, on the 2-core machine the
-# README's figures come from. (The issue measured 814 us for a document on a busier machine;
-# the commands, 80, agree.) CPU figures move with the machine's load: compare a change with a
-# run of the code before it on the same machine, back to back. So measured for issue 16 item
-# 3 (README, "What a document costs Redis"; load average 9-11): the commit before the work,
-# 34abd99, 82.1 commands and 761 us a document; after it, 33.7 commands and 450 us.
+# The baseline printed beside each run: this bench on v0.2 (commit 75eae6a). CPU figures
+# move with the machine's load, so a change is compared with a run of the code before it on
+# the same machine, back to back (docs/performance.md, "What a document costs Redis").
 BEFORE: dict[str, dict[str, float]] = {
     "document (upload to notification)": {"commands": 80.6, "cpu_us": 419.6},
     "upload, per document": {"commands": 37.2, "cpu_us": 161.7},

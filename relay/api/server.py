@@ -20,7 +20,8 @@ is uvicorn's own with those bounds added (uvicorn's configuration takes a protoc
 
 Cheap on the hot path: a request that arrives whole in one read arms no timer of ours; one
 that arrives in pieces arms one. ``python -m bench http_bounds`` measures
-``GET /api/v1/batches/{name}`` with and without the bounds (README, "HTTP server limits").
+``GET /api/v1/batches/{name}`` with and without the bounds
+(docs/performance.md, "HTTP server limits").
 """
 
 from __future__ import annotations

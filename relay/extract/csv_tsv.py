@@ -67,7 +67,6 @@ _TEXT_CONTROLS = frozenset("\t\n\r\f\v")
 # row in an export still reads (padded with nulls) while a file whose rows do not line up
 # with its header fails instead of yielding misaligned values.
 RAGGED_SHARE = 0.1
-MALFORMED = "malformed_csv"
 # The longest header a one-column table may have (a single word; module docstring).
 MAX_SOLE_COLUMN_CHARS = 64
 
@@ -259,7 +258,7 @@ class _Shape:
         if self.ragged > allowed and self.first is not None:
             line, cells = self.first
             raise ExtractionError(
-                MALFORMED,
+                "malformed_csv",
                 f"ragged rows: {self.ragged} of {self.rows} rows do not have the header's "
                 f"{self.width} cells (first: line {line} has {cells}); at most {allowed} may",
             )
@@ -293,7 +292,7 @@ def _check_closed_quotes(tail: str, line: int, dialect: Dialect) -> None:
     except csv.Error as exc:
         if "unexpected end of data" in str(exc):
             raise ExtractionError(
-                MALFORMED,
+                "malformed_csv",
                 f"unclosed quote: the quoted field of line {line} runs to the end of the file",
             ) from None
 
@@ -338,7 +337,7 @@ def extract_delimited(text: str, dialect: Dialect) -> list[dict[str, object]]:
     _check_closed_quotes(text[last[1] :], last[0], dialect)
     if len(header) == 1 and not _column_name(header[0]):
         raise ExtractionError(
-            MALFORMED,
+            "malformed_csv",
             f"no delimiter found: the header (line {header_line}) has none of comma, "
             "semicolon, tab or pipe, and is not a single column name",
         )

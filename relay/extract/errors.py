@@ -48,6 +48,8 @@ CODES: dict[str, str] = {
     "(or binary data declared as text)",
     "empty_document": "nothing to read: no bytes, no header, or a header with no rows",
     "invalid_csv": "CSV or TSV that cannot be parsed",
+    "malformed_csv": "CSV or TSV that parses but is no table: an unclosed quote, no delimiter "
+    "(prose), or ragged rows beyond the tolerance; the message names the line",
     "invalid_json": "JSON that does not parse, or is not a list of objects or "
     '`{"line_items": [...]}`',
     "invalid_pdf": "bytes that cannot be opened as a PDF",
