@@ -574,6 +574,13 @@ class Settings:
         _positive_int,
         "Requests of one account long polling its event feeds at once in one API process",
     )
+    account_max_inflight: int = setting(
+        "32",
+        _positive_int,
+        "Requests of one account in flight at once in one API process (long polls included);"
+        " one more gets 429 too_many_concurrent_requests, Retry-After: 1. Keep it below"
+        " RELAY_REDIS_MAX_CONNECTIONS",
+    )
     require_verified_webhooks: bool = setting(
         "false",
         _bool,

@@ -6,10 +6,12 @@ one for RQ enqueueing in a thread, the status lane) and closes it on shutdown. S
 not need Redis to be up: the clients connect on first use, the API answers 503 while Redis
 is unreachable and recovers by itself when it is back.
 
-Two middlewares are installed: each request's deadline on its Redis waits
-(``relay.redis_deadline``, ``RELAY_REQUEST_DEADLINE``), then the status endpoints' fast path
-(``relay.api.gate``): the polled GETs are served before the router walks the routes;
-everything else goes through as usual.
+Three middlewares are installed: the release of a request's place among its account's
+requests in flight once it is answered (``relay.api.inflight``, ``RELAY_ACCOUNT_MAX_INFLIGHT``;
+the place is taken where the account is known, ``relay.api.access``), each request's deadline
+on its Redis waits (``relay.redis_deadline``, ``RELAY_REQUEST_DEADLINE``), then the status
+endpoints' fast path (``relay.api.gate``): the polled GETs are served before the router walks
+the routes; everything else goes through as usual.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from relay.api import (
 )
 from relay.api.errors import exception_handlers
 from relay.api.gate import StatusFastPath
+from relay.api.inflight import AccountInFlight, ReleaseInFlight
 from relay.api.limits import Limits
 from relay.api.state import STATE_KEY, AppState
 from relay.auth import KeyCache
@@ -102,6 +105,7 @@ def one_route_per_path(routes: Iterable[BaseRoute], prefix: str = "") -> list[Ba
 
 def create_app(settings: Settings) -> Starlette:
     """The API for ``settings``; serve it with uvicorn (``relay serve``)."""
+    inflight = AccountInFlight(settings.account_max_inflight)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -123,6 +127,7 @@ def create_app(settings: Settings) -> Starlette:
                 limits=Limits(edge),
                 events=edge.events,
                 waiters=edge.waiters,
+                inflight=inflight,
             ),
         )
         try:
@@ -163,11 +168,13 @@ def create_app(settings: Settings) -> Starlette:
         document=documents.get_document,
         handlers=handlers,
     )
-    # Outermost: the fast path's Redis calls count against the request's deadline too.
+    # Outermost: the fast path's Redis calls count against the request's deadline too, and a
+    # request's place among its account's requests in flight lasts until it is answered.
     deadline = Middleware(RequestDeadline, seconds=settings.request_deadline)
+    release = Middleware(ReleaseInFlight, inflight=inflight)
     app = Starlette(
         routes=routes,
-        middleware=[deadline, fast_path],
+        middleware=[release, deadline, fast_path],
         exception_handlers=handlers,
         lifespan=lifespan,
     )

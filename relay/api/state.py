@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
+from relay.api.inflight import AccountInFlight
 from relay.api.limits import Limits
 from relay.auth import KeyCache
 from relay.config import Settings
@@ -31,6 +32,7 @@ class AppState:
     limits: Limits  # per-account write rates, bad keys per client address
     events: AsyncEventLog  # the event feeds (GET /events)
     waiters: FeedWaiters  # the long polls of this process and their one listener
+    inflight: AccountInFlight  # each account's requests in flight here, capped
 
 
 def state(request: Request) -> AppState:
