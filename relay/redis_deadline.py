@@ -9,7 +9,8 @@ client (:data:`DeadlineRedis`, or :data:`DeadlineRedisCluster` on a Redis Cluste
 pipelines too) or the status lane runs under an
 ``asyncio`` timeout of what is left of it, and what the call took is taken off. Time spent
 elsewhere is not counted: reading an upload's body, a long poll's wait for an event, sending
-the response. Past the budget the call fails with redis-py's ``TimeoutError``: a 503
+the response. A wait for a free connection (``relay.redis_pool``) is part of the call, so
+it is counted. Past the budget the call fails with redis-py's ``TimeoutError``: a 503
 ``store_unavailable``, as any other Redis failure, and the client retries.
 
 A call cut short by the timeout is cancelled: redis-py drops that connection (its reply may
