@@ -4,7 +4,7 @@ redis-py's asyncio pool refuses a connection past ``max_connections``
 (``MaxConnectionsError``, a 503), and so does each node of its Cluster client: one caller
 holding many requests at once would make everyone's requests fail at that instant. Here a
 caller waits for its turn instead, first come first served, bounded by what is left of its
-request's Redis deadline (``relay.redis_deadline``: the wait runs inside the same timer as
+request's Redis deadline (``relay.redis.deadline``: the wait runs inside the same timer as
 the command), and by ``timeout`` seconds outside a request (the event listener, background
 tasks). Past either the caller fails as when Redis is unreachable: a 503 with
 ``Retry-After``.
@@ -15,7 +15,7 @@ tasks). Past either the caller fails as when Redis is unreachable: a 503 with
   subscription included.
 - A Cluster keeps one set of connections per node, taken without a wait inside redis-py
   (``ClusterNode.acquire_connection`` is synchronous). :class:`Slots` bounds the Cluster
-  client's calls in flight instead (``relay.redis_deadline.within``): a call holds at most
+  client's calls in flight instead (``relay.redis.deadline.within``): a call holds at most
   one connection per node at a time, so no node's connections exceed the slots, and the
   nodes' own limit (:data:`CLUSTER_SPARE` above them) is only a backstop.
 

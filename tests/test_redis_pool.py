@@ -17,11 +17,11 @@ import redis.asyncio
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from relay.redis_conn import UNAVAILABLE, RedisTarget, async_client, sync_client
-from relay.redis_deadline import budget
+from relay.devtools.cluster import Cluster
+from relay.devtools.redis_server import HOST
+from relay.redis.clients import UNAVAILABLE, RedisTarget, async_client, sync_client
+from relay.redis.deadline import budget
 from relay.redis_pool import Slots
-from relay.redis_server import HOST
-from tests.support.cluster import Cluster
 from tests.support.helpers import RedisFactory
 from tests.support.sentinels import SENTINEL_PASSWORD, Topology
 

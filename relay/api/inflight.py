@@ -8,7 +8,7 @@ own. The cap keeps one account to its share: past it a request is answered 429
 
 The count is taken where a request's account is first known, and costs no Redis round trip:
 
-- a key this process has seen valid (``relay.auth.KeyCache``, the presented key's hash
+- a key this process has seen valid (``relay.state.api_keys.KeyCache``, the presented key's hash
   checked in constant time) is counted against its cached account before anything is sent
   to Redis, so requests past the cap cost nothing but their 429 (:func:`relay.api.access.
   authenticate`, :func:`~relay.api.access.admit_write`, the status gate);

@@ -21,8 +21,8 @@ import httpx
 import pytest
 import redis
 
+from relay.devtools.processes import Stack
 from tests.e2e.client import Api
-from tests.support.procs import Stack
 from tests.support.receiver import Receiver
 
 CSV = b"sku,qty\nA-1,2\n"
