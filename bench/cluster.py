@@ -51,6 +51,7 @@ def _settings() -> dict[str, str]:
         "RELAY_ACCOUNT_UPLOAD_RATE_LIMIT": "1000000/minute",
         "RELAY_ACCOUNT_PROCESS_RATE_LIMIT": "1000000/minute",
         "RELAY_ACCOUNT_MAX_PENDING_BYTES": str(64 * 1024**3),
+        "RELAY_ACCOUNT_MAX_INFLIGHT": "100000",
         "RELAY_LOG_LEVEL": "warning",
     }
 

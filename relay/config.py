@@ -287,9 +287,17 @@ class Settings:
     request_deadline: float = setting(
         "8",
         _positive_float,
-        "Seconds one API request may wait on Redis in all (finding the primary, connecting,"
-        " every reply); past it the request is answered 503. Reading its body or a long poll's"
-        " wait does not count",
+        "Seconds one API request may wait on Redis in all (a free connection, finding the"
+        " primary, connecting, every reply); past it the request is answered 503. Reading its"
+        " body or a long poll's wait does not count",
+    )
+    redis_max_connections: int = setting(
+        "64",
+        _positive_int,
+        "Redis connections one API process holds at most (on a Cluster: commands in flight,"
+        " so as many to any one node), its event listener's included; a request finding them"
+        " all in use waits its turn within RELAY_REQUEST_DEADLINE, then 503. See docs/deploy.md"
+        " for processes x this against Redis maxclients",
     )
     redis_backoff_cap: float = setting(
         "2",
@@ -589,6 +597,13 @@ class Settings:
         "10",
         _positive_int,
         "Requests of one account long polling its event feeds at once in one API process",
+    )
+    account_max_inflight: int = setting(
+        "32",
+        _positive_int,
+        "Requests of one account in flight at once in one API process (long polls included);"
+        " one more gets 429 too_many_concurrent_requests, Retry-After: 1. Keep it below"
+        " RELAY_REDIS_MAX_CONNECTIONS",
     )
     require_verified_webhooks: bool = setting(
         "false",

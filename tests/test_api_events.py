@@ -166,12 +166,14 @@ def test_waiting_requests_are_bounded_per_account(api_factory: ApiFactory) -> No
     r = _get(api, "acme", wait="5")
     assert r.status_code == 429 and r.json()["error"]["type"] == "too_many_waiters"
     assert r.headers["retry-after"] == "1"
+    assert r.headers["ratelimit-limit"] == "2" and r.headers["ratelimit-remaining"] == "0"
     assert _get(api, "acme").status_code == 200  # not waiting: not bounded
     other: dict[str, Any] = {}
     third = _poll(api, "globex", other, wait="20")
     _waiting(api, 3)
     r = _get(api, "initech", wait="5")  # the process's bound
-    assert r.status_code == 429
+    assert r.status_code == 429 and r.json()["error"]["type"] == "too_many_waiters"
+    assert r.headers["ratelimit-limit"] == "3"
     complete_in_process(api, "acme", "b1")
     complete_in_process(api, "globex", "g1")
     for t in [*threads, third]:

@@ -4,7 +4,9 @@ requests with an invalid API key."""
 
 from __future__ import annotations
 
+import json
 import math
+import threading
 import time
 from pathlib import Path
 
@@ -17,7 +19,7 @@ from relay.redis import keyspace
 from relay.runtime.context import WorkerContext
 from relay.runtime.detector import Detector, ensure_groups
 from tests.support.api_fixtures import V1, Api, ApiFactory, api_factory_fixture  # noqa: F401
-from tests.support.helpers import refs_in_distinct_shards
+from tests.support.helpers import refs_in_distinct_shards, wait_until
 
 RATE_HEADERS = ("ratelimit-limit", "ratelimit-remaining", "ratelimit-reset")
 UNKNOWN_KEY = "rk_zzzzzzzz_" + "A" * 43
@@ -163,3 +165,80 @@ def test_bad_keys_from_one_address_get_429_while_good_keys_work(api_factory: Api
     transport = httpx.HTTPTransport(local_address="127.0.0.2")
     with httpx.Client(base_url=api.base_url, transport=transport) as elsewhere:
         assert elsewhere.get(status_urls[0], headers=bad).status_code == 401
+
+
+def _hold(api: Api, account: str, n: int) -> list[threading.Thread]:
+    """``n`` long polls of ``account`` held in flight (no event comes: each waits 20 s)."""
+    threads = [
+        threading.Thread(
+            target=api.client.get,
+            args=(f"{V1}/events",),
+            kwargs={"params": {"wait": "20"}, "headers": api.auth(account)},
+        )
+        for _ in range(n)
+    ]
+    for thread in threads:
+        thread.start()
+    waiters = api.app.state.relay.waiters
+    wait_until(lambda: waiters._total == n, 10, message=f"{n} long polls held")
+    return threads
+
+
+def _key_reads(api: Api) -> int:
+    """Key records read so far (HMGET): every authentication that reaches Redis reads one."""
+    stats = api.redis.info("commandstats")
+    return int(stats.get("cmdstat_hmget", {}).get("calls", 0))
+
+
+def test_an_accounts_requests_in_flight_are_capped_and_others_go_on(
+    api_factory: ApiFactory,
+) -> None:
+    api = api_factory(account_max_inflight=2)
+    doc = api.upload_ok("acme", "b1")
+    api.upload_ok("globex", "g1")
+    threads = _hold(api, "acme", 2)
+    auth = api.auth("acme")
+    # Every kind of endpoint, the status fast path and the writes included: a 429 that sent
+    # nothing to Redis (the key is known to this process).
+    before = _key_reads(api)
+    for method, path in [
+        ("GET", f"{V1}/batches/b1"),
+        ("GET", f"{V1}/documents/{doc['id']}"),
+        ("GET", f"{V1}/batches"),
+        ("GET", f"{V1}/events"),
+        ("POST", f"{V1}/batches/b1/process"),
+        ("GET", f"{V1}/webhook-signing"),
+    ]:
+        refused = api.client.request(method, path, headers=auth)
+        assert_limited(refused, "too_many_concurrent_requests", 2)
+        assert refused.headers["retry-after"] == "1"
+        assert refused.headers["ratelimit-remaining"] == "0"
+    assert api.upload("acme", "b1").status_code == 429
+    assert _key_reads(api) == before
+    # Another account is not limited by it.
+    for path in (f"{V1}/batches/g1", f"{V1}/batches", f"{V1}/events"):
+        assert api.client.get(path, headers=api.auth("globex")).status_code == 200
+    assert (
+        api.client.post(f"{V1}/batches/g1/process", headers=api.auth("globex")).status_code == 202
+    )
+    # The held requests answered, their places come back.
+    inflight = api.app.state.relay.inflight
+    assert inflight["acme"] == 2 and inflight["globex"] == 0
+    _wake(api, "acme")
+    for thread in threads:
+        thread.join(20)
+        assert not thread.is_alive()
+    wait_until(lambda: inflight["acme"] == 0, 5, message="acme's places given back")
+    assert api.client.get(f"{V1}/batches/b1", headers=auth).status_code == 200
+    assert inflight["acme"] == 0
+
+
+def _wake(api: Api, account: str) -> None:
+    """Record an event in ``account``'s feed (what the detector does): its long polls end."""
+    ctx = WorkerContext(api.settings)
+    try:
+        body = json.dumps({"type": "batch.completed", "data": {}}).encode()
+        event_id = keyspace.new_id("msg", 0)
+        ctx.events.append(account, keyspace.FEED_BATCHES, event_id, "batch.completed", "b1", body)
+    finally:
+        ctx.redis.close()

@@ -17,6 +17,10 @@ did for a key that turns out revoked is bounded: the held bytes are given back, 
 stays counted in the account's window - once per revoked key per API process, since the refusal
 drops the key from the cache and its next request is looked up first (and refused) without touching
 the window.
+
+Each of the three also counts the request against its account's requests in flight in this
+process (``relay.api.inflight``): before any round trip when the key is cached, after the
+lookup otherwise; past ``RELAY_ACCOUNT_MAX_INFLIGHT`` the answer is a 429.
 """
 
 from __future__ import annotations
@@ -64,10 +68,15 @@ async def refuse(request: Request, exc: Unauthorized) -> ApiError:
 async def authenticate(request: Request) -> str:
     """The account of the request's API key. Unauthorized when missing, malformed, unknown
     or revoked (RateLimited past the address's limit of bad keys). Always checks Redis (one
-    HMGET), so a revocation applies at once."""
+    HMGET), so a revocation applies at once. The request counts against its account's
+    requests in flight (``relay.api.inflight``): a 429 past the cap, before that HMGET when
+    the key is cached."""
     st = state(request)
     try:
         presented = presented_key(request)
+        guess = st.key_cache.get(presented)
+        if guess is not None:
+            st.inflight.enter(request.scope, guess)
         account = await st.resources.lookup_key(presented)
         if account is None:
             st.key_cache.drop(presented.prefix)
@@ -75,6 +84,7 @@ async def authenticate(request: Request) -> str:
     except Unauthorized as exc:
         raise await refuse(request, exc) from None
     st.key_cache.put(presented, account)
+    st.inflight.enter(request.scope, account)
     return account
 
 
@@ -94,11 +104,13 @@ async def admit_write(request: Request, kind: str, hold: int = 0) -> Admitted:
     """Authenticate and count a write of ``kind`` in one round trip (module docstring);
     with ``hold`` > 0, also hold that many bytes on the account's pending total (an upload's
     declared size). Unauthorized (or the bad-key 429) as :func:`authenticate`; RateLimited
-    (429, ``Retry-After``, ``RateLimit-*``) past the account's window, nothing held then."""
+    (429, ``Retry-After``, ``RateLimit-*``) past the account's window, nothing held then, or
+    past its requests in flight (``relay.api.inflight``), nothing sent then."""
     st = state(request)
     try:
         presented = presented_key(request)
         account = await cached_account(st, presented)
+        st.inflight.enter(request.scope, account)
         sent = await st.resources.write_round(presented, account, kind, hold)
         if check_record(sent.record, presented) != account:
             st.key_cache.drop(presented.prefix)

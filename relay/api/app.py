@@ -3,14 +3,15 @@
 ``create_app(settings)`` builds everything; the lifespan opens the process's
 :class:`relay.api.resources.ApiResources` (the Redis clients: an asyncio one for the handlers,
 a synchronous one for RQ enqueueing in a thread, the status lane) and closes it on shutdown.
-Starting does
-not need Redis to be up: the clients connect on first use, the API answers 503 while Redis
-is unreachable and recovers by itself when it is back.
+Starting does not need Redis to be up: the clients connect on first use, the API answers 503
+while Redis is unreachable and recovers by itself when it is back.
 
-Two middlewares are installed: each request's deadline on its Redis waits
-(``relay.redis.deadline``, ``RELAY_REQUEST_DEADLINE``), then the status endpoints' fast path
-(``relay.api.fast_path``): the polled GETs are served before the router walks the routes;
-everything else goes through as usual.
+Three middlewares are installed: the release of a request's place among its account's
+requests in flight once it is answered (``relay.api.inflight``, ``RELAY_ACCOUNT_MAX_INFLIGHT``;
+the place is taken where the account is known, ``relay.api.access``), each request's deadline
+on its Redis waits (``relay.redis.deadline``, ``RELAY_REQUEST_DEADLINE``), then the status
+endpoints' fast path (``relay.api.fast_path``): the polled GETs are served before the router
+walks the routes; everything else goes through as usual.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from relay.api import (
 )
 from relay.api.errors import exception_handlers
 from relay.api.fast_path import StatusFastPath
+from relay.api.inflight import AccountInFlight, ReleaseInFlight
 from relay.api.state import STATE_KEY, AppState
 from relay.config import Settings
 from relay.redis.deadline import RequestDeadline
@@ -102,11 +104,12 @@ def one_route_per_path(routes: Iterable[BaseRoute], prefix: str = "") -> list[Ba
 def create_app(settings: Settings, *, extra_routes: Sequence[BaseRoute] = ()) -> Starlette:
     """The API for ``settings``, with ``extra_routes`` served beside it on the same state
     (``relay.app`` adds the console's); serve it with uvicorn (``relay serve``)."""
+    inflight = AccountInFlight(settings.account_max_inflight)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         shards = Follower(settings).start()  # raises ShardCountError: RELAY_SHARDS lowered
-        st = AppState.open(settings)
+        st = AppState.open(settings, inflight)
         resources = st.resources
         listener = asyncio.create_task(resources.waiters.run(), name="relay-event-listener")
         follower = resources.follow_primary()
@@ -149,11 +152,13 @@ def create_app(settings: Settings, *, extra_routes: Sequence[BaseRoute] = ()) ->
         document=documents.get_document,
         handlers=handlers,
     )
-    # Outermost: the fast path's Redis calls count against the request's deadline too.
+    # Outermost: the fast path's Redis calls count against the request's deadline too, and a
+    # request's place among its account's requests in flight lasts until it is answered.
     deadline = Middleware(RequestDeadline, seconds=settings.request_deadline)
+    release = Middleware(ReleaseInFlight, inflight=inflight)
     app = Starlette(
         routes=routes,
-        middleware=[deadline, fast_path],
+        middleware=[release, deadline, fast_path],
         exception_handlers=handlers,
         lifespan=lifespan,
     )

@@ -80,9 +80,14 @@ async def _feed(request: Request, feed: str) -> Response:
         try:
             page = await wait_for_events(read, st.waiters, feed, account, after, wait)
         except TooManyWaiters as exc:
-            raise RateLimited(
-                str(exc), error_type="too_many_waiters", headers={"Retry-After": "1"}
-            ) from exc
+            # The headers every 429 carries; the limit is the bound that was met.
+            headers = {
+                "RateLimit-Limit": str(exc.limit),
+                "RateLimit-Remaining": "0",
+                "RateLimit-Reset": "1",
+                "Retry-After": "1",
+            }
+            raise RateLimited(str(exc), error_type="too_many_waiters", headers=headers) from exc
     else:
         page = await read(after)
     body: EventListJSON = {

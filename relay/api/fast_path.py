@@ -33,6 +33,10 @@ no extra request - at worst ``RateLimit-Remaining`` reads one lower, or a reques
 window's last slot is answered 429 by the second run. A silent Redis (the lane's timeout) is
 not re-sent: the request fails fast with 503.
 
+Before the round trip the request is counted against the (cached) account's requests in
+flight (``relay.api.inflight``, in-process): past ``RELAY_ACCOUNT_MAX_INFLIGHT`` it is a 429
+``too_many_concurrent_requests`` that sends nothing to Redis.
+
 Every answer after authentication - 200, 404, 422, 429 - carries ``RateLimit-Limit``,
 ``RateLimit-Remaining`` and ``RateLimit-Reset``; a 429 also ``Retry-After``. A 401 carries
 none: without a valid key there is no window to report. A failed authentication is counted
@@ -70,6 +74,7 @@ async def _authenticated(
 ) -> tuple[str, StatusRound[T]]:
     presented = presented_key(request)
     account = await cached_account(st, presented)
+    st.inflight.enter(request.scope, account)  # 429 past the account's cap, nothing sent
     read = await st.resources.status(presented, account, query)
     if check_record(read.record, presented) != account:
         st.key_cache.drop(presented.prefix)

@@ -141,10 +141,13 @@ class ApiResources:
     def open(cls, settings: Settings) -> ApiResources:
         """Clients for the settings' Redis (connected on first use) and what runs over them."""
         target = RedisTarget.from_settings(settings)
-        client = async_client(target)
+        wait = settings.request_deadline  # a wait for a connection outside any request
+        client = async_client(target, max_connections=settings.redis_max_connections, wait=wait)
         queue_target = RedisTarget.queues_from_settings(settings)
         queues_async = (
-            client if queue_target == target else async_client(queue_target, max_connections=4)
+            client
+            if queue_target == target
+            else async_client(queue_target, max_connections=4, wait=wait)
         )
         webhooks = AsyncWebhookStore(client)
         signing = SigningKeys(Encryptor.from_setting(settings.encryption_key))

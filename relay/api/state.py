@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
+from relay.api.inflight import AccountInFlight
 from relay.api.resources import ApiResources
 from relay.api.throttles import Limits
 from relay.config import Settings
@@ -47,9 +48,10 @@ class AppState:
     key_cache: KeyCache
     limits: Limits  # per-account write rates, bad keys per client address
     exports: ExportSlots  # the exports being built (relay.api.exports)
+    inflight: AccountInFlight  # each account's requests in flight here, capped
 
     @classmethod
-    def open(cls, settings: Settings) -> AppState:
+    def open(cls, settings: Settings, inflight: AccountInFlight) -> AppState:
         resources = ApiResources.open(settings)
         return cls(
             settings,
@@ -57,6 +59,7 @@ class AppState:
             KeyCache(),
             Limits(resources),
             ExportSlots(settings.export_concurrency),
+            inflight,
         )
 
     # The resources' parts the routes use most, by their plain names.

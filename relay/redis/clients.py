@@ -20,8 +20,9 @@ Every wait is bounded, by the target's settings (:class:`RedisTarget`): connecti
 node (``RELAY_REDIS_CONNECT_TIMEOUT``), each reply (``RELAY_REDIS_SOCKET_TIMEOUT``), each
 Sentinel asked (``RELAY_REDIS_SENTINEL_TIMEOUT``, no retry of its own: the next Sentinel is
 the retry), and the pauses between the retries of the synchronous clients (exponential, capped
-at ``RELAY_REDIS_BACKOFF_CAP``). Neither pool makes a caller wait for a free connection: the
-synchronous one opens another, the asyncio one refuses past ``max_connections`` (a 503). A
+at ``RELAY_REDIS_BACKOFF_CAP``). The synchronous pool opens another connection when none is
+free; the asyncio one holds at most ``RELAY_REDIS_MAX_CONNECTIONS`` and makes a caller wait
+for one, first come first served, within its request's deadline (``relay.redis.pool``). A
 blocked command (``BLPOP``, ``XREADGROUP BLOCK``) that a primary demoted to a replica
 answers ``-UNBLOCKED`` fails as a dropped connection (``ConnectionError``), so it is retried
 on the new primary rather than raised as a command error that ends the caller's loop.
@@ -78,6 +79,7 @@ from redis.retry import Retry
 
 from relay.exceptions import ConfigError
 from relay.redis.deadline import DeadlineRedis, DeadlineRedisCluster
+from relay.redis.pool import CLUSTER_SPARE, Slots, WaitingPool, WaitingSentinelPool
 
 if TYPE_CHECKING:
     from relay.config import Settings
@@ -93,6 +95,8 @@ SENTINEL_TIMEOUT = 0.5
 SENTINEL_POLL = 0.5
 BACKOFF_CAP = 2.0
 BACKOFF_BASE = 0.05
+MAX_CONNECTIONS = 64  # RELAY_REDIS_MAX_CONNECTIONS
+WAIT = 8.0  # RELAY_REQUEST_DEADLINE: a wait for a connection outside a request
 # What a read that cannot reach Redis raises (a gauge skipped, ``relay_redis_up`` 0).
 UNREACHABLE: tuple[type[Exception], ...] = (
     RedisConnectionError,
@@ -490,10 +494,17 @@ async def follow_primary(
             await client.aclose()
 
 
-def async_client(target: str | RedisTarget, *, max_connections: int = 64) -> redis.asyncio.Redis:
+def async_client(
+    target: str | RedisTarget, *, max_connections: int = MAX_CONNECTIONS, wait: float = WAIT
+) -> redis.asyncio.Redis:
     """A client for the API: fails fast (the API answers 503) and reconnects by itself;
     within a request, its commands share the request's Redis deadline
     (``relay.redis.deadline``; on a Cluster too, its redirections and node failover within it).
+
+    At most ``max_connections`` connections (on a Cluster: calls in flight, so as many
+    connections to any one node); a caller finding them all in use waits its turn
+    (``relay.redis.pool``) within its request's deadline, or ``wait`` seconds outside a
+    request, then fails as when Redis is unreachable.
 
     A dead pooled connection is replaced before a command goes out (module docstring); a
     command that fails on a live connection is not sent again. The retry policy must be
@@ -507,22 +518,27 @@ def async_client(target: str | RedisTarget, *, max_connections: int = 64) -> red
         retry=redis.asyncio.retry.Retry(NoBackoff(), 0),
         socket_connect_timeout=where.connect_timeout,
         socket_timeout=where.socket_timeout,
-        max_connections=max_connections,
         **_common(),
     )
     if where.is_cluster:
         # MOVED and ASK are followed whatever the retries; a command failing on a dead node
         # is not sent again (as above), and the next one asks the nodes for the slot table.
+        # Each node's own limit is a backstop above the calls in flight (relay.redis.pool).
         cluster: Any = DeadlineRedisCluster(
             startup_nodes=[
                 redis.asyncio.cluster.ClusterNode(host, port) for host, port in where.cluster_nodes
             ],
+            max_connections=max_connections + CLUSTER_SPARE,
             **where.cluster_kwargs(for_asyncio=True),
             **options,
         )
+        cluster.slots = Slots(max_connections, wait)
         return cast(redis.asyncio.Redis, cluster)
+    pooled = dict(options, max_connections=max_connections, timeout=wait)
     if not where.via_sentinel:
-        standalone: redis.asyncio.Redis = DeadlineRedis.from_url(where.url, **options)
+        standalone: redis.asyncio.Redis = DeadlineRedis.from_pool(
+            WaitingPool.from_url(where.url, **pooled)
+        )
         return standalone
     sentinel = redis.asyncio.sentinel.Sentinel(
         list(where.sentinels), sentinel_kwargs=where.sentinel_kwargs(for_asyncio=True)
@@ -530,8 +546,9 @@ def async_client(target: str | RedisTarget, *, max_connections: int = 64) -> red
     client: redis.asyncio.Redis = sentinel.master_for(
         where.service,
         redis_class=_AsyncSentinelRedis,
+        connection_pool_class=WaitingSentinelPool,
         **where.node_kwargs(for_asyncio=True),
-        **options,
+        **pooled,
     )
     client.sentinel = sentinel
     return client

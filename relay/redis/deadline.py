@@ -9,7 +9,8 @@ client (:data:`DeadlineRedis`, or :data:`DeadlineRedisCluster` on a Redis Cluste
 pipelines too) or the status lane runs under an
 ``asyncio`` timeout of what is left of it, and what the call took is taken off. Time spent
 elsewhere is not counted: reading an upload's body, a long poll's wait for an event, sending
-the response. Past the budget the call fails with redis-py's ``TimeoutError``: a 503
+the response. A wait for a free connection (``relay.redis.pool``) is part of the call, so
+it is counted. Past the budget the call fails with redis-py's ``TimeoutError``: a 503
 ``store_unavailable``, as any other Redis failure, and the client retries.
 
 A call cut short by the timeout is cancelled: redis-py drops that connection (its reply may
@@ -39,6 +40,8 @@ from redis.asyncio.client import Pipeline
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from relay.redis.pool import Slots
 
 T = TypeVar("T")
 
@@ -84,31 +87,58 @@ def charge(seconds: float) -> None:
         current.left -= seconds
 
 
-async def within(call: Awaitable[T]) -> T:
+async def within(call: Awaitable[T], slots: Slots | None = None) -> T:
     """Await one Redis call within what is left of the current budget (none: unbounded
     here, the call's own timeouts apply). Raises redis-py's ``TimeoutError`` past it, and
-    its ``ConnectionError`` for a connection torn down under the call (:func:`torn`)."""
+    its ``ConnectionError`` for a connection torn down under the call (:func:`torn`).
+
+    With ``slots`` (the Cluster client's calls in flight, ``relay.redis.pool``) the call
+    first waits for a slot, within the same budget, and holds it to its end; a call made
+    within the call takes none (it is part of the outer one)."""
     current = _BUDGET.get()
-    if current is None or _INSIDE.get():
+    if _INSIDE.get() or (current is None and slots is None):
         return await _untorn(call)
-    if current.left <= 0:
-        if asyncio.iscoroutine(call):
-            call.close()  # never started: no "was never awaited" warning
+    if current is not None and current.left <= 0:
+        _close(call)
         raise _spent(current)
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-    timeout = asyncio.timeout(current.left)
     inside = _INSIDE.set(True)
     try:
-        async with timeout:
-            return await _untorn(call)
-    except TimeoutError as exc:
-        if timeout.expired():
-            raise _spent(current) from exc
-        raise
+        if current is None:
+            return await _holding(slots, call)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        timeout = asyncio.timeout(current.left)
+        try:
+            async with timeout:
+                return await _holding(slots, call)
+        except TimeoutError as exc:
+            if timeout.expired():
+                raise _spent(current) from exc
+            raise
+        finally:
+            current.left -= loop.time() - start
     finally:
         _INSIDE.reset(inside)
-        current.left -= loop.time() - start
+
+
+def _close(call: Awaitable[Any]) -> None:
+    if asyncio.iscoroutine(call):
+        call.close()  # never started: no "was never awaited" warning
+
+
+async def _holding(slots: Slots | None, call: Awaitable[T]) -> T:
+    """Await ``call`` holding one of ``slots`` (when given) from before it starts."""
+    if slots is None:
+        return await _untorn(call)
+    try:
+        await slots.take()
+    except BaseException:
+        _close(call)
+        raise
+    try:
+        return await _untorn(call)
+    finally:
+        slots.give()
 
 
 # Where a connection torn down under a write fails, innermost: redis-py's asyncio connection
@@ -188,14 +218,17 @@ DeadlineRedis: Any = type(
 
 
 async def _cluster_execute_command(self: Any, *args: Any, **options: Any) -> Any:
-    return await within(redis.asyncio.cluster.RedisCluster.execute_command(self, *args, **options))
+    return await within(
+        redis.asyncio.cluster.RedisCluster.execute_command(self, *args, **options), self.slots
+    )
 
 
 async def _cluster_execute(
     self: Any, raise_on_error: bool = True, allow_redirections: bool = True
 ) -> list[Any]:
     replies: list[Any] = await within(
-        redis.asyncio.cluster.ClusterPipeline.execute(self, raise_on_error, allow_redirections)
+        redis.asyncio.cluster.ClusterPipeline.execute(self, raise_on_error, allow_redirections),
+        self.cluster_client.slots,
     )
     if any(isinstance(reply, _STALE_MAP) for reply in replies):
         # redis-py re-reads the slot map after a connection error only when it raises it
@@ -230,5 +263,6 @@ DeadlineClusterPipeline: Any = type(
 DeadlineRedisCluster: Any = type(
     "DeadlineRedisCluster",
     (redis.asyncio.cluster.RedisCluster,),
-    {"execute_command": _cluster_execute_command, "pipeline": _cluster_pipeline},
+    # ``slots``: the client's calls in flight (relay.redis.pool.Slots); None: unbounded.
+    {"execute_command": _cluster_execute_command, "pipeline": _cluster_pipeline, "slots": None},
 )

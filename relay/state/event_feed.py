@@ -67,7 +67,12 @@ TYPES = {keyspace.FEED_BATCHES: BATCH_TYPES, keyspace.FEED_OPERATIONAL: OPERATIO
 
 
 class TooManyWaiters(StateError):
-    """More long polls wait in this process (for this account, or in all) than allowed."""
+    """More long polls wait in this process (for this account, or in all) than allowed;
+    ``limit`` is the bound met."""
+
+    def __init__(self, message: str, limit: int) -> None:
+        super().__init__(message)
+        self.limit = limit
 
 
 @dataclass(frozen=True)
@@ -322,9 +327,13 @@ class FeedWaiters:
         (take it before reading the feed, so an append after the read wakes it). Raises
         TooManyWaiters over the bounds."""
         if self._total >= self.max_waiters:
-            raise TooManyWaiters("too many requests wait for events in this process")
+            raise TooManyWaiters(
+                "too many requests wait for events in this process", self.max_waiters
+            )
         if self._accounts.get(account, 0) >= self.max_per_account:
-            raise TooManyWaiters("too many requests of this account wait for events")
+            raise TooManyWaiters(
+                "too many requests of this account wait for events", self.max_per_account
+            )
         member = f"{feed}:{account}"
         self._total += 1
         self._accounts[account] = self._accounts.get(account, 0) + 1
