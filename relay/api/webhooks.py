@@ -18,7 +18,7 @@ from relay.api.paths import batch_ref
 from relay.api.responses import delivery_list
 from relay.api.state import AppState, state
 from relay.crypto import SigningMaterial
-from relay.delivery.ssrf import in_documented_form, vet_url
+from relay.delivery.ssrf import vet_url
 from relay.exceptions import UnsafeTarget, WebhookNotFound
 from relay.model import SigningMaterialJSON, Webhook
 from relay.store import BatchRef
@@ -46,7 +46,8 @@ async def _wake(st: AppState, ref: BatchRef) -> None:
 
 async def _callback_url(request: Request, st: AppState) -> tuple[str, bool]:
     """The ``{"url": ..., "verify": ...}`` of a registration, the URL vetted as every
-    callback URL is (422); verify is on for every registration with
+    callback URL is (422: ``relay.delivery.ssrf.vet_url``, its text and form, then its
+    host's addresses); verify is on for every registration with
     RELAY_REQUIRE_VERIFIED_WEBHOOKS."""
     body = await read_json(request)
     if (
@@ -67,15 +68,9 @@ async def _callback_url(request: Request, st: AppState) -> tuple[str, bool]:
         # Resolving the host blocks: keep it off the event loop.
         await asyncio.to_thread(vet_url, url, st.policy)
     except UnsafeTarget as exc:
-        raise Unprocessable(exc.message, error_type="invalid_webhook_url") from exc
-    if not (st.policy.allow_http or st.policy.allow_private or in_documented_form(url)):
-        # Safe, but not of the form the OpenAPI document promises (an IP literal, a character
-        # to percent-encode): production takes the documented form only.
-        raise Unprocessable(
-            "the callback URL must be https://<host name>[:port][/path][?query]: a DNS name, "
-            "not an IP address, and RFC 3986 characters (percent-encode any other)",
-            error_type="invalid_webhook_url",
-        )
+        # One answer for every refusal that depends on DNS or addresses (the reason is in
+        # the log): a tenant must not learn which internal names exist.
+        raise Unprocessable(exc.answer, error_type="invalid_webhook_url") from exc
     return url, verify
 
 
