@@ -211,36 +211,9 @@ def cmd_dev(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
-    from relay import auth
-    from relay.redis_conn import RedisTarget, sync_client
+    from relay import key_commands
 
-    client = sync_client(RedisTarget.from_settings(settings))
-    if args.keys_cmd == "create":
-        try:
-            if args.operator:
-                key = auth.create_operator_key(client, args.operator)
-                what = f"operator key for {args.operator} (the console only"
-            else:
-                key = auth.create_key(client, args.account)
-                what = f"API key for account {args.account} ("
-        except ValueError as exc:
-            print(f"relay: {exc}", file=sys.stderr)
-            return 2
-        print(f"{what}{'; ' if args.operator else ''}shown once, stored hashed):", file=sys.stderr)
-        print(key)
-    elif args.keys_cmd == "list":
-        from relay.text import for_terminal
-
-        for info in auth.list_keys(client):
-            state = "revoked" if info.revoked_at else "active"
-            owner = f"operator:{info.account}" if info.operator else info.account
-            print(f"{info.prefix}\t{for_terminal(owner)}\t{state}")
-    else:
-        if not auth.revoke_key(client, args.prefix):
-            print(f"no key with prefix {args.prefix!r}", file=sys.stderr)
-            return 1
-        print(f"revoked {args.prefix}")
-    return 0
+    return key_commands.run(settings, args)
 
 
 def account_name(text: str) -> str:

@@ -252,8 +252,8 @@ class Settings:
     redis_wait_replicas: int = setting(
         "0",
         _non_negative_int,
-        "Replicas that must have an upload, process or webhook registration before the API"
-        " answers it (Redis WAIT); 0 = do not wait (a single Redis)",
+        "Replicas that must have an acknowledged write (upload, process, webhook, signing,"
+        " relay keys create/revoke) before it is answered (Redis WAIT); 0 = do not wait",
     )
     redis_wait_timeout_ms: int = setting(
         "500",

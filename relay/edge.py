@@ -319,24 +319,29 @@ class Edge:
     # -- signing material ------------------------------------------------------------------
 
     async def signing_material(self, account: str) -> tuple[list[SigningMaterial], int | None]:
-        """The account's signing material (made on first use) and when the previous one
-        stops being used (None outside a rotation)."""
-        materials = await self.signing.get(self.redis, account)
+        """The account's signing material (made on first use, then answered once the replicas
+        have it) and when the previous one stops being used (None outside a rotation)."""
+        materials, made = await self.signing.fetch(self.redis, account)
+        if made:  # shown to the customer now: it must survive a failover
+            await self.replicated("signing material", key=keys.signing(account))
         return materials, await previous_until(self.redis, account)
 
     async def rotate_signing(self, account: str) -> tuple[list[SigningMaterial], int | None]:
-        """New signing material; the old one kept for ``RELAY_SIGNING_GRACE_SECONDS``."""
+        """New signing material; the old one kept for ``RELAY_SIGNING_GRACE_SECONDS``.
+        Answered once the replicas have it (``RELAY_REDIS_WAIT_REPLICAS``)."""
         materials = await self.signing.rotate(
             self.redis, self.store.scripts, account, self.settings.signing_grace_seconds
         )
-        return materials, await previous_until(self.redis, account)
+        until = await previous_until(self.redis, account)
+        await self.replicated("signing rotation", key=keys.signing(account))
+        return materials, until
 
     # -- writes acknowledged, jobs woken ---------------------------------------------------
 
-    async def replicated(self, what: str, shard: int = 0) -> bool:
+    async def replicated(self, what: str, shard: int = 0, *, key: str | None = None) -> bool:
         """Wait for ``RELAY_REDIS_WAIT_REPLICAS`` replicas to have every write so far (on a
-        Cluster: the writes to ``shard``'s primary)."""
-        return await durable.replicated(self.redis, self.settings, what, shard)
+        Cluster: the writes to ``shard``'s primary, or with ``key`` to that key's)."""
+        return await durable.replicated(self.redis, self.settings, what, shard, key=key)
 
     async def wake(self, shard: int) -> None:
         """Enqueue a delivery job for the shard unless one waits (in a thread: RQ blocks)."""

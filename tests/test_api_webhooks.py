@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from relay import keys
 from relay.delivery.ssrf import (
     CALLBACK_URL_PATTERN,
     MAX_URL_LENGTH,
@@ -18,6 +19,7 @@ from relay.delivery.ssrf import (
     in_documented_form,
     validate_url,
 )
+from relay.durable import TIMEOUTS, WAITS
 from relay.exceptions import REFUSED_TARGET
 from tests.support.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
 from tests.test_ssrf import Answer, hostile_dns
@@ -338,3 +340,48 @@ def test_verify_is_a_boolean_and_the_setting_verifies_every_registration(
     assert r.status_code == 200 and r.json()["verification"]["status"] == "pending"
     ops = strict.client.put(f"{V1}/operational-webhook", headers=h, json={"url": url})
     assert ops.status_code == 201 and ops.json()["verification"]["status"] == "pending"
+
+
+def test_account_level_writes_wait_for_the_replicas_and_answer_as_uploads_do(
+    api_factory: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With RELAY_REDIS_WAIT_REPLICAS=1 on a Redis without replicas, each of these writes
+    waits (counted), times out (counted, logged) and is answered all the same, as an upload
+    is; reads do not wait."""
+    api = api_factory(  # type: ignore[operator]
+        allow_http_targets=True,
+        allow_private_targets=True,
+        redis_wait_replicas=1,
+        redis_wait_timeout_ms=50,
+    )
+    api.upload_ok("acme", "b1")
+    h = api.auth("acme")
+
+    def waits() -> tuple[int, int]:
+        counts = api.redis.hgetall(keys.metrics())
+        return int(counts.get(WAITS.encode(), 0)), int(counts.get(TIMEOUTS.encode(), 0))
+
+    hook = {"url": "http://127.0.0.1:9/h"}
+    steps = [
+        ("first read of the signing material", "GET", "/webhook-signing", None, 200),
+        ("signing read again (nothing made)", "GET", "/webhook-signing", None, 0),
+        ("signing rotation", "POST", "/webhook-signing/rotate", None, 200),
+        ("operational webhook", "PUT", "/operational-webhook", hook, 201),
+        ("operational webhook read", "GET", "/operational-webhook", None, 0),
+        ("operational webhook removed", "DELETE", "/operational-webhook", None, 200),
+        ("batch webhook", "PUT", "/batches/b1/webhook", hook, 201),
+        ("batch webhook removed", "DELETE", "/batches/b1/webhook", None, 200),
+        ("batch deleted", "DELETE", "/batches/b1", None, 202),
+    ]
+    caplog.clear()  # the upload's own shortfall
+    with caplog.at_level(logging.WARNING, logger="relay.api"):
+        for what, method, path, body, status in steps:
+            before = waits()
+            r = api.client.request(method, f"{V1}{path}", headers=h, json=body)
+            assert r.status_code == (status or 200), (what, r.text)
+            waited = 1 if status else 0
+            assert waits() == (before[0] + waited, before[1] + waited), what
+    shortfalls = [
+        m.getMessage() for m in caplog.records if "acknowledged with 0 of 1" in m.getMessage()
+    ]
+    assert len(shortfalls) == sum(1 for step in steps if step[4]), shortfalls

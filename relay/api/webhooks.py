@@ -107,6 +107,7 @@ async def delete_webhook(request: Request) -> Response:
     hook = await st.webhooks.get(ref)
     if hook is None or not await st.webhooks.delete(ref):
         raise NotFound(f"batch {ref.name!r} has no webhook")
+    await st.edge.replicated(f"removal of the webhook of batch {ref.name!r}", ref.shard)
     return json_response(hook.to_json())
 
 
@@ -174,6 +175,7 @@ async def put_operational_webhook(request: Request) -> Response:
     hook = await st.webhooks.get(operational_ref(account))
     if hook is None:  # removed between the two calls by a concurrent DELETE
         raise NotFound("the operational webhook was removed meanwhile")
+    await st.edge.replicated("operational webhook", operational_ref(account).shard)
     return json_response(_ops_json(hook), 201 if created else 200)
 
 
@@ -192,6 +194,7 @@ async def delete_operational_webhook(request: Request) -> Response:
     hook = await st.webhooks.get(ref)
     if hook is None or not await st.webhooks.delete(ref):
         raise NotFound("no operational webhook is registered")
+    await st.edge.replicated("removal of the operational webhook", ref.shard)
     return json_response(_ops_json(hook))
 
 
