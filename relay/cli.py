@@ -4,7 +4,7 @@ relay serve [--host H] [--port P]     the API (uvicorn)
 relay worker [--queues Q] [--burst]   an RQ worker: processing, delivery or all queues
 relay detector                        the completion detector and the sweepers
 relay dev                             all of the above on a private Redis
-relay keys create|list|revoke         API keys
+relay keys create|list|revoke|unblock  API keys; lift a client's bad-key block
 relay deliveries list|show|retry|recover  the operator's view of webhook deliveries
 relay reencrypt [--batch N]           re-encrypt stored secrets with the first encryption key
 relay config example                  print .env.example
@@ -402,6 +402,11 @@ def build_parser() -> argparse.ArgumentParser:
     ksub.add_parser("list", help="list keys (prefix, account, state)")
     kr = ksub.add_parser("revoke", help="revoke a key by its prefix (or the whole key)")
     kr.add_argument("prefix", help="the prefix `relay keys list` shows, or the whole key")
+    ku = ksub.add_parser(
+        "unblock",
+        help="let a client address blocked for too many bad keys present keys again now",
+    )
+    ku.add_argument("address", help="its IPv4 or IPv6 address (an IPv6 /64 counts as one)")
     keys.set_defaults(func=cmd_keys)
 
     dl = sub.add_parser("deliveries", help="inspect and retry webhook deliveries")

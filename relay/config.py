@@ -414,7 +414,8 @@ class Settings:
     auth_failure_rate_limit: RateLimit = setting(
         "60/minute",
         RateLimit.parse,
-        "Per client address: requests with a missing or invalid API key (then 429)",
+        "Per client address: requests with a missing or invalid API key; past it every"
+        " request from the address is 429, a valid key too (relay keys unblock lifts it)",
     )
     forwarded_allow_ips: str = setting(
         "127.0.0.1",

@@ -1,4 +1,4 @@
-"""``relay keys create|list|revoke``: the operator commands over API keys.
+"""``relay keys create|list|revoke|unblock``: the operator commands over API keys.
 
 A key created or revoked here is an acknowledged write like an upload: with
 ``RELAY_REDIS_WAIT_REPLICAS`` > 0 the command waits (``RELAY_REDIS_WAIT_TIMEOUT_MS`` at most)
@@ -13,6 +13,8 @@ and running the command again is the answer.
 Exit codes: 0 done (and confirmed, when asked for); 1 not done (no such key, Redis
 unreachable, a failover under way); 2 a bad argument; 3 done on the primary but not confirmed
 by the replicas.
+
+``unblock`` lifts the bad-key block of one client address (``relay.blocking``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import sys
 
 import redis
 
-from relay import auth
+from relay import auth, blocking
 from relay.config import Settings
 from relay.durable import replicated_sync
 from relay.exceptions import StoreUnavailable
@@ -39,6 +41,8 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         return _create(client, settings, args)
     if command == "list":
         return _list(client)
+    if command == "unblock":
+        return _unblock(client, args.address)
     return _revoke(client, settings, args.prefix)
 
 
@@ -118,4 +122,18 @@ def _revoke(client: redis.Redis, settings: Settings, given: str) -> int:
             f"run `relay keys revoke {prefix}` again once the replicas are back",
         )
         return NOT_CONFIRMED
+    return 0
+
+
+def _unblock(client: redis.Redis, address: str) -> int:
+    try:
+        subject = blocking.parse_subject(address)
+    except ValueError as exc:
+        print(f"relay keys unblock: {for_terminal(str(exc))}", file=sys.stderr)
+        return 2
+    counted = blocking.unblock(client, subject)
+    if counted:
+        print(f"unblocked {subject}: {counted} bad key(s) forgotten")
+    else:
+        print(f"{subject} had no bad keys counted: nothing to unblock")
     return 0
