@@ -389,7 +389,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dev.set_defaults(func=cmd_dev)
 
-    keys = sub.add_parser("keys", help="manage API keys")
+    keys = sub.add_parser(
+        "keys",
+        help="manage API keys",
+        epilog="exit codes: 0 done; 1 not done (no such key, Redis unreachable, a failover "
+        "under way); 2 a bad argument; 3 written on the primary but not confirmed by the "
+        "RELAY_REDIS_WAIT_REPLICAS replicas in time (create still prints the key)",
+    )
     ksub = keys.add_subparsers(dest="keys_cmd", required=True)
     kc = ksub.add_parser("create", help="create a key; printed on the last line")
     owner = kc.add_mutually_exclusive_group(required=True)
