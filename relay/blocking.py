@@ -1,10 +1,10 @@
 """The bad-key block: which client a bad API key counts against, and lifting its block.
 
 Requests with a missing, malformed, unknown or revoked key count in a sliding window per
-client (``RELAY_AUTH_FAILURE_RATE_LIMIT``, the Redis key ``keys.auth_failure_window``). Once
+client (``RELAY_AUTH_FAILURE_RATE_LIMIT``, the Redis key ``keyspace.auth_failure_window``). Once
 the window is full the client is *blocked*: every key it presents is refused with 429 and
 ``Retry-After`` until the window passes, a valid key included, on every endpoint and on the
-console's login, as a login throttle blocks (``relay.edge.Edge.address_blocked``). A client
+console's login, as a login throttle blocks (``relay.api.resources.ApiResources.address_blocked``). A client
 is its address: IPv4 as is, IPv6 as its /64, the block one host usually holds
 (:func:`address_subject`).
 
@@ -18,7 +18,7 @@ import ipaddress
 
 import redis
 
-from relay import keys
+from relay.redis import keyspace
 
 __all__ = ["address_subject", "parse_subject", "unblock"]
 
@@ -60,7 +60,7 @@ def parse_subject(text: str) -> str:
 def unblock(client: redis.Redis, subject: str) -> int:
     """Delete the bad-key window of ``subject`` (as :func:`address_subject` names it);
     returns how many bad keys it held within or past the window (0: it was not counted)."""
-    window = keys.auth_failure_window(subject)
+    window = keyspace.auth_failure_window(subject)
     with client.pipeline(transaction=True) as pipe:
         pipe.zcard(window)
         pipe.delete(window)

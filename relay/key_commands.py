@@ -2,7 +2,7 @@
 
 A key created or revoked here is an acknowledged write like an upload: with
 ``RELAY_REDIS_WAIT_REPLICAS`` > 0 the command waits (``RELAY_REDIS_WAIT_TIMEOUT_MS`` at most)
-until that many replicas have it (``relay.durable.replicated_sync``), so a failover right
+until that many replicas have it (``relay.redis.replicas.replicated_sync``), so a failover right
 after the command cannot lose the key or undo the revocation. When they do not confirm in
 time the write stands on the primary alone: ``create`` still prints the key (it works), and
 both say so on stderr and exit with :data:`NOT_CONFIRMED` (3), so a script can tell. When a
@@ -24,11 +24,12 @@ import sys
 
 import redis
 
-from relay import auth, blocking
+from relay import blocking
 from relay.config import Settings
-from relay.durable import replicated_sync
 from relay.exceptions import StoreUnavailable
-from relay.redis_conn import RedisTarget, sync_client
+from relay.redis.clients import RedisTarget, sync_client
+from relay.redis.replicas import replicated_sync
+from relay.state import api_keys
 from relay.text import for_terminal
 
 NOT_CONFIRMED = 3
@@ -48,7 +49,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 
 def _confirmed(client: redis.Redis, settings: Settings, what: str, prefix: str) -> bool:
     """Whether the replicas asked for have the write (True when none is asked for)."""
-    return replicated_sync(client, settings, what, auth.written_keys(prefix))
+    return replicated_sync(client, settings, what, api_keys.written_keys(prefix))
 
 
 def _not_confirmed(settings: Settings, what: str, then: str) -> None:
@@ -63,10 +64,10 @@ def _not_confirmed(settings: Settings, what: str, then: str) -> None:
 def _create(client: redis.Redis, settings: Settings, args: argparse.Namespace) -> int:
     try:
         if args.operator:
-            key = auth.create_operator_key(client, args.operator)
+            key = api_keys.create_operator_key(client, args.operator)
             what = f"operator key for {args.operator} (the console only"
         else:
-            key = auth.create_key(client, args.account)
+            key = api_keys.create_key(client, args.account)
             what = f"API key for account {args.account} ("
     except ValueError as exc:
         print(f"relay: {exc}", file=sys.stderr)
@@ -95,7 +96,7 @@ def _create(client: redis.Redis, settings: Settings, args: argparse.Namespace) -
 
 
 def _list(client: redis.Redis) -> int:
-    for info in auth.list_keys(client):
+    for info in api_keys.list_keys(client):
         state = "revoked" if info.revoked_at else "active"
         owner = f"operator:{info.account}" if info.operator else info.account
         print(f"{info.prefix}\t{for_terminal(owner)}\t{state}")
@@ -103,8 +104,8 @@ def _list(client: redis.Redis) -> int:
 
 
 def _revoke(client: redis.Redis, settings: Settings, given: str) -> int:
-    prefix = auth.key_prefix(given)
-    if prefix is None or not auth.revoke_key(client, given):
+    prefix = api_keys.key_prefix(given)
+    if prefix is None or not api_keys.revoke_key(client, given):
         print(f"no key with prefix {for_terminal(given)!r}", file=sys.stderr)
         return 1
     try:

@@ -12,10 +12,10 @@ import time
 import httpx
 import pytest
 
-from relay import keys
-from relay.auth import create_operator_key
 from relay.blocking import address_subject, parse_subject
 from relay.config import RateLimit
+from relay.redis import keyspace
+from relay.state.api_keys import create_operator_key
 from tests.support.api_fixtures import V1, Api, ApiFactory, api_factory_fixture  # noqa: F401
 from tests.support.helpers import relay_cli
 
@@ -100,8 +100,8 @@ def test_past_the_limit_a_valid_key_is_refused_until_the_cli_unblocks(
     doc_id, operator_key = _setup(api)
     _assert_open(_answers(api, doc_id, operator_key))
     prefix = api.key("acme").split("_")[1]
-    status_window = keys.rate_window(prefix)
-    uploads_window = keys.account_rate_window("uploads", "acme")
+    status_window = keyspace.rate_window(prefix)
+    uploads_window = keyspace.account_rate_window("uploads", "acme")
     admitted = (api.redis.zcard(status_window), api.redis.zcard(uploads_window))
 
     _bad_keys(api, 60, doc_id)
@@ -110,7 +110,7 @@ def test_past_the_limit_a_valid_key_is_refused_until_the_cli_unblocks(
     # The blocked answers counted nowhere: not as bad keys (the window holds the 60), and
     # the valid key's status request and upload gave their windows' slots back (removed
     # from the window by the next request that asks it).
-    assert api.redis.zcard(keys.auth_failure_window("127.0.0.1")) == 60
+    assert api.redis.zcard(keyspace.auth_failure_window("127.0.0.1")) == 60
     # A wrong key is answered exactly as the right one: nothing tells them apart.
     wrong = api.client.get(f"{V1}/batches/b1", headers=BAD)
     right = api.client.get(f"{V1}/batches/b1", headers=api.auth("acme"))

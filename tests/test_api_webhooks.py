@@ -11,7 +11,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from relay import keys
 from relay.delivery.ssrf import (
     CALLBACK_URL_PATTERN,
     MAX_URL_LENGTH,
@@ -19,8 +18,9 @@ from relay.delivery.ssrf import (
     in_documented_form,
     validate_url,
 )
-from relay.durable import TIMEOUTS, WAITS
 from relay.exceptions import REFUSED_TARGET
+from relay.redis import keyspace
+from relay.redis.replicas import TIMEOUTS, WAITS
 from tests.support.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
 from tests.test_ssrf import Answer, hostile_dns
 
@@ -358,7 +358,7 @@ def test_account_level_writes_wait_for_the_replicas_and_answer_as_uploads_do(
     h = api.auth("acme")
 
     def waits() -> tuple[int, int]:
-        counts = api.redis.hgetall(keys.metrics())
+        counts = api.redis.hgetall(keyspace.metrics())
         return int(counts.get(WAITS.encode(), 0)), int(counts.get(TIMEOUTS.encode(), 0))
 
     hook = {"url": "http://127.0.0.1:9/h"}

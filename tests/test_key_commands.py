@@ -17,13 +17,14 @@ from pathlib import Path
 import pytest
 import redis
 
-from relay import auth, keys
 from relay.config import load_settings
-from relay.durable import replicated
+from relay.devtools.cluster import Cluster, probe
+from relay.devtools.redis_server import HOST, RedisServer
 from relay.key_commands import NOT_CONFIRMED
-from relay.redis_conn import RedisTarget, async_client, sync_client
-from relay.redis_server import HOST, RedisServer
-from tests.support.cluster import Cluster, probe
+from relay.redis import keyspace
+from relay.redis.clients import RedisTarget, async_client, sync_client
+from relay.redis.replicas import replicated
+from relay.state import api_keys
 from tests.support.helpers import relay_cli, wait_until
 from tests.support.sentinels import PASSWORD, SENTINEL_PASSWORD, Topology
 
@@ -49,7 +50,7 @@ def _target(topo: Topology) -> RedisTarget:
 
 def _key_of(out: str) -> str:
     key = out.strip().splitlines()[-1]
-    assert auth.parse_key(key) is not None, out
+    assert api_keys.parse_key(key) is not None, out
     return key
 
 
@@ -90,14 +91,14 @@ def test_a_key_the_cli_created_survives_the_primarys_death_right_after(
     took = _failed_over(topo, killed)
     client = sync_client(_target(topo))
     try:
-        assert auth.lookup_key(client, key) == "acme"  # on the promoted replica
-        assert auth.lookup_key(client, other) is None  # still revoked there
-        assert auth.lookup_key(client, operator_key) is None  # an operator key opens no API
-        infos = {i.prefix: i for i in auth.list_keys(client)}
+        assert api_keys.lookup_key(client, key) == "acme"  # on the promoted replica
+        assert api_keys.lookup_key(client, other) is None  # still revoked there
+        assert api_keys.lookup_key(client, operator_key) is None  # an operator key opens no API
+        infos = {i.prefix: i for i in api_keys.list_keys(client)}
         assert infos[operator_key.split("_")[1]].operator
         assert infos[other.split("_")[1]].revoked_at is not None
-        # The account is listed too (relay.auth.written_keys: every key the command wrote).
-        assert client.sismember(keys.accounts(), "acme")
+        # The account is listed too (relay.state.api_keys.written_keys: every key the command wrote).
+        assert client.sismember(keyspace.accounts(), "acme")
     finally:
         client.close()
     print(
@@ -137,7 +138,7 @@ def test_a_key_the_replica_did_not_confirm_is_said_so_and_can_be_lost(
         key = _key_of(made.stdout)
         assert "relay: warning:" in made.stderr
         assert "did not confirm it within 300 ms" in made.stderr, made.stderr
-        assert auth.lookup_key(primary, key) == "acme"  # it works, on the primary alone
+        assert api_keys.lookup_key(primary, key) == "acme"  # it works, on the primary alone
         topo.primary.kill()
     finally:
         os.kill(replica.pid, signal.SIGCONT)
@@ -145,7 +146,7 @@ def test_a_key_the_replica_did_not_confirm_is_said_so_and_can_be_lost(
     _failed_over(topo, time.monotonic())
     client = sync_client(_target(topo))
     try:
-        assert auth.lookup_key(client, key) is None  # lost with the primary, as warned
+        assert api_keys.lookup_key(client, key) is None  # lost with the primary, as warned
     finally:
         client.close()
     assert time.monotonic() - started < 60
@@ -161,14 +162,14 @@ def test_without_the_replicas_asked_for_create_and_revoke_exit_3_and_say_so(
     made = relay_cli(redis_url, "keys", "create", "--account", "acme", settings=lone)
     assert made.returncode == NOT_CONFIRMED, made.stderr
     key = _key_of(made.stdout)
-    assert auth.lookup_key(redis, key) == "acme"
+    assert api_keys.lookup_key(redis, key) == "acme"
     prefix = key.split("_")[1]
     assert f"the key {prefix} is on the primary only" in made.stderr
     revoked = relay_cli(redis_url, "keys", "revoke", prefix, settings=lone)
     assert revoked.returncode == NOT_CONFIRMED, revoked.stderr
     assert revoked.stdout.strip() == f"revoked {prefix}"
     assert f"run `relay keys revoke {prefix}` again" in revoked.stderr
-    assert auth.lookup_key(redis, key) is None
+    assert api_keys.lookup_key(redis, key) is None
     # Not asked for (the default): no wait, exit 0.
     plain = relay_cli(redis_url, "keys", "create", "--account", "acme")
     assert plain.returncode == 0 and "warning" not in plain.stderr, plain.stderr
@@ -214,14 +215,14 @@ def test_on_a_cluster_the_cli_waits_on_the_primary_of_every_slot_it_wrote(
     made = relay_cli(None, "keys", "create", "--account", "acme", settings=settings)
     assert made.returncode == 0, made.stderr
     prefix = _key_of(made.stdout).split("_")[1]
-    written = auth.written_keys(prefix)
+    written = api_keys.written_keys(prefix)
     for key in written:
         # Each key's marker went to the primary holding that key, and expires.
         owner = cluster.owner(key)
-        assert cluster.owner(keys.replica_wait_marker(key)).port == owner.port
+        assert cluster.owner(keyspace.replica_wait_marker(key)).port == owner.port
         node = probe(owner.port)
         try:
-            assert 0 < node.pttl(keys.replica_wait_marker(key)) <= 60_000
+            assert 0 < node.pttl(keyspace.replica_wait_marker(key)) <= 60_000
         finally:
             node.close()
     assert len({cluster.owner(k).port for k in written}) >= 2  # more than one primary waited on
@@ -230,9 +231,9 @@ def test_on_a_cluster_the_cli_waits_on_the_primary_of_every_slot_it_wrote(
     async def signing_wait() -> bool:
         client = async_client(RedisTarget.from_settings(load_settings(settings, dotenv=None)))
         try:
-            await client.hset(keys.signing("acme"), "current", "x")
+            await client.hset(keyspace.signing("acme"), "current", "x")
             return await replicated(
-                client, load_settings(settings, dotenv=None), "t", key=keys.signing("acme")
+                client, load_settings(settings, dotenv=None), "t", key=keyspace.signing("acme")
             )
         finally:
             await client.aclose()
@@ -240,7 +241,7 @@ def test_on_a_cluster_the_cli_waits_on_the_primary_of_every_slot_it_wrote(
     assert asyncio.run(signing_wait()) is True
 
     # The replica of one written slot's primary stopped: that wait falls short, exit 3.
-    lagging = _replica_of(cluster, cluster.owner(keys.api_keys()))
+    lagging = _replica_of(cluster, cluster.owner(keyspace.api_keys()))
     assert lagging.pid is not None
     os.kill(lagging.pid, signal.SIGSTOP)
     try:

@@ -22,16 +22,16 @@ from starlette.routing import BaseRoute, Route
 from starlette.templating import Jinja2Templates
 
 from relay.api.errors import ApiError, Unauthorized
-from relay.api.limits import client_address
 from relay.api.state import AppState, state
-from relay.auth import parse_key
+from relay.api.throttles import client_address
 from relay.console import charts
 from relay.console.notices import error_code, notices
 from relay.console.queries import ConsoleQueries, DeliveryFilter
 from relay.console.session import Session, Sessions, csrf_ok
 from relay.exceptions import StateError
 from relay.logs import mask_query
-from relay.model import DeliveryStatus
+from relay.state.api_keys import parse_key
+from relay.state.model import DeliveryStatus
 from relay.timefmt import now_ms
 
 PAGE_SIZE = 25
@@ -82,10 +82,10 @@ class Console:
         self.sessions = Sessions(st.settings)
         self.queries = ConsoleQueries(
             st.webhooks,
-            st.edge.scans,
-            st.edge.wake,
-            prober=st.edge.prober,
-            events=st.edge.events,
+            st.resources.all_shards,
+            st.resources.wake,
+            prober=st.resources.prober,
+            events=st.resources.events,
         )
 
 
@@ -105,7 +105,9 @@ async def _session(request: Request) -> Session | None:
     session = console.sessions.read(request)
     if session is None:
         return None
-    if not await st.edge.console_session_active(session.sid, session.key_prefix, session.operator):
+    if not await st.resources.console_session_active(
+        session.sid, session.key_prefix, session.operator
+    ):
         return None
     return session
 
@@ -181,7 +183,9 @@ async def login(request: Request) -> Response:
     presented = parse_key(raw.strip()) if isinstance(raw, str) else None
     operator, failures = None, 0
     if presented is not None:
-        operator, failures = await st.edge.lookup_operator_from(presented, client_address(request))
+        operator, failures = await st.resources.lookup_operator_from(
+            presented, client_address(request)
+        )
     if presented is None or operator is None:
         # Counted with the API's bad keys, so the console is no faster way to guess keys.
         return _refused_login(
@@ -193,7 +197,7 @@ async def login(request: Request) -> Response:
         return _refused_login(request, console, blocked)
     response = RedirectResponse("/console", status_code=303)
     sid = console.sessions.start(request, response, operator, presented.prefix)
-    await st.edge.open_console_session(sid, presented.prefix, console.sessions.max_age)
+    await st.resources.open_console_session(sid, presented.prefix, console.sessions.max_age)
     return response
 
 
@@ -222,7 +226,7 @@ async def logout(request: Request) -> Response:
     if refused is not None:
         return refused
     if session is not None:
-        await st.edge.end_console_session(session.sid, session.key_prefix)
+        await st.resources.end_console_session(session.sid, session.key_prefix)
     response = _to_login()
     console.sessions.end(response)
     return response
