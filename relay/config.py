@@ -253,8 +253,8 @@ class Settings:
     redis_wait_replicas: int = setting(
         "0",
         _non_negative_int,
-        "Replicas that must have an upload, process or webhook registration before the API"
-        " answers it (Redis WAIT); 0 = do not wait (a single Redis)",
+        "Replicas that must have an acknowledged write (upload, process, webhook, signing,"
+        " relay keys create/revoke) before it is answered (Redis WAIT); 0 = do not wait",
     )
     redis_wait_timeout_ms: int = setting(
         "500",
@@ -446,7 +446,8 @@ class Settings:
     auth_failure_rate_limit: RateLimit = setting(
         "60/minute",
         RateLimit.parse,
-        "Per client address: requests with a missing or invalid API key (then 429)",
+        "Per client address: requests with a missing or invalid API key; past it every"
+        " request from the address is 429, a valid key too (relay keys unblock lifts it)",
     )
     forwarded_allow_ips: str = setting(
         "127.0.0.1",

@@ -102,17 +102,34 @@ class QuotaExceeded(StateError):
         self.size = size
 
 
+# What a tenant is told of every callback URL refused for its host's DNS answer or addresses.
+REFUSED_TARGET = (
+    "the callback URL's host must be a name that resolves to public IP addresses only; "
+    "this one cannot be used"
+)
+
+
 class UnsafeTarget(RelayError):
     """A callback URL or resolved address that relay refuses to call.
 
     ``kind`` is a short machine word (``scheme``, ``userinfo``, ``too_long``, ``dns``,
-    ``private_address``, ...); the message is the human reason.
+    ``private_address``, ...); the message is the human reason, for the log. ``answer`` is
+    what a tenant is told: the message when it is about the URL's own text (its syntax,
+    scheme, length or form), and one fixed sentence (:data:`REFUSED_TARGET`) for every
+    refusal that depends on DNS or on addresses (:attr:`NETWORK_KINDS`), so that the answers
+    tell apart neither the names that exist from those that do not, nor what they resolve to.
     """
+
+    NETWORK_KINDS: ClassVar[frozenset[str]] = frozenset({"dns", "private_address"})
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
+
+    @property
+    def answer(self) -> str:
+        return REFUSED_TARGET if self.kind in self.NETWORK_KINDS else self.message
 
 
 class EventNotFound(StateError):

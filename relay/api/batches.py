@@ -142,4 +142,5 @@ async def delete_batch(request: Request) -> Response:
     batch = await st.store.get_batch(ref)
     if batch is None:
         raise NotFound("no such batch")
+    await st.resources.replicated(f"deletion of batch {ref.name!r}", ref.shard)
     return json_response(batch.to_json(), 202)

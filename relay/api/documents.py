@@ -34,13 +34,13 @@ from relay.api.state import state
 from relay.api.throttles import UPLOADS
 from relay.state.model import BATCH_NAME_RE, IDEMPOTENCY_KEY_RE, Document, valid_batch_name
 from relay.state.store import DocumentQuery
+from relay.text import without_controls
 
 # Room for boundaries, part headers and the batch_name field around the file's bytes.
 MULTIPART_OVERHEAD = 64 * 1024
 MAX_FILENAME = 255
 _PARTS = frozenset({"file", "batch_name"})
 _GENERATED_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _MEDIA_TYPE = re.compile(r"[A-Za-z0-9][\w.+-]*/[\w.+-]+(\s*;[ -~]*)?", re.ASCII)
 # An upload's Idempotency-Key: 1 to 255 visible ASCII characters (no spaces).
 
@@ -56,9 +56,10 @@ async def _bounded(stream: AsyncIterator[bytes], max_bytes: int) -> AsyncGenerat
 
 
 def clean_filename(raw: str | None) -> str:
-    """The last path component (``/`` or ``\\``), control characters removed, at most 255
-    characters; ``upload`` when nothing is left."""
-    name = _CONTROL.sub("", (raw or "").replace("\\", "/").rsplit("/", 1)[-1]).strip()
+    """The last path component (``/`` or ``\\``), without controls, line and paragraph
+    separators, invisible characters and bidi controls (``relay.text.without_controls``), at
+    most 255 characters; ``upload`` when nothing is left."""
+    name = without_controls((raw or "").replace("\\", "/").rsplit("/", 1)[-1]).strip()
     if name in {"", ".", ".."}:
         return "upload"
     return name[:MAX_FILENAME]

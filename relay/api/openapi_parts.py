@@ -22,9 +22,10 @@ ERROR_TEXT = {
     415: "Wrong Content-Type.",
     422: "Validation failed (body, parameters, cursor).",
     429: "Too many requests (rate_limited: a status or write rate of the API key's account, "
-    "or too many invalid API keys from this address; too_many_concurrent_requests: the "
-    "account's requests in flight at once in one API process, RateLimit-Limit then counts "
-    "them; quota_exceeded: the account's uploads awaiting processing hold too many bytes, "
+    "or too many invalid API keys from this address, which then blocks every request from it, "
+    "a valid key's too, until Retry-After; too_many_concurrent_requests: the account's "
+    "requests in flight at once in one API process, RateLimit-Limit then counts them; "
+    "quota_exceeded: the account's uploads awaiting processing hold too many bytes, "
     "RateLimit-* then count bytes); see Retry-After.",
     503: "The data store is unreachable (store_unavailable) or full (store_full: writes are "
     "refused, reads work); see Retry-After.",

@@ -10,26 +10,30 @@ Both reuse the status endpoints' sliding window (``relay.state.rate_limits``), i
   its batch's shard, and a script touches one shard (Redis Cluster). Every answer of the
   check carries ``RateLimit-*``; a 429 also ``Retry-After``.
 - **Bad keys per client address** (``RELAY_AUTH_FAILURE_RATE_LIMIT``): counted only when a
-  request fails authentication, so a valid key never pays for it (the status endpoints keep
-  their single round trip) and is never refused by it: one broken client behind a shared
-  NAT or proxy cannot lock the others out. Past the limit such requests get 429 instead of
-  401. Keys are 256 random bits, so this bounds noise and load, not guessing.
+  request fails authentication. Past the limit the address is blocked
+  (``relay.state.address_blocks``): every request from it is refused with 429 and ``Retry-After``
+  until the window passes, whatever key it carries, a valid one included, so the limit stops the
+  checking of keys, not only the answer to wrong ones. A valid key pays for it with one ``ZCARD`` in
+  the round trip it already makes (the status endpoints keep their single round trip); only a client
+  at its limit pays one more round trip (``relay.api.resources.ApiResources.address_blocked``). A
+  blocked request is not counted in its key's or its account's windows (their slot is given back).
+  ``relay keys unblock ADDRESS`` lifts a block.
 
 The client address is the ASGI scope's. Behind a reverse proxy, uvicorn must be told which
 proxies to believe (``RELAY_FORWARDED_ALLOW_IPS``, uvicorn's ``forwarded_allow_ips`` with
-``--proxy-headers``), or every request counts against the proxy's address. IPv6 clients are
-counted per /64, the block one host usually holds.
+``--proxy-headers``), or every request counts against the proxy's address (and one broken
+client blocks them all). IPv6 clients are counted per /64, the block one host usually holds.
 """
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 
 from starlette.requests import Request
 
 from relay.api.errors import ApiError, RateLimited
 from relay.api.resources import PROCESS, RETRIES, UPLOADS, ApiResources
+from relay.state.address_blocks import address_subject
 from relay.state.rate_limits import Decision
 
 __all__ = ["PROCESS", "RETRIES", "UPLOADS", "Limits", "client_address"]
@@ -39,16 +43,7 @@ _WHAT = {UPLOADS: "uploads", PROCESS: "process calls", RETRIES: "manual retries"
 
 def client_address(request: Request) -> str:
     """The caller's address as limits count it: IPv4 as is, IPv6 as its /64."""
-    host = request.client.host if request.client is not None else ""
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        return host or "unknown"
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return str(ip.ipv4_mapped)
-        return str(ipaddress.IPv6Network((ip, 64), strict=False))
-    return str(ip)
+    return address_subject(request.client.host if request.client is not None else "")
 
 
 @dataclass(frozen=True)
@@ -74,8 +69,20 @@ class Limits:
         decision = await self.resources.count_bad_key(client_address(request))
         if decision.allowed:
             return refused
-        return RateLimited(
-            f"too many requests with a missing or invalid API key from this address; retry "
-            f"after {decision.retry_after} s",
-            headers=decision.headers(),
-        )
+        return _blocked(decision)
+
+    async def blocked(self, request: Request, failures: int) -> RateLimited | None:
+        """The 429 of a request whose key passed, from a client address past its limit of bad
+        keys (the same answer as a bad key's there: a blocked client learns nothing of the
+        keys it tries); None when the address is not blocked. ``failures``: the address
+        window's ``ZCARD`` read in the request's round trip."""
+        decision = await self.resources.address_blocked(client_address(request), failures)
+        return None if decision is None else _blocked(decision)
+
+
+def _blocked(decision: Decision) -> RateLimited:
+    return RateLimited(
+        f"too many requests with a missing or invalid API key from this address; retry "
+        f"after {decision.retry_after} s",
+        headers=decision.headers(),
+    )

@@ -78,11 +78,17 @@ class SigningKeys:
         return out
 
     async def get(self, client: redis.asyncio.Redis, account: str) -> list[SigningMaterial]:
+        return (await self.fetch(client, account))[0]
+
+    async def fetch(
+        self, client: redis.asyncio.Redis, account: str
+    ) -> tuple[list[SigningMaterial], bool]:
+        """The account's material, and whether this call made it (its first use)."""
         found = self.from_fields(await client.hmget(keyspace.signing(account), FIELDS))
-        if found is None:
-            await client.hsetnx(keyspace.signing(account), "current", self.new_token())
-            found = self._require(await client.hmget(keyspace.signing(account), FIELDS))
-        return found
+        if found is not None:
+            return found, False
+        await client.hsetnx(keyspace.signing(account), "current", self.new_token())
+        return self._require(await client.hmget(keyspace.signing(account), FIELDS)), True
 
     async def rotate(
         self, client: redis.asyncio.Redis, scripts: AsyncScripts, account: str, grace_s: float
