@@ -359,13 +359,17 @@ def _event_paths() -> dict[str, Any]:
                 "The id of the last event seen: the events after it (absent: from the oldest "
                 "kept). An id that aged out of the feed (RELAY_RETENTION) reads from the "
                 "oldest kept; any other id that is not an event of this feed is 404 "
-                "not_found.",
+                "not_found. Given empty it is 422 invalid_cursor, as the pattern says.",
                 {"type": "string", "pattern": DELIVERY_ID_PATTERN},
             ),
-            _query("type", "Only events of this type.", {"type": "string", "enum": types}),
+            _query(
+                "type",
+                "Only events of this type (given empty it is 422, as the enum says).",
+                {"type": "string", "enum": types},
+            ),
             _query(
                 "batch_name",
-                "Only the events of this batch.",
+                "Only the events of this batch (given empty it is 422, as the pattern says).",
                 {"type": "string", "pattern": BATCH_NAME_PATTERN},
             ),
             LIMIT,
