@@ -19,6 +19,8 @@ from enum import StrEnum
 from typing import Annotated, TypedDict
 
 from relay import keys
+from relay.metadata import MetadataJSON
+from relay.metadata import decode as decode_metadata
 from relay.shapes import Ref, Schema, components
 from relay.timefmt import rfc3339
 
@@ -86,6 +88,7 @@ class DocumentJSON(TypedDict):
     processing_error: Annotated[
         ProcessingErrorJSON | None, Schema(description="Set when the document failed.")
     ]
+    metadata: Annotated[MetadataJSON, Ref("Metadata")]  # the upload's `metadata` field
 
 
 class BatchJSON(TypedDict):
@@ -99,6 +102,7 @@ class BatchJSON(TypedDict):
     completed_at: TimeOrNull
     deleted_at: TimeOrNull
     completion_seq: Annotated[Count, Schema(description="How many times the batch has completed.")]
+    metadata: Annotated[MetadataJSON, Ref("Metadata")]  # the first upload's `batch_metadata`
 
 
 class VerificationJSON(TypedDict):
@@ -234,6 +238,7 @@ class Document:
     completed_at: int | None
     error_code: str
     error_message: str
+    metadata_json: str = ""  # canonical (relay.metadata), "" when none
 
     @classmethod
     def from_hash(cls, h: dict[bytes, bytes]) -> Document:
@@ -250,6 +255,7 @@ class Document:
             completed_at=_ms(h, "completed_at"),
             error_code=_s(h, "error_code"),
             error_message=_s(h, "error_message"),
+            metadata_json=_s(h, "metadata"),
         )
 
     def to_json(self) -> DocumentJSON:
@@ -269,6 +275,7 @@ class Document:
             "started_at": rfc3339(self.started_at),
             "completed_at": rfc3339(self.completed_at),
             "processing_error": error,
+            "metadata": decode_metadata(self.metadata_json),
         }
 
 
@@ -283,6 +290,7 @@ class Batch:
     deleted_at: int | None
     completion_seq: int
     fields_json: str
+    metadata_json: str = ""  # canonical (relay.metadata), "" when none
 
     @classmethod
     def from_hash(cls, h: dict[bytes, bytes]) -> Batch:
@@ -297,6 +305,7 @@ class Batch:
             deleted_at=_ms(h, "deleted_at"),
             completion_seq=_int(h, "completion_seq"),
             fields_json=_s(h, "fields", "[]"),
+            metadata_json=_s(h, "metadata"),
         )
 
     @property
@@ -337,6 +346,7 @@ class Batch:
             "completed_at": rfc3339(self.completed_at),
             "deleted_at": rfc3339(self.deleted_at),
             "completion_seq": self.completion_seq,
+            "metadata": decode_metadata(self.metadata_json),
         }
 
 

@@ -22,6 +22,7 @@ from relay import keys
 from relay.blobs import DIRECTORY, BlobStore
 from relay.exceptions import (
     BatchDeleted,
+    BatchMetadataConflict,
     BatchNotFound,
     QuotaExceeded,
     StateError,
@@ -326,10 +327,18 @@ class AsyncStore:
         held: int = 0,
         admitted: bool = False,
         idempotency_key: str | None = None,
+        metadata: str = "",
+        batch_metadata: str = "",
         again: bool = False,
     ) -> Document:
         """Create a queued document. Raises BatchDeleted when the batch was deleted,
-        QuotaExceeded when its bytes would pass the account's pending-bytes quota.
+        QuotaExceeded when its bytes would pass the account's pending-bytes quota,
+        BatchMetadataConflict when ``batch_metadata`` is not the batch's.
+
+        ``metadata``, ``batch_metadata``: canonical forms (``relay.metadata.parse``), "" for
+        none. The document's is stored with it; the batch's is set by the first upload that
+        gives one (the batch's creation, normally) and compared by every later one that
+        gives one: the same string is accepted, another refused before anything is written.
 
         ``idempotency_key``: the batch's document made by an earlier upload with this key is
         returned as it is now, and nothing is made or charged (a client's retry of an upload
@@ -384,6 +393,8 @@ class AsyncStore:
             charge,
             allowance,
             idempotency_key or "",
+            metadata,
+            batch_metadata,
         ]
         if fast and held > charge:
             # Never charged, whatever the script does: owed back (GiveBack).
@@ -410,11 +421,18 @@ class AsyncStore:
                         content_type=content_type,
                         content=content,
                         idempotency_key=idempotency_key,
+                        metadata=metadata,
+                        batch_metadata=batch_metadata,
                         again=True,
                     )
                 raise StoreUnavailable(
                     f"the upload with Idempotency-Key {idempotency_key!r} names a document "
                     "that is gone; try again"
+                ) from exc
+            if refusal(exc) == "metadata_conflict":
+                raise BatchMetadataConflict(
+                    f"batch {ref.name!r} already has other metadata: give the same "
+                    "batch_metadata (key order does not matter) or leave it out"
                 ) from exc
             if refusal(exc) == "quota" and self.max_pending_bytes is not None:
                 pending = sum(await self.pending_bytes(ref.account))
@@ -436,6 +454,7 @@ class AsyncStore:
             completed_at=None,
             error_code="",
             error_message="",
+            metadata_json=metadata,
         )
 
     async def _replayed(self, ref: BatchRef, idempotency_key: str) -> Document | None:

@@ -65,7 +65,11 @@ def _document_paths() -> dict[str, Any]:
         "content": {
             "multipart/form-data": {
                 "schema": {"$ref": "#/components/schemas/Upload"},
-                "encoding": {"file": {"contentType": "application/octet-stream"}},
+                "encoding": {
+                    "file": {"contentType": "application/octet-stream"},
+                    "metadata": {"contentType": "application/json"},
+                    "batch_metadata": {"contentType": "application/json"},
+                },
             }
         },
     }

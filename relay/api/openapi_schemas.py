@@ -17,6 +17,7 @@ from typing import Any
 
 from relay.api.responses import COMPONENTS
 from relay.delivery.ssrf import CALLBACK_URL_PATTERN
+from relay.metadata import MetadataJSON
 from relay.model import (
     BATCH_NAME_PATTERN,
     DELIVERY_ID_PATTERN,
@@ -26,7 +27,7 @@ from relay.model import (
     WebhookJSON,
 )
 from relay.search import RECOVERABLE
-from relay.shapes import object_schema, ref
+from relay.shapes import field_schema, object_schema, ref
 
 __all__ = ["BATCH_NAME_PATTERN", "DELIVERY_ID_PATTERN", "DOCUMENT_ID_PATTERN", "ref"]
 
@@ -68,6 +69,7 @@ SCHEMAS: dict[str, Any] = {
     **_MODELS,
     "Status": {"type": "string", "enum": STATUSES},
     "Counts": _obj({s: _COUNT for s in STATUSES}),
+    "Metadata": field_schema(MetadataJSON, COMPONENTS),
     "ProcessRequest": {
         "type": "object",
         "additionalProperties": False,
@@ -92,6 +94,22 @@ SCHEMAS: dict[str, Any] = {
                 "type": "string",
                 "pattern": BATCH_NAME_PATTERN,
                 "description": "A new batch named batch_<12 characters> when absent.",
+            },
+            "metadata": {
+                **ref("Metadata"),
+                "description": "The document's metadata: a JSON object (the part's text), "
+                "returned with the document and in the batch's results. Outside the Metadata "
+                "rules: 422 invalid_metadata, nothing created.",
+            },
+            "batch_metadata": {
+                **ref("Metadata"),
+                "description": "The batch's metadata: a JSON object (the part's text), "
+                "returned with the batch, in its results, in its batch.completed webhooks and "
+                "in the event feed. Set once: the first upload that gives it (normally the one "
+                "that creates the batch) sets it; a later upload may give the same object "
+                "again (key order and spacing do not matter) or leave it out; another object "
+                "is 409 batch_metadata_conflict, nothing created. {} is no metadata. Outside "
+                "the Metadata rules: 422 invalid_metadata, nothing created.",
             },
         },
     },
