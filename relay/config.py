@@ -341,6 +341,12 @@ class Settings:
         _positive_int,
         "Most pages of a PDF or TIFF the default extractor reads, else too_many_pages",
     )
+    max_page_ranges: int = setting(
+        "100",
+        _positive_at_most(1000),
+        "Most pages and ranges a process call's pages may list (1-3,12 is two), at most 1000;"
+        " else 422 invalid_pages",
+    )
     extract_timeout: float = setting(
         "60",
         _positive_float,

@@ -75,6 +75,8 @@ class Claim:
     claims: int
     # Bytes finishing it frees from the account's pending total, as claimed (claim_next.lua).
     freeable: int = 0
+    # The pages its hand-out asked for (canonical text, relay.extract.pages; "" for all).
+    pages: str = ""
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,7 @@ def _claim(doc_id: str, ref: BatchRef, token: str, c: dict[str, Any]) -> Claim:
         blob_kind=c["blob"],
         claims=int(c["claims"]),
         freeable=int(c.get("freeable", 0)),
+        pages=str(c.get("pages") or ""),
     )
 
 
@@ -469,14 +472,18 @@ class AsyncStore:
             ref.account, doc_id.decode() if isinstance(doc_id, bytes) else str(doc_id)
         )
 
-    async def process(self, ref: BatchRef, fields: Sequence[str] | None) -> list[str]:
+    async def process(
+        self, ref: BatchRef, fields: Sequence[str] | None, pages: str = ""
+    ) -> list[str]:
         """Hand every queued, not yet handed document to the workers; returns their ids.
+        ``pages``: the canonical text of the page ranges to read of each
+        (``relay.extract.pages``), kept with each document; ``""`` for every page.
         Raises BatchNotFound, BatchDeleted."""
-        handed, _ = await self.hand_out(ref, fields)
+        handed, _ = await self.hand_out(ref, fields, pages)
         return handed
 
     async def hand_out(
-        self, ref: BatchRef, fields: Sequence[str] | None
+        self, ref: BatchRef, fields: Sequence[str] | None, pages: str = ""
     ) -> tuple[list[str], Batch]:
         """``process``, also returning the batch as the hand-out left it (read by the same
         script: the API's answer costs no read of its own)."""
@@ -496,6 +503,7 @@ class AsyncStore:
                     keys.shard_prefix(s),
                     ref.account,
                     ref.name,
+                    pages,
                 ],
             )
         except ResponseError as exc:

@@ -8,8 +8,9 @@ then stateful sequences that follow the links schemathesis infers between operat
 ``negative_data_rejection`` and ``positive_data_acceptance`` run inside wrappers that waive
 one case each and nothing else (a DELETE the document marks ``x-soft-delete``; a multipart
 upload that was valid as the server received it but that schemathesis cannot judge because
-it holds binary data; an upload whose metadata passes the bound on its bytes, which JSON
-Schema cannot state, measured by the test on what was sent).
+it holds binary data; valid data refused for one of the two rules JSON Schema cannot state,
+checked by the test on what was sent: metadata past its bound in bytes, a page range that
+ends before it starts).
 
 The operations are whatever ``relay.api.openapi.document()`` holds when the tests are
 collected: an endpoint added to the document is tested without touching this file.
@@ -35,6 +36,7 @@ from __future__ import annotations
 import email
 import email.policy
 import json
+import re
 import socket
 from collections.abc import Iterator
 from typing import Any, ClassVar
@@ -172,16 +174,19 @@ def negative_data_rejection_reading_binary(
         raise
 
 
+def _error(response: Response) -> dict[str, Any]:
+    try:
+        error = json.loads(response.content)["error"]
+    except (ValueError, KeyError, TypeError):
+        return {}
+    return error if isinstance(error, dict) else {}
+
+
 def _over_metadata_bytes(response: Response) -> bool:
     """Whether the server refused an upload 422 ``invalid_metadata`` for a metadata part
     that is indeed longer than RELAY_METADATA_MAX_BYTES (the default the tests run with) as
     compact JSON, measured here on what was sent."""
-    if response.status_code != 422:
-        return False
-    try:
-        error = json.loads(response.content)["error"]
-    except (ValueError, KeyError, TypeError):
-        return False
+    error = _error(response)
     if error.get("type") != "invalid_metadata" or "bytes as compact JSON" not in error["message"]:
         return False
     sent = _form_as_sent(response) or {}
@@ -193,18 +198,34 @@ def _over_metadata_bytes(response: Response) -> bool:
     )
 
 
+def _reversed_page_range(response: Response, case: schemathesis.Case[Any]) -> bool:
+    """Whether the server refused a process call 422 ``invalid_pages`` for a range that
+    indeed ends before it starts (``3-1``), read here from what was sent."""
+    error = _error(response)
+    if error.get("type") != "invalid_pages" or "ends before it starts" not in error["message"]:
+        return False
+    pages = case.body.get("pages") if isinstance(case.body, dict) else None
+    return isinstance(pages, str) and any(
+        int(a) > int(b) for a, b in re.findall(r"([0-9]+) *- *([0-9]+)", pages)
+    )
+
+
 @schemathesis.check
-def positive_data_acceptance_within_metadata_bytes(
+def positive_data_acceptance_within_what_schemas_say(
     ctx: schemathesis.CheckContext, response: Response, case: schemathesis.Case[Any]
 ) -> bool | None:
-    """schemathesis's ``positive_data_acceptance``, except for an upload whose metadata
-    passes RELAY_METADATA_MAX_BYTES as compact JSON (``_over_metadata_bytes``): a bound on
-    bytes that JSON Schema cannot state (the Metadata schema's description states it), so
-    a schema-valid object may pass it. Any other refusal of valid data fails as before."""
+    """schemathesis's ``positive_data_acceptance``, except for the two rules JSON Schema
+    cannot state (the schemas' descriptions state them), so that schema-valid data may
+    break them: an upload whose metadata passes RELAY_METADATA_MAX_BYTES as compact JSON
+    (``_over_metadata_bytes``), a process call whose page range ends before it starts
+    (``_reversed_page_range``). Each is checked on what was sent; any other refusal of valid
+    data fails as before."""
     try:
         return positive_data_acceptance(ctx, response, case)
     except RejectedPositiveData:
-        if _over_metadata_bytes(response):
+        if response.status_code == 422 and (
+            _over_metadata_bytes(response) or _reversed_page_range(response, case)
+        ):
             return None
         raise
 
@@ -345,7 +366,7 @@ def test_every_check_is_enabled() -> None:
     assert {
         "use_after_free_unless_soft_delete",
         "negative_data_rejection_reading_binary",
-        "positive_data_acceptance_within_metadata_bytes",
+        "positive_data_acceptance_within_what_schemas_say",
     } <= names
     assert schema.config.checks.max_response_time.limit == MAX_RESPONSE_SECONDS
 

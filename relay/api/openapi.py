@@ -135,7 +135,8 @@ def _batch_paths() -> dict[str, Any]:
         f"{V1}/batches/{{name}}/process": {
             "post": operation(
                 "processBatch",
-                "Hand every queued, not yet handed document to the workers (idempotent).",
+                "Hand every queued, not yet handed document to the workers (idempotent); with "
+                "pages, only those pages of each PDF or TIFF it hands out are read.",
                 "batches",
                 {
                     "202": response("Batch", "The batch.", rate_headers()),

@@ -17,6 +17,7 @@ from typing import Any
 
 from relay.api.responses import COMPONENTS
 from relay.delivery.ssrf import CALLBACK_URL_PATTERN
+from relay.extract.pages import DEFAULT_MAX_RANGES, pages_pattern
 from relay.metadata import MetadataJSON
 from relay.model import (
     BATCH_NAME_PATTERN,
@@ -81,7 +82,22 @@ SCHEMAS: dict[str, Any] = {
                 "description": "Keys every row keeps, in this order (a key a row lacks is "
                 "null); names are unique. Absent, null or empty: every row keeps its own keys.",
                 "items": _obj({"name": {"type": "string", "minLength": 1, "maxLength": 128}}),
-            }
+            },
+            "pages": {
+                "type": ["string", "null"],
+                "pattern": pages_pattern(DEFAULT_MAX_RANGES),
+                "examples": ["1-3,12"],
+                "description": "Read only these pages of each PDF or TIFF handed out by this "
+                "call: page numbers and ranges (first-last, inclusive) separated by commas, "
+                "in any order, overlaps merged; at most RELAY_MAX_PAGE_RANGES of them "
+                f"(default {DEFAULT_MAX_RANGES}). Tables keep their page's own number (page 12 "
+                "stays 12). Pages past a document's end are left out; a document none of whose "
+                "pages is asked for fails with pages_out_of_range. Another image is one page; "
+                "CSV, TSV and JSON have none (read whole). A range that ends before it starts "
+                "(3-1) is 422 invalid_pages, as is anything the pattern refuses. Kept with each "
+                "document: one handed out again after a lost worker is read with the same "
+                "pages. Absent or null: every page.",
+            },
         },
     },
     "Upload": {
