@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from relay import keys
-from relay.store import BatchRef
+from relay.redis import keyspace
+from relay.state.store import BatchRef
 from tests.support.api_fixtures import V1, Api, ApiFactory, api_factory_fixture, api_fixture  # noqa: F401
 
 
@@ -19,7 +19,7 @@ def _process(api: Api, body: Any, batch: str = "b1") -> Any:
 
 def _pages_of(api: Api, doc_id: str, batch: str = "b1") -> bytes | None:
     shard = BatchRef("acme", batch).shard
-    value: bytes | None = api.redis.hget(keys.doc(shard, doc_id), "pages")
+    value: bytes | None = api.redis.hget(keyspace.doc(shard, doc_id), "pages")
     return value
 
 
@@ -46,7 +46,7 @@ def test_a_malformed_range_is_422_and_hands_nothing_out(api: Api, pages: Any, sa
     assert batch["status"] == "queued" and _pages_of(api, doc["id"]) is None
     # Still to be handed out: the next call does.
     assert _process(api, {}).status_code == 202
-    assert api.redis.llen(keys.batch_ready(BatchRef("acme", "b1").shard, "acme", "b1")) == 1
+    assert api.redis.llen(keyspace.batch_ready(BatchRef("acme", "b1").shard, "acme", "b1")) == 1
 
 
 def test_the_bound_on_ranges_is_a_setting(api_factory: ApiFactory) -> None:

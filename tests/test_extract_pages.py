@@ -14,12 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from relay.devtools.drawn_tables import draw_table, encode
+from relay.devtools.sample_documents import HEADER, pdf, table_ops
 from relay.extract import ExtractionError, extract_document
-from relay.extract.limits import ExtractLimits, applied
+from relay.extract.bounds import ExtractLimits, applied
 from relay.extract.pages import InvalidPages, PageRanges, pages_pattern, parse
-from relay.extract.sandbox import ExtractorHost, SandboxConfig
-from tests.support.documents import HEADER, pdf, table_ops
-from tests.support.drawn_tables import draw_table, encode
+from relay.runtime.sandbox import ExtractorHost, SandboxConfig
 
 
 def page_tables(pages: int) -> bytes:

@@ -43,7 +43,7 @@ from relay.exceptions import (
     StateError,
     StoreUnavailable,
 )
-from relay.redis_conn import REPLY_ERROR, UNAVAILABLE, is_store_full
+from relay.redis.clients import REPLY_ERROR, UNAVAILABLE, is_store_full
 
 logger = logging.getLogger("relay.api")
 

@@ -12,18 +12,18 @@ from starlette.routing import BaseRoute, Route
 from relay.api.access import admit_write, authenticate
 from relay.api.bodies import json_response, read_json
 from relay.api.errors import ApiError, NotFound, Unprocessable
-from relay.api.limits import RETRIES
 from relay.api.paging import decode_position, encode_position, page_params
 from relay.api.paths import batch_ref
 from relay.api.responses import delivery_list
 from relay.api.state import AppState, state
+from relay.api.throttles import RETRIES
 from relay.crypto import SigningMaterial
 from relay.delivery.ssrf import in_documented_form, vet_url
 from relay.exceptions import UnsafeTarget, WebhookNotFound
-from relay.model import SigningMaterialJSON, Webhook
-from relay.store import BatchRef
+from relay.state.model import SigningMaterialJSON, Webhook
+from relay.state.store import BatchRef
+from relay.state.webhooks import operational_ref
 from relay.timefmt import rfc3339
-from relay.webhook_store import operational_ref
 
 MAX_URL_CHARS = 2048
 
@@ -41,7 +41,7 @@ async def _batch(request: Request) -> tuple[AppState, BatchRef]:
 
 
 async def _wake(st: AppState, ref: BatchRef) -> None:
-    await st.edge.wake(ref.shard)
+    await st.resources.wake(ref.shard)
 
 
 async def _callback_url(request: Request, st: AppState) -> tuple[str, bool]:
@@ -95,7 +95,7 @@ async def put_webhook(request: Request) -> Response:
     done = await st.webhooks.register(ref, url, st.settings.public_url, verify=verify)
     if done.due:
         await _wake(st, ref)
-    await st.edge.replicated(f"webhook of batch {ref.name!r}", ref.shard)
+    await st.resources.replicated(f"webhook of batch {ref.name!r}", ref.shard)
     return json_response(done.hook.to_json(), 201 if done.created else 200)
 
 
@@ -144,7 +144,7 @@ async def test_webhook(request: Request) -> Response:
     account, rate_headers = admitted.account, admitted.headers
     ref = await _existing(st, await batch_ref(request, account))
     try:
-        result = await st.edge.prober.send(ref)
+        result = await st.resources.prober.send(ref)
     except WebhookNotFound as exc:
         raise NotFound(f"batch {ref.name!r} has no webhook", headers=rate_headers) from exc
     return json_response(result.to_json(), headers=rate_headers)
@@ -159,7 +159,7 @@ async def test_operational_webhook(request: Request) -> Response:
     admitted = await admit_write(request, RETRIES)
     account, rate_headers = admitted.account, admitted.headers
     try:
-        result = await st.edge.prober.send(operational_ref(account))
+        result = await st.resources.prober.send(operational_ref(account))
     except WebhookNotFound as exc:
         raise NotFound("no operational webhook is registered", headers=rate_headers) from exc
     return json_response(result.to_json(), headers=rate_headers)
@@ -232,12 +232,12 @@ def _signing_json(
 
 async def get_signing(request: Request) -> Response:
     account = await authenticate(request)
-    return json_response(_signing_json(*await state(request).edge.signing_material(account)))
+    return json_response(_signing_json(*await state(request).resources.signing_material(account)))
 
 
 async def rotate_signing(request: Request) -> Response:
     account = await authenticate(request)
-    return json_response(_signing_json(*await state(request).edge.rotate_signing(account)))
+    return json_response(_signing_json(*await state(request).resources.rotate_signing(account)))
 
 
 routes: list[BaseRoute] = [

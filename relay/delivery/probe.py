@@ -14,16 +14,16 @@ from dataclasses import dataclass
 import httpx
 import redis.asyncio
 
-from relay import keys
 from relay.crypto import SigningMaterial
 from relay.delivery.send import post_signed
 from relay.delivery.ssrf import TargetPolicy
 from relay.exceptions import WebhookNotFound
-from relay.signing_keys import SigningKeys
-from relay.store import BatchRef
+from relay.redis import keyspace
+from relay.state.event_bodies import TestSendJSON, probe_body
+from relay.state.signing_material import SigningKeys
+from relay.state.store import BatchRef
+from relay.state.webhooks import AsyncWebhookStore
 from relay.timefmt import now_ms, rfc3339
-from relay.webhook_events import TestSendJSON, probe_body
-from relay.webhook_store import AsyncWebhookStore
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def send_probe(
 ) -> ProbeResult:
     """POST one signed ``webhook.test`` event to ``url`` now (blocking: run it in a thread)."""
     at = now_ms()
-    msg_id = keys.new_id("msg", shard)
+    msg_id = keyspace.new_id("msg", shard)
     sent = post_signed(
         http, policy, timeout, url, msg_id, probe_body(batch_name, url, at), materials
     )
@@ -95,7 +95,7 @@ class Prober:
             self.policy,
             self.timeout,
             shard=ref.shard,
-            batch_name="" if ref.name == keys.OPERATIONAL_BATCH else ref.name,
+            batch_name="" if ref.name == keyspace.OPERATIONAL_BATCH else ref.name,
             url=hook.url,
             materials=materials,
         )

@@ -41,11 +41,11 @@ from __future__ import annotations
 
 from pathlib import PurePath
 
+from relay.extract.bounds import DEFAULT_MAX_PAGES, current
 from relay.extract.csv_tsv import choose_dialect, decode_text, extract_delimited, sniff_dialect
 from relay.extract.errors import ExtractionError
 from relay.extract.image import DEFAULT_MAX_IMAGE_PIXELS, extract_image
 from relay.extract.json_ import extract_json, parse_json, rows_from_json
-from relay.extract.limits import DEFAULT_MAX_PAGES, current
 from relay.extract.loader import Extractor, load_extractor, run_extractor
 from relay.extract.pages import PageRanges
 from relay.extract.pdf import extract_pdf
@@ -162,7 +162,7 @@ def extract_document(
     (``RELAY_MAX_IMAGE_PIXELS``), ``max_pages`` a PDF or TIFF (``RELAY_MAX_PAGES``); the
     worker passes both in. ``pages``: read only these pages of a PDF or an image (a TIFF's
     pages; any other image is one page), keeping their numbers; ``None`` takes the ones the
-    sandbox was given (``relay.extract.limits.current``), every page outside it. It does not
+    sandbox was given (``relay.extract.bounds.current``), every page outside it. It does not
     apply to CSV, TSV or JSON (no pages). Raises ``ExtractionError`` with one of the codes
     listed in ``relay.extract.errors``.
     """

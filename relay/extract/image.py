@@ -14,7 +14,7 @@ Contract:
   ``pages`` (``relay.extract.pages.PageRanges``) only the pages it names are decoded and
   read, keeping their own numbers, and any other image is a document of one page (a range
   without page 1 selects nothing: ``pages_out_of_range``). The number of pages to read is
-  declared (``relay.extract.limits.declare_pages``: the document's deadline grows with it).
+  declared (``relay.extract.bounds.declare_pages``: the document's deadline grows with it).
 * Each page is turned upright as its EXIF orientation says (phones store photos sideways
   and say so there), flattened onto white when it has transparency, and read by
   ``relay.extract.ocr.read_tables``: ruled and unruled tables, text of any size from about
@@ -37,8 +37,8 @@ import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from relay.extract.bounds import DEFAULT_MAX_PAGES, declare_pages, too_many_pages
 from relay.extract.errors import ExtractionError, shorten
-from relay.extract.limits import DEFAULT_MAX_PAGES, declare_pages, too_many_pages
 from relay.extract.pages import PageRanges
 from relay.extract.result import Table
 
@@ -120,7 +120,7 @@ def _pages(
     image = _open(content, max_pixels)
     with image:
         frames = _frames(image, max_pixels, max_pages, selected)
-        declare_pages(len(frames))  # the deadline grows with them (relay.extract.limits)
+        declare_pages(len(frames))  # the deadline grows with them (relay.extract.bounds)
         for frame in frames:
             image.seek(frame)
             try:

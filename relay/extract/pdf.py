@@ -12,7 +12,7 @@ Contract:
 * With ``pages`` (``relay.extract.pages.PageRanges``) only the pages it names are read
   (past the end: none of them is, ``pages_out_of_range``); a table keeps its page's own
   number. The count of pages to read is then declared
-  (``relay.extract.limits.declare_pages``): the sandbox gives the document
+  (``relay.extract.bounds.declare_pages``): the sandbox gives the document
   ``RELAY_EXTRACT_PAGE_SECONDS`` more time a page.
 * A page with a text layer is read as characters and rules (``relay.extract.pdf_layout``)
   and its tables found by ``relay.extract.pdf_tables``: ruled, partly ruled and unruled
@@ -47,8 +47,8 @@ from typing import Any
 import pdfplumber
 from pdfminer.pdfpage import PDFPage
 
+from relay.extract.bounds import DEFAULT_MAX_PAGES, declare_pages, too_many_pages
 from relay.extract.errors import ExtractionError, shorten
-from relay.extract.limits import DEFAULT_MAX_PAGES, declare_pages, too_many_pages
 from relay.extract.pages import PageRanges
 from relay.extract.pdf_layout import PageLayout, read_pdfium, read_plumber
 from relay.extract.pdf_tables import find_tables
@@ -285,7 +285,7 @@ def _tables(
             numbers = selected.select(len(pages))
             if not numbers:
                 raise ExtractionError("pages_out_of_range", selected.out_of_range(len(pages)))
-        declare_pages(len(numbers))  # the deadline grows with them (relay.extract.limits)
+        declare_pages(len(numbers))  # the deadline grows with them (relay.extract.bounds)
         pdfium = _open_pdfium(content, len(pages))
         try:
             for number in numbers:

@@ -10,11 +10,11 @@ from typing import Any
 import httpx
 import redis
 
+from relay.devtools.processes import Stack
 from tests.e2e.client import Api
 from tests.e2e.test_webhooks import CSV, delivered_once, start
 from tests.e2e.verify import verify_both
 from tests.support.helpers import wait_until
-from tests.support.procs import Stack
 from tests.support.receiver import Receiver, Reply
 
 

@@ -9,13 +9,13 @@ from typing import Any
 
 import redis
 
-from relay import keys
-from relay.store import BatchRef
+from relay.devtools.drawn_tables import draw_table, encode
+from relay.devtools.processes import Stack
+from relay.devtools.sample_documents import HEADER, pdf, table_ops
+from relay.redis import keyspace
+from relay.state.store import BatchRef
 from tests.e2e.client import Api
-from tests.support.documents import HEADER, pdf, table_ops
-from tests.support.drawn_tables import draw_table, encode
 from tests.support.helpers import wait_until
-from tests.support.procs import Stack
 
 FRUITS = ["apple", "pear", "plum", "lemon"]
 
@@ -88,7 +88,7 @@ def test_a_document_whose_worker_was_lost_is_read_with_the_same_pages(
     doc = api.upload("lost", text_pdf(4), "slow.pdf")
     assert api.http.post("/batches/lost/process", json={"pages": "4"}).status_code == 202
     shard = BatchRef("acme", "lost").shard
-    wait_until(lambda: redis.hget(keys.doc(shard, doc["id"]), "status") == b"processing", 30)
+    wait_until(lambda: redis.hget(keyspace.doc(shard, doc["id"]), "status") == b"processing", 30)
     lost.kill()
     api.upload("lost", text_pdf(4), "later.pdf")
     assert api.http.post("/batches/lost/process", json={"pages": "1"}).status_code == 202
@@ -96,7 +96,7 @@ def test_a_document_whose_worker_was_lost_is_read_with_the_same_pages(
     docs = _results(api, "lost")
     assert [t["page"] for t in docs["slow.pdf"]["tables"]] == [4]
     assert [t["page"] for t in docs["later.pdf"]["tables"]] == [1]
-    assert redis.hget(keys.doc(shard, doc["id"]), "claims") == b"2"
+    assert redis.hget(keyspace.doc(shard, doc["id"]), "claims") == b"2"
     api.close()
 
 
