@@ -121,6 +121,10 @@ def _positive_at_most(most: int, note: str = "") -> Callable[[str], int]:
 
 
 _claim_documents = _positive_at_most(1000)
+_metadata_keys = _positive_at_most(1000)
+# Mirrored from relay.state.metadata.MOST_BYTES (config imports no domain module): a form field's
+# text is parsed up to four times this.
+_metadata_bytes = _positive_at_most(4096)
 _lease_slots = _positive_at_most(64, " (1 = no leases)")
 # A leased slot is recorded this far ahead: a refusal may come this much later than a window
 # without leases would allow (docs/decisions.md, "Leased slots").
@@ -346,6 +350,12 @@ class Settings:
         _positive_int,
         "Most pages of a PDF or TIFF the default extractor reads, else too_many_pages",
     )
+    max_page_ranges: int = setting(
+        "100",
+        _positive_at_most(1000),
+        "Most pages and ranges a process call's pages may list (1-3,12 is two), at most 1000;"
+        " else 422 invalid_pages",
+    )
     extract_timeout: float = setting(
         "60",
         _positive_float,
@@ -379,6 +389,18 @@ class Settings:
         "64",
         _positive_int,
         "Deepest nesting of a JSON document's values (else too_deeply_nested)",
+    )
+    metadata_max_keys: int = setting(
+        "32",
+        _metadata_keys,
+        "Most keys of a document's or batch's metadata (a flat JSON object; else 422"
+        " invalid_metadata)",
+    )
+    metadata_max_bytes: int = setting(
+        "2048",
+        _metadata_bytes,
+        "Most bytes of a document's or batch's metadata as compact UTF-8 JSON, at most 4096"
+        " (else 422 invalid_metadata)",
     )
     blob_dir: str = setting(
         "",

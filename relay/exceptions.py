@@ -11,7 +11,9 @@ them (the API in ``relay.api.errors``, the CLI to one line and an exit code).
     │   ├── DeliveryNotFound      no such delivery (for this batch or account)
     │   ├── NotRetryable          the delivery cannot be sent again (``reason`` says why)
     │   ├── QuotaExceeded         the account holds too many bytes awaiting processing
+    │   ├── BatchMetadataConflict the batch already has other metadata
     │   └── InvalidCursor         a pagination cursor no listing handed out
+    ├── InvalidMetadata           a client's metadata is not a flat JSON object in bounds
     └── UnsafeTarget              a callback URL or address is not allowed (SSRF guard)
 
 Redis's own errors (unreachable, timing out, loading) are not wrapped: every edge maps
@@ -107,6 +109,20 @@ REFUSED_TARGET = (
     "the callback URL's host must be a name that resolves to public IP addresses only; "
     "this one cannot be used"
 )
+
+
+class BatchMetadataConflict(StateError):
+    """An upload gave ``batch_metadata`` other than the metadata its batch already has
+    (a batch's metadata is set once: ``relay.state.metadata``)."""
+
+
+class InvalidMetadata(RelayError):
+    """A client's metadata is not a flat JSON object within the bounds (``relay.state.metadata``);
+    the message says what is wrong, for the person who sent it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 class UnsafeTarget(RelayError):

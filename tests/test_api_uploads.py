@@ -44,8 +44,9 @@ def test_upload_returns_the_queued_document(api: Api) -> None:
     assert response.headers["location"] == f"{V1}/documents/{doc['id']}"
     assert set(doc) == {
         "id", "batch_name", "filename", "content_type", "size", "status",
-        "created_at", "started_at", "completed_at", "processing_error",
+        "created_at", "started_at", "completed_at", "processing_error", "metadata",
     }  # fmt: skip
+    assert doc["metadata"] == {}
     assert re.fullmatch(r"doc_[0-9a-f][a-z2-7]{20}", doc["id"])
     assert doc["batch_name"] == "invoices-2026.q1"
     assert (doc["filename"], doc["content_type"], doc["size"]) == (

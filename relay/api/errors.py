@@ -32,6 +32,7 @@ from starlette.responses import Response
 from relay.api.responses import ErrorJSON
 from relay.exceptions import (
     BatchDeleted,
+    BatchMetadataConflict,
     BatchNotFound,
     ConfigError,
     DeliveryNotFound,
@@ -118,6 +119,7 @@ STATE_ERRORS: dict[type[StateError], tuple[int, str]] = {
     EventNotFound: (404, "not_found"),
     BatchDeleted: (409, "batch_deleted"),
     NotRetryable: (409, "delivery_not_retryable"),
+    BatchMetadataConflict: (409, "batch_metadata_conflict"),
     QuotaExceeded: (429, "quota_exceeded"),
     InvalidCursor: (422, "invalid_cursor"),
     StateError: (409, "conflict"),

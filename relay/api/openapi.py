@@ -76,7 +76,11 @@ def _document_paths() -> dict[str, Any]:
         "content": {
             "multipart/form-data": {
                 "schema": {"$ref": "#/components/schemas/Upload"},
-                "encoding": {"file": {"contentType": "application/octet-stream"}},
+                "encoding": {
+                    "file": {"contentType": "application/octet-stream"},
+                    "metadata": {"contentType": "application/json"},
+                    "batch_metadata": {"contentType": "application/json"},
+                },
             }
         },
     }
@@ -142,7 +146,8 @@ def _batch_paths() -> dict[str, Any]:
         f"{V1}/batches/{{name}}/process": {
             "post": operation(
                 "processBatch",
-                "Hand every queued, not yet handed document to the workers (idempotent).",
+                "Hand every queued, not yet handed document to the workers (idempotent); with "
+                "pages, only those pages of each PDF or TIFF it hands out are read.",
                 "batches",
                 {
                     "202": response("Batch", "The batch.", rate_headers()),
@@ -473,13 +478,17 @@ def _event_paths() -> dict[str, Any]:
                 "The id of the last event seen: the events after it (absent: from the oldest "
                 "kept). An id that aged out of the feed (RELAY_RETENTION) reads from the "
                 "oldest kept; any other id that is not an event of this feed is 404 "
-                "not_found.",
+                "not_found. Given empty it is 422 invalid_cursor, as the pattern says.",
                 {"type": "string", "pattern": DELIVERY_ID_PATTERN},
             ),
-            _query("type", "Only events of this type.", {"type": "string", "enum": types}),
+            _query(
+                "type",
+                "Only events of this type (given empty it is 422, as the enum says).",
+                {"type": "string", "enum": types},
+            ),
             _query(
                 "batch_name",
-                "Only the events of this batch.",
+                "Only the events of this batch (given empty it is 422, as the pattern says).",
                 {"type": "string", "pattern": BATCH_NAME_PATTERN},
             ),
             LIMIT,
