@@ -11,7 +11,14 @@ records and decisions:
 - the windows of writes and of bad keys (:meth:`Edge.write_round`, :meth:`Edge.count_bad_key`);
 - key and operator lookups, the signing material, the replicas' acknowledgement of a write
   (``relay.durable``), the wake-ups of the RQ queues and the operators' reads across shards
-  (:class:`relay.scans.Scans`).
+  (:class:`relay.scans.Scans`);
+- the windows of outbound calls (endpoint verifications per account and per callback host,
+  :meth:`Edge.count_verification`) and the lanes of threads the blocking ones run on
+  (``relay.delivery.outbound``: test sends, callback URL checks).
+
+Nothing here runs on asyncio's default executor, which the whole process shares: a queue
+wake-up is one asyncio pipeline, and the rare RQ enqueue it calls for runs on two threads of
+its own (RQ is synchronous).
 
 The stores themselves (:attr:`Edge.store`, :attr:`Edge.webhooks`) are used as they are.
 """
@@ -20,6 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -41,6 +50,7 @@ from relay.blobs import BlobStore
 from relay.config import Settings
 from relay.crypto import Encryptor, SigningMaterial
 from relay.delivery.addresses import TargetPolicy
+from relay.delivery.outbound import OutboundLane
 from relay.delivery.probe import Prober
 from relay.delivery.transport import USER_AGENT, make_client
 from relay.events import AsyncEventLog, FeedWaiters
@@ -66,6 +76,8 @@ T_co = TypeVar("T_co", covariant=True)
 UPLOADS = "uploads"
 PROCESS = "process"
 RETRIES = "retries"
+VERIFICATIONS = "verifications"  # endpoint verifications started (also per callback host)
+ROTATIONS = "rotations"  # signing rotations
 
 
 class StatusQuery(Protocol[T_co]):
@@ -131,7 +143,10 @@ class Edge:
     status_limit: SlidingWindow
     write_limits: dict[str, SlidingWindow]
     auth_failures: SlidingWindow
-    prober: Prober  # test sends, through a delivery client of this process
+    verify_hosts: SlidingWindow  # endpoint verifications per callback host, all accounts
+    prober: Prober  # test sends, through a delivery client of this process, on their lane
+    url_checks: OutboundLane  # callback URL checks (DNS) of registrations
+    enqueues: ThreadPoolExecutor  # RQ enqueues of the wake-ups (RQ is synchronous)
 
     @classmethod
     def open(cls, settings: Settings) -> Edge:
@@ -139,9 +154,9 @@ class Edge:
         target = RedisTarget.from_settings(settings)
         client = async_client(target)
         queue_target = RedisTarget.queues_from_settings(settings)
-        queues_async = (
-            client if queue_target == target else async_client(queue_target, max_connections=4)
-        )
+        # The queues' Redis serves every request's wake-up (POST /process, registrations,
+        # retries) as well as the operators' reads: as many connections as the state's.
+        queues_async = client if queue_target == target else async_client(queue_target)
         webhooks = AsyncWebhookStore(client)
         signing = SigningKeys(Encryptor.from_setting(settings.encryption_key))
         policy = TargetPolicy.from_settings(settings)
@@ -153,6 +168,17 @@ class Edge:
             PROCESS: settings.account_process_rate_limit,
             RETRIES: settings.account_retry_rate_limit,
         }
+        # Rare and slow by design: counted one by one, never leased.
+        unleased = {
+            VERIFICATIONS: settings.account_verify_rate_limit,
+            ROTATIONS: settings.account_rotation_rate_limit,
+        }
+        probes = OutboundLane(
+            "test-send",
+            "test sends",
+            settings.test_send_concurrency,
+            settings.test_send_concurrency_per_account,
+        )
         return cls(
             settings=settings,
             redis=client,
@@ -180,9 +206,26 @@ class Edge:
                     LeasePolicy(settings.write_lease_slots, settings.write_lease_ms),
                 )
                 for kind, rate in rates.items()
+            }
+            | {
+                kind: SlidingWindow(rate, functools.partial(keys.account_rate_window, kind))
+                for kind, rate in unleased.items()
             },
             auth_failures=SlidingWindow(settings.auth_failure_rate_limit, keys.auth_failure_window),
-            prober=Prober(webhooks, signing, client, http, policy, settings.delivery_timeout),
+            verify_hosts=SlidingWindow(
+                settings.host_verify_rate_limit,
+                functools.partial(keys.host_rate_window, VERIFICATIONS),
+            ),
+            prober=Prober(
+                webhooks, signing, client, http, policy, settings.delivery_timeout, probes
+            ),
+            url_checks=OutboundLane(
+                "url-check",
+                "callback URL checks",
+                settings.url_check_concurrency,
+                settings.url_check_concurrency_per_account,
+            ),
+            enqueues=ThreadPoolExecutor(2, thread_name_prefix="rq-enqueue"),
         )
 
     def follow_primary(self) -> asyncio.Task[None] | None:
@@ -202,6 +245,9 @@ class Edge:
         return asyncio.create_task(follow_primary(target, moved), name="relay-primary-follower")
 
     async def close(self) -> None:
+        self.prober.lane.close()
+        self.url_checks.close()
+        self.enqueues.shutdown(wait=False, cancel_futures=True)
         self.prober.http.close()
         await self.lane.close()
         if self.scans.queues is not self.redis:
@@ -316,6 +362,17 @@ class Edge:
         """Count a failed authentication against the client's address."""
         return await self.auth_failures.hit(self.redis, address)
 
+    async def count_verification(self, account: str, host: str) -> tuple[Decision, Decision]:
+        """Count an endpoint verification about to start: in the account's window, then,
+        once that admits it, in the callback host's (an account past its own limit never
+        uses up a host's, which every account shares). Returns both decisions (the host's
+        is the account's when the account's refused); the verification may start when
+        both allow it."""
+        mine = await self.write_limits[VERIFICATIONS].hit(self.redis, account)
+        if not mine.allowed:
+            return mine, mine
+        return mine, await self.verify_hosts.hit(self.redis, host)
+
     # -- signing material ------------------------------------------------------------------
 
     async def signing_material(self, account: str) -> tuple[list[SigningMaterial], int | None]:
@@ -325,7 +382,8 @@ class Edge:
         return materials, await previous_until(self.redis, account)
 
     async def rotate_signing(self, account: str) -> tuple[list[SigningMaterial], int | None]:
-        """New signing material; the old one kept for ``RELAY_SIGNING_GRACE_SECONDS``."""
+        """New signing material; the old one kept for ``RELAY_SIGNING_GRACE_SECONDS``.
+        Raises RotationInProgress while the previous rotation's grace runs."""
         materials = await self.signing.rotate(
             self.redis, self.store.scripts, account, self.settings.signing_grace_seconds
         )
@@ -339,12 +397,29 @@ class Edge:
         return await durable.replicated(self.redis, self.settings, what, shard)
 
     async def wake(self, shard: int) -> None:
-        """Enqueue a delivery job for the shard unless one waits (in a thread: RQ blocks)."""
-        await asyncio.to_thread(queues.wake, self.sync_redis, shard, self.settings)
+        """Wake a delivery engine for the shard (``relay.queues.wake``): the marker and the
+        ring in one asyncio round trip; when no job waits and no engine listens, a job
+        enqueued on the edge's own threads (RQ blocks)."""
+        async with self.scans.queues.pipeline(transaction=False) as pipe:
+            queues.queue_wake(pipe, shard)
+            set_now = (await pipe.execute())[0]
+        if set_now:
+            await self._enqueue(queues.enqueue_delivery, shard)
 
     async def wake_processing(self, shard: int) -> None:
-        """Enqueue a processing job unless one waits (in a thread: RQ blocks)."""
-        await asyncio.to_thread(queues.wake_processing, self.sync_redis, shard, self.settings)
+        """Wake processing for the shard's documents (``relay.queues.wake_processing``),
+        as :meth:`wake` does."""
+        async with self.scans.queues.pipeline(transaction=False) as pipe:
+            queues.queue_processing_wake(pipe, shard)
+            set_now = (await pipe.execute())[-1]
+        if set_now:
+            await self._enqueue(queues.enqueue_processing, shard)
+
+    async def _enqueue(
+        self, enqueue: Callable[[redis.Redis, int, Settings], None], shard: int
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self.enqueues, enqueue, self.sync_redis, shard, self.settings)
 
     async def ping(self) -> None:
         """Redis answers; raises the client's error when it does not."""
