@@ -152,10 +152,12 @@ class RotationInProgress(StateError):
 class OutboundBusy(RelayError):
     """No slot for an outbound call now (``relay.delivery.outbound``): the account already
     has its share in flight (``scope`` ``account``) or the process's pool is full
-    (``process``). ``retry_after``: whole seconds until a slot surely frees."""
+    (``process``). ``limit``: that bound; ``retry_after``: whole seconds until a slot surely
+    frees."""
 
-    def __init__(self, scope: str, message: str, retry_after: int) -> None:
+    def __init__(self, scope: str, message: str, limit: int, retry_after: int) -> None:
         super().__init__(message)
         self.scope = scope
         self.message = message
+        self.limit = limit
         self.retry_after = retry_after

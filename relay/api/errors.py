@@ -163,8 +163,15 @@ def from_state_error(exc: StateError) -> ApiError:
 def from_outbound_busy(exc: OutboundBusy, headers: dict[str, str] | None = None) -> ApiError:
     """The HTTP error for no slot for an outbound call: 429 ``concurrency_limited`` (the
     account's share is in flight) or 503 ``outbound_busy`` (the process's lane is full),
-    with ``Retry-After`` and any more ``headers``."""
+    with ``Retry-After``. ``headers``: the RateLimit-* of the request's own window, if it
+    has one; else a 429's RateLimit-* count the calls in flight (the share, none left)."""
     account = exc.scope == "account"
+    if headers is None and account:
+        headers = {
+            "RateLimit-Limit": str(exc.limit),
+            "RateLimit-Remaining": "0",
+            "RateLimit-Reset": str(exc.retry_after),
+        }
     err = ApiError(
         exc.message,
         error_type="concurrency_limited" if account else "outbound_busy",

@@ -61,6 +61,7 @@ class OutboundLane:
                     "account",
                     f"this account already has {len(mine)} {self.what} in flight, the most "
                     f"this server runs at once for one account; retry after {wait} s",
+                    self.per_account,
                     wait,
                 )
             if len(self._calls) >= self.size:
@@ -69,6 +70,7 @@ class OutboundLane:
                     "process",
                     f"this server is running as many {self.what} as it allows at once "
                     f"({self.size}); retry after {wait} s",
+                    self.size,
                     wait,
                 )
             token = next(self._tokens)
