@@ -160,8 +160,12 @@ class Edge:
         webhooks = AsyncWebhookStore(client)
         signing = SigningKeys(Encryptor.from_setting(settings.encryption_key))
         policy = TargetPolicy.from_settings(settings)
+        # A connection for every test send the lane runs at once: none waits for the pool.
         http = make_client(
-            policy, settings.delivery_timeout, max_connections=16, user_agent=USER_AGENT
+            policy,
+            settings.delivery_timeout,
+            max_connections=max(16, settings.test_send_concurrency),
+            user_agent=USER_AGENT,
         )
         rates = {
             UPLOADS: settings.account_upload_rate_limit,
