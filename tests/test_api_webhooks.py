@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from relay.config import RateLimit
 from relay.delivery.ssrf import (
     CALLBACK_URL_PATTERN,
     MAX_URL_LENGTH,
@@ -18,7 +19,7 @@ from relay.delivery.ssrf import (
     in_documented_form,
     validate_url,
 )
-from tests.support.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
+from tests.support.api_fixtures import V1, Api, ApiFactory, api_factory_fixture, api_fixture  # noqa: F401
 
 HOOK = "https://hooks.example.com/relay"
 PUBLIC = "93.184.215.14"
@@ -305,3 +306,36 @@ def test_verify_is_a_boolean_and_the_setting_verifies_every_registration(
     assert r.status_code == 200 and r.json()["verification"]["status"] == "pending"
     ops = strict.client.put(f"{V1}/operational-webhook", headers=h, json={"url": url})
     assert ops.status_code == 201 and ops.json()["verification"]["status"] == "pending"
+
+
+def test_only_a_verification_that_starts_is_counted(api_factory: ApiFactory) -> None:
+    """A 404 (no such batch) and a repeat of the verification in progress count against no
+    limit; the first one past the account's limit is refused, 429, and changes nothing."""
+    api = api_factory(
+        allow_http_targets=True,
+        allow_private_targets=True,
+        account_verify_rate_limit=RateLimit.parse("2/minute"),
+    )
+    h = api.auth("acme")
+    for batch in ("b1", "b2", "b3"):
+        api.upload_ok("acme", batch)
+    url = "http://127.0.0.1:9/h"
+    verify = {"url": url, "verify": True}
+    for _ in range(3):
+        r = api.client.put(f"{V1}/batches/nope/webhook", headers=h, json=verify)
+        assert r.status_code == 404
+    first = api.client.put(f"{V1}/batches/b1/webhook", headers=h, json=verify)
+    assert first.status_code == 201
+    for _ in range(5):  # repeats: answered as they are, never counted
+        r = api.client.put(f"{V1}/batches/b1/webhook", headers=h, json=verify)
+        assert r.status_code == 200 and r.json() == first.json()
+    r = api.client.put(f"{V1}/batches/b2/webhook", headers=h, json=verify)
+    assert r.status_code == 201  # the second of two a minute
+    r = api.client.put(f"{V1}/batches/b3/webhook", headers=h, json=verify)
+    assert r.status_code == 429 and r.json()["error"]["type"] == "rate_limited"
+    assert "2 endpoint verifications per 60 s" in r.json()["error"]["message"]
+    assert r.headers["ratelimit-remaining"] == "0" and int(r.headers["retry-after"]) >= 1
+    assert api.client.get(f"{V1}/batches/b3/webhook", headers=h).status_code == 404
+    # Without verify nothing is sent, nothing is counted.
+    r = api.client.put(f"{V1}/batches/b3/webhook", headers=h, json={"url": url})
+    assert r.status_code == 201 and r.json()["verification"]["status"] == "none"

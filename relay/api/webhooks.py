@@ -142,6 +142,7 @@ async def put_webhook(request: Request) -> Response:
         pending = await st.webhooks.pending_verification(ref, url)
         if pending is not None:
             return json_response(pending.to_json())
+        await _existing(st, ref)  # a 404 uses up no verification (the host's is shared)
         await st.limits.verification(account, host)
     done = await st.webhooks.register(ref, url, st.settings.public_url, verify=verify)
     if done.repeated:  # a concurrent registration started the same verification meanwhile
