@@ -89,3 +89,33 @@ def test_url_checks_that_hang_hold_only_their_lane(
     # Every slot came back.
     r, _ = put("acme", "b2", f"http://other{SLOW}:9/hook")
     assert r.status_code == 201, r.text
+
+
+def test_a_lookup_that_hangs_past_the_wait_keeps_its_slot_until_it_ends(
+    api_factory: ApiFactory, stalled_dns: threading.Event
+) -> None:
+    api: Api = api_factory(
+        allow_http_targets=True, allow_private_targets=True, url_check_concurrency_per_account=1
+    )
+    api.upload_ok("acme", "b1")
+    api.upload_ok("globex", "b1")
+    hook = f"{V1}/batches/b1/webhook"
+    started = time.perf_counter()
+    r = api.client.put(hook, headers=api.auth("acme"), json={"url": f"http://a{SLOW}:9/h"})
+    took = time.perf_counter() - started
+    assert r.status_code == 422 and r.json()["error"]["type"] == "invalid_webhook_url"
+    assert "did not answer within 5 s" in r.json()["error"]["message"]
+    assert 4.9 < took < 6.5
+    # The lookup still hangs on the lane's thread: the account's share is taken.
+    r = api.client.put(hook, headers=api.auth("acme"), json={"url": f"http://b{SLOW}:9/h"})
+    assert r.status_code == 429 and r.json()["error"]["type"] == "concurrency_limited"
+    r = api.client.put(hook, headers=api.auth("globex"), json={"url": "http://localhost:9/h"})
+    assert r.status_code == 201, r.text  # another account's lookups go on
+    stalled_dns.set()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        r = api.client.put(hook, headers=api.auth("acme"), json={"url": f"http://c{SLOW}:9/h"})
+        if r.status_code != 429:
+            break
+        time.sleep(0.05)
+    assert r.status_code == 201, r.text

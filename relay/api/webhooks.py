@@ -50,7 +50,7 @@ from relay.timefmt import rfc3339
 from relay.webhook_store import operational_ref
 
 MAX_URL_CHARS = 2048
-# A callback host's DNS lookup at registration (relay.delivery.ssrf.vet_url's deadline).
+# How long a registration waits for its callback host's DNS lookup.
 URL_CHECK_TIMEOUT_S = 5.0
 
 
@@ -72,12 +72,15 @@ async def _wake(st: AppState, ref: BatchRef) -> None:
 
 async def _check_url(st: AppState, account: str, url: str) -> str:
     """Vet ``url`` as every callback URL is (UnsafeTarget); its host. A host name is looked
-    up on the URL checks' own threads, within the account's share of them (OutboundBusy)."""
+    up on the URL checks' own threads, within the account's share of them (OutboundBusy).
+    The lookup runs on the lane's thread itself: one that hangs past the request's wait
+    keeps its slot until it ends, so hanging lookups fill the account's share of the lane
+    (then refused at once), never a pool other requests use."""
     target = validate_url(url, st.policy)
     if target.ip is None:
-        check = functools.partial(vet_url, url, st.policy, timeout=URL_CHECK_TIMEOUT_S)
+        check = functools.partial(vet_url, url, st.policy, timeout=None)
         try:
-            await st.edge.url_checks.run(account, URL_CHECK_TIMEOUT_S + 1, check)
+            await st.edge.url_checks.run(account, URL_CHECK_TIMEOUT_S, check)
         except TimeoutError:
             raise UnsafeTarget(
                 "dns",
