@@ -1,6 +1,6 @@
 """What every benchmark shares: bounded waiting, percentiles, RSS, tables and JSON results.
 
-``wait_until`` is the tests' (``tests/support/procs.py``), re-exported for the benchmarks.
+``wait_until`` is the tests' (``relay/devtools/processes.py``), re-exported for the benchmarks.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.support.procs import wait_until as wait_until
+from relay.devtools.processes import wait_until as wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -20,8 +20,8 @@ import redis
 from bench._common import CSV_DOC, BenchError, CpuMeter, percentile, wait_until
 from bench._seed import upload_direct
 from bench._stack import ACCOUNT, Stack
-from relay import keys
-from relay.store import BatchRef
+from relay.redis import keyspace
+from relay.state.store import BatchRef
 
 OTHER = "bench-other"
 
@@ -33,10 +33,10 @@ def _hint(client: redis.Redis, key: str, field: str) -> int:
 
 def _wait_completed(client: redis.Redis, doc_id: str) -> int:
     """The document's ``completed_at`` (ms), once it has one."""
-    shard = keys.shard_of_id("doc", doc_id)
+    shard = keyspace.shard_of_id("doc", doc_id)
     if shard is None:
         raise BenchError(f"not a document id: {doc_id!r}")
-    key = keys.doc(shard, doc_id)
+    key = keyspace.doc(shard, doc_id)
     return wait_until(lambda: _hint(client, key, "completed_at"), 60, 0.002, doc_id)
 
 

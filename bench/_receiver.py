@@ -10,8 +10,8 @@ import httpx
 
 from bench._common import ROOT
 from bench._stack import wait_http
-from relay.redis_server import free_port
-from tests.support.procs import Proc, spawn
+from relay.devtools.processes import Proc, spawn
+from relay.devtools.redis_server import free_port
 
 
 class ReceiverProcess:

@@ -30,8 +30,8 @@ from pathlib import Path
 import redis
 
 from bench._meter import RedisMeter
-from relay import scripts as relay_scripts
-from relay.redis_server import RedisServer
+from relay.devtools.redis_server import RedisServer
+from relay.state import scripts as relay_scripts
 
 DEPTH = 64  # commands a round trip in the replay
 

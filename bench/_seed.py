@@ -1,5 +1,5 @@
 """Putting documents into batches: over HTTP (the real API) or straight through
-``relay.store.AsyncStore.upload`` (the same Lua script the API runs, minus HTTP)."""
+``relay.state.store.AsyncStore.upload`` (the same Lua script the API runs, minus HTTP)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import httpx
 import redis.asyncio
 
 from bench._common import CSV_DOC, BenchError
-from relay.blobs import BlobStore
-from relay.store import AsyncStore, BatchRef
+from relay.state.blobs import BlobStore
+from relay.state.store import AsyncStore, BatchRef
 
 
 def upload_http(

@@ -1,4 +1,4 @@
-"""Real relay processes on a private Redis, for the benchmarks (as tests/support/procs.py is for
+"""Real relay processes on a private Redis, for the benchmarks (as relay/devtools/processes.py is for
 the tests; both run their processes as its :class:`Proc`).
 
 ``Stack`` starts its own ``redis-server`` (127.0.0.1, a free port, AOF everysec as in
@@ -20,8 +20,8 @@ import httpx
 import redis
 
 from bench._common import BenchError, proc_status_kib
-from relay.redis_server import RedisServer, free_port
-from tests.support.procs import Proc, relay_env, spawn, stop_all, wait_until
+from relay.devtools.processes import Proc, relay_env, spawn, stop_all, wait_until
+from relay.devtools.redis_server import RedisServer, free_port
 
 ACCOUNT = "bench"
 

@@ -30,9 +30,9 @@ import httpx
 
 from bench._common import BenchError, Outcome, _machine_jiffies, _proc_jiffies, progress, table
 from bench._receiver import ReceiverProcess
-from relay.redis_server import RedisServer
-from tests.support.cluster import Cluster
-from tests.support.procs import Stack, relay_env, wait_until
+from relay.devtools.cluster import Cluster
+from relay.devtools.processes import Stack, relay_env, wait_until
+from relay.devtools.redis_server import RedisServer
 
 NAME = "cluster"
 WORKERS = 2

@@ -11,7 +11,7 @@ looks for due deliveries by itself); the account's signing material exists befor
 would on a running system.
 
 Timed: from making the round's N deliveries due now and waking every shard
-(``relay.queues.wake``, the call the detector makes) to every one of them recorded
+(``relay.state.job_queues.wake``, the call the detector makes) to every one of them recorded
 ``succeeded`` (out of the ``due`` sets, the receiver holding N).
 
 Baseline, in the same run, same receiver, same bodies: a plain loop posting them one after
@@ -46,15 +46,16 @@ from bench._profile import Profiler, render
 from bench._receiver import ReceiverProcess
 from bench._seed import upload_direct
 from bench._stack import ACCOUNT, Stack
-from relay import keys, queues
 from relay.config import Settings, load_settings
 from relay.crypto import Encryptor, SigningMaterial
 from relay.delivery.signing import build_headers
-from relay.model import Batch
-from relay.signing_keys import SigningKeys
-from relay.store import BatchRef
-from relay.webhook_events import notification_body
-from relay.webhook_store import AsyncWebhookStore, WebhookStore
+from relay.redis import keyspace
+from relay.state import job_queues
+from relay.state.event_bodies import notification_body
+from relay.state.model import Batch
+from relay.state.signing_material import SigningKeys
+from relay.state.store import BatchRef
+from relay.state.webhooks import AsyncWebhookStore, WebhookStore
 
 NAME = "drain"
 
@@ -89,8 +90,8 @@ def _completed_body(client: redis.Redis, ref: BatchRef, public_url: str) -> byte
 
 def total_due(client: redis.Redis) -> int:
     with client.pipeline(transaction=False) as pipe:
-        for s in keys.all_shards():
-            pipe.zcard(keys.due(s))
+        for s in keyspace.all_shards():
+            pipe.zcard(keyspace.due(s))
         return sum(int(n) for n in pipe.execute())
 
 
@@ -146,9 +147,9 @@ def _still_due(client: redis.Redis, ids: list[str]) -> int:
     """How many of ``ids`` are still in a due set (not yet recorded succeeded)."""
     with client.pipeline(transaction=False) as pipe:
         for ident in ids:
-            shard = keys.shard_of_id("msg", ident)
+            shard = keyspace.shard_of_id("msg", ident)
             assert shard is not None
-            pipe.zscore(keys.due(shard), ident)
+            pipe.zscore(keyspace.due(shard), ident)
         return sum(score is not None for score in pipe.execute())
 
 
@@ -161,9 +162,9 @@ def _due_at(client: redis.Redis, ids: list[str], at_ms: int) -> None:
     """Move the deliveries' due time to ``at_ms`` (one pipelined round trip)."""
     with client.pipeline(transaction=False) as pipe:
         for ident in ids:
-            shard = keys.shard_of_id("msg", ident)
+            shard = keyspace.shard_of_id("msg", ident)
             assert shard is not None
-            pipe.zadd(keys.due(shard), {ident: at_ms}, xx=True)
+            pipe.zadd(keyspace.due(shard), {ident: at_ms}, xx=True)
         pipe.execute()
 
 
@@ -176,8 +177,8 @@ def _drain(
     meter = CpuMeter(st.pids(receiver=receiver.proc.pid))
     t0 = time.time()
     _due_at(st.redis, ids, int(t0 * 1000))
-    for s in keys.all_shards():
-        queues.wake(st.redis, s, settings)
+    for s in keyspace.all_shards():
+        job_queues.wake(st.redis, s, settings)
     if receiver.wait(n, 120) < n:
         raise BenchError(f"the receiver got {receiver.count()} of {n} within 120 s")
     wait_until(lambda: _still_due(st.redis, ids) == 0, 60, 0.005, "the round to be recorded")
@@ -317,10 +318,10 @@ def _outcomes(client: redis.Redis, ids: list[str]) -> tuple[dict[str, int], dict
     """Delivery statuses and attempt counts, each tallied."""
     with client.pipeline(transaction=False) as pipe:
         for ident in ids:
-            shard = keys.shard_of_id("msg", ident)
+            shard = keyspace.shard_of_id("msg", ident)
             assert shard is not None
-            pipe.hget(keys.delivery(shard, ident), "status")
-            pipe.llen(keys.delivery_attempts(shard, ident))
+            pipe.hget(keyspace.delivery(shard, ident), "status")
+            pipe.llen(keyspace.delivery_attempts(shard, ident))
         replies = pipe.execute()
     statuses: dict[str, int] = {}
     attempts: dict[str, int] = {}

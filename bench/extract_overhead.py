@@ -25,8 +25,8 @@ from multiprocessing.context import ForkContext, ForkServerContext
 from bench._common import CSV_DOC, BenchError, Outcome, ratio, table
 from relay.config import load_settings
 from relay.extract import extract
-from relay.extract.sandbox import ExtractorHost
-from relay.worker_context import sandbox_config
+from relay.runtime.context import sandbox_config
+from relay.runtime.sandbox import ExtractorHost
 
 NAME = "extract_overhead"
 

@@ -7,7 +7,7 @@ are being extracted, account ``bench-other`` uploads a one-row CSV and calls ``p
 several times one after the other; each latency runs from just before that call to the
 document's ``completed_at``. The same run is made on fresh stacks with
 ``RELAY_BACKGROUND_EXTRACTIONS`` at 2 (the default: both heavy documents move to the
-background of ``relay.processing``), 1 (the default before: the second one holds the
+background of ``relay.runtime.processing``), 1 (the default before: the second one holds the
 worker) and 0 (v1's behaviour: the small document waits for the heavy ones). Also
 reported: the heavy documents' own extraction times in each, i.e. what moving them to the
 background (reniced) costs them.
@@ -32,15 +32,16 @@ import redis.asyncio
 
 from bench._common import BenchError, Outcome, percentile, progress, table, wait_until, write_result
 from bench._stack import ACCOUNT, Stack
-from relay import keys, processing
-from relay.blobs import BlobStore
 from relay.config import load_settings
 from relay.crypto import generate_key
-from relay.redis_server import RedisServer
-from relay.store import AsyncStore, BatchRef, Claim
-from relay.store import Outcome as DocumentOutcome
-from relay.worker_context import WorkerContext
-from tests.support.documents import HEADER, pdf, table_ops
+from relay.devtools.redis_server import RedisServer
+from relay.devtools.sample_documents import HEADER, pdf, table_ops
+from relay.redis import keyspace
+from relay.runtime import processing
+from relay.runtime.context import WorkerContext
+from relay.state.blobs import BlobStore
+from relay.state.store import AsyncStore, BatchRef, Claim
+from relay.state.store import Outcome as DocumentOutcome
 
 OTHER = "bench-other"
 HEAVY_2 = "heavy-2"
@@ -48,10 +49,10 @@ SMALL = b"sku,qty\nS-1,1\n"
 
 
 def _doc(st: Stack, doc_id: str) -> dict[bytes, bytes]:
-    shard = keys.shard_of_id("doc", doc_id)
+    shard = keyspace.shard_of_id("doc", doc_id)
     if shard is None:
         raise BenchError(f"not a document id: {doc_id!r}")
-    found: dict[bytes, bytes] = st.redis.hgetall(keys.doc(shard, doc_id))
+    found: dict[bytes, bytes] = st.redis.hgetall(keyspace.doc(shard, doc_id))
     return found
 
 
@@ -135,7 +136,7 @@ def _one_run(background: int, heavy_pdf: bytes, samples: int) -> dict[str, Any]:
                 client.close()
 
 
-def _hand_out(url: str, ref: BatchRef, n: int) -> None:
+def _process_and_read(url: str, ref: BatchRef, n: int) -> None:
     async def main() -> None:
         client = redis.asyncio.Redis.from_url(url)
         api = AsyncStore(client, BlobStore(""))
@@ -173,7 +174,7 @@ def _watch_cost(rounds: int, n: int) -> dict[str, Any]:
             for how in ("watched", "direct"):
                 processing.process_fairly = watched if how == "watched" else direct
                 ref = BatchRef("bench", f"{how}-{i}")
-                _hand_out(server.url, ref, n)
+                _process_and_read(server.url, ref, n)
                 t0 = time.perf_counter()
                 processing.run_documents(ctx, ref.shard, budget=1e9)
                 ms[how].append(round((time.perf_counter() - t0) / n * 1000, 3))

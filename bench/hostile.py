@@ -24,7 +24,7 @@ import httpx
 from bench._common import BenchError, Outcome, progress, ratio, summary_ms, table, wait_until
 from bench._receiver import ReceiverProcess
 from bench._stack import Stack
-from tests.support.hostile import Hostile
+from relay.devtools.hostile_peers import Hostile
 
 NAME = "hostile"
 HOSTILE = 24

@@ -19,8 +19,8 @@ from pathlib import Path
 from bench._common import ROOT, Outcome, progress, ratio, table
 from bench._stack import Stack, wait_http
 from bench.status import CONNECTIONS, THREADS, find_wrk, run_wrk, status_api
-from relay.redis_server import free_port
-from tests.support.procs import spawn
+from relay.devtools.processes import spawn
+from relay.devtools.redis_server import free_port
 
 NAME = "http_bounds"
 BOUNDED = "relay serve (HTTP bounds)"

@@ -41,7 +41,7 @@ from bench._common import (
 from bench._profile import Profiler, render
 from bench._receiver import ReceiverProcess
 from bench._stack import Stack, Started
-from relay import keys
+from relay.redis import keyspace
 
 NAME = "lag"
 POLL_INTERVAL = 0.5  # 120 requests per minute
@@ -149,7 +149,7 @@ def _lag_metric(client: redis.Redis) -> tuple[float, float]:
     """(sum, count) of relay's ``relay_notification_lag_seconds`` histogram, read from the
     ``relay:metrics`` hash the workers flush to (``GET /metrics`` does not render it yet)."""
     total, count = client.hmget(
-        keys.metrics(),
+        keyspace.metrics(),
         ["relay_notification_lag_seconds_sum|", "relay_notification_lag_seconds_count|"],
     )
     return float(total or 0), float(count or 0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from rq import get_current_job
 
-from relay.worker_context import WorkerContext
+from relay.runtime.context import WorkerContext
 
 DONE_KEY = "bench:noop:done"
 

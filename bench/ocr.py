@@ -1,7 +1,7 @@
 """Seconds per image page: a clean one-page bordered table read by OCR (issue 11).
 
 One stack (private Redis, ``relay serve``, one ``relay worker``, ``relay detector``). The
-table the tests draw (``tests/support/drawn_tables.py``: 3 columns, a header and 2 rows, 740 x 290
+table the tests draw (``relay/devtools/drawn_tables.py``: 3 columns, a header and 2 rows, 740 x 290
 px) is uploaded N times as PNG over HTTP (named ``doc-N.csv`` and declared ``text/csv``, so
 the format is recognised from the bytes), processed, and timed from ``POST /process`` to
 the batch's ``completed_at``: seconds per page with 1 worker, every document checked.
@@ -42,7 +42,7 @@ NAME = "ocr"
 
 def _table_png() -> tuple[bytes, bytes]:
     """The drawn table as PNG bytes and as CSV bytes."""
-    from tests.support.drawn_tables import TABLE, draw_table, encode
+    from relay.devtools.drawn_tables import TABLE, draw_table, encode
 
     csv = "\n".join(",".join(row) for row in TABLE).encode() + b"\n"
     return encode(draw_table(), "PNG"), csv

@@ -33,9 +33,9 @@ from bench._fairness import run_fairness
 from bench._profile import Profiler, render
 from bench._seed import upload_direct, upload_http
 from bench._stack import ACCOUNT, Stack
-from relay import keys
-from relay.queues import PROCESSING, queue
-from relay.store import BatchRef
+from relay.redis import keyspace
+from relay.state.job_queues import PROCESSING, queue
+from relay.state.store import BatchRef
 
 NAME = "processing"
 KIB = 1024
@@ -123,17 +123,17 @@ def _memory_usage(client: redis.Redis, key: str) -> int:
 def memory_sample(client: redis.Redis, ref: BatchRef, n: int, sample: int) -> dict[str, Any]:
     """``MEMORY USAGE`` of the batch's document hashes, blobs, items and list shares."""
     s = ref.shard
-    ids = [i.decode() for i in client.lrange(keys.batch_docs(s, ref.account, ref.name), 0, -1)]
+    ids = [i.decode() for i in client.lrange(keyspace.batch_docs(s, ref.account, ref.name), 0, -1)]
     step = max(1, len(ids) // sample)
     picked = ids[::step][:sample]
-    docs = [_memory_usage(client, keys.doc(s, i)) for i in picked]
-    blobs = [_memory_usage(client, keys.blob(s, i)) for i in picked]
-    items = [_memory_usage(client, keys.doc_items(s, i)) for i in picked]
+    docs = [_memory_usage(client, keyspace.doc(s, i)) for i in picked]
+    blobs = [_memory_usage(client, keyspace.blob(s, i)) for i in picked]
+    items = [_memory_usage(client, keyspace.doc_items(s, i)) for i in picked]
     lists = {
-        "docs_list": _memory_usage(client, keys.batch_docs(s, ref.account, ref.name)),
-        "pending_list": _memory_usage(client, keys.batch_pending(s, ref.account, ref.name)),
-        "ready_list": _memory_usage(client, keys.batch_ready(s, ref.account, ref.name)),
-        "started_zset": _memory_usage(client, keys.batch_started(s, ref.account, ref.name)),
+        "docs_list": _memory_usage(client, keyspace.batch_docs(s, ref.account, ref.name)),
+        "pending_list": _memory_usage(client, keyspace.batch_pending(s, ref.account, ref.name)),
+        "ready_list": _memory_usage(client, keyspace.batch_ready(s, ref.account, ref.name)),
+        "started_zset": _memory_usage(client, keyspace.batch_started(s, ref.account, ref.name)),
     }
     return {
         "sampled": len(picked),
@@ -223,7 +223,7 @@ def run(quick: bool = False, profile: bool = False) -> Outcome:
     out.data = {
         "seeding": {
             "1_worker_batch": "HTTP POST /api/v1/documents, 4 in flight",
-            "other_batches": "relay.store.AsyncStore.upload, 32 in flight (no HTTP)",
+            "other_batches": "relay.state.store.AsyncStore.upload, 32 in flight (no HTTP)",
             "http_upload_docs_per_s": round(n_tp / up_s, 1),
             "direct_upload_docs_per_s": round(n_large / seed_s, 1),
         },

@@ -200,7 +200,7 @@ def provision_venv(clone: Path, venv_from: Path) -> None:
     # editable install of relay stays out, the clone's relay comes first.
     Path(purelib, "_quickstart.pth").write_text(f"{clone}\n{outer}\n")
     for name, code in {
-        "relay": "import sys\nfrom relay.cli import main\nsys.exit(main())\n",
+        "relay": "import sys\nfrom relay.cli.commands import main\nsys.exit(main())\n",
         "pip": "import sys\nfrom pip._internal.cli.main import main\nsys.exit(main())\n",
     }.items():
         script = venv / "bin" / name

@@ -32,14 +32,14 @@ from bench._receiver import ReceiverProcess
 from bench._seed import upload_direct
 from bench._stack import ACCOUNT, Stack
 from bench.drain import _completed_body, _outcomes, _register, plain_loop, total_due
-from relay import keys
 from relay.config import load_settings
 from relay.crypto import Encryptor
-from relay.model import Attempt
-from relay.signing_keys import SigningKeys
-from relay.store import BatchRef
+from relay.redis import keyspace
+from relay.state.model import Attempt
+from relay.state.signing_material import SigningKeys
+from relay.state.store import BatchRef
+from relay.state.webhooks import WebhookStore
 from relay.timefmt import now_ms, rfc3339
-from relay.webhook_store import WebhookStore
 
 NAME = "recover"
 
@@ -71,7 +71,7 @@ def _seed_failed(
             if not created:
                 raise BenchError(f"no delivery created for {ref.name} #{seq}")
             made[ident] = ref
-        for shard in keys.all_shards():
+        for shard in keyspace.all_shards():
             for c in store.claim(shard, limit=len(made), lease_ms=600_000, token="seed"):
                 attempt = Attempt(c.number, now_ms(), 1.0, 503, "http_status", "down")
                 if not store.record(c, "seed", attempt, outcome="failed"):

@@ -58,7 +58,7 @@ SPACED_BATCHES = 40
 SPACED_GAP_S = 0.3
 ROUND_TRIPS = 5000  # PINGs to measure what one round trip costs Redis
 # Requests in flight in every phase (``RELAY_BENCH_CLIENTS``): relay's API process sends the
-# round trips of concurrent requests together (relay.lane), so Redis's cost per document falls
+# round trips of concurrent requests together (relay.redis.status_lane), so Redis's cost per document falls
 # as more arrive at once.
 CLIENTS = int(os.environ.get("RELAY_BENCH_CLIENTS", "8"))
 # Every run's relay: the retry phase's calls must not be refused by the account's window.

@@ -29,10 +29,10 @@ from bench._common import BenchError, Outcome, progress, table, wait_until
 from bench._receiver import ReceiverProcess
 from bench._seed import upload_direct
 from bench._stack import ACCOUNT, Stack
-from relay import keys
-from relay.blobs import BlobStore
-from relay.store import BatchRef, Store
-from relay.webhook_store import AsyncWebhookStore
+from relay.redis import keyspace
+from relay.state.blobs import BlobStore
+from relay.state.store import BatchRef, Store
+from relay.state.webhooks import AsyncWebhookStore
 
 NAME = "retention"
 ROUND = 1_000
@@ -56,7 +56,7 @@ async def _register(redis_url: str, refs: list[BatchRef], url: str) -> None:
 def _complete(store: Store, client: redis.Redis, refs: list[BatchRef]) -> None:
     """Claim and finish each batch's one document, as a worker does."""
     for ref in refs:
-        doc_id = client.lindex(keys.batch_docs(ref.shard, ref.account, ref.name), 0)
+        doc_id = client.lindex(keyspace.batch_docs(ref.shard, ref.account, ref.name), 0)
         if doc_id is None:
             raise BenchError(f"batch {ref.name} has no document")
         claim = store.claim(ref, doc_id.decode(), "bench", 60_000)
@@ -68,9 +68,9 @@ def _complete(store: Store, client: redis.Redis, refs: list[BatchRef]) -> None:
 def _left(client: redis.Redis) -> int:
     """Batches not yet purged: still in a shard's ``finished`` index, or mid-purge."""
     with client.pipeline(transaction=False) as pipe:
-        for s in keys.all_shards():
-            pipe.zcard(keys.finished(s))
-            pipe.zcard(keys.purging(s))
+        for s in keyspace.all_shards():
+            pipe.zcard(keyspace.finished(s))
+            pipe.zcard(keyspace.purging(s))
         return sum(int(n) for n in pipe.execute())
 
 

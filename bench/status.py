@@ -8,7 +8,7 @@
    that reads Redis;
 3. relay's ``GET /api/v1/batches/{name}`` with ``Authorization: Bearer`` and the rate limit
    on (raised to 1,000,000/minute so nothing is refused), its status round trip sent down the
-   lane (``relay/lane.py``: one multiplexed connection, hiredis packing and parsing);
+   lane (``relay/redis/status_lane.py``: one multiplexed connection, hiredis packing and parsing);
 4. the same relay endpoint from a second API process whose round trip is a ``redis.asyncio``
    pipeline (hiredis parsing), the lane's fallback: its ``RELAY_REDIS_URL`` carries
    ``encoding=utf-8``, redis-py's default, which the lane does not implement.
@@ -35,17 +35,17 @@ from bench._common import ROOT, BenchError, CpuMeter, Outcome, progress, ratio, 
 from bench._profile import Profiler, render
 from bench._seed import upload_http
 from bench._stack import ACCOUNT, Stack, wait_http
-from relay import keys
-from relay.auth import parse_key
-from relay.redis_server import free_port
-from relay.store import BatchRef
-from tests.support.procs import Proc, spawn
+from relay.devtools.processes import Proc, spawn
+from relay.devtools.redis_server import free_port
+from relay.redis import keyspace
+from relay.state.api_keys import parse_key
+from relay.state.store import BatchRef
 
 NAME = "status"
 RELAY_LANE = "relay GET /api/v1/batches/{name}, lane"
 RELAY_NO_LANE = "relay GET /api/v1/batches/{name}, redis.asyncio + hiredis"
 # A URL option redis-py takes (its default value) and the lane does not: relay falls back to
-# a redis.asyncio pipeline for the status round trip (relay.lane_url.unsupported_options).
+# a redis.asyncio pipeline for the status round trip (relay.redis.status_target.unsupported_options).
 NO_LANE_OPTION = "encoding=utf-8"
 CONNECTIONS = 32
 THREADS = 1
@@ -138,7 +138,7 @@ def run(quick: bool = False, profile: bool = False) -> Outcome:
             [
                 sys.executable, "-m", "bench.bare_app", "--port", str(port),
                 "--redis-url", st.redis_url, "--batch-key", BatchRef(ACCOUNT, "status").key,
-                "--apikey-key", keys.api_key(presented.prefix),
+                "--apikey-key", keyspace.api_key(presented.prefix),
             ],
             st.tmp,
             st.env,
@@ -188,7 +188,7 @@ def run(quick: bool = False, profile: bool = False) -> Outcome:
                     profiles = profiler.stop()
         # The best round of each: the one least disturbed by anything else on the machine.
         results = {label: max(rs, key=lambda r: r["requests_per_s"]) for label, rs in runs.items()}
-        window = int(st.redis.zcard(keys.rate_window(presented.prefix)))
+        window = int(st.redis.zcard(keyspace.rate_window(presented.prefix)))
         check = httpx.get(relay_url, headers=auth, timeout=10)
         limit_headers = {
             k: v for k, v in check.headers.items() if k.lower().startswith("ratelimit")

@@ -142,7 +142,7 @@ def _at_least_two(raw: str) -> int:
 
 
 def _shard_count(raw: str) -> int:
-    # Bounds mirrored from relay.keys (MIN_SHARDS, MAX_SHARDS): config imports no domain module.
+    # Bounds mirrored from relay.redis.keyspace (MIN_SHARDS, MAX_SHARDS): config imports no domain module.
     value = int(raw)
     if not 16 <= value <= 256:
         raise ValueError("must be 16-256 (docs/decisions.md, shard count)")

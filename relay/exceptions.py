@@ -20,7 +20,7 @@ them (the API in ``relay.api.errors``, the CLI to one line and an exit code).
 
 Redis's own errors (unreachable, timing out, loading) are not wrapped: every edge maps
 redis-py's exceptions as they are; ``StoreUnavailable`` is for what relay's own Redis
-client (``relay.lane``) finds wrong. ``relay.extract.ExtractionError`` is not here either: it
+client (``relay.redis.status_lane``) finds wrong. ``relay.extract.ExtractionError`` is not here either: it
 belongs to the extractor plug-in contract and is a document-level result, never an error
 of an operation; nor ``relay.extract.errors.ExtractorConfigError`` (an extractor that cannot
 be loaded), which relay.extract defines itself because it imports nothing of relay.
@@ -45,7 +45,7 @@ class StoreUnavailable(RelayError):
 
 class StoreProtocolError(StoreUnavailable):
     """Redis sent a reply no request was waiting for, or bytes that are not RESP: the replies
-    are out of step with the requests, so the connection was dropped (``relay.lane``)."""
+    are out of step with the requests, so the connection was dropped (``relay.redis.status_lane``)."""
 
 
 class StateError(RelayError):

@@ -1,6 +1,6 @@
 """JSON Schema from the types of the public JSON shapes, so that a shape is declared once.
 
-Each record of ``relay.model`` types its ``to_json`` with a ``TypedDict`` (``BatchJSON``,
+Each record of ``relay.state.model`` types its ``to_json`` with a ``TypedDict`` (``BatchJSON``,
 ``DocumentJSON``, ...): mypy holds ``to_json`` to exactly those keys and value types, and
 :func:`object_schema` turns the same ``TypedDict`` into the closed JSON Schema object of the
 OpenAPI document (``relay.api.openapi_schemas``). What a type alone cannot say (a pattern,

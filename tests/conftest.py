@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from relay.redis_server import AppendFsync, RedisServer, find_redis_server
+from relay.devtools.redis_server import AppendFsync, RedisServer, find_redis_server
 from tests.support.run_seed import replay_hint, run_seed
 from tests.support.sentinels import Topology, find_redis_sentinel
 

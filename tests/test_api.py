@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from relay import keys
-from relay.queues import PROCESSING
+from relay.redis import keyspace
+from relay.state.job_queues import PROCESSING
 from tests.support.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
 
 RFC3339_MS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
@@ -21,15 +21,15 @@ ZERO_COUNTS = {"queued": 0, "processing": 0, "succeeded": 0, "failed": 0, "cance
 def test_process_is_idempotent_and_hands_each_document_out_once(api: Api) -> None:
     docs = [api.upload_ok("acme", "b1") for _ in range(3)]
     auth = api.auth("acme")
-    shard = keys.shard_for_batch("acme", "b1")
-    ready = keys.batch_ready(shard, "acme", "b1")
+    shard = keyspace.shard_for_batch("acme", "b1")
+    ready = keyspace.batch_ready(shard, "acme", "b1")
     first = api.client.post(f"{V1}/batches/b1/process", headers=auth)
     assert first.status_code == 202
     assert first.json()["batch_name"] == "b1"
     assert first.json()["counts"] == {**ZERO_COUNTS, "queued": 3}
     # The documents wait in the fair queue; one job wakes a worker to take them.
     assert api.redis.lrange(ready, 0, -1) == [d["id"].encode() for d in docs]
-    assert api.redis.lrange(keys.fair_ring(shard), 0, -1) == [b"acme"]
+    assert api.redis.lrange(keyspace.fair_ring(shard), 0, -1) == [b"acme"]
     assert api.redis.llen(QUEUE) == 1
     second = api.client.post(f"{V1}/batches/b1/process", headers=auth)
     assert second.status_code == 202

@@ -9,9 +9,9 @@ import httpx
 import pytest
 
 from relay.api.state import STATE_KEY, AppState
-from relay.auth import revoke_key
 from relay.config import RateLimit
-from relay.lane import Lane, PipelineClient
+from relay.redis.status_lane import PipelineClient, StatusLane
+from relay.state.api_keys import revoke_key
 from tests.support.api_fixtures import (  # noqa: F401
     V1,
     Api,
@@ -226,8 +226,8 @@ def test_first_requests_after_a_redis_restart_succeed(
     if form == "fallback":
         url += "?protocol=3"  # an option the lane lacks: redis-py serves the status path
     api = api_factory(redis_url=url)
-    lane = cast(AppState, getattr(api.app.state, STATE_KEY)).edge.lane
-    assert isinstance(lane, PipelineClient if form == "fallback" else Lane)
+    lane = cast(AppState, getattr(api.app.state, STATE_KEY)).resources.lane
+    assert isinstance(lane, PipelineClient if form == "fallback" else StatusLane)
     api.upload_ok("acme", "b1")
     auth = api.auth("acme")
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from relay.config import RateLimit
-from relay.model import DeliveryStatus
+from relay.state.model import DeliveryStatus
 from relay.timefmt import rfc3339
 from tests.support.api_fixtures import V1, Api, ApiFactory, api_factory_fixture, api_fixture  # noqa: F401
 from tests.support.delivery_seed import Seeder

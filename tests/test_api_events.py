@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 import redis
 
-from relay import keys
-from relay.detector import Detector, ensure_groups
-from relay.events import FeedWaiters
-from relay.store import BatchRef
-from relay.webhook_events import event_body
-from relay.worker_context import WorkerContext
+from relay.redis import keyspace
+from relay.runtime.context import WorkerContext
+from relay.runtime.detector import Detector, ensure_groups
+from relay.state.event_bodies import event_body
+from relay.state.event_feed import FeedWaiters
+from relay.state.store import BatchRef
 from tests.support.api_fixtures import V1, Api, ApiFactory, api_factory_fixture, api_fixture  # noqa: F401
 from tests.support.helpers import relay_cli, wait_until
 
@@ -31,7 +31,7 @@ def complete_in_process(api: Api, account: str, name: str) -> None:
     ensure_groups(ctx.redis)
     store = ctx.store
     ref = BatchRef(account, name)
-    for doc_id in store.redis.lrange(keys.batch_docs(ref.shard, account, name), 0, -1):
+    for doc_id in store.redis.lrange(keyspace.batch_docs(ref.shard, account, name), 0, -1):
         claim = store.claim(ref, doc_id.decode(), "t", 60_000)
         if claim is not None:
             store.finish(claim, line_items=[], error=None)
@@ -109,14 +109,14 @@ def test_operational_events_feed(api: Api, redis: redis.Redis) -> None:
     }
     ctx = WorkerContext(api.settings)
     ensure_groups(ctx.redis)
-    redis.xadd(keys.outbox(5), fields)
+    redis.xadd(keyspace.outbox(5), fields)
     assert Detector(ctx, "d1").read_once(10) == 1
     ctx.redis.close()
     (event,) = _get(api, "acme", path="/operational-events").json()["events"]
     body = event_body({k.encode(): v.encode() for k, v in fields.items()})
     assert {k: v for k, v in event.items() if k != "id"} == json.loads(body)
-    assert keys.shard_of_id("msg", event["id"]) == keys.shard_for_batch(
-        "acme", keys.OPERATIONAL_BATCH
+    assert keyspace.shard_of_id("msg", event["id"]) == keyspace.shard_for_batch(
+        "acme", keyspace.OPERATIONAL_BATCH
     )
     assert _get(api, "acme").json()["events"] == []  # not in the account's batch feed
     r = _get(api, "acme", path="/operational-events", type="batch.completed")

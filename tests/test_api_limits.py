@@ -11,13 +11,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from relay import keys
 from relay.config import RateLimit
-from relay.detector import Detector, ensure_groups
-from relay.worker_context import WorkerContext
+from relay.devtools.processes import Stack
+from relay.redis import keyspace
+from relay.runtime.context import WorkerContext
+from relay.runtime.detector import Detector, ensure_groups
 from tests.support.api_fixtures import V1, Api, ApiFactory, api_factory_fixture  # noqa: F401
 from tests.support.helpers import refs_in_distinct_shards
-from tests.support.procs import Stack
 
 RATE_HEADERS = ("ratelimit-limit", "ratelimit-remaining", "ratelimit-reset")
 UNKNOWN_KEY = "rk_zzzzzzzz_" + "A" * 43
@@ -70,7 +70,7 @@ def test_300_manual_retries_in_a_row_hit_429(api_factory: ApiFactory) -> None:
         assert r.headers["ratelimit-remaining"] == "0"
         assert soonest <= int(r.headers["retry-after"]) <= 60
     # Refused retries are not counted, and other writes of the account have their own window.
-    assert api.redis.zcard(keys.account_rate_window("retries", "acme")) == 60
+    assert api.redis.zcard(keyspace.account_rate_window("retries", "acme")) == 60
     assert api.upload("acme", "b2").status_code == 201
     # Another account's retries are not limited by acme's.
     other = failed_delivery(api, "globex", "g1")
@@ -158,7 +158,7 @@ def test_bad_keys_from_one_address_get_429_while_good_keys_work(api_factory: Api
         assert api.client.get(url, headers=auth).status_code == 200
     assert api.client.get(f"{V1}/batches", headers=auth).status_code == 200
     assert api.upload("acme", "b1").status_code == 201
-    assert api.redis.zcard(keys.auth_failure_window("127.0.0.1")) == 5
+    assert api.redis.zcard(keyspace.auth_failure_window("127.0.0.1")) == 5
     # Another client address has its own window.
     transport = httpx.HTTPTransport(local_address="127.0.0.2")
     with httpx.Client(base_url=api.base_url, transport=transport) as elsewhere:

@@ -14,15 +14,15 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from relay.api.reference import anchor as reference_anchor
 from relay.delivery.probe import ProbeResult
-from relay.model import Batch
-from relay.store import BatchRef
-from relay.webhook_events import (
+from relay.state.event_bodies import (
     event_body,
     notification_body,
     probe_body,
     verify_body,
     verify_challenge,
 )
+from relay.state.model import Batch
+from relay.state.store import BatchRef
 from tests.support.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
 
 METHODS = {"get", "put", "post", "delete", "patch"}

@@ -12,8 +12,8 @@ import redis
 
 from relay.api.app import create_app
 from relay.api.documents import MULTIPART_OVERHEAD
-from relay.auth import create_key
-from relay.queues import PROCESSING
+from relay.state.api_keys import create_key
+from relay.state.job_queues import PROCESSING
 from tests.support.api_fixtures import (  # noqa: F401
     CSV,
     TEST_MAX_UPLOAD,
@@ -207,7 +207,7 @@ def _upload_keyed(api: Api, key: str | bytes | list[str], batch: str = "b1") -> 
 
 
 def test_an_upload_retried_with_its_idempotency_key_makes_one_document(api: Api) -> None:
-    """A client that lost an upload's answer (or got a 503 after the write: relay.durable)
+    """A client that lost an upload's answer (or got a 503 after the write: relay.redis.replicas)
     sends it again with the same key: the batch's document is answered, no second is made."""
     first = _upload_keyed(api, "upload-7f3a")
     assert first.status_code == 201, first.text

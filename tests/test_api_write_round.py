@@ -14,10 +14,10 @@ from typing import Any, cast
 import pytest
 import redis
 
-from relay import keys
 from relay.api.state import STATE_KEY, AppState
-from relay.auth import revoke_key
 from relay.config import RateLimit
+from relay.redis import keyspace
+from relay.state.api_keys import revoke_key
 from tests.support.api_fixtures import V1, Api, ApiFactory, api_factory_fixture  # noqa: F401
 from tests.support.helpers import wait_until
 
@@ -26,19 +26,19 @@ CSV = b"sku,qty\nA-1,2\nB-2,5\n"
 
 def held(api: Api, account: str = "acme") -> int:
     """The account's pending total as it is now."""
-    return int(api.redis.get(keys.account_pending_total(account)) or 0)
+    return int(api.redis.get(keyspace.account_pending_total(account)) or 0)
 
 
 def total(api: Api, account: str = "acme") -> int:
     """The total once the process has given back what its uploads held beyond their files
-    (within about a second: relay.store.GiveBack)."""
-    give_back = cast(AppState, getattr(api.app.state, STATE_KEY)).store.give_back
-    wait_until(lambda: give_back.outstanding == 0, 5)
+    (within about a second: relay.state.store.PendingRefunds)."""
+    refunds = cast(AppState, getattr(api.app.state, STATE_KEY)).store.refunds
+    wait_until(lambda: refunds.outstanding == 0, 5)
     return held(api, account)
 
 
 def window(api: Api, kind: str = "uploads", account: str = "acme") -> int:
-    return int(api.redis.zcard(keys.account_rate_window(kind, account)))
+    return int(api.redis.zcard(keyspace.account_rate_window(kind, account)))
 
 
 def documents(api: Api, batch: str, account: str = "acme") -> int:
@@ -126,7 +126,9 @@ def test_the_total_is_the_files_bytes_not_the_bodies(api_factory: ApiFactory) ->
     for i, size in enumerate(sizes):
         api.upload_ok("acme", f"b{i % 2}", content=CSV[:size] if size <= len(CSV) else b"y" * size)
     assert total(api) == sum(sizes)
-    per_shard = [int(api.redis.get(keys.account_pending_bytes(s, "acme")) or 0) for s in range(16)]
+    per_shard = [
+        int(api.redis.get(keyspace.account_pending_bytes(s, "acme")) or 0) for s in range(16)
+    ]
     assert sum(per_shard) == total(api)
 
 
@@ -225,7 +227,7 @@ def test_a_busy_account_writes_from_leased_slots_and_a_revoked_key_stops_at_once
     # The first upload asked one slot; once two came within a second, each ask took a lease
     # of 2 and the next upload came from it without the window's script. Every slot in the
     # window admitted one of the 12 uploads, but for at most one the process still holds.
-    window_key = keys.account_rate_window("uploads", "acme")
+    window_key = keyspace.account_rate_window("uploads", "acme")
     members = [m.decode() for m in api.redis.zrange(window_key, 0, -1)]
     assert 12 <= len(members) <= 13
     leased = sum(m.count(":") == 2 for m in members)  # <token>:<n>:<slot>

@@ -34,7 +34,7 @@ def modules(root: Path = ROOT) -> dict[str, Path]:
 
 def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
     """Every module ``name``'s source imports, as dotted names (``from relay import keys`` is
-    ``relay.keys`` when that is a module, relative imports resolved)."""
+    ``relay.redis.keyspace`` when that is a module, relative imports resolved)."""
     tree = ast.parse(path.read_text(), str(path))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
@@ -122,12 +122,12 @@ def test_the_document_states_the_four_contracts() -> None:
     assert {s for c in CONTRACTS for s in c.sources} >= {
         "relay.api",
         "relay.console",
-        "relay.store",
-        "relay.webhook_store",
+        "relay.state.store",
+        "relay.state.webhooks",
         "relay.extract",
-        "relay.processing",
+        "relay.runtime.processing",
         "relay.delivery",
-        "relay.detector",
+        "relay.runtime.detector",
     }
 
 
@@ -150,7 +150,7 @@ def test_a_planted_violation_is_caught(tmp_path: Path) -> None:
     extract.write_text(extract.read_text() + "\nimport relay.config  # planted\n")
     imports = graph(tmp_path)
     found = [v for c in CONTRACTS for v in c.violations(imports)]
-    assert "relay.api.paths imports relay.keys" in found
+    assert "relay.api.paths imports relay.redis.keyspace" in found
     assert "relay.extract.sniff -> relay.config" in found
 
 

@@ -11,13 +11,13 @@ from collections.abc import Iterator
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from relay import keys
-from relay.blobs import BlobStore
 from relay.delivery.send import attempt_once
-from relay.model import Attempt, DeliveryStatus
-from relay.redis_server import free_port
-from relay.store import AsyncStore, BatchRef
-from relay.webhook_store import AsyncWebhookStore, ClaimedDelivery
+from relay.devtools.redis_server import free_port
+from relay.redis import keyspace
+from relay.state.blobs import BlobStore
+from relay.state.model import Attempt, DeliveryStatus
+from relay.state.store import AsyncStore, BatchRef
+from relay.state.webhooks import AsyncWebhookStore, ClaimedDelivery
 from tests.support.helpers import Clients, worker_context
 from tests.support.receiver import Receiver, Reply
 
@@ -52,11 +52,11 @@ class H(Clients):
         return attempt_once(self.ctx, d, "t", materials)
 
     def stored(self, d: ClaimedDelivery) -> dict[bytes, bytes]:
-        found: dict[bytes, bytes] = self.client.hgetall(keys.delivery(d.shard, d.id))
+        found: dict[bytes, bytes] = self.client.hgetall(keyspace.delivery(d.shard, d.id))
         return found
 
     def attempts(self, d: ClaimedDelivery) -> list[Attempt]:
-        raw = self.client.lrange(keys.delivery_attempts(d.shard, d.id), 0, -1)
+        raw = self.client.lrange(keyspace.delivery_attempts(d.shard, d.id), 0, -1)
         return [Attempt.from_json(a) for a in raw]
 
     def close(self) -> None:
@@ -94,7 +94,7 @@ def test_a_5xx_is_recorded_and_the_delivery_retries_on_the_schedule(h: H) -> Non
     assert stored[b"status"] == DeliveryStatus.PENDING.encode()
     next_at = int(stored[b"next_attempt_at"])
     assert next_at - h.clock() >= 59_000  # RELAY_RETRY_SCHEDULE's first step, no jitter
-    assert h.client.zscore(keys.due(d.shard), d.id) == next_at
+    assert h.client.zscore(keyspace.due(d.shard), d.id) == next_at
     (attempt,) = h.attempts(d)
     assert (attempt.status_code, attempt.response_excerpt) == (503, "busy")
 
@@ -104,9 +104,9 @@ def test_a_410_disables_the_webhook_and_ends_the_delivery(h: H) -> None:
     d = h.claimed()
     assert h.attempt(d) == "http_status"
     assert h.stored(d)[b"status"] != DeliveryStatus.PENDING.encode()
-    hook = h.client.hgetall(keys.webhook(REF.shard, "acme", "b1"))
+    hook = h.client.hgetall(keyspace.webhook(REF.shard, "acme", "b1"))
     assert hook[b"disabled"] == b"1"
-    assert h.client.zscore(keys.due(d.shard), d.id) is None
+    assert h.client.zscore(keyspace.due(d.shard), d.id) is None
 
 
 def test_no_answer_is_an_error_kind_not_a_status(h: H) -> None:

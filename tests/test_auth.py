@@ -1,4 +1,4 @@
-"""API keys (``relay.auth``) against a real Redis: format, storage, lookup, revocation."""
+"""API keys (``relay.state.api_keys``) against a real Redis: format, storage, lookup, revocation."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 import redis
 from redis.asyncio import Redis as AsyncRedis
 
-from relay import keys
-from relay.auth import (
+from relay.redis import keyspace
+from relay.state.api_keys import (
     KeyCache,
     create_key,
     create_operator_key,
@@ -30,14 +30,14 @@ def test_created_key_has_the_format_and_is_stored_hashed(redis: redis.Redis) -> 
     key = create_key(redis, "acme")
     assert KEY_RE.match(key), key
     prefix = key[3:11]
-    record = redis.hgetall(keys.api_key(prefix))
+    record = redis.hgetall(keyspace.api_key(prefix))
     assert record[b"hash"] == hashlib.sha256(key.encode()).hexdigest().encode()
     assert record[b"account"] == b"acme"
     assert int(record[b"created_at"]) > 1_700_000_000_000
     assert record[b"revoked_at"] == b""
     assert key.encode() not in b"".join(record.values())  # the secret itself is not stored
-    assert redis.sismember(keys.api_keys(), prefix)
-    assert redis.sismember(keys.accounts(), "acme")
+    assert redis.sismember(keyspace.api_keys(), prefix)
+    assert redis.sismember(keyspace.accounts(), "acme")
 
 
 def test_keys_are_unique(redis: redis.Redis) -> None:
@@ -52,7 +52,7 @@ def test_keys_are_unique(redis: redis.Redis) -> None:
 def test_invalid_account_names_are_refused(redis: redis.Redis, account: str) -> None:
     with pytest.raises(ValueError, match="invalid account"):
         create_key(redis, account)
-    assert redis.scard(keys.api_keys()) == 0
+    assert redis.scard(keyspace.api_keys()) == 0
 
 
 @pytest.mark.parametrize("account", ["a", "acme", "acme_2-x", "0" + "a" * 63])
@@ -78,17 +78,17 @@ def test_revoke_by_prefix_or_key(redis: redis.Redis) -> None:
     assert revoke_key(redis, third) is True
     for key in (first, second, third):
         assert lookup_key(redis, key) is None
-    revoked_at = redis.hget(keys.api_key(first[3:11]), "revoked_at")
+    revoked_at = redis.hget(keyspace.api_key(first[3:11]), "revoked_at")
     assert revoked_at and int(revoked_at) > 0
     # Revoking again keeps the first revocation time and reports the key as found.
     assert revoke_key(redis, first[3:11]) is True
-    assert redis.hget(keys.api_key(first[3:11]), "revoked_at") == revoked_at
+    assert redis.hget(keyspace.api_key(first[3:11]), "revoked_at") == revoked_at
 
 
 def test_revoke_unknown_creates_nothing(redis: redis.Redis) -> None:
     assert revoke_key(redis, "abcd1234") is False
     assert revoke_key(redis, "not a prefix") is False
-    assert redis.exists(keys.api_key("abcd1234")) == 0
+    assert redis.exists(keyspace.api_key("abcd1234")) == 0
     key = create_key(redis, "acme")
     forged = key[:12] + "x" * 43  # the right prefix with another secret revokes nothing
     assert revoke_key(redis, forged) is False
@@ -149,7 +149,7 @@ def test_operator_keys_open_the_console_only(redis_url: str, redis: redis.Redis)
     assert asyncio.run(run()) == ["ops", None, None, None, None]
     listed = {i.account: i.operator for i in list_keys(redis)}
     assert listed == {"ops": True, "acme": False}
-    assert redis.sismember(keys.accounts(), "ops") == 0
+    assert redis.sismember(keyspace.accounts(), "ops") == 0
 
 
 def test_key_cache_matches_hash_and_is_bounded() -> None:

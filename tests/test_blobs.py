@@ -9,9 +9,9 @@ from pathlib import Path
 import redis
 import redis.asyncio
 
-from relay import keys
-from relay.blobs import BlobStore
-from relay.store import AsyncStore, BatchRef, Store
+from relay.redis import keyspace
+from relay.state.blobs import BlobStore
+from relay.state.store import AsyncStore, BatchRef, Store
 
 REF = BatchRef("acme", "b1")
 
@@ -26,7 +26,7 @@ def test_directory_store_round_trip(redis_url: str, redis: redis.Redis, tmp_path
         dropped = await api.upload(REF, filename="b.csv", content_type="text/csv", content=b"b")
         path = api.blobs.path(kept.id)
         assert path.read_bytes() == b"a\n1\n"
-        assert redis.get(keys.blob(REF.shard, kept.id)) is None  # not in Redis
+        assert redis.get(keyspace.blob(REF.shard, kept.id)) is None  # not in Redis
         claim = worker.claim(REF, kept.id, "t", 60_000)
         assert claim is not None and claim.blob_kind == "dir"
         assert worker.read_blob(claim) == b"a\n1\n"
@@ -47,11 +47,11 @@ def test_redis_store_keeps_bytes_only_until_processed(redis_url: str, redis: red
         api = AsyncStore(aclient, BlobStore(""))
         doc = await api.upload(REF, filename="a.csv", content_type="text/csv", content=b"x\n1\n")
         await aclient.aclose()
-        assert redis.get(keys.blob(REF.shard, doc.id)) == b"x\n1\n"
+        assert redis.get(keyspace.blob(REF.shard, doc.id)) == b"x\n1\n"
         claim = worker.claim(REF, doc.id, "t", 60_000)
         assert claim is not None and worker.read_blob(claim) == b"x\n1\n"
         worker.finish(claim, line_items=None, error=("bad", "no"))
-        assert redis.get(keys.blob(REF.shard, doc.id)) is None
+        assert redis.get(keyspace.blob(REF.shard, doc.id)) is None
 
     asyncio.run(run())
 

@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from relay import auth, cli, dev
+from relay.cli import commands
 from relay.config import load_settings
+from relay.devtools import dev
 from relay.logs import redact_url
+from relay.state import api_keys
 from tests.support.helpers import free_port, relay_cli
 
 
@@ -36,7 +38,7 @@ def test_commands_find_the_redis_of_relay_dev_in_this_checkout(
     made = relay_cli(None, "keys", "create", "--account", "acme", cwd=below)
     assert made.returncode == 0, made.stderr
     key = made.stdout.strip().splitlines()[-1]
-    assert auth.lookup_key(redis, key) == "acme"  # written into relay dev's Redis
+    assert api_keys.lookup_key(redis, key) == "acme"  # written into relay dev's Redis
 
     listed = relay_cli(None, "keys", "list", cwd=checkout)
     assert listed.returncode == 0, listed.stderr
@@ -53,16 +55,16 @@ def test_relay_redis_url_wins_over_relay_devs(redis_url: str, tmp_path: Path) ->
 
 def test_which_redis_names_its_source(tmp_path: Path) -> None:
     settings = load_settings(environ={}, dotenv=None)
-    url, source = cli.which_redis(settings, explicit=False, cwd=tmp_path)
+    url, source = commands.which_redis(settings, explicit=False, cwd=tmp_path)
     assert url == "redis://127.0.0.1:6379/0"
     assert source == "the default; set RELAY_REDIS_URL, or start relay dev here"
 
     checkout = _dev_checkout(tmp_path, "redis://127.0.0.1:6390/0")
-    url, source = cli.which_redis(settings, explicit=False, cwd=checkout)
+    url, source = commands.which_redis(settings, explicit=False, cwd=checkout)
     assert url == "redis://127.0.0.1:6390/0"
     assert source == f"the Redis of relay dev, from {checkout.resolve()}/.relay/redis.url"
 
-    url, source = cli.which_redis(settings, explicit=True, cwd=checkout)
+    url, source = commands.which_redis(settings, explicit=True, cwd=checkout)
     assert (url, source) == ("redis://127.0.0.1:6379/0", "RELAY_REDIS_URL")
 
 
@@ -72,10 +74,10 @@ def test_only_operator_commands_take_the_redis_of_a_dev_checkout(tmp_path: Path)
     settings = load_settings(environ={}, dotenv=None)
     checkout = _dev_checkout(tmp_path, "redis://127.0.0.1:6390/0")
     for command in ("keys", "deliveries", "events", "reencrypt"):
-        url, _ = cli.command_redis(command, settings, explicit=False, cwd=checkout)
+        url, _ = commands.command_redis(command, settings, explicit=False, cwd=checkout)
         assert url == "redis://127.0.0.1:6390/0", command
     for command in ("serve", "worker", "detector", "dev"):
-        url, source = cli.command_redis(command, settings, explicit=False, cwd=checkout)
+        url, source = commands.command_redis(command, settings, explicit=False, cwd=checkout)
         assert (url, source) == ("redis://127.0.0.1:6379/0", "the default RELAY_REDIS_URL")
 
 
@@ -127,7 +129,7 @@ def test_a_stopped_relay_dev_is_named_when_its_redis_is_gone(tmp_path: Path) -> 
 
 def _parse_error(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     with pytest.raises(SystemExit) as info:
-        cli.main(args)
+        commands.main(args)
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
@@ -156,10 +158,10 @@ def test_an_account_name_outside_the_rule_is_refused(
 
 def test_the_cli_and_auth_agree_on_account_names() -> None:
     for good in ("acme", "0day", "a_b-c", "a" * 64):
-        assert cli.account_name(good) == good
-        assert auth.ACCOUNT_RE.fullmatch(good)
+        assert commands.account_name(good) == good
+        assert api_keys.ACCOUNT_RE.fullmatch(good)
     with pytest.raises(argparse.ArgumentTypeError):
-        cli.account_name("ACME")
+        commands.account_name("ACME")
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.ArgumentParser]]:
@@ -174,10 +176,10 @@ def _subparsers(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.Arg
 def test_every_option_and_argument_has_help() -> None:
     missing = [
         f"{prog} {action.dest}"
-        for prog, parser in _subparsers(cli.build_parser())
+        for prog, parser in _subparsers(commands.build_parser())
         for action in parser._actions
         if not isinstance(action, argparse._SubParsersAction) and not action.help
     ]
     assert missing == []
-    progs = {prog for prog, _ in _subparsers(cli.build_parser())}
+    progs = {prog for prog, _ in _subparsers(commands.build_parser())}
     assert "relay deliveries list" in progs and "relay keys create" in progs

@@ -13,18 +13,18 @@ from typing import Any
 import pytest
 from redis.cluster import ClusterNode, RedisCluster
 
-from relay import keys
-from relay.blobs import BlobStore
 from relay.config import Settings, load_settings
 from relay.crypto import Encryptor, generate_key
-from relay.redis_conn import RedisTarget, async_client, is_cluster, sync_client
-from relay.redis_server import HOST
-from relay.reencrypt import reencrypt
-from relay.scripts import AsyncScripts, Scripts
-from relay.signing_keys import SigningKeys
-from relay.store import AsyncStore
-from relay.store_core import Call, Round, run, run_async, script
-from tests.support.cluster import PASSWORD, Cluster, probe
+from relay.devtools.cluster import PASSWORD, Cluster, probe
+from relay.devtools.redis_server import HOST
+from relay.redis import keyspace
+from relay.redis.clients import RedisTarget, async_client, is_cluster, sync_client
+from relay.state.blobs import BlobStore
+from relay.state.reencrypt import reencrypt
+from relay.state.scripts import AsyncScripts, Scripts
+from relay.state.signing_material import SigningKeys
+from relay.state.store import AsyncStore
+from relay.state.webhooks_core import Call, Round, run, run_async, script
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-cli") is None, reason="needs redis-cli")
 
@@ -93,9 +93,9 @@ def _settings(cluster: Cluster) -> Settings:
 
 def _round() -> Generator[Round, list[Any], list[Any]]:
     replies = yield [
-        script("ratelimit", [keys.rate_window("p1")], [60_000, 5, "m1"]),
-        Call("get", (keys.waiting(3),)),
-        script("ratelimit", [keys.account_rate_window("uploads", "acme")], [60_000, 5, "m2"]),
+        script("ratelimit", [keyspace.rate_window("p1")], [60_000, 5, "m1"]),
+        Call("get", (keyspace.waiting(3),)),
+        script("ratelimit", [keyspace.account_rate_window("uploads", "acme")], [60_000, 5, "m2"]),
     ]
     return replies
 
@@ -108,7 +108,7 @@ def test_the_stores_rounds_run_scripts_a_node_has_never_seen(cluster: Cluster) -
     client = sync_client(target)
     try:
         assert is_cluster(client)
-        client.set(keys.waiting(3), b"7")
+        client.set(keyspace.waiting(3), b"7")
         client.script_flush()  # on every primary
         replies = run(client, Scripts(client), _round())
         assert replies[0][0] == 1 and replies[1] == b"7" and replies[2][0] == 1
@@ -134,7 +134,7 @@ def test_reencrypt_walks_every_primary(cluster: Cluster) -> None:
     key_a, key_b = generate_key(), generate_key()
     try:
         stored = SigningKeys(Encryptor([key_a])).for_accounts(client, accounts)
-        assert len({cluster.owner(keys.signing(a)).port for a in accounts}) == 3
+        assert len({cluster.owner(keyspace.signing(a)).port for a in accounts}) == 3
         report = reencrypt(client, Encryptor([key_b, key_a]), batch=3)
         assert (report.keys, report.reencrypted, report.unreadable) == (20, 20, [])
         again = SigningKeys(Encryptor([key_b])).for_accounts(client, accounts)
@@ -159,7 +159,7 @@ def test_an_upload_holding_its_bytes_runs_on_a_node_without_the_script(cluster: 
             store = AsyncStore(client, BlobStore(""), max_pending_bytes=10_000)
             ref = await store.locate("acme", "b1")
             for content in (b"abc", b"defg"):
-                await client.incrby(keys.account_pending_total("acme"), 100)  # the API's hold
+                await client.incrby(keyspace.account_pending_total("acme"), 100)  # the API's hold
                 await store.upload(
                     ref,
                     filename="a.csv",
@@ -168,9 +168,9 @@ def test_an_upload_holding_its_bytes_runs_on_a_node_without_the_script(cluster: 
                     held=100,
                     admitted=True,
                 )
-            await store.give_back.now()
-            total = int(await client.get(keys.account_pending_total("acme")) or 0)
-            docs = await client.lrange(keys.batch_docs(ref.shard, "acme", "b1"), 0, -1)
+            await store.refunds.now()
+            total = int(await client.get(keyspace.account_pending_total("acme")) or 0)
+            docs = await client.lrange(keyspace.batch_docs(ref.shard, "acme", "b1"), 0, -1)
             return total, await store.pending_bytes("acme"), docs
         finally:
             await client.aclose()

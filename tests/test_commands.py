@@ -10,11 +10,11 @@ import sys
 import redis
 import redis.asyncio
 
-from relay.auth import lookup_key
-from relay.model import Attempt, DeliveryStatus
-from relay.store import BatchRef
+from relay.state.api_keys import lookup_key
+from relay.state.model import Attempt, DeliveryStatus
+from relay.state.store import BatchRef
+from relay.state.webhooks import AsyncWebhookStore, WebhookStore
 from relay.timefmt import now_ms
-from relay.webhook_store import AsyncWebhookStore, WebhookStore
 from tests.support.helpers import relay_cli
 
 

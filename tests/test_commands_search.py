@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from relay.model import DeliveryStatus
+from relay.state.model import DeliveryStatus
 from relay.timefmt import rfc3339
 from tests.support.delivery_seed import Seeder
 from tests.support.helpers import closed_after, relay_cli

@@ -9,7 +9,7 @@ import pytest
 
 from relay.config import RateLimit, Settings, env_example, load_settings, settings_doc
 from relay.exceptions import ConfigError
-from relay.queues import document_job_timeout
+from relay.state.job_queues import document_job_timeout
 from relay.timefmt import parse_duration
 
 ROOT = Path(__file__).resolve().parent.parent

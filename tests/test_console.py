@@ -2,7 +2,7 @@
 Playwright; ``make chromium`` installs it, no browser is ever downloaded).
 
 The API runs in-process on uvicorn (``tests.support.api_fixtures``), a real delivery worker runs
-as a subprocess (``tests.support.procs``) and posts to a real HTTP receiver
+as a subprocess (``relay.devtools.processes``) and posts to a real HTTP receiver
 (``tests.support.receiver``). With
 ``RELAY_CONSOLE_SCREENSHOTS=docs/console`` the walk-through also saves a 1280-px-wide
 screenshot of each page there (how the README's pictures are made).
@@ -26,17 +26,18 @@ import redis
 import redis.asyncio
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from relay import keys, queues
-from relay.auth import create_key, create_operator_key
-from relay.detector import Detector
-from relay.model import Attempt, Batch
-from relay.store import BatchRef
-from relay.webhook_events import notification_body
-from relay.webhook_store import AsyncWebhookStore, WebhookStore
-from relay.worker_context import WorkerContext
+from relay.devtools.processes import Stack
+from relay.redis import keyspace
+from relay.runtime.context import WorkerContext
+from relay.runtime.detector import Detector
+from relay.state import job_queues
+from relay.state.api_keys import create_key, create_operator_key
+from relay.state.event_bodies import notification_body
+from relay.state.model import Attempt, Batch
+from relay.state.store import BatchRef
+from relay.state.webhooks import AsyncWebhookStore, WebhookStore
 from tests.support.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
 from tests.support.helpers import FakeClock, wait_until
-from tests.support.procs import Stack
 from tests.support.receiver import Receiver, Reply
 from tests.test_api_events import complete_in_process
 
@@ -93,7 +94,7 @@ def local_api(api_factory: Any) -> Api:
 
 def _webhook_key(account: str, batch: str) -> str:
     ref = BatchRef(account, batch)
-    return keys.webhook(ref.shard, account, batch)
+    return keyspace.webhook(ref.shard, account, batch)
 
 
 def shot(page: Page, name: str) -> None:
@@ -132,7 +133,7 @@ def failed_delivery(api: Api, tmp_path: Path, receiver_url: str, account: str) -
         },
     )
     stack.worker("--queues", "delivery")
-    queues.wake(api.redis, ref.shard, api.settings)
+    job_queues.wake(api.redis, ref.shard, api.settings)
 
     def failed() -> bool:
         d = store.get(ident)
@@ -355,7 +356,7 @@ def seed(api: Api) -> None:
                 reason="the receiver answered 410 Gone",
             )
             if outcome == "succeeded":
-                api.redis.hset(keys.delivery(ref.shard, ident), "succeeded_at", at)
+                api.redis.hset(keyspace.delivery(ref.shard, ident), "succeeded_at", at)
 
 
 def test_every_page_shows_its_labels(local_api: Api, page: Page) -> None:
@@ -426,7 +427,7 @@ def test_the_events_page_shows_an_accounts_feeds(local_api: Api, page: Page) -> 
         complete_in_process(api, "acme", f"e{i:02d}")
     ctx = WorkerContext(api.settings)
     api.redis.xadd(
-        keys.outbox(3),
+        keyspace.outbox(3),
         {
             "kind": "webhook.disabled",
             "account": "acme",

@@ -14,13 +14,13 @@ import httpx
 import pytest
 import redis.asyncio
 
-from relay import keys
-from relay.auth import create_operator_key, revoke_key
 from relay.config import RateLimit
 from relay.logs import mask_query
-from relay.model import Attempt
-from relay.store import BatchRef
-from relay.webhook_store import AsyncWebhookStore, WebhookStore
+from relay.redis import keyspace
+from relay.state.api_keys import create_operator_key, revoke_key
+from relay.state.model import Attempt
+from relay.state.store import BatchRef
+from relay.state.webhooks import AsyncWebhookStore, WebhookStore
 from tests.support.api_fixtures import Api, ApiFactory, api_factory_fixture  # noqa: F401
 
 SECRET = "s3cr3t-receiver-token"
@@ -99,9 +99,9 @@ def test_revoking_the_operator_key_ends_its_sessions(api: Api) -> None:
     key = create_operator_key(api.redis, "ops")
     with logged_in(api, key) as client, logged_in(api, key) as other:
         assert client.get("/console").status_code == 200
-        assert len(api.redis.keys(keys.console_session("*"))) == 2
+        assert len(api.redis.keys(keyspace.console_session("*"))) == 2
         assert revoke_key(api.redis, key)
-        assert api.redis.keys(keys.console_session("*")) == []
+        assert api.redis.keys(keyspace.console_session("*")) == []
         for c in (client, other):
             r = c.get("/console")
             assert r.status_code == 303 and r.headers["location"] == "/console/login"

@@ -7,12 +7,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from relay import keys, queues
 from relay.console.queries import ConsoleQueries, DeliveryFilter
-from relay.model import Attempt, DeliveryStatus
-from relay.scans import Scans
-from relay.store import BatchRef
-from relay.webhook_store import AsyncWebhookStore, WebhookStore
+from relay.redis import keyspace
+from relay.state import job_queues
+from relay.state.all_shards import AllShards
+from relay.state.model import Attempt, DeliveryStatus
+from relay.state.store import BatchRef
+from relay.state.webhooks import AsyncWebhookStore, WebhookStore
 from tests.support.api_fixtures import make_settings
 from tests.support.helpers import Clients, closed_after, refs_in_distinct_shards
 
@@ -25,9 +26,9 @@ class Q(Clients):
         settings = make_settings(url)
 
         async def wake(shard: int) -> None:
-            queues.wake(self.client, shard, settings)
+            job_queues.wake(self.client, shard, settings)
 
-        self.q = ConsoleQueries(self.hooks, Scans(self.aclient), wake)
+        self.q = ConsoleQueries(self.hooks, AllShards(self.aclient), wake)
 
     def delivery(self, ref: BatchRef, *, fail: bool) -> str:
         """A batch with a webhook and one delivery, attempted once: failed or succeeded."""
@@ -42,7 +43,7 @@ class Q(Clients):
         attempt = Attempt(1, self.clock(), 3.0, code, "http_status" if fail else None, "")
         self.d.record(claimed, "t", attempt, outcome="failed" if fail else "succeeded")
         if not fail:
-            self.client.hset(keys.delivery(ref.shard, ident), "succeeded_at", self.clock())
+            self.client.hset(keyspace.delivery(ref.shard, ident), "succeeded_at", self.clock())
         return ident
 
 

@@ -14,10 +14,10 @@ import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from rq.serializers import JSONSerializer
 
-from relay import queues
-from relay.lane import Address, Lane
-from relay.redis_conn import RedisTarget, sync_client
-from relay.worker import RelayWorker
+from relay.redis.clients import RedisTarget, sync_client
+from relay.redis.status_lane import Address, StatusLane
+from relay.runtime.worker import RelayWorker
+from relay.state import job_queues
 from tests.support.helpers import RedisFactory, free_port
 
 
@@ -82,7 +82,7 @@ def test_requests_queued_behind_a_failing_connect_fail_with_it() -> None:
         raise RedisConnectionError("no master found")
 
     async def run() -> float:
-        lane = Lane(locate, timeout=1.0, connect_timeout=1.0)
+        lane = StatusLane(locate, timeout=1.0, connect_timeout=1.0)
 
         async def one() -> BaseException | None:
             pipe = lane.pipeline()
@@ -111,7 +111,7 @@ def test_rq_gets_its_own_short_reply_timeout(redis_url: str) -> None:
     rq_client = sync_client(redis_url, socket_timeout=5 + 5)
     jobs_client = sync_client(redis_url)
     worker = RelayWorker(
-        [queues.queue(rq_client, queues.PROCESSING)],
+        [job_queues.queue(rq_client, job_queues.PROCESSING)],
         connection=rq_client,
         serializer=JSONSerializer,
         dequeue_timeout=5,

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from relay import keys
 from relay.exceptions import InvalidCursor
-from relay.model import Delivery, DeliveryStatus
-from relay.search import RecoverRun
-from relay.webhook_store import WebhookStore
+from relay.redis import keyspace
+from relay.state.delivery_search import RecoverRun
+from relay.state.model import Delivery, DeliveryStatus
+from relay.state.webhooks import WebhookStore
 from tests.support.delivery_seed import Seeder
 from tests.support.helpers import closed_after
 
@@ -134,7 +134,7 @@ def test_a_page_costs_o_page_among_thousands(h: Seeder) -> None:
     assert first == again == list(reversed(failed))[:5]
     assert small == large  # the same work with 5,012 deliveries as with 1,012
     assert large <= 16 * 3 + 5 * 2 + 10  # per shard: EVALSHA + a page read; per item: 2
-    assert h.client.zcard(keys.shard_deliveries(refs[0].shard)) > 100
+    assert h.client.zcard(keyspace.shard_deliveries(refs[0].shard)) > 100
 
 
 def test_recover_makes_exactly_the_matching_deliveries_due(h: Seeder) -> None:
@@ -161,9 +161,9 @@ def test_recover_makes_exactly_the_matching_deliveries_due(h: Seeder) -> None:
     for ident in window:
         d = h.d.get(ident)
         assert d is not None and d.status is DeliveryStatus.PENDING and d.next_attempt_at == now
-        shard = keys.shard_of_id("msg", ident)
+        shard = keyspace.shard_of_id("msg", ident)
         assert shard is not None and shard in result.shards
-        assert h.client.zscore(keys.due(shard), ident) == now
+        assert h.client.zscore(keyspace.due(shard), ident) == now
     for ident in [*old, late, skipped, other_failed]:
         assert h.get(ident).status is DeliveryStatus.FAILED
     assert all(h.get(i).status is DeliveryStatus.SUCCEEDED for i in window_ok)
@@ -184,7 +184,7 @@ def test_recover_in_chunks_skips_what_it_cannot_send(h: Seeder) -> None:
     disabled = h.batch("acme", "off")
     made = [h.delivery(ref, "failed") for _ in range(7)]
     off = [h.delivery(disabled, "failed") for _ in range(3)]
-    h.client.hset(keys.webhook(disabled.shard, "acme", "off"), "disabled", "1")
+    h.client.hset(keyspace.webhook(disabled.shard, "acme", "off"), "disabled", "1")
     seen: list[int] = []
     run = RecoverRun(DeliveryStatus.FAILED, None, 0, None, h.clock(), chunk=2)
     while run.pending:

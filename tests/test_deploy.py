@@ -20,11 +20,11 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from ruamel.yaml import YAML
 
-from relay import healthcheck
 from relay.config import env_example
-from relay.redis_server import find_redis_server
+from relay.devtools.processes import Stack
+from relay.devtools.redis_server import find_redis_server
+from relay.runtime import healthcheck
 from tests.support.helpers import closed_after, free_port, wait_until
-from tests.support.procs import Stack
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -91,7 +91,7 @@ def test_dockerfile_is_multi_stage_slim_non_root_with_a_healthcheck() -> None:
     assert user not in {"root", "0"}
     assert any(f"--uid {user}" in a for a in got["RUN"]), "the USER's uid is created"
     assert len(got.get("HEALTHCHECK", [])) == 1
-    assert 'CMD ["python", "-m", "relay.healthcheck"]' in got["HEALTHCHECK"][0]
+    assert 'CMD ["python", "-m", "relay.runtime.healthcheck"]' in got["HEALTHCHECK"][0]
     assert got["ENTRYPOINT"] == ['["relay"]']
     assert got["CMD"] == ['["serve", "--host", "0.0.0.0"]']
     runs = " ".join(got["RUN"])
@@ -182,7 +182,7 @@ def test_compose_runs_the_api_two_workers_and_the_detector_each_with_a_healthche
         by_command[command[0]] = by_command.get(command[0], 0) + replicas
         test = svc.get("healthcheck", {}).get("test")
         assert test, f"{name} has no healthcheck"
-        assert test[:4] == ["CMD", "python", "-m", "relay.healthcheck"]
+        assert test[:4] == ["CMD", "python", "-m", "relay.runtime.healthcheck"]
         assert test[4] == role, f"{name} checks {test[4]} but runs {role}"
         assert svc["depends_on"]["redis"]["condition"] == "service_healthy"
         if command[0] == "worker":
@@ -307,7 +307,7 @@ def stack(redis_url: str, tmp_path: Path) -> Iterator[Stack]:
 
 def _check(st: Stack, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "relay.healthcheck", *args],
+        [sys.executable, "-m", "relay.runtime.healthcheck", *args],
         env=st.env,
         capture_output=True,
         text=True,

@@ -8,14 +8,14 @@ from collections.abc import Iterator
 import pytest
 from redis.exceptions import ResponseError
 
-from relay import keys
-from relay.blobs import BlobStore
-from relay.detector import GROUP, RECLAIM_IDLE_MS, Detector, ensure_groups
-from relay.model import DeliveryStatus
-from relay.processing import run_documents
-from relay.queues import DELIVERY, PROCESSING, queue_key
-from relay.store import AsyncStore, BatchRef
-from relay.webhook_store import AsyncWebhookStore
+from relay.redis import keyspace
+from relay.runtime.detector import GROUP, RECLAIM_IDLE_MS, Detector, ensure_groups
+from relay.runtime.processing import run_documents
+from relay.state.blobs import BlobStore
+from relay.state.job_queues import DELIVERY, PROCESSING, queue_key
+from relay.state.model import DeliveryStatus
+from relay.state.store import AsyncStore, BatchRef
+from relay.state.webhooks import AsyncWebhookStore
 from tests.support.helpers import Clients, closed_after, worker_context
 
 REF = BatchRef("acme", "b1")
@@ -47,7 +47,7 @@ class H(Clients):
     def deliveries(self) -> list[str]:
         return [
             i.decode()
-            for i in self.client.zrange(keys.batch_deliveries(REF.shard, "acme", "b1"), 0, -1)
+            for i in self.client.zrange(keyspace.batch_deliveries(REF.shard, "acme", "b1"), 0, -1)
         ]
 
     def queued_jobs(self, queue: str) -> int:
@@ -75,7 +75,7 @@ def test_a_completion_becomes_one_delivery_and_a_wake_up(h: H) -> None:
     ids = h.deliveries()
     assert len(ids) == 2
     assert h.queued_jobs(DELIVERY) >= 1
-    assert h.client.xpending(keys.outbox(REF.shard), GROUP)["pending"] == 0
+    assert h.client.xpending(keyspace.outbox(REF.shard), GROUP)["pending"] == 0
 
 
 def _reads(h: H) -> int:
@@ -92,14 +92,18 @@ def test_a_read_of_many_completions_costs_three_round_trips(h: H) -> None:
     refs = [BatchRef("acme", f"rt{i}") for i in range(4)]
     for ref in refs:
         h.complete(ref)
-    for s in keys.all_shards():  # a delivery job waits already: no enqueue to count
-        h.client.set(keys.wake(s), b"1")
+    for s in keyspace.all_shards():  # a delivery job waits already: no enqueue to count
+        h.client.set(keyspace.wake(s), b"1")
     before = _reads(h)
     assert d.read_once(10) == len(refs)
     assert _reads(h) - before == 3 + 1  # + the INFO that reads the count
     for ref in refs:
-        assert len(h.client.zrange(keys.batch_deliveries(ref.shard, "acme", ref.name), 0, -1)) == 1
-    assert all(h.client.xpending(keys.outbox(s), GROUP)["pending"] == 0 for s in keys.all_shards())
+        assert (
+            len(h.client.zrange(keyspace.batch_deliveries(ref.shard, "acme", ref.name), 0, -1)) == 1
+        )
+    assert all(
+        h.client.xpending(keyspace.outbox(s), GROUP)["pending"] == 0 for s in keyspace.all_shards()
+    )
 
 
 def test_an_entry_whose_append_failed_is_not_acknowledged(h: H) -> None:
@@ -108,29 +112,31 @@ def test_an_entry_whose_append_failed_is_not_acknowledged(h: H) -> None:
     d = Detector(h.ctx, "d1")
     h.complete(BatchRef("acme", "warm"))
     assert d.read_once(10) == 1  # (Redis has the scripts now: the pipelined path)
-    h.client.delete(keys.event_log("acme", keys.FEED_BATCHES))
+    h.client.delete(keyspace.event_log("acme", keyspace.FEED_BATCHES))
     h.complete()
-    h.client.set(keys.event_log("acme", keys.FEED_BATCHES), b"not a stream")
+    h.client.set(keyspace.event_log("acme", keyspace.FEED_BATCHES), b"not a stream")
     with pytest.raises(ResponseError):
         d.read_once(10)
     assert len(h.deliveries()) == 1
-    assert h.client.xpending(keys.outbox(REF.shard), GROUP)["pending"] == 1
-    h.client.delete(keys.event_log("acme", keys.FEED_BATCHES))
-    h.client.xclaim(keys.outbox(REF.shard), GROUP, "d1", 0, [_pending_id(h)], idle=RECLAIM_IDLE_MS)
+    assert h.client.xpending(keyspace.outbox(REF.shard), GROUP)["pending"] == 1
+    h.client.delete(keyspace.event_log("acme", keyspace.FEED_BATCHES))
+    h.client.xclaim(
+        keyspace.outbox(REF.shard), GROUP, "d1", 0, [_pending_id(h)], idle=RECLAIM_IDLE_MS
+    )
     assert d.reclaim() == 1
     assert len(h.deliveries()) == 1
-    assert h.client.xpending(keys.outbox(REF.shard), GROUP)["pending"] == 0
-    assert h.client.xlen(keys.event_log("acme", keys.FEED_BATCHES)) == 1
+    assert h.client.xpending(keyspace.outbox(REF.shard), GROUP)["pending"] == 0
+    assert h.client.xlen(keyspace.event_log("acme", keyspace.FEED_BATCHES)) == 1
 
 
 def _pending_id(h: H) -> bytes:
-    [entry] = h.client.xpending_range(keys.outbox(REF.shard), GROUP, "-", "+", 10)
+    [entry] = h.client.xpending_range(keyspace.outbox(REF.shard), GROUP, "-", "+", 10)
     return bytes(entry["message_id"])
 
 
 def test_an_entry_read_twice_still_makes_one_delivery(h: H) -> None:
     h.complete()
-    entry_id, fields = h.client.xrange(keys.outbox(REF.shard))[0]
+    entry_id, fields = h.client.xrange(keyspace.outbox(REF.shard))[0]
     d = Detector(h.ctx, "d1")
     d.handle(REF.shard, entry_id, fields)
     d.handle(REF.shard, entry_id, fields)
@@ -140,17 +146,17 @@ def test_an_entry_read_twice_still_makes_one_delivery(h: H) -> None:
 def test_a_dead_detectors_entries_are_taken_over(h: H) -> None:
     h.complete()
     # Detector A reads the entry and dies before creating the delivery (no ack).
-    streams = {keys.outbox(s): ">" for s in keys.all_shards()}
+    streams = {keyspace.outbox(s): ">" for s in keyspace.all_shards()}
     ((_, ((entry_id, _),)),) = h.client.xreadgroup(GROUP, "dead", streams, count=10)
     live = Detector(h.ctx, "live")
     assert live.read_once(10) == 0  # new entries only: nothing
     assert live.reclaim() == 0  # read just now: its reader may still be at work
     assert h.deliveries() == []
     # Redis keeps the idle time itself: age the entry (still the dead reader's) past the limit.
-    h.client.xclaim(keys.outbox(REF.shard), GROUP, "dead", 0, [entry_id], idle=RECLAIM_IDLE_MS)
+    h.client.xclaim(keyspace.outbox(REF.shard), GROUP, "dead", 0, [entry_id], idle=RECLAIM_IDLE_MS)
     assert live.reclaim() == 1
     assert len(h.deliveries()) == 1
-    assert h.client.xpending(keys.outbox(REF.shard), GROUP)["pending"] == 0
+    assert h.client.xpending(keyspace.outbox(REF.shard), GROUP)["pending"] == 0
 
 
 def test_sweep_leases_requeues_and_enqueues(h: H, caplog: pytest.LogCaptureFixture) -> None:
@@ -158,7 +164,7 @@ def test_sweep_leases_requeues_and_enqueues(h: H, caplog: pytest.LogCaptureFixtu
     assert h.ctx.store.claim(REF, doc.id, "t", 1) is not None
     assert Detector(h.ctx).sweep_leases() == 0  # the 1 ms lease still holds
     h.clock.advance(5)
-    with caplog.at_level("INFO", logger="relay.detector"):
+    with caplog.at_level("INFO", logger="relay.runtime.detector"):
         assert Detector(h.ctx).sweep_leases() == 1
     # One line for the document, with its ids, as for any document outcome.
     (record,) = [r for r in caplog.records if r.getMessage() == "document lease expired"]
@@ -169,9 +175,11 @@ def test_sweep_leases_requeues_and_enqueues(h: H, caplog: pytest.LogCaptureFixtu
         "status": "queued",
         "error": None,
     }
-    assert h.client.hget(keys.doc(REF.shard, doc.id), "status") == b"queued"
+    assert h.client.hget(keyspace.doc(REF.shard, doc.id), "status") == b"queued"
     # Back in the fair queue, and a job to take it.
-    assert h.client.lrange(keys.batch_ready(REF.shard, "acme", "b1"), 0, -1) == [doc.id.encode()]
+    assert h.client.lrange(keyspace.batch_ready(REF.shard, "acme", "b1"), 0, -1) == [
+        doc.id.encode()
+    ]
     assert h.queued_jobs(PROCESSING) == 1
 
 
@@ -180,13 +188,13 @@ def test_sweep_leases_drops_the_expired_lease_of_a_document_that_is_gone(h: H) -
     has expired, and never the lease of a document that is there."""
     gone, kept = "doc_0gone", "doc_0kept"
     shard = 0
-    h.client.hset(keys.doc(shard, kept), mapping={"account": "acme", "batch": "b1"})
-    h.client.zadd(keys.leases(shard), {gone: h.clock() + 1, kept: h.clock() + 1})
+    h.client.hset(keyspace.doc(shard, kept), mapping={"account": "acme", "batch": "b1"})
+    h.client.zadd(keyspace.leases(shard), {gone: h.clock() + 1, kept: h.clock() + 1})
     assert h.ctx.store.drop_lease(shard, gone) is False  # not expired yet
     h.clock.advance(5)
     assert h.ctx.store.drop_lease(shard, kept) is False  # its document is there
     assert Detector(h.ctx).sweep_leases() == 0
-    assert h.client.zscore(keys.leases(shard), gone) is None
+    assert h.client.zscore(keyspace.leases(shard), gone) is None
     assert h.ctx.store.drop_lease(shard, gone) is False  # nothing left to drop
 
 
@@ -202,12 +210,12 @@ def test_sweep_ready_wakes_the_queue_for_documents_whose_job_vanished(h: H) -> N
     # also while a marker of the lost job is still there.
     h.client.delete(queue_key(PROCESSING))
     assert d.sweep_ready() == 0  # the marker holds it back for at most WAKE_TTL_MS
-    h.client.delete(keys.process_wake())
+    h.client.delete(keyspace.process_wake())
     assert d.sweep_ready() == 1
     assert h.queued_jobs(PROCESSING) == 1
     # A worker runs that job: the document is processed.
     assert run_documents(h.ctx, REF.shard) == "1 documents; none waiting"
-    assert h.client.hget(keys.doc(REF.shard, doc.id), "status") == b"succeeded"
+    assert h.client.hget(keyspace.doc(REF.shard, doc.id), "status") == b"succeeded"
     h.client.delete(queue_key(PROCESSING))
     assert d.sweep_ready() == 0  # nothing waits any more
 
@@ -215,7 +223,7 @@ def test_sweep_ready_wakes_the_queue_for_documents_whose_job_vanished(h: H) -> N
 def test_sweep_due_wakes_each_shard_once(h: H) -> None:
     h.complete()
     Detector(h.ctx).read_once(10)
-    h.client.delete(queue_key(DELIVERY), keys.wake(REF.shard))
+    h.client.delete(queue_key(DELIVERY), keyspace.wake(REF.shard))
     d = Detector(h.ctx)
     assert d.sweep_due() == 1
     assert d.sweep_due() == 0  # a wake-up is already queued

@@ -1,4 +1,4 @@
-"""The pieces of ``relay dev`` (relay.dev): key files, environment, banner, the supervisor."""
+"""The pieces of ``relay dev`` (relay.devtools.dev): key files, environment, banner, the supervisor."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ import redis
 from cryptography.fernet import Fernet
 from redis import Redis
 
-from relay import dev
 from relay.config import load_settings
-from relay.supervise import Console
+from relay.devtools import dev
+from relay.devtools.supervisor import Console
 from tests.support.helpers import free_port, wait_until
 
 # -- files in the state directory -----------------------------------------------------------
@@ -219,11 +219,11 @@ def test_supervisor_starts_restarts_and_stops_everything(tmp_path: Path) -> None
     assert api_key in text
     server.restart()
     try:
-        from relay import auth
+        from relay.state import api_keys
 
         client = redis.Redis.from_url(server.url)
         try:
-            assert auth.lookup_key(client, api_key) == "dev"
+            assert api_keys.lookup_key(client, api_key) == "dev"
         finally:
             client.close()
     finally:
@@ -319,7 +319,7 @@ def _started_by(redis_url: str) -> list[int]:
 
 
 def dev_pid_alive(pid: int) -> bool:
-    from relay.supervise import _pid_alive
+    from relay.devtools.supervisor import _pid_alive
 
     return _pid_alive(pid)
 
@@ -392,7 +392,7 @@ def test_relay_dev_stops_everything_on_a_signal(tmp_path: Path, sig: signal.Sign
 @pytest.mark.timeout(240)
 def test_relay_dev_sigkilled_leaves_no_process(tmp_path: Path) -> None:
     """SIGKILL: relay dev cleans nothing up itself; its children and its Redis stop on their
-    own (the parent-death signal, ``relay.supervise.die_with_parent``)."""
+    own (the parent-death signal, ``relay.devtools.supervisor.die_with_parent``)."""
     proc = _relay_dev(tmp_path)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)

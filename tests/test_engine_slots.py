@@ -17,7 +17,7 @@ def test_the_total_bounds_every_attempt() -> None:
     slots = Slots(total=3, per_destination=3)
     assert [slots.take(d) for d in ("a", "b", "c", "d")] == [True, True, True, False]
     assert slots.free == 0
-    slots.give_back("b", answered=True)
+    slots.release("b", answered=True)
     assert slots.free == 1
     assert slots.take("d")
 
@@ -26,7 +26,7 @@ def test_one_destination_holds_at_most_its_share() -> None:
     slots = Slots(total=10, per_destination=2)
     assert [slots.take("a") for _ in range(3)] == [True, True, False]
     assert slots.take("b")  # the others still get theirs
-    slots.give_back("a", answered=True)
+    slots.release("a", answered=True)
     assert slots.take("a")
 
 
@@ -39,11 +39,11 @@ def test_the_share_is_never_more_than_the_total() -> None:
 def test_a_silent_destination_gets_one_slot_until_it_answers() -> None:
     slots = Slots(total=10, per_destination=5)
     assert slots.take("slow")
-    slots.give_back("slow", answered=False)  # no HTTP answer: suspect
+    slots.release("slow", answered=False)  # no HTTP answer: suspect
     assert slots.suspect("slow")
     assert slots.take("slow")
     assert not slots.take("slow")  # one at a time while suspect
-    slots.give_back("slow", answered=True)  # it answered: its share again
+    slots.release("slow", answered=True)  # it answered: its share again
     assert not slots.suspect("slow")
     assert [slots.take("slow") for _ in range(5)] == [True] * 5
 
@@ -51,12 +51,12 @@ def test_a_silent_destination_gets_one_slot_until_it_answers() -> None:
 def test_an_unknown_outcome_leaves_the_suspicion_as_it_was() -> None:
     slots = Slots(total=4, per_destination=4)
     slots.take("x")
-    slots.give_back("x", answered=False)
+    slots.release("x", answered=False)
     slots.take("x")
-    slots.give_back("x", answered=None)  # e.g. the record failed: no news
+    slots.release("x", answered=None)  # e.g. the record failed: no news
     assert slots.suspect("x")
     slots.take("y")
-    slots.give_back("y", answered=None)
+    slots.release("y", answered=None)
     assert not slots.suspect("y")
 
 
@@ -64,7 +64,7 @@ def test_suspects_together_hold_at_most_half_the_slots() -> None:
     slots = Slots(total=4, per_destination=4)
     for dest in ("s1", "s2", "s3"):
         slots.take(dest)
-        slots.give_back(dest, answered=False)
+        slots.release(dest, answered=False)
     assert slots.take("s1") and slots.take("s2")
     assert not slots.take("s3")  # two suspects busy = half of 4
     assert slots.take("healthy") and slots.take("healthy")  # the rest stays theirs
@@ -75,7 +75,7 @@ def test_the_suspects_remembered_are_bounded_oldest_forgotten_first() -> None:
     slots = Slots(total=2, per_destination=1)
     for n in range(MAX_SUSPECTS + 1):
         slots.take(f"d{n}")
-        slots.give_back(f"d{n}", answered=False)
+        slots.release(f"d{n}", answered=False)
     assert not slots.suspect("d0")
     assert slots.suspect("d1") and slots.suspect(f"d{MAX_SUSPECTS}")
 
@@ -90,7 +90,7 @@ def test_taking_and_giving_back_from_many_threads_keeps_the_count() -> None:
             if slots.take(dest):
                 with lock:
                     peak.append(slots.total - slots.free)
-                slots.give_back(dest, answered=True)
+                slots.release(dest, answered=True)
 
     threads = [threading.Thread(target=work, args=(f"d{n % 4}",)) for n in range(8)]
     for t in threads:

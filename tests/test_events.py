@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from relay import keys
-from relay.detector import GROUP, Detector
-from relay.events import EventLog
 from relay.exceptions import EventNotFound
-from relay.store import BatchRef
+from relay.redis import keyspace
+from relay.runtime.detector import GROUP, Detector
+from relay.state.event_feed import EventLog
+from relay.state.store import BatchRef
 from tests.support.helpers import closed_after, worker_context
 from tests.test_detector import H
 
@@ -37,7 +37,7 @@ def _two_shards(account: str = "acme") -> tuple[str, str]:
     other = next(
         f"s-{i}"
         for i in range(1, 100)
-        if keys.shard_for_batch(account, f"s-{i}") != keys.shard_for_batch(account, first)
+        if keyspace.shard_for_batch(account, f"s-{i}") != keyspace.shard_for_batch(account, first)
     )
     return first, other
 
@@ -51,15 +51,15 @@ def test_every_completion_is_in_the_feed_once_with_its_delivery_id(h: H) -> None
     assert [e["data"]["batch_name"] for e in events] == ["b1", "other"]
     (delivery_id,) = h.deliveries()
     assert events[0]["id"] == delivery_id  # the webhook-id
-    stored = h.client.hget(keys.delivery(REF_SHARD, delivery_id), "body")
+    stored = h.client.hget(keyspace.delivery(REF_SHARD, delivery_id), "body")
     assert stored is not None
     body = {k: v for k, v in events[0].items() if k != "id"}
     assert body == json.loads(stored)
     assert events[0]["type"] == "batch.completed"
     # A detector that dies after the append and before XACK handles the entry again: the
     # feed and the delivery stay one each.
-    for s in keys.all_shards():
-        for entry_id, fields in h.client.xrange(keys.outbox(s)):
+    for s in keyspace.all_shards():
+        for entry_id, fields in h.client.xrange(keyspace.outbox(s)):
             detector.handle(s, entry_id, fields)
     assert [e["id"] for e in _feed(h)] == [e["id"] for e in events]
     assert len(h.deliveries()) == 1
@@ -80,7 +80,7 @@ def test_same_instant_in_two_shards_both_recorded_in_order(h: H) -> None:
     """Two completions with the same outbox time in different shards (and one earlier,
     read in the same call): each once, ordered by the outbox, ties by shard."""
     a, b = _two_shards()
-    sa, sb = keys.shard_for_batch("acme", a), keys.shard_for_batch("acme", b)
+    sa, sb = keyspace.shard_for_batch("acme", a), keyspace.shard_for_batch("acme", b)
     for name, shard, seq, entry in [
         (b, sb, 1, "5000-0"),
         (a, sa, 1, "5000-0"),
@@ -88,14 +88,15 @@ def test_same_instant_in_two_shards_both_recorded_in_order(h: H) -> None:
     ]:
         snapshot = {"account": "acme", "name": name, "completed_at": 5000, "completion_seq": seq}
         h.client.xadd(
-            keys.outbox(shard),
+            keyspace.outbox(shard),
             {"account": "acme", "batch": name, "seq": seq, "snapshot": json.dumps(snapshot)},
             id=entry,
         )
     assert Detector(h.ctx, "d1").read_once(10) == 3
     events = _feed(h)
     entries = [
-        h.client.hget(keys.event_positions("acme", keys.FEED_BATCHES), e["id"]) for e in events
+        h.client.hget(keyspace.event_positions("acme", keyspace.FEED_BATCHES), e["id"])
+        for e in events
     ]
     assert len(set(entries)) == 3  # three events, three entries
     seqs = [(e["data"]["batch_name"], e["data"]["completion_seq"]) for e in events]
@@ -125,7 +126,7 @@ def test_after_is_exact_and_unknown_ids_are_refused(h: H) -> None:
     with pytest.raises(EventNotFound):
         log.page("acme", after=str(foreign))
     with pytest.raises(EventNotFound):
-        log.page("acme", after=keys.new_id("msg", 3))
+        log.page("acme", after=keyspace.new_id("msg", 3))
 
 
 def test_filters_and_retention(h: H) -> None:
@@ -139,14 +140,16 @@ def test_filters_and_retention(h: H) -> None:
     # Retention: a log whose entries are all older than the cutoff is emptied, and an id
     # that aged out reads from the oldest event kept (all of which come after it).
     log = EventLog(h.client, retention_ms=1000, clock=lambda: 10**14)  # far ahead
-    assert log.trim(keys.events_shard("acme")) == 2
+    assert log.trim(keyspace.events_shard("acme")) == 2
     assert log.page("acme").events == []
-    assert not h.client.exists(keys.event_log("acme", keys.FEED_BATCHES))
+    assert not h.client.exists(keyspace.event_log("acme", keyspace.FEED_BATCHES))
     h.complete(BatchRef("acme", "later"), register=False)
     Detector(h.ctx, "d1").read_once(10)
     page = log.page("acme", after=str(first_id))
     assert [e["data"]["batch_name"] for e in page.events] == ["later"]
-    assert h.client.xpending(keys.outbox(BatchRef("acme", "later").shard), GROUP)["pending"] == 0
+    assert (
+        h.client.xpending(keyspace.outbox(BatchRef("acme", "later").shard), GROUP)["pending"] == 0
+    )
 
 
 def test_the_retention_sweeper_trims_the_feeds(h: H, redis_url: str) -> None:
@@ -159,8 +162,8 @@ def test_the_retention_sweeper_trims_the_feeds(h: H, redis_url: str) -> None:
         time.sleep(1.1)
         Detector(ctx, "d2").sweep_retention()
         assert _feed(h) == []
-        assert not h.client.exists(keys.event_log("acme", keys.FEED_BATCHES))
-        assert h.client.zcard(keys.event_logs(keys.events_shard("acme"))) == 0
+        assert not h.client.exists(keyspace.event_log("acme", keyspace.FEED_BATCHES))
+        assert h.client.zcard(keyspace.event_logs(keyspace.events_shard("acme"))) == 0
     finally:
         ctx.redis.close()
 
@@ -172,16 +175,18 @@ def test_a_completion_made_again_keeps_its_id_and_is_one_event_and_one_delivery(
     h.complete(register=True)
     detector = Detector(h.ctx, "d1")
     assert detector.read_once(10) == 1
-    ((entry_id, fields),) = h.client.xrange(keys.outbox(REF_SHARD))
+    ((entry_id, fields),) = h.client.xrange(keyspace.outbox(REF_SHARD))
     snapshot = json.loads(fields[b"snapshot"])
     redo = {**snapshot, "completed_at": int(snapshot["completed_at"]) + 700}
-    entry = h.client.xadd(keys.outbox(REF_SHARD), {**fields, b"snapshot": json.dumps(redo)})
+    entry = h.client.xadd(keyspace.outbox(REF_SHARD), {**fields, b"snapshot": json.dumps(redo)})
     assert entry != entry_id
-    detector.handle(REF_SHARD, entry, h.client.xrange(keys.outbox(REF_SHARD), entry, entry)[0][1])
+    detector.handle(
+        REF_SHARD, entry, h.client.xrange(keyspace.outbox(REF_SHARD), entry, entry)[0][1]
+    )
     events = _feed(h)
     (delivery_id,) = h.deliveries()
     assert [e["id"] for e in events] == [delivery_id]
-    assert delivery_id == keys.completion_id(
+    assert delivery_id == keyspace.completion_id(
         REF_SHARD, "acme", "b1", int(snapshot["created_at"]), int(fields[b"seq"])
     )
 
@@ -192,13 +197,15 @@ def test_a_batch_made_again_under_its_name_never_reuses_an_id(h: H) -> None:
     h.complete(register=True)
     detector = Detector(h.ctx, "d1")
     assert detector.read_once(10) == 1
-    ((_, fields),) = h.client.xrange(keys.outbox(REF_SHARD))
+    ((_, fields),) = h.client.xrange(keyspace.outbox(REF_SHARD))
     snapshot = json.loads(fields[b"snapshot"])
     # The old batch's delivery index by seq is gone (purged), its delivery record is kept.
-    h.client.delete(keys.batch_delivery_by_seq(REF_SHARD, "acme", "b1"))
+    h.client.delete(keyspace.batch_delivery_by_seq(REF_SHARD, "acme", "b1"))
     again = {**snapshot, "created_at": int(snapshot["created_at"]) + 60_000}
-    entry = h.client.xadd(keys.outbox(REF_SHARD), {**fields, b"snapshot": json.dumps(again)})
-    detector.handle(REF_SHARD, entry, h.client.xrange(keys.outbox(REF_SHARD), entry, entry)[0][1])
+    entry = h.client.xadd(keyspace.outbox(REF_SHARD), {**fields, b"snapshot": json.dumps(again)})
+    detector.handle(
+        REF_SHARD, entry, h.client.xrange(keyspace.outbox(REF_SHARD), entry, entry)[0][1]
+    )
     ids = [str(e["id"]) for e in _feed(h)]
     assert len(ids) == 2 and len(set(ids)) == 2
     assert sorted(h.deliveries()) == sorted(ids)
@@ -210,9 +217,9 @@ def test_a_delivery_id_made_twice_is_one_delivery(h: H) -> None:
     h.complete(register=True)
     Detector(h.ctx, "d1").read_once(10)
     (delivery_id,) = h.deliveries()
-    key = keys.delivery(REF_SHARD, delivery_id)
+    key = keyspace.delivery(REF_SHARD, delivery_id)
     h.client.hset(key, "status", "succeeded")
-    h.client.delete(keys.batch_delivery_by_seq(REF_SHARD, "acme", "b1"))
+    h.client.delete(keyspace.batch_delivery_by_seq(REF_SHARD, "acme", "b1"))
     created, ident = h.ctx.webhooks.create(
         BatchRef("acme", "b1"), 1, b"{}", delivery_id=delivery_id
     )

@@ -30,13 +30,13 @@ import pytest
 
 from relay.crypto import SigningMaterial
 from relay.delivery.signing import build_headers
-from relay.keys import completion_id, new_id
-from relay.model import Batch, Status
+from relay.devtools.processes import spawn
+from relay.redis.keyspace import completion_id, new_id
+from relay.state.event_bodies import notification_body, probe_body, verify_body
+from relay.state.model import Batch, Status
 from relay.timefmt import now_ms
-from relay.webhook_events import notification_body, probe_body, verify_body
 from tests.support.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
 from tests.support.helpers import free_port, wait_until
-from tests.support.procs import spawn
 from tests.test_api_events import complete_in_process
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,15 +16,15 @@ from typing import cast
 
 import pytest
 
+from relay.devtools.sample_documents import pdf as _pdf
+from relay.devtools.sample_documents import quote_storm, wide_csv
+from relay.devtools.sample_documents import table_ops as _table_ops
+from relay.devtools.sample_documents import text_ops as _text_ops
 from relay.extract import ExtractionError, Extractor, extract, load_extractor, run_extractor
+from relay.extract.bounds import ExtractLimits, RowBudget, applied, encode_rows
 from relay.extract.csv_tsv import sniffer_sample
 from relay.extract.errors import ExtractorConfigError
-from relay.extract.limits import ExtractLimits, RowBudget, applied, encode_rows
 from relay.extract.pdf import _out_of_memory
-from tests.support.documents import pdf as _pdf
-from tests.support.documents import quote_storm, wide_csv
-from tests.support.documents import table_ops as _table_ops
-from tests.support.documents import text_ops as _text_ops
 
 Rows = list[dict[str, object]]
 

@@ -18,9 +18,9 @@ import pytest
 from PIL import Image, ImageDraw, ImageFont
 
 from relay.config import load_settings
+from relay.devtools.drawn_tables import EXPECTED, TABLE, draw_table, encode, font_path, photo_like
 from relay.extract import DEFAULT_MAX_IMAGE_PIXELS, ExtractionError, detect_format, extract
 from relay.extract.sniff import sniff_format
-from tests.support.drawn_tables import EXPECTED, TABLE, draw_table, encode, font_path, photo_like
 
 Rows = list[dict[str, object]]
 

@@ -1,7 +1,7 @@
 """The OCR engine (``relay.extract.ocr``): text from 7 px to 40 px high, confidence per
 cell, blank pages without OCR, and the bounds of big images under the sandbox's limits.
 
-Tables are drawn by the tests (``tests/support/drawn_tables.py``) and read by the real models
+Tables are drawn by the tests (``relay/devtools/drawn_tables.py``) and read by the real models
 from their wheels: in this process they load once for the whole session (the engine caches
 them), in a sandbox child once per child.
 """
@@ -18,11 +18,11 @@ import pytest
 from PIL import Image, ImageDraw, ImageFont
 
 from relay.config import load_settings
+from relay.devtools.drawn_tables import draw_table, encode, font_path
 from relay.extract import ExtractionError, extract_document
 from relay.extract.ocr import read_tables
-from relay.extract.sandbox import ExtractorHost, SandboxConfig
-from relay.worker_context import sandbox_config
-from tests.support.drawn_tables import draw_table, encode, font_path
+from relay.runtime.context import sandbox_config
+from relay.runtime.sandbox import ExtractorHost, SandboxConfig
 
 GRID = [
     ["region", "units", "price"],

@@ -2,7 +2,7 @@
 ruled, partly ruled and unruled tables found, several tables kept apart, prose left alone.
 
 Every PDF is written by hand in the test (Helvetica text and drawing operators placed at
-known points, ``tests.support.documents``), so the expected cells are known exactly.
+known points, ``relay.devtools.sample_documents``), so the expected cells are known exactly.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import pdfplumber
 import pypdfium2
 import pytest
 
+from relay.devtools.sample_documents import pdf, pdf_bomb, table_ops
 from relay.extract import ExtractionError, extract, extract_document
 from relay.extract.pdf import PDFIUM_MAX_CONTENT, _content_size, extract_pdf
 from relay.extract.pdf_layout import Char, PageLayout, Rule, read_pdfium, read_plumber
 from relay.extract.pdf_tables import find_tables
 from relay.extract.result import Table
-from tests.support.documents import pdf, pdf_bomb, table_ops
 
 PAGE_HEIGHT = 792.0
 MAX_PIXELS = 40_000_000

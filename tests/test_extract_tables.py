@@ -10,11 +10,11 @@ from collections.abc import Sequence
 import pytest
 from PIL import Image
 
+from relay.devtools.sample_documents import HEADER, blank_pages_pdf, pdf, table_ops
 from relay.extract import ExtractionError, extract_document, run_extractor
 from relay.extract.loader import call_extractor
 from relay.extract.result import Table
 from relay.extract.tables import Extraction, split_tables
-from tests.support.documents import HEADER, blank_pages_pdf, pdf, table_ops
 
 PRICES = ["Item", "Unit price", "Currency"]
 

@@ -1,4 +1,4 @@
-"""Key names: the Lua helpers that derive keys from ids build exactly what relay.keys does,
+"""Key names: the Lua helpers that derive keys from ids build exactly what relay.redis.keyspace does,
 and script refusals are read back exactly."""
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ import pytest
 import redis
 from redis.exceptions import ResponseError
 
-from relay import keys
-from relay.model import valid_batch_name
-from relay.scripts import refusal
+from relay.redis import keyspace
+from relay.state.model import valid_batch_name
+from relay.state.scripts import refusal
 
 
 def _lib() -> str:
     """The shared helpers, all of them (``_lib.lua``, then ``_fair.lua``): a script starts with
-    those it uses, in this order (``relay.scripts.source``)."""
-    lua = resources.files("relay") / "lua"
+    those it uses, in this order (``relay.state.scripts.source``)."""
+    lua = resources.files("relay.state") / "lua"
     return (lua / "_lib.lua").read_text() + "\n" + (lua / "_fair.lua").read_text()
 
 
@@ -26,96 +26,98 @@ def _lua(client: redis.Redis, expr: str, *args: str) -> str:
     return bytes(client.eval(f"{_lib()}\nreturn {expr}", 0, *args)).decode()
 
 
-@pytest.mark.parametrize("shard", [0, 7, keys.DEFAULT_SHARDS - 1])
+@pytest.mark.parametrize("shard", [0, 7, keyspace.DEFAULT_SHARDS - 1])
 def test_lua_key_helpers_equal_the_python_ones(redis: redis.Redis, shard: int) -> None:
-    p = keys.shard_prefix(shard)
-    doc_id, msg_id = keys.new_id("doc", shard), keys.new_id("msg", shard)
-    assert _lua(redis, "key_doc(ARGV[1], ARGV[2])", p, doc_id) == keys.doc(shard, doc_id)
-    assert _lua(redis, "key_events(ARGV[1])", p) == keys.events(shard)
+    p = keyspace.shard_prefix(shard)
+    doc_id, msg_id = keyspace.new_id("doc", shard), keyspace.new_id("msg", shard)
+    assert _lua(redis, "key_doc(ARGV[1], ARGV[2])", p, doc_id) == keyspace.doc(shard, doc_id)
+    assert _lua(redis, "key_events(ARGV[1])", p) == keyspace.events(shard)
     for name, made, batch in [
-        ("key_batch_deliveries", keys.batch_deliveries, "~ops"),
-        ("key_delivery_by_seq", keys.batch_delivery_by_seq, "~ops"),
-        ("key_batch_parked", keys.batch_parked, "~ops"),
-        ("key_webhook", keys.webhook, "b-1.x"),
-        ("key_batch", keys.batch, "b-1.x"),
-        ("key_batch_started", keys.batch_started, "b-1.x"),
-        ("key_batch_ready", keys.batch_ready, "b-1.x"),
+        ("key_batch_deliveries", keyspace.batch_deliveries, "~ops"),
+        ("key_delivery_by_seq", keyspace.batch_delivery_by_seq, "~ops"),
+        ("key_batch_parked", keyspace.batch_parked, "~ops"),
+        ("key_webhook", keyspace.webhook, "b-1.x"),
+        ("key_batch", keyspace.batch, "b-1.x"),
+        ("key_batch_started", keyspace.batch_started, "b-1.x"),
+        ("key_batch_ready", keyspace.batch_ready, "b-1.x"),
     ]:
         expr = f"{name}(ARGV[1], ARGV[2], ARGV[3])"
         assert _lua(redis, expr, p, "acme", batch) == made(shard, "acme", batch), name
-    assert _lua(redis, "key_blob(ARGV[1], ARGV[2])", p, doc_id) == keys.blob(shard, doc_id)
-    assert _lua(redis, "key_delivery(ARGV[1], ARGV[2])", p, msg_id) == keys.delivery(shard, msg_id)
+    assert _lua(redis, "key_blob(ARGV[1], ARGV[2])", p, doc_id) == keyspace.blob(shard, doc_id)
+    assert _lua(redis, "key_delivery(ARGV[1], ARGV[2])", p, msg_id) == keyspace.delivery(
+        shard, msg_id
+    )
     assert _lua(
         redis, "key_delivery_attempts(ARGV[1], ARGV[2])", p, msg_id
-    ) == keys.delivery_attempts(shard, msg_id)
-    assert _lua(redis, "key_fair_account(ARGV[1], ARGV[2])", p, "acme") == keys.fair_account(
+    ) == keyspace.delivery_attempts(shard, msg_id)
+    assert _lua(redis, "key_fair_account(ARGV[1], ARGV[2])", p, "acme") == keyspace.fair_account(
         shard, "acme"
     )
-    assert _lua(redis, "key_fair_ring(ARGV[1])", p) == keys.fair_ring(shard)
-    assert _lua(redis, "key_waiting(ARGV[1])", p) == keys.waiting(shard)
-    assert _lua(redis, "key_doc_items(ARGV[1], ARGV[2])", p, doc_id) == keys.doc_items(
+    assert _lua(redis, "key_fair_ring(ARGV[1])", p) == keyspace.fair_ring(shard)
+    assert _lua(redis, "key_waiting(ARGV[1])", p) == keyspace.waiting(shard)
+    assert _lua(redis, "key_doc_items(ARGV[1], ARGV[2])", p, doc_id) == keyspace.doc_items(
         shard, doc_id
     )
-    assert _lua(redis, "key_finished(ARGV[1])", p) == keys.finished(shard)
+    assert _lua(redis, "key_finished(ARGV[1])", p) == keyspace.finished(shard)
     assert _lua(redis, "finished_member(ARGV[1], ARGV[2])", "acme", "b-1.x") == (
-        keys.finished_member("acme", "b-1.x")
+        keyspace.finished_member("acme", "b-1.x")
     )
     token = "0f1e2d3c4b5a6978"
-    assert _lua(redis, "key_purge_docs(ARGV[1], ARGV[2])", p, token) == keys.purge_docs(
+    assert _lua(redis, "key_purge_docs(ARGV[1], ARGV[2])", p, token) == keyspace.purge_docs(
         shard, token
     )
-    assert _lua(redis, "key_purge_deliveries(ARGV[1], ARGV[2])", p, token) == keys.purge_deliveries(
-        shard, token
-    )
+    assert _lua(
+        redis, "key_purge_deliveries(ARGV[1], ARGV[2])", p, token
+    ) == keyspace.purge_deliveries(shard, token)
     assert _lua(redis, "key_account_deliveries(ARGV[1], ARGV[2])", p, "acme") == (
-        keys.account_deliveries(shard, "acme")
+        keyspace.account_deliveries(shard, "acme")
     )
     assert _lua(redis, "key_status_deliveries(ARGV[1], ARGV[2])", p, "failed") == (
-        keys.status_deliveries(shard, "failed")
+        keyspace.status_deliveries(shard, "failed")
     )
     assert _lua(
         redis, "key_account_status_deliveries(ARGV[1], ARGV[2], ARGV[3])", p, "acme", "failed"
-    ) == keys.account_status_deliveries(shard, "acme", "failed")
+    ) == keyspace.account_status_deliveries(shard, "acme", "failed")
     # The prefix a script finds back from a delivery key is the shard's.
-    dk = keys.delivery(shard, msg_id)
+    dk = keyspace.delivery(shard, msg_id)
     assert _lua(redis, "delivery_prefix(ARGV[1], ARGV[2])", dk, msg_id) == p
     # The prefix a script finds back from a batch key is the shard's.
-    batch = keys.batch(shard, "acme", "b-1.x")
+    batch = keyspace.batch(shard, "acme", "b-1.x")
     assert _lua(redis, "batch_prefix(ARGV[1], ARGV[2], ARGV[3])", batch, "acme", "b-1.x") == p
 
 
 def test_every_shard_key_carries_its_hash_tag() -> None:
     s = 5
     tagged = [
-        keys.batch(s, "a", "b"),
-        keys.doc(s, "doc_5x"),
-        keys.leases(s),
-        keys.batch_ready(s, "a", "b"),
-        keys.fair_account(s, "a"),
-        keys.fair_ring(s),
-        keys.waiting(s),
-        keys.outbox(s),
-        keys.due(s),
-        keys.wake(s),
-        keys.delivery(s, "msg_5x"),
-        keys.shard_deliveries(s),
-        keys.account_deliveries(s, "a"),
-        keys.account_status_deliveries(s, "a", "failed"),
-        keys.status_deliveries(s, "failed"),
-        keys.finished(s),
-        keys.purging(s),
-        keys.purge_docs(s, "t"),
-        keys.purge_deliveries(s, "t"),
+        keyspace.batch(s, "a", "b"),
+        keyspace.doc(s, "doc_5x"),
+        keyspace.leases(s),
+        keyspace.batch_ready(s, "a", "b"),
+        keyspace.fair_account(s, "a"),
+        keyspace.fair_ring(s),
+        keyspace.waiting(s),
+        keyspace.outbox(s),
+        keyspace.due(s),
+        keyspace.wake(s),
+        keyspace.delivery(s, "msg_5x"),
+        keyspace.shard_deliveries(s),
+        keyspace.account_deliveries(s, "a"),
+        keyspace.account_status_deliveries(s, "a", "failed"),
+        keyspace.status_deliveries(s, "failed"),
+        keyspace.finished(s),
+        keyspace.purging(s),
+        keyspace.purge_docs(s, "t"),
+        keyspace.purge_deliveries(s, "t"),
     ]
-    assert all(k.startswith(keys.shard_prefix(s)) for k in tagged)
-    assert all(keys.tag(s) in k for k in tagged)
+    assert all(k.startswith(keyspace.shard_prefix(s)) for k in tagged)
+    assert all(keyspace.tag(s) in k for k in tagged)
 
 
 def test_ids_carry_their_shard() -> None:
-    ident = keys.new_id("msg", 11)
-    assert keys.shard_of_id("msg", ident) == 11
-    assert keys.shard_of_id("doc", ident) is None
-    assert keys.shard_of_id("msg", ident + "x") is None
+    ident = keyspace.new_id("msg", 11)
+    assert keyspace.shard_of_id("msg", ident) == 11
+    assert keyspace.shard_of_id("doc", ident) is None
+    assert keyspace.shard_of_id("msg", ident + "x") is None
 
 
 def test_refusals_are_matched_exactly(redis: redis.Redis) -> None:
@@ -131,20 +133,20 @@ def test_refusals_are_matched_exactly(redis: redis.Redis) -> None:
 def test_the_operational_pseudo_batch_is_the_same_in_lua_and_no_batch_name(
     redis: redis.Redis,
 ) -> None:
-    assert _lua(redis, "OPERATIONAL_BATCH") == keys.OPERATIONAL_BATCH
-    assert not valid_batch_name(keys.OPERATIONAL_BATCH)
+    assert _lua(redis, "OPERATIONAL_BATCH") == keyspace.OPERATIONAL_BATCH
+    assert not valid_batch_name(keyspace.OPERATIONAL_BATCH)
 
 
 def test_a_completion_id_is_derived_from_the_completion() -> None:
-    ident = keys.completion_id(5, "acme", "b1", 1_700_000_000_123, 3)
-    assert ident == keys.completion_id(5, "acme", "b1", 1_700_000_000_123, 3)
-    assert keys.shard_of_id("msg", ident) == 5
-    assert keys.event_time(ident) == 1_700_000_000_123  # never after the event
+    ident = keyspace.completion_id(5, "acme", "b1", 1_700_000_000_123, 3)
+    assert ident == keyspace.completion_id(5, "acme", "b1", 1_700_000_000_123, 3)
+    assert keyspace.shard_of_id("msg", ident) == 5
+    assert keyspace.event_time(ident) == 1_700_000_000_123  # never after the event
     others = {
-        keys.completion_id(5, "acme", "b1", 1_700_000_000_124, 3),  # the batch made again
-        keys.completion_id(5, "acme", "b1", 1_700_000_000_123, 4),  # the next completion
-        keys.completion_id(5, "acme", "b2", 1_700_000_000_123, 3),
-        keys.completion_id(5, "acme2", "b1", 1_700_000_000_123, 3),
-        keys.completion_id(5, "acme\x00b", "1", 1_700_000_000_123, 3),
+        keyspace.completion_id(5, "acme", "b1", 1_700_000_000_124, 3),  # the batch made again
+        keyspace.completion_id(5, "acme", "b1", 1_700_000_000_123, 4),  # the next completion
+        keyspace.completion_id(5, "acme", "b2", 1_700_000_000_123, 3),
+        keyspace.completion_id(5, "acme2", "b1", 1_700_000_000_123, 3),
+        keyspace.completion_id(5, "acme\x00b", "1", 1_700_000_000_123, 3),
     }
     assert ident not in others and len(others) == 5

@@ -18,10 +18,10 @@ import redis.asyncio
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
+from relay.devtools.redis_server import RedisServer
 from relay.exceptions import ConfigError, StoreProtocolError, StoreUnavailable
-from relay.lane import Lane, PipelineClient
-from relay.lane_url import lane_from_url, status_client, unsupported_options
-from relay.redis_server import RedisServer
+from relay.redis.status_lane import PipelineClient, StatusLane
+from relay.redis.status_target import lane_from_url, status_client, unsupported_options
 from tests.support.helpers import RedisFactory
 from tests.support.redis_forms import FORMS, Form, RedisForm, redis_form_fixture, tls_url  # noqa: F401
 from tests.support.tls import Pki
@@ -219,7 +219,7 @@ def test_url_options_the_lane_lacks_fall_back_to_redis_py(redis_url: str) -> Non
 
     async def run() -> None:
         client = redis.asyncio.Redis.from_url(redis_url)
-        assert isinstance(status_client(redis_url, client), Lane)
+        assert isinstance(status_client(redis_url, client), StatusLane)
         fallback = status_client(redis_url + "?protocol=3", client)
         assert isinstance(fallback, PipelineClient)
         await client.hset("h", mapping={"a": "1"})

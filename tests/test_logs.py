@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from relay.dev import banner
+from relay.devtools.dev import banner
 from relay.logs import fields, redact_url, setup, url_host
 
 NAMES = (

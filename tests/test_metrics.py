@@ -1,4 +1,4 @@
-"""Counters and histograms (relay.metrics): counted in memory by several processes' Metrics,
+"""Counters and histograms (relay.state.metrics): counted in memory by several processes' Metrics,
 flushed to one Redis hash, rendered as Prometheus text that a Prometheus parser reads back."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from relay import keys
-from relay.metrics import ATTEMPT_BUCKETS, LAG_BUCKETS, Metrics, render
+from relay.redis import keyspace
+from relay.state.metrics import ATTEMPT_BUCKETS, LAG_BUCKETS, Metrics, render
 
 
 def stored(client: redis.Redis) -> dict[bytes, bytes]:
-    return {bytes(k): bytes(v) for k, v in client.hgetall(keys.metrics()).items()}
+    return {bytes(k): bytes(v) for k, v in client.hgetall(keyspace.metrics()).items()}
 
 
 def families(client: redis.Redis) -> dict[str, tuple[str, list[Sample]]]:
@@ -91,7 +91,7 @@ def test_nothing_counted_flushes_nothing_and_renders_every_series_at_zero(
     redis: redis.Redis,
 ) -> None:
     Metrics().flush(redis)
-    assert redis.exists(keys.metrics()) == 0
+    assert redis.exists(keyspace.metrics()) == 0
     found = {f.name: f for f in text_string_to_metric_families(render({}))}
     assert {name: f.type for name, f in found.items()} == {
         "relay_delivery_attempts": "counter",
@@ -125,7 +125,7 @@ def test_render_is_prometheus_text_with_names_types_and_values(redis: redis.Redi
     m.document("succeeded")
     m.document("succeeded")
     m.flush(redis)
-    redis.hset(keys.metrics(), "relay_something_new|", "7")  # a field from a newer version
+    redis.hset(keyspace.metrics(), "relay_something_new|", "7")  # a field from a newer version
     found = families(redis)
     assert {name: kind for name, (kind, _) in found.items()} == {
         "relay_delivery_attempts": "counter",

@@ -11,18 +11,18 @@ from collections.abc import Iterator
 
 import pytest
 
-from relay import keys
-from relay.blobs import BlobStore
-from relay.detector import Detector, ensure_groups
-from relay.model import Attempt, DeliveryStatus
-from relay.retention import Retention
-from relay.store import BatchRef
-from relay.webhook_store import (
+from relay.redis import keyspace
+from relay.runtime.context import WorkerContext
+from relay.runtime.detector import Detector, ensure_groups
+from relay.state.blobs import BlobStore
+from relay.state.model import Attempt, DeliveryStatus
+from relay.state.retention import Retention
+from relay.state.store import BatchRef
+from relay.state.webhooks import (
     ClaimedDelivery,
     disable_reason,
     operational_ref,
 )
-from relay.worker_context import WorkerContext
 from tests.support.delivery_seed import WebhookClients
 from tests.support.helpers import closed_after, worker_context
 
@@ -65,12 +65,12 @@ class H(WebhookClients):
         )
 
     def hook(self, ref: BatchRef = REF) -> dict[str, str]:
-        h = self.client.hgetall(keys.webhook(ref.shard, ref.account, ref.name))
+        h = self.client.hgetall(keyspace.webhook(ref.shard, ref.account, ref.name))
         return {k.decode(): v.decode() for k, v in h.items()}
 
     def events(self, ref: BatchRef = REF) -> list[dict[str, str]]:
         out = []
-        for _, fields in self.client.xrange(keys.outbox(ref.shard)):
+        for _, fields in self.client.xrange(keyspace.outbox(ref.shard)):
             if b"kind" in fields:
                 out.append({k.decode(): v.decode() for k, v in fields.items()})
         return out
@@ -99,7 +99,7 @@ def test_failing_for_disable_after_disables_and_stops_the_attempts(h: H) -> None
     # Attempts stop: the delivery is canceled and nothing is due.
     assert h.status(ident) is DeliveryStatus.CANCELED
     assert h.d.claim(REF.shard, limit=10, lease_ms=60_000, token="x") == []
-    assert h.client.zcard(keys.due(REF.shard)) == 0
+    assert h.client.zcard(keyspace.due(REF.shard)) == 0
     (event,) = h.events()
     assert event["kind"] == "webhook.disabled"
     assert (event["account"], event["batch"], event["url"]) == ("acme", "b1", URL)
@@ -194,7 +194,7 @@ def test_operational_deliveries_make_no_events_about_themselves(h: H) -> None:
     assert h.run(h.hooks.register_operational_webhook("acme", OPS_URL)).created is True
     assert h.run(h.hooks.register_operational_webhook("acme", OPS_URL)).created is False
     created, first = h.d.create_event("acme", "3-1-0", b'{"n":1}')
-    assert created and keys.shard_of_id("msg", first) == ops.shard
+    assert created and keyspace.shard_of_id("msg", first) == ops.shard
     assert h.d.create_event("acme", "3-1-0", b'{"n":1}') == (False, first)  # idempotent
     _, second = h.d.create_event("acme", "3-2-0", b'{"n":2}')
     # Each event is its own delivery: none supersedes another.
@@ -208,8 +208,8 @@ def test_operational_deliveries_make_no_events_about_themselves(h: H) -> None:
     c = h.claim(ops)
     h.d.record(c, "t", Attempt(c.number, h.clock(), 1.0, 500, "http_status", ""), outcome="retry")
     assert h.hook(ops)["disabled"] == "1"
-    for s in keys.all_shards():
-        assert not [f for _, f in h.client.xrange(keys.outbox(s)) if b"kind" in f], s
+    for s in keyspace.all_shards():
+        assert not [f for _, f in h.client.xrange(keyspace.outbox(s)) if b"kind" in f], s
 
 
 def test_the_detector_delivers_events_to_the_operational_webhook(h: H, redis_url: str) -> None:
@@ -221,7 +221,7 @@ def test_the_detector_delivers_events_to_the_operational_webhook(h: H, redis_url
     h.fail(outcome="failed", code=500)  # delivery.failed, no operational webhook yet
     assert detector.read_once(10) == 1
     ops = operational_ref("acme")
-    ops_deliveries = keys.batch_deliveries(ops.shard, "acme", ops.name)
+    ops_deliveries = keyspace.batch_deliveries(ops.shard, "acme", ops.name)
     assert h.client.zcard(ops_deliveries) == 0  # dropped: nobody to tell
     h.run(h.hooks.register_operational_webhook("acme", OPS_URL))
     h.d.create(REF, 2, b"{}")
@@ -259,7 +259,7 @@ def test_event_deliveries_are_purged_after_the_retention_once_they_ended(h: H) -
     assert retention.purge_events(ops.shard) == 1  # the ended one; the pending one stays
     assert h.d.get(ended) is None and h.d.get(pending) is not None
     assert [d.id for d in h.d.search(account="acme", batch=ops.name)[0]] == [pending]
-    by_seq = keys.batch_delivery_by_seq(ops.shard, "acme", ops.name)
+    by_seq = keyspace.batch_delivery_by_seq(ops.shard, "acme", ops.name)
     assert h.client.hkeys(by_seq) == [event_of_pending.encode()]
     # Once the pending one has ended too, nothing of either is left.
     c = h.claim(ops, limit=1)
@@ -281,10 +281,10 @@ def _redone(
     webhook, the delivery, its attempts and the outbox back as they were: the event's entry
     gone, the detector's group before it) and record it again. Returns the two entry ids."""
     touched = [
-        keys.webhook(REF.shard, REF.account, REF.name),
-        keys.delivery(REF.shard, c.id),
-        keys.delivery_attempts(REF.shard, c.id),
-        keys.outbox(REF.shard),
+        keyspace.webhook(REF.shard, REF.account, REF.name),
+        keyspace.delivery(REF.shard, c.id),
+        keyspace.delivery_attempts(REF.shard, c.id),
+        keyspace.outbox(REF.shard),
     ]
     before = {k: h.client.dump(k) for k in touched}
     entries = []
@@ -297,7 +297,7 @@ def _redone(
                     h.client.restore(k, 0, dumped, replace=True)
             time.sleep(0.002)  # a new entry id (Redis time), as on another primary
         assert h.d.record(c, "t", attempt, outcome=outcome, reason="gone!")
-        entries.append(h.client.xrange(keys.outbox(REF.shard))[-1][0])
+        entries.append(h.client.xrange(keyspace.outbox(REF.shard))[-1][0])
         assert detector.read_once(10) == 1
     return entries
 
@@ -322,12 +322,12 @@ def test_an_operational_event_redone_after_a_failover_keeps_its_id(
     attempt = Attempt(c.number, h.clock(), 1.0, 500, "http_status", "")
     first, second = _redone(h, detector, c, attempt, outcome)
     assert first != second  # two entries: an id taken from the entry would differ
-    feed = ctx.events.page("acme", keys.FEED_OPERATIONAL)
+    feed = ctx.events.page("acme", keyspace.FEED_OPERATIONAL)
     assert [e["type"] for e in feed.events] == [kind]
-    ops_deliveries = keys.batch_deliveries(ops.shard, "acme", ops.name)
+    ops_deliveries = keyspace.batch_deliveries(ops.shard, "acme", ops.name)
     (ident,) = (i.decode() for i in h.client.zrange(ops_deliveries, 0, -1))
     assert feed.events[0]["id"] == ident  # its webhook-id
-    assert keys.shard_of_id("msg", ident) == ops.shard
+    assert keyspace.shard_of_id("msg", ident) == ops.shard
     ctx.redis.close()
 
 
@@ -345,7 +345,7 @@ def test_a_second_disable_and_a_second_failure_are_other_events(h: H, redis_url:
         h.fail(outcome="gone", code=410)  # webhook.disabled
         h.run(h.hooks.register(REF, URL, "http://api"))  # enabled again
     assert detector.read_once(10) == 4
-    feed = ctx.events.page("acme", keys.FEED_OPERATIONAL).events
+    feed = ctx.events.page("acme", keyspace.FEED_OPERATIONAL).events
     assert [e["type"] for e in feed] == [*["delivery.failed"] * 2, *["webhook.disabled"] * 2]
     assert len({e["id"] for e in feed}) == 4
     assert h.hook()["disables"] == "2"

@@ -1,4 +1,4 @@
-"""The document job (relay.processing.run_document) run in this process on a real Redis, with a
+"""The document job (relay.runtime.processing.run_document) run in this process on a real Redis, with a
 worker context of the test's own: each outcome stored, the lease renewed while the extractor
 runs and a lost lease respected, the outcome counted in the metrics."""
 
@@ -14,14 +14,14 @@ import pytest
 import redis
 import redis.asyncio
 
-from relay import keys
-from relay.blobs import BlobStore
 from relay.config import load_settings
-from relay.detector import Detector
-from relay.model import Document, Status
-from relay.processing import run_document
-from relay.store import AsyncStore, BatchRef
-from relay.worker_context import WorkerContext
+from relay.redis import keyspace
+from relay.runtime.context import WorkerContext
+from relay.runtime.detector import Detector
+from relay.runtime.processing import run_document
+from relay.state.blobs import BlobStore
+from relay.state.model import Document, Status
+from relay.state.store import AsyncStore, BatchRef
 from tests.support.extractors import REFUSED_CODE, Gate
 from tests.support.helpers import FakeClock, wait_until
 
@@ -65,13 +65,13 @@ def upload(ctx: WorkerContext, content: bytes = CSV, fields: list[str] | None = 
 
 
 def document(ctx: WorkerContext, doc_id: str) -> Document:
-    return Document.from_hash(ctx.redis.hgetall(keys.doc(REF.shard, doc_id)))
+    return Document.from_hash(ctx.redis.hgetall(keyspace.doc(REF.shard, doc_id)))
 
 
 def counted(ctx: WorkerContext) -> dict[str, int]:
     """Documents counted in the flushed metrics, by status."""
     prefix = b"relay_documents_processed_total|status="
-    stored = ctx.redis.hgetall(keys.metrics())
+    stored = ctx.redis.hgetall(keyspace.metrics())
     return {k.removeprefix(prefix).decode(): int(v) for k, v in stored.items() if prefix in k}
 
 
@@ -100,13 +100,13 @@ def test_a_document_is_extracted_and_its_batch_completes(make_ctx: ContextFactor
     assert run_document(ctx, doc_id, REF.account, REF.name) == "succeeded; batch completed (seq 1)"
     doc = document(ctx, doc_id)
     assert doc.status is Status.SUCCEEDED and doc.completed_at == ctx.clock()
-    items = ctx.redis.get(keys.doc_items(REF.shard, doc_id))
+    items = ctx.redis.get(keyspace.doc_items(REF.shard, doc_id))
     assert items == (  # only the batch's fields, in the rows and in the table
         b'{"line_items":[{"sku":"A-1"},{"sku":"B-7"}],'
         b'"tables":[{"page":1,"rows":[["sku"],["A-1"],["B-7"]],"confidence":null}]}'
     )
-    assert ctx.redis.get(keys.blob(REF.shard, doc_id)) is None  # its bytes are gone
-    assert ctx.redis.zscore(keys.leases(REF.shard), doc_id) is None
+    assert ctx.redis.get(keyspace.blob(REF.shard, doc_id)) is None  # its bytes are gone
+    assert ctx.redis.zscore(keyspace.leases(REF.shard), doc_id) is None
     assert counted(ctx) == {"succeeded": 1}
     # A second job for the same document (a duplicate wake-up) does nothing.
     assert run_document(ctx, doc_id, REF.account, REF.name) == "not queued"
@@ -142,7 +142,7 @@ def test_a_document_whose_bytes_are_gone_fails_blob_missing(
     ctx = make_ctx() if in_redis else make_ctx(RELAY_BLOB_DIR=str(tmp_path))
     doc_id = upload(ctx)
     if in_redis:
-        assert ctx.redis.delete(keys.blob(REF.shard, doc_id)) == 1
+        assert ctx.redis.delete(keyspace.blob(REF.shard, doc_id)) == 1
     else:
         BlobStore(str(tmp_path)).path(doc_id).unlink()
     assert run_document(ctx, doc_id, REF.account, REF.name).startswith("failed")
@@ -162,12 +162,12 @@ def test_the_lease_is_renewed_while_the_extractor_runs(
     clock = fake_clock(ctx)
     gate = Gate(tmp_path / "gate")
     with mid_document(ctx, gate) as (doc_id, job):
-        claimed_until = ctx.redis.zscore(keys.leases(REF.shard), doc_id)
+        claimed_until = ctx.redis.zscore(keyspace.leases(REF.shard), doc_id)
         assert claimed_until == clock() + 150
         # Far past the first lease by the store's clock: only a renewal keeps it ours.
         clock.advance(10_000)
         wait_until(
-            lambda: ctx.redis.zscore(keys.leases(REF.shard), doc_id) == clock() + 150,
+            lambda: ctx.redis.zscore(keyspace.leases(REF.shard), doc_id) == clock() + 150,
             5,
             0.01,
             "the lease was not renewed",
@@ -191,10 +191,10 @@ def test_an_outcome_after_the_lease_was_lost_is_not_stored(
         assert job.result(10) == "lease lost"
     doc = document(ctx, doc_id)
     assert doc.status is Status.QUEUED and doc.completed_at is None
-    assert ctx.redis.get(keys.doc_items(REF.shard, doc_id)) is None
-    assert ctx.redis.exists(keys.blob(REF.shard, doc_id)) == 1  # kept for the next claim
+    assert ctx.redis.get(keyspace.doc_items(REF.shard, doc_id)) is None
+    assert ctx.redis.exists(keyspace.blob(REF.shard, doc_id)) == 1  # kept for the next claim
     assert counted(ctx) == {}
     # The next job processes it: its second claim.
     assert run_document(ctx, doc_id, REF.account, REF.name).startswith("succeeded")
-    assert ctx.redis.hget(keys.doc(REF.shard, doc_id), "claims") == b"2"
+    assert ctx.redis.hget(keyspace.doc(REF.shard, doc_id), "claims") == b"2"
     assert counted(ctx) == {"succeeded": 1}

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from relay import keys, queues
-from relay.blobs import BlobStore
-from relay.processing import ShardRotation, run_document, run_documents
-from relay.queues import DELIVERY, PROCESSING, queue_key
-from relay.store import AsyncStore, BatchRef
+from relay.redis import keyspace
+from relay.runtime.processing import ShardRotation, run_document, run_documents
+from relay.state import job_queues
+from relay.state.blobs import BlobStore
+from relay.state.job_queues import DELIVERY, PROCESSING, queue_key
+from relay.state.store import AsyncStore, BatchRef
 from tests.support.extractors import Gate
 from tests.support.helpers import (
     Clients,
@@ -35,7 +36,7 @@ class H(Clients):
         self.ctx = worker_context(url, **settings)
         self.api = AsyncStore(self.aclient, BlobStore(""))
 
-    def hand_out(self, ref: BatchRef, n: int, content: bytes = CSV) -> list[str]:
+    def process_and_read(self, ref: BatchRef, n: int, content: bytes = CSV) -> list[str]:
         async def main() -> list[str]:
             for i in range(n):
                 await self.api.upload(
@@ -46,9 +47,9 @@ class H(Clients):
         return self.run(main())
 
     def status(self, doc_id: str) -> bytes | None:
-        shard = keys.shard_of_id("doc", doc_id)
+        shard = keyspace.shard_of_id("doc", doc_id)
         assert shard is not None
-        found: bytes | None = self.client.hget(keys.doc(shard, doc_id), "status")
+        found: bytes | None = self.client.hget(keyspace.doc(shard, doc_id), "status")
         return found
 
     def close(self) -> None:
@@ -70,8 +71,8 @@ def in_shard(account: str, shard: int) -> BatchRef:
 
 def test_shards_with_work_take_turns(h: H) -> None:
     big, small = in_shard("bulk", 2), in_shard("solo", 9)
-    h.hand_out(big, 5)
-    lone = h.hand_out(small, 1)
+    h.process_and_read(big, 5)
+    lone = h.process_and_read(small, 1)
     rotation = ShardRotation(h.ctx.store, first=2)
     order = []
     while (claim := rotation.claim(60_000)) is not None:
@@ -83,30 +84,30 @@ def test_shards_with_work_take_turns(h: H) -> None:
 
 def test_a_job_stops_after_its_budget_and_leaves_a_job_for_the_rest(h: H) -> None:
     ref = in_shard("bulk", 4)
-    ids = h.hand_out(ref, 30)
+    ids = h.process_and_read(ref, 30)
     # One turn (RELAY_CLAIM_DOCUMENTS small documents of the batch) is finished whatever
     # the budget.
     assert run_documents(h.ctx, ref.shard, budget=0) == "10 documents; budget spent"
     assert h.status(ids[9]) == b"succeeded" and h.status(ids[10]) == b"queued"
     assert h.client.llen(queue_key(PROCESSING)) == 1  # the rest has a job waiting
-    assert h.client.exists(keys.process_wake())
+    assert h.client.exists(keyspace.process_wake())
     # A worker takes that job: it clears the marker, and since more documents wait after
     # its first claim it wakes one more job for any idle worker, then takes the rest.
     h.client.delete(queue_key(PROCESSING))
     assert run_documents(h.ctx, ref.shard) == "20 documents; none waiting"
     assert {h.status(i) for i in ids} == {b"succeeded"}
-    assert h.client.get(keys.waiting(ref.shard)) is None  # nothing waits: the key is gone
+    assert h.client.get(keyspace.waiting(ref.shard)) is None  # nothing waits: the key is gone
     assert h.client.llen(queue_key(PROCESSING)) == 1
     # That job finds nothing and wakes nobody.
     h.client.delete(queue_key(PROCESSING))
     assert run_documents(h.ctx, ref.shard) == "0 documents; none waiting"
-    assert not h.client.exists(keys.process_wake())
+    assert not h.client.exists(keyspace.process_wake())
     assert h.client.llen(queue_key(PROCESSING)) == 0
 
 
 def test_a_job_naming_its_document_still_runs(h: H) -> None:
     ref = in_shard("acme", 1)
-    (doc_id,) = h.hand_out(ref, 1)
+    (doc_id,) = h.process_and_read(ref, 1)
     assert (
         run_document(h.ctx, doc_id, ref.account, ref.name) == "succeeded; batch completed (seq 1)"
     )
@@ -133,8 +134,8 @@ def test_a_slow_document_moves_to_the_background_while_others_wait(
         gate, quick = Gate(tmp_path / "slow"), Gate(tmp_path / "quick")
         quick.open()
         slow_ref, other = in_shard("slow", 3), in_shard("other", 3)
-        (slow,) = h.hand_out(slow_ref, 1, gate.document(CSV))
-        (fast,) = h.hand_out(other, 1, quick.document(CSV))
+        (slow,) = h.process_and_read(slow_ref, 1, gate.document(CSV))
+        (fast,) = h.process_and_read(other, 1, quick.document(CSV))
         slow_host = h.ctx.extraction
         # The slow document is claimed first and holds; the other one is served meanwhile.
         assert run_documents(h.ctx, 3) == "2 documents; none waiting"
@@ -159,7 +160,7 @@ def test_a_slow_document_alone_stays_in_the_foreground(redis_url: str, tmp_path:
     )
     try:
         gate = Gate(tmp_path / "slow")
-        (slow,) = h.hand_out(in_shard("slow", 5), 1, gate.document(CSV))
+        (slow,) = h.process_and_read(in_shard("slow", 5), 1, gate.document(CSV))
         host = h.ctx.extraction
         threading.Timer(1.0, gate.open).start()  # nothing else waits: no reason to move it
         assert run_documents(h.ctx, 5) == "1 documents; none waiting"
@@ -177,11 +178,11 @@ def test_two_slow_documents_of_two_accounts_do_not_hold_a_third_accounts_csv(
     h = H(redis_url, RELAY_EXTRACTOR="tests.support.extractors:gated", RELAY_BACKGROUND_AFTER="0.2")
     try:
         gates = [Gate(tmp_path / "a"), Gate(tmp_path / "b")]
-        (first,) = h.hand_out(in_shard("heavy-a", 6), 1, gates[0].document(CSV))
-        (second,) = h.hand_out(in_shard("heavy-b", 6), 1, gates[1].document(CSV))
+        (first,) = h.process_and_read(in_shard("heavy-a", 6), 1, gates[0].document(CSV))
+        (second,) = h.process_and_read(in_shard("heavy-b", 6), 1, gates[1].document(CSV))
         quick = Gate(tmp_path / "quick")
         quick.open()
-        (small,) = h.hand_out(in_shard("small", 6), 1, quick.document(CSV))
+        (small,) = h.process_and_read(in_shard("small", 6), 1, quick.document(CSV))
         assert run_documents(h.ctx, 6) == "3 documents; none waiting"
         assert all(gate.wait_started(10) for gate in gates)
         assert h.status(small) == b"succeeded"
@@ -204,20 +205,20 @@ def _run_in_thread(h: H, shard: int, **kw: float) -> tuple[threading.Thread, lis
 
 
 def test_a_job_out_of_documents_lingers_and_takes_the_next_hand_out_from_the_bell(h: H) -> None:
-    """The processing bell (``queues.wake_processing`` rings it; ``linger_on_bell``): a job
+    """The processing bell (``job_queues.wake_processing`` rings it; ``linger_for_wakeups``): a job
     that ran out of documents waits on it, so the next batch's documents are processed by
     the same job, not by an RQ job of their own."""
     first, second = in_shard("acme", 4), in_shard("bulk", 11)
-    ids = h.hand_out(first, 3)
+    ids = h.process_and_read(first, 3)
     thread, said = _run_in_thread(h, first.shard, budget=30, linger=30)
     try:
         wait_until(lambda: {h.status(i) for i in ids} == {b"succeeded"}, 10, 0.02, "first")
         # Handed out while the job lingers: the wake-up rings the bell, and the job takes it.
-        later = h.hand_out(second, 2)
-        queues.wake_processing(h.client, second.shard, h.ctx.settings)
+        later = h.process_and_read(second, 2)
+        job_queues.wake_processing(h.client, second.shard, h.ctx.settings)
         wait_until(lambda: {h.status(i) for i in later} == {b"succeeded"}, 10, 0.02, "rung")
         assert thread.is_alive()  # still the same job, lingering again
-        assert h.client.llen(keys.process_bell()) == 0  # the ring was taken
+        assert h.client.llen(keyspace.processing_wakeups()) == 0  # the ring was taken
     finally:
         # A delivery job waiting in RQ ends the linger: a worker serving both queues takes it.
         h.client.rpush(queue_key(DELIVERY), "some-delivery-job")
@@ -227,7 +228,7 @@ def test_a_job_out_of_documents_lingers_and_takes_the_next_hand_out_from_the_bel
 
 
 def test_a_job_lingers_no_longer_than_its_setting_nor_its_budget(h: H) -> None:
-    (doc,) = h.hand_out(in_shard("acme", 4), 1)
+    (doc,) = h.process_and_read(in_shard("acme", 4), 1)
     started = time.monotonic()
     assert run_documents(h.ctx, 4, budget=30, linger=0.6) == "1 documents; none waiting"
     assert 0.6 <= time.monotonic() - started < 5
@@ -244,13 +245,13 @@ def test_a_ring_nobody_hears_loses_nothing(h: H) -> None:
     """With no job lingering, the wake-up still enqueues a job (no marker is held by a
     lingering job), and its ring expires."""
     ref = in_shard("acme", 6)
-    h.hand_out(ref, 1)
-    assert queues.wake_processing(h.client, ref.shard, h.ctx.settings) is True
+    h.process_and_read(ref, 1)
+    assert job_queues.wake_processing(h.client, ref.shard, h.ctx.settings) is True
     assert h.client.llen(queue_key(PROCESSING)) == 1
-    assert h.client.lrange(keys.process_bell(), 0, -1) == [str(ref.shard).encode()]
-    assert 0 < h.client.pttl(keys.process_bell()) <= queues.WAKE_TTL_MS
+    assert h.client.lrange(keyspace.processing_wakeups(), 0, -1) == [str(ref.shard).encode()]
+    assert 0 < h.client.pttl(keyspace.processing_wakeups()) <= job_queues.WAKE_TTL_MS
     # A second wake-up while that job waits rings again and enqueues nothing.
-    assert queues.wake_processing(h.client, ref.shard, h.ctx.settings) is False
+    assert job_queues.wake_processing(h.client, ref.shard, h.ctx.settings) is False
     assert h.client.llen(queue_key(PROCESSING)) == 1
 
 
@@ -275,7 +276,7 @@ def test_a_lingering_job_whose_queue_redis_goes_away_ends_as_done(
 def test_a_lingering_job_ends_when_its_process_is_asked_to_stop(h: H) -> None:
     thread, said = _run_in_thread(h, 4, budget=30, linger=30)
     time.sleep(0.3)  # lingering now
-    h.ctx.stopping.set()  # what relay worker's warm shutdown does (relay.worker)
+    h.ctx.stopping.set()  # what relay worker's warm shutdown does (relay.runtime.worker)
     thread.join(5)
     assert not thread.is_alive()
     assert said == ["0 documents; none waiting"]

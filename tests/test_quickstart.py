@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from bench.quickstart import quickstart_blocks, run_quickstart
-from relay import dev
 from relay.config import load_settings
+from relay.devtools import dev
 
 ROOT = Path(__file__).resolve().parent.parent
 

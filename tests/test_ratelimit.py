@@ -1,4 +1,4 @@
-"""The sliding-window limiter (``relay.ratelimit`` + ``lua/ratelimit.lua``) on a real Redis."""
+"""The sliding-window limiter (``relay.state.rate_limits`` + ``lua/ratelimit.lua``) on a real Redis."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import TypeVar
 import redis
 import redis.asyncio
 
-from relay import keys
 from relay.config import RateLimit
-from relay.ratelimit import Decision, LeasePolicy, SlidingWindow
+from relay.redis import keyspace
+from relay.state.rate_limits import Decision, LeasePolicy, SlidingWindow
 
 T = TypeVar("T")
 
@@ -40,8 +40,8 @@ def test_admits_up_to_the_limit_then_refuses(redis_url: str, redis: redis.Redis)
     assert [d.remaining for d in decisions] == [2, 1, 0, 0, 0]
     assert all(d.limit == 3 for d in decisions)
     # Refused requests are not recorded: the window holds exactly the admitted three.
-    assert redis.zcard(keys.rate_window("abcd1234")) == 3
-    ttl = redis.pttl(keys.rate_window("abcd1234"))
+    assert redis.zcard(keyspace.rate_window("abcd1234")) == 3
+    ttl = redis.pttl(keyspace.rate_window("abcd1234"))
     assert 0 < ttl <= 60_000
     refused = decisions[-1]
     assert 58_000 < refused.reset_ms <= 60_000
@@ -118,7 +118,7 @@ def test_lower_limit_never_reports_negative_remaining(redis_url: str) -> None:
 def test_uses_the_server_clock(redis_url: str, redis: redis.Redis) -> None:
     window = SlidingWindow(RateLimit(limit=5, window_ms=60_000))
     run_with_client(redis_url, lambda c: window.hit(c, "clock123"))
-    ((_, score),) = redis.zrange(keys.rate_window("clock123"), 0, -1, withscores=True)
+    ((_, score),) = redis.zrange(keyspace.rate_window("clock123"), 0, -1, withscores=True)
     seconds, micros = redis.time()
     server_ms = seconds * 1000 + micros // 1000
     assert server_ms - 5_000 < score <= server_ms
@@ -131,7 +131,7 @@ LEASE = LeasePolicy(slots=8, ms=1_000)
 
 
 async def _admit(window: SlidingWindow, client: redis.asyncio.Redis, subject: str) -> Decision:
-    """One write as the API admits it (relay.edge.Edge.write_round): from the process's lease,
+    """One write as the API admits it (relay.api.resources.ApiResources.write_round): from the process's lease,
     else by asking the window."""
     return window.take(subject) or await window.hit(client, subject)
 
@@ -157,7 +157,7 @@ def test_a_busy_subject_is_leased_slots_and_the_window_stays_exact(
     # Every slot recorded was used, and far fewer script runs than admitted writes (each of
     # the 50 refused asks the window): 7 asked one slot each before the subject was busy,
     # then leases of 8 until a quarter of what was left fell below 8, then smaller ones.
-    assert redis.zcard(keys.rate_window("busy1234")) == 100
+    assert redis.zcard(keyspace.rate_window("busy1234")) == 100
     asked = _script_runs(redis) - runs - 50
     assert asked < 30, asked
 
@@ -167,14 +167,14 @@ def test_leased_slots_are_recorded_a_lease_ahead_and_single_ones_at_now(
 ) -> None:
     window = SlidingWindow(RateLimit(limit=1_000, window_ms=60_000), lease=LEASE)
     run_with_client(redis_url, lambda c: _many(window, c, "ahead123", 9))
-    scores = [s for _, s in redis.zrange(keys.rate_window("ahead123"), 0, -1, withscores=True)]
+    scores = [s for _, s in redis.zrange(keyspace.rate_window("ahead123"), 0, -1, withscores=True)]
     seconds, micros = redis.time()
     now = seconds * 1000 + micros // 1000
     # Seven asked one at a time (the subject not yet busy), then a lease of eight.
     assert len(scores) == 15
     assert all(now - 5_000 < s <= now for s in scores[:7])
     assert all(now + 1_000 - 5_000 < s <= now + 1_000 for s in scores[7:])
-    assert redis.pttl(keys.rate_window("ahead123")) > 60_000
+    assert redis.pttl(keyspace.rate_window("ahead123")) > 60_000
 
 
 async def _many(window: SlidingWindow, client: redis.asyncio.Redis, subject: str, n: int) -> None:
@@ -191,7 +191,7 @@ def test_a_quiet_subject_asks_one_slot_at_a_time(redis_url: str, redis: redis.Re
             await window.hit(client, "quiet123")
 
     run_with_client(redis_url, body)
-    assert redis.zcard(keys.rate_window("quiet123")) == 7
+    assert redis.zcard(keyspace.rate_window("quiet123")) == 7
 
 
 def test_an_expired_lease_gives_its_unused_slots_back_on_the_next_ask(
@@ -203,11 +203,11 @@ def test_an_expired_lease_gives_its_unused_slots_back_on_the_next_ask(
 
     async def body(client: redis.asyncio.Redis) -> list[int]:
         await _many(window, client, "spare123", 9)  # the 8th asked a lease: 7 slots left
-        leased = int(redis.zcard(keys.rate_window("spare123")))
+        leased = int(redis.zcard(keyspace.rate_window("spare123")))
         await asyncio.sleep(0.3)
         assert window.take("spare123") is None  # past the lease's length: not used
         await window.hit(client, "spare123")
-        return [leased, int(redis.zcard(keys.rate_window("spare123")))]
+        return [leased, int(redis.zcard(keyspace.rate_window("spare123")))]
 
     leased, after = run_with_client(redis_url, body)
     assert leased == 15  # 7 single, 8 leased (2 used, 6 held)
@@ -217,7 +217,7 @@ def test_an_expired_lease_gives_its_unused_slots_back_on_the_next_ask(
     assert after == 10 + len(held)
     # Of the first lease (the 8th ask's member, slots :1 to :8) only the two used remain.
     first = f"{window._token}:7:"
-    members = {m.decode() for m in redis.zrange(keys.rate_window("spare123"), 0, -1)}
+    members = {m.decode() for m in redis.zrange(keyspace.rate_window("spare123"), 0, -1)}
     assert {m for m in members if m.startswith(first)} == {first + "1", first + "2"}
 
 
@@ -239,5 +239,5 @@ def test_processes_sharing_a_window_never_admit_more_than_its_limit(
 
     admitted = run_with_client(redis_url, body)
     held = sum(len(p._leases["shared12"].members) for p in processes if "shared12" in p._leases)
-    assert admitted + held == redis.zcard(keys.rate_window("shared12")) <= 100
+    assert admitted + held == redis.zcard(keyspace.rate_window("shared12")) <= 100
     assert admitted >= 100 - 3 * (LEASE.slots - 1)

@@ -13,8 +13,8 @@ import pytest
 
 from relay.extract import extract
 from relay.extract.errors import CODES
-from relay.model import Status
-from relay.store import BatchRef
+from relay.state.model import Status
+from relay.state.store import BatchRef
 from tests.support.helpers import closed_after
 from tests.test_store import Harness
 
@@ -45,7 +45,7 @@ def _codes_raised_in_source() -> set[str]:
     ]
     found: set[str] = set()
     sources = [*(ROOT / "relay" / "extract").rglob("*.py"), ROOT / "relay" / "processing.py"]
-    for path in [*sources, *(ROOT / "relay" / "lua").glob("*.lua")]:
+    for path in [*sources, *(ROOT / "relay" / "state" / "lua").glob("*.lua")]:
         text = path.read_text()
         for pattern in patterns:
             found.update(re.findall(pattern, text))

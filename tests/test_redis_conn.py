@@ -1,4 +1,4 @@
-"""The Redis clients of ``relay.redis_conn`` on real servers: a restart that is over costs no
+"""The Redis clients of ``relay.redis.clients`` on real servers: a restart that is over costs no
 command, and the API's client never sends a command twice."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from relay.config import load_settings
 from relay.exceptions import ConfigError
-from relay.redis_conn import RedisTarget, async_client, sync_client
+from relay.redis.clients import RedisTarget, async_client, sync_client
 from tests.support.helpers import RedisFactory
 
 # Runs INCR, then answers more than the static reply buffer holds, so the reply goes to the

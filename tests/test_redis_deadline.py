@@ -1,4 +1,4 @@
-"""A request's deadline on its Redis waits (``relay.redis_deadline``): the budget's
+"""A request's deadline on its Redis waits (``relay.redis.deadline``): the budget's
 accounting, then the API's client, its status lane and a served API against a hung Redis
 (SIGSTOP), each answered within the deadline, well before the 5 s reply timeout would."""
 
@@ -18,12 +18,12 @@ import redis.asyncio
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from relay.lane_url import status_client
-from relay.redis_conn import RedisTarget, async_client
-from relay.redis_deadline import budget, left, within
-from relay.redis_server import RedisServer
+from relay.devtools.processes import Stack
+from relay.devtools.redis_server import RedisServer
+from relay.redis.clients import RedisTarget, async_client
+from relay.redis.deadline import budget, left, within
+from relay.redis.status_target import status_client
 from tests.support.helpers import RedisFactory
-from tests.support.procs import Stack
 
 SOCKET_TIMEOUT = 5.0  # RELAY_REDIS_SOCKET_TIMEOUT's default: what a hung Redis costs without
 

@@ -1,4 +1,4 @@
-"""The private redis-server (relay.redis_server) and the conftest fixtures built on it."""
+"""The private redis-server (relay.devtools.redis_server) and the conftest fixtures built on it."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from redis import Redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from relay import redis_server
-from relay.redis_server import RedisServer, RedisServerError
+from relay.devtools import redis_server
+from relay.devtools.redis_server import RedisServer, RedisServerError
 from tests.support.helpers import free_port
 
 Factory = Callable[

@@ -8,12 +8,12 @@ from subprocess import CompletedProcess
 import pytest
 import redis
 
-from relay import keys
 from relay.crypto import Encryptor, SigningMaterial, generate_key
 from relay.exceptions import ConfigError
-from relay.reencrypt import reencrypt
-from relay.scripts import source
-from relay.signing_keys import FIELDS, SigningKeys
+from relay.redis import keyspace
+from relay.state.reencrypt import reencrypt
+from relay.state.scripts import source
+from relay.state.signing_material import FIELDS, SigningKeys
 from relay.timefmt import now_ms
 from tests.support.helpers import relay_cli
 
@@ -29,7 +29,7 @@ def _store_under(client: redis.Redis, key: str) -> dict[str, list[SigningMateria
     material = SigningKeys(Encryptor([key])).for_accounts(client, set(ACCOUNTS))
     previous = SigningMaterial.generate(now_ms())
     client.hset(
-        keys.signing("acct-00"),
+        keyspace.signing("acct-00"),
         mapping={
             "previous": Encryptor([key]).encrypt(previous.to_json().encode()),
             "previous_until": now_ms() + 3_600_000,
@@ -40,13 +40,15 @@ def _store_under(client: redis.Redis, key: str) -> dict[str, list[SigningMateria
 
 
 def _read_with(client: redis.Redis, key: str, account: str) -> list[SigningMaterial]:
-    found = SigningKeys(Encryptor([key])).from_fields(client.hmget(keys.signing(account), FIELDS))
+    found = SigningKeys(Encryptor([key])).from_fields(
+        client.hmget(keyspace.signing(account), FIELDS)
+    )
     assert found is not None
     return found
 
 
 def _raw(client: redis.Redis) -> dict[str, list[bytes | None]]:
-    return {a: client.hmget(keys.signing(a), ["current", "previous"]) for a in ACCOUNTS}
+    return {a: client.hmget(keyspace.signing(a), ["current", "previous"]) for a in ACCOUNTS}
 
 
 def test_rotate_then_reencrypt_then_read_with_the_new_key_only(
@@ -85,7 +87,7 @@ def test_unreadable_values_are_named_and_fail_the_run(redis_url: str, redis: red
     SigningKeys(Encryptor([key_c])).for_accounts(redis, {"lost"})  # C is not configured
     done = reencrypt_cli(redis_url, f"{key_b},{key_a}", "reencrypt")
     assert done.returncode == 1
-    assert f"unreadable: {keys.signing('lost')} current" in done.stderr
+    assert f"unreadable: {keyspace.signing('lost')} current" in done.stderr
     assert "1 value(s) re-encrypted" in done.stdout and "1 unreadable" in done.stdout
     assert len(_read_with(redis, key_b, "ok")) == 1
 
@@ -101,16 +103,16 @@ def test_the_write_is_a_compare_and_set(redis: redis.Redis) -> None:
     only while it still holds the token that was read."""
     key_a, key_b = generate_key(), generate_key()
     SigningKeys(Encryptor([key_a])).for_accounts(redis, {"racer"})
-    read = redis.hget(keys.signing("racer"), "current")
+    read = redis.hget(keyspace.signing("racer"), "current")
     assert read is not None
     newer = Encryptor([key_b]).encrypt(b"written by a rotation meanwhile")
-    redis.hset(keys.signing("racer"), "current", newer)
+    redis.hset(keyspace.signing("racer"), "current", newer)
     cas = redis.register_script(source("reencrypt_signing"))
     rotated = Encryptor([key_b, key_a]).rotate(read)
-    assert cas(keys=[keys.signing("racer")], args=["current", read, rotated]) == 0
-    assert redis.hget(keys.signing("racer"), "current") == newer
-    assert cas(keys=[keys.signing("racer")], args=["current", newer, b"x"]) == 1
-    assert redis.hget(keys.signing("racer"), "current") == b"x"
+    assert cas(keys=[keyspace.signing("racer")], args=["current", read, rotated]) == 0
+    assert redis.hget(keyspace.signing("racer"), "current") == newer
+    assert cas(keys=[keyspace.signing("racer")], args=["current", newer, b"x"]) == 1
+    assert redis.hget(keyspace.signing("racer"), "current") == b"x"
 
 
 def test_report_counts_values_not_keys(redis: redis.Redis) -> None:

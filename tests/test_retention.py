@@ -13,13 +13,13 @@ import pytest
 import redis
 import redis.asyncio
 
-from relay import keys
-from relay.blobs import BlobStore
-from relay.detector import GROUP, Detector, ensure_groups
-from relay.model import Attempt, DeliveryStatus, Document
-from relay.retention import Retention
-from relay.store import AsyncStore, BatchRef, Store
-from relay.webhook_store import AsyncWebhookStore, WebhookStore
+from relay.redis import keyspace
+from relay.runtime.detector import GROUP, Detector, ensure_groups
+from relay.state.blobs import BlobStore
+from relay.state.model import Attempt, DeliveryStatus, Document
+from relay.state.retention import Retention
+from relay.state.store import AsyncStore, BatchRef, Store
+from relay.state.webhooks import AsyncWebhookStore, WebhookStore
 from tests.support.helpers import Clients, FakeClock, closed_after, worker_context
 
 DAY = 86_400_000
@@ -81,8 +81,8 @@ class H(Clients):
         return set(self.client.scan_iter(match="relay:*", count=1000))
 
     def finished(self, ref: BatchRef) -> float | None:
-        member = keys.finished_member(ref.account, ref.name)
-        score = self.client.zscore(keys.finished(ref.shard), member)
+        member = keyspace.finished_member(ref.account, ref.name)
+        score = self.client.zscore(keyspace.finished(ref.shard), member)
         return None if score is None else float(score)
 
     def purge_due(self, ref: BatchRef) -> str:
@@ -133,10 +133,10 @@ def test_a_finished_batch_is_purged_after_the_retention_and_leaves_no_key(h: H) 
     assert h.loop.run_until_complete(h.hooks.get(ref)) is None
     batches, _ = h.loop.run_until_complete(h.api.list_batches("acme", before=None, limit=10))
     assert [b.name for b in batches] == ["fresh"]
-    assert h.client.zscore(keys.shard_deliveries(ref.shard), delivery) is None
+    assert h.client.zscore(keyspace.shard_deliveries(ref.shard), delivery) is None
     # Every key the batch made is gone (the outbox entry is the stream's, trimmed apart).
-    assert h.relay_keys() - {keys.outbox(ref.shard).encode()} == before - {
-        keys.outbox(ref.shard).encode()
+    assert h.relay_keys() - {keyspace.outbox(ref.shard).encode()} == before - {
+        keyspace.outbox(ref.shard).encode()
     }
 
 
@@ -216,17 +216,17 @@ def test_a_big_deleted_batch_is_purged_in_bounded_steps(h: H) -> None:
     assert outcome == "more"
     # Detached at once: the batch reads as gone, the rest is left for the next steps.
     assert h.client.exists(ref.key) == 0
-    assert h.client.llen(keys.purge_docs(ref.shard, token)) == 1_500
+    assert h.client.llen(keyspace.purge_docs(ref.shard, token)) == 1_500
     assert h.retention.under_way(ref.shard, 10) == [token]
     steps = [outcome]
     while steps[-1] == "more":
-        left = h.client.llen(keys.purge_docs(ref.shard, token))
+        left = h.client.llen(keyspace.purge_docs(ref.shard, token))
         steps.append(h.retention.step_on(ref.shard, token))
-        assert h.client.llen(keys.purge_docs(ref.shard, token)) == max(0, left - 500)
+        assert h.client.llen(keyspace.purge_docs(ref.shard, token)) == max(0, left - 500)
     assert steps == ["more", "more", "more", "done"]
     assert h.retention.under_way(ref.shard, 10) == []
-    assert not any(h.client.exists(keys.doc(ref.shard, d.id)) for d in docs[::97])
-    assert h.relay_keys() - {keys.outbox(ref.shard).encode()} == before
+    assert not any(h.client.exists(keyspace.doc(ref.shard, d.id)) for d in docs[::97])
+    assert h.relay_keys() - {keyspace.outbox(ref.shard).encode()} == before
 
 
 def test_a_sweep_is_bounded_per_shard_and_carries_on_next_time(h: H) -> None:
@@ -242,7 +242,7 @@ def test_a_sweep_is_bounded_per_shard_and_carries_on_next_time(h: H) -> None:
     reports = [h.retention.sweep_shard(shard, 3) for _ in range(6)]
     assert all(r.calls <= 3 for r in reports)
     assert sum(r.purged for r in reports) == len(mine) + (big.shard == shard)
-    assert h.client.zcard(keys.finished(shard)) == 0
+    assert h.client.zcard(keyspace.finished(shard)) == 0
     assert reports[-1].calls == 0  # nothing left to do
     if big.shard != shard:
         assert h.retention.sweep_shard(big.shard, 3).purged == 1
@@ -258,7 +258,7 @@ def test_leftover_directory_blobs_are_deleted(redis_url: str, tmp_path: Path) ->
         h.loop.run_until_complete(h.api.delete_batch(ref))
         # A process died between the script and removing the file: the file is left over.
         path.write_bytes(b"left over")
-        h.client.hset(keys.doc(ref.shard, doc.id), "blob", "dir")
+        h.client.hset(keyspace.doc(ref.shard, doc.id), "blob", "dir")
         h.clock.advance(RETENTION)
         assert h.purge_due(ref) == "gone"
         assert not path.exists()
@@ -277,7 +277,7 @@ def test_the_detector_purges_and_trims_the_outbox(redis_url: str) -> None:
         refs = [BatchRef("acme", f"d{i}") for i in range(40)]
         for ref in refs:
             h.finish_all(ref, h.upload(ref))
-        entries = sum(int(h.client.xlen(keys.outbox(s))) for s in keys.all_shards())
+        entries = sum(int(h.client.xlen(keyspace.outbox(s))) for s in keyspace.all_shards())
         assert entries == 40
         detector = Detector(ctx, "d1")
         assert detector.sweep_retention() == 0  # completions too recent
@@ -289,10 +289,15 @@ def test_the_detector_purges_and_trims_the_outbox(redis_url: str) -> None:
             time.sleep(0.2)
         assert purged == 40
         assert not any(h.client.exists(r.key) for r in refs)
-        left = sum(int(h.client.xlen(keys.outbox(s))) for s in keys.all_shards())
-        assert left <= keys.DEFAULT_SHARDS  # acknowledged entries trimmed (the last one may stay)
+        left = sum(int(h.client.xlen(keyspace.outbox(s))) for s in keyspace.all_shards())
         assert (
-            sum(int(h.client.xpending(keys.outbox(s), GROUP)["pending"]) for s in keys.all_shards())
+            left <= keyspace.DEFAULT_SHARDS
+        )  # acknowledged entries trimmed (the last one may stay)
+        assert (
+            sum(
+                int(h.client.xpending(keyspace.outbox(s), GROUP)["pending"])
+                for s in keyspace.all_shards()
+            )
             == 0
         )
     finally:

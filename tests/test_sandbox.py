@@ -1,7 +1,7 @@
-"""Bounded extraction (``relay.extract.sandbox``): real child processes, real limits.
+"""Bounded extraction (``relay.runtime.sandbox``): real child processes, real limits.
 
 Hostile plug-ins live in ``tests/support/hostile_extractors.py``; hostile documents are built by
-``tests/support/documents.py``. Each test checks the failure *and* that the same host then extracts
+``relay/devtools/sample_documents.py``. Each test checks the failure *and* that the same host then extracts
 an ordinary document: one bad document never costs the next one.
 """
 
@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
+from relay.devtools.sample_documents import blank_pages_pdf, pdf_bomb, wide_csv
 from relay.extract import extract_document
 from relay.extract.errors import ExtractorConfigError
-from relay.extract.sandbox import ExtractorHost, Outcome, SandboxConfig
-from tests.support.documents import blank_pages_pdf, pdf_bomb, wide_csv
+from relay.runtime.sandbox import ExtractorHost, Outcome, SandboxConfig
 
 MIB = 1 << 20
 CSV = b"sku,qty\nA-1,2\nB-7,5\n"

@@ -1,4 +1,4 @@
-"""The scripts' replies: a JSON object read by name, or a single value (``relay.scripts``)."""
+"""The scripts' replies: a JSON object read by name, or a single value (``relay.state.scripts``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 from importlib import resources
 from typing import Any
 
-from relay.scripts import _COMMENT, NAMES, _definitions, _used, fields, source
+from relay.state.scripts import _COMMENT, NAMES, _definitions, _used, fields, source
 
 POSITIONAL = {
     "ratelimit",  # three integers on the status path, documented (docs/decisions.md)
@@ -17,7 +17,7 @@ _TABLE_REPLY = re.compile(r"^\s*return\s*\{\s*[^}\s]", re.MULTILINE)
 
 
 def _text(name: str) -> str:
-    return (resources.files("relay") / "lua" / f"{name}.lua").read_text()
+    return (resources.files("relay.state") / "lua" / f"{name}.lua").read_text()
 
 
 def test_no_script_answers_a_list_read_by_position() -> None:
@@ -51,7 +51,7 @@ def test_a_lean_script_starts_with_the_helpers_it_uses_and_no_others(redis: Any)
     assert len(source("claim")) < len(_text("_lib")) / 4
 
 
-# Lua string literals, blanked for the check below (comments go by relay.scripts' pattern).
+# Lua string literals, blanked for the check below (comments go by relay.state.scripts' pattern).
 _LUA_STRING = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
 _LUA_BUILTINS = {
     *("tonumber", "tostring", "type", "pairs", "ipairs", "unpack", "error", "assert"),
@@ -77,7 +77,7 @@ def _unbound_calls(text: str) -> set[str]:
 
 
 def test_every_script_brings_every_helper_it_calls() -> None:
-    """Checked apart from :func:`relay.scripts.source`'s own reading of the helpers: a helper
+    """Checked apart from :func:`relay.state.scripts.source`'s own reading of the helpers: a helper
     it left out would be a global at run time, an error on that path only."""
     assert {n: _unbound_calls(source(n)) for n in NAMES} == {n: set() for n in NAMES}
     # The check sees a missing helper: claim's body alone calls helpers it does not define.

@@ -14,14 +14,14 @@ import pytest
 import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from relay import keys
 from relay.config import Secret, load_settings
-from relay.durable import TIMEOUTS, WAITS, replicated
+from relay.devtools.redis_server import HOST
 from relay.exceptions import ConfigError
-from relay.lane import Address, Lane
-from relay.lane_url import SentinelLocate, lane_from_url, status_client
-from relay.redis_conn import RedisTarget, async_client, sync_client
-from relay.redis_server import HOST
+from relay.redis import keyspace
+from relay.redis.clients import RedisTarget, async_client, sync_client
+from relay.redis.replicas import TIMEOUTS, WAITS, replicated
+from relay.redis.status_lane import Address, StatusLane
+from relay.redis.status_target import SentinelLocate, lane_from_url, status_client
 from tests.support.helpers import wait_until
 from tests.support.sentinels import (
     PASSWORD,
@@ -111,7 +111,7 @@ def test_every_client_follows_a_demoted_primary_that_answers_readonly(
     async def run() -> None:
         aclient = async_client(target)
         lane = status_client(target, aclient)
-        assert isinstance(lane, Lane)
+        assert isinstance(lane, StatusLane)
         asked: list[int] = []
         locate = lane.locate
         assert isinstance(locate, SentinelLocate)
@@ -210,7 +210,7 @@ def test_acknowledged_writes_across_a_failover(sentinel_topology: Topology) -> N
         assert after.get("kept") == b"1"
         assert after.get("at-risk") is None  # acknowledged, counted, and lost
         # The counters went where the writes went: the timeout's count died with them too.
-        counts = after.hgetall(keys.metrics())
+        counts = after.hgetall(keyspace.metrics())
         assert int(counts.get(WAITS.encode(), b"0")) == 1
         assert counts.get(TIMEOUTS.encode()) is None
     finally:

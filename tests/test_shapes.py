@@ -1,4 +1,4 @@
-"""The public JSON shapes: one declaration (``relay.model``'s ``...JSON``) makes both what
+"""The public JSON shapes: one declaration (``relay.state.model``'s ``...JSON``) makes both what
 ``to_json`` returns and the OpenAPI schema of it (``relay.shapes``)."""
 
 from __future__ import annotations
@@ -9,12 +9,15 @@ from typing import Annotated, Any, TypedDict
 import jsonschema_rs
 import pytest
 
-from relay import keys
 from relay.api.openapi import document
 from relay.api.responses import COMPONENTS as BODIES
 from relay.api.webhooks import _signing_json
 from relay.crypto import SigningMaterial
-from relay.model import (
+from relay.redis import keyspace
+from relay.shapes import Ref, Schema, field_schema, object_schema, ref
+from relay.state.delivery_search import Recovery
+from relay.state.event_bodies import COMPONENTS as EVENTS
+from relay.state.model import (
     COMPONENTS,
     DELIVERY_ID_PATTERN,
     DOCUMENT_ID_PATTERN,
@@ -24,9 +27,6 @@ from relay.model import (
     Document,
     Webhook,
 )
-from relay.search import Recovery
-from relay.shapes import Ref, Schema, field_schema, object_schema, ref
-from relay.webhook_events import COMPONENTS as EVENTS
 
 NOW = 1_764_000_000_123
 
@@ -41,7 +41,7 @@ def _records() -> list[tuple[str, Any]]:
     doc = Document.from_hash(
         _hash(
             **common,
-            id=keys.new_id("doc", 3),
+            id=keyspace.new_id("doc", 3),
             filename="a.csv",
             content_type="text/csv",
             size=12,
@@ -58,7 +58,7 @@ def _records() -> list[tuple[str, Any]]:
     delivery = Delivery.from_hash(
         _hash(
             **common,
-            id=keys.new_id("msg", 3),
+            id=keyspace.new_id("msg", 3),
             seq=1,
             url="https://example.com/h",
             status="pending",
@@ -116,9 +116,9 @@ def test_the_document_takes_the_records_events_and_bodies_objects_from_their_typ
 
 def test_id_patterns_are_the_ones_ids_are_minted_and_read_with() -> None:
     for kind, pattern in (("doc", DOCUMENT_ID_PATTERN), ("msg", DELIVERY_ID_PATTERN)):
-        minted = keys.new_id(kind, 15)
+        minted = keyspace.new_id(kind, 15)
         assert re.fullmatch(pattern, minted)
-        assert keys.shard_of_id(kind, minted) == 15
+        assert keyspace.shard_of_id(kind, minted) == 15
         assert not re.fullmatch(pattern, minted + "a")
         assert not re.fullmatch(pattern, minted.replace(kind, "xyz", 1))
 

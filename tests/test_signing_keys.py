@@ -1,4 +1,4 @@
-"""Each account's signing material in Redis (relay.signing_keys): created on first use,
+"""Each account's signing material in Redis (relay.state.signing_material): created on first use,
 encrypted at rest, rotated with a grace period (on a clock the test moves), decrypted once per
 ciphertext, read for many accounts in one round trip."""
 
@@ -9,11 +9,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from relay import keys
 from relay.crypto import Encryptor, SigningMaterial, generate_key
 from relay.exceptions import ConfigError, RotationInProgress
-from relay.scripts import AsyncScripts
-from relay.signing_keys import SigningKeys
+from relay.redis import keyspace as keys
+from relay.state.scripts import AsyncScripts
+from relay.state.signing_material import SigningKeys
 from tests.support.helpers import Clients, closed_after
 
 GRACE_S = 60.0

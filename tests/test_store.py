@@ -8,11 +8,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from relay import keys
-from relay.blobs import BlobStore
 from relay.exceptions import BatchDeleted, BatchNotFound, StoreUnavailable
-from relay.model import Batch, Document, Status
-from relay.store import AsyncStore, BatchRef, Claim, Store
+from relay.redis import keyspace
+from relay.state.blobs import BlobStore
+from relay.state.model import Batch, Document, Status
+from relay.state.store import AsyncStore, BatchRef, Claim, Store
 from tests.support.helpers import Clients, closed_after
 
 LEASE_MS = 60_000
@@ -45,7 +45,7 @@ class Harness(Clients):
         return self.worker.claim(ref, doc_id, token, LEASE_MS)
 
     def outbox(self, ref: BatchRef) -> list[dict[bytes, bytes]]:
-        return [fields for _, fields in self.client.xrange(keys.outbox(ref.shard))]
+        return [fields for _, fields in self.client.xrange(keyspace.outbox(ref.shard))]
 
 
 @pytest.fixture
@@ -109,8 +109,8 @@ def test_full_chain_to_succeeded_and_batch_completion(h: Harness) -> None:
     snapshot = json.loads(events[0][b"snapshot"])
     assert snapshot["succeeded"] == "1" and snapshot["completed_at"] == str(done.completed_at)
     # The blob is gone once processed; the line items (and tables) are kept.
-    assert h.client.get(keys.blob(REF.shard, doc.id)) is None
-    stored_result = json.loads(h.client.get(keys.doc_items(REF.shard, doc.id)) or b"null")
+    assert h.client.get(keyspace.blob(REF.shard, doc.id)) is None
+    stored_result = json.loads(h.client.get(keyspace.doc_items(REF.shard, doc.id)) or b"null")
     assert stored_result == {"line_items": [{"a": "1"}], "tables": []}
 
 
@@ -123,7 +123,7 @@ def test_results_carry_tables_and_read_a_result_stored_before_tables(h: Harness)
         assert claim is not None
         h.worker.finish(claim, line_items=[{"a": "1"}], tables=[table], error=None)
     # A result an earlier version stored: the bare list of line items.
-    h.client.set(keys.doc_items(REF.shard, old.id), b'[{"a": "2"}]')
+    h.client.set(keyspace.doc_items(REF.shard, old.id), b'[{"a": "2"}]')
     _, docs, _ = h.run(h.api.results(REF, start=0, limit=10))
     assert [(d.id, items, tables) for d, items, tables in docs] == [
         (new.id, [{"a": "1"}], [table]),
@@ -351,18 +351,18 @@ def test_claim_next_serves_accounts_in_turn_and_each_account_in_order(h: Harness
     lone = h.upload(b).id
     for ref in (a1, a2, b):
         h.run(h.api.process(ref, None))
-    assert h.client.get(keys.waiting(REF.shard)) == b"7"
+    assert h.client.get(keyspace.waiting(REF.shard)) == b"7"
     claim, more = h.worker.claim_next(REF.shard, "t", LEASE_MS)
     assert claim is not None and more and claim.doc_id == first[0]
     assert claim.batch == a1 and claim.claims == 1 and claim.filename == "x.csv"
     assert h.doc(a1, first[0]).status is Status.PROCESSING
     # bravo's one document comes next, not after acme's backlog of six.
     assert claim_all(h, REF.shard) == [lone, *first[1:], *second]
-    assert h.client.get(keys.waiting(REF.shard)) is None  # nothing waits: the key is gone
+    assert h.client.get(keyspace.waiting(REF.shard)) is None  # nothing waits: the key is gone
     assert not h.client.exists(
-        keys.fair_ring(REF.shard),
-        keys.fair_account(REF.shard, "acme"),
-        keys.batch_ready(REF.shard, "acme", a1.name),
+        keyspace.fair_ring(REF.shard),
+        keyspace.fair_account(REF.shard, "acme"),
+        keyspace.batch_ready(REF.shard, "acme", a1.name),
     )
 
 
@@ -383,8 +383,8 @@ def test_a_turn_claims_small_documents_of_one_batch_together(h: Harness) -> None
     assert first == small[:3]  # at most 3 documents a turn
     assert h.batch(REF).counts[Status.PROCESSING] == 3
     assert {h.doc(REF, i).status for i in first} == {Status.PROCESSING}
-    assert h.client.zcard(keys.leases(REF.shard)) == 3
-    assert h.client.zcard(keys.batch_started(REF.shard, "acme", REF.name)) == 3
+    assert h.client.zcard(keyspace.leases(REF.shard)) == 3
+    assert h.client.zcard(keyspace.batch_started(REF.shard, "acme", REF.name)) == 3
     assert turn() == [lone]  # bravo's turn
     assert turn() == [small[3]]  # the big one would pass 100 bytes: left for the next turn
     assert turn() == [big]  # a big document is claimed alone
@@ -392,8 +392,8 @@ def test_a_turn_claims_small_documents_of_one_batch_together(h: Harness) -> None
     assert turn() == []
     batch = h.batch(REF)
     assert (batch.counts[Status.QUEUED], batch.counts[Status.PROCESSING]) == (0, 6)
-    assert h.client.get(keys.waiting(REF.shard)) is None
-    assert not h.client.exists(keys.fair_ring(REF.shard))
+    assert h.client.get(keyspace.waiting(REF.shard)) is None
+    assert not h.client.exists(keyspace.fair_ring(REF.shard))
 
 
 def test_a_turns_bytes_come_with_its_claim(h: Harness) -> None:
@@ -418,9 +418,9 @@ def test_a_turns_bytes_come_with_its_claim(h: Harness) -> None:
     h.upload(REF, b"x,y\n1,2\n")
     h.run(h.api.process(REF, None))
     h.client.delete(
-        keys.blob(
+        keyspace.blob(
             REF.shard,
-            h.client.lrange(keys.batch_ready(REF.shard, "acme", REF.name), 0, 0)[0].decode(),
+            h.client.lrange(keyspace.batch_ready(REF.shard, "acme", REF.name), 0, 0)[0].decode(),
         )
     )
     [gone], _ = h.worker.claim_turn(REF.shard, "t", LEASE_MS, documents=3, max_bytes=100)
@@ -437,7 +437,7 @@ def test_process_hands_out_only_what_it_has_not_handed_yet(h: Harness) -> None:
     later = h.upload(REF).id
     assert h.run(h.api.process(REF, ["sku"])) == [later]
     assert h.batch(REF).fields == ["sku"]
-    assert h.client.lrange(keys.batch_ready(REF.shard, "acme", REF.name), 0, -1) == [
+    assert h.client.lrange(keyspace.batch_ready(REF.shard, "acme", REF.name), 0, -1) == [
         i.encode() for i in [*first, later]
     ]
 
@@ -446,7 +446,7 @@ def test_a_batch_from_before_handed_keeps_its_pending_list(h: Harness) -> None:
     # A batch whose uploads went to its pending list (no `handed`) stays on that list.
     old = h.upload(REF).id
     h.client.hdel(REF.key, "handed")
-    pending = keys.batch_pending(REF.shard, "acme", REF.name)
+    pending = keyspace.batch_pending(REF.shard, "acme", REF.name)
     h.client.rpush(pending, old)
     new = h.upload(REF).id
     assert h.client.lrange(pending, 0, -1) == [old.encode(), new.encode()]
@@ -481,11 +481,11 @@ def test_deleting_a_batch_takes_its_documents_out_of_the_fair_queue(h: Harness) 
     h.run(h.api.process(other, None))
     canceled = h.run(h.api.delete_batch(REF))
     assert sorted(canceled) == sorted(doomed)
-    assert h.client.lrange(keys.fair_ring(REF.shard), 0, -1) == [b"bravo"]
+    assert h.client.lrange(keyspace.fair_ring(REF.shard), 0, -1) == [b"bravo"]
     assert not h.client.exists(
-        keys.fair_account(REF.shard, "acme"), keys.batch_ready(REF.shard, "acme", REF.name)
+        keyspace.fair_account(REF.shard, "acme"), keyspace.batch_ready(REF.shard, "acme", REF.name)
     )
-    assert h.client.get(keys.waiting(REF.shard)) == b"1"
+    assert h.client.get(keyspace.waiting(REF.shard)) == b"1"
     assert claim_all(h, REF.shard) == [kept]
 
 
@@ -518,7 +518,7 @@ def test_claim_next_cost_does_not_grow_with_the_backlog(h: Harness) -> None:
 def test_finishing_a_turn_costs_two_commands_a_document(h: Harness) -> None:
     # One script stores a turn's outcomes: per document its read and its write; the results
     # (one MSET), the blobs (one DEL), the leases and the batch are written once for all.
-    from relay.store import Outcome
+    from relay.state.store import Outcome
 
     def commands() -> int:
         return sum(int(v["calls"]) for v in h.client.info("commandstats").values())
@@ -548,14 +548,14 @@ def test_finishing_a_turn_costs_two_commands_a_document(h: Harness) -> None:
 def test_a_turns_finish_frees_the_account_total_in_the_same_round_trip(h: Harness) -> None:
     # The claim says what each document's finish frees from the account's pending total
     # (another slot); the finish script and that DECRBY go in one pipeline.
-    from relay.store import Outcome
+    from relay.state.store import Outcome
 
     ref = same_shard("acme", REF.shard, "freed")
     h.upload(same_shard("acme", REF.shard, "stays"))  # keeps the total above 0
     for _ in range(3):
         h.upload(ref)
     h.run(h.api.process(ref, None))
-    total = keys.account_pending_total("acme")
+    total = keyspace.account_pending_total("acme")
     before_total = int(h.client.get(total) or 0)
     claims, _ = h.worker.claim_turn(ref.shard, "t", LEASE_MS, documents=3, max_bytes=10**6)
     h.worker.forget(claims)
@@ -585,7 +585,7 @@ def test_a_replayed_upload_whose_document_is_gone_is_store_unavailable_and_makes
             REF, filename="x.csv", content_type="text/csv", content=b"a\n1\n", idempotency_key="k"
         )
     )
-    h.client.delete(keys.doc(REF.shard, first.id))
+    h.client.delete(keyspace.doc(REF.shard, first.id))
     with pytest.raises(StoreUnavailable, match="names a document that is gone"):
         h.run(
             h.api.upload(
@@ -597,6 +597,6 @@ def test_a_replayed_upload_whose_document_is_gone_is_store_unavailable_and_makes
             )
         )
     assert h.batch(REF).document_count == 1
-    assert h.client.llen(keys.batch_docs(REF.shard, REF.account, REF.name)) == 1
+    assert h.client.llen(keyspace.batch_docs(REF.shard, REF.account, REF.name)) == 1
     # Each refused try gave its reservation back: the total holds the first upload's bytes.
-    assert int(h.client.get(keys.account_pending_total("acme")) or 0) == len(b"a\n1\n")
+    assert int(h.client.get(keyspace.account_pending_total("acme")) or 0) == len(b"a\n1\n")

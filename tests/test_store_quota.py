@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from relay import keys
-from relay.blobs import BlobStore
 from relay.exceptions import QuotaExceeded
-from relay.model import Document, Status
-from relay.store import AsyncStore, BatchRef, Store
+from relay.redis import keyspace
+from relay.state.blobs import BlobStore
+from relay.state.model import Document, Status
+from relay.state.store import AsyncStore, BatchRef, Store
 from tests.support.helpers import Clients, closed_after, refs_in_distinct_shards
 
 LEASE_MS = 60_000
@@ -39,7 +39,7 @@ class Harness(Clients):
         return exact
 
     def total(self, account: str = "acme") -> int:
-        return int(self.client.get(keys.account_pending_total(account)) or 0)
+        return int(self.client.get(keyspace.account_pending_total(account)) or 0)
 
     def counter_keys(self) -> list[bytes]:
         return sorted(self.client.scan_iter(match="relay:*:pending_bytes"))
@@ -60,7 +60,7 @@ def test_the_quota_is_exact_within_a_shard(h: Harness) -> None:
     h.upload(ref, 200)  # exactly the quota
     assert h.pending() == 1_000
     # The refused upload left nothing behind.
-    assert h.client.llen(keys.batch_docs(ref.shard, "acme", "b1")) == 3
+    assert h.client.llen(keyspace.batch_docs(ref.shard, "acme", "b1")) == 3
     assert int(h.client.hget(ref.key, "queued") or 0) == 3
 
 
@@ -102,7 +102,7 @@ def test_a_lost_worker_keeps_the_charge_until_the_document_fails(h: Harness) -> 
         outcome = h.worker.requeue(ref, doc.id, max_claims=2)
         assert outcome == ("requeued" if attempt == 1 else "failed")
         assert h.pending() == (700 if attempt == 1 else 0)
-    assert h.client.hget(keys.doc(ref.shard, doc.id), "status") == b"failed"
+    assert h.client.hget(keyspace.doc(ref.shard, doc.id), "status") == b"failed"
     assert h.counter_keys() == []
 
 
@@ -136,7 +136,7 @@ def test_a_total_left_wrong_by_a_lost_process_is_recounted_at_the_quota(h: Harne
     # A process that died between a script and the total's update leaves the total high:
     # at the quota's edge the shards' exact counters decide and the total is set to them.
     ref = BatchRef("acme", "b1")
-    h.client.incrby(keys.account_pending_total("acme"), 900)
+    h.client.incrby(keyspace.account_pending_total("acme"), 900)
     h.upload(ref, 600)  # the total says 1,500: recounted (0), admitted
     assert h.total() == 600
     with pytest.raises(QuotaExceeded) as refused:
@@ -147,7 +147,7 @@ def test_a_total_left_wrong_by_a_lost_process_is_recounted_at_the_quota(h: Harne
     assert h.pending() == 1_000
     # Left low (the key lost): admitted on the total until it reaches the quota, where the
     # recount finds the shards full and puts the total right.
-    h.client.set(keys.account_pending_total("acme"), 100)
+    h.client.set(keyspace.account_pending_total("acme"), 100)
     with pytest.raises(QuotaExceeded):
         h.upload(ref, 901)
     assert h.pending() == 1_000
@@ -158,8 +158,8 @@ def test_documents_charged_before_the_total_leave_it_alone(h: Harness) -> None:
     # takes its bytes off its shard's counter only, so the total never goes below zero.
     ref = BatchRef("acme", "b1")
     doc = h.upload(ref, 500)
-    h.client.hdel(keys.doc(ref.shard, doc.id), "counted")
-    h.client.delete(keys.account_pending_total("acme"))
+    h.client.hdel(keyspace.doc(ref.shard, doc.id), "counted")
+    h.client.delete(keyspace.account_pending_total("acme"))
     h.run(h.api.process(ref, None))
     claim = h.worker.claim(ref, doc.id, "t", LEASE_MS)
     assert claim is not None

@@ -1,4 +1,4 @@
-"""Process supervision for ``relay dev`` (relay.supervise): the state directory lock, restart
+"""Process supervision for ``relay dev`` (relay.devtools.supervisor): the state directory lock, restart
 budget, health probe, children and orphans."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from relay import supervise
+from relay.devtools import supervisor
 from tests.support.helpers import free_port, wait_until
 
 # -- the state directory --------------------------------------------------------------------
@@ -25,18 +25,18 @@ from tests.support.helpers import free_port, wait_until
 
 def test_only_one_supervisor_per_state_dir(tmp_path: Path) -> None:
     with (
-        supervise.lock_state_dir(tmp_path),
-        pytest.raises(supervise.DevError, match="another `relay dev`"),
+        supervisor.lock_state_dir(tmp_path),
+        pytest.raises(supervisor.DevError, match="another `relay dev`"),
     ):
-        supervise.lock_state_dir(tmp_path)
-    supervise.lock_state_dir(tmp_path).close()  # released with the first one
+        supervisor.lock_state_dir(tmp_path)
+    supervisor.lock_state_dir(tmp_path).close()  # released with the first one
 
 
 # -- pure pieces ----------------------------------------------------------------------------
 
 
 def test_restart_budget_backs_off_and_allows_five_a_minute() -> None:
-    budget = supervise.RestartBudget()
+    budget = supervisor.RestartBudget()
     now = 1000.0
     delays = []
     for _ in range(5):
@@ -74,9 +74,9 @@ def http_server() -> Iterator[str]:
 
 
 def test_healthy(http_server: str) -> None:
-    assert supervise.healthy(f"{http_server}/healthz")
-    assert not supervise.healthy(f"{http_server}/missing")
-    assert not supervise.healthy(f"http://127.0.0.1:{free_port()}/healthz")
+    assert supervisor.healthy(f"{http_server}/healthz")
+    assert not supervisor.healthy(f"{http_server}/missing")
+    assert not supervisor.healthy(f"http://127.0.0.1:{free_port()}/healthz")
 
 
 # -- children and orphans (real processes) --------------------------------------------------
@@ -88,8 +88,8 @@ def _python(code: str) -> list[str]:
 
 def test_child_output_is_prefixed_with_its_name() -> None:
     out = io.StringIO()
-    console = supervise.Console(out)
-    child = supervise.Child(
+    console = supervisor.Console(out)
+    child = supervisor.Child(
         "worker", _python("print('one'); print('two')"), dict(os.environ), console
     )
     child.start()
@@ -101,22 +101,22 @@ def test_child_output_is_prefixed_with_its_name() -> None:
 
 def test_stop_children_terminates_then_kills(tmp_path: Path) -> None:
     out = io.StringIO()
-    console = supervise.Console(out)
-    polite = supervise.Child(
+    console = supervisor.Console(out)
+    polite = supervisor.Child(
         "polite", _python("import time; time.sleep(60)"), dict(os.environ), console
     )
     stubborn_code = (
         "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
         "print('ready', flush=True); time.sleep(60)"
     )
-    stubborn = supervise.Child("stubborn", _python(stubborn_code), dict(os.environ), console)
+    stubborn = supervisor.Child("stubborn", _python(stubborn_code), dict(os.environ), console)
     for child in (polite, stubborn):
         child.start()
     # It says "ready" once SIGTERM is ignored.
     wait_until(lambda: "stubborn | ready" in out.getvalue(), 10, message="stubborn not ready")
 
     started = time.monotonic()
-    supervise.stop_children([polite, stubborn], timeout=1.0)
+    supervisor.stop_children([polite, stubborn], timeout=1.0)
     assert time.monotonic() - started < 5
     assert polite.proc is not None and polite.proc.returncode == -signal.SIGTERM
     assert stubborn.proc is not None and stubborn.proc.returncode == -signal.SIGKILL
@@ -139,7 +139,7 @@ def test_orphans_of_a_killed_supervisor_are_stopped(tmp_path: Path) -> None:
         (tmp_path / "dev.pids").write_text(
             json.dumps({"worker": orphan.pid, "api": stranger.pid, "detector": 2**22 + 1})
         )
-        supervise.stop_orphans(tmp_path, supervise.Console(io.StringIO()))
+        supervisor.stop_orphans(tmp_path, supervisor.Console(io.StringIO()))
         assert orphan.wait(5) == -signal.SIGTERM
         assert stranger.poll() is None
         assert not (tmp_path / "dev.pids").exists()

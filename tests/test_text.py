@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from relay.queues import PROCESSING
+from relay.state.job_queues import PROCESSING
 from relay.text import for_terminal, holds_lone_surrogate, scrub_surrogates
 from tests.support.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
 

@@ -7,11 +7,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from relay import keys
 from relay.exceptions import DeliveryNotFound, NotRetryable, WebhookNotFound
-from relay.model import Attempt, DeliveryStatus
-from relay.store import BatchRef
-from relay.webhook_store import ClaimedDelivery, WebhookStore, operational_ref
+from relay.redis import keyspace
+from relay.state.model import Attempt, DeliveryStatus
+from relay.state.store import BatchRef
+from relay.state.webhooks import ClaimedDelivery, WebhookStore, operational_ref
 from tests.support.delivery_seed import WebhookClients
 from tests.support.helpers import closed_after
 
@@ -63,7 +63,7 @@ def test_one_delivery_per_completion(h: H) -> None:
     created, ident = h.d.create(REF, 1, b"{}")
     assert created and ident.startswith("msg_")
     assert h.d.create(REF, 1, b"{}") == (False, ident)  # idempotent on (batch, seq)
-    assert keys.shard_of_id("msg", ident) == REF.shard
+    assert keyspace.shard_of_id("msg", ident) == REF.shard
 
 
 def test_a_newer_completion_supersedes_a_pending_one(h: H) -> None:
@@ -109,7 +109,7 @@ def test_retry_outcome_schedules_the_next_attempt(h: H) -> None:
     found = h.d.get(ident)
     assert found is not None and found.next_attempt_at == at
     assert h.claim() == []  # not due yet
-    assert h.client.zscore(keys.due(REF.shard), ident) == at
+    assert h.client.zscore(keyspace.due(REF.shard), ident) == at
     h.clock.advance(60_000)
     (again,) = h.claim()  # due now
     assert again.id == ident and again.number == 2
@@ -201,7 +201,7 @@ def test_stored_attempts_are_capped_keeping_the_first_and_the_latest(h: H) -> No
     assert found is not None and found.status is DeliveryStatus.FAILED
     assert [a.number for a in found.attempts] == [1, *range(12, 31)]
     assert found.attempt_count == 30
-    assert h.client.llen(keys.delivery_attempts(REF.shard, ident)) == 20
+    assert h.client.llen(keyspace.delivery_attempts(REF.shard, ident)) == 20
     # The API shows the kept ones, oldest first.
     (listed,), _ = h.loop.run_until_complete(h.hooks.deliveries(REF, start=0, limit=10))
     assert [a["number"] for a in listed.to_json()["attempts"]] == [1, *range(12, 31)]
@@ -234,9 +234,9 @@ def test_an_attempt_recorded_after_the_delivery_was_purged_leaves_nothing(h: H) 
     h.register()
     _, ident = h.d.create(REF, 1, b"{}")
     (c,) = h.claim("w1")
-    h.client.delete(keys.delivery(REF.shard, ident))  # as retention's purge does
+    h.client.delete(keyspace.delivery(REF.shard, ident))  # as retention's purge does
     assert h.d.record(c, "w1", h.attempt(c, 200), outcome="succeeded") is False
-    assert h.client.exists(keys.delivery_attempts(REF.shard, ident)) == 0
+    assert h.client.exists(keyspace.delivery_attempts(REF.shard, ident)) == 0
 
 
 def test_disabling_cancels_the_pending_delivery_and_enabling_allows_a_retry(h: H) -> None:
@@ -270,16 +270,16 @@ def test_disabling_a_missing_webhook_is_refused(h: H) -> None:
 
 
 def test_due_shards_are_the_shards_with_a_delivery_due_now_first_one_first(h: H) -> None:
-    before = keys.shard_map()
-    keys.use(keys.ShardMap(((16, 0), (64, 1))))  # shards 0-63 in use after a raise
+    before = keyspace.shard_map()
+    keyspace.use(keyspace.ShardMap(((16, 0), (64, 1))))  # shards 0-63 in use after a raise
     try:
         now = h.clock()
         for shard, at in ((3, now - 1), (40, now), (50, now + 60_000)):  # 50: not yet due
-            h.client.zadd(keys.due(shard), {f"msg_{shard}": at})
+            h.client.zadd(keyspace.due(shard), {f"msg_{shard}": at})
         assert h.d.due_shards() == (3, 40)
         assert h.d.due_shards(first=40) == (40, 3)
     finally:
-        keys.use(before)
+        keyspace.use(before)
 
 
 def test_a_registration_repeating_the_verification_in_progress_writes_nothing(h: H) -> None:
@@ -295,7 +295,7 @@ def test_a_registration_repeating_the_verification_in_progress_writes_nothing(h:
     assert h.run(h.hooks.pending_verification(REF, URL + "/2")) is None
     other = h.run(h.hooks.register(REF, URL + "/2", "http://api", verify=True))
     assert not other.repeated and other.hook.url == URL + "/2"
-    assert len(h.client.zrange(keys.due(REF.shard), 0, -1)) == 1  # the first one superseded
+    assert len(h.client.zrange(keyspace.due(REF.shard), 0, -1)) == 1  # the first one superseded
 
 
 def test_a_pending_verification_without_its_challenge_is_started_again(h: H) -> None:

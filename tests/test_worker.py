@@ -14,11 +14,12 @@ import pytest
 import redis
 from rq import Queue, Worker
 
-from relay import keys, queues
 from relay.config import load_settings
-from relay.worker import RelayWorker
+from relay.devtools.processes import Proc, Stack
+from relay.redis import keyspace
+from relay.runtime.worker import RelayWorker
+from relay.state import job_queues
 from tests.support.helpers import wait_until
-from tests.support.procs import Proc, Stack
 
 
 def _workers(client: redis.Redis) -> int:
@@ -96,21 +97,21 @@ def test_a_worker_serving_deliveries_listens_on_the_bell_from_its_start(
     try:
         stack.worker("--queues", queues_arg)
         wait_until(lambda: _workers(redis) == 1 and _ready(stack), 20, message="never ready")
-        held = lambda: all(redis.exists(keys.wake(s)) for s in keys.all_shards())  # noqa: E731
+        held = lambda: all(redis.exists(keyspace.wake(s)) for s in keyspace.all_shards())  # noqa: E731
         if listens:
             wait_until(held, 10, 0.05, "the markers are not held: " + stack.logs())
-            assert queues.wake(redis, 0, load_settings({}, dotenv=None)) is False
-            assert redis.llen(queues.queue_key(queues.DELIVERY)) == 0
+            assert job_queues.wake(redis, 0, load_settings({}, dotenv=None)) is False
+            assert redis.llen(job_queues.queue_key(job_queues.DELIVERY)) == 0
         else:
             time.sleep(1.5)  # an engine holds within its first look at the bell
-            assert not any(redis.exists(keys.wake(s)) for s in keys.all_shards())
+            assert not any(redis.exists(keyspace.wake(s)) for s in keyspace.all_shards())
     finally:
         stack.close()
 
 
 def test_a_warm_shutdown_request_tells_the_jobs(redis: redis.Redis) -> None:
     """RQ's warm shutdown hook sets the context's ``stopping``, which a processing job
-    lingering for work watches (relay.processing.linger_on_bell)."""
+    lingering for work watches (relay.runtime.processing.linger_for_wakeups)."""
     stopping = threading.Event()
     worker = RelayWorker(
         [Queue("relay-test", connection=redis)], connection=redis, stopping=stopping

@@ -1,6 +1,6 @@
 """relay's default extractor on one document, and the tables it found.
 
-A document is handled the way the worker handles it: through ``relay.extract.sandbox``'s
+A document is handled the way the worker handles it: through ``relay.runtime.sandbox``'s
 ``ExtractorHost`` (the long-lived extraction child with ``RELAY_EXTRACT_TIMEOUT``,
 ``RELAY_EXTRACT_PAGE_SECONDS``, ``RELAY_EXTRACT_MEMORY``, ``RELAY_MAX_RESULT_BYTES``,
 ``RELAY_MAX_IMAGE_PIXELS`` and ``RELAY_MAX_PAGES`` at their defaults, or as set in this
@@ -31,8 +31,8 @@ from typing import Any
 
 from relay.config import load_settings
 from relay.extract.errors import ExtractionError, shorten
-from relay.extract.sandbox import ExtractorHost, SandboxConfig
-from relay.worker_context import sandbox_config
+from relay.runtime.context import sandbox_config
+from relay.runtime.sandbox import ExtractorHost, SandboxConfig
 
 __all__ = ["RelayResult", "RelayRunner"]
 

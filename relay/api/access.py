@@ -1,16 +1,16 @@
 """Who is calling: the API key of ``Authorization: Bearer`` and the account it belongs to.
 
-The polled status endpoints authenticate inside their one round trip (``relay.api.gate``);
+The polled status endpoints authenticate inside their one round trip (``relay.api.fast_path``);
 the rate-limited writes (uploads, process calls, manual retries) authenticate inside theirs
 (:func:`admit_write`); every other endpoint calls :func:`authenticate`. All answer a failed
 authentication through :func:`refuse`: 401, or 429 once the client's address has sent too
-many bad keys (``relay.api.limits``).
+many bad keys (``relay.api.throttles``).
 
 :func:`admit_write` is the status gate's scheme applied to a write: the account comes from
-:class:`relay.auth.KeyCache` (a miss looks the key up first: one more round trip), and one
+:class:`relay.state.api_keys.KeyCache` (a miss looks the key up first: one more round trip), and one
 pipelined round trip reads the key record, counts the request in the account's window of
 its kind and, for an upload, holds its declared size on the account's pending total
-(``relay.edge.Edge.write_round``). Nothing is written for the request until the fresh record
+(``relay.api.resources.ApiResources.write_round``). Nothing is written for the request until the fresh record
 is checked (exists, hash matches in constant time, unrevoked, names the cached account): a
 revoked key is refused on its very next request, as before. What that round trip itself did
 for a key that turns out revoked is bounded: the held bytes are given back, and the request
@@ -27,7 +27,7 @@ from starlette.requests import Request
 
 from relay.api.errors import ApiError, Unauthorized
 from relay.api.state import AppState, state
-from relay.auth import PresentedKey, check_record, parse_key
+from relay.state.api_keys import PresentedKey, check_record, parse_key
 
 
 def presented_key(request: Request) -> PresentedKey:
@@ -41,13 +41,13 @@ def presented_key(request: Request) -> PresentedKey:
 
 
 async def cached_account(st: AppState, presented: PresentedKey) -> str:
-    """The account :class:`relay.auth.KeyCache` guesses for ``presented``, looked up (one
+    """The account :class:`relay.state.api_keys.KeyCache` guesses for ``presented``, looked up (one
     more round trip) and remembered on a miss; Unauthorized for an unknown or revoked key.
     Only a guess to build the request's one round trip: the caller checks the record read
     there (``check_record``) before trusting it."""
     account = st.key_cache.get(presented)
     if account is None:
-        account = await st.edge.lookup_key(presented)
+        account = await st.resources.lookup_key(presented)
         if account is None:
             raise Unauthorized("unknown or revoked API key")
         st.key_cache.put(presented, account)
@@ -68,7 +68,7 @@ async def authenticate(request: Request) -> str:
     st = state(request)
     try:
         presented = presented_key(request)
-        account = await st.edge.lookup_key(presented)
+        account = await st.resources.lookup_key(presented)
         if account is None:
             st.key_cache.drop(presented.prefix)
             raise Unauthorized("unknown or revoked API key")
@@ -99,15 +99,15 @@ async def admit_write(request: Request, kind: str, hold: int = 0) -> Admitted:
     try:
         presented = presented_key(request)
         account = await cached_account(st, presented)
-        sent = await st.edge.write_round(presented, account, kind, hold)
+        sent = await st.resources.write_round(presented, account, kind, hold)
         if check_record(sent.record, presented) != account:
             st.key_cache.drop(presented.prefix)
-            await st.edge.release_hold(account, sent.held)
+            await st.resources.release_hold(account, sent.held)
             raise Unauthorized("unknown or revoked API key")
     except Unauthorized as exc:
         raise await refuse(request, exc) from None
     if not sent.decision.allowed:
-        await st.edge.release_hold(account, sent.held)
+        await st.resources.release_hold(account, sent.held)
         raise st.limits.refused(kind, sent.decision)
     return Admitted(
         account,

@@ -1,14 +1,14 @@
 """The Starlette application: routes, error handlers and the per-process resources.
 
 ``create_app(settings)`` builds everything; the lifespan opens the process's
-:class:`relay.edge.Edge` (the Redis clients: an asyncio one for the handlers, a synchronous
+:class:`relay.api.resources.ApiResources` (the Redis clients: an asyncio one for the handlers, a synchronous
 one for RQ enqueueing in a thread, the status lane) and closes it on shutdown. Starting does
 not need Redis to be up: the clients connect on first use, the API answers 503 while Redis
 is unreachable and recovers by itself when it is back.
 
 Two middlewares are installed: each request's deadline on its Redis waits
-(``relay.redis_deadline``, ``RELAY_REQUEST_DEADLINE``), then the status endpoints' fast path
-(``relay.api.gate``): the polled GETs are served before the router walks the routes;
+(``relay.redis.deadline``, ``RELAY_REQUEST_DEADLINE``), then the status endpoints' fast path
+(``relay.api.fast_path``): the polled GETs are served before the router walks the routes;
 everything else goes through as usual.
 """
 
@@ -35,16 +35,16 @@ from relay.api import (
     webhooks,
 )
 from relay.api.errors import exception_handlers
-from relay.api.gate import StatusFastPath
-from relay.api.limits import Limits
+from relay.api.fast_path import StatusFastPath
+from relay.api.resources import ApiResources
 from relay.api.state import STATE_KEY, AppState
-from relay.auth import KeyCache
+from relay.api.throttles import Limits
 from relay.config import Settings
 from relay.console import views as console
 from relay.delivery.addresses import TargetPolicy
-from relay.edge import Edge
-from relay.redis_deadline import RequestDeadline
-from relay.shards import Follower
+from relay.redis.deadline import RequestDeadline
+from relay.redis.shards import Follower
+from relay.state.api_keys import KeyCache
 
 API_PREFIX = "/api/v1"
 
@@ -106,23 +106,23 @@ def create_app(settings: Settings) -> Starlette:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         shards = Follower(settings).start()  # raises ShardCountError: RELAY_SHARDS lowered
-        edge = Edge.open(settings)
-        listener = asyncio.create_task(edge.waiters.run(), name="relay-event-listener")
-        follower = edge.follow_primary()
-        giver = asyncio.create_task(edge.store.give_back.every(), name="relay-give-back")
+        resources = ApiResources.open(settings)
+        listener = asyncio.create_task(resources.waiters.run(), name="relay-event-listener")
+        follower = resources.follow_primary()
+        giver = asyncio.create_task(resources.store.refunds.every(), name="relay-give-back")
         setattr(
             app.state,
             STATE_KEY,
             AppState(
                 settings=settings,
-                edge=edge,
-                store=edge.store,
-                webhooks=edge.webhooks,
+                resources=resources,
+                store=resources.store,
+                webhooks=resources.webhooks,
                 policy=TargetPolicy.from_settings(settings),
                 key_cache=KeyCache(),
-                limits=Limits(edge),
-                events=edge.events,
-                waiters=edge.waiters,
+                limits=Limits(resources),
+                events=resources.events,
+                waiters=resources.waiters,
             ),
         )
         try:
@@ -135,8 +135,8 @@ def create_app(settings: Settings) -> Starlette:
             # shutdown (and the process) for good.
             await asyncio.wait(tasks, timeout=5)
             shards.stop.set()
-            await edge.store.give_back.now()
-            await edge.close()
+            await resources.store.refunds.now()
+            await resources.close()
 
     routes: list[BaseRoute] = [
         # Full paths rather than a Mount: a Mount matches its rest with ``.*``, which stops at

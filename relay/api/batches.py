@@ -1,7 +1,7 @@
 """Batch routes: process, read, results, list and delete.
 
 ``GET /batches/{name}`` and ``GET /batches/{name}/results`` are rate-limited status
-endpoints served through ``relay.api.gate``; the others authenticate with one lookup.
+endpoints served through ``relay.api.fast_path``; the others authenticate with one lookup.
 Cursors: ``relay.api.paging``.
 """
 
@@ -15,8 +15,7 @@ from starlette.responses import Response
 from relay.api.access import admit_write, authenticate
 from relay.api.bodies import EMPTY, json_response, read_json
 from relay.api.errors import NotFound, Unprocessable
-from relay.api.gate import NO_READS, serve_status
-from relay.api.limits import PROCESS
+from relay.api.fast_path import NO_READS, serve_status
 from relay.api.paging import (
     decode_listing_cursor,
     decode_position,
@@ -27,8 +26,9 @@ from relay.api.paging import (
 from relay.api.paths import batch_ref
 from relay.api.responses import BatchListJSON, BatchResultsJSON, TableJSON
 from relay.api.state import state
-from relay.model import Batch
-from relay.store import BatchQuery
+from relay.api.throttles import PROCESS
+from relay.state.model import Batch
+from relay.state.store import BatchQuery
 
 MAX_FIELDS = 100
 MAX_FIELD_NAME = 128
@@ -74,12 +74,12 @@ async def process_batch(request: Request) -> Response:
     ref = await batch_ref(request, account)
     fields = parse_fields(await read_json(request, allow_empty=True))
     # The answer is the batch as the hand-out left it (read in the same script).
-    doc_ids, batch = await st.store.hand_out(ref, fields)
+    doc_ids, batch = await st.store.process_and_read(ref, fields)
     if doc_ids:
         # The documents wait in the shard's fair queue; a job takes them from there. A crash
         # before this wake-up loses nothing: the sweeper wakes the queue for any that wait.
-        await st.edge.wake_processing(ref.shard)
-    await st.edge.replicated(f"process of batch {ref.name!r}", ref.shard)
+        await st.resources.wake_processing(ref.shard)
+    await st.resources.replicated(f"process of batch {ref.name!r}", ref.shard)
     return json_response(batch.to_json(), 202, headers=rate_headers)
 
 

@@ -1,7 +1,7 @@
 """Routes: the account's deliveries across its batches (search) and their recovery.
 
 Both run the state layer's indexed query (``AsyncWebhookStore.search`` / ``.recover``,
-``relay.search``): the same one the operator's CLI runs, scoped here to the caller's
+``relay.state.delivery_search``): the same one the operator's CLI runs, scoped here to the caller's
 account. A recover call counts as one manual retry against ``RELAY_ACCOUNT_RETRY_RATE_LIMIT``
 (however many deliveries it makes due: the call is what a client repeats).
 """
@@ -15,12 +15,12 @@ from starlette.routing import BaseRoute, Route
 from relay.api.access import admit_write, authenticate
 from relay.api.bodies import json_response, read_json
 from relay.api.errors import Unprocessable
-from relay.api.limits import RETRIES
 from relay.api.paging import page_params
 from relay.api.responses import delivery_list
 from relay.api.state import state
-from relay.model import DeliveryStatus, valid_batch_name
-from relay.search import MAX_MS, RECOVERABLE
+from relay.api.throttles import RETRIES
+from relay.state.delivery_search import MAX_MS, RECOVERABLE
+from relay.state.model import DeliveryStatus, valid_batch_name
 from relay.timefmt import parse_rfc3339
 
 _ABSENT = object()
@@ -102,7 +102,7 @@ async def recover_deliveries(request: Request) -> Response:
         status=status, since_ms=since, until_ms=until, account=account
     )
     for shard in sorted(result.shards):
-        await st.edge.wake(shard)
+        await st.resources.wake(shard)
     return json_response(result.to_json(), 202, headers=rate_headers)
 
 

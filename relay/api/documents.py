@@ -29,11 +29,11 @@ from relay.api.errors import (
     Unprocessable,
     UnsupportedMediaType,
 )
-from relay.api.gate import serve_status
-from relay.api.limits import UPLOADS
+from relay.api.fast_path import serve_status
 from relay.api.state import state
-from relay.model import Document, valid_batch_name
-from relay.store import DocumentQuery
+from relay.api.throttles import UPLOADS
+from relay.state.model import Document, valid_batch_name
+from relay.state.store import DocumentQuery
 
 # Room for boundaries, part headers and the batch_name field around the file's bytes.
 MULTIPART_OVERHEAD = 64 * 1024
@@ -107,7 +107,7 @@ async def upload_document(request: Request) -> Response:
     Authenticated and counted against the account's upload rate before the body is read, in
     one round trip that also holds the body's declared size on the account's pending-bytes
     total (``relay.api.access.admit_write``); its bytes count against the account's
-    pending-bytes quota (``relay.store.AsyncStore.upload``). With an ``Idempotency-Key``
+    pending-bytes quota (``relay.state.store.AsyncStore.upload``). With an ``Idempotency-Key``
     the batch's document an earlier upload with that key made is answered instead, as it
     is now: a client may retry an upload whose answer it lost, or that was answered 503."""
     st = state(request)
@@ -146,7 +146,7 @@ async def upload_document(request: Request) -> Response:
     except BaseException:
         # Refused before the store took the hold over: it goes back (a crash here leaves the
         # total high, which the next recount at the quota's edge corrects).
-        await st.edge.release_hold(admitted.account, admitted.held)
+        await st.resources.release_hold(admitted.account, admitted.held)
         raise
     doc = await st.store.upload(
         ref,
@@ -157,7 +157,7 @@ async def upload_document(request: Request) -> Response:
         admitted=admitted.within_quota,
         idempotency_key=idempotency_key,
     )
-    await st.edge.replicated(f"upload {doc.id}", ref.shard)
+    await st.resources.replicated(f"upload {doc.id}", ref.shard)
     return json_response(
         doc.to_json(),
         201,
@@ -168,7 +168,7 @@ async def upload_document(request: Request) -> Response:
 def _idempotency_key(request: Request) -> str | None:
     """The upload's ``Idempotency-Key`` header, if any: a retry with the key of an upload
     the batch already has answers that document and makes no other
-    (``relay.store.AsyncStore.upload``). 400 when malformed or given twice."""
+    (``relay.state.store.AsyncStore.upload``). 400 when malformed or given twice."""
     given = request.headers.getlist("idempotency-key")
     if not given:
         return None

@@ -49,7 +49,7 @@ from relay.exceptions import (
     WebhookDisabled,
     WebhookNotVerified,
 )
-from relay.redis_conn import REPLY_ERROR, UNAVAILABLE, is_store_full
+from relay.redis.clients import REPLY_ERROR, UNAVAILABLE, is_store_full
 from relay.timefmt import now_ms
 
 logger = logging.getLogger("relay.api")

@@ -1,9 +1,9 @@
 """Routes: the account's event feeds, GET /events and GET /operational-events.
 
-Both read ``relay.events`` (the state layer): every event relay created for the account,
+Both read ``relay.state.event_feed`` (the state layer): every event relay created for the account,
 oldest first, with the id, type, timestamp and data of its webhook; ``after`` is the id of
 the last event seen. ``wait=SECONDS`` (at most 30) holds a request with nothing new until an
-event is recorded or the wait ends (``relay.events.FeedWaiters``: one subscription per
+event is recorded or the wait ends (``relay.state.event_feed.FeedWaiters``: one subscription per
 process, no connection per waiting request, bounded per process and per account).
 """
 
@@ -21,7 +21,7 @@ from relay.api.errors import RateLimited, Unprocessable
 from relay.api.paging import invalid_cursor
 from relay.api.responses import EventListJSON
 from relay.api.state import AppState, state
-from relay.events import (
+from relay.state.event_feed import (
     FEED_BATCHES,
     FEED_OPERATIONAL,
     MAX_PAGE,
@@ -31,7 +31,7 @@ from relay.events import (
     TooManyWaiters,
     wait_for_events,
 )
-from relay.model import DELIVERY_ID_PATTERN, valid_batch_name
+from relay.state.model import DELIVERY_ID_PATTERN, valid_batch_name
 
 EVENT_ID_PATTERN = DELIVERY_ID_PATTERN  # an event's id is its deliveries' webhook-id
 _EVENT_ID_RE = re.compile(EVENT_ID_PATTERN[1:-1])

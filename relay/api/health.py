@@ -1,7 +1,7 @@
 """``/healthz``, ``/readyz`` and ``/metrics`` (no authentication).
 
 ``/metrics`` renders a small registry of gauges in the Prometheus text format, followed by the
-counters and histograms that workers flush to Redis (``relay.metrics``). Each gauge costs one
+counters and histograms that workers flush to Redis (``relay.state.metrics``). Each gauge costs one
 pipelined round trip. A gauge is an
 async function of the app state returning samples; add one with :func:`gauge`. A gauge that
 cannot reach Redis is left out of that scrape and ``relay_redis_up`` reads 0, so the scrape
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from starlette.requests import Request
 from starlette.responses import Response
 
-from relay import metrics as counters
 from relay.api.bodies import json_response
 from relay.api.state import AppState, state
-from relay.redis_conn import UNREACHABLE
+from relay.redis.clients import UNREACHABLE
+from relay.state import metrics as counters
 from relay.timefmt import now_ms
 
 # (labels, value) pairs of one gauge.
@@ -57,20 +57,20 @@ async def _up(st: AppState) -> Samples:
 
 @gauge("relay_queue_depth", "Jobs waiting in each RQ queue")
 async def _queue_depth(st: AppState) -> Samples:
-    depths = await st.edge.scans.queue_depths()
+    depths = await st.resources.all_shards.queue_depths()
     return [({"queue": name}, float(n)) for name, n in depths.items()]
 
 
 @gauge("relay_documents", "Documents waiting for a worker (queued, handed out) or processing")
 async def _documents(st: AppState) -> Samples:
     # Terminal documents are counted as they finish (relay_documents_processed_total).
-    queued, processing = await st.edge.scans.documents()
+    queued, processing = await st.resources.all_shards.documents()
     return [({"status": "queued"}, float(queued)), ({"status": "processing"}, float(processing))]
 
 
 @gauge("relay_deliveries_due", "Pending deliveries whose next attempt time has come")
 async def _due(st: AppState) -> Samples:
-    return [({}, float(await st.edge.scans.due(now_ms())))]
+    return [({}, float(await st.resources.all_shards.due(now_ms())))]
 
 
 @gauge(
@@ -79,7 +79,7 @@ async def _due(st: AppState) -> Samples:
 )
 async def _oldest_due(st: AppState) -> Samples:
     now = now_ms()
-    oldest = await st.edge.scans.oldest_due(now)
+    oldest = await st.resources.all_shards.oldest_due(now)
     return [({}, max(0.0, (now - oldest) / 1000) if oldest is not None else 0.0)]
 
 
@@ -88,7 +88,7 @@ async def _oldest_due(st: AppState) -> Samples:
     "Batch completions in the outboxes not yet acknowledged by the detectors",
 )
 async def _outbox_backlog(st: AppState) -> Samples:
-    return [({}, float(await st.edge.scans.outbox_backlog()))]
+    return [({}, float(await st.resources.all_shards.outbox_backlog()))]
 
 
 def _number(value: float) -> str:
@@ -118,7 +118,7 @@ async def render_metrics(st: AppState) -> str:
         lines += [f"# HELP {g.name} {g.help}", f"# TYPE {g.name} gauge"]
         lines += [_line(g.name, labels, value) for labels, value in samples]
     try:
-        lines.append(counters.render(await st.edge.scans.counters()).rstrip("\n"))
+        lines.append(counters.render(await st.resources.all_shards.counters()).rstrip("\n"))
     except UNREACHABLE:
         redis_up = 0.0
     lines += [
@@ -136,7 +136,7 @@ async def healthz(request: Request) -> Response:
 
 async def readyz(request: Request) -> Response:
     """Redis answers PING; otherwise the 503 ``store_unavailable`` error."""
-    await state(request).edge.ping()
+    await state(request).resources.ping()
     return json_response({"status": "ready"})
 
 

@@ -11,7 +11,7 @@ from relay.api.openapi_schemas import (
     ref,
 )
 from relay.api.paging import LISTING_CURSOR_PATTERN, POSITION_CURSOR_PATTERN
-from relay.search import CURSOR_PATTERN as SEARCH_CURSOR_PATTERN
+from relay.state.delivery_search import CURSOR_PATTERN as SEARCH_CURSOR_PATTERN
 
 ERROR_TEXT = {
     400: "Malformed request (invalid JSON or multipart).",

@@ -3,8 +3,8 @@
 Every response object is closed (``additionalProperties: false``, all listed fields
 required), so a field that drifts from the contract (SPEC section 3) fails the schemathesis
 conformance test. The records' objects (Batch, Document, Webhook, Delivery ...) are made
-from the types their ``to_json`` returns (``relay.model``'s ``...JSON``, ``relay.shapes``),
-the webhook events' from the types their bodies are built as (``relay.webhook_events``) and
+from the types their ``to_json`` returns (``relay.state.model``'s ``...JSON``, ``relay.shapes``),
+the webhook events' from the types their bodies are built as (``relay.state.event_bodies``) and
 the API's bodies around them (lists, results, errors, the feed) from the types the handlers
 build them as (``relay.api.responses``). Written here: the requests (what the handlers
 read, not build), ``Counts`` (one count per ``Status``) and ``OperationalWebhook`` (a
@@ -17,7 +17,9 @@ from typing import Any
 
 from relay.api.responses import COMPONENTS
 from relay.delivery.ssrf import CALLBACK_URL_PATTERN
-from relay.model import (
+from relay.shapes import object_schema, ref
+from relay.state.delivery_search import RECOVERABLE
+from relay.state.model import (
     BATCH_NAME_PATTERN,
     DELIVERY_ID_PATTERN,
     DOCUMENT_ID_PATTERN,
@@ -25,8 +27,6 @@ from relay.model import (
     Status,
     WebhookJSON,
 )
-from relay.search import RECOVERABLE
-from relay.shapes import object_schema, ref
 
 __all__ = ["BATCH_NAME_PATTERN", "DELIVERY_ID_PATTERN", "DOCUMENT_ID_PATTERN", "ref"]
 

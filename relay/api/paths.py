@@ -6,8 +6,8 @@ from starlette.requests import Request
 
 from relay.api.errors import NotFound
 from relay.api.state import state
-from relay.model import valid_batch_name
-from relay.store import BatchRef
+from relay.state.model import valid_batch_name
+from relay.state.store import BatchRef
 
 
 async def batch_ref(request: Request, account: str) -> BatchRef:

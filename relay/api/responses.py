@@ -1,16 +1,16 @@
 """The API's response bodies around the records: the ``TypedDict``s the handlers build them
 as, so mypy holds each handler to the shape the OpenAPI document publishes (its schemas are
-made from these, ``relay.api.openapi_schemas``), like the records' (``relay.model``) and the
-events' (``relay.webhook_events``)."""
+made from these, ``relay.api.openapi_schemas``), like the records' (``relay.state.model``) and the
+events' (``relay.state.event_bodies``)."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any, TypedDict
 
-from relay.model import DELIVERY_ID_PATTERN, BatchJSON, Delivery, DeliveryJSON, DocumentJSON
 from relay.shapes import Schema, components
-from relay.webhook_events import COMPONENTS as EVENTS
-from relay.webhook_events import FeedEvent
+from relay.state.event_bodies import COMPONENTS as EVENTS
+from relay.state.event_bodies import FeedEvent
+from relay.state.model import DELIVERY_ID_PATTERN, BatchJSON, Delivery, DeliveryJSON, DocumentJSON
 
 NextCursor = Annotated[
     str | None, Schema(description="Pass as `cursor` for the next page; null on the last page.")

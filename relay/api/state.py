@@ -6,14 +6,14 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
-from relay.api.limits import Limits
-from relay.auth import KeyCache
+from relay.api.resources import ApiResources
+from relay.api.throttles import Limits
 from relay.config import Settings
 from relay.delivery.addresses import TargetPolicy
-from relay.edge import Edge
-from relay.events import AsyncEventLog, FeedWaiters
-from relay.store import AsyncStore
-from relay.webhook_store import AsyncWebhookStore
+from relay.state.api_keys import KeyCache
+from relay.state.event_feed import AsyncEventLog, FeedWaiters
+from relay.state.store import AsyncStore
+from relay.state.webhooks import AsyncWebhookStore
 
 STATE_KEY = "relay"
 
@@ -23,7 +23,7 @@ class AppState:
     """Per-process resources of the API (``relay.api.app.create_app`` builds them)."""
 
     settings: Settings
-    edge: Edge  # everything the routes ask of Redis (relay.edge)
+    resources: ApiResources  # everything the routes ask of Redis (relay.api.resources)
     store: AsyncStore  # the edge's stores, as the routes use them
     webhooks: AsyncWebhookStore
     policy: TargetPolicy  # callback URLs checked at registration

@@ -4,7 +4,7 @@ What these routes send out is bounded off the request path: a callback URL's DNS
 a test send run on lanes of threads of their own (``relay.delivery.outbound``: a bounded
 number per process and per account, refused at once past it), never on the executor the
 rest of the process shares; an endpoint verification's challenge goes out through the
-delivery engine, counted first per account and per callback host (``relay.api.limits``),
+delivery engine, counted first per account and per callback host (``relay.api.throttles``),
 and a registration that repeats the verification in progress starts none; a test send goes
 only to a webhook that could receive a notification (409 otherwise); a signing rotation is
 counted per account and refused while the previous rotation's grace period runs.
@@ -28,11 +28,11 @@ from relay.api.errors import (
     from_outbound_busy,
     from_state_error,
 )
-from relay.api.limits import RETRIES, ROTATIONS
 from relay.api.paging import decode_position, encode_position, page_params
 from relay.api.paths import batch_ref
 from relay.api.responses import delivery_list
 from relay.api.state import AppState, state
+from relay.api.throttles import RETRIES, ROTATIONS
 from relay.crypto import SigningMaterial
 from relay.delivery.probe import ProbeResult
 from relay.delivery.ssrf import in_documented_form, validate_url, vet_url
@@ -44,10 +44,10 @@ from relay.exceptions import (
     WebhookNotFound,
     WebhookNotVerified,
 )
-from relay.model import SigningMaterialJSON, Webhook
-from relay.store import BatchRef
+from relay.state.model import SigningMaterialJSON, Webhook
+from relay.state.store import BatchRef
+from relay.state.webhooks import operational_ref
 from relay.timefmt import rfc3339
-from relay.webhook_store import operational_ref
 
 MAX_URL_CHARS = 2048
 # How long a registration waits for its callback host's DNS lookup.
@@ -67,7 +67,7 @@ async def _batch(request: Request) -> tuple[AppState, BatchRef]:
 
 
 async def _wake(st: AppState, ref: BatchRef) -> None:
-    await st.edge.wake(ref.shard)
+    await st.resources.wake(ref.shard)
 
 
 async def _check_url(st: AppState, account: str, url: str) -> str:
@@ -80,7 +80,7 @@ async def _check_url(st: AppState, account: str, url: str) -> str:
     if target.ip is None:
         check = functools.partial(vet_url, url, st.policy, timeout=None)
         try:
-            await st.edge.url_checks.run(account, URL_CHECK_TIMEOUT_S, check)
+            await st.resources.url_checks.run(account, URL_CHECK_TIMEOUT_S, check)
         except TimeoutError:
             raise UnsafeTarget(
                 "dns",
@@ -152,7 +152,7 @@ async def put_webhook(request: Request) -> Response:
         return json_response(done.hook.to_json())
     if done.due:
         await _wake(st, ref)
-    await st.edge.replicated(f"webhook of batch {ref.name!r}", ref.shard)
+    await st.resources.replicated(f"webhook of batch {ref.name!r}", ref.shard)
     return json_response(done.hook.to_json(), 201 if done.created else 200)
 
 
@@ -199,7 +199,7 @@ async def _test_send(
     ``missing``, 409 when the webhook could not receive a notification now (its
     verification pending or failed, or it is disabled), 429/503 when no slot is free."""
     try:
-        return await st.edge.prober.send(ref)
+        return await st.resources.prober.send(ref)
     except WebhookNotFound as exc:
         raise NotFound(missing, headers=rate_headers) from exc
     except (WebhookNotVerified, WebhookDisabled) as exc:
@@ -310,7 +310,7 @@ def _signing_json(
 
 async def get_signing(request: Request) -> Response:
     account = await authenticate(request)
-    return json_response(_signing_json(*await state(request).edge.signing_material(account)))
+    return json_response(_signing_json(*await state(request).resources.signing_material(account)))
 
 
 async def rotate_signing(request: Request) -> Response:
@@ -318,7 +318,7 @@ async def rotate_signing(request: Request) -> Response:
     ``rotation_in_progress`` (nothing changed) while the previous rotation's grace runs."""
     admitted = await admit_write(request, ROTATIONS)
     try:
-        rotated = await state(request).edge.rotate_signing(admitted.account)
+        rotated = await state(request).resources.rotate_signing(admitted.account)
     except RotationInProgress as exc:
         err = from_state_error(exc)
         err.headers.update(admitted.headers)

@@ -2,9 +2,9 @@
 
 The console is another edge over the same domain queries as ``GET /deliveries``; its pages
 call :class:`ConsoleQueries` and nothing else. The Deliveries page and recovery are the
-store's exact, indexed search and its chunked recovery (``relay.search``), the same as
+store's exact, indexed search and its chunked recovery (``relay.state.delivery_search``), the same as
 ``GET /deliveries`` and ``POST /deliveries/recover``. The overview and the webhooks page read
-the newest deliveries of every shard (at most ``relay.scans.SCAN_CAP``), until webhooks have
+the newest deliveries of every shard (at most ``relay.state.all_shards.SCAN_CAP``), until webhooks have
 an index of their own.
 """
 
@@ -15,13 +15,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from relay.delivery.probe import Prober, ProbeResult
-from relay.events import FEED_BATCHES, FEED_OPERATIONAL, AsyncEventLog, FeedPage
 from relay.exceptions import WebhookNotFound
-from relay.model import Attempt, Delivery, DeliveryStatus, Webhook
-from relay.scans import Scans
-from relay.store import BatchRef
+from relay.state.all_shards import AllShards
+from relay.state.event_feed import FEED_BATCHES, FEED_OPERATIONAL, AsyncEventLog, FeedPage
+from relay.state.model import Attempt, Delivery, DeliveryStatus, Webhook
+from relay.state.store import BatchRef
+from relay.state.webhooks import AsyncWebhookStore
 from relay.timefmt import now_ms
-from relay.webhook_store import AsyncWebhookStore
 
 DAY_MS = 86_400_000
 HOUR_MS = 3_600_000
@@ -80,18 +80,18 @@ def _percentile(values: list[float], q: float) -> float | None:
 
 class ConsoleQueries:
     """The console's reads and actions over the state layer: the webhook store, the
-    cross-shard reads (``relay.scans``) and a way to wake a shard's delivery job."""
+    cross-shard reads (``relay.state.all_shards``) and a way to wake a shard's delivery job."""
 
     def __init__(
         self,
         store: AsyncWebhookStore,
-        scans: Scans,
+        scans: AllShards,
         wake: Callable[[int], Awaitable[None]],
         prober: Prober | None = None,
         events: AsyncEventLog | None = None,
     ) -> None:
         self.store = store
-        self.scans = scans
+        self.all_shards = scans
         self._wake = wake
         self.prober = prober  # test sends (the API process's delivery transport)
         self.events = events  # the accounts' event feeds
@@ -99,10 +99,10 @@ class ConsoleQueries:
     # -- deliveries ---------------------------------------------------------------------
 
     async def _ids(self, since_ms: int, until_ms: int) -> list[tuple[int, str]]:
-        return await self.scans.newest_deliveries(since_ms, until_ms)
+        return await self.all_shards.newest_deliveries(since_ms, until_ms)
 
     async def _hashes(self, ids: list[str]) -> list[tuple[dict[bytes, bytes], list[bytes]]]:
-        return await self.scans.delivery_hashes(ids)
+        return await self.all_shards.delivery_hashes(ids)
 
     async def search(
         self, f: DeliveryFilter, limit: int, cursor: str = ""
@@ -123,13 +123,13 @@ class ConsoleQueries:
         )
 
     async def delivery(self, delivery_id: str) -> Delivery | None:
-        return await self.scans.delivery(delivery_id)
+        return await self.all_shards.delivery(delivery_id)
 
     async def retry(self, delivery_id: str) -> Delivery:
         """Deliver again now (same webhook-id) and wake a delivery worker. Raises
         DeliveryNotFound, NotRetryable."""
         delivery = await self.store.retry_any(delivery_id)
-        await self._wake(self.scans.batch_of(delivery).shard)
+        await self._wake(self.all_shards.batch_of(delivery).shard)
         return delivery
 
     async def recover(self, f: DeliveryFilter) -> int:
@@ -170,10 +170,10 @@ class ConsoleQueries:
             if key not in seen:
                 seen[key] = []
                 order.append(key)
-                refs[key] = self.scans.batch_of(d)
+                refs[key] = self.all_shards.batch_of(d)
             if d.created_at >= now - DAY_MS:
                 seen[key].append(d)
-        hooks = await self.scans.webhooks_of([refs[key] for key in order])
+        hooks = await self.all_shards.webhooks_of([refs[key] for key in order])
         for (account, batch), hook in zip(order, hooks, strict=True):
             if hook is None:
                 continue
@@ -199,7 +199,9 @@ class ConsoleQueries:
         self, account: str, batch: str, disabled: bool, reason: str = ""
     ) -> None:
         """Disable (pending delivery canceled) or enable a webhook. Raises WebhookNotFound."""
-        await self.store.set_disabled(await self.scans.locate(account, batch), disabled, reason)
+        await self.store.set_disabled(
+            await self.all_shards.locate(account, batch), disabled, reason
+        )
 
     async def feed(
         self, account: str, operational: bool, after: str | None, limit: int
@@ -217,7 +219,7 @@ class ConsoleQueries:
         sent)."""
         if self.prober is None:
             raise WebhookNotFound("test sends are not available here")
-        return await self.prober.send(await self.scans.locate(account, batch))
+        return await self.prober.send(await self.all_shards.locate(account, batch))
 
     # -- overview -----------------------------------------------------------------------
 
@@ -244,7 +246,7 @@ class ConsoleQueries:
                 done, ok = h.get(b"completed_at"), h.get(b"succeeded_at")
                 if done and ok and int(ok) >= since:
                     lags.append(max(0.0, (int(ok) - int(done)) / 1000))
-        backlog, oldest, counters = await self.scans.due_backlog(now)
+        backlog, oldest, counters = await self.all_shards.due_backlog(now)
         totals = {
             k.decode().partition("=")[2]: int(float(v))
             for k, v in counters.items()

@@ -101,7 +101,7 @@ class Sessions:
 
     def start(self, request: Request, response: Response, operator: str, prefix: str) -> str:
         """Set the session cookie on ``response``; the new session id, which the caller
-        stores with ``relay.auth.open_console_session`` (the cookie opens nothing until then)."""
+        stores with ``relay.state.api_keys.open_console_session`` (the cookie opens nothing until then)."""
         token, sid = secrets.token_urlsafe(32), secrets.token_urlsafe(24)
         value = self._session.dumps({"op": operator, "key": prefix, "csrf": token, "sid": sid})
         self._cookie(request, response, SESSION_COOKIE, value, self.max_age)

@@ -23,14 +23,14 @@ from starlette.templating import Jinja2Templates
 
 from relay.api.errors import Unauthorized
 from relay.api.state import AppState, state
-from relay.auth import parse_key
 from relay.console import charts
 from relay.console.notices import error_code, notices
 from relay.console.queries import ConsoleQueries, DeliveryFilter
 from relay.console.session import Session, Sessions, csrf_ok
 from relay.exceptions import OutboundBusy, StateError
 from relay.logs import mask_query
-from relay.model import DeliveryStatus
+from relay.state.api_keys import parse_key
+from relay.state.model import DeliveryStatus
 from relay.timefmt import now_ms
 
 PAGE_SIZE = 25
@@ -81,10 +81,10 @@ class Console:
         self.sessions = Sessions(st.settings)
         self.queries = ConsoleQueries(
             st.webhooks,
-            st.edge.scans,
-            st.edge.wake,
-            prober=st.edge.prober,
-            events=st.edge.events,
+            st.resources.all_shards,
+            st.resources.wake,
+            prober=st.resources.prober,
+            events=st.resources.events,
         )
 
 
@@ -104,7 +104,9 @@ async def _session(request: Request) -> Session | None:
     session = console.sessions.read(request)
     if session is None:
         return None
-    if not await st.edge.console_session_active(session.sid, session.key_prefix, session.operator):
+    if not await st.resources.console_session_active(
+        session.sid, session.key_prefix, session.operator
+    ):
         return None
     return session
 
@@ -178,7 +180,7 @@ async def login(request: Request) -> Response:
         return PlainTextResponse("CSRF token missing or wrong", status_code=403)
     raw = form.get("key")
     presented = parse_key(raw.strip()) if isinstance(raw, str) else None
-    operator = await st.edge.lookup_operator(presented) if presented else None
+    operator = await st.resources.lookup_operator(presented) if presented else None
     if presented is None or operator is None:
         # Counted with the API's bad keys, so the console is no faster way to guess keys.
         refusal = await st.limits.bad_key(request, Unauthorized("not an operator"))
@@ -199,7 +201,7 @@ async def login(request: Request) -> Response:
         return page
     response = RedirectResponse("/console", status_code=303)
     sid = console.sessions.start(request, response, operator, presented.prefix)
-    await st.edge.open_console_session(sid, presented.prefix, console.sessions.max_age)
+    await st.resources.open_console_session(sid, presented.prefix, console.sessions.max_age)
     return response
 
 
@@ -209,7 +211,7 @@ async def logout(request: Request) -> Response:
     if refused is not None:
         return refused
     if session is not None:
-        await st.edge.end_console_session(session.sid, session.key_prefix)
+        await st.resources.end_console_session(session.sid, session.key_prefix)
     response = _to_login()
     console.sessions.end(response)
     return response

@@ -19,9 +19,9 @@ Capacity (per process):
   the capacity, however many of them there are, and the other half keeps notifying the
   receivers that answer.
 
-Waking (``relay.queues.wake``): a delivery job per wake-up costs Redis ~28 round trips of
+Waking (``relay.state.job_queues.wake``): a delivery job per wake-up costs Redis ~28 round trips of
 RQ's own. So while an engine has a free slot it listens on the delivery bell (one list in RQ's
-Redis, ``keys.delivery_bell``) and holds every shard's wake-up marker: a wake-up then rings
+Redis, ``keyspace.delivery_wakeups``) and holds every shard's wake-up marker: a wake-up then rings
 the bell (in the waker's one round trip) and enqueues no job; the engine takes the shard from
 the bell with a ``BLPOP``. Several engines share the rings (each to one of them); an engine
 with every slot taken stops listening and holding, so its markers expire and jobs wake the
@@ -47,12 +47,13 @@ from urllib.parse import urlsplit
 import redis
 from redis import Redis
 
-from relay import keys, queues
 from relay.crypto import SigningMaterial
 from relay.delivery.send import AttemptContext, attempt_once
-from relay.signing_keys import SigningKeys
+from relay.redis import keyspace
+from relay.state import job_queues
+from relay.state.signing_material import SigningKeys
+from relay.state.webhooks import ClaimedDelivery
 from relay.timefmt import now_ms
-from relay.webhook_store import ClaimedDelivery
 
 
 class EngineContext(AttemptContext, Protocol):
@@ -82,7 +83,7 @@ log = logging.getLogger("relay.delivery")
 
 LEASE_MARGIN_MS = 5_000
 SCAN_INTERVAL = 1.0  # seconds between the engine's own scans for due shards
-BELL_WAIT = 1  # seconds one BLPOP on the bell blocks (within the reply timeout)
+WAKEUPS_WAIT = 1  # seconds one BLPOP on the bell blocks (within the reply timeout)
 MAX_SUSPECTS = 10_000  # destinations remembered as suspect (oldest forgotten first)
 # Errors that mean the destination did not answer at all.
 NO_ANSWER = frozenset({"timeout", "connection", "dns"})
@@ -127,7 +128,7 @@ class Slots:
             self._used += 1
             return True
 
-    def give_back(self, dest: str, answered: bool | None) -> None:
+    def release(self, dest: str, answered: bool | None) -> None:
         """Free the slot of an attempt to ``dest``. ``answered``: whether the destination
         gave an HTTP answer (None: unknown, e.g. the record failed)."""
         with self._lock:
@@ -190,15 +191,15 @@ class Engine:
         within ``ENGINE_HOLD_EVERY``)."""
         try:
             with self.ctx.queue_redis.pipeline(transaction=False) as pipe:
-                for shard in keys.all_shards():
-                    pipe.delete(keys.wake(shard))
+                for shard in keyspace.all_shards():
+                    pipe.delete(keyspace.wake(shard))
                 pipe.execute()
         except Exception as exc:  # they expire on their own
             log.warning("delivery bell: could not drop the markers: %s", exc)
 
     def _listen(self) -> None:
         """While this engine has a free slot: hold every shard's wake-up marker (so no
-        delivery job is enqueued: ``queues.wake`` rings the bell instead) and take the
+        delivery job is enqueued: ``job_queues.wake`` rings the bell instead) and take the
         shards rung from the bell, one round trip each (``BLPOP``, at most 1 s; the
         markers renewed in the same pipeline every ``ENGINE_HOLD_EVERY`` s). With every
         slot taken it neither listens nor holds: the markers expire and jobs wake the other
@@ -214,11 +215,11 @@ class Engine:
                     continue
                 with client.pipeline(transaction=False) as pipe:
                     now = time.monotonic()
-                    hold = now - self._held_at >= queues.ENGINE_HOLD_EVERY
+                    hold = now - self._held_at >= job_queues.ENGINE_HOLD_EVERY
                     if hold:
-                        for shard in keys.all_shards():
-                            pipe.set(keys.wake(shard), b"1", px=queues.ENGINE_HOLD_MS)
-                    pipe.blpop([keys.delivery_bell()], timeout=BELL_WAIT)
+                        for shard in keyspace.all_shards():
+                            pipe.set(keyspace.wake(shard), b"1", px=job_queues.ENGINE_HOLD_MS)
+                    pipe.blpop([keyspace.delivery_wakeups()], timeout=WAKEUPS_WAIT)
                     rung = pipe.execute()[-1]
                 if hold:
                     self._held_at = now
@@ -236,7 +237,7 @@ class Engine:
     def holding(self) -> bool:
         """Whether this engine holds the shards' wake-up markers now (it listens on the bell,
         and its last hold has not expired)."""
-        return time.monotonic() - self._held_at < queues.ENGINE_HOLD_MS / 1000
+        return time.monotonic() - self._held_at < job_queues.ENGINE_HOLD_MS / 1000
 
     # -- what the delivery job and the worker call -------------------------------------
 
@@ -264,7 +265,7 @@ class Engine:
             self._cond.notify_all()
             self._cond.wait_for(lambda: self._inflight == 0, timeout)
         self._thread.join(timeout=1)
-        self._listener.join(timeout=BELL_WAIT + 1)
+        self._listener.join(timeout=WAKEUPS_WAIT + 1)
         self._held_at = float("-inf")
         self._release_markers()
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -360,7 +361,7 @@ class Engine:
         except Exception:  # Redis lost mid-record: the lease brings the delivery back
             log.error("delivery attempt of %s failed to record", d.id, exc_info=True)
         finally:
-            self.slots.give_back(dest, answered)
+            self.slots.release(dest, answered)
             with self._cond:
                 self._inflight -= 1
                 self._ended += 1
@@ -376,6 +377,6 @@ def run_due(ctx: EngineHost, shard: int) -> str:
     undo its hold (until the next hold, every wake-up of the shard would be a job)."""
     engine = ctx.engine  # started by the first job
     if not engine.holding:
-        ctx.queue_redis.delete(keys.wake(shard))
+        ctx.queue_redis.delete(keyspace.wake(shard))
     engine.wake(shard)
     return "engine woken"

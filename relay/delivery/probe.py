@@ -22,18 +22,18 @@ from dataclasses import dataclass
 import httpx
 import redis.asyncio
 
-from relay import keys
 from relay.crypto import SigningMaterial
 from relay.delivery.outbound import OutboundLane
 from relay.delivery.send import post_signed
 from relay.delivery.ssrf import TargetPolicy
 from relay.exceptions import WebhookDisabled, WebhookNotFound, WebhookNotVerified
-from relay.model import Webhook
-from relay.signing_keys import SigningKeys
-from relay.store import BatchRef
+from relay.redis import keyspace
+from relay.state.event_bodies import TestSendJSON, probe_body
+from relay.state.model import Webhook
+from relay.state.signing_material import SigningKeys
+from relay.state.store import BatchRef
+from relay.state.webhooks import AsyncWebhookStore
 from relay.timefmt import now_ms, rfc3339
-from relay.webhook_events import TestSendJSON, probe_body
-from relay.webhook_store import AsyncWebhookStore
 
 # The answer of a test send comes by RELAY_DELIVERY_TIMEOUT plus this (its thread's own
 # deadline is the timeout, enforced on the socket; the margin covers getting to the thread).
@@ -129,7 +129,7 @@ class Prober:
         check_sendable(hook)
         materials = await self.signing.get(self.redis, ref.account)
         at = now_ms()
-        msg_id = keys.new_id("msg", ref.shard)
+        msg_id = keyspace.new_id("msg", ref.shard)
         started = time.perf_counter()
         try:
             return await self.lane.run(
@@ -142,7 +142,7 @@ class Prober:
                     self.timeout,
                     msg_id=msg_id,
                     at=at,
-                    batch_name="" if ref.name == keys.OPERATIONAL_BATCH else ref.name,
+                    batch_name="" if ref.name == keyspace.OPERATIONAL_BATCH else ref.name,
                     url=hook.url,
                     materials=materials,
                 ),

@@ -25,11 +25,11 @@ from relay.delivery.ssrf import TargetPolicy, TargetUrl, classify_error, validat
 from relay.delivery.transport import USER_AGENT
 from relay.exceptions import UnsafeTarget
 from relay.logs import fields, url_host
-from relay.metrics import Metrics
-from relay.model import Attempt
+from relay.state.event_bodies import verify_challenge
+from relay.state.metrics import Metrics
+from relay.state.model import Attempt
+from relay.state.webhooks import ClaimedDelivery, WebhookStore
 from relay.timefmt import now_ms
-from relay.webhook_events import verify_challenge
-from relay.webhook_store import ClaimedDelivery, WebhookStore
 
 
 class AttemptContext(Protocol):

@@ -41,11 +41,11 @@ from __future__ import annotations
 
 from pathlib import PurePath
 
+from relay.extract.bounds import DEFAULT_MAX_PAGES
 from relay.extract.csv_tsv import choose_dialect, decode_text, extract_delimited, sniff_dialect
 from relay.extract.errors import ExtractionError
 from relay.extract.image import DEFAULT_MAX_IMAGE_PIXELS, extract_image
 from relay.extract.json_ import extract_json, parse_json, rows_from_json
-from relay.extract.limits import DEFAULT_MAX_PAGES
 from relay.extract.loader import Extractor, load_extractor, run_extractor
 from relay.extract.pdf import extract_pdf
 from relay.extract.sniff import IMAGE_FORMATS, sniff_format

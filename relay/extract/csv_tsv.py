@@ -35,8 +35,8 @@ import io
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
+from relay.extract.bounds import RowBudget
 from relay.extract.errors import ExtractionError, shorten
-from relay.extract.limits import RowBudget
 
 if TYPE_CHECKING:
     from _csv import Reader

@@ -23,7 +23,7 @@ Codes the default extractor uses:
     too_deeply_nested   JSON nesting deeper than ``RELAY_EXTRACT_MAX_DEPTH`` levels
     result_too_large    line_items and tables past ``RELAY_MAX_RESULT_BYTES`` of JSON
 
-Codes of the bounded run (``relay.extract.sandbox``), whatever the extractor:
+Codes of the bounded run (``relay.runtime.sandbox``), whatever the extractor:
 
     extraction_timeout  more CPU time than ``RELAY_EXTRACT_TIMEOUT`` plus
                         ``RELAY_EXTRACT_PAGE_SECONDS`` a page of a PDF or TIFF, or more wall

@@ -11,7 +11,7 @@ Contract:
 * Every page of a multi-page TIFF is read, in order; of an animated PNG or WebP only the
   first frame (an animation is not a document). A TIFF of more than ``max_pages`` pages
   fails with ``too_many_pages`` before any is decoded; within it, the number of pages is
-  declared (``relay.extract.limits.declare_pages``: the document's deadline grows with it).
+  declared (``relay.extract.bounds.declare_pages``: the document's deadline grows with it).
 * Each page is turned upright as its EXIF orientation says (phones store photos sideways
   and say so there), flattened onto white when it has transparency, and read by
   ``relay.extract.ocr.read_tables``: ruled and unruled tables, text of any size from about
@@ -34,8 +34,8 @@ import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from relay.extract.bounds import DEFAULT_MAX_PAGES, declare_pages, too_many_pages
 from relay.extract.errors import ExtractionError, shorten
-from relay.extract.limits import DEFAULT_MAX_PAGES, declare_pages, too_many_pages
 from relay.extract.result import Table
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ def _pages(content: bytes, max_pixels: int, max_pages: int) -> Iterator[Image]:
     image = _open(content, max_pixels)
     with image:
         frames = _frames(image, max_pixels, max_pages)
-        declare_pages(len(frames))  # the deadline grows with them (relay.extract.limits)
+        declare_pages(len(frames))  # the deadline grows with them (relay.extract.bounds)
         for frame in frames:
             image.seek(frame)
             try:

@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 import math
 
+from relay.extract.bounds import check_depth
 from relay.extract.errors import ExtractionError, shorten
-from relay.extract.limits import check_depth
 
 __all__ = ["EXPECTED_SHAPE", "extract_json", "parse_json", "rows_from_json"]
 

@@ -8,7 +8,7 @@ Contract:
 * A PDF of more than ``max_pages`` pages fails with ``too_many_pages`` before any page is
   read: the page tree is walked (page dictionaries only, no content) up to one page past
   the bound, so a PDF claiming a wrong ``/Count`` is counted right, and 5,000 pages cost
-  milliseconds. The count is then declared (``relay.extract.limits.declare_pages``): the
+  milliseconds. The count is then declared (``relay.extract.bounds.declare_pages``): the
   sandbox gives the document ``RELAY_EXTRACT_PAGE_SECONDS`` more time a page.
 * A page with a text layer is read as characters and rules (``relay.extract.pdf_layout``)
   and its tables found by ``relay.extract.pdf_tables``: ruled, partly ruled and unruled
@@ -43,8 +43,8 @@ from typing import Any
 import pdfplumber
 from pdfminer.pdfpage import PDFPage
 
+from relay.extract.bounds import DEFAULT_MAX_PAGES, declare_pages, too_many_pages
 from relay.extract.errors import ExtractionError, shorten
-from relay.extract.limits import DEFAULT_MAX_PAGES, declare_pages, too_many_pages
 from relay.extract.pdf_layout import PageLayout, read_pdfium, read_plumber
 from relay.extract.pdf_tables import find_tables
 from relay.extract.result import Table
@@ -272,7 +272,7 @@ def _tables(content: bytes, max_pixels: int, max_pages: int) -> list[Table]:
             ) from None
         if not pages:
             raise ExtractionError("invalid_pdf", "the PDF has no pages")
-        declare_pages(len(pages))  # the deadline grows with them (relay.extract.limits)
+        declare_pages(len(pages))  # the deadline grows with them (relay.extract.bounds)
         pdfium = _open_pdfium(content, len(pages))
         try:
             for number, page in enumerate(pages, start=1):

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from relay.devtools.cluster import Cluster
+from relay.devtools.processes import Stack
 from tests.e2e.client import close_all
-from tests.support.cluster import Cluster
 from tests.support.helpers import RedisFactory
-from tests.support.procs import Stack
 from tests.support.receiver import Receiver
 
 
@@ -35,7 +35,7 @@ def stack(redis_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> Ite
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    """A Redis Cluster of three primaries with a replica each (``tests/support/cluster.py``)."""
+    """A Redis Cluster of three primaries with a replica each (``relay/devtools/cluster.py``)."""
     if shutil.which("redis-cli") is None:
         pytest.fail("redis-cli is not installed: the Cluster tests need it (redis-tools)")
     c = Cluster(tmp_path / "cluster")

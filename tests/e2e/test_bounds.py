@@ -11,10 +11,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from relay.devtools.processes import Stack
+from relay.devtools.sample_documents import pdf_bomb, wide_csv
 from tests.e2e.client import Api
-from tests.support.documents import pdf_bomb, wide_csv
 from tests.support.helpers import wait_until
-from tests.support.procs import Stack
 
 CSV = b"sku,qty\nA-1,2\nB-7,5\n"
 MIB = 1 << 20

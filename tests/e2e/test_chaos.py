@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from relay.devtools.processes import Proc, Stack
 from tests.e2e.client import Api, close_all
 from tests.support.helpers import RedisFactory, wait_until
-from tests.support.procs import Proc, Stack
 from tests.support.receiver import Receiver, Reply
 
 BATCHES = 200

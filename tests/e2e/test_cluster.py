@@ -15,11 +15,11 @@ from typing import Any
 
 import httpx
 
-from relay import keys
+from relay.devtools.cluster import Cluster
+from relay.devtools.processes import Stack
+from relay.redis import keyspace
 from tests.e2e.client import Api
-from tests.support.cluster import Cluster
 from tests.support.helpers import wait_until
-from tests.support.procs import Stack
 from tests.support.receiver import Receiver, Reply
 
 CSV = b"sku,qty\nA-1,2\nB-7,5\n"
@@ -30,8 +30,8 @@ def _batches_on_every_primary(cluster: Cluster, account: str, count: int) -> lis
     owners: dict[int, list[str]] = {}
     for i in range(200):
         name = f"b{i}"
-        shard = keys.shard_for_batch(account, name)
-        owners.setdefault(cluster.owner(keys.tag(shard)).port, []).append(name)
+        shard = keyspace.shard_for_batch(account, name)
+        owners.setdefault(cluster.owner(keyspace.tag(shard)).port, []).append(name)
     assert len(owners) == 3, owners  # the 16 shards are spread over the three primaries
     names: list[str] = []
     while len(names) < count:

@@ -15,11 +15,11 @@ from typing import Any
 import httpx
 import pytest
 
-from relay import keys
+from relay.devtools.cluster import Cluster
+from relay.devtools.processes import Stack
+from relay.redis import keyspace
 from tests.e2e.traffic import Traffic
-from tests.support.cluster import Cluster
 from tests.support.helpers import RedisFactory, wait_until
-from tests.support.procs import Stack
 from tests.support.receiver import Receiver
 
 BEFORE = 12  # batches made before the fault
@@ -41,7 +41,7 @@ def _start(stack: Stack, receiver: Receiver) -> Traffic:
 def _busiest() -> str:
     """The hash tag of the busiest shard: the one holding the account's event feed, which
     every completion of every batch appends to (plus the batches of its own)."""
-    return keys.tag(keys.events_shard("acme"))
+    return keyspace.tag(keyspace.events_shard("acme"))
 
 
 def _nothing_lost(stack: Stack, traffic: Traffic, receiver: Receiver, tag: str) -> None:
@@ -152,7 +152,7 @@ def test_a_request_to_a_hung_cluster_primary_is_answered_503_at_its_deadline(
 def _hung_primary(stack: Stack, cluster: Cluster, deadline: float) -> None:
     auth = {"authorization": f"Bearer {stack.create_key('acme')}"}
 
-    hung = cluster.owner(keys.tag(keys.shard_for_batch("acme", "b1")))
+    hung = cluster.owner(keyspace.tag(keyspace.shard_for_batch("acme", "b1")))
     assert hung.pid is not None
     pid = hung.pid
     # /batches/b1 reads b1's shard (on ``hung``); /batches reads every shard.

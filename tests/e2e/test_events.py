@@ -19,12 +19,12 @@ import pytest
 import redis
 import redis.cluster
 
-from relay import keys
-from relay.events import FALLBACK_S
+from relay.devtools.processes import Stack
+from relay.redis import keyspace
+from relay.state.event_feed import FALLBACK_S
 from tests.e2e.client import Api
 from tests.e2e.test_webhooks import CSV
 from tests.support.helpers import free_port, wait_until
-from tests.support.procs import Stack
 from tests.support.receiver import Receiver
 
 # The state's Redis: one server, or a Redis Cluster (its outboxes on three primaries).
@@ -83,8 +83,8 @@ def _recorded_ms(state: State, event: dict[str, Any]) -> int:
     """When relay recorded the completion: the time of its outbox entry (Redis time; the
     detector's sweep, which trims the outbox, is held off in the test that reads it)."""
     data = event["data"]
-    shard = keys.shard_for_batch("acme", data["batch_name"])
-    for entry_id, fields in state.xrange(keys.outbox(shard)):
+    shard = keyspace.shard_for_batch("acme", data["batch_name"])
+    for entry_id, fields in state.xrange(keyspace.outbox(shard)):
         if fields[b"batch"].decode() == data["batch_name"] and int(fields[b"seq"]) == int(
             data["completion_seq"]
         ):
@@ -122,7 +122,7 @@ def _same_instant_across_shards(state: State, events: list[dict[str, Any]]) -> i
     """How many events share their recorded millisecond with an event of another shard."""
     shards: defaultdict[int, set[int]] = defaultdict(set)
     at = [
-        (_recorded_ms(state, e), keys.shard_for_batch("acme", e["data"]["batch_name"]))
+        (_recorded_ms(state, e), keyspace.shard_for_batch("acme", e["data"]["batch_name"]))
         for e in events
     ]
     for ms, shard in at:
@@ -189,7 +189,7 @@ def test_a_receiver_down_catches_up_from_its_last_id_and_paging_loses_nothing(
     for name in names:
         api.upload(name, CSV)
         assert api.register(name, down).status_code == 201
-    assert len({keys.shard_for_batch("acme", n) for n in names}) == keys.DEFAULT_SHARDS
+    assert len({keyspace.shard_for_batch("acme", n) for n in names}) == keyspace.DEFAULT_SHARDS
     with _writes_held_now_and_then(primaries):
         for name in names:
             api.process(name)

@@ -14,9 +14,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from relay.devtools.processes import Stack
 from tests.e2e.client import Api, close_all
 from tests.support.helpers import wait_until
-from tests.support.procs import Stack
 from tests.support.receiver import Receiver, Reply
 from tests.support.sentinels import SENTINEL_PASSWORD, Topology
 
@@ -102,7 +102,7 @@ def test_relay_follows_a_sentinel_failover(sentinel_topology: Topology, tmp_path
 
             # New work on the new primary (which has no replica now: the wait times out).
             # While a Sentinel still reports the failover in progress (longer on a busy
-            # machine) a write is refused with 503 (relay/durable.py): retried, as a client
+            # machine) a write is refused with 503 (relay/redis/replicas.py): retried, as a client
             # does, until the failover is over.
             def accepted(send: Callable[[], httpx.Response], code: int) -> None:
                 def sent() -> bool:

@@ -16,13 +16,13 @@ import pytest
 import redis
 import redis.asyncio
 
-from relay import keys
-from relay.blobs import BlobStore
-from relay.queues import PROCESSING, queue_key
-from relay.store import AsyncStore, BatchRef
+from relay.devtools.processes import Stack
+from relay.redis import keyspace
+from relay.state.blobs import BlobStore
+from relay.state.job_queues import PROCESSING, queue_key
+from relay.state.store import AsyncStore, BatchRef
 from tests.e2e.client import Api
 from tests.support.helpers import wait_until
-from tests.support.procs import Stack
 
 CSV = b"sku,qty\nA-1,2\nB-2,1\n"
 BACKLOG = 3000
@@ -92,13 +92,15 @@ def test_one_document_is_not_held_back_by_another_accounts_backlog(
     assert canceled > BACKLOG // 2
     s = backlog.shard
     assert not redis.exists(
-        keys.batch_ready(s, "bulk", "backlog"), keys.fair_account(s, "bulk"), keys.fair_ring(s)
+        keyspace.batch_ready(s, "bulk", "backlog"),
+        keyspace.fair_account(s, "bulk"),
+        keyspace.fair_ring(s),
     )
     final = wait_until(lambda: (b := big.batch("backlog"))["all_done"] and b, 30)
     assert final["status"] == "succeeded"  # the documents under way finished
     assert final["counts"]["canceled"] == canceled
     assert final["counts"]["succeeded"] + canceled == BACKLOG
-    assert sum(int(redis.get(keys.waiting(i)) or 0) for i in keys.all_shards()) == 0
+    assert sum(int(redis.get(keyspace.waiting(i)) or 0) for i in keyspace.all_shards()) == 0
 
 
 def test_the_sweeper_replaces_a_processing_job_that_vanished(
@@ -112,7 +114,7 @@ def test_the_sweeper_replaces_a_processing_job_that_vanished(
     # queue or a worker killed while taking it would.
     assert redis.llen(queue_key(PROCESSING)) == 1
     redis.delete(queue_key(PROCESSING))
-    redis.delete(keys.process_wake())  # the wake-up marker of a lost job expires by itself
+    redis.delete(keyspace.process_wake())  # the wake-up marker of a lost job expires by itself
     stack.worker("--queues", "processing")
     stack.detector()
     wait_until(
@@ -194,7 +196,7 @@ def test_a_worker_asked_to_stop_lets_its_background_document_finish(
     worker.terminate()  # a warm shutdown: the background document is finished first
     wait_until(lambda: not worker.alive, 30, message="the worker did not stop")
     assert _status(api, heavy["id"])["status"] == "succeeded"
-    shard = keys.shard_of_id("doc", heavy["id"])
+    shard = keyspace.shard_of_id("doc", heavy["id"])
     assert shard is not None
-    assert redis.hget(keys.doc(shard, heavy["id"]), "claims") == b"1"  # never handed out again
+    assert redis.hget(keyspace.doc(shard, heavy["id"]), "claims") == b"1"  # never handed out again
     api.close()

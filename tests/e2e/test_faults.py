@@ -44,10 +44,10 @@ import pytest
 import redis
 from rq import Worker
 
+from relay.devtools.processes import Proc, Stack
 from tests.e2e.client import close_all
 from tests.e2e.traffic import Traffic, p99
 from tests.support.helpers import RedisFactory, wait_until
-from tests.support.procs import Proc, Stack
 from tests.support.receiver import Receiver
 from tests.support.sentinels import SENTINEL_PASSWORD, SERVICE, Topology
 

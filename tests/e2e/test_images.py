@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from PIL import Image
 
+from relay.devtools.drawn_tables import EXPECTED, draw_table, encode
+from relay.devtools.processes import Stack
 from tests.e2e.client import Api
-from tests.support.drawn_tables import EXPECTED, draw_table, encode
 from tests.support.helpers import wait_until
-from tests.support.procs import Stack
 
 
 def test_images_are_read_by_a_worker_with_the_configured_pixel_bound(stack: Stack) -> None:

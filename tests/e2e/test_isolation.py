@@ -6,10 +6,10 @@ import functools
 import time
 from pathlib import Path
 
+from relay.devtools.hostile_peers import Hostile
+from relay.devtools.processes import Stack
 from tests.e2e.client import Api
 from tests.support.helpers import wait_until
-from tests.support.hostile import Hostile
-from tests.support.procs import Stack
 from tests.support.receiver import Receiver
 
 CSV = b"sku,qty\nA-1,2\n"

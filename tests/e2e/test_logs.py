@@ -17,12 +17,12 @@ import redis
 
 from relay.config import Secret
 from relay.crypto import Encryptor
-from relay.redis_server import free_port
-from relay.signing_keys import SigningKeys
+from relay.devtools.processes import Stack
+from relay.devtools.redis_server import free_port
+from relay.state.signing_material import SigningKeys
 from tests.e2e.client import Api
 from tests.e2e.test_webhooks import settled
 from tests.support.helpers import wait_until
-from tests.support.procs import Stack
 from tests.support.receiver import Receiver, Reply
 
 CSV = b"sku,qty\nA-1,2\nB-7,5\n"

@@ -14,12 +14,12 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from relay import keys
-from relay.metrics import ATTEMPT_BUCKETS, LAG_BUCKETS
+from relay.devtools.processes import Stack
+from relay.redis import keyspace
+from relay.state.metrics import ATTEMPT_BUCKETS, LAG_BUCKETS
 from tests.e2e.client import Api
 from tests.e2e.test_webhooks import settled
 from tests.support.helpers import wait_until
-from tests.support.procs import Stack
 from tests.support.receiver import Receiver, Reply
 
 CSV = b"sku,qty\nA-1,2\nB-7,5\n"
@@ -40,7 +40,7 @@ def value(stack: Stack, family: str, sample: str | None = None, **labels: str) -
 
 
 def due_members(client: redis.Redis) -> int:
-    return sum(client.zcard(keys.due(s)) for s in keys.all_shards())
+    return sum(client.zcard(keyspace.due(s)) for s in keyspace.all_shards())
 
 
 @pytest.mark.timeout(120)

@@ -9,12 +9,12 @@ from typing import Any
 
 import redis
 
-from relay import keys
+from relay.devtools.processes import Stack
+from relay.redis import keyspace
 from tests.e2e.client import Api
 from tests.e2e.test_webhooks import CSV, settled, start
 from tests.e2e.verify import verify_both
 from tests.support.helpers import wait_until
-from tests.support.procs import Stack
 from tests.support.receiver import Receiver, Reply
 
 
@@ -38,8 +38,8 @@ def _ops_deliveries(api: Api) -> list[dict[str, Any]]:
 def _events(client: redis.Redis) -> list[dict[str, str]]:
     """Every operational event appended to any outbox (kind, account, batch, ...)."""
     out = []
-    for s in keys.all_shards():
-        for _, fields in client.xrange(keys.outbox(s)):
+    for s in keyspace.all_shards():
+        for _, fields in client.xrange(keyspace.outbox(s)):
             if b"kind" in fields:
                 out.append({k.decode(): v.decode() for k, v in fields.items()})
     return out

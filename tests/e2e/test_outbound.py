@@ -24,11 +24,11 @@ from typing import Any
 import httpx
 import redis
 
+from relay.devtools.hostile_peers import Hostile
+from relay.devtools.processes import Stack
 from tests.e2e.client import Api
 from tests.e2e.test_webhooks import CSV
 from tests.support.helpers import wait_until
-from tests.support.hostile import Hostile
-from tests.support.procs import Stack
 from tests.support.receiver import Receiver, Reply
 
 

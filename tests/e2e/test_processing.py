@@ -6,11 +6,11 @@ import json
 
 import redis
 
-from relay import keys
+from relay.devtools.processes import Stack
+from relay.devtools.sample_documents import HEADER, pdf, table_ops
+from relay.redis import keyspace
 from tests.e2e.client import Api
-from tests.support.documents import HEADER, pdf, table_ops
 from tests.support.helpers import wait_until
-from tests.support.procs import Stack
 
 
 def test_documents_are_extracted_by_a_worker(any_stack: Stack) -> None:
@@ -74,8 +74,8 @@ def test_worker_killed_mid_document_is_processed_by_another(
     wait_until(lambda: status() == "succeeded", 30, message="not processed again")
     final = api.http.get(f"/documents/{doc['id']}").json()
     assert final["started_at"] > first_start
-    shard = keys.shard_of_id("doc", doc["id"])
+    shard = keyspace.shard_of_id("doc", doc["id"])
     assert shard is not None
-    assert redis.hget(keys.doc(shard, doc["id"]), "claims") == b"2"
+    assert redis.hget(keyspace.doc(shard, doc["id"]), "claims") == b"2"
     assert api.batch("k1")["all_done"] is True
     api.close()

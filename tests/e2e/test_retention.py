@@ -11,11 +11,11 @@ import time
 
 import redis
 
-from relay import keys
+from relay.devtools.processes import Stack
+from relay.redis import keyspace
 from relay.timefmt import parse_rfc3339
 from tests.e2e.client import Api
 from tests.support.helpers import wait_until
-from tests.support.procs import Stack
 from tests.support.receiver import Receiver, Reply
 
 CSV = b"sku,qty\nA-1,2\n"
@@ -53,7 +53,7 @@ def test_finished_notified_batches_are_purged_and_leave_no_key(
     wait_until(lambda: _gone(api, "warm-up"), 30, 0.2, "the warm-up batch was not purged")
     # Its event (the account's feed, kept as long as the batch) is trimmed by its own sweep,
     # which a busy machine may run a moment after the batch's purge.
-    outboxes = {keys.outbox(s).encode() for s in keys.all_shards()}
+    outboxes = {keyspace.outbox(s).encode() for s in keyspace.all_shards()}
     wait_until(
         lambda: {k for k in _relay_keys(redis) if b"{" in k} == outboxes,
         30,
@@ -73,7 +73,7 @@ def test_finished_notified_batches_are_purged_and_leave_no_key(
         "signing",
     ]
     assert sorted(k for k in before if b"{" in k) == sorted(
-        keys.outbox(s).encode() for s in keys.all_shards()
+        keyspace.outbox(s).encode() for s in keyspace.all_shards()
     )
 
     names = [f"r{i}" for i in range(40)]

@@ -14,11 +14,11 @@ from urllib.parse import urlsplit
 import redis
 import redis.cluster
 
-from relay import keys, shards
+from relay.devtools.cluster import Cluster, batch_keys
+from relay.devtools.processes import Stack, stop_all
+from relay.redis import keyspace, shards
 from tests.e2e.client import Api
-from tests.support.cluster import Cluster, batch_keys
 from tests.support.helpers import wait_until
-from tests.support.procs import Stack, stop_all
 from tests.support.receiver import Receiver, Reply
 
 CSV = b"sku,qty\nA-1,2\nB-7,5\n"
@@ -61,7 +61,7 @@ def test_data_written_under_16_shards_works_after_raising_to_64(
         assert api.register(name, receiver.url(f"/{name}")).status_code == 201
     receiver.script(f"/{failing}", [Reply(500)] * 4)  # every attempt of its delivery
     later_doc = api.upload(later, CSV)["id"]
-    assert keys.shard_of_id("doc", later_doc) in range(16)
+    assert keyspace.shard_of_id("doc", later_doc) in range(16)
     api.process(done)
     api.process(failing)
     wait_until(lambda: receiver.received(f"/{done}"), 30, 0.2, "not delivered")
@@ -91,7 +91,7 @@ def test_data_written_under_16_shards_works_after_raising_to_64(
     # Processing and notification of a batch uploaded under 16 shards; one more upload into
     # it lands in the batch's own shard.
     more = api.upload(later, CSV)["id"]
-    assert keys.shard_of_id("doc", more) == keys.shard_of_id("doc", later_doc)
+    assert keyspace.shard_of_id("doc", more) == keyspace.shard_of_id("doc", later_doc)
     api.process(later)
     wait_until(lambda: receiver.received(f"/{later}"), 30, 0.2, "not delivered after the raise")
     assert api.batch(later)["counts"]["succeeded"] == 3
@@ -119,13 +119,13 @@ def test_data_written_under_16_shards_works_after_raising_to_64(
     recorded = shards.load(client)
     assert recorded is not None and recorded.total == 64
     wait_until(lambda: time.time() * 1000 >= dict(recorded.counts)[64], 10, 0.1, "not in force")
-    keys.use(recorded)
+    keyspace.use(recorded)
     try:
-        fresh = [f"new{i}" for i in range(40) if keys.shard_for_batch("acme", f"new{i}") >= 16]
+        fresh = [f"new{i}" for i in range(40) if keyspace.shard_for_batch("acme", f"new{i}") >= 16]
     finally:
-        keys.use(keys.ShardMap())
+        keyspace.use(keyspace.ShardMap())
     # Through the API process started with 16: it followed the raise.
-    shard = keys.shard_of_id("doc", old_api.upload(fresh[0], CSV)["id"])
+    shard = keyspace.shard_of_id("doc", old_api.upload(fresh[0], CSV)["id"])
     assert shard is not None and shard >= 16
     assert api.batch(fresh[0])["counts"]["queued"] == 1  # one batch, whichever API asks
     old_api.close()

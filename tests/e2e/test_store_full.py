@@ -14,8 +14,8 @@ import httpx
 import pytest
 import redis
 
+from relay.devtools.processes import Proc, Stack
 from tests.support.helpers import RedisFactory, wait_until
-from tests.support.procs import Proc, Stack
 from tests.support.receiver import Receiver
 
 CSV = b"sku,qty\nA-1,2\n"

@@ -11,11 +11,11 @@ from typing import Any
 
 import redis
 
+from relay.devtools.processes import Stack
 from tests.e2e.client import Api
 from tests.e2e.test_webhooks import CSV, settled, start
 from tests.e2e.verify import verify_both
 from tests.support.helpers import wait_until
-from tests.support.procs import Stack
 from tests.support.receiver import Receiver, Reply
 
 

@@ -9,13 +9,13 @@ import pytest
 import redis
 from rq.registry import StartedJobRegistry
 
-from relay import keys
-from relay.detector import GROUP
-from relay.queues import DELIVERY, queue_key
+from relay.devtools.processes import Stack
+from relay.redis import keyspace
+from relay.runtime.detector import GROUP
+from relay.state.job_queues import DELIVERY, queue_key
 from tests.e2e.client import Api
 from tests.e2e.verify import verify_both, verify_v1, verify_v1a
 from tests.support.helpers import free_port, wait_until
-from tests.support.procs import Stack
 from tests.support.receiver import Receiver, Reply
 
 CSV = b"sku,qty\nA-1,2\nB-7,5\n"
@@ -25,8 +25,8 @@ def settled(client: redis.Redis) -> bool:
     """Whether relay has nothing left to send: no delivery due, no delivery job waiting or
     running, no completion read by a detector and not yet turned into its delivery. What a
     receiver holds then is final, without waiting to see whether more arrives."""
-    for s in keys.all_shards():
-        if client.zcard(keys.due(s)) or client.xpending(keys.outbox(s), GROUP)["pending"]:
+    for s in keyspace.all_shards():
+        if client.zcard(keyspace.due(s)) or client.xpending(keyspace.outbox(s), GROUP)["pending"]:
             return False
     running = StartedJobRegistry(DELIVERY, connection=client).count
     return not client.llen(queue_key(DELIVERY)) and not running

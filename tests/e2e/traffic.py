@@ -8,7 +8,7 @@
 - a producer making batch after batch: upload a document, register a webhook on the
   receiver (whose path answers 500 once, then 200: every notification needs a retry), process.
   A 503 or a request that got no answer is retried, as a client would (the upload with its
-  ``Idempotency-Key``: a 503 after the write, ``relay.durable``, or a lost answer may have
+  ``Idempotency-Key``: a 503 after the write, ``relay.redis.replicas``, or a lost answer may have
   made the document already); anything else unexpected is recorded.
 
 Every request has a client-side ``deadline`` (httpx timeout); a request that reaches it is

@@ -27,8 +27,8 @@ from starlette.applications import Starlette
 
 from relay.api.app import create_app
 from relay.api.server import uvicorn_options
-from relay.auth import create_key
 from relay.config import Secret, Settings, load_settings
+from relay.state.api_keys import create_key
 from tests.support.helpers import free_port, wait_until
 
 V1 = "/api/v1"

@@ -3,9 +3,9 @@ directly (create, claim, record) with a clock that moves 1 ms per delivery, no H
 
 from __future__ import annotations
 
-from relay.model import Attempt, Delivery, DeliveryStatus
-from relay.store import BatchRef
-from relay.webhook_store import AsyncWebhookStore, WebhookStore
+from relay.state.model import Attempt, Delivery, DeliveryStatus
+from relay.state.store import BatchRef
+from relay.state.webhooks import AsyncWebhookStore, WebhookStore
 from tests.support.helpers import Clients
 
 URL = "https://hooks.example.com/relay"

@@ -5,7 +5,7 @@
 * ``tests.support.extractors:crashes`` raises something that is not an ``ExtractionError``;
 * ``tests.support.extractors:gated`` holds each document until the test opens its gate, so a
   test can act while a job is in the middle of a document. The extractor runs in the worker's
-  extraction child (``relay.extract.sandbox``), another process, so the gate is a directory
+  extraction child (``relay.runtime.sandbox``), another process, so the gate is a directory
   named on the document's first line (``gate=<dir>``): the extractor creates ``<dir>/started``
   and reads the rest once ``<dir>/open`` exists (:class:`Gate` is the test's side).
   ``tests.support.slow_extractor`` holds a document for a fixed time instead.

@@ -1,6 +1,6 @@
 """Small helpers shared by the tests (no fixtures here: those live in ``conftest.py``).
 
-``free_port`` (relay's, :mod:`relay.redis_server`) and ``wait_until`` (``procs.py`` here, shared
+``free_port`` (relay's, :mod:`relay.devtools.redis_server`) and ``wait_until`` (``procs.py`` here, shared
 with the benchmarks) are re-exported so that tests import their helpers from one place.
 """
 
@@ -21,12 +21,12 @@ from redis.retry import Retry
 
 from relay.config import load_settings
 from relay.crypto import generate_key
-from relay.redis_server import HOST, AppendFsync, RedisServer
-from relay.redis_server import free_port as free_port
-from relay.store import BatchRef
+from relay.devtools.processes import wait_until as wait_until
+from relay.devtools.redis_server import HOST, AppendFsync, RedisServer
+from relay.devtools.redis_server import free_port as free_port
+from relay.runtime.context import WorkerContext
+from relay.state.store import BatchRef
 from relay.timefmt import now_ms
-from relay.worker_context import WorkerContext
-from tests.support.procs import wait_until as wait_until
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[2]  # the checkout

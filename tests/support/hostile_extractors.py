@@ -73,7 +73,7 @@ def paged(
     """``pages=N seconds=S`` on the first line: declares N pages (as the default extractor
     does once it has counted a PDF's), then computes for S seconds of CPU time on each; the
     rest is a CSV. Any other document is read by the default extractor."""
-    from relay.extract.limits import declare_pages
+    from relay.extract.bounds import declare_pages
 
     first, _, rest = content.partition(b"\n")
     if not first.startswith(b"pages="):

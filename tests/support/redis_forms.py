@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import pytest
 
-from relay.redis_server import RedisServer, find_redis_server
+from relay.devtools.redis_server import RedisServer, find_redis_server
 from tests.support.helpers import free_port
 from tests.support.tls import Pki
 

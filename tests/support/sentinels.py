@@ -1,6 +1,6 @@
 """A Redis Sentinel topology on loopback for tests: a primary, a replica and three Sentinels.
 
-The data nodes are :class:`relay.redis_server.RedisServer` processes (AOF on, a password);
+The data nodes are :class:`relay.devtools.redis_server.RedisServer` processes (AOF on, a password);
 the Sentinels are ``redis-sentinel`` processes (Debian's package; ``make test`` installs it)
 with ``down-after-milliseconds 1000``, so a killed primary is replaced in a few seconds.
 """
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import redis
 
-from relay.redis_server import HOST, RedisServer, free_port
-from tests.support.helpers import log_tails, node_client
+from relay.devtools.cluster import log_tails, node_client
+from relay.devtools.redis_server import HOST, RedisServer, free_port
 
 SERVICE = "mymaster"
 PASSWORD = "data-nodes-secret"

@@ -1,0 +1,5 @@
+"""``relay``: one command, one sub-command per process or operator command."""
+
+from relay.cli.commands import main
+
+__all__ = ["main"]

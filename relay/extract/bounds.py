@@ -1,0 +1,223 @@
+"""Per-document bounds the extraction honours, and the one way a result leaves it: as JSON.
+
+``relay.runtime.sandbox`` runs every document under :class:`ExtractLimits` (built from the
+``RELAY_*`` settings) with :func:`applied`. The default extractor reads them while it works,
+so a document that would grow past a bound fails early instead of first filling memory:
+
+* ``max_result_bytes``: the result as compact JSON (what is stored: ``line_items`` and
+  ``tables``); the readers charge each row to a :class:`RowBudget` as they build it
+  (``result_too_large``);
+* ``max_depth``: the deepest nesting of a JSON document's values (``too_deeply_nested``);
+* ``on_pages``: told how many pages a paged document (PDF, TIFF) has, once they are counted
+  and before any is read (:func:`declare_pages`): the sandbox grows the document's deadline
+  by ``RELAY_EXTRACT_PAGE_SECONDS`` a page.
+
+Any extractor's result, plug-ins' included, is then serialised by :func:`encode_result`,
+which checks the size again, exactly, row by row and table by table, and never builds more
+than the bound.
+Outside :func:`applied` (a plain in-process call) nothing is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+from relay.extract.errors import ExtractionError
+from relay.extract.result import Table
+
+# A lone surrogate (``"\\ud800"`` from JSON) cannot be encoded as UTF-8: one in a stored row
+# would fail every response that carries it. The same rule as ``relay.text``, kept here so that
+# relay.extract imports nothing of relay outside itself.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def scrub_surrogates(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD; other characters untouched."""
+    if text.isascii() or _LONE_SURROGATE.search(text) is None:
+        return text
+    return _LONE_SURROGATE.sub("\ufffd", text)
+
+
+__all__ = [
+    "DEFAULT_MAX_PAGES",
+    "ExtractLimits",
+    "RowBudget",
+    "applied",
+    "check_depth",
+    "current",
+    "declare_pages",
+    "encode_result",
+    "encode_rows",
+    "too_many_pages",
+]
+
+# RELAY_MAX_PAGES's default (docs/decisions.md): a long report of tables fits; the time a
+# document may take grows with its pages (RELAY_EXTRACT_PAGE_SECONDS), so this bound also
+# bounds the longest extraction.
+DEFAULT_MAX_PAGES = 500
+
+
+@dataclass(frozen=True)
+class ExtractLimits:
+    """The bounds of one document's extraction; ``None`` means unbounded."""
+
+    max_result_bytes: int | None = None
+    max_depth: int | None = None
+    fields: tuple[str, ...] = ()  # the batch's fields: only these keys count towards the size
+    on_pages: Callable[[int], None] | None = None  # told a paged document's page count
+
+
+_UNBOUNDED = ExtractLimits()
+_current: ContextVar[ExtractLimits | None] = ContextVar("relay_extract_limits", default=None)
+
+
+def current() -> ExtractLimits:
+    return _current.get() or _UNBOUNDED
+
+
+@contextmanager
+def applied(limits: ExtractLimits) -> Iterator[None]:
+    """Run the enclosed extraction under ``limits``."""
+    token = _current.set(limits)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+def declare_pages(pages: int) -> None:
+    """Say that the document being extracted has ``pages`` pages (counted, within
+    ``RELAY_MAX_PAGES``, none read yet). The default extractor calls it for PDFs and TIFFs;
+    a plug-in may too. Outside the sandbox it does nothing."""
+    listener = current().on_pages
+    if listener is not None:
+        listener(pages)
+
+
+def too_large(limit: int) -> ExtractionError:
+    return ExtractionError(
+        "result_too_large",
+        f"the extracted result exceeds {limit} bytes of JSON (line_items and tables)",
+    )
+
+
+def too_many_pages(max_pages: int) -> ExtractionError:
+    return ExtractionError(
+        "too_many_pages", f"the document has more than the {max_pages:,} pages allowed"
+    )
+
+
+class RowBudget:
+    """Charges rows as a reader builds them; raises ``result_too_large`` past the bound.
+
+    The charge is a lower bound of the row's compact JSON size (quotes, colon and comma per
+    key; escapes and multi-byte characters only add), so a document is never refused early
+    by mistake; :func:`encode_rows` has the exact word.
+    """
+
+    def __init__(self, limits: ExtractLimits | None = None) -> None:
+        limits = limits or current()
+        self._limit = limits.max_result_bytes
+        self._fields = limits.fields
+        self.spent = 2  # the list's brackets
+
+    def charge(self, row: Mapping[str, object]) -> None:
+        if self._limit is None:
+            return
+        size = 1  # braces and the comma between rows, less the last pair's comma
+        pairs = ((f, row.get(f)) for f in self._fields) if self._fields else row.items()
+        for key, value in pairs:
+            if isinstance(value, str):
+                size += len(key) + 6 + len(value)
+            else:  # null is 4 characters, any other value at least 1
+                size += len(key) + 4 + (4 if value is None else 1)
+        self.spent += size
+        if self.spent > self._limit:
+            raise too_large(self._limit)
+
+
+def check_depth(value: object, max_depth: int | None = None) -> None:
+    """Raise ``too_deeply_nested`` when lists/objects in ``value`` nest deeper than the bound
+    (``max_depth`` or the current limits'). Iterative: depth costs no stack here."""
+    limit = max_depth if max_depth is not None else current().max_depth
+    if limit is None:
+        return
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children: Sequence[object] | None = None
+        if isinstance(item, dict):
+            children = list(item.values())
+        elif isinstance(item, list):
+            children = item
+        if children is None:
+            continue
+        if depth > limit:
+            raise ExtractionError(
+                "too_deeply_nested", f"the JSON document nests deeper than {limit} levels"
+            )
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+
+
+def _encode_items(
+    items: Sequence[object], total: int, max_bytes: int | None, what: str
+) -> tuple[list[bytes], int]:
+    """Each of ``items`` as compact JSON, the running ``total`` of bytes checked against
+    ``max_bytes`` after each (``result_too_large``)."""
+    parts: list[bytes] = []
+    for index, item in enumerate(items):
+        try:
+            text = json.dumps(item, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise ExtractionError(
+                "extraction_error",
+                f"extractor returned {what} that are not JSON-serialisable (item {index}): {exc}",
+            ) from None
+        data = scrub_surrogates(text).encode()
+        total += len(data) + 1
+        if max_bytes is not None and total > max_bytes:
+            raise too_large(max_bytes)
+        parts.append(data)
+    return parts, total
+
+
+def encode_rows(rows: Sequence[Mapping[str, object]], max_bytes: int | None) -> bytes:
+    """``rows`` as compact UTF-8 JSON, lone surrogates replaced by U+FFFD.
+
+    Serialises one row at a time and stops as soon as the total passes ``max_bytes``
+    (``result_too_large``), so an oversized result is never built whole. Values JSON cannot
+    carry (NaN, sets, objects...) are ``extraction_error``.
+
+    Lone surrogates are replaced rather than escaped: stored escaped (``\\ud800``) they would
+    decode back to a string that no response can encode; replacing them here, where a
+    document's text enters relay, leaves every valid character as it was.
+    """
+    parts, _ = _encode_items(rows, 1, max_bytes, "rows")
+    return b"[" + b",".join(parts) + b"]"
+
+
+_RESULT_HEAD, _RESULT_MIDDLE, _RESULT_TAIL = b'{"line_items":[', b'],"tables":[', b"]}"
+
+
+def encode_result(
+    rows: Sequence[Mapping[str, object]], tables: Sequence[Table], max_bytes: int | None
+) -> bytes:
+    """A document's result as stored, ``{"line_items": [...], "tables": [...]}``, encoded as
+    :func:`encode_rows` does, the bound counting both."""
+    total = len(_RESULT_HEAD) + len(_RESULT_MIDDLE) + len(_RESULT_TAIL) - 2
+    row_parts, total = _encode_items(rows, total, max_bytes, "rows")
+    table_parts, _ = _encode_items([t.to_json() for t in tables], total, max_bytes, "tables")
+    return b"".join(
+        [
+            _RESULT_HEAD,
+            b",".join(row_parts),
+            _RESULT_MIDDLE,
+            b",".join(table_parts),
+            _RESULT_TAIL,
+        ]
+    )

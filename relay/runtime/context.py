@@ -1,0 +1,140 @@
+"""What a worker or detector process works with, built once at its start and passed in.
+
+``relay worker`` builds one :class:`WorkerContext` and binds it to the RQ worker
+(``relay.runtime.worker``), which hands it to every job as its first argument, as arq's ``ctx``
+does; ``relay detector`` and ``relay deliveries`` build their own. Nothing here is global:
+a test or benchmark builds a context from its own settings. Each resource is made on first
+use, so a process pays only for what it uses.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+
+import httpx
+import redis
+from redis import Redis
+
+from relay.config import Settings
+from relay.crypto import Encryptor
+from relay.delivery.engine import Engine
+from relay.delivery.ssrf import TargetPolicy, make_client
+from relay.delivery.transport import USER_AGENT
+from relay.redis.clients import RedisTarget, sync_client
+from relay.runtime.background import Background
+from relay.runtime.sandbox import ExtractorHost, SandboxConfig
+from relay.state.blobs import BlobStore
+from relay.state.event_feed import EventLog
+from relay.state.metrics import Metrics
+from relay.state.retention import Retention
+from relay.state.signing_material import SigningKeys
+from relay.state.store import Store
+from relay.state.webhooks import WebhookStore
+from relay.timefmt import now_ms
+
+
+@dataclass
+class WorkerContext:
+    settings: Settings
+    # ms since the epoch, for the stores and the signing keys; tests pass a clock they move.
+    clock: Callable[[], int] = now_ms
+
+    @cached_property
+    def redis(self) -> redis.Redis:
+        return sync_client(RedisTarget.from_settings(self.settings))
+
+    @cached_property
+    def queue_redis(self) -> Redis:
+        """RQ's Redis: the wake-up markers and the jobs (``RELAY_QUEUE_REDIS_URL``; the
+        state's Redis when that is empty)."""
+        target = RedisTarget.queues_from_settings(self.settings)
+        if target == RedisTarget.from_settings(self.settings):
+            return self.redis
+        return sync_client(target)
+
+    @cached_property
+    def store(self) -> Store:
+        return Store(self.redis, BlobStore(self.settings.blob_dir), self.clock)
+
+    @cached_property
+    def webhooks(self) -> WebhookStore:
+        return WebhookStore(
+            self.redis,
+            self.clock,
+            max_attempts=self.settings.max_stored_attempts,
+            disable_after_ms=round(self.settings.disable_after * 1000),
+        )
+
+    @cached_property
+    def events(self) -> EventLog:
+        return EventLog(self.redis, round(self.settings.retention * 1000), self.clock)
+
+    @cached_property
+    def retention(self) -> Retention:
+        return Retention(
+            self.redis,
+            BlobStore(self.settings.blob_dir),
+            retention_ms=int(self.settings.retention * 1000),
+        )
+
+    @cached_property
+    def metrics(self) -> Metrics:
+        return Metrics()
+
+    @cached_property
+    def policy(self) -> TargetPolicy:
+        return TargetPolicy.from_settings(self.settings)
+
+    @cached_property
+    def http(self) -> httpx.Client:
+        """One client per process: its SSL context costs ~25 ms and its pool is reused."""
+        return make_client(
+            self.policy,
+            self.settings.delivery_timeout,
+            max_connections=self.settings.delivery_concurrency * 2,
+            user_agent=USER_AGENT,
+        )
+
+    @cached_property
+    def signing(self) -> SigningKeys:
+        return SigningKeys(Encryptor.from_setting(self.settings.encryption_key), self.clock)
+
+    @cached_property
+    def engine(self) -> Engine:
+        """The delivery engine of this process, started on first use."""
+        return Engine(self)
+
+    @cached_property
+    def extraction(self) -> ExtractorHost:
+        """The bounded child that runs this process's extractor (``relay.runtime.sandbox``);
+        replaced when its document is moved to the background (``relay.runtime.processing``)."""
+        return ExtractorHost(sandbox_config(self.settings))
+
+    @cached_property
+    def stopping(self) -> threading.Event:
+        """Set when the process is asked to stop (``relay worker``'s warm shutdown): a job
+        waiting for work (``relay.runtime.processing.linger_for_wakeups``) ends instead."""
+        return threading.Event()
+
+    @cached_property
+    def background(self) -> Background:
+        """The documents this process extracts in the background (``relay.runtime.processing``)."""
+        return Background(self.settings.background_extractions)
+
+
+def sandbox_config(settings: Settings) -> SandboxConfig:
+    """The extraction child's bounds from the settings (relay.extract knows no settings)."""
+    return SandboxConfig(
+        extractor=settings.extractor,
+        timeout=settings.extract_timeout,
+        memory=settings.extract_memory,
+        max_result_bytes=settings.max_result_bytes,
+        max_depth=settings.extract_max_depth,
+        max_image_pixels=settings.max_image_pixels,
+        max_pages=settings.max_pages,
+        page_seconds=settings.extract_page_seconds,
+        wall_factor=settings.extract_wall_factor,
+    )

@@ -1,0 +1,311 @@
+-- Shared helpers, prepended to every script by relay/state/scripts.py.
+
+-- Keys a script derives from ids it reads (a batch's documents, a shard's due deliveries,
+-- a delivery's batch): they cannot be known before the script runs, so they cannot come in
+-- KEYS. `p` is the shard's key prefix (relay.redis.keyspace.shard_prefix, passed in ARGV), so every
+-- derived key carries the script's hash tag. Each function mirrors the function of the same
+-- name in relay/redis/keyspace.py; tests/test_keys.py holds them equal. No script builds a key
+-- any other way.
+local function key_doc(p, id) return p .. 'doc:' .. id end
+local function key_blob(p, id) return key_doc(p, id) .. ':blob' end
+local function key_delivery(p, id) return p .. 'delivery:' .. id end
+local function key_delivery_attempts(p, id) return key_delivery(p, id) .. ':attempts' end
+local function key_webhook(p, account, name)
+  return p .. 'batch:' .. account .. ':' .. name .. ':webhook'
+end
+local function key_doc_items(p, id) return key_doc(p, id) .. ':items' end
+local function key_finished(p) return p .. 'finished' end
+local function finished_member(account, name) return account .. ':' .. name end
+local function key_purge_docs(p, token) return p .. 'purge:' .. token .. ':docs' end
+local function key_purge_deliveries(p, token) return p .. 'purge:' .. token .. ':deliveries' end
+-- Delivery indexes (relay.redis.keyspace: account_deliveries, status_deliveries,
+-- account_status_deliveries), each a sorted set scored by the delivery's created_at.
+local function key_account_deliveries(p, account)
+  return p .. 'account:' .. account .. ':deliveries'
+end
+local function key_status_deliveries(p, status) return p .. 'deliveries:' .. status end
+-- Operational event deliveries of the shard by creation time (relay.redis.keyspace.events), and a
+-- batch's delivery index and idempotency hash (keys.batch_deliveries, batch_delivery_by_seq).
+local function key_events(p) return p .. 'events' end
+local function key_batch_deliveries(p, account, name)
+  return p .. 'batch:' .. account .. ':' .. name .. ':deliveries'
+end
+local function key_delivery_by_seq(p, account, name)
+  return p .. 'batch:' .. account .. ':' .. name .. ':delivery_by_seq'
+end
+-- A batch's deliveries held back while its webhook's verification is pending (keys.batch_parked).
+local function key_batch_parked(p, account, name)
+  return p .. 'batch:' .. account .. ':' .. name .. ':parked'
+end
+local function key_account_status_deliveries(p, account, status)
+  return key_account_deliveries(p, account) .. ':' .. status
+end
+-- The shard prefix back from a delivery key (keys.delivery = p .. 'delivery:' .. id).
+local function delivery_prefix(delivery_key, id)
+  return string.sub(delivery_key, 1, #delivery_key - #('delivery:' .. id))
+end
+-- Keep a delivery's index entries true when its status goes `from` -> `to` (O(1) each):
+-- `from` '' for a new delivery (also enters the account's index), `to` '' for a purged one
+-- (also leaves it). Call it in the script that changes the status, with the old status.
+-- `known`: {account, created_at} when the caller has them (it just wrote the delivery).
+local function index_delivery(p, id, from, to, known)
+  local d = known or redis.call('HMGET', key_delivery(p, id), 'account', 'created_at')
+  local account, created = d[1], d[2]
+  if not account then
+    return
+  end
+  if from and from ~= '' then
+    redis.call('ZREM', key_status_deliveries(p, from), id)
+    redis.call('ZREM', key_account_status_deliveries(p, account, from), id)
+  else
+    redis.call('ZADD', key_account_deliveries(p, account), created, id)
+  end
+  if to and to ~= '' then
+    redis.call('ZADD', key_status_deliveries(p, to), created, id)
+    redis.call('ZADD', key_account_status_deliveries(p, account, to), created, id)
+  else
+    redis.call('ZREM', key_account_deliveries(p, account), id)
+  end
+end
+
+-- Cancel a webhook's pending delivery (the webhook removed or disabled): canceled, out of
+-- the due set, moved in the delivery indexes. `w_pending` is the webhook's `pending` id.
+local function cancel_pending(p, due_key, w_pending, now)
+  if not w_pending or w_pending == '' then
+    return
+  end
+  local dk = key_delivery(p, w_pending)
+  if redis.call('HGET', dk, 'status') == 'pending' then
+    redis.call('HSET', dk, 'status', 'canceled', 'next_attempt_at', '', 'lease', '',
+               'updated_at', now)
+    redis.call('ZREM', due_key, w_pending)
+    index_delivery(p, w_pending, 'pending', 'canceled')
+  end
+end
+-- Endpoint verification: the deliveries parked while it was pending (claim_deliveries.lua)
+-- become due now (verified) or canceled (failed, the webhook removed or disabled).
+local function release_parked(p, due_key, account, name, now, cancel)
+  local parked = key_batch_parked(p, account, name)
+  for _, id in ipairs(redis.call('SMEMBERS', parked)) do
+    local dk = key_delivery(p, id)
+    if redis.call('HGET', dk, 'status') == 'pending' then
+      if cancel then
+        redis.call('HSET', dk, 'status', 'canceled', 'next_attempt_at', '', 'lease', '',
+                   'updated_at', now)
+        redis.call('ZREM', due_key, id)
+        index_delivery(p, id, 'pending', 'canceled')
+      else
+        redis.call('HSET', dk, 'next_attempt_at', now)
+        redis.call('ZADD', due_key, now, id)
+      end
+    end
+  end
+  redis.call('DEL', parked)
+end
+-- Whether registering `url` with verify repeats the webhook's verification in progress: the
+-- same URL, enabled, its verification pending and the challenge's delivery (`verify_id`)
+-- still pending, to that URL. Such a registration starts nothing: no second challenge, no
+-- superseded one left behind (verification_pending.lua, register_hook).
+local function repeats_verification(wk, p, url)
+  local w = redis.call('HMGET', wk, 'url', 'disabled', 'verification', 'verify_id')
+  if w[1] ~= url or w[2] == '1' or w[3] ~= 'pending' or not w[4] or w[4] == '' then
+    return false
+  end
+  local d = redis.call('HMGET', key_delivery(p, w[4]), 'status', 'url')
+  return d[1] == 'pending' and d[2] == url
+end
+-- Register or replace a webhook's URL (register_webhook.lua, register_operational_webhook.lua):
+-- enabled again and not failing; with `verify` '1', pending its endpoint verification (the
+-- caller creates the challenge's delivery), else not verified any more and the deliveries
+-- parked for a verification released. Returns 1 when the webhook was created, else 0; -1
+-- (nothing written) when it repeats the verification in progress (repeats_verification).
+local function register_hook(wk, due_key, p, account, name, url, now, verify, challenge)
+  if verify == '1' and repeats_verification(wk, p, url) then
+    return -1
+  end
+  local was = redis.call('HGET', wk, 'verification')
+  local created = redis.call('HSETNX', wk, 'created_at', now)
+  redis.call('HSET', wk, 'url', url, 'updated_at', now, 'disabled', '0',
+             'disabled_reason', '', 'failing_since', '')
+  redis.call('HSETNX', wk, 'pending', '')
+  if verify == '1' then
+    redis.call('HSET', wk, 'verification', 'pending', 'challenge', challenge, 'verified_at', '')
+  else
+    redis.call('HSET', wk, 'verification', '', 'challenge', '', 'verify_id', '')
+    if was == 'pending' then
+      release_parked(p, due_key, account, name, now, false)
+    end
+  end
+  return created
+end
+-- The shard prefix back from a batch key (keys.batch = p .. 'batch:' .. account .. ':' .. name),
+-- for scripts that get the batch in KEYS but no prefix in ARGV.
+local function batch_prefix(batch_key, account, name)
+  return string.sub(batch_key, 1, #batch_key - #('batch:' .. account .. ':' .. name))
+end
+
+-- A refusal the caller maps to a domain error (relay.state.scripts.refusal reads it back exactly).
+local function refuse(reason)
+  return redis.error_reply('REFUSED ' .. reason)
+end
+
+-- Announce a batch's completion `seq` (its completed_at and completion_seq already written):
+-- the retention index, and one outbox entry (the completion event the detector turns into a
+-- delivery). Returns seq.
+local function announce_completion(batch_key, outbox_key, account, name, seq, completed_at)
+  -- Retention counts from this completion (relay.state.retention purges the batch later).
+  redis.call('ZADD', key_finished(batch_prefix(batch_key, account, name)), completed_at,
+             finished_member(account, name))
+  -- The entry carries the batch as it is at this completion: the notification's body must
+  -- describe this completion even if the batch is reopened before the detector reads it.
+  local flat = redis.call('HGETALL', batch_key)
+  local snapshot = {}
+  for i = 1, #flat, 2 do
+    snapshot[flat[i]] = flat[i + 1]
+  end
+  local entry = redis.call('XADD', outbox_key, 'MAXLEN', '~', '100000', '*',
+                          'account', account, 'batch', name, 'seq', seq,
+                          'snapshot', cjson.encode(snapshot))
+  -- The entry names the completion's event (relay.redis.keyspace.event_id): a webhook registered
+  -- later delivers it with the same id.
+  redis.call('HSET', batch_key, 'completion_entry', entry)
+  return seq
+end
+
+-- Close the batch when its last open document has reached a terminal status:
+-- completed_at = the latest document completion, completion_seq += 1, and one outbox entry
+-- (announce_completion). O(1): counters, no scan.
+local function complete_if_done(batch_key, outbox_key)
+  local c = redis.call('HMGET', batch_key, 'queued', 'processing', 'total', 'completed_at',
+                       'last_completed_at', 'account', 'name')
+  local open = tonumber(c[1] or '0') + tonumber(c[2] or '0')
+  if open ~= 0 or tonumber(c[3] or '0') == 0 or (c[4] and c[4] ~= '') then
+    return 0
+  end
+  local seq = redis.call('HINCRBY', batch_key, 'completion_seq', 1)
+  redis.call('HSET', batch_key, 'completed_at', c[5])
+  return announce_completion(batch_key, outbox_key, c[6], c[7], seq, c[5])
+end
+
+-- Processing documents of the batch ended, `succeeded` and `failed` of them, the last at
+-- `now`: the batch's counters and last completion time (note_completion), and its completion
+-- when they were the last open documents (complete_if_done), read and written at once: two
+-- commands unless the batch completes (then four: the batch read once, its snapshot built
+-- here rather than read again, and the counters and completion_entry written in one HSET).
+-- Returns the completion_seq, or 0.
+local function end_documents(batch_key, outbox_key, succeeded, failed, now)
+  local flat = redis.call('HGETALL', batch_key)
+  local b = {}
+  for i = 1, #flat, 2 do
+    b[flat[i]] = flat[i + 1]
+  end
+  local processing = tonumber(b.processing or '0') - succeeded - failed
+  local last = b.last_completed_at or '0'
+  if tonumber(now) > tonumber(last) then
+    last = now
+  end
+  local counts = {processing = tostring(processing),
+                  succeeded = tostring(tonumber(b.succeeded or '0') + succeeded),
+                  failed = tostring(tonumber(b.failed or '0') + failed),
+                  last_completed_at = tostring(last)}
+  local open = tonumber(b.queued or '0') + processing
+  local set = {}
+  if open ~= 0 or tonumber(b.total or '0') == 0 or (b.completed_at and b.completed_at ~= '') then
+    for k, v in pairs(counts) do
+      set[#set + 1] = k
+      set[#set + 1] = v
+    end
+    redis.call('HSET', batch_key, unpack(set))
+    return 0
+  end
+  local seq = tonumber(b.completion_seq or '0') + 1
+  counts.completion_seq = tostring(seq)
+  counts.completed_at = counts.last_completed_at
+  -- The snapshot is the batch as announce_completion would read it after these writes
+  -- (before its completion_entry is written).
+  for k, v in pairs(counts) do
+    b[k] = v
+    set[#set + 1] = k
+    set[#set + 1] = v
+  end
+  redis.call('ZADD', key_finished(batch_prefix(batch_key, b.account, b.name)), last,
+             finished_member(b.account, b.name))
+  local entry = redis.call('XADD', outbox_key, 'MAXLEN', '~', '100000', '*',
+                          'account', b.account, 'batch', b.name, 'seq', seq,
+                          'snapshot', cjson.encode(b))
+  set[#set + 1] = 'completion_entry'
+  set[#set + 1] = entry
+  redis.call('HSET', batch_key, unpack(set))
+  return seq
+end
+
+-- Record a document's completion time on the batch (the batch's completed_at is the latest).
+local function note_completion(batch_key, now)
+  local last = tonumber(redis.call('HGET', batch_key, 'last_completed_at') or '0')
+  if tonumber(now) > last then
+    redis.call('HSET', batch_key, 'last_completed_at', now)
+  end
+end
+
+-- Keep the batch's started_at equal to the earliest started_at of its documents.
+local function refresh_started(batch_key, started_key)
+  local first = redis.call('ZRANGE', started_key, 0, 0, 'WITHSCORES')
+  if first[2] then
+    redis.call('HSET', batch_key, 'started_at', first[2])
+  else
+    redis.call('HSET', batch_key, 'started_at', '')
+  end
+end
+
+-- Pending-bytes quota (relay.state.store): an upload whose bytes stay in Redis is charged to its
+-- account's counter in the batch's shard (keys.account_pending_bytes), and the document
+-- records how much in its 'charged' field. Whatever removes the blob (finish, cancel,
+-- worker_lost) calls this in the same script, so the shard counters never drift. The
+-- caller has read the document's 'charged' and 'counted' fields and writes 'charged' 0
+-- in the same HSET that ends the document (idempotent: a second call finds nothing
+-- charged). The counter key is deleted at 0.
+-- Returns the bytes the caller must take off the account's total
+-- (keys.account_pending_total, on another slot): the charge when the upload put it there
+-- ('counted' = '1'; documents uploaded before that total existed have no 'counted').
+local function release_known(pending_key, charged, counted)
+  local n = tonumber(charged or '0') or 0
+  if n <= 0 then
+    return 0
+  end
+  if redis.call('DECRBY', pending_key, n) <= 0 then
+    redis.call('DEL', pending_key)
+  end
+  if counted == '1' then
+    return n
+  end
+  return 0
+end
+
+-- release_known for a caller that has not read the document's charge: reads it and
+-- zeroes it.
+local function release_charge(doc_key, pending_key)
+  local c = redis.call('HMGET', doc_key, 'charged', 'counted')
+  if (tonumber(c[1] or '0') or 0) <= 0 then
+    return 0
+  end
+  redis.call('HSET', doc_key, 'charged', 0)
+  return release_known(pending_key, c[1], c[2])
+end
+
+-- Operational events (docs/decisions.md, "Auto-disable and operational events") -------------
+
+-- The reserved pseudo-batch that holds an account's operational webhook and its deliveries
+-- (relay.redis.keyspace.OPERATIONAL_BATCH): no batch name can start with '~'.
+local OPERATIONAL_BATCH = '~ops'
+
+-- Append an operational event (kind 'webhook.disabled' | 'delivery.failed') to the shard's
+-- outbox; the detector turns it into a delivery to the account's operational webhook. The
+-- operational webhook's own deliveries make no events (no loops). `fields` are name, value
+-- pairs of the event's data.
+local function emit_event(outbox_key, kind, account, batch, now, fields)
+  if batch == OPERATIONAL_BATCH then
+    return
+  end
+  redis.call('XADD', outbox_key, 'MAXLEN', '~', '100000', '*', 'kind', kind,
+             'account', account, 'batch', batch, 'at', now, unpack(fields))
+end

@@ -1,0 +1,253 @@
+"""Sliding-window rate limiting (``relay/state/lua/ratelimit.lua``): per API key on the status
+endpoints, per account on writes, per client address on requests with a bad key.
+
+The window is exact: a sorted set of the admitted requests' times per key, trimmed, counted
+and added to atomically by one script, using the Redis server's clock.
+
+The API runs the script inside the status endpoints' single pipeline, so it is sent as a raw
+``EVALSHA`` (:meth:`SlidingWindow.queue`): redis-py pipelines holding ``Script`` objects
+send an extra ``SCRIPT EXISTS`` round trip on every execute. Redis forgets scripts when it
+restarts, so a ``NOSCRIPT`` reply means "load it (:meth:`SlidingWindow.load`) and send again".
+
+Leased slots (the account write windows, :class:`LeasePolicy`): an API process that sees an
+account write fast (``slots`` requests within this clock second and the last) asks for up to
+``slots`` slots in one run of the script and admits the account's next writes from its
+lease, without the script (issue 16: a script run is most of what a rate-limited write costs
+Redis). The window stays exact, only ever stricter: the slots are recorded ``ms`` ahead of
+the server's clock and the process uses each before that time, so each is recorded no
+earlier than it is used and leaves the window no sooner; a slot not used in time goes back
+with the process's next ask for that account (else it stays counted until it leaves). A
+lease takes at most a quarter of what is left in the window, so the last slots go one at a
+time, and a process admits from a lease only until ``ms`` after it asked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import redis.asyncio
+from redis.exceptions import NoScriptError
+
+from relay.config import RateLimit
+from relay.redis import keyspace
+from relay.state.scripts import source
+
+SCRIPT = "ratelimit"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The outcome for one request: admitted or not, and what the headers say."""
+
+    allowed: bool
+    limit: int
+    remaining: int
+    reset_ms: int
+
+    @property
+    def reset_seconds(self) -> int:
+        """Whole seconds (rounded up) until the oldest admitted request leaves the window."""
+        return max(0, math.ceil(self.reset_ms / 1000))
+
+    @property
+    def retry_after(self) -> int:
+        """``Retry-After`` for a refused request: at least one second."""
+        return max(1, self.reset_seconds)
+
+    def headers(self) -> dict[str, str]:
+        """``RateLimit-Limit/-Remaining/-Reset``, plus ``Retry-After`` when refused."""
+        out = {
+            "RateLimit-Limit": str(self.limit),
+            "RateLimit-Remaining": str(self.remaining),
+            "RateLimit-Reset": str(self.reset_seconds),
+        }
+        if not self.allowed:
+            out["Retry-After"] = str(self.retry_after)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class LeasePolicy:
+    """How a window leases slots to one API process: at most ``slots`` at a time (1: never),
+    each used within ``ms`` of asking (``RELAY_WRITE_LEASE_SLOTS``, ``RELAY_WRITE_LEASE_MS``)."""
+
+    slots: int
+    ms: int
+
+
+@dataclass(slots=True)
+class _Lease:
+    members: list[str]  # the window's members of the slots left to use, in order
+    expires: float  # monotonic: none is used after this
+    remaining: int  # the window's remaining when granted (the leased slots counted)
+    reset_at: float  # monotonic: when the window's oldest slot leaves it, as then known
+
+
+class Asked(NamedTuple):
+    """A request's ask of the window (:meth:`SlidingWindow.queue`): its member, and when it
+    left (monotonic)."""
+
+    member: str
+    at: float
+
+
+# Subjects a process remembers (arrival counts, leases) before it forgets the stale ones.
+_REMEMBERED = 4096
+
+
+class SlidingWindow:
+    """One limit (``N`` per window) applied per subject: by default an API key prefix;
+    ``key`` maps another kind of subject (an account, a client address) to its window's
+    Redis key. With ``lease`` (slots > 1), a busy subject's requests are admitted from
+    leased slots (module docstring, :meth:`take`)."""
+
+    def __init__(
+        self,
+        rate: RateLimit,
+        key: Callable[[str], str] = keyspace.rate_window,
+        lease: LeasePolicy | None = None,
+    ) -> None:
+        self.rate = rate
+        self.key = key
+        self.lease = lease if lease is not None and lease.slots > 1 else None
+        self._leases: dict[str, _Lease] = {}
+        # subject -> members of slots its lease let pass unused: given back by its next ask
+        self._unused: dict[str, list[str]] = {}
+        # subject -> (second, arrivals in it, arrivals in the second before)
+        self._arrivals: dict[str, tuple[int, int, int]] = {}
+        self.source = source(SCRIPT)
+        # Redis names a script by the SHA-1 of its text; not a security use.
+        self.sha = hashlib.sha1(self.source.encode(), usedforsecurity=False).hexdigest()
+        # Members must be unique per request across every API process: a random process
+        # token and a counter are, without a syscall per request.
+        self._token = secrets.token_hex(6)
+        self._counter = itertools.count()
+
+    def take(self, subject: str) -> Decision | None:
+        """This request admitted from the process's lease for ``subject``, without Redis;
+        None when it holds no usable slot (then :meth:`queue` asks the window). Counts the
+        arrival either way: a subject is leased slots once it is busy."""
+        if self.lease is None:
+            return None
+        now = time.monotonic()
+        self._arrive(subject, int(now))
+        lease = self._live(subject, now)
+        if lease is None:
+            return None
+        lease.members.pop(0)
+        reset_ms = max(0, math.ceil((lease.reset_at - now) * 1000))
+        return Decision(True, self.rate.limit, lease.remaining + len(lease.members), reset_ms)
+
+    def _live(self, subject: str, now: float) -> _Lease | None:
+        """``subject``'s lease while it has a slot to use and its time is not up; else None,
+        the lease ended and its unused slots set to go back with the subject's next ask."""
+        lease = self._leases.get(subject)
+        if lease is None or (lease.members and now < lease.expires):
+            return lease
+        del self._leases[subject]
+        if lease.members:
+            self._unused.setdefault(subject, []).extend(lease.members)
+        return None
+
+    def _arrive(self, subject: str, second: int) -> None:
+        seen = self._arrivals.get(subject)
+        if seen is None or seen[0] < second - 1:
+            seen = (second, 1, 0)
+        elif seen[0] == second - 1:
+            seen = (second, 1, seen[1])
+        else:
+            seen = (second, seen[1] + 1, seen[2])
+        if subject not in self._arrivals and len(self._arrivals) >= _REMEMBERED:
+            self._forget(second)
+        self._arrivals[subject] = seen
+
+    def _forget(self, second: int) -> None:
+        """Drop what is stale: arrival counts older than a second, leases past their time."""
+        now = time.monotonic()
+        for subject in [s for s, seen in self._arrivals.items() if seen[0] < second - 1]:
+            del self._arrivals[subject]
+        for subject in [s for s, lease in self._leases.items() if now >= lease.expires]:
+            del self._leases[subject]  # unused slots stay counted: bounded, only stricter
+        self._unused.clear()
+
+    def _wanted(self, subject: str) -> int:
+        """Slots to ask for: the lease's size once ``subject`` sent that many requests within
+        the current second and the one before (a clock second: at most two seconds, at least
+        one), else one."""
+        if self.lease is None:
+            return 1
+        seen = self._arrivals.get(subject)
+        busy = seen is not None and seen[1] + seen[2] >= self.lease.slots
+        return self.lease.slots if busy else 1
+
+    def queue(self, pipe: Any, prefix: str) -> Asked:
+        """Add this request's check for the subject ``prefix`` to a pipeline (raw EVALSHA).
+        Returns what :meth:`decide` needs to hold a lease the reply may grant."""
+        member = f"{self._token}:{next(self._counter)}"
+        args: list[Any] = [self.rate.window_ms, self.rate.limit, member]
+        if self.lease is not None:
+            args += [self._wanted(prefix), self.lease.ms]
+            self._live(prefix, time.monotonic())  # a lease past its time gives back here
+            args += self._unused.pop(prefix, [])
+        asked = Asked(member, time.monotonic())
+        pipe.execute_command("EVALSHA", self.sha, 1, self.key(prefix), *args)
+        return asked
+
+    def decide(
+        self, reply: Any, subject: str | None = None, asked: Asked | None = None
+    ) -> Decision:
+        """Read the script's reply; raises it when it is an error (e.g. NoScriptError).
+        Slots granted beyond this request's become ``subject``'s lease, usable until the
+        lease's length after ``asked.at`` (before the server read its clock, so before the
+        time the slots are recorded at)."""
+        if isinstance(reply, Exception):
+            raise reply
+        granted, remaining, reset_ms = (int(v) for v in reply)
+        if self.lease is not None and subject is not None and asked is not None and granted > 1:
+            # The slots beyond this request's: members <member>:2..<granted> (the script's).
+            members = [f"{asked.member}:{i}" for i in range(2, granted + 1)]
+            held = self._lease(subject, members, remaining, reset_ms, asked.at)
+            remaining += held  # this request's header: the slots the process holds are its own
+        return Decision(granted > 0, self.rate.limit, remaining, reset_ms)
+
+    def _lease(
+        self, subject: str, members: list[str], remaining: int, reset_ms: int, asked: float
+    ) -> int:
+        """Hold ``members`` for ``subject`` (with what it still holds, until the sooner
+        end); returns how many slots it now holds."""
+        assert self.lease is not None
+        now = time.monotonic()
+        expires = asked + self.lease.ms / 1000
+        held = self._live(subject, now)
+        if held is not None:
+            members = held.members + members
+            expires = min(expires, held.expires)
+        if subject not in self._leases and len(self._leases) >= _REMEMBERED:
+            self._forget(int(now))
+        self._leases[subject] = _Lease(members, expires, remaining, now + reset_ms / 1000)
+        return len(members)
+
+    async def load(self, client: redis.asyncio.Redis) -> None:
+        """Load the script into Redis (after a NOSCRIPT: a new or restarted server)."""
+        await client.script_load(self.source)
+
+    async def hit(self, client: redis.asyncio.Redis, prefix: str) -> Decision:
+        """Count one request for ``prefix`` on its own (outside a pipeline)."""
+        reply, asked = await self._send(client, prefix)
+        if isinstance(reply, NoScriptError):
+            await self.load(client)
+            reply, asked = await self._send(client, prefix)
+        return self.decide(reply, prefix, asked)
+
+    async def _send(self, client: redis.asyncio.Redis, prefix: str) -> tuple[Any, Asked]:
+        async with client.pipeline(transaction=False) as pipe:
+            asked = self.queue(pipe, prefix)
+            (reply,) = await pipe.execute(raise_on_error=False)
+        return reply, asked

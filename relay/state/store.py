@@ -1,0 +1,889 @@
+"""Document and batch state: the transitions (Lua scripts) and the reads, nothing else.
+
+``AsyncStore`` serves the API (redis.asyncio, never blocking the event loop); ``Store``
+serves the worker, the detector's sweeper and the CLI. Each operation exists once, in the
+class of the processes that perform it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+import redis.asyncio
+from redis.exceptions import NoScriptError, RedisError, ResponseError
+
+from relay.exceptions import (
+    BatchDeleted,
+    BatchNotFound,
+    QuotaExceeded,
+    StateError,
+    StoreUnavailable,
+)
+from relay.redis import keyspace
+from relay.redis.clients import is_cluster
+from relay.state.blobs import DIRECTORY, BlobStore
+from relay.state.model import Batch, Document, Status, valid_batch_name
+from relay.state.scripts import AsyncScripts, Scripts, fields, refusal
+from relay.timefmt import now_ms
+
+log = logging.getLogger("relay.state.store")
+
+
+@dataclass(frozen=True)
+class BatchRef:
+    """A batch's identity (account, name) and the keys that follow from it.
+
+    ``at`` is the batch's shard when the caller knows it (read from a record of the batch,
+    an id, or found by :func:`locate_batch`); None means the shard a batch of that name
+    takes when created now. Once the deployment has used more than one count of shards
+    (``relay.redis.shards``), a batch named by a client must be found with :func:`locate_batch`:
+    it stays in the shard it was created in."""
+
+    account: str
+    name: str
+    at: int | None = field(default=None, compare=False)
+
+    @property
+    def shard(self) -> int:
+        if self.at is not None:
+            return self.at
+        return keyspace.shard_for_batch(self.account, self.name)
+
+    @property
+    def key(self) -> str:
+        return keyspace.batch(self.shard, self.account, self.name)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a worker needs after claiming a document."""
+
+    doc_id: str
+    batch: BatchRef
+    token: str
+    fields: list[str]
+    filename: str
+    content_type: str
+    blob_kind: str
+    claims: int
+    # Bytes finishing it frees from the account's pending total, as claimed (claim_next.lua).
+    freeable: int = 0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A claimed document's outcome for ``Store.finish_many``: the result (the JSON of
+    ``{"line_items": [...], "tables": [...]}``) or the error (code, message), and when it
+    ended (ms since the epoch)."""
+
+    claim: Claim
+    result: bytes | None
+    error: tuple[str, str] | None
+    at: int
+
+
+async def locate_batch(client: redis.asyncio.Redis, account: str, name: str) -> BatchRef:
+    """The account's batch of that name: in the shard where it exists (earliest count of
+    shards first), else where it would be created now. No round trip while the deployment
+    has used one count of shards; one ``EXISTS`` per count after it raised the count."""
+    shards = keyspace.batch_shards(account, name)
+    if len(shards) > 1:
+        async with client.pipeline(transaction=False) as pipe:
+            for s in shards:
+                pipe.exists(keyspace.batch(s, account, name))
+            found = await pipe.execute()
+        for s, there in zip(shards, found, strict=True):
+            if there:
+                return BatchRef(account, name, s)
+    return BatchRef(account, name, keyspace.shard_for_batch(account, name))
+
+
+# Entries claim_next.lua may drop in one call (documents claimed by name meanwhile) before it
+# answers "nothing claimed, call again": bounds the script's run time.
+CLAIM_SKIP_LIMIT = 100
+
+
+def _claim(doc_id: str, ref: BatchRef, token: str, c: dict[str, Any]) -> Claim:
+    """A Claim from claim_doc's table (_fair.lua), decoded from the script's JSON."""
+    return Claim(
+        doc_id=doc_id,
+        batch=ref,
+        token=token,
+        fields=list(json.loads(c["fields"])),
+        filename=c["filename"],
+        content_type=c["content_type"],
+        blob_kind=c["blob"],
+        claims=int(c["claims"]),
+        freeable=int(c.get("freeable", 0)),
+    )
+
+
+def _batch_refusal(ref: BatchRef, exc: ResponseError) -> StateError | ResponseError:
+    """The domain error for a script's refusal about a batch (the reply itself otherwise)."""
+    reason = refusal(exc)
+    if reason == "missing":
+        return BatchNotFound(f"no batch named {ref.name!r}")
+    if reason == "deleted":
+        return BatchDeleted(f"batch {ref.name!r} was deleted and accepts no uploads or processing")
+    return exc
+
+
+def _doc_keys(ref: BatchRef, doc_id: str) -> dict[str, str]:
+    s = ref.shard
+    return {
+        "doc": keyspace.doc(s, doc_id),
+        "batch": ref.key,
+        "started": keyspace.batch_started(s, ref.account, ref.name),
+        "leases": keyspace.leases(s),
+        "outbox": keyspace.outbox(s),
+        "items": keyspace.doc_items(s, doc_id),
+        "blob": keyspace.blob(s, doc_id),
+        "pending_bytes": keyspace.account_pending_bytes(s, ref.account),
+    }
+
+
+def _result(stored: bytes | None) -> tuple[Any, Any]:
+    """A document's stored result as ``(line_items, tables)``: both ``None`` when there is
+    none (not succeeded); ``tables`` ``None`` for a result stored by a version before tables
+    (a bare list of line items)."""
+    if not stored:
+        return None, None
+    value = json.loads(stored)
+    if isinstance(value, list):
+        return value, None
+    return value["line_items"], value["tables"]
+
+
+class PendingRefunds:
+    """Bytes this process held on accounts' pending totals beyond what their uploads charged.
+
+    An upload holds its body's declared size (multipart and all) before reading it, and
+    charges its file's bytes: the difference goes back. Rather than one ``DECRBY`` per upload,
+    it is owed here, and netted into the account's next hold (``relay.api.resources.ApiResources.write_round``
+    sends one ``INCRBY`` of the hold minus what is owed) or given back by :meth:`now` within
+    a second. Meanwhile the total is high by at most what this process owes: a total may be
+    high, never low (:class:`AsyncStore`). A process that dies owing leaves its total high,
+    which the next recount at the quota's edge corrects; a recount forgets what was owed (it
+    counted the truth)."""
+
+    def __init__(self, client: redis.asyncio.Redis) -> None:
+        self.redis = client
+        self._owed: dict[str, int] = {}
+        self._giving = 0  # bytes on their way back (now)
+
+    @property
+    def outstanding(self) -> int:
+        """Bytes owed or on their way back: 0 when every total is exact (as far as this
+        process goes)."""
+        return sum(self._owed.values()) + self._giving
+
+    def owe(self, account: str, n: int) -> None:
+        if n > 0:
+            self._owed[account] = self._owed.get(account, 0) + n
+
+    def take(self, account: str) -> int:
+        """What is owed to the account's total (now the caller's to give back)."""
+        return self._owed.pop(account, 0)
+
+    def forget(self, account: str) -> None:
+        self._owed.pop(account, None)
+
+    async def now(self) -> None:
+        """Give back everything owed, in one pipelined round trip: every second and at
+        shutdown. A round that fails drops what it carried (logged): the totals stay high,
+        never low."""
+        owed, self._owed = self._owed, {}
+        if not owed:
+            return
+        self._giving += sum(owed.values())
+        # Errors come back as replies, not raised: a Cluster pipeline that raises a
+        # connection error closes every connection of the client, other requests' round
+        # trips in flight included (relay.redis.deadline).
+        try:
+            totals = [keyspace.account_pending_total(account) for account in owed]
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for total, n in zip(totals, owed.values(), strict=True):
+                    pipe.decrby(total, n)
+                left = await pipe.execute(raise_on_error=False)
+            failed = [reply for reply in left if isinstance(reply, Exception)]
+            # A total at 0 goes, as after a finish (SyncStore.release_total).
+            emptied = [
+                t for t, n in zip(totals, left, strict=True) if isinstance(n, int) and n <= 0
+            ]
+            if emptied:
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    for total in emptied:  # one key a command: on a Cluster, slots apart
+                        pipe.delete(total)
+                    await pipe.execute(raise_on_error=False)
+            if failed:
+                raise failed[0]
+        except (RedisError, OSError) as exc:
+            log.warning("could not give back held bytes (the totals stay high): %s", exc)
+        finally:
+            self._giving -= sum(owed.values())
+
+    async def every(self, seconds: float = 1.0) -> None:
+        """:meth:`now` every ``seconds``, until cancelled (the API's lifespan)."""
+        while True:
+            await asyncio.sleep(seconds)
+            await self.now()
+
+
+class AsyncStore:
+    """The API's view: uploads, hand-outs, deletes and reads.
+
+    ``max_pending_bytes`` is the per-account quota on uploaded bytes held in Redis awaiting
+    processing (None: no quota). Two records count them (docs/decisions.md, "Quotas and
+    limits"). The record: one counter per shard, changed only inside the scripts that add
+    or remove a blob (exact, never drifting). The fast path: the account's total
+    (``keyspace.account_pending_total``, one counter on a slot of its own), on which an upload
+    reserves its bytes first (one ``INCRBY``) and from which whatever frees them takes them
+    off after its script (the scripts report the bytes they freed). While the total stays
+    within the quota an upload costs that one command; at the quota's edge it recounts the
+    shards (one pipelined round trip), decides on their sum as the script's allowance, and
+    sets the total to the recount, so a total that a crash between a script and its
+    update left wrong is corrected there. Two uploads of one account racing into
+    *different* shards at the edge can each pass on the other's not yet written bytes, so
+    the quota can be overshot by at most the uploads in flight at that moment (each at
+    most ``RELAY_MAX_UPLOAD_BYTES``); within a shard it is exact.
+    """
+
+    def __init__(
+        self,
+        client: redis.asyncio.Redis,
+        blobs: BlobStore,
+        clock: Callable[[], int] = now_ms,
+        *,
+        max_pending_bytes: int | None = None,
+    ) -> None:
+        self.redis = client
+        self.scripts = AsyncScripts(client)
+        self.blobs = blobs
+        self.clock = clock  # ms since the epoch; tests pass their own
+        self.max_pending_bytes = max_pending_bytes
+        self.refunds = PendingRefunds(client)
+
+    async def locate(self, account: str, name: str) -> BatchRef:
+        """The account's batch of that name, in the shard it lives in (:func:`locate_batch`)."""
+        return await locate_batch(self.redis, account, name)
+
+    async def pending_bytes(self, account: str) -> list[int]:
+        """The account's uploaded bytes held in Redis awaiting processing, per shard (the
+        exact record; the upload's fallback when the total refuses)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for s in keyspace.all_shards():
+                pipe.get(keyspace.account_pending_bytes(s, account))
+            replies = await pipe.execute()
+        return [int(r or 0) for r in replies]
+
+    async def _reserve(self, ref: BatchRef, charge: int) -> int:
+        """Reserve ``charge`` bytes on the account's total; returns the allowance the upload
+        script checks its shard's counter against (-1: none, the total admitted it).
+
+        When the total would pass the quota, the shards' exact counters decide, as before
+        the total existed: admitted when their sum leaves room (the allowance then bounds
+        this shard's counter), else QuotaExceeded. Either way the total is set to that
+        recount (plus this upload when admitted), which corrects a total a crash left wrong
+        the next time the account reaches its quota."""
+        total = keyspace.account_pending_total(ref.account)
+        reserved = int(await self.redis.incrby(total, charge))
+        if self.max_pending_bytes is None or reserved <= self.max_pending_bytes:
+            return -1
+        per_shard = await self.pending_bytes(ref.account)
+        pending = sum(per_shard)
+        # The recount is the truth: what this process still owes the total is in it already.
+        self.refunds.forget(ref.account)
+        if pending + charge <= self.max_pending_bytes:
+            await self.redis.set(total, pending + charge)
+            return max(0, self.max_pending_bytes - (pending - per_shard[ref.shard]))
+        await (self.redis.set(total, pending) if pending else self.redis.delete(total))
+        raise QuotaExceeded(limit=self.max_pending_bytes, pending=pending, size=charge)
+
+    async def release_hold(self, account: str, held: int) -> None:
+        """Give back bytes held on the account's total by a write that did not happen."""
+        if held > 0:
+            await self.redis.decrby(keyspace.account_pending_total(account), held)
+
+    def within_quota(self, total: int | None) -> bool:
+        """Whether a total read after holding an upload's bytes admits it by itself."""
+        return total is not None and (
+            self.max_pending_bytes is None or total <= self.max_pending_bytes
+        )
+
+    async def upload(
+        self,
+        ref: BatchRef,
+        *,
+        filename: str,
+        content_type: str,
+        content: bytes,
+        held: int = 0,
+        admitted: bool = False,
+        idempotency_key: str | None = None,
+        again: bool = False,
+    ) -> Document:
+        """Create a queued document. Raises BatchDeleted when the batch was deleted,
+        QuotaExceeded when its bytes would pass the account's pending-bytes quota.
+
+        ``idempotency_key``: the batch's document made by an earlier upload with this key is
+        returned as it is now, and nothing is made or charged (a client's retry of an upload
+        whose answer it lost, or that was answered 503 after the write: ``relay.redis.replicas``).
+        When that document is gone by the time it is read (the batch purged meanwhile), the
+        upload is made anew, once (``again``); gone again, StoreUnavailable (a 503: retry).
+
+        ``held``: bytes the request already holds on the account's total (the API reserves
+        the declared size of the body in its first round trip, ``relay.api.resources.ApiResources.write_round``);
+        ``admitted``: the total after that reservation was within the quota. The upload is then
+        one round trip, the script; what was held beyond the file's bytes goes back later, with
+        the account's next hold or within a second (:class:`PendingRefunds`). Otherwise (nothing
+        held, the body larger than its declared size, or the total past the quota) the hold is
+        given back and the upload reserves its exact bytes as without it (:meth:`_reserve`).
+        The hold is the caller's until this is called: it gives it back itself when the
+        request fails before."""
+        s = ref.shard
+        doc_id = keyspace.new_id("doc", s)
+        in_redis = self.blobs.kind == "redis"
+        # Only bytes held in Redis are charged: the directory store keeps them on its own
+        # disk, which its mount bounds (docs/decisions.md).
+        charge = len(content) if in_redis else 0
+        fast = held > 0 and admitted and charge <= held
+        if not fast:
+            await self.release_hold(ref.account, held)
+            held = 0
+        allowance = -1 if fast or not charge else await self._reserve(ref, charge)
+        now = self.clock()
+        if not in_redis:
+            await asyncio.to_thread(self.blobs.write_file, doc_id, content)
+        script_keys = [
+            ref.key,
+            keyspace.batch_docs(s, ref.account, ref.name),
+            keyspace.batch_pending(s, ref.account, ref.name),
+            keyspace.doc(s, doc_id),
+            keyspace.account_batches(s, ref.account),
+            keyspace.blob(s, doc_id),
+            keyspace.account_pending_bytes(s, ref.account),
+            keyspace.batch_uploads(s, ref.account, ref.name),
+        ]
+        script_args: list[Any] = [
+            ref.account,
+            ref.name,
+            doc_id,
+            filename,
+            content_type,
+            len(content),
+            now,
+            content if in_redis else b"",
+            "1" if in_redis else "0",
+            self.blobs.kind,
+            charge,
+            allowance,
+            idempotency_key or "",
+        ]
+        if fast and held > charge:
+            # Never charged, whatever the script does: owed back (GiveBack).
+            self.refunds.owe(ref.account, held - charge)
+        try:
+            await self.scripts("upload", script_keys, script_args)
+        except ResponseError as exc:
+            # Refused before it wrote anything: the reservation is undone. (Any other
+            # failure may come after the script ran, so its reservation stays: the total
+            # may only ever be high, see the class's docstring.)
+            if charge:
+                await self.redis.decrby(keyspace.account_pending_total(ref.account), charge)
+            self.blobs.discard(doc_id, self.blobs.kind)
+            if refusal(exc) == "replayed" and idempotency_key:
+                earlier = await self._replayed(ref, idempotency_key)
+                if earlier is not None:
+                    return earlier
+                if not again:
+                    # Gone between the refusal and the read: the batch was purged (its key
+                    # record with it), so this upload is a new one, as a moment later.
+                    return await self.upload(
+                        ref,
+                        filename=filename,
+                        content_type=content_type,
+                        content=content,
+                        idempotency_key=idempotency_key,
+                        again=True,
+                    )
+                raise StoreUnavailable(
+                    f"the upload with Idempotency-Key {idempotency_key!r} names a document "
+                    "that is gone; try again"
+                ) from exc
+            if refusal(exc) == "quota" and self.max_pending_bytes is not None:
+                pending = sum(await self.pending_bytes(ref.account))
+                raise QuotaExceeded(
+                    limit=self.max_pending_bytes, pending=pending, size=charge
+                ) from exc
+            raise _batch_refusal(ref, exc) from exc
+        # The document as the script wrote it (no read back).
+        return Document(
+            id=doc_id,
+            account=ref.account,
+            batch_name=ref.name,
+            filename=filename,
+            content_type=content_type,
+            size=len(content),
+            status=Status.QUEUED,
+            created_at=now,
+            started_at=None,
+            completed_at=None,
+            error_code="",
+            error_message="",
+        )
+
+    async def _replayed(self, ref: BatchRef, idempotency_key: str) -> Document | None:
+        """The batch's document an upload with ``idempotency_key`` made, as it is now (None:
+        gone meanwhile, the batch purged)."""
+        doc_id = await self.redis.hget(
+            keyspace.batch_uploads(ref.shard, ref.account, ref.name), idempotency_key
+        )
+        if doc_id is None:
+            return None
+        return await self.get_document(
+            ref.account, doc_id.decode() if isinstance(doc_id, bytes) else str(doc_id)
+        )
+
+    async def process(self, ref: BatchRef, fields: Sequence[str] | None) -> list[str]:
+        """Hand every queued, not yet handed document to the workers; returns their ids.
+        Raises BatchNotFound, BatchDeleted."""
+        handed, _ = await self.process_and_read(ref, fields)
+        return handed
+
+    async def process_and_read(
+        self, ref: BatchRef, fields: Sequence[str] | None
+    ) -> tuple[list[str], Batch]:
+        """``process``, also returning the batch as the hand-out left it (read by the same
+        script: the API's answer costs no read of its own)."""
+        s = ref.shard
+        try:
+            reply = await self.scripts(
+                "process",
+                [
+                    ref.key,
+                    keyspace.batch_docs(s, ref.account, ref.name),
+                    keyspace.batch_pending(s, ref.account, ref.name),
+                ],
+                [
+                    json.dumps(list(fields or [])),
+                    self.clock(),
+                    "1" if fields is not None else "0",
+                    keyspace.shard_prefix(s),
+                    ref.account,
+                    ref.name,
+                ],
+            )
+        except ResponseError as exc:
+            raise _batch_refusal(ref, exc) from exc
+        # (``fields`` is the parameter here: the reply is read as scripts.fields reads one.)
+        r = json.loads(reply)
+        handed: list[str] = r.get("handed", [])
+        batch = Batch.from_hash({k.encode(): str(v).encode() for k, v in r["batch"].items()})
+        return handed, batch
+
+    async def delete_batch(self, ref: BatchRef) -> list[str]:
+        """Cancel the batch's queued documents and refuse further uploads; BatchNotFound."""
+        s = ref.shard
+        reply = await self.scripts(
+            "delete_batch",
+            [
+                ref.key,
+                keyspace.batch_docs(s, ref.account, ref.name),
+                keyspace.batch_pending(s, ref.account, ref.name),
+                keyspace.fair_ring(s),
+                keyspace.outbox(s),
+                keyspace.account_pending_bytes(s, ref.account),
+            ],
+            [self.clock(), keyspace.shard_prefix(s)],
+        )
+        r = fields(reply)
+        if r.get("freed"):
+            total = keyspace.account_pending_total(ref.account)
+            if await self.redis.decrby(total, r["freed"]) <= 0:
+                await self.redis.delete(total)
+        if not r["found"]:
+            raise BatchNotFound(f"no batch named {ref.name!r}")
+        canceled: list[str] = r.get("canceled", [])
+        for doc_id in canceled:
+            self.blobs.discard(doc_id, self.blobs.kind)
+        return canceled
+
+    async def batch_exists(self, ref: BatchRef) -> bool:
+        return bool(await self.redis.exists(ref.key))
+
+    async def get_batch(self, ref: BatchRef) -> Batch | None:
+        h = await self.redis.hgetall(ref.key)
+        return Batch.from_hash(h) if h else None
+
+    async def get_document(self, account: str, doc_id: str) -> Document | None:
+        """The account's document: the status endpoint's read (``DocumentQuery``), alone."""
+        q = DocumentQuery(doc_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            q.queue(pipe, account)
+            return q.decode(await pipe.execute(), account)
+
+    async def results(
+        self, ref: BatchRef, *, start: int, limit: int
+    ) -> tuple[Batch | None, list[tuple[Document, Any, Any]], int | None]:
+        """The batch, ``limit`` documents from position ``start`` with their line_items and
+        tables (``_result``), and the next position (None on the last page)."""
+        s = ref.shard
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(ref.key)
+            pipe.lrange(keyspace.batch_docs(s, ref.account, ref.name), start, start + limit)
+            batch_hash, ids = await pipe.execute()
+        if not batch_hash:
+            return None, [], None
+        next_start = start + limit if len(ids) > limit else None
+        ids = ids[:limit]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for raw in ids:
+                pipe.hgetall(keyspace.doc(s, raw.decode()))
+                pipe.get(keyspace.doc_items(s, raw.decode()))
+            replies = await pipe.execute()
+        docs: list[tuple[Document, Any, Any]] = []
+        for h, stored in zip(replies[::2], replies[1::2], strict=True):
+            if h:
+                docs.append((Document.from_hash(h), *_result(stored)))
+        return Batch.from_hash(batch_hash), docs, next_start
+
+    async def list_batches(
+        self, account: str, *, before: tuple[int, str] | None, limit: int
+    ) -> tuple[list[Batch], tuple[int, str] | None]:
+        """The account's batches, newest first, from just after ``before`` (created, name)."""
+        top = "+inf" if before is None else f"{before[0]}"
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for s in keyspace.all_shards():
+                # limit + 1 per shard leaves room to skip the ties of the cursor itself.
+                pipe.zrevrangebyscore(
+                    keyspace.account_batches(s, account),
+                    top,
+                    "-inf",
+                    start=0,
+                    num=limit + 64,
+                    withscores=True,
+                )
+            per_shard = await pipe.execute()
+        candidates: list[tuple[int, str, int]] = []
+        for s, rows in enumerate(per_shard):
+            for name, score in rows:
+                item = (int(score), name.decode(), s)
+                if before is None or (item[0], item[1]) < before:
+                    candidates.append(item)
+        candidates.sort(reverse=True)
+        page = candidates[: limit + 1]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for _, name, s in page[:limit]:
+                pipe.hgetall(keyspace.batch(s, account, name))
+            hashes = await pipe.execute()
+        batches = [Batch.from_hash(h) for h in hashes if h]
+        cursor = page[limit - 1][:2] if len(page) > limit else None
+        return batches, cursor
+
+
+class Store:
+    """The workers' and sweepers' view: claim, renew, finish, requeue."""
+
+    def __init__(
+        self, client: redis.Redis, blobs: BlobStore, clock: Callable[[], int] = now_ms
+    ) -> None:
+        self.redis = client
+        self.scripts = Scripts(client)
+        self.blobs = blobs
+        self.clock = clock  # ms since the epoch; tests pass their own
+        # Bytes read ahead for a turn's claims (prefetch), by document id.
+        self._prefetched: dict[str, bytes | None] = {}
+
+    def claim(self, ref: BatchRef, doc_id: str, token: str, lease_ms: int) -> Claim | None:
+        k = _doc_keys(ref, doc_id)
+        reply = self.scripts(
+            "claim",
+            [k["doc"], k["batch"], k["started"], k["leases"]],
+            [doc_id, self.clock(), lease_ms, token],
+        )
+        claimed = fields(reply)
+        return _claim(doc_id, ref, token, claimed) if claimed["claimed"] else None
+
+    def claim_next(self, shard: int, token: str, lease_ms: int) -> tuple[Claim | None, bool]:
+        """Claim the shard's next document in fair order (``claim_next.lua``). Returns the
+        claim (None when nothing was claimed) and whether documents still wait in the shard."""
+        claims, more = self.claim_turn(shard, token, lease_ms, documents=1, max_bytes=0)
+        return (claims[0] if claims else None), more
+
+    def claim_turn(
+        self, shard: int, token: str, lease_ms: int, *, documents: int, max_bytes: int
+    ) -> tuple[list[Claim], bool]:
+        """Claim the shard's next turn in fair order (``claim_next.lua``): the next account's
+        first waiting document and, behind it in the same batch, more while they are small
+        (at most ``documents``, together within ``max_bytes`` past the first). Returns the
+        claims (none when nothing was claimed) and whether documents still wait in the
+        shard."""
+        reply = self.scripts(
+            "claim_next",
+            [keyspace.leases(shard)],
+            [
+                keyspace.shard_prefix(shard),
+                self.clock(),
+                lease_ms,
+                token,
+                CLAIM_SKIP_LIMIT,
+                documents,
+                max_bytes,
+            ],
+        )
+        c = fields(reply[0])
+        more = int(c["more"]) == 1
+        if not c.get("claims"):
+            return [], more
+        ref = BatchRef(c["account"], c["batch"], shard)
+        shared = {"fields": c["fields"]}
+        claims = [_claim(d["id"], ref, token, {**d, **shared}) for d in c["claims"]]
+        # The bytes held in Redis came with the claim (read_blob takes them once).
+        held = [cl for cl in claims if cl.blob_kind != DIRECTORY]
+        for cl, value in zip(held, reply[1:], strict=True):
+            self._prefetched[cl.doc_id] = None if value is None else bytes(value)
+        return claims, more
+
+    def waiting_shards(self) -> list[int]:
+        """The shards with documents waiting in their fair queue: one ``MGET`` of the
+        shards' waiting counters (``keyspace.waiting``, kept by the same scripts as the fair
+        queue, absent at 0); on a Cluster, whose keys of several slots no one command may
+        name, one pipelined ``EXISTS`` per shard."""
+        counters = [keyspace.waiting(s) for s in keyspace.all_shards()]
+        if not is_cluster(self.redis):
+            return [s for s, n in enumerate(self.redis.mget(counters)) if n and int(n) > 0]
+        with self.redis.pipeline(transaction=False) as pipe:
+            for key in counters:
+                pipe.exists(key)
+            found = pipe.execute()
+        return [s for s, there in enumerate(found) if there]
+
+    def read_blob(self, claim: Claim) -> bytes | None:
+        """The claimed document's bytes: read ahead by ``prefetch`` (taken once), else
+        read now."""
+        if claim.doc_id in self._prefetched:
+            return self._prefetched.pop(claim.doc_id)
+        return self.blobs.read(self.redis, claim.batch.shard, claim.doc_id, claim.blob_kind)
+
+    def prefetch(self, claims: Sequence[Claim]) -> None:
+        """Read the bytes of a turn's claims held in Redis with one ``MGET`` (one batch, so
+        one slot), for ``read_blob`` (a turn is small: ``RELAY_CLAIM_BYTES``). Claims made
+        by ``claim_turn`` came with their bytes: nothing is read for them."""
+        held = [c for c in claims if c.blob_kind != DIRECTORY and c.doc_id not in self._prefetched]
+        if len(held) < 2:
+            return
+        values = self.redis.mget([keyspace.blob(c.batch.shard, c.doc_id) for c in held])
+        for c, value in zip(held, values, strict=True):
+            self._prefetched[c.doc_id] = None if value is None else bytes(value)
+
+    def forget(self, claims: Sequence[Claim]) -> None:
+        """Drop what ``prefetch`` read for claims that were not read (their turn ended)."""
+        for c in claims:
+            self._prefetched.pop(c.doc_id, None)
+
+    def renew(self, claim: Claim, lease_ms: int) -> bool:
+        k = _doc_keys(claim.batch, claim.doc_id)
+        reply = self.scripts(
+            "renew", [k["doc"], k["leases"]], [claim.doc_id, claim.token, self.clock() + lease_ms]
+        )
+        return int(reply) == 1
+
+    def finish(
+        self,
+        claim: Claim,
+        *,
+        line_items: list[dict[str, Any]] | None = None,
+        tables: list[dict[str, Any]] | None = None,
+        result: bytes | None = None,
+        error: tuple[str, str] | None,
+    ) -> tuple[bool, int]:
+        """Store the outcome. Returns (stored, completion_seq or 0); not stored when the
+        lease was lost meanwhile (another worker owns the document now). The result comes
+        as ``line_items`` and ``tables``, or already serialised as ``result`` (the JSON of
+        ``{"line_items": [...], "tables": [...]}`` the bounded extraction returns)."""
+        if result is None and line_items is not None:
+            value = {"line_items": line_items, "tables": tables or []}
+            result = json.dumps(value, separators=(",", ":")).encode()
+        stored, seq = self.finish_many([Outcome(claim, result, error, self.clock())])
+        return stored[0], seq
+
+    def finish_many(self, outcomes: Sequence[Outcome]) -> tuple[list[bool], int]:
+        """Store the outcomes of documents of one batch in one script (``finish.lua``).
+        Returns whether each was stored (not when its lease was lost) and the batch's
+        completion_seq when they completed it, else 0."""
+        ref = outcomes[0].claim.batch
+        s = ref.shard
+        script_keys = [
+            ref.key,
+            keyspace.leases(s),
+            keyspace.outbox(s),
+            keyspace.account_pending_bytes(s, ref.account),
+        ]
+        args: list[Any] = []
+        for o in outcomes:
+            if o.claim.batch != ref:
+                raise ValueError("finish_many: documents of one batch")
+            doc_id = o.claim.doc_id
+            script_keys += [
+                keyspace.doc(s, doc_id),
+                keyspace.doc_items(s, doc_id),
+                keyspace.blob(s, doc_id),
+            ]
+            code, message = o.error if o.error is not None else ("", "")
+            args += [
+                doc_id,
+                o.claim.token,
+                o.at,
+                "failed" if o.error is not None else "succeeded",
+                o.result if o.result is not None else "",
+                code,
+                message,
+            ]
+        reply = fields(self._finish(ref.account, outcomes, script_keys, args))
+        stored = [bool(x) for x in reply["stored"]]
+        for o, ok in zip(outcomes, stored, strict=True):
+            if ok:
+                self.blobs.discard(o.claim.doc_id, o.claim.blob_kind)
+        return stored, int(reply["seq"])
+
+    def _finish(
+        self, account: str, outcomes: Sequence[Outcome], script_keys: list[str], args: list[Any]
+    ) -> Any:
+        """Run ``finish.lua`` and take the bytes it frees off the account's total (another
+        slot). The bytes the claims said they would free are taken off in the same round
+        trip (the script and a ``DECRBY``, pipelined); a difference (a lease lost meanwhile,
+        a claim by name that did not say) is settled after it, as are a refused script and a
+        Redis without the script. On a Cluster: the script, then the ``DECRBY``."""
+        expected = sum(o.claim.freeable for o in outcomes)
+        total = keyspace.account_pending_total(account)
+        taken = 0
+        if expected and not is_cluster(self.redis):
+            with self.redis.pipeline(transaction=False) as pipe:
+                self.scripts.evalsha(pipe, "finish", script_keys, args)
+                pipe.decrby(total, expected)
+                raw, left = pipe.execute(raise_on_error=False)
+            if not isinstance(left, Exception):
+                taken = expected
+            if isinstance(raw, NoScriptError):
+                raw = None
+            elif isinstance(raw, Exception):
+                self._settle(total, 0, taken, left)
+                raise raw
+        else:
+            raw, left = None, None
+        if raw is None:
+            raw = self.scripts("finish", script_keys, args)
+        self._settle(total, int(fields(raw)["freed"]), taken, left)
+        return raw
+
+    def _settle(self, total: str, freed: int, taken: int, left: Any) -> None:
+        """The account's total after a finish: ``freed`` bytes off it, ``taken`` of them
+        already (``left``: the total then); the key goes at 0 or below (``release_total``)."""
+        if freed != taken:
+            left = self.redis.decrby(total, freed - taken)
+        if freed and isinstance(left, int) and left <= 0:
+            self.redis.delete(total)
+
+    def release_total(self, account: str, freed: int) -> None:
+        """Take bytes a script freed off the account's total (``AsyncStore``'s docstring);
+        the key goes at 0. An upload reserving between the two commands loses its
+        reservation from the total: it comes back at the next recount or the next time the
+        total reaches 0 (a total below 0 is deleted too)."""
+        total = keyspace.account_pending_total(account)
+        if self.redis.decrby(total, freed) <= 0:
+            self.redis.delete(total)
+
+    def expired_leases(self, shard: int, limit: int = 500) -> list[str]:
+        ids = self.redis.zrangebyscore(
+            keyspace.leases(shard), "-inf", self.clock(), start=0, num=limit
+        )
+        return [i.decode() for i in ids]
+
+    def doc_batch(self, shard: int, doc_id: str) -> BatchRef | None:
+        account, batch = self.redis.hmget(keyspace.doc(shard, doc_id), ["account", "batch"])
+        if account is None or batch is None:
+            return None
+        return BatchRef(account.decode(), batch.decode(), shard)
+
+    def drop_lease(self, shard: int, doc_id: str) -> bool:
+        """Drop the expired lease of a document that is gone (its batch purged); False when
+        the document is there or its lease was renewed meanwhile."""
+        dropped = self.scripts(
+            "drop_lease",
+            [keyspace.leases(shard), keyspace.doc(shard, doc_id)],
+            [doc_id, self.clock()],
+        )
+        return int(dropped) == 1
+
+    def requeue(self, ref: BatchRef, doc_id: str, max_claims: int) -> str:
+        """Return an expired lease's document to the fair queue (at the front of its batch's
+        list), or fail it with worker_lost."""
+        k = _doc_keys(ref, doc_id)
+        reply = self.scripts(
+            "requeue",
+            [
+                k["doc"],
+                k["batch"],
+                k["started"],
+                k["leases"],
+                k["outbox"],
+                k["blob"],
+                k["pending_bytes"],
+            ],
+            [
+                doc_id,
+                self.clock(),
+                max_claims,
+                keyspace.shard_prefix(ref.shard),
+                ref.account,
+                ref.name,
+            ],
+        )
+        result = fields(reply)
+        if result["freed"]:
+            self.release_total(ref.account, result["freed"])
+        return str(result["outcome"])
+
+
+# -- the status endpoints' reads (relay.api.resources.ApiResources.status) --------------------------------
+
+
+@dataclass(frozen=True)
+class DocumentQuery:
+    """``GET /documents/{id}``: the document, when it is the account's."""
+
+    doc_id: str
+
+    def queue(self, pipe: Any, account: str) -> None:
+        shard = keyspace.shard_of_id("doc", self.doc_id)
+        if shard is not None:
+            pipe.hgetall(keyspace.doc(shard, self.doc_id))
+
+    def decode(self, replies: list[Any], account: str) -> Document | None:
+        h = replies[0] if replies else None
+        if not h or h.get(b"account", b"").decode() != account:
+            return None
+        return Document.from_hash(h)
+
+
+@dataclass(frozen=True)
+class BatchQuery:
+    """``GET /batches/{name}``: the account's batch of that name (one read per shard it may
+    be in: :func:`relay.redis.keyspace.batch_shards`, the first found wins as in :func:`locate_batch`)."""
+
+    name: str
+
+    def queue(self, pipe: Any, account: str) -> None:
+        if valid_batch_name(self.name):
+            for s in keyspace.batch_shards(account, self.name):
+                pipe.hgetall(keyspace.batch(s, account, self.name))
+
+    def decode(self, replies: list[Any], account: str) -> Batch | None:
+        found = next((h for h in replies if h), None)
+        return Batch.from_hash(found) if found else None
