@@ -605,6 +605,29 @@ class Settings:
         _positive_int,
         "Attempts in flight per worker process to one scheme://host:port",
     )
+    test_send_concurrency: int = setting(
+        "8",
+        _positive_int,
+        "Test sends (POST .../webhook/test) in flight per API process, on threads of their"
+        " own; more get 503 outbound_busy",
+    )
+    test_send_concurrency_per_account: int = setting(
+        "2",
+        _positive_int,
+        "Test sends of one account in flight per API process; more get 429 concurrency_limited",
+    )
+    url_check_concurrency: int = setting(
+        "16",
+        _positive_int,
+        "Callback URL checks (DNS) in flight per API process, on threads of their own; more"
+        " get 503 outbound_busy",
+    )
+    url_check_concurrency_per_account: int = setting(
+        "4",
+        _positive_int,
+        "Callback URL checks of one account in flight per API process; more get 429"
+        " concurrency_limited",
+    )
     events_max_wait: float = setting(
         "30",
         _positive_float,
@@ -640,6 +663,18 @@ class Settings:
         "Seconds to wait after each failed endpoint verification attempt (len+1 attempts;"
         " then the webhook is disabled)",
     )
+    account_verify_rate_limit: RateLimit = setting(
+        "10/minute",
+        RateLimit.parse,
+        "Per account: sliding-window limit on endpoint verifications started (webhook"
+        " registrations with verify; repeating a pending one starts none)",
+    )
+    host_verify_rate_limit: RateLimit = setting(
+        "5/minute",
+        RateLimit.parse,
+        "Per callback host, all accounts together: sliding-window limit on endpoint"
+        " verifications started",
+    )
     allow_http_targets: bool = setting(
         "false",
         _bool,
@@ -659,6 +694,12 @@ class Settings:
         "86400",
         _positive_float,
         "After a rotation the previous signing material keeps signing this long",
+    )
+    account_rotation_rate_limit: RateLimit = setting(
+        "10/hour",
+        RateLimit.parse,
+        "Per account: sliding-window limit on POST /webhook-signing/rotate (a rotation is"
+        " also refused, 409, while the previous one's grace period runs)",
     )
     console_secret: Secret = setting(
         "",

@@ -12,8 +12,12 @@ them (the API in ``relay.api.errors``, the CLI to one line and an exit code).
     │   ├── NotRetryable          the delivery cannot be sent again (``reason`` says why)
     │   ├── QuotaExceeded         the account holds too many bytes awaiting processing
     │   ├── BatchMetadataConflict the batch already has other metadata
-    │   └── InvalidCursor         a pagination cursor no listing handed out
+    │   ├── InvalidCursor         a pagination cursor no listing handed out
+    │   ├── WebhookNotVerified    a test send to a webhook whose verification is pending or failed
+    │   ├── WebhookDisabled       a test send to a disabled webhook
+    │   └── RotationInProgress    a signing rotation while the previous one's grace runs
     ├── InvalidMetadata           a client's metadata is not a flat JSON object in bounds
+    ├── OutboundBusy              no slot for an outbound call now (the account's or the process's)
     └── UnsafeTarget              a callback URL or address is not allowed (SSRF guard)
 
 Redis's own errors (unreachable, timing out, loading) are not wrapped: every edge maps
@@ -154,3 +158,40 @@ class EventNotFound(StateError):
 
 class InvalidCursor(StateError):
     """A pagination cursor that no listing handed out (or that was altered)."""
+
+
+class WebhookNotVerified(StateError):
+    """The webhook's endpoint verification is pending or failed: nothing but the challenge
+    may be sent to it (a test send is refused, nothing is sent)."""
+
+
+class WebhookDisabled(StateError):
+    """The webhook is disabled: nothing is sent to it until it is registered again."""
+
+
+class RotationInProgress(StateError):
+    """A signing rotation asked while the previous rotation's grace period runs: another one
+    would drop the material receivers may still verify with. ``until_ms``: when it ends."""
+
+    def __init__(self, until_ms: int) -> None:
+        super().__init__(
+            "the previous signing rotation's grace period is still running: the previous "
+            "material signs until it ends, and a new rotation now would drop it while "
+            "receivers may still use it; rotate again once every receiver has the current "
+            "material and the grace period has ended"
+        )
+        self.until_ms = until_ms
+
+
+class OutboundBusy(RelayError):
+    """No slot for an outbound call now (``relay.delivery.outbound``): the account already
+    has its share in flight (``scope`` ``account``) or the process's pool is full
+    (``process``). ``limit``: that bound; ``retry_after``: whole seconds until a slot surely
+    frees."""
+
+    def __init__(self, scope: str, message: str, limit: int, retry_after: int) -> None:
+        super().__init__(message)
+        self.scope = scope
+        self.message = message
+        self.limit = limit
+        self.retry_after = retry_after

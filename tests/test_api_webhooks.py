@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from relay.config import RateLimit
 from relay.delivery.ssrf import (
     CALLBACK_URL_PATTERN,
     MAX_URL_LENGTH,
@@ -21,7 +22,13 @@ from relay.delivery.ssrf import (
 from relay.exceptions import REFUSED_TARGET
 from relay.redis import keyspace
 from relay.redis.replicas import TIMEOUTS, WAITS
-from tests.support.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
+from tests.support.api_fixtures import (  # noqa: F401
+    V1,
+    Api,
+    ApiFactory,
+    api_factory_fixture,
+    api_fixture,
+)
 from tests.test_ssrf import Answer, hostile_dns
 
 HOOK = "https://hooks.example.com/relay"
@@ -385,3 +392,36 @@ def test_account_level_writes_wait_for_the_replicas_and_answer_as_uploads_do(
         m.getMessage() for m in caplog.records if "acknowledged with 0 of 1" in m.getMessage()
     ]
     assert len(shortfalls) == sum(1 for step in steps if step[4]), shortfalls
+
+
+def test_only_a_verification_that_starts_is_counted(api_factory: ApiFactory) -> None:
+    """A 404 (no such batch) and a repeat of the verification in progress count against no
+    limit; the first one past the account's limit is refused, 429, and changes nothing."""
+    api = api_factory(
+        allow_http_targets=True,
+        allow_private_targets=True,
+        account_verify_rate_limit=RateLimit.parse("2/minute"),
+    )
+    h = api.auth("acme")
+    for batch in ("b1", "b2", "b3"):
+        api.upload_ok("acme", batch)
+    url = "http://127.0.0.1:9/h"
+    verify = {"url": url, "verify": True}
+    for _ in range(3):
+        r = api.client.put(f"{V1}/batches/nope/webhook", headers=h, json=verify)
+        assert r.status_code == 404
+    first = api.client.put(f"{V1}/batches/b1/webhook", headers=h, json=verify)
+    assert first.status_code == 201
+    for _ in range(5):  # repeats: answered as they are, never counted
+        r = api.client.put(f"{V1}/batches/b1/webhook", headers=h, json=verify)
+        assert r.status_code == 200 and r.json() == first.json()
+    r = api.client.put(f"{V1}/batches/b2/webhook", headers=h, json=verify)
+    assert r.status_code == 201  # the second of two a minute
+    r = api.client.put(f"{V1}/batches/b3/webhook", headers=h, json=verify)
+    assert r.status_code == 429 and r.json()["error"]["type"] == "rate_limited"
+    assert "2 endpoint verifications per 60 s" in r.json()["error"]["message"]
+    assert r.headers["ratelimit-remaining"] == "0" and int(r.headers["retry-after"]) >= 1
+    assert api.client.get(f"{V1}/batches/b3/webhook", headers=h).status_code == 404
+    # Without verify nothing is sent, nothing is counted.
+    r = api.client.put(f"{V1}/batches/b3/webhook", headers=h, json={"url": url})
+    assert r.status_code == 201 and r.json()["verification"]["status"] == "none"

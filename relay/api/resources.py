@@ -12,7 +12,14 @@ records and decisions:
   :meth:`ApiResources.count_bad_key`);
 - key and operator lookups, the signing material, the replicas' acknowledgement of a write
   (``relay.redis.replicas``), the wake-ups of the RQ queues and the operators' reads across shards
-  (:class:`relay.state.all_shards.AllShards`).
+  (:class:`relay.state.all_shards.AllShards`);
+- the windows of outbound calls (endpoint verifications per account and per callback host,
+  :meth:`ApiResources.count_verification`) and the lanes of threads the blocking ones run on
+  (``relay.delivery.outbound``: test sends, callback URL checks).
+
+Nothing here runs on asyncio's default executor, which the whole process shares: a queue
+wake-up is one asyncio pipeline, and the rare RQ enqueue it calls for runs on two threads of
+its own (RQ is synchronous).
 
 The stores themselves (:attr:`ApiResources.store`, :attr:`ApiResources.webhooks`) are used as they
 are.
@@ -22,6 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -32,6 +41,7 @@ from redis.exceptions import NoScriptError
 from relay.config import Settings
 from relay.crypto import Encryptor, SigningMaterial
 from relay.delivery.addresses import TargetPolicy
+from relay.delivery.outbound import OutboundLane
 from relay.delivery.probe import Prober
 from relay.delivery.transport import USER_AGENT, make_client
 from relay.redis import keyspace, replicas
@@ -71,6 +81,8 @@ T_co = TypeVar("T_co", covariant=True)
 UPLOADS = "uploads"
 PROCESS = "process"
 RETRIES = "retries"
+VERIFICATIONS = "verifications"  # endpoint verifications started (also per callback host)
+ROTATIONS = "rotations"  # signing rotations
 
 
 class StatusQuery(Protocol[T_co]):
@@ -141,7 +153,10 @@ class ApiResources:
     status_limit: SlidingWindow
     write_limits: dict[str, SlidingWindow]
     auth_failures: SlidingWindow
-    prober: Prober  # test sends, through a delivery client of this process
+    verify_hosts: SlidingWindow  # endpoint verifications per callback host, all accounts
+    prober: Prober  # test sends, through a delivery client of this process, on their lane
+    url_checks: OutboundLane  # callback URL checks (DNS) of registrations
+    enqueues: ThreadPoolExecutor  # RQ enqueues of the wake-ups (RQ is synchronous)
     policy: TargetPolicy  # callback URLs: checked at registration, pinned by the test send
 
     @classmethod
@@ -151,22 +166,35 @@ class ApiResources:
         wait = settings.request_deadline  # a wait for a connection outside any request
         client = async_client(target, max_connections=settings.redis_max_connections, wait=wait)
         queue_target = RedisTarget.queues_from_settings(settings)
-        queues_async = (
-            client
-            if queue_target == target
-            else async_client(queue_target, max_connections=4, wait=wait)
-        )
+        # The queues' Redis serves every request's wake-up (POST /process, registrations,
+        # retries) as well as the operators' reads: as many connections as the state's.
+        queues_async = client if queue_target == target else async_client(queue_target, wait=wait)
         webhooks = AsyncWebhookStore(client)
         signing = SigningKeys(Encryptor.from_setting(settings.encryption_key))
         policy = TargetPolicy.from_settings(settings)
+        # A connection for every test send the lane runs at once: none waits for the pool.
         http = make_client(
-            policy, settings.delivery_timeout, max_connections=16, user_agent=USER_AGENT
+            policy,
+            settings.delivery_timeout,
+            max_connections=max(16, settings.test_send_concurrency),
+            user_agent=USER_AGENT,
         )
         rates = {
             UPLOADS: settings.account_upload_rate_limit,
             PROCESS: settings.account_process_rate_limit,
             RETRIES: settings.account_retry_rate_limit,
         }
+        # Rare and slow by design: counted one by one, never leased.
+        unleased = {
+            VERIFICATIONS: settings.account_verify_rate_limit,
+            ROTATIONS: settings.account_rotation_rate_limit,
+        }
+        probes = OutboundLane(
+            "test-send",
+            "test sends",
+            settings.test_send_concurrency,
+            settings.test_send_concurrency_per_account,
+        )
         return cls(
             settings=settings,
             redis=client,
@@ -194,11 +222,28 @@ class ApiResources:
                     LeasePolicy(settings.write_lease_slots, settings.write_lease_ms),
                 )
                 for kind, rate in rates.items()
+            }
+            | {
+                kind: SlidingWindow(rate, functools.partial(keyspace.account_rate_window, kind))
+                for kind, rate in unleased.items()
             },
             auth_failures=SlidingWindow(
                 settings.auth_failure_rate_limit, keyspace.auth_failure_window
             ),
-            prober=Prober(webhooks, signing, client, http, policy, settings.delivery_timeout),
+            verify_hosts=SlidingWindow(
+                settings.host_verify_rate_limit,
+                functools.partial(keyspace.host_rate_window, VERIFICATIONS),
+            ),
+            prober=Prober(
+                webhooks, signing, client, http, policy, settings.delivery_timeout, probes
+            ),
+            url_checks=OutboundLane(
+                "url-check",
+                "callback URL checks",
+                settings.url_check_concurrency,
+                settings.url_check_concurrency_per_account,
+            ),
+            enqueues=ThreadPoolExecutor(2, thread_name_prefix="rq-enqueue"),
             policy=policy,
         )
 
@@ -219,6 +264,9 @@ class ApiResources:
         return asyncio.create_task(follow_primary(target, moved), name="relay-primary-follower")
 
     async def close(self) -> None:
+        self.prober.lane.close()
+        self.url_checks.close()
+        self.enqueues.shutdown(wait=False, cancel_futures=True)
         self.prober.http.close()
         await self.lane.close()
         if self.all_shards.queues is not self.redis:
@@ -382,6 +430,17 @@ class ApiResources:
         decision = await self.auth_failures.peek(self.redis, address)
         return None if decision.allowed else decision
 
+    async def count_verification(self, account: str, host: str) -> tuple[Decision, Decision]:
+        """Count an endpoint verification about to start: in the account's window, then,
+        once that admits it, in the callback host's (an account past its own limit never
+        uses up a host's, which every account shares). Returns both decisions (the host's
+        is the account's when the account's refused); the verification may start when
+        both allow it."""
+        mine = await self.write_limits[VERIFICATIONS].hit(self.redis, account)
+        if not mine.allowed:
+            return mine, mine
+        return mine, await self.verify_hosts.hit(self.redis, host)
+
     # -- signing material ------------------------------------------------------------------
 
     async def signing_material(self, account: str) -> tuple[list[SigningMaterial], int | None]:
@@ -394,7 +453,8 @@ class ApiResources:
 
     async def rotate_signing(self, account: str) -> tuple[list[SigningMaterial], int | None]:
         """New signing material; the old one kept for ``RELAY_SIGNING_GRACE_SECONDS``.
-        Answered once the replicas have it (``RELAY_REDIS_WAIT_REPLICAS``)."""
+        Answered once the replicas have it (``RELAY_REDIS_WAIT_REPLICAS``). Raises
+        RotationInProgress while the previous rotation's grace runs."""
         materials = await self.signing.rotate(
             self.redis, self.store.scripts, account, self.settings.signing_grace_seconds
         )
@@ -410,12 +470,29 @@ class ApiResources:
         return await replicas.replicated(self.redis, self.settings, what, shard, key=key)
 
     async def wake(self, shard: int) -> None:
-        """Enqueue a delivery job for the shard unless one waits (in a thread: RQ blocks)."""
-        await asyncio.to_thread(job_queues.wake, self.sync_redis, shard, self.settings)
+        """Wake a delivery engine for the shard (``relay.state.job_queues.wake``): the marker
+        and the ring in one asyncio round trip; when no job waits and no engine listens, a
+        job enqueued on the edge's own threads (RQ blocks)."""
+        async with self.all_shards.queues.pipeline(transaction=False) as pipe:
+            job_queues.queue_wake(pipe, shard)
+            set_now = (await pipe.execute())[0]
+        if set_now:
+            await self._enqueue(job_queues.enqueue_delivery, shard)
 
     async def wake_processing(self, shard: int) -> None:
-        """Enqueue a processing job unless one waits (in a thread: RQ blocks)."""
-        await asyncio.to_thread(job_queues.wake_processing, self.sync_redis, shard, self.settings)
+        """Wake processing for the shard's documents (``relay.state.job_queues.wake_processing``),
+        as :meth:`wake` does."""
+        async with self.all_shards.queues.pipeline(transaction=False) as pipe:
+            job_queues.queue_processing_wake(pipe, shard)
+            set_now = (await pipe.execute())[-1]
+        if set_now:
+            await self._enqueue(job_queues.enqueue_processing, shard)
+
+    async def _enqueue(
+        self, enqueue: Callable[[redis.Redis, int, Settings], None], shard: int
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self.enqueues, enqueue, self.sync_redis, shard, self.settings)
 
     async def ping(self) -> None:
         """Redis answers; raises the client's error when it does not."""

@@ -3,12 +3,19 @@
 Both reuse the status endpoints' sliding window (``relay.state.rate_limits``), in their own keys:
 
 - **Per account writes**: uploads (``RELAY_ACCOUNT_UPLOAD_RATE_LIMIT``), process calls
-  (``RELAY_ACCOUNT_PROCESS_RATE_LIMIT``) and manual delivery retries
-  (``RELAY_ACCOUNT_RETRY_RATE_LIMIT``), counted right after authentication and before the
+  (``RELAY_ACCOUNT_PROCESS_RATE_LIMIT``), manual delivery retries and test sends
+  (``RELAY_ACCOUNT_RETRY_RATE_LIMIT``) and signing rotations
+  (``RELAY_ACCOUNT_ROTATION_RATE_LIMIT``), counted right after authentication and before the
   body is read; a refused write changes nothing. The check is one round trip before the
   write's script rather than inside it: the window is account-wide while the write lives in
   its batch's shard, and a script touches one shard (Redis Cluster). Every answer of the
   check carries ``RateLimit-*``; a 429 also ``Retry-After``.
+- **Endpoint verifications started** (registrations with verify, not those that repeat the
+  verification in progress): per account (``RELAY_ACCOUNT_VERIFY_RATE_LIMIT``), then per
+  callback host whatever the account (``RELAY_HOST_VERIFY_RATE_LIMIT``), counted once the
+  URL is checked and before anything is written; a refused registration changes nothing.
+  Each verification is a signed POST (and its retries) to a URL not yet proven to want
+  them: the host's window bounds what all accounts together can aim at one receiver.
 - **Bad keys per client address** (``RELAY_AUTH_FAILURE_RATE_LIMIT``): counted only when a
   request fails authentication. Past the limit the address is blocked
   (``relay.state.address_blocks``): every request from it is refused with 429 and ``Retry-After``
@@ -32,13 +39,27 @@ from dataclasses import dataclass
 from starlette.requests import Request
 
 from relay.api.errors import ApiError, RateLimited
-from relay.api.resources import PROCESS, RETRIES, UPLOADS, ApiResources
+from relay.api.resources import PROCESS, RETRIES, ROTATIONS, UPLOADS, VERIFICATIONS, ApiResources
 from relay.state.address_blocks import address_subject
 from relay.state.rate_limits import Decision
 
-__all__ = ["PROCESS", "RETRIES", "UPLOADS", "Limits", "client_address"]
+__all__ = [
+    "PROCESS",
+    "RETRIES",
+    "ROTATIONS",
+    "UPLOADS",
+    "VERIFICATIONS",
+    "Limits",
+    "client_address",
+]
 
-_WHAT = {UPLOADS: "uploads", PROCESS: "process calls", RETRIES: "manual retries"}
+_WHAT = {
+    UPLOADS: "uploads",
+    PROCESS: "process calls",
+    RETRIES: "manual retries and test sends",
+    VERIFICATIONS: "endpoint verifications",
+    ROTATIONS: "signing rotations",
+}
 
 
 def client_address(request: Request) -> str:
@@ -62,6 +83,21 @@ class Limits:
             f"{decision.retry_after} s",
             headers=decision.headers(),
         )
+
+    async def verification(self, account: str, host: str) -> None:
+        """Count an endpoint verification about to start for ``account`` to ``host``;
+        RateLimited (429, ``Retry-After``) past the account's window or the host's."""
+        mine, hosts = await self.resources.count_verification(account, host)
+        if not mine.allowed:
+            raise self.refused(VERIFICATIONS, mine)
+        if not hosts.allowed:
+            window_ms = self.resources.verify_hosts.rate.window_ms
+            raise RateLimited(
+                f"rate limit of {hosts.limit} endpoint verifications per "
+                f"{window_ms // 1000} s to the callback host {host!r} exceeded (every "
+                f"account's count); retry after {hosts.retry_after} s",
+                headers=hosts.headers(),
+            )
 
     async def bad_key(self, request: Request, refused: ApiError) -> ApiError:
         """Count a request that failed authentication against its client address: the

@@ -28,7 +28,7 @@ from relay.console import charts
 from relay.console.notices import error_code, notices
 from relay.console.queries import ConsoleQueries, DeliveryFilter
 from relay.console.session import Session, Sessions, csrf_ok
-from relay.exceptions import StateError
+from relay.exceptions import OutboundBusy, StateError
 from relay.logs import mask_query
 from relay.state.api_keys import parse_key
 from relay.state.model import DeliveryStatus
@@ -392,7 +392,7 @@ async def webhook_test(request: Request) -> Response:
     account, batch = fields.get("account", ""), fields.get("batch", "")
     try:
         result = await console.queries.test_send(account, batch)
-    except StateError as exc:
+    except (StateError, OutboundBusy) as exc:
         return _back("/console/webhooks", err=error_code(exc))
     rows = await console.queries.webhooks()
     return _render(

@@ -542,8 +542,14 @@ def rate_window(prefix: str) -> str:
 
 def account_rate_window(kind: str, account: str) -> str:
     """Sorted set: the sliding window of one account's writes of one kind (``uploads``,
-    ``process``, ``retries``)."""
+    ``process``, ``retries``, ``verifications``, ``rotations``)."""
     return f"{PREFIX}:quota:{kind}:{account}"
+
+
+def host_rate_window(kind: str, host: str) -> str:
+    """Sorted set: the sliding window of one kind of outbound call to one callback host
+    (``verifications``), whatever the account."""
+    return f"{PREFIX}:hostquota:{kind}:{host}"
 
 
 def auth_failure_window(address: str) -> str:

@@ -3,7 +3,9 @@
 The hash ``keyspace.signing(account)`` holds ``current`` and, for a grace period after a rotation,
 ``previous`` (each a Fernet token of :class:`SigningMaterial` JSON) with ``previous_until``.
 Material is created on first use (``HSETNX``, so concurrent first uses agree on one). Decrypted
-material is cached per process by its ciphertext, so a rotation is seen at once.
+material is cached per process by its ciphertext, so a rotation is seen at once. A rotation is
+refused while the previous one's grace runs (``rotate_signing.lua``): a second one would drop
+the material a receiver may still hold alone.
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ from typing import Any
 
 import redis
 import redis.asyncio
+from redis.exceptions import ResponseError
 
 from relay.crypto import Encryptor, SigningMaterial
-from relay.exceptions import RelayError
+from relay.exceptions import RelayError, RotationInProgress
 from relay.redis import keyspace
-from relay.state.scripts import AsyncScripts
+from relay.state.scripts import AsyncScripts, refusal
 from relay.timefmt import now_ms
 
 FIELDS = ["current", "previous", "previous_until"]
@@ -93,13 +96,21 @@ class SigningKeys:
     async def rotate(
         self, client: redis.asyncio.Redis, scripts: AsyncScripts, account: str, grace_s: float
     ) -> list[SigningMaterial]:
+        """New material current, the old one signing too for ``grace_s``. Raises
+        RotationInProgress (nothing changed) while the previous rotation's grace runs."""
         await self.get(client, account)  # rotating before first use still keeps a previous
         now = self.clock()
-        await scripts(
-            "rotate_signing",
-            [keyspace.signing(account)],
-            [self.new_token(), now, now + int(grace_s * 1000)],
-        )
+        try:
+            await scripts(
+                "rotate_signing",
+                [keyspace.signing(account)],
+                [self.new_token(), now, now + int(grace_s * 1000)],
+            )
+        except ResponseError as exc:
+            if refusal(exc) == "rotating":
+                until = await previous_until(client, account)
+                raise RotationInProgress(until or now) from exc
+            raise
         return await self.get(client, account)
 
 
