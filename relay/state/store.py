@@ -587,14 +587,9 @@ class AsyncStore:
         """The batch, ``limit`` documents from position ``start`` with their line_items and
         tables (``_result``), and the next position (None on the last page)."""
         s = ref.shard
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hgetall(ref.key)
-            pipe.lrange(keyspace.batch_docs(s, ref.account, ref.name), start, start + limit)
-            batch_hash, ids = await pipe.execute()
+        batch_hash, ids, next_start = await self._batch_page(ref, start, limit)
         if not batch_hash:
             return None, [], None
-        next_start = start + limit if len(ids) > limit else None
-        ids = ids[:limit]
         async with self.redis.pipeline(transaction=False) as pipe:
             for raw in ids:
                 pipe.hgetall(keyspace.doc(s, raw.decode()))
@@ -605,6 +600,18 @@ class AsyncStore:
             if h:
                 docs.append((Document.from_hash(h), *_result(stored)))
         return Batch.from_hash(batch_hash), docs, next_start
+
+    async def _batch_page(
+        self, ref: BatchRef, start: int, limit: int
+    ) -> tuple[dict[bytes, bytes], list[bytes], int | None]:
+        """The batch's hash (empty: no such batch), the ids of ``limit`` of its documents
+        from position ``start``, and the next position (None on the last page)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(ref.key)
+            pipe.lrange(keyspace.batch_docs(ref.shard, ref.account, ref.name), start, start + limit)
+            batch_hash, ids = await pipe.execute()
+        next_start = start + limit if len(ids) > limit else None
+        return batch_hash, ids[:limit], next_start
 
     async def stored_result(self, doc_id: str) -> bytes | None:
         """The document's stored result as stored (JSON bytes; :func:`stored_tables` reads
@@ -624,14 +631,9 @@ class AsyncStore:
         ``results`` without the results, for a reader that fetches them a few at a time
         (``stored_results``)."""
         s = ref.shard
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hgetall(ref.key)
-            pipe.lrange(keyspace.batch_docs(s, ref.account, ref.name), start, start + limit)
-            batch_hash, ids = await pipe.execute()
+        batch_hash, ids, next_start = await self._batch_page(ref, start, limit)
         if not batch_hash:
             return None, [], None
-        next_start = start + limit if len(ids) > limit else None
-        ids = ids[:limit]
         async with self.redis.pipeline(transaction=False) as pipe:
             for raw in ids:
                 pipe.hgetall(keyspace.doc(s, raw.decode()))
