@@ -121,6 +121,10 @@ def _positive_at_most(most: int, note: str = "") -> Callable[[str], int]:
 
 
 _claim_documents = _positive_at_most(1000)
+_metadata_keys = _positive_at_most(1000)
+# Mirrored from relay.state.metadata.MOST_BYTES (config imports no domain module): a form field's
+# text is parsed up to four times this.
+_metadata_bytes = _positive_at_most(4096)
 _lease_slots = _positive_at_most(64, " (1 = no leases)")
 # A leased slot is recorded this far ahead: a refusal may come this much later than a window
 # without leases would allow (docs/decisions.md, "Leased slots").
@@ -253,8 +257,8 @@ class Settings:
     redis_wait_replicas: int = setting(
         "0",
         _non_negative_int,
-        "Replicas that must have an upload, process or webhook registration before the API"
-        " answers it (Redis WAIT); 0 = do not wait (a single Redis)",
+        "Replicas that must have an acknowledged write (upload, process, webhook, signing,"
+        " relay keys create/revoke) before it is answered (Redis WAIT); 0 = do not wait",
     )
     redis_wait_timeout_ms: int = setting(
         "500",
@@ -346,6 +350,12 @@ class Settings:
         _positive_int,
         "Most pages of a PDF or TIFF the default extractor reads, else too_many_pages",
     )
+    max_page_ranges: int = setting(
+        "100",
+        _positive_at_most(1000),
+        "Most pages and ranges a process call's pages may list (1-3,12 is two), at most 1000;"
+        " else 422 invalid_pages",
+    )
     extract_timeout: float = setting(
         "60",
         _positive_float,
@@ -379,6 +389,18 @@ class Settings:
         "64",
         _positive_int,
         "Deepest nesting of a JSON document's values (else too_deeply_nested)",
+    )
+    metadata_max_keys: int = setting(
+        "32",
+        _metadata_keys,
+        "Most keys of a document's or batch's metadata (a flat JSON object; else 422"
+        " invalid_metadata)",
+    )
+    metadata_max_bytes: int = setting(
+        "2048",
+        _metadata_bytes,
+        "Most bytes of a document's or batch's metadata as compact UTF-8 JSON, at most 4096"
+        " (else 422 invalid_metadata)",
     )
     blob_dir: str = setting(
         "",
@@ -446,7 +468,8 @@ class Settings:
     auth_failure_rate_limit: RateLimit = setting(
         "60/minute",
         RateLimit.parse,
-        "Per client address: requests with a missing or invalid API key (then 429)",
+        "Per client address: requests with a missing or invalid API key; past it every"
+        " request from the address is 429, a valid key too (relay keys unblock lifts it)",
     )
     forwarded_allow_ips: str = setting(
         "127.0.0.1",
@@ -582,6 +605,29 @@ class Settings:
         _positive_int,
         "Attempts in flight per worker process to one scheme://host:port",
     )
+    test_send_concurrency: int = setting(
+        "8",
+        _positive_int,
+        "Test sends (POST .../webhook/test) in flight per API process, on threads of their"
+        " own; more get 503 outbound_busy",
+    )
+    test_send_concurrency_per_account: int = setting(
+        "2",
+        _positive_int,
+        "Test sends of one account in flight per API process; more get 429 concurrency_limited",
+    )
+    url_check_concurrency: int = setting(
+        "16",
+        _positive_int,
+        "Callback URL checks (DNS) in flight per API process, on threads of their own; more"
+        " get 503 outbound_busy",
+    )
+    url_check_concurrency_per_account: int = setting(
+        "4",
+        _positive_int,
+        "Callback URL checks of one account in flight per API process; more get 429"
+        " concurrency_limited",
+    )
     events_max_wait: float = setting(
         "30",
         _positive_float,
@@ -617,6 +663,18 @@ class Settings:
         "Seconds to wait after each failed endpoint verification attempt (len+1 attempts;"
         " then the webhook is disabled)",
     )
+    account_verify_rate_limit: RateLimit = setting(
+        "10/minute",
+        RateLimit.parse,
+        "Per account: sliding-window limit on endpoint verifications started (webhook"
+        " registrations with verify; repeating a pending one starts none)",
+    )
+    host_verify_rate_limit: RateLimit = setting(
+        "5/minute",
+        RateLimit.parse,
+        "Per callback host, all accounts together: sliding-window limit on endpoint"
+        " verifications started",
+    )
     allow_http_targets: bool = setting(
         "false",
         _bool,
@@ -636,6 +694,12 @@ class Settings:
         "86400",
         _positive_float,
         "After a rotation the previous signing material keeps signing this long",
+    )
+    account_rotation_rate_limit: RateLimit = setting(
+        "10/hour",
+        RateLimit.parse,
+        "Per account: sliding-window limit on POST /webhook-signing/rotate (a rotation is"
+        " also refused, 409, while the previous one's grace period runs)",
     )
     console_secret: Secret = setting(
         "",

@@ -11,7 +11,13 @@ them (the API in ``relay.api.errors``, the CLI to one line and an exit code).
     │   ├── DeliveryNotFound      no such delivery (for this batch or account)
     │   ├── NotRetryable          the delivery cannot be sent again (``reason`` says why)
     │   ├── QuotaExceeded         the account holds too many bytes awaiting processing
-    │   └── InvalidCursor         a pagination cursor no listing handed out
+    │   ├── BatchMetadataConflict the batch already has other metadata
+    │   ├── InvalidCursor         a pagination cursor no listing handed out
+    │   ├── WebhookNotVerified    a test send to a webhook whose verification is pending or failed
+    │   ├── WebhookDisabled       a test send to a disabled webhook
+    │   └── RotationInProgress    a signing rotation while the previous one's grace runs
+    ├── InvalidMetadata           a client's metadata is not a flat JSON object in bounds
+    ├── OutboundBusy              no slot for an outbound call now (the account's or the process's)
     └── UnsafeTarget              a callback URL or address is not allowed (SSRF guard)
 
 Redis's own errors (unreachable, timing out, loading) are not wrapped: every edge maps
@@ -102,17 +108,48 @@ class QuotaExceeded(StateError):
         self.size = size
 
 
+# What a tenant is told of every callback URL refused for its host's DNS answer or addresses.
+REFUSED_TARGET = (
+    "the callback URL's host must be a name that resolves to public IP addresses only; "
+    "this one cannot be used"
+)
+
+
+class BatchMetadataConflict(StateError):
+    """An upload gave ``batch_metadata`` other than the metadata its batch already has
+    (a batch's metadata is set once: ``relay.state.metadata``)."""
+
+
+class InvalidMetadata(RelayError):
+    """A client's metadata is not a flat JSON object within the bounds (``relay.state.metadata``);
+    the message says what is wrong, for the person who sent it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
 class UnsafeTarget(RelayError):
     """A callback URL or resolved address that relay refuses to call.
 
     ``kind`` is a short machine word (``scheme``, ``userinfo``, ``too_long``, ``dns``,
-    ``private_address``, ...); the message is the human reason.
+    ``private_address``, ...); the message is the human reason, for the log. ``answer`` is
+    what a tenant is told: the message when it is about the URL's own text (its syntax,
+    scheme, length or form), and one fixed sentence (:data:`REFUSED_TARGET`) for every
+    refusal that depends on DNS or on addresses (:attr:`NETWORK_KINDS`), so that the answers
+    tell apart neither the names that exist from those that do not, nor what they resolve to.
     """
+
+    NETWORK_KINDS: ClassVar[frozenset[str]] = frozenset({"dns", "private_address"})
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
+
+    @property
+    def answer(self) -> str:
+        return REFUSED_TARGET if self.kind in self.NETWORK_KINDS else self.message
 
 
 class EventNotFound(StateError):
@@ -121,3 +158,40 @@ class EventNotFound(StateError):
 
 class InvalidCursor(StateError):
     """A pagination cursor that no listing handed out (or that was altered)."""
+
+
+class WebhookNotVerified(StateError):
+    """The webhook's endpoint verification is pending or failed: nothing but the challenge
+    may be sent to it (a test send is refused, nothing is sent)."""
+
+
+class WebhookDisabled(StateError):
+    """The webhook is disabled: nothing is sent to it until it is registered again."""
+
+
+class RotationInProgress(StateError):
+    """A signing rotation asked while the previous rotation's grace period runs: another one
+    would drop the material receivers may still verify with. ``until_ms``: when it ends."""
+
+    def __init__(self, until_ms: int) -> None:
+        super().__init__(
+            "the previous signing rotation's grace period is still running: the previous "
+            "material signs until it ends, and a new rotation now would drop it while "
+            "receivers may still use it; rotate again once every receiver has the current "
+            "material and the grace period has ended"
+        )
+        self.until_ms = until_ms
+
+
+class OutboundBusy(RelayError):
+    """No slot for an outbound call now (``relay.delivery.outbound``): the account already
+    has its share in flight (``scope`` ``account``) or the process's pool is full
+    (``process``). ``limit``: that bound; ``retry_after``: whole seconds until a slot surely
+    frees."""
+
+    def __init__(self, scope: str, message: str, limit: int, retry_after: int) -> None:
+        super().__init__(message)
+        self.scope = scope
+        self.message = message
+        self.limit = limit
+        self.retry_after = retry_after

@@ -11,14 +11,24 @@ sequences that clear or rewrite their screen.
 * :func:`holds_lone_surrogate` finds one anywhere in a parsed JSON value (the API refuses
   such a body with a 422);
 * :func:`for_terminal` escapes what a terminal would interpret (``\\x1b[2J`` prints as those
-  seven characters).
+  seven characters);
+* :func:`without_controls` removes what must not be part of a name at all (an upload's
+  filename): controls, line and paragraph separators, invisible characters and bidi
+  controls, which would break a line in a log or a header, hide part of the name, or show it
+  in another order than it is stored (``invoice\\u202efdp.exe`` reads as ``invoiceexe.pdf``).
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["for_terminal", "has_lone_surrogate", "holds_lone_surrogate", "scrub_surrogates"]
+__all__ = [
+    "for_terminal",
+    "has_lone_surrogate",
+    "holds_lone_surrogate",
+    "scrub_surrogates",
+    "without_controls",
+]
 
 # In a Python str every code point in this range is a lone surrogate: a valid pair from JSON
 # (or UTF-16) decodes to one astral code point, never to two surrogates.
@@ -83,3 +93,26 @@ def for_terminal(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(char if char.isprintable() else _escape(char) for char in text)
+
+
+# Removed from names by without_controls (one class, so one pass):
+# - C0 controls and DEL, C1 controls (U+0080-U+009F: U+0085 NEL breaks lines, U+009B is CSI);
+# - line and paragraph separators (U+2028, U+2029);
+# - zero-width and invisible characters: U+200B-U+200D (space, non-joiner, joiner), U+2060
+#   (word joiner) and the invisible operators U+2061-U+2064, U+FEFF (BOM, zero-width
+#   no-break space), U+180E (Mongolian vowel separator);
+# - bidi controls: U+200E, U+200F (LRM, RLM), U+061C (ALM), U+202A-U+202E (embeddings and
+#   overrides), U+2066-U+2069 (isolates).
+_NOT_IN_NAMES = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u2028\u2029\u200b-\u200f\u2060-\u2064\ufeff\u180e"
+    "\u061c\u202a-\u202e\u2066-\u2069]"
+)
+
+
+def without_controls(text: str) -> str:
+    """``text`` with every control, line or paragraph separator, zero-width or invisible
+    character and bidi control removed (the list above ``_NOT_IN_NAMES``); letters of any
+    script, marks and emoji kept."""
+    if text.isascii() and text.isprintable():
+        return text
+    return _NOT_IN_NAMES.sub("", text)

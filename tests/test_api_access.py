@@ -256,8 +256,9 @@ def _command_calls(api: Api) -> dict[str, int]:
 
 
 def test_status_endpoints_cost_one_pipeline_in_steady_state(api: Api) -> None:
-    """With the key cached: HMGET key record + EVALSHA + the read, nothing else (no
-    SCRIPT EXISTS, no separate lookup); the script's own commands run inside Redis."""
+    """With the key cached: HMGET key record + EVALSHA + ZCARD of the address's bad keys +
+    the read, nothing else (no SCRIPT EXISTS, no separate lookup); the script's own
+    commands run inside Redis."""
     doc = api.upload_ok("acme", "b1")
     auth = api.auth("acme")
     assert api.client.get(f"{V1}/batches/b1", headers=auth).status_code == 200  # warm up
@@ -270,6 +271,7 @@ def test_status_endpoints_cost_one_pipeline_in_steady_state(api: Api) -> None:
     assert top_level == {"hmget": 10, "evalsha": 10, "hgetall": 10}
     inside_script = {"time", "zremrangebyscore", "zcard", "zadd", "pexpire", "zrange"}
     assert set(calls) - set(top_level) <= inside_script, calls
+    assert calls["zcard"] == 10 + 10  # one in each script run, one in each round trip
 
 
 def test_starts_while_redis_is_down(api_factory: ApiFactory, redis_factory: RedisFactory) -> None:

@@ -83,6 +83,31 @@ def test_bad_parameters_are_422(api: Api, params: dict[str, str], error: str) ->
     assert r.json()["error"]["type"] == error
 
 
+@pytest.mark.parametrize("path", ["/events", "/operational-events"])
+@pytest.mark.parametrize(
+    ("param", "error"),
+    [
+        ("batch_name", "validation_error"),
+        ("after", "invalid_cursor"),
+        ("type", "validation_error"),
+        ("wait", "validation_error"),
+    ],
+)
+def test_a_parameter_given_empty_is_422_not_absent(
+    api: Api, path: str, param: str, error: str
+) -> None:
+    """`batch_name=` (or `after=`, `type=`, `wait=`) matches none of the published schemas:
+    422 like any malformed value, on both feeds, not read as "no filter"; the feed itself
+    answers without it."""
+    complete_in_process(api, "acme", "b1")
+    r = _get(api, "acme", path=path, **{param: ""})
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["type"] == error
+    if param == "batch_name":
+        assert r.json()["error"]["message"] == "batch_name is not a valid batch name"
+    assert _get(api, "acme", path=path).status_code == 200
+
+
 def test_an_unknown_event_id_is_404_and_any_number_of_seconds_is_a_wait(api: Api) -> None:
     r = _get(api, "acme", after="msg_0aaaaaaaaaaaaaaaaaaaa")
     assert r.status_code == 404 and r.json()["error"]["type"] == "not_found"

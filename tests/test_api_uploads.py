@@ -12,7 +12,7 @@ import redis
 
 from relay.api.documents import MULTIPART_OVERHEAD
 from relay.app import create_app
-from relay.state.api_keys import create_key
+from relay.state.api_keys import create_key, create_operator_key
 from relay.state.job_queues import PROCESSING
 from tests.support.api_fixtures import (  # noqa: F401
     CSV,
@@ -44,8 +44,9 @@ def test_upload_returns_the_queued_document(api: Api) -> None:
     assert response.headers["location"] == f"{V1}/documents/{doc['id']}"
     assert set(doc) == {
         "id", "batch_name", "filename", "content_type", "size", "status",
-        "created_at", "started_at", "completed_at", "processing_error",
+        "created_at", "started_at", "completed_at", "processing_error", "metadata",
     }  # fmt: skip
+    assert doc["metadata"] == {}
     assert re.fullmatch(r"doc_[0-9a-f][a-z2-7]{20}", doc["id"])
     assert doc["batch_name"] == "invoices-2026.q1"
     assert (doc["filename"], doc["content_type"], doc["size"]) == (
@@ -234,3 +235,85 @@ def test_a_malformed_idempotency_key_is_refused_and_makes_nothing(
     assert r.status_code == 400, r.text
     assert r.json()["error"]["type"] == "invalid_idempotency_key"
     assert api.client.get(f"{V1}/batches/b1", headers=api.auth("acme")).status_code == 404
+
+
+# Characters a filename loses besides C0 controls: each would break a line in a log or a
+# header, hide part of the name, or show it in another order than it is stored.
+HIDDEN = {
+    "\u0085": "next line (NEL)",
+    "\u2028": "line separator",
+    "\u2029": "paragraph separator",
+    "\u200b": "zero-width space",
+    "\u200c": "zero-width non-joiner",
+    "\u200d": "zero-width joiner",
+    "\u2060": "word joiner",
+    "\ufeff": "zero-width no-break space (BOM)",
+    "\u180e": "Mongolian vowel separator",
+    "\u200e": "left-to-right mark",
+    "\u200f": "right-to-left mark",
+    "\u061c": "Arabic letter mark",
+    "\u202a": "left-to-right embedding",
+    "\u202b": "right-to-left embedding",
+    "\u202c": "pop directional formatting",
+    "\u202d": "left-to-right override",
+    "\u202e": "right-to-left override",
+    "\u2066": "left-to-right isolate",
+    "\u2067": "right-to-left isolate",
+    "\u2068": "first strong isolate",
+    "\u2069": "pop directional isolate",
+    "\x1b": "escape (C0)",
+    "\x7f": "delete",
+    "\x9b": "control sequence introducer (C1)",
+}
+
+
+def _raw_upload(api: Api, filename: str) -> httpx.Response:
+    """A multipart upload whose part header carries ``filename`` as raw UTF-8, as a client
+    sends it (httpx would percent-encode controls in a filename it formats itself)."""
+    body = (
+        b'--B\r\nContent-Disposition: form-data; name="batch_name"\r\n\r\nnames\r\n'
+        b'--B\r\nContent-Disposition: form-data; name="file"; filename="'
+        + filename.encode()
+        + b'"\r\nContent-Type: text/csv\r\n\r\n'
+        + CSV
+        + b"\r\n--B--\r\n"
+    )
+    headers = {**api.auth("acme"), "content-type": "multipart/form-data; boundary=B"}
+    return api.client.post(f"{V1}/documents", content=body, headers=headers)
+
+
+def test_filenames_lose_separators_invisible_and_bidi_characters(api: Api) -> None:
+    ids = []
+    for char, what in HIDDEN.items():
+        r = _raw_upload(api, f"re{char}port{char}.csv")
+        assert r.status_code == 201, (what, r.text)
+        assert r.json()["filename"] == "report.csv", what
+        ids.append(r.json()["id"])
+    # All of them in one name, around letters of other scripts and an emoji, which stay.
+    every = "".join(HIDDEN)
+    r = _raw_upload(api, f"{every}счёт{every}-請求書-😀.csv{every}")
+    assert r.status_code == 201, r.text
+    assert r.json()["filename"] == "счёт-請求書-😀.csv"
+    ids.append(r.json()["id"])
+    # The trojan-source name that reads as a PDF is stored as it really ends.
+    r = _raw_upload(api, "invoice\u202efdp.exe")
+    assert r.json()["filename"] == "invoicefdp.exe"
+    ids.append(r.json()["id"])
+    for doc_id in ids:
+        read = api.client.get(f"{V1}/documents/{doc_id}", headers=api.auth("acme"))
+        assert read.status_code == 200
+        assert not set(read.text) & set(HIDDEN), read.text
+        assert not set(read.json()["filename"]) & set(HIDDEN)
+    # The console shows no filename today; whatever it shows of this account's work holds
+    # none of them either.
+    operator = create_operator_key(api.redis, "ops")
+    with httpx.Client(base_url=api.base_url, timeout=30) as console:
+        form = console.get("/console/login")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        assert csrf is not None
+        login = console.post("/console/login", data={"key": operator, "csrf": csrf.group(1)})
+        assert login.status_code == 303, login.text
+        for page in ("/console", "/console/deliveries", "/console/webhooks", "/console/events"):
+            shown = console.get(page, params={"account": "acme"})
+            assert shown.status_code == 200, page
+            assert not set(shown.text) & set(HIDDEN), page

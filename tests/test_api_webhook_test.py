@@ -116,3 +116,24 @@ def test_the_test_send_goes_through_the_delivery_transport(api_factory: ApiFacto
         assert code == 200 and body["error"] == "blocked_destination"
         assert body["status_code"] is None
         assert rx.received() == []
+
+
+def test_a_webhook_pending_its_verification_is_not_test_sent(api_factory: ApiFactory) -> None:
+    """Every registration verified (RELAY_REQUIRE_VERIFIED_WEBHOOKS), no worker to send the
+    challenge: the webhook stays pending, and its test send is refused with nothing sent."""
+    api: Api = api_factory(
+        allow_http_targets=True, allow_private_targets=True, require_verified_webhooks=True
+    )
+    with Receiver() as rx:
+        _register(api, rx.url("/hook"))
+        r = api.client.put(
+            f"{V1}/operational-webhook", headers=api.auth("acme"), json={"url": rx.url("/ops")}
+        )
+        assert r.json()["verification"]["status"] == "pending"
+        for path in (f"{V1}/batches/b1/webhook/test", f"{V1}/operational-webhook/test"):
+            r = api.client.post(path, headers=api.auth("acme"))
+            assert r.status_code == 409, r.text
+            error = r.json()["error"]
+            assert error["type"] == "webhook_not_verified" and "pending" in error["message"]
+            assert int(r.headers["ratelimit-remaining"]) >= 0
+        assert rx.received() == []

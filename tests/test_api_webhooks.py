@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from relay.config import RateLimit
 from relay.delivery.ssrf import (
     CALLBACK_URL_PATTERN,
     MAX_URL_LENGTH,
@@ -18,7 +19,17 @@ from relay.delivery.ssrf import (
     in_documented_form,
     validate_url,
 )
-from tests.support.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
+from relay.exceptions import REFUSED_TARGET
+from relay.redis import keyspace
+from relay.redis.replicas import TIMEOUTS, WAITS
+from tests.support.api_fixtures import (  # noqa: F401
+    V1,
+    Api,
+    ApiFactory,
+    api_factory_fixture,
+    api_fixture,
+)
+from tests.test_ssrf import Answer, hostile_dns
 
 HOOK = "https://hooks.example.com/relay"
 PUBLIC = "93.184.215.14"
@@ -30,22 +41,11 @@ PUBLIC = "93.184.215.14"
         ("http://93.184.215.14/hook", "https"),
         ("https://user:pw@93.184.215.14/hook", "credentials"),
         ("https://93.184.215.14/" + "a" * 2100, "2048"),
-        ("https://127.0.0.1/hook", "127.0.0.1"),
-        ("https://localhost/hook", "localhost resolves to a non-public address"),
-        ("https://10.0.0.8/hook", "10.0.0.8"),
-        ("https://169.254.169.254/latest/meta-data", "169.254.169.254"),
-        ("https://100.64.0.1/hook", "100.64.0.1"),
-        ("https://[::1]/hook", "::1"),
-        ("https://[::ffff:127.0.0.1]/hook", "127.0.0.1"),
-        ("https://[2002:7f00:1::]/hook", "127.0.0.1"),
-        ("https://[64:ff9b::7f00:1]/hook", "127.0.0.1"),
-        ("https://[2001:0:4136:e378:8000:63bf:80ff:fffe]/hook", "127.0.0.1"),
-        ("https://2130706433/hook", "127.0.0.1"),
-        ("https://[ff02::1]/hook", "ff02::1"),
-        ("https://224.0.0.1/hook", "224.0.0.1"),
+        ("https://2130706433/hook", "127.0.0.1"),  # the URL's own text, read as resolvers do
+        ("https://93.184.215.14/hook", "not an IP address"),  # public, not the documented form
     ],
 )
-def test_unsafe_callback_urls_are_refused_with_the_reason(api: Api, url: str, reason: str) -> None:
+def test_callback_urls_refused_for_their_text_say_why(api: Api, url: str, reason: str) -> None:
     api.upload_ok("acme", "b1")
     r = api.client.put(f"{V1}/batches/b1/webhook", headers=api.auth("acme"), json={"url": url})
     assert r.status_code == 422, r.text
@@ -55,26 +55,70 @@ def test_unsafe_callback_urls_are_refused_with_the_reason(api: Api, url: str, re
     assert api.client.get(f"{V1}/batches/b1/webhook", headers=api.auth("acme")).status_code == 404
 
 
+REFUSED = {"type": "invalid_webhook_url", "message": REFUSED_TARGET}
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://localhost/hook",  # a name with a loopback address
+        "https://nonexistent.invalid/hook",  # a name that does not exist
+        "https://internal.example/hook",  # a name with a private address (the fake resolver's)
+        "https://mixed.example/hook",  # public and private addresses
+        "https://127.0.0.1/hook",
+        "https://10.0.0.8/hook",
+        "https://169.254.169.254/latest/meta-data",
+        "https://100.64.0.1/hook",
+        "https://[::1]/hook",
+        "https://[::ffff:127.0.0.1]/hook",
+        "https://[2002:7f00:1::]/hook",
+        "https://[64:ff9b::7f00:1]/hook",
+        "https://[2001:0:4136:e378:8000:63bf:80ff:fffe]/hook",
+        "https://[ff02::1]/hook",
+        "https://224.0.0.1/hook",
+    ],
+)
+def test_every_callback_url_refused_for_its_addresses_gets_one_answer(
+    api: Api, url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Whether a name exists, and what it resolves to, never shows in the answer: it would
+    map the internal network for the tenant. The reason is in the log. The same for a
+    batch's webhook and the operational one."""
+    api.upload_ok("acme", "b1")
+    answers: dict[str, list[Answer]] = {
+        "internal.example": [["10.1.2.3"]],
+        "mixed.example": [["93.184.215.14", "10.0.0.5"]],
+    }
+    for path in ("/batches/b1/webhook", "/operational-webhook"):
+        with (
+            hostile_dns(monkeypatch, dict(answers)),
+            caplog.at_level(logging.INFO, logger="relay.delivery"),
+        ):
+            r = api.client.put(f"{V1}{path}", headers=api.auth("acme"), json={"url": url})
+        assert r.status_code == 422, r.text
+        assert r.json()["error"] == REFUSED, r.text
+        assert api.client.get(f"{V1}{path}", headers=api.auth("acme")).status_code == 404
+    logged = [rec.getMessage() for rec in caplog.records if rec.name == "relay.delivery"]
+    assert any("refused" in m for m in logged), logged
+
+
 def test_a_refused_name_does_not_reveal_what_it_resolves_to(
     api: Api, caplog: pytest.LogCaptureFixture
 ) -> None:
     api.upload_ok("acme", "b1")
-    with caplog.at_level(logging.WARNING, logger="relay.delivery"):
+    with caplog.at_level(logging.INFO, logger="relay.delivery"):
         r = api.client.put(
             f"{V1}/batches/b1/webhook",
             headers=api.auth("acme"),
             json={"url": "https://localhost/hook"},
         )
     assert r.status_code == 422, r.text
-    assert r.json()["error"] == {
-        "type": "invalid_webhook_url",
-        "message": "localhost resolves to a non-public address; "
-        "callbacks may only go to public addresses",
-    }
-    assert "127.0.0.1" not in r.text and "loopback" not in r.text
+    assert r.json()["error"] == REFUSED
+    assert "127.0.0.1" not in r.text and "loopback" not in r.text and "localhost" not in r.text
     # The operator still learns what it resolved to, from the log.
     logged = [rec.getMessage() for rec in caplog.records if rec.name == "relay.delivery"]
     assert any("'localhost'" in m and "127.0.0.1" in m and "loopback" in m for m in logged)
+    assert any("localhost resolves to a non-public address" in m for m in logged), logged
 
 
 @pytest.mark.parametrize(
@@ -266,9 +310,7 @@ def test_the_operational_refusal_does_not_reveal_what_a_name_resolves_to(api: Ap
         json={"url": "https://localhost/hook"},
     )
     assert r.status_code == 422
-    assert r.json()["error"]["message"] == (
-        "localhost resolves to a non-public address; callbacks may only go to public addresses"
-    )
+    assert r.json()["error"] == REFUSED
 
 
 def test_verify_is_a_boolean_and_the_setting_verifies_every_registration(
@@ -305,3 +347,81 @@ def test_verify_is_a_boolean_and_the_setting_verifies_every_registration(
     assert r.status_code == 200 and r.json()["verification"]["status"] == "pending"
     ops = strict.client.put(f"{V1}/operational-webhook", headers=h, json={"url": url})
     assert ops.status_code == 201 and ops.json()["verification"]["status"] == "pending"
+
+
+def test_account_level_writes_wait_for_the_replicas_and_answer_as_uploads_do(
+    api_factory: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With RELAY_REDIS_WAIT_REPLICAS=1 on a Redis without replicas, each of these writes
+    waits (counted), times out (counted, logged) and is answered all the same, as an upload
+    is; reads do not wait."""
+    api = api_factory(  # type: ignore[operator]
+        allow_http_targets=True,
+        allow_private_targets=True,
+        redis_wait_replicas=1,
+        redis_wait_timeout_ms=50,
+    )
+    api.upload_ok("acme", "b1")
+    h = api.auth("acme")
+
+    def waits() -> tuple[int, int]:
+        counts = api.redis.hgetall(keyspace.metrics())
+        return int(counts.get(WAITS.encode(), 0)), int(counts.get(TIMEOUTS.encode(), 0))
+
+    hook = {"url": "http://127.0.0.1:9/h"}
+    steps = [
+        ("first read of the signing material", "GET", "/webhook-signing", None, 200),
+        ("signing read again (nothing made)", "GET", "/webhook-signing", None, 0),
+        ("signing rotation", "POST", "/webhook-signing/rotate", None, 200),
+        ("operational webhook", "PUT", "/operational-webhook", hook, 201),
+        ("operational webhook read", "GET", "/operational-webhook", None, 0),
+        ("operational webhook removed", "DELETE", "/operational-webhook", None, 200),
+        ("batch webhook", "PUT", "/batches/b1/webhook", hook, 201),
+        ("batch webhook removed", "DELETE", "/batches/b1/webhook", None, 200),
+        ("batch deleted", "DELETE", "/batches/b1", None, 202),
+    ]
+    caplog.clear()  # the upload's own shortfall
+    with caplog.at_level(logging.WARNING, logger="relay.api"):
+        for what, method, path, body, status in steps:
+            before = waits()
+            r = api.client.request(method, f"{V1}{path}", headers=h, json=body)
+            assert r.status_code == (status or 200), (what, r.text)
+            waited = 1 if status else 0
+            assert waits() == (before[0] + waited, before[1] + waited), what
+    shortfalls = [
+        m.getMessage() for m in caplog.records if "acknowledged with 0 of 1" in m.getMessage()
+    ]
+    assert len(shortfalls) == sum(1 for step in steps if step[4]), shortfalls
+
+
+def test_only_a_verification_that_starts_is_counted(api_factory: ApiFactory) -> None:
+    """A 404 (no such batch) and a repeat of the verification in progress count against no
+    limit; the first one past the account's limit is refused, 429, and changes nothing."""
+    api = api_factory(
+        allow_http_targets=True,
+        allow_private_targets=True,
+        account_verify_rate_limit=RateLimit.parse("2/minute"),
+    )
+    h = api.auth("acme")
+    for batch in ("b1", "b2", "b3"):
+        api.upload_ok("acme", batch)
+    url = "http://127.0.0.1:9/h"
+    verify = {"url": url, "verify": True}
+    for _ in range(3):
+        r = api.client.put(f"{V1}/batches/nope/webhook", headers=h, json=verify)
+        assert r.status_code == 404
+    first = api.client.put(f"{V1}/batches/b1/webhook", headers=h, json=verify)
+    assert first.status_code == 201
+    for _ in range(5):  # repeats: answered as they are, never counted
+        r = api.client.put(f"{V1}/batches/b1/webhook", headers=h, json=verify)
+        assert r.status_code == 200 and r.json() == first.json()
+    r = api.client.put(f"{V1}/batches/b2/webhook", headers=h, json=verify)
+    assert r.status_code == 201  # the second of two a minute
+    r = api.client.put(f"{V1}/batches/b3/webhook", headers=h, json=verify)
+    assert r.status_code == 429 and r.json()["error"]["type"] == "rate_limited"
+    assert "2 endpoint verifications per 60 s" in r.json()["error"]["message"]
+    assert r.headers["ratelimit-remaining"] == "0" and int(r.headers["retry-after"]) >= 1
+    assert api.client.get(f"{V1}/batches/b3/webhook", headers=h).status_code == 404
+    # Without verify nothing is sent, nothing is counted.
+    r = api.client.put(f"{V1}/batches/b3/webhook", headers=h, json={"url": url})
+    assert r.status_code == 201 and r.json()["verification"]["status"] == "none"

@@ -13,6 +13,7 @@ import io
 import struct
 import zlib
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from PIL import Image, ImageDraw, ImageFont
@@ -30,7 +31,7 @@ def _rows(
     filename: str = "table.png",
     content_type: str = "",
     fields: Sequence[str] = (),
-    **kw: int,
+    **kw: Any,
 ) -> Rows:
     return extract(content, filename=filename, content_type=content_type, fields=list(fields), **kw)
 
@@ -52,7 +53,7 @@ def _png_header_only(width: int, height: int) -> bytes:
     )
 
 
-def _code(content: bytes, filename: str = "x.png", content_type: str = "", **kw: int) -> str:
+def _code(content: bytes, filename: str = "x.png", content_type: str = "", **kw: Any) -> str:
     with pytest.raises(ExtractionError) as caught:
         extract(content, filename=filename, content_type=content_type, fields=[], **kw)
     assert caught.value.message, "every failure carries a human message"

@@ -4,10 +4,13 @@ app (uvicorn) and a real Redis.
 Phases: examples, coverage and fuzzing per operation (``test_every_operation_conforms``),
 then stateful sequences that follow the links schemathesis infers between operations
 (``test_stateful_sequences_conform``). Checks: every check schemathesis has, asserted by
-``test_every_check_is_enabled`` so that none is quietly left out; ``use_after_free`` and
-``negative_data_rejection`` run inside wrappers that waive one case each and nothing else (a
-DELETE the document marks ``x-soft-delete``; a multipart upload that was valid as the server
-received it but that schemathesis cannot judge because it holds binary data).
+``test_every_check_is_enabled`` so that none is quietly left out; ``use_after_free``,
+``negative_data_rejection`` and ``positive_data_acceptance`` run inside wrappers that waive
+one case each and nothing else (a DELETE the document marks ``x-soft-delete``; a multipart
+upload that was valid as the server received it but that schemathesis cannot judge because
+it holds binary data; valid data refused for one of the two rules JSON Schema cannot state,
+checked by the test on what was sent: metadata past its bound in bytes, a page range that
+ends before it starts).
 
 The operations are whatever ``relay.api.openapi.document()`` holds when the tests are
 collected: an endpoint added to the document is tested without touching this file.
@@ -32,6 +35,8 @@ from __future__ import annotations
 
 import email
 import email.policy
+import json
+import re
 import socket
 from collections.abc import Iterator
 from typing import Any, ClassVar
@@ -45,13 +50,18 @@ from schemathesis.config import SchemathesisConfig
 from schemathesis.core.failures import AcceptedNegativeData
 from schemathesis.core.parameters import ParameterLocation
 from schemathesis.core.transport import Response
-from schemathesis.openapi.checks import UseAfterFree
-from schemathesis.specs.openapi.checks import negative_data_rejection, use_after_free
+from schemathesis.openapi.checks import RejectedPositiveData, UseAfterFree
+from schemathesis.specs.openapi.checks import (
+    negative_data_rejection,
+    positive_data_acceptance,
+    use_after_free,
+)
 from schemathesis.transport.serialization import contains_binary
 
 from relay.api.openapi import SOFT_DELETE, STILL_READABLE, document
 from relay.api.openapi_parts import EXAMPLE_BATCH
 from relay.config import RateLimit
+from relay.state.metadata import DEFAULT_MAX_BYTES, canonical
 from tests.support.api_fixtures import Api, ApiFactory, api_factory_fixture  # noqa: F401
 from tests.support.run_seed import replay_hint, run_seed
 
@@ -89,9 +99,10 @@ def use_after_free_unless_soft_delete(
         raise
 
 
-def _form_as_sent(response: Response) -> dict[str, str] | None:
+def _form_as_sent(response: Response) -> dict[str, Any] | None:
     """The fields of the multipart body as the server received them (a file part as the
-    empty string: any bytes are a valid file); None unless one part per name."""
+    empty string: any bytes are a valid file; a JSON part, such as ``metadata``, as the
+    value its text holds); None unless one part per name, each readable."""
     request = response.request
     raw_type = request.headers.get("Content-Type", "")
     content_type = raw_type.decode("latin-1") if isinstance(raw_type, bytes) else raw_type
@@ -101,7 +112,7 @@ def _form_as_sent(response: Response) -> dict[str, str] | None:
     message = email.message_from_bytes(
         f"Content-Type: {content_type}\r\n\r\n".encode() + body, policy=email.policy.HTTP
     )
-    fields: dict[str, str] = {}
+    fields: dict[str, Any] = {}
     for part in message.iter_parts():
         name = part.get_param("name", header="content-disposition")
         if not isinstance(name, str) or name in fields:
@@ -109,6 +120,11 @@ def _form_as_sent(response: Response) -> dict[str, str] | None:
         payload = part.get_payload(decode=True)
         if part.get_filename() is not None:
             fields[name] = ""
+        elif isinstance(payload, bytes) and part.get_content_type() == "application/json":
+            try:
+                fields[name] = json.loads(payload)
+            except ValueError:
+                return None
         elif isinstance(payload, bytes):
             fields[name] = payload.decode("utf-8", "replace")
         else:
@@ -158,6 +174,62 @@ def negative_data_rejection_reading_binary(
         raise
 
 
+def _error(response: Response) -> dict[str, Any]:
+    try:
+        error = json.loads(response.content)["error"]
+    except (ValueError, KeyError, TypeError):
+        return {}
+    return error if isinstance(error, dict) else {}
+
+
+def _over_metadata_bytes(response: Response) -> bool:
+    """Whether the server refused an upload 422 ``invalid_metadata`` for a metadata part
+    that is indeed longer than RELAY_METADATA_MAX_BYTES (the default the tests run with) as
+    compact JSON, measured here on what was sent."""
+    error = _error(response)
+    if error.get("type") != "invalid_metadata" or "bytes as compact JSON" not in error["message"]:
+        return False
+    sent = _form_as_sent(response) or {}
+    return any(
+        isinstance(value, dict)
+        and len(canonical(value).encode("utf-8", "surrogatepass")) > DEFAULT_MAX_BYTES
+        for name, value in sent.items()
+        if name in ("metadata", "batch_metadata")
+    )
+
+
+def _reversed_page_range(response: Response, case: schemathesis.Case[Any]) -> bool:
+    """Whether the server refused a process call 422 ``invalid_pages`` for a range that
+    indeed ends before it starts (``3-1``), read here from what was sent."""
+    error = _error(response)
+    if error.get("type") != "invalid_pages" or "ends before it starts" not in error["message"]:
+        return False
+    pages = case.body.get("pages") if isinstance(case.body, dict) else None
+    return isinstance(pages, str) and any(
+        int(a) > int(b) for a, b in re.findall(r"([0-9]+) *- *([0-9]+)", pages)
+    )
+
+
+@schemathesis.check
+def positive_data_acceptance_within_what_schemas_say(
+    ctx: schemathesis.CheckContext, response: Response, case: schemathesis.Case[Any]
+) -> bool | None:
+    """schemathesis's ``positive_data_acceptance``, except for the two rules JSON Schema
+    cannot state (the schemas' descriptions state them), so that schema-valid data may
+    break them: an upload whose metadata passes RELAY_METADATA_MAX_BYTES as compact JSON
+    (``_over_metadata_bytes``), a process call whose page range ends before it starts
+    (``_reversed_page_range``). Each is checked on what was sent; any other refusal of valid
+    data fails as before."""
+    try:
+        return positive_data_acceptance(ctx, response, case)
+    except RejectedPositiveData:
+        if response.status_code == 422 and (
+            _over_metadata_bytes(response) or _reversed_page_range(response, case)
+        ):
+            return None
+        raise
+
+
 CONFIG = SchemathesisConfig.from_dict(
     {
         "seed": SEED,
@@ -174,6 +246,7 @@ CONFIG = SchemathesisConfig.from_dict(
             # Replaced by the two checks above, which run them.
             "use_after_free": {"enabled": False},
             "negative_data_rejection": {"enabled": False},
+            "positive_data_acceptance": {"enabled": False},
         },
     }
 )
@@ -289,8 +362,12 @@ def test_every_check_is_enabled() -> None:
     } <= names
     disabled = {n for n in names if not schema.config.checks.get_by_name(name=n).enabled}
     # Each runs inside its replacement.
-    assert disabled == {"use_after_free", "negative_data_rejection"}
-    assert {"use_after_free_unless_soft_delete", "negative_data_rejection_reading_binary"} <= names
+    assert disabled == {"use_after_free", "negative_data_rejection", "positive_data_acceptance"}
+    assert {
+        "use_after_free_unless_soft_delete",
+        "negative_data_rejection_reading_binary",
+        "positive_data_acceptance_within_what_schemas_say",
+    } <= names
     assert schema.config.checks.max_response_time.limit == MAX_RESPONSE_SECONDS
 
 

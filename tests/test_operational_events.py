@@ -191,8 +191,8 @@ def test_no_event_when_the_webhook_was_removed_meanwhile(h: H) -> None:
 def test_operational_deliveries_make_no_events_about_themselves(h: H) -> None:
     ops = operational_ref("acme")
     assert h.d.create_event("acme", "3-1-0", b"{}") == (False, "")  # none registered
-    assert h.run(h.hooks.register_operational_webhook("acme", OPS_URL)) is True
-    assert h.run(h.hooks.register_operational_webhook("acme", OPS_URL)) is False
+    assert h.run(h.hooks.register_operational_webhook("acme", OPS_URL)).created is True
+    assert h.run(h.hooks.register_operational_webhook("acme", OPS_URL)).created is False
     created, first = h.d.create_event("acme", "3-1-0", b'{"n":1}')
     assert created and keyspace.shard_of_id("msg", first) == ops.shard
     assert h.d.create_event("acme", "3-1-0", b'{"n":1}') == (False, first)  # idempotent

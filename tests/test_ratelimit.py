@@ -242,3 +242,69 @@ def test_processes_sharing_a_window_never_admit_more_than_its_limit(
     held = sum(len(p._leases["shared12"].members) for p in processes if "shared12" in p._leases)
     assert admitted + held == redis.zcard(keyspace.rate_window("shared12")) <= 100
     assert admitted >= 100 - 3 * (LEASE.slots - 1)
+
+
+# -- reading a window without counting; giving a slot back --------------------------------
+
+
+def test_peek_reads_the_window_as_the_script_counts_it_and_writes_nothing(
+    redis_url: str, redis: redis.Redis
+) -> None:
+    window = SlidingWindow(RateLimit(limit=3, window_ms=1_000), keyspace.auth_failure_window)
+
+    async def body(client: redis.asyncio.Redis) -> list[Decision]:
+        seen = [await window.peek(client, "192.0.2.1")]
+        for _ in range(3):
+            await window.hit(client, "192.0.2.1")
+            seen.append(await window.peek(client, "192.0.2.1"))
+        counted.append(await client.zcard(keyspace.auth_failure_window("192.0.2.1")))
+        await asyncio.sleep(1.1)  # every slot leaves the window (none trimmed: no script ran)
+        seen.append(await window.peek(client, "192.0.2.1"))
+        return seen
+
+    counted: list[int] = []
+    empty, one, two, full, passed = run_with_client(redis_url, body)
+    assert counted == [3]  # the peeks added nothing
+    assert (empty.allowed, empty.remaining, empty.reset_ms) == (True, 3, 1_000)
+    assert (one.allowed, one.remaining, two.remaining) == (True, 2, 1)
+    assert (full.allowed, full.remaining) == (False, 0)
+    assert 0 < full.reset_ms <= 1_000 and full.retry_after == 1
+    assert (passed.allowed, passed.remaining) == (True, 3)
+
+
+def test_judge_counts_only_the_slots_still_in_the_window() -> None:
+    """ZCARD is an upper bound (slots past the window stay until a script run trims them
+    or the key expires); peek's judgement is exact."""
+    window = SlidingWindow(RateLimit(limit=3, window_ms=1_000))
+    now = 10_000
+    assert window.judge(now, [9_100.0, 9_200.0, 9_900.0]) == Decision(False, 3, 0, 100)
+    # A slot at exactly now - window is out (the script's trim removes it).
+    assert window.judge(now, [9_000.0, 9_500.0, 9_900.0]) == Decision(True, 3, 1, 500)
+    assert window.judge(now, []) == Decision(True, 3, 3, 1_000)
+
+
+def test_a_slot_given_back_leaves_the_window_with_the_next_ask(
+    redis_url: str, redis: redis.Redis
+) -> None:
+    plain = SlidingWindow(RateLimit(limit=5, window_ms=60_000))
+    leased = SlidingWindow(RateLimit(limit=100, window_ms=60_000), lease=LEASE)
+
+    async def body(client: redis.asyncio.Redis) -> None:
+        refused_after_all = await plain.hit(client, "give1234")
+        assert refused_after_all.allowed and refused_after_all.slot
+        plain.refunds("give1234", refused_after_all)
+        await plain.hit(client, "give1234")  # removes the slot given back, adds its own
+        # From a lease: a busy subject, its slots recorded ahead; one taken and given back.
+        for _ in range(9):
+            await _admit(leased, client, "lease123")
+        taken = leased.take("lease123")
+        assert taken is not None and taken.slot
+        leased.refunds("lease123", taken)
+        before = redis.zrange(keyspace.rate_window("lease123"), 0, -1)
+        assert taken.slot.encode() in before
+        await leased.hit(client, "lease123")
+        after = redis.zrange(keyspace.rate_window("lease123"), 0, -1)
+        assert taken.slot.encode() not in after
+
+    run_with_client(redis_url, body)
+    assert redis.zcard(keyspace.rate_window("give1234")) == 1

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from relay.crypto import Encryptor, SigningMaterial, generate_key
-from relay.exceptions import ConfigError
+from relay.exceptions import ConfigError, RotationInProgress
 from relay.redis import keyspace as keys
 from relay.state.scripts import AsyncScripts
 from relay.state.signing_material import SigningKeys
@@ -147,3 +147,17 @@ def test_a_wrong_encryption_key_is_a_config_error(h: H) -> None:
         stranger.for_accounts(h.client, {"acme"})
     # A key list that still holds the old key (a key rotation in progress) opens it.
     assert h.get("acme", SigningKeys(Encryptor([generate_key(), h.key]), h.clock))
+
+
+def test_a_rotation_is_refused_while_the_previous_ones_grace_runs(h: H) -> None:
+    (old,) = h.get("acme")
+    new, previous = h.rotate("acme")
+    stored = h.client.hgetall(keys.signing("acme"))
+    with pytest.raises(RotationInProgress) as refused:
+        h.rotate("acme")
+    assert refused.value.until_ms == h.clock() + int(GRACE_S * 1000)
+    assert h.client.hgetall(keys.signing("acme")) == stored  # nothing changed
+    assert h.get("acme") == [new, old]  # the old material still signs
+    h.clock.advance(int(GRACE_S * 1000))  # the grace period is over: rotating is taken again
+    newer, previous = h.rotate("acme")
+    assert previous == new and newer not in (new, old)

@@ -34,7 +34,7 @@ from relay.delivery.ssrf import (
     validate_url,
     vet_url,
 )
-from relay.exceptions import UnsafeTarget
+from relay.exceptions import REFUSED_TARGET, UnsafeTarget
 from tests.support.tls import Pki
 
 STRICT = TargetPolicy()
@@ -636,3 +636,58 @@ def test_tls_refuses_untrusted_ca(pki: Pki, tmp_path: Path) -> None:
         assert kind == "connection"
         assert "TLS" in message
         assert server.seen == []
+
+
+# --------------------------------------------------------------------------- what a tenant is told
+
+
+def test_every_refusal_that_depends_on_dns_or_addresses_answers_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def slow() -> list[str]:
+        time.sleep(1.0)
+        return ["93.184.215.14"]
+
+    answers: dict[str, list[Answer]] = {
+        "private.example": [["10.0.0.5"]],
+        "mixed.example": [["93.184.215.14", "fd00::1"]],
+        "slow.example": [slow],
+    }
+    refusals = []
+    with hostile_dns(monkeypatch, answers):
+        for url in (
+            "https://private.example/h",
+            "https://mixed.example/h",
+            "https://slow.example/h",  # the lookup times out
+            "https://nonexistent.invalid/h",
+            "https://localhost/h",
+            "https://10.0.0.5/h",  # an IP literal's address is judged too
+            "https://[::1]/h",
+        ):
+            with pytest.raises(UnsafeTarget) as info:
+                vet_url(url, STRICT, timeout=0.2)
+            refusals.append(info.value)
+    assert {r.kind for r in refusals} == {"dns", "private_address"}
+    assert {r.answer for r in refusals} == {REFUSED_TARGET}
+    # The messages (for the log) still say why.
+    assert len({r.message for r in refusals}) == len(refusals)
+
+
+@pytest.mark.parametrize(
+    ("url", "kind"),
+    [
+        ("ftp://example.com/h", "scheme"),
+        ("https://u:p@example.com/h", "userinfo"),
+        ("https://example.com/h#x", "fragment"),
+        ("https://example.com:0/h", "port"),
+        ("https://exa mple.com/h", "syntax"),
+        ("https://93.184.215.14/h", "form"),  # public, but not a DNS name
+        ("https://example.com/" + "a" * 2100, "too_long"),
+    ],
+)
+def test_refusals_of_the_urls_own_text_keep_their_reason(url: str, kind: str) -> None:
+    """Nothing of the network is in them: no DNS was asked (the form is checked first)."""
+    with pytest.raises(UnsafeTarget) as info:
+        vet_url(url, STRICT)
+    assert info.value.kind == kind
+    assert info.value.answer == info.value.message != REFUSED_TARGET

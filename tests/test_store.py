@@ -617,3 +617,27 @@ def test_a_replayed_upload_whose_document_is_gone_is_store_unavailable_and_makes
     assert h.client.llen(keyspace.batch_docs(REF.shard, REF.account, REF.name)) == 1
     # Each refused try gave its reservation back: the total holds the first upload's bytes.
     assert int(h.client.get(keyspace.account_pending_total("acme")) or 0) == len(b"a\n1\n")
+
+
+def test_a_document_keeps_the_pages_it_was_handed_out_with(h: Harness) -> None:
+    """The page ranges of a process call stay with the documents it handed out: one handed
+    out again after a lost worker is read with them, whatever a later call asked."""
+    first = h.upload(REF)
+    h.run(h.api.process(REF, None, "1-3,12"))
+    claim, _ = h.worker.claim_next(REF.shard, "t1", 1)  # 1 ms lease: the worker is lost
+    assert claim is not None and claim.doc_id == first.id and claim.pages == "1-3,12"
+    other = same_shard("bravo", REF.shard, "b")
+    later, plain = h.upload(REF), h.upload(other)
+    h.run(h.api.process(REF, None, "5"))
+    h.run(h.api.process(other, None))
+    h.clock.advance(5)
+    assert h.worker.requeue(REF, first.id, 3) == "requeued"
+    got = {}
+    while (c := h.worker.claim_next(REF.shard, "t2", LEASE_MS)[0]) is not None:
+        got[c.doc_id] = c.pages
+    assert got == {first.id: "1-3,12", later.id: "5", plain.id: ""}
+    # Claimed by name (claim.lua) too.
+    again = h.upload(REF)
+    h.run(h.api.process(REF, None, "2"))
+    named = h.claim(REF, again.id)
+    assert named is not None and named.pages == "2"

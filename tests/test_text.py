@@ -10,7 +10,7 @@ import json
 import pytest
 
 from relay.state.job_queues import PROCESSING
-from relay.text import for_terminal, holds_lone_surrogate, scrub_surrogates
+from relay.text import for_terminal, holds_lone_surrogate, scrub_surrogates, without_controls
 from tests.support.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
 
 
@@ -107,3 +107,18 @@ def test_an_upload_whose_filename_is_not_valid_utf8_never_causes_a_500(
         assert got.status_code == 200
         listed = api.client.get(f"{V1}/batches/b1/results", headers=api.auth("acme"))
         assert listed.status_code == 200
+
+
+def test_without_controls_keeps_every_printable_character_but_the_invisible_ones() -> None:
+    removed = (
+        [chr(c) for c in range(0x20)]
+        + [chr(c) for c in range(0x7F, 0xA0)]
+        + ["\u2028", "\u2029", "\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u180e"]
+        + ["\u200e", "\u200f", "\u061c", "\u202a", "\u202b", "\u202c", "\u202d", "\u202e"]
+        + ["\u2066", "\u2067", "\u2068", "\u2069"]
+    )
+    for char in removed:
+        assert without_controls(f"a{char}b") == "ab", hex(ord(char))
+    kept = "Straße naïve счёт 請求書 עברית العربية 😀 e\u0301 a-b_c.d (1)"
+    assert without_controls(kept) == kept
+    assert without_controls("plain.csv") == "plain.csv"

@@ -11,7 +11,7 @@ from relay.exceptions import DeliveryNotFound, NotRetryable, WebhookNotFound
 from relay.redis import keyspace
 from relay.state.model import Attempt, DeliveryStatus
 from relay.state.store import BatchRef
-from relay.state.webhooks import ClaimedDelivery, WebhookStore
+from relay.state.webhooks import ClaimedDelivery, WebhookStore, operational_ref
 from tests.support.delivery_seed import WebhookClients
 from tests.support.helpers import closed_after
 
@@ -280,3 +280,43 @@ def test_due_shards_are_the_shards_with_a_delivery_due_now_first_one_first(h: H)
         assert h.d.due_shards(first=40) == (40, 3)
     finally:
         keyspace.use(before)
+
+
+def test_a_registration_repeating_the_verification_in_progress_writes_nothing(h: H) -> None:
+    h.batch()
+    first = h.run(h.hooks.register(REF, URL, "http://api", verify=True))
+    assert first.created and first.due and not first.repeated
+    assert h.run(h.hooks.pending_verification(REF, URL)) == first.hook
+    before = {k: h.client.dump(k) for k in h.client.scan_iter(count=1000)}
+    again = h.run(h.hooks.register(REF, URL, "http://api", verify=True))
+    assert again.repeated and not again.created and not again.due and again.hook == first.hook
+    assert {k: h.client.dump(k) for k in h.client.scan_iter(count=1000)} == before
+    # Another URL, or no verify, is no repeat: it replaces the registration.
+    assert h.run(h.hooks.pending_verification(REF, URL + "/2")) is None
+    other = h.run(h.hooks.register(REF, URL + "/2", "http://api", verify=True))
+    assert not other.repeated and other.hook.url == URL + "/2"
+    assert len(h.client.zrange(keyspace.due(REF.shard), 0, -1)) == 1  # the first one superseded
+
+
+def test_a_pending_verification_without_its_challenge_is_started_again(h: H) -> None:
+    """A pending verification whose challenge is not pending any more (a registration that
+    died between its two round trips) is no repeat: registering again starts one."""
+    h.batch()
+    h.run(h.hooks.register(REF, URL, "http://api", verify=True))
+    (challenge,) = h.claim()
+    h.d.record(challenge, "t", h.attempt(challenge, 500), outcome="failed", verify=False)
+    assert h.run(h.hooks.pending_verification(REF, URL)) is None
+    again = h.run(h.hooks.register(REF, URL, "http://api", verify=True))
+    assert not again.repeated and again.hook.verification == "pending"
+    assert len(h.claim("t2")) == 1  # a new challenge is due
+
+
+def test_a_repeated_operational_verification_writes_nothing(h: H) -> None:
+    ops = operational_ref("acme")
+    first = h.run(h.hooks.register_operational_webhook("acme", URL, verify=True))
+    assert first.created and first.challenged and not first.repeated
+    before = {k: h.client.dump(k) for k in h.client.scan_iter(count=1000)}
+    again = h.run(h.hooks.register_operational_webhook("acme", URL, verify=True))
+    assert again.repeated and not again.challenged and not again.created
+    assert {k: h.client.dump(k) for k in h.client.scan_iter(count=1000)} == before
+    assert h.run(h.hooks.pending_verification(ops, URL)) is not None

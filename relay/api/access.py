@@ -4,7 +4,9 @@ The polled status endpoints authenticate inside their one round trip (``relay.ap
 the rate-limited writes (uploads, process calls, manual retries) authenticate inside theirs
 (:func:`admit_write`); every other endpoint calls :func:`authenticate`. All answer a failed
 authentication through :func:`refuse`: 401, or 429 once the client's address has sent too
-many bad keys (``relay.api.throttles``).
+many bad keys (``relay.api.throttles``). And all read, in the same round trip, how many bad keys
+the client's address sent: past the limit the address is blocked and a valid key is refused
+too, with the same 429 (``relay.state.address_blocks``; :func:`check_blocked`).
 
 :func:`admit_write` is the status gate's scheme applied to a write: the account comes from
 :class:`relay.state.api_keys.KeyCache` (a miss looks the key up first: one more round trip), and one
@@ -31,6 +33,7 @@ from starlette.requests import Request
 
 from relay.api.errors import ApiError, Unauthorized
 from relay.api.state import AppState, state
+from relay.api.throttles import client_address
 from relay.state.api_keys import PresentedKey, check_record, parse_key
 
 
@@ -65,24 +68,33 @@ async def refuse(request: Request, exc: Unauthorized) -> ApiError:
     return await st.limits.bad_key(request, exc)
 
 
+async def check_blocked(request: Request, failures: int) -> None:
+    """Raise the bad-key 429 when the request's client address is blocked (``failures``: its
+    window's ``ZCARD``, read in the request's round trip); for a key that passed."""
+    blocked = await state(request).limits.blocked(request, failures)
+    if blocked is not None:
+        raise blocked
+
+
 async def authenticate(request: Request) -> str:
     """The account of the request's API key. Unauthorized when missing, malformed, unknown
-    or revoked (RateLimited past the address's limit of bad keys). Always checks Redis (one
-    HMGET), so a revocation applies at once. The request counts against its account's
-    requests in flight (``relay.api.inflight``): a 429 past the cap, before that HMGET when
-    the key is cached."""
+    or revoked; RateLimited past the address's limit of bad keys, whatever the key. Always
+    checks Redis (one HMGET, with the address's count of bad keys), so a revocation applies
+    at once. The request counts against its account's requests in flight
+    (``relay.api.inflight``): a 429 past the cap, before that HMGET when the key is cached."""
     st = state(request)
     try:
         presented = presented_key(request)
         guess = st.key_cache.get(presented)
         if guess is not None:
             st.inflight.enter(request.scope, guess)
-        account = await st.resources.lookup_key(presented)
+        account, failures = await st.resources.lookup_key_from(presented, client_address(request))
         if account is None:
             st.key_cache.drop(presented.prefix)
             raise Unauthorized("unknown or revoked API key")
     except Unauthorized as exc:
         raise await refuse(request, exc) from None
+    await check_blocked(request, failures)
     st.key_cache.put(presented, account)
     st.inflight.enter(request.scope, account)
     return account
@@ -105,19 +117,28 @@ async def admit_write(request: Request, kind: str, hold: int = 0) -> Admitted:
     with ``hold`` > 0, also hold that many bytes on the account's pending total (an upload's
     declared size). Unauthorized (or the bad-key 429) as :func:`authenticate`; RateLimited
     (429, ``Retry-After``, ``RateLimit-*``) past the account's window, nothing held then, or
-    past its requests in flight (``relay.api.inflight``), nothing sent then."""
+    past its requests in flight (``relay.api.inflight``), nothing sent then; the bad-key 429
+    from a blocked address, nothing held and the window's slot given back."""
     st = state(request)
     try:
         presented = presented_key(request)
         account = await cached_account(st, presented)
         st.inflight.enter(request.scope, account)
-        sent = await st.resources.write_round(presented, account, kind, hold)
+        sent = await st.resources.write_round(
+            presented, account, kind, client_address(request), hold
+        )
         if check_record(sent.record, presented) != account:
             st.key_cache.drop(presented.prefix)
             await st.resources.release_hold(account, sent.held)
             raise Unauthorized("unknown or revoked API key")
     except Unauthorized as exc:
         raise await refuse(request, exc) from None
+    try:
+        await check_blocked(request, sent.failures)
+    except ApiError:
+        await st.resources.release_hold(account, sent.held)
+        st.resources.give_back_write(kind, account, sent.decision)
+        raise
     if not sent.decision.allowed:
         await st.resources.release_hold(account, sent.held)
         raise st.limits.refused(kind, sent.decision)

@@ -27,8 +27,12 @@ from relay.api.paths import batch_ref
 from relay.api.responses import BatchListJSON, BatchResultsJSON, TableJSON
 from relay.api.state import state
 from relay.api.throttles import PROCESS
+from relay.extract.pages import InvalidPages
+from relay.extract.pages import parse as parse_page_ranges
 from relay.state.model import Batch
 from relay.state.store import BatchQuery
+
+_PROCESS_KEYS = frozenset({"fields", "pages"})
 
 MAX_FIELDS = 100
 MAX_FIELD_NAME = 128
@@ -38,14 +42,15 @@ def parse_fields(body: Any) -> list[str] | None:
     """``{"fields": [{"name": ...}, ...]}`` -> the names; None when not given (no body,
     ``{}`` or ``"fields": null``).
 
-    At most 100 objects, each exactly ``{"name": <1-128 characters>}``, names unique; any
-    other key or shape (a ``null`` body included) is Unprocessable.
+    At most 100 objects, each exactly ``{"name": <1-128 characters>}``, names unique; a key
+    other than ``fields`` and ``pages`` (``parse_pages``), or any other shape (a ``null``
+    body included), is Unprocessable.
     """
     if body is EMPTY:
         return None
     if not isinstance(body, dict):
         raise Unprocessable("body must be a JSON object")
-    unknown = sorted(set(body) - {"fields"})
+    unknown = sorted(set(body) - _PROCESS_KEYS)
     if unknown:
         raise Unprocessable(f"unknown key(s): {', '.join(unknown)[:200]}")
     fields = body.get("fields")
@@ -66,15 +71,38 @@ def parse_fields(body: Any) -> list[str] | None:
     return names
 
 
+def parse_pages(body: Any, max_ranges: int) -> str:
+    """The canonical text of ``"pages"`` in a process body (``relay.extract.pages``): the
+    PDF and TIFF pages to read of each document handed out; ``""`` (every page) when not
+    given or ``null``. 422 ``invalid_pages`` saying what is wrong for anything else: not a
+    string, empty, a page 0, a range that ends before it starts, more than ``max_ranges``
+    ranges (``RELAY_MAX_PAGE_RANGES``)."""
+    if not isinstance(body, dict) or body.get("pages") is None:
+        return ""
+    raw = body["pages"]
+    if not isinstance(raw, str):
+        raise Unprocessable(
+            'pages must be a string of pages and ranges, e.g. "1-3,12"',
+            error_type="invalid_pages",
+        )
+    try:
+        return parse_page_ranges(raw, max_ranges=max_ranges).text
+    except InvalidPages as exc:
+        raise Unprocessable(str(exc), error_type="invalid_pages") from exc
+
+
 async def process_batch(request: Request) -> Response:
-    """Hand the batch's queued, not yet handed documents to the workers: 202, the batch."""
+    """Hand the batch's queued, not yet handed documents to the workers: 202, the batch.
+    With ``pages``, only those pages of each PDF or TIFF handed out are read."""
     st = state(request)
     admitted = await admit_write(request, PROCESS)
     account, rate_headers = admitted.account, admitted.headers
     ref = await batch_ref(request, account)
-    fields = parse_fields(await read_json(request, allow_empty=True))
+    body = await read_json(request, allow_empty=True)
+    fields = parse_fields(body)
+    pages = parse_pages(body, st.settings.max_page_ranges)
     # The answer is the batch as the hand-out left it (read in the same script).
-    doc_ids, batch = await st.store.process_and_read(ref, fields)
+    doc_ids, batch = await st.store.process_and_read(ref, fields, pages)
     if doc_ids:
         # The documents wait in the shard's fair queue; a job takes them from there. A crash
         # before this wake-up loses nothing: the sweeper wakes the queue for any that wait.
@@ -142,4 +170,5 @@ async def delete_batch(request: Request) -> Response:
     batch = await st.store.get_batch(ref)
     if batch is None:
         raise NotFound("no such batch")
+    await st.resources.replicated(f"deletion of batch {ref.name!r}", ref.shard)
     return json_response(batch.to_json(), 202)

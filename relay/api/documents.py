@@ -5,6 +5,11 @@ Uploads never hold more than the limit in memory: a ``Content-Length`` past
 body streams through a counter that stops it (413) as soon as it passes the same bound, into
 Starlette's ``MultiPartParser``, which spools file parts to a temporary file past 1 MiB. The
 file part itself must then be at most ``max_upload_bytes``.
+
+Besides ``file`` and ``batch_name`` the form may carry ``metadata`` (the document's) and
+``batch_metadata`` (the batch's): each a JSON object as the part's text, checked
+(``relay.state.metadata``: 422 ``invalid_metadata``) before anything is written, and stored by the
+upload's one script.
 """
 
 from __future__ import annotations
@@ -32,15 +37,23 @@ from relay.api.errors import (
 from relay.api.fast_path import serve_status
 from relay.api.state import state
 from relay.api.throttles import UPLOADS
+from relay.exceptions import InvalidMetadata
+from relay.state.metadata import MOST_BYTES
+from relay.state.metadata import parse as parse_metadata
 from relay.state.model import BATCH_NAME_RE, IDEMPOTENCY_KEY_RE, Document, valid_batch_name
 from relay.state.store import DocumentQuery
+from relay.text import without_controls
 
-# Room for boundaries, part headers and the batch_name field around the file's bytes.
+# Room for boundaries, part headers and the fields (batch_name, metadata, batch_metadata)
+# around the file's bytes.
 MULTIPART_OVERHEAD = 64 * 1024
+# Largest text of one field: room for metadata within RELAY_METADATA_MAX_BYTES (at most
+# MOST_BYTES as compact JSON) written with spacing or \u escapes; its three fields fit in
+# MULTIPART_OVERHEAD. A longer field is 400 (the multipart parser stops there).
+FIELD_BYTES = 4 * MOST_BYTES
 MAX_FILENAME = 255
-_PARTS = frozenset({"file", "batch_name"})
+_PARTS = frozenset({"file", "batch_name", "metadata", "batch_metadata"})
 _GENERATED_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _MEDIA_TYPE = re.compile(r"[A-Za-z0-9][\w.+-]*/[\w.+-]+(\s*;[ -~]*)?", re.ASCII)
 # An upload's Idempotency-Key: 1 to 255 visible ASCII characters (no spaces).
 
@@ -56,9 +69,10 @@ async def _bounded(stream: AsyncIterator[bytes], max_bytes: int) -> AsyncGenerat
 
 
 def clean_filename(raw: str | None) -> str:
-    """The last path component (``/`` or ``\\``), control characters removed, at most 255
-    characters; ``upload`` when nothing is left."""
-    name = _CONTROL.sub("", (raw or "").replace("\\", "/").rsplit("/", 1)[-1]).strip()
+    """The last path component (``/`` or ``\\``), without controls, line and paragraph
+    separators, invisible characters and bidi controls (``relay.text.without_controls``), at
+    most 255 characters; ``upload`` when nothing is left."""
+    name = without_controls((raw or "").replace("\\", "/").rsplit("/", 1)[-1]).strip()
     if name in {"", ".", ".."}:
         return "upload"
     return name[:MAX_FILENAME]
@@ -85,8 +99,8 @@ async def _parse_form(request: Request, max_body: int) -> FormData:
         request.headers,
         _bounded(request.stream(), max_body),
         max_files=2,
-        max_fields=4,
-        max_part_size=4096,
+        max_fields=6,
+        max_part_size=FIELD_BYTES,
     )
     try:
         return await parser.parse()
@@ -134,6 +148,8 @@ async def upload_document(request: Request) -> Response:
                     f"batch_name must match {BATCH_NAME_RE.pattern}",
                     error_type="invalid_batch_name",
                 )
+            metadata = _metadata(form, "metadata", request)
+            batch_metadata = _metadata(form, "batch_metadata", request)
             filename = clean_filename(upload.filename)
             content_type = content_type_of(upload, filename)
             content = await upload.read()
@@ -155,6 +171,8 @@ async def upload_document(request: Request) -> Response:
         held=admitted.held,
         admitted=admitted.within_quota,
         idempotency_key=idempotency_key,
+        metadata=metadata,
+        batch_metadata=batch_metadata,
     )
     await st.resources.replicated(f"upload {doc.id}", ref.shard)
     return json_response(
@@ -162,6 +180,30 @@ async def upload_document(request: Request) -> Response:
         201,
         headers={"Location": f"/api/v1/documents/{doc.id}", **admitted.headers},
     )
+
+
+def _metadata(form: FormData, name: str, request: Request) -> str:
+    """The canonical form of the form's ``name`` field (``relay.state.metadata``), "" when absent
+    or ``{}``; 422 ``invalid_metadata`` for a file part or anything but a flat JSON object
+    within RELAY_METADATA_MAX_KEYS and RELAY_METADATA_MAX_BYTES."""
+    raw = _single(form, name)
+    if raw is None:
+        return ""
+    if not isinstance(raw, str):
+        raise Unprocessable(
+            f"part {name!r} must be a form field holding a JSON object, not a file",
+            error_type="invalid_metadata",
+        )
+    settings = state(request).settings
+    try:
+        return parse_metadata(
+            raw,
+            field=name,
+            max_keys=settings.metadata_max_keys,
+            max_bytes=settings.metadata_max_bytes,
+        )
+    except InvalidMetadata as exc:
+        raise Unprocessable(exc.message, error_type="invalid_metadata") from exc
 
 
 def _idempotency_key(request: Request) -> str | None:

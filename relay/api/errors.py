@@ -14,6 +14,9 @@ an error gets an HTTP status.
   ``store_full`` with ``Retry-After``; only writes meet it, reads go on;
 - the pending-bytes quota (:class:`relay.exceptions.QuotaExceeded`): 429 ``quota_exceeded``
   with ``Retry-After`` and ``RateLimit-*`` counted in bytes;
+- no slot for an outbound call (:class:`relay.exceptions.OutboundBusy`: a test send, a
+  callback URL check): 429 ``concurrency_limited`` when the account has its share in flight,
+  503 ``outbound_busy`` when the process's lane is full, both with ``Retry-After``;
 - Starlette's ``HTTPException`` (unknown route, wrong method): the same JSON shape;
 - a client that hangs up mid-body: 400 (nobody reads it; it just must not be a 500);
 - anything else: 500 ``internal_error``, logged. No client input is meant to get there.
@@ -32,17 +35,23 @@ from starlette.responses import Response
 from relay.api.responses import ErrorJSON
 from relay.exceptions import (
     BatchDeleted,
+    BatchMetadataConflict,
     BatchNotFound,
     ConfigError,
     DeliveryNotFound,
     EventNotFound,
     InvalidCursor,
     NotRetryable,
+    OutboundBusy,
     QuotaExceeded,
+    RotationInProgress,
     StateError,
     StoreUnavailable,
+    WebhookDisabled,
+    WebhookNotVerified,
 )
 from relay.redis.clients import REPLY_ERROR, UNAVAILABLE, is_store_full
+from relay.timefmt import now_ms
 
 logger = logging.getLogger("relay.api")
 
@@ -118,6 +127,10 @@ STATE_ERRORS: dict[type[StateError], tuple[int, str]] = {
     EventNotFound: (404, "not_found"),
     BatchDeleted: (409, "batch_deleted"),
     NotRetryable: (409, "delivery_not_retryable"),
+    BatchMetadataConflict: (409, "batch_metadata_conflict"),
+    WebhookNotVerified: (409, "webhook_not_verified"),
+    WebhookDisabled: (409, "webhook_disabled"),
+    RotationInProgress: (409, "rotation_in_progress"),
     QuotaExceeded: (429, "quota_exceeded"),
     InvalidCursor: (422, "invalid_cursor"),
     StateError: (409, "conflict"),
@@ -134,6 +147,9 @@ def from_state_error(exc: StateError) -> ApiError:
     """The HTTP error for a refusal of the state layer."""
     status, error_type = next(v for cls, v in STATE_ERRORS.items() if isinstance(exc, cls))
     headers: dict[str, str] = {}
+    if isinstance(exc, RotationInProgress):
+        # The grace period's end: the first moment another rotation is taken.
+        headers = {"Retry-After": str(max(1, -(-(exc.until_ms - now_ms()) // 1000)))}
     if isinstance(exc, QuotaExceeded):
         headers = {
             "RateLimit-Limit": str(exc.limit),
@@ -143,6 +159,27 @@ def from_state_error(exc: StateError) -> ApiError:
         }
     err = ApiError(exc.message, error_type=error_type, headers=headers)
     err.status_code = status
+    return err
+
+
+def from_outbound_busy(exc: OutboundBusy, headers: dict[str, str] | None = None) -> ApiError:
+    """The HTTP error for no slot for an outbound call: 429 ``concurrency_limited`` (the
+    account's share is in flight) or 503 ``outbound_busy`` (the process's lane is full),
+    with ``Retry-After``. ``headers``: the RateLimit-* of the request's own window, if it
+    has one; else a 429's RateLimit-* count the calls in flight (the share, none left)."""
+    account = exc.scope == "account"
+    if headers is None and account:
+        headers = {
+            "RateLimit-Limit": str(exc.limit),
+            "RateLimit-Remaining": "0",
+            "RateLimit-Reset": str(exc.retry_after),
+        }
+    err = ApiError(
+        exc.message,
+        error_type="concurrency_limited" if account else "outbound_busy",
+        headers={**(headers or {}), "Retry-After": str(exc.retry_after)},
+    )
+    err.status_code = 429 if account else 503
     return err
 
 
@@ -185,6 +222,12 @@ async def on_state_error(request: Request, exc: Exception) -> Response:
     if not isinstance(exc, StateError):  # pragma: no cover - registered for StateError only
         raise exc
     return error_response(from_state_error(exc))
+
+
+async def on_outbound_busy(request: Request, exc: Exception) -> Response:
+    if not isinstance(exc, OutboundBusy):  # pragma: no cover - registered for it only
+        raise exc
+    return error_response(from_outbound_busy(exc))
 
 
 async def on_store_unavailable(request: Request, exc: Exception) -> Response:
@@ -253,6 +296,7 @@ def exception_handlers() -> dict[Any, Any]:
         ApiError: on_api_error,
         StateError: on_state_error,
         ConfigError: on_config_error,
+        OutboundBusy: on_outbound_busy,
         StoreUnavailable: on_store_unavailable,
         **dict.fromkeys(UNAVAILABLE, on_store_unavailable),
         REPLY_ERROR: on_response_error,  # OutOfMemoryError is a subclass

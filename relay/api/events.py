@@ -40,8 +40,12 @@ _WAIT_RE = re.compile(r"[0-9]{1,20}(\.[0-9]{1,20})?([eE][-+]?[0-9]{1,3})?")
 
 
 def _params(request: Request, feed: str) -> tuple[str | None, int, str | None, str | None, float]:
+    """The feed's query. A parameter given empty is given: `after=`, `type=`,
+    `batch_name=` and `wait=` match none of their documented schemas (the event id and batch
+    name patterns, BATCH_NAME_PATTERN among them; the type enum; a number), so each is 422
+    like any other malformed value, never read as "absent"."""
     q = request.query_params
-    after = q.get("after") or None
+    after = q.get("after")
     if after is not None and not _EVENT_ID_RE.fullmatch(after):
         raise invalid_cursor()
     limit = 50
@@ -50,15 +54,15 @@ def _params(request: Request, feed: str) -> tuple[str | None, int, str | None, s
         if not _LIMIT_RE.fullmatch(raw) or not 1 <= int(raw) <= MAX_PAGE:
             raise Unprocessable(f"limit must be an integer from 1 to {MAX_PAGE}")
         limit = int(raw)
-    type_ = q.get("type") or None
+    type_ = q.get("type")
     if type_ is not None and type_ not in TYPES[feed]:
         raise Unprocessable(f"type must be one of {', '.join(TYPES[feed])}")
-    batch = q.get("batch_name") or None
+    batch = q.get("batch_name")
     if batch is not None and not valid_batch_name(batch):
         raise Unprocessable("batch_name is not a valid batch name")
     wait = 0.0
     raw = q.get("wait")
-    if raw:
+    if raw is not None:
         if not _WAIT_RE.fullmatch(raw) or not 0 <= float(raw) <= MAX_WAIT_S:
             raise Unprocessable(f"wait must be a number of seconds from 0 to {MAX_WAIT_S}")
         wait = float(raw)

@@ -41,7 +41,10 @@ Every answer after authentication - 200, 404, 422, 429 - carries ``RateLimit-Lim
 ``RateLimit-Remaining`` and ``RateLimit-Reset``; a 429 also ``Retry-After``. A 401 carries
 none: without a valid key there is no window to report. A failed authentication is counted
 against the client's address (``relay.api.access.refuse``: one more round trip, on failures
-only), and past that limit it is a 429 with the address window's headers.
+only), and past that limit it is a 429 with the address window's headers. The round trip also holds
+4. ``ZCARD`` of that address's window: once it reaches the limit, the address is blocked and a valid
+key is refused with the same 429 too (one more round trip reads the window exactly,
+``relay.api.resources.ApiResources.address_blocked``), its request not counted in the key's window.
 """
 
 from __future__ import annotations
@@ -52,12 +55,13 @@ from typing import Any, TypeVar
 from starlette.requests import Request
 from starlette.responses import Response
 
-from relay.api.access import cached_account, presented_key, refuse
+from relay.api.access import cached_account, check_blocked, presented_key, refuse
 from relay.api.bodies import json_response
 from relay.api.errors import ApiError, RateLimited, Unauthorized, error_response
 from relay.api.resources import NO_READS, StatusQuery, StatusRound
 from relay.api.state import AppState, state
-from relay.state.api_keys import check_record
+from relay.api.throttles import client_address
+from relay.state.api_keys import PresentedKey, check_record
 
 T = TypeVar("T")
 
@@ -71,15 +75,15 @@ __all__ = ["NO_READS", "serve_read", "serve_status"]
 
 async def _authenticated(
     st: AppState, request: Request, query: StatusQuery[T]
-) -> tuple[str, StatusRound[T]]:
+) -> tuple[PresentedKey, str, StatusRound[T]]:
     presented = presented_key(request)
     account = await cached_account(st, presented)
     st.inflight.enter(request.scope, account)  # 429 past the account's cap, nothing sent
-    read = await st.resources.status(presented, account, query)
+    read = await st.resources.status(presented, account, query, client_address(request))
     if check_record(read.record, presented) != account:
         st.key_cache.drop(presented.prefix)
         raise Unauthorized("unknown or revoked API key")
-    return account, read
+    return presented, account, read
 
 
 async def serve_status(request: Request, query: StatusQuery[T], render: Render[T]) -> Response:
@@ -97,9 +101,14 @@ async def serve_read(request: Request, query: StatusQuery[T], respond: Respond[T
     raises is answered with them too."""
     st = state(request)
     try:
-        account, read = await _authenticated(st, request, query)
+        presented, account, read = await _authenticated(st, request, query)
     except Unauthorized as exc:
         raise await refuse(request, exc) from None
+    try:
+        await check_blocked(request, read.failures)
+    except ApiError:
+        st.resources.give_back_status(presented.prefix, read.decision)
+        raise
     decision = read.decision
     headers = decision.headers()
     if not decision.allowed:

@@ -24,6 +24,7 @@ from relay.api.openapi_parts import (
     NAME,
     PAGE,
     SEARCH_PAGE,
+    error_response,
     errors,
     int_header,
     json_body,
@@ -76,7 +77,11 @@ def _document_paths() -> dict[str, Any]:
         "content": {
             "multipart/form-data": {
                 "schema": {"$ref": "#/components/schemas/Upload"},
-                "encoding": {"file": {"contentType": "application/octet-stream"}},
+                "encoding": {
+                    "file": {"contentType": "application/octet-stream"},
+                    "metadata": {"contentType": "application/json"},
+                    "batch_metadata": {"contentType": "application/json"},
+                },
             }
         },
     }
@@ -142,7 +147,8 @@ def _batch_paths() -> dict[str, Any]:
         f"{V1}/batches/{{name}}/process": {
             "post": operation(
                 "processBatch",
-                "Hand every queued, not yet handed document to the workers (idempotent).",
+                "Hand every queued, not yet handed document to the workers (idempotent); with "
+                "pages, only those pages of each PDF or TIFF it hands out are read.",
                 "batches",
                 {
                     "202": response("Batch", "The batch.", rate_headers()),
@@ -267,6 +273,70 @@ def _export_paths() -> dict[str, Any]:
     }
 
 
+_REGISTRATION = (
+    "With verify (or RELAY_REQUIRE_VERIFIED_WEBHOOKS), a signed webhook.verify challenge "
+    "goes to the URL first. A registration that repeats the verification in progress (the "
+    "same URL, its challenge still pending) answers 200 with the registration as it is and "
+    "starts nothing, counted against no limit; any other starts a verification, counted per "
+    "account (RELAY_ACCOUNT_VERIFY_RATE_LIMIT) and per callback host, every account's "
+    "together (RELAY_HOST_VERIFY_RATE_LIMIT): 429 past either, nothing written. A host name "
+    "is looked up on threads of their own, a few at once per account "
+    "(RELAY_URL_CHECK_CONCURRENCY_PER_ACCOUNT)."
+)
+_REGISTRATION_429 = (
+    "Too many requests, nothing written: rate_limited (too many endpoint verifications "
+    "started by the account, or to the callback host by every account; or too many invalid "
+    "API keys from this address) or concurrency_limited (the account's callback URL checks "
+    "in flight); see Retry-After."
+)
+_REGISTRATION_503 = (
+    "The data store is unreachable (store_unavailable) or full (store_full), or this server "
+    "runs as many callback URL checks as it allows at once (outbound_busy); see Retry-After."
+)
+_TEST_SEND = (
+    "Only to a webhook that could receive a notification now: not while its endpoint "
+    "verification is pending or after it failed, not while it is disabled (409, nothing "
+    "sent). The POST runs on threads of its own, a few at once per account "
+    "(RELAY_TEST_SEND_CONCURRENCY_PER_ACCOUNT) and per server (RELAY_TEST_SEND_CONCURRENCY); "
+    "past either the answer is at once 429 or 503, nothing sent. The answer comes within "
+    "RELAY_DELIVERY_TIMEOUT plus 1 s whatever the receiver does (a timeout is reported as "
+    "the attempt's error)."
+)
+
+
+def _test_send_errors() -> dict[str, Any]:
+    return {
+        **errors(401, 404),
+        "409": error_response(
+            "The webhook could not receive a notification now, so nothing is sent: "
+            "webhook_not_verified (its endpoint verification is pending, or failed and the "
+            "webhook is disabled) or webhook_disabled (register it again to enable it).",
+            rate_limited=True,
+        ),
+        "429": error_response(
+            "Too many requests, nothing sent: rate_limited (the account's retry rate, "
+            "RELAY_ACCOUNT_RETRY_RATE_LIMIT, or too many invalid API keys from this address) "
+            "or concurrency_limited (the account's test sends in flight); see Retry-After.",
+            rate_limited=True,
+            retry_after=True,
+        ),
+        "503": error_response(
+            "The data store is unreachable (store_unavailable) or full (store_full), or this "
+            "server runs as many test sends as it allows at once (outbound_busy, nothing "
+            "sent); see Retry-After.",
+            retry_after=True,
+        ),
+    }
+
+
+def _registration_errors(*codes: int) -> dict[str, Any]:
+    return {
+        **errors(*codes),
+        "429": error_response(_REGISTRATION_429, rate_limited=True, retry_after=True),
+        "503": error_response(_REGISTRATION_503, retry_after=True),
+    }
+
+
 def _webhook_paths() -> dict[str, Any]:
     webhook = f"{V1}/batches/{{name}}/webhook"
     return {
@@ -277,12 +347,17 @@ def _webhook_paths() -> dict[str, Any]:
                 "delivered is delivered now.",
                 "webhooks",
                 {
-                    "200": response("Webhook", "Replaced."),
+                    "200": response(
+                        "Webhook",
+                        "Replaced; or, with verify, the registration whose verification is in "
+                        "progress for this URL (nothing started).",
+                    ),
                     "201": response("Webhook", "Created."),
-                    **errors(400, 401, 404, 409, 413, 415, 422),
+                    **_registration_errors(400, 401, 404, 409, 413, 415, 422),
                 },
                 params=[NAME],
                 body=json_body("WebhookRequest"),
+                description=_REGISTRATION,
             ),
             "get": operation(
                 "getWebhook",
@@ -334,9 +409,10 @@ def _webhook_paths() -> dict[str, Any]:
                 "webhooks",
                 {
                     "200": response("TestSend", "The attempt.", rate_headers()),
-                    **errors(401, 404),
+                    **_test_send_errors(),
                 },
                 params=[NAME],
+                description=_TEST_SEND,
             )
         },
         f"{V1}/operational-webhook/test": {
@@ -347,8 +423,9 @@ def _webhook_paths() -> dict[str, Any]:
                 "webhooks",
                 {
                     "200": response("TestSend", "The attempt.", rate_headers()),
-                    **errors(401, 404),
+                    **_test_send_errors(),
                 },
+                description=_TEST_SEND,
             )
         },
         f"{V1}/operational-webhook": {
@@ -358,11 +435,16 @@ def _webhook_paths() -> dict[str, Any]:
                 "it receives the events webhook.disabled and delivery.failed.",
                 "webhooks",
                 {
-                    "200": response("OperationalWebhook", "Replaced."),
+                    "200": response(
+                        "OperationalWebhook",
+                        "Replaced; or, with verify, the registration whose verification is in "
+                        "progress for this URL (nothing started).",
+                    ),
                     "201": response("OperationalWebhook", "Created."),
-                    **errors(400, 401, 413, 415, 422),
+                    **_registration_errors(400, 401, 413, 415, 422),
                 },
                 body=json_body("WebhookRequest"),
+                description=_REGISTRATION,
             ),
             "get": operation(
                 "getOperationalWebhook",
@@ -405,7 +487,29 @@ def _webhook_paths() -> dict[str, Any]:
                 "rotateSigningMaterial",
                 "New secret and key pair; the previous ones keep signing for a grace period.",
                 "webhooks",
-                {"200": response("SigningMaterial", "The new material."), **errors(401)},
+                {
+                    "200": response("SigningMaterial", "The new material.", rate_headers()),
+                    **errors(401),
+                    "409": error_response(
+                        "rotation_in_progress: the previous rotation's grace period "
+                        "(RELAY_SIGNING_GRACE_SECONDS) is still running; another rotation now "
+                        "would stop signing with the material receivers may still hold alone. "
+                        "Nothing changed; Retry-After: when the grace period ends.",
+                        rate_limited=True,
+                        retry_after=True,
+                    ),
+                    "429": error_response(
+                        "Too many requests, nothing changed: rate_limited (the account's "
+                        "rotations, RELAY_ACCOUNT_ROTATION_RATE_LIMIT, every one asked counts, "
+                        "a refused one too; or too many invalid API keys from this address); "
+                        "see Retry-After.",
+                        rate_limited=True,
+                        retry_after=True,
+                    ),
+                },
+                description="Counted against the account's rotation rate limit first. Refused "
+                "(409) while the previous rotation's grace period runs: rotate again once "
+                "every receiver has the current material and previous.expires_at has passed.",
             )
         },
     }
@@ -473,13 +577,17 @@ def _event_paths() -> dict[str, Any]:
                 "The id of the last event seen: the events after it (absent: from the oldest "
                 "kept). An id that aged out of the feed (RELAY_RETENTION) reads from the "
                 "oldest kept; any other id that is not an event of this feed is 404 "
-                "not_found.",
+                "not_found. Given empty it is 422 invalid_cursor, as the pattern says.",
                 {"type": "string", "pattern": DELIVERY_ID_PATTERN},
             ),
-            _query("type", "Only events of this type.", {"type": "string", "enum": types}),
+            _query(
+                "type",
+                "Only events of this type (given empty it is 422, as the enum says).",
+                {"type": "string", "enum": types},
+            ),
             _query(
                 "batch_name",
-                "Only the events of this batch.",
+                "Only the events of this batch (given empty it is 422, as the pattern says).",
                 {"type": "string", "pattern": BATCH_NAME_PATTERN},
             ),
             LIMIT,

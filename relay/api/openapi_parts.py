@@ -22,9 +22,10 @@ ERROR_TEXT = {
     415: "Wrong Content-Type.",
     422: "Validation failed (body, parameters, cursor).",
     429: "Too many requests (rate_limited: a status or write rate of the API key's account, "
-    "or too many invalid API keys from this address; too_many_concurrent_requests: the "
-    "account's requests in flight at once in one API process, RateLimit-Limit then counts "
-    "them; quota_exceeded: the account's uploads awaiting processing hold too many bytes, "
+    "or too many invalid API keys from this address, which then blocks every request from it, "
+    "a valid key's too, until Retry-After; too_many_concurrent_requests: the account's "
+    "requests in flight at once in one API process, RateLimit-Limit then counts them; "
+    "quota_exceeded: the account's uploads awaiting processing hold too many bytes, "
     "RateLimit-* then count bytes); see Retry-After.",
     503: "The data store is unreachable (store_unavailable) or full (store_full: writes are "
     "refused, reads work); see Retry-After.",
@@ -33,7 +34,8 @@ ERROR_TEXT = {
 _RATE_HEADERS = {
     "RateLimit-Limit": (
         "Requests allowed per window (per API key on status endpoints, per account on "
-        "writes, per client address for invalid keys; bytes for quota_exceeded).",
+        "writes, per client address for invalid keys; bytes for quota_exceeded; calls in "
+        "flight at once for concurrency_limited on a registration).",
         1,
     ),
     "RateLimit-Remaining": ("Requests (or bytes) left in the current window.", 0),
@@ -89,6 +91,17 @@ def errors(*codes: int, rate_limited: bool = False) -> dict[str, Any]:
             headers = rate_headers(retry_after=code == 429)
         out[str(code)] = json_response("Error", ERROR_TEXT[code], headers)
     return out
+
+
+def error_response(
+    description: str, *, rate_limited: bool = False, retry_after: bool = False
+) -> Any:
+    """One error response described for its route: with the RateLimit-* headers
+    (``rate_limited``) and ``Retry-After`` (``retry_after``)."""
+    headers: dict[str, Any] = rate_headers() if rate_limited else {}
+    if retry_after:
+        headers["Retry-After"] = int_header("Seconds to wait before retrying.", 1)
+    return json_response("Error", description, headers or None)
 
 
 EXAMPLE_BATCH = "invoices-2026-11"

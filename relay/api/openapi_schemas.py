@@ -17,8 +17,10 @@ from typing import Any
 
 from relay.api.responses import COMPONENTS
 from relay.delivery.ssrf import CALLBACK_URL_PATTERN
-from relay.shapes import object_schema, ref
+from relay.extract.pages import DEFAULT_MAX_RANGES, pages_pattern
+from relay.shapes import field_schema, object_schema, ref
 from relay.state.delivery_search import RECOVERABLE
+from relay.state.metadata import MetadataJSON
 from relay.state.model import (
     BATCH_NAME_PATTERN,
     DELIVERY_ID_PATTERN,
@@ -68,6 +70,7 @@ SCHEMAS: dict[str, Any] = {
     **_MODELS,
     "Status": {"type": "string", "enum": STATUSES},
     "Counts": _obj({s: _COUNT for s in STATUSES}),
+    "Metadata": field_schema(MetadataJSON, COMPONENTS),
     "ProcessRequest": {
         "type": "object",
         "additionalProperties": False,
@@ -79,7 +82,22 @@ SCHEMAS: dict[str, Any] = {
                 "description": "Keys every row keeps, in this order (a key a row lacks is "
                 "null); names are unique. Absent, null or empty: every row keeps its own keys.",
                 "items": _obj({"name": {"type": "string", "minLength": 1, "maxLength": 128}}),
-            }
+            },
+            "pages": {
+                "type": ["string", "null"],
+                "pattern": pages_pattern(DEFAULT_MAX_RANGES),
+                "examples": ["1-3,12"],
+                "description": "Read only these pages of each PDF or TIFF handed out by this "
+                "call: page numbers and ranges (first-last, inclusive) separated by commas, "
+                "in any order, overlaps merged; at most RELAY_MAX_PAGE_RANGES of them "
+                f"(default {DEFAULT_MAX_RANGES}). Tables keep their page's own number (page 12 "
+                "stays 12). Pages past a document's end are left out; a document none of whose "
+                "pages is asked for fails with pages_out_of_range. Another image is one page; "
+                "CSV, TSV and JSON have none (read whole). A range that ends before it starts "
+                "(3-1) is 422 invalid_pages, as is anything the pattern refuses. Kept with each "
+                "document: one handed out again after a lost worker is read with the same "
+                "pages. Absent or null: every page.",
+            },
         },
     },
     "Upload": {
@@ -92,6 +110,22 @@ SCHEMAS: dict[str, Any] = {
                 "type": "string",
                 "pattern": BATCH_NAME_PATTERN,
                 "description": "A new batch named batch_<12 characters> when absent.",
+            },
+            "metadata": {
+                **ref("Metadata"),
+                "description": "The document's metadata: a JSON object (the part's text), "
+                "returned with the document and in the batch's results. Outside the Metadata "
+                "rules: 422 invalid_metadata, nothing created.",
+            },
+            "batch_metadata": {
+                **ref("Metadata"),
+                "description": "The batch's metadata: a JSON object (the part's text), "
+                "returned with the batch, in its results, in its batch.completed webhooks and "
+                "in the event feed. Set once: the first upload that gives it (normally the one "
+                "that creates the batch) sets it; a later upload may give the same object "
+                "again (key order and spacing do not matter) or leave it out; another object "
+                "is 409 batch_metadata_conflict, nothing created. {} is no metadata. Outside "
+                "the Metadata rules: 422 invalid_metadata, nothing created.",
             },
         },
     },

@@ -12,7 +12,14 @@ records and decisions:
   :meth:`ApiResources.count_bad_key`);
 - key and operator lookups, the signing material, the replicas' acknowledgement of a write
   (``relay.redis.replicas``), the wake-ups of the RQ queues and the operators' reads across shards
-  (:class:`relay.state.all_shards.AllShards`).
+  (:class:`relay.state.all_shards.AllShards`);
+- the windows of outbound calls (endpoint verifications per account and per callback host,
+  :meth:`ApiResources.count_verification`) and the lanes of threads the blocking ones run on
+  (``relay.delivery.outbound``: test sends, callback URL checks).
+
+Nothing here runs on asyncio's default executor, which the whole process shares: a queue
+wake-up is one asyncio pipeline, and the rare RQ enqueue it calls for runs on two threads of
+its own (RQ is synchronous).
 
 The stores themselves (:attr:`ApiResources.store`, :attr:`ApiResources.webhooks`) are used as they
 are.
@@ -22,6 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -32,6 +41,7 @@ from redis.exceptions import NoScriptError
 from relay.config import Settings
 from relay.crypto import Encryptor, SigningMaterial
 from relay.delivery.addresses import TargetPolicy
+from relay.delivery.outbound import OutboundLane
 from relay.delivery.probe import Prober
 from relay.delivery.transport import USER_AGENT, make_client
 from relay.redis import keyspace, replicas
@@ -47,17 +57,19 @@ from relay.redis.status_target import status_client
 from relay.state import job_queues
 from relay.state.all_shards import AllShards
 from relay.state.api_keys import (
+    OPERATOR_FIELDS,
     RECORD_FIELDS,
     PresentedKey,
+    check_operator_record,
+    check_record,
     console_session_active,
     end_console_session,
     lookup_key_async,
-    lookup_operator_async,
     open_console_session,
 )
 from relay.state.blobs import BlobStore
 from relay.state.event_feed import AsyncEventLog, FeedWaiters
-from relay.state.rate_limits import Decision, LeasePolicy, SlidingWindow
+from relay.state.rate_limits import Asked, Decision, LeasePolicy, SlidingWindow
 from relay.state.signing_material import SigningKeys, previous_until
 from relay.state.store import AsyncStore
 from relay.state.webhooks import AsyncWebhookStore
@@ -69,6 +81,8 @@ T_co = TypeVar("T_co", covariant=True)
 UPLOADS = "uploads"
 PROCESS = "process"
 RETRIES = "retries"
+VERIFICATIONS = "verifications"  # endpoint verifications started (also per callback host)
+ROTATIONS = "rotations"  # signing rotations
 
 
 class StatusQuery(Protocol[T_co]):
@@ -97,11 +111,14 @@ NO_READS = NoReads()
 @dataclass(frozen=True)
 class StatusRound(Generic[T]):
     """What one status round trip read: the key record (``HMGET RECORD_FIELDS``, to check
-    before anything else is used), the status window's decision and the query's record."""
+    before anything else is used), the status window's decision, the query's record and
+    ``ZCARD`` of the client address's bad-key window (``failures``: see
+    :meth:`ApiResources.address_blocked`)."""
 
     record: list[bytes | None]
     decision: Decision
     value: T
+    failures: int = 0
 
 
 @dataclass(frozen=True)
@@ -109,12 +126,14 @@ class WriteRound:
     """What a write's first round trip read: the key record (``HMGET RECORD_FIELDS``, to
     check before anything else is used), the write window's decision, and the bytes held on
     the account's pending total (``held``, 0 when none) with the total after holding them
-    (``total``, None when nothing was held)."""
+    (``total``, None when nothing was held), and ``ZCARD`` of the client address's bad-key
+    window (``failures``)."""
 
     record: list[bytes | None]
     decision: Decision
     held: int
     total: int | None
+    failures: int = 0  # ZCARD of the client address's bad-key window
 
 
 @dataclass
@@ -134,7 +153,10 @@ class ApiResources:
     status_limit: SlidingWindow
     write_limits: dict[str, SlidingWindow]
     auth_failures: SlidingWindow
-    prober: Prober  # test sends, through a delivery client of this process
+    verify_hosts: SlidingWindow  # endpoint verifications per callback host, all accounts
+    prober: Prober  # test sends, through a delivery client of this process, on their lane
+    url_checks: OutboundLane  # callback URL checks (DNS) of registrations
+    enqueues: ThreadPoolExecutor  # RQ enqueues of the wake-ups (RQ is synchronous)
     policy: TargetPolicy  # callback URLs: checked at registration, pinned by the test send
 
     @classmethod
@@ -144,22 +166,35 @@ class ApiResources:
         wait = settings.request_deadline  # a wait for a connection outside any request
         client = async_client(target, max_connections=settings.redis_max_connections, wait=wait)
         queue_target = RedisTarget.queues_from_settings(settings)
-        queues_async = (
-            client
-            if queue_target == target
-            else async_client(queue_target, max_connections=4, wait=wait)
-        )
+        # The queues' Redis serves every request's wake-up (POST /process, registrations,
+        # retries) as well as the operators' reads: as many connections as the state's.
+        queues_async = client if queue_target == target else async_client(queue_target, wait=wait)
         webhooks = AsyncWebhookStore(client)
         signing = SigningKeys(Encryptor.from_setting(settings.encryption_key))
         policy = TargetPolicy.from_settings(settings)
+        # A connection for every test send the lane runs at once: none waits for the pool.
         http = make_client(
-            policy, settings.delivery_timeout, max_connections=16, user_agent=USER_AGENT
+            policy,
+            settings.delivery_timeout,
+            max_connections=max(16, settings.test_send_concurrency),
+            user_agent=USER_AGENT,
         )
         rates = {
             UPLOADS: settings.account_upload_rate_limit,
             PROCESS: settings.account_process_rate_limit,
             RETRIES: settings.account_retry_rate_limit,
         }
+        # Rare and slow by design: counted one by one, never leased.
+        unleased = {
+            VERIFICATIONS: settings.account_verify_rate_limit,
+            ROTATIONS: settings.account_rotation_rate_limit,
+        }
+        probes = OutboundLane(
+            "test-send",
+            "test sends",
+            settings.test_send_concurrency,
+            settings.test_send_concurrency_per_account,
+        )
         return cls(
             settings=settings,
             redis=client,
@@ -187,11 +222,28 @@ class ApiResources:
                     LeasePolicy(settings.write_lease_slots, settings.write_lease_ms),
                 )
                 for kind, rate in rates.items()
+            }
+            | {
+                kind: SlidingWindow(rate, functools.partial(keyspace.account_rate_window, kind))
+                for kind, rate in unleased.items()
             },
             auth_failures=SlidingWindow(
                 settings.auth_failure_rate_limit, keyspace.auth_failure_window
             ),
-            prober=Prober(webhooks, signing, client, http, policy, settings.delivery_timeout),
+            verify_hosts=SlidingWindow(
+                settings.host_verify_rate_limit,
+                functools.partial(keyspace.host_rate_window, VERIFICATIONS),
+            ),
+            prober=Prober(
+                webhooks, signing, client, http, policy, settings.delivery_timeout, probes
+            ),
+            url_checks=OutboundLane(
+                "url-check",
+                "callback URL checks",
+                settings.url_check_concurrency,
+                settings.url_check_concurrency_per_account,
+            ),
+            enqueues=ThreadPoolExecutor(2, thread_name_prefix="rq-enqueue"),
             policy=policy,
         )
 
@@ -212,6 +264,9 @@ class ApiResources:
         return asyncio.create_task(follow_primary(target, moved), name="relay-primary-follower")
 
     async def close(self) -> None:
+        self.prober.lane.close()
+        self.url_checks.close()
+        self.enqueues.shutdown(wait=False, cancel_futures=True)
         self.prober.http.close()
         await self.lane.close()
         if self.all_shards.queues is not self.redis:
@@ -221,29 +276,34 @@ class ApiResources:
 
     # -- the status round trip ------------------------------------------------------------
 
-    async def _round(self, presented: PresentedKey, account: str, query: StatusQuery[T]) -> Any:
+    async def _round(
+        self, presented: PresentedKey, account: str, query: StatusQuery[T], address: str
+    ) -> tuple[list[Any], Asked]:
         pipe = self.lane.pipeline()
         pipe.hmget(keyspace.api_key(presented.prefix), list(RECORD_FIELDS))
-        self.status_limit.queue(pipe, presented.prefix)
+        asked = self.status_limit.queue(pipe, presented.prefix)
+        self.auth_failures.queue_count(pipe, address)
         query.queue(pipe, account)
-        return await pipe.execute(raise_on_error=False)
+        return await pipe.execute(raise_on_error=False), asked
 
     async def status(
-        self, presented: PresentedKey, account: str, query: StatusQuery[T]
+        self, presented: PresentedKey, account: str, query: StatusQuery[T], address: str
     ) -> StatusRound[T]:
-        """The key record, the status window and ``query``'s reads for the (cached) account
-        in one round trip; once more after a ``NOSCRIPT`` (a new or restarted Redis)."""
-        replies = await self._round(presented, account, query)
+        """The key record, the status window, the bad-key count of the client ``address``
+        and ``query``'s reads for the (cached) account in one round trip; once more after a
+        ``NOSCRIPT`` (a new or restarted Redis)."""
+        replies, asked = await self._round(presented, account, query, address)
         if isinstance(replies[1], NoScriptError):
             await self.status_limit.load(self.redis)
-            replies = await self._round(presented, account, query)
+            replies, asked = await self._round(presented, account, query, address)
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
         return StatusRound(
             record=replies[0],
-            decision=self.status_limit.decide(replies[1]),
-            value=query.decode(replies[2:], account),
+            decision=self.status_limit.decide(replies[1], presented.prefix, asked),
+            value=query.decode(replies[3:], account),
+            failures=int(replies[2]),
         )
 
     # -- keys and windows -----------------------------------------------------------------
@@ -251,10 +311,6 @@ class ApiResources:
     async def lookup_key(self, presented: PresentedKey) -> str | None:
         """The account of an active key (one round trip)."""
         return await lookup_key_async(self.redis, presented)
-
-    async def lookup_operator(self, presented: PresentedKey) -> str | None:
-        """The operator of an active operator key (one round trip)."""
-        return await lookup_operator_async(self.redis, presented)
 
     async def open_console_session(self, sid: str, prefix: str, max_age: int) -> None:
         await open_console_session(self.redis, sid, prefix, max_age)
@@ -267,10 +323,11 @@ class ApiResources:
         return await console_session_active(self.redis, sid, prefix, operator)
 
     async def write_round(
-        self, presented: PresentedKey, account: str, kind: str, hold: int = 0
+        self, presented: PresentedKey, account: str, kind: str, address: str, hold: int = 0
     ) -> WriteRound:
         """A write's first round trip (``relay.api.access.admit_write``): the key record,
-        the account's window of ``kind`` and, with ``hold`` > 0 (an upload's declared size),
+        the bad-key count of the client ``address``, the account's window of ``kind`` and,
+        with ``hold`` > 0 (an upload's declared size),
         ``INCRBY`` of the account's pending total, pipelined for the (cached) ``account``; the
         ``INCRBY`` also gives back what this process owes that total
         (``relay.state.store.PendingRefunds``).
@@ -290,6 +347,7 @@ class ApiResources:
         owed = self.store.refunds.take(account) if hold > 0 else 0
         pipe = self.lane.pipeline()
         pipe.hmget(keyspace.api_key(presented.prefix), list(RECORD_FIELDS))
+        self.auth_failures.queue_count(pipe, address)
         asked = window.queue(pipe, account) if leased is None else None
         if hold > 0:
             # What earlier uploads held beyond their files' bytes goes back in the same
@@ -304,19 +362,31 @@ class ApiResources:
             total = int(replies[-1])
         held = hold if total is not None else 0
         try:
-            if isinstance(replies[0], Exception):
-                raise replies[0]
+            for reply in replies[:2]:
+                if isinstance(reply, Exception):
+                    raise reply
             if leased is not None:
                 decision = leased
-            elif isinstance(replies[1], NoScriptError):
+            elif isinstance(replies[2], NoScriptError):
                 await window.load(self.redis)
                 decision = await window.hit(self.redis, account)
             else:
-                decision = window.decide(replies[1], account, asked)
+                decision = window.decide(replies[2], account, asked)
         except BaseException:
             await self.release_hold(account, held)
             raise
-        return WriteRound(record=replies[0], decision=decision, held=held, total=total)
+        return WriteRound(
+            record=replies[0], decision=decision, held=held, total=total, failures=int(replies[1])
+        )
+
+    def give_back_write(self, kind: str, account: str, decision: Decision) -> None:
+        """A write admitted by its window but refused after all (its client address past the
+        limit of bad keys): its slot goes back (``SlidingWindow.give_back``)."""
+        self.write_limits[kind].refunds(account, decision)
+
+    def give_back_status(self, prefix: str, decision: Decision) -> None:
+        """The same for a status request of the key ``prefix``."""
+        self.status_limit.refunds(prefix, decision)
 
     async def release_hold(self, account: str, held: int) -> None:
         """Give back bytes a refused or failed write held on the account's total."""
@@ -327,35 +397,102 @@ class ApiResources:
         """Count a failed authentication against the client's address."""
         return await self.auth_failures.hit(self.redis, address)
 
+    async def lookup_key_from(
+        self, presented: PresentedKey, address: str
+    ) -> tuple[str | None, int]:
+        """The account of an active key (None: unknown or revoked) and the bad-key count of
+        the client ``address`` (``failures``), in one round trip."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hmget(keyspace.api_key(presented.prefix), list(RECORD_FIELDS))
+            self.auth_failures.queue_count(pipe, address)
+            values, failures = await pipe.execute()
+        return check_record(values, presented), int(failures)
+
+    async def lookup_operator_from(
+        self, presented: PresentedKey, address: str
+    ) -> tuple[str | None, int]:
+        """:meth:`lookup_key_from` for an operator key (the console's login)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hmget(keyspace.api_key(presented.prefix), list(OPERATOR_FIELDS))
+            self.auth_failures.queue_count(pipe, address)
+            values, failures = await pipe.execute()
+        return check_operator_record(values, presented), int(failures)
+
+    async def address_blocked(self, address: str, failures: int) -> Decision | None:
+        """The bad-key window's refusal when the client ``address`` is past its limit, else
+        None: then every key it presents is refused, a valid one included, until the window
+        passes (or an operator runs ``relay keys unblock``). ``failures`` is the window's
+        ``ZCARD`` read in the request's own round trip: below the limit it proves the
+        address is not blocked at no further cost; at or above it, one more round trip reads
+        the window as the script counts it (:meth:`relay.state.rate_limits.SlidingWindow.peek`)."""
+        if failures < self.auth_failures.rate.limit:
+            return None
+        decision = await self.auth_failures.peek(self.redis, address)
+        return None if decision.allowed else decision
+
+    async def count_verification(self, account: str, host: str) -> tuple[Decision, Decision]:
+        """Count an endpoint verification about to start: in the account's window, then,
+        once that admits it, in the callback host's (an account past its own limit never
+        uses up a host's, which every account shares). Returns both decisions (the host's
+        is the account's when the account's refused); the verification may start when
+        both allow it."""
+        mine = await self.write_limits[VERIFICATIONS].hit(self.redis, account)
+        if not mine.allowed:
+            return mine, mine
+        return mine, await self.verify_hosts.hit(self.redis, host)
+
     # -- signing material ------------------------------------------------------------------
 
     async def signing_material(self, account: str) -> tuple[list[SigningMaterial], int | None]:
-        """The account's signing material (made on first use) and when the previous one
-        stops being used (None outside a rotation)."""
-        materials = await self.signing.get(self.redis, account)
+        """The account's signing material (made on first use, then answered once the replicas
+        have it) and when the previous one stops being used (None outside a rotation)."""
+        materials, made = await self.signing.fetch(self.redis, account)
+        if made:  # shown to the customer now: it must survive a failover
+            await self.replicated("signing material", key=keyspace.signing(account))
         return materials, await previous_until(self.redis, account)
 
     async def rotate_signing(self, account: str) -> tuple[list[SigningMaterial], int | None]:
-        """New signing material; the old one kept for ``RELAY_SIGNING_GRACE_SECONDS``."""
+        """New signing material; the old one kept for ``RELAY_SIGNING_GRACE_SECONDS``.
+        Answered once the replicas have it (``RELAY_REDIS_WAIT_REPLICAS``). Raises
+        RotationInProgress while the previous rotation's grace runs."""
         materials = await self.signing.rotate(
             self.redis, self.store.scripts, account, self.settings.signing_grace_seconds
         )
-        return materials, await previous_until(self.redis, account)
+        until = await previous_until(self.redis, account)
+        await self.replicated("signing rotation", key=keyspace.signing(account))
+        return materials, until
 
     # -- writes acknowledged, jobs woken ---------------------------------------------------
 
-    async def replicated(self, what: str, shard: int = 0) -> bool:
+    async def replicated(self, what: str, shard: int = 0, *, key: str | None = None) -> bool:
         """Wait for ``RELAY_REDIS_WAIT_REPLICAS`` replicas to have every write so far (on a
-        Cluster: the writes to ``shard``'s primary)."""
-        return await replicas.replicated(self.redis, self.settings, what, shard)
+        Cluster: the writes to ``shard``'s primary, or with ``key`` to that key's)."""
+        return await replicas.replicated(self.redis, self.settings, what, shard, key=key)
 
     async def wake(self, shard: int) -> None:
-        """Enqueue a delivery job for the shard unless one waits (in a thread: RQ blocks)."""
-        await asyncio.to_thread(job_queues.wake, self.sync_redis, shard, self.settings)
+        """Wake a delivery engine for the shard (``relay.state.job_queues.wake``): the marker
+        and the ring in one asyncio round trip; when no job waits and no engine listens, a
+        job enqueued on the edge's own threads (RQ blocks)."""
+        async with self.all_shards.queues.pipeline(transaction=False) as pipe:
+            job_queues.queue_wake(pipe, shard)
+            set_now = (await pipe.execute())[0]
+        if set_now:
+            await self._enqueue(job_queues.enqueue_delivery, shard)
 
     async def wake_processing(self, shard: int) -> None:
-        """Enqueue a processing job unless one waits (in a thread: RQ blocks)."""
-        await asyncio.to_thread(job_queues.wake_processing, self.sync_redis, shard, self.settings)
+        """Wake processing for the shard's documents (``relay.state.job_queues.wake_processing``),
+        as :meth:`wake` does."""
+        async with self.all_shards.queues.pipeline(transaction=False) as pipe:
+            job_queues.queue_processing_wake(pipe, shard)
+            set_now = (await pipe.execute())[-1]
+        if set_now:
+            await self._enqueue(job_queues.enqueue_processing, shard)
+
+    async def _enqueue(
+        self, enqueue: Callable[[redis.Redis, int, Settings], None], shard: int
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self.enqueues, enqueue, self.sync_redis, shard, self.settings)
 
     async def ping(self) -> None:
         """Redis answers; raises the client's error when it does not."""

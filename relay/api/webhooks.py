@@ -1,8 +1,19 @@
-"""Routes: a batch's webhook, its deliveries, and the account's signing material."""
+"""Routes: a batch's webhook, its deliveries, and the account's signing material.
+
+What these routes send out is bounded off the request path: a callback URL's DNS check and
+a test send run on lanes of threads of their own (``relay.delivery.outbound``: a bounded
+number per process and per account, refused at once past it), never on the executor the
+rest of the process shares; an endpoint verification's challenge goes out through the
+delivery engine, counted first per account and per callback host (``relay.api.throttles``),
+and a registration that repeats the verification in progress starts none; a test send goes
+only to a webhook that could receive a notification (409 otherwise); a signing rotation is
+counted per account and refused while the previous rotation's grace period runs.
+"""
 
 from __future__ import annotations
 
-import asyncio
+import functools
+import logging
 from typing import Any
 
 from starlette.requests import Request
@@ -11,21 +22,38 @@ from starlette.routing import BaseRoute, Route
 
 from relay.api.access import admit_write, authenticate
 from relay.api.bodies import json_response, read_json
-from relay.api.errors import ApiError, NotFound, Unprocessable
+from relay.api.errors import (
+    ApiError,
+    NotFound,
+    Unprocessable,
+    from_outbound_busy,
+    from_state_error,
+)
 from relay.api.paging import decode_position, encode_position, page_params
 from relay.api.paths import batch_ref
 from relay.api.responses import delivery_list
 from relay.api.state import AppState, state
-from relay.api.throttles import RETRIES
+from relay.api.throttles import RETRIES, ROTATIONS
 from relay.crypto import SigningMaterial
-from relay.delivery.ssrf import in_documented_form, vet_url
-from relay.exceptions import UnsafeTarget, WebhookNotFound
+from relay.delivery.probe import ProbeResult
+from relay.delivery.ssrf import TargetUrl, in_documented_form, validate_url, vet_url
+from relay.exceptions import (
+    OutboundBusy,
+    RotationInProgress,
+    UnsafeTarget,
+    WebhookDisabled,
+    WebhookNotFound,
+    WebhookNotVerified,
+)
 from relay.state.model import SigningMaterialJSON, Webhook
 from relay.state.store import BatchRef
 from relay.state.webhooks import operational_ref
 from relay.timefmt import rfc3339
 
+log = logging.getLogger("relay.delivery")
 MAX_URL_CHARS = 2048
+# How long a registration waits for its callback host's DNS lookup.
+URL_CHECK_TIMEOUT_S = 5.0
 
 
 async def _existing(st: AppState, ref: BatchRef) -> BatchRef:
@@ -44,9 +72,33 @@ async def _wake(st: AppState, ref: BatchRef) -> None:
     await st.resources.wake(ref.shard)
 
 
-async def _callback_url(request: Request, st: AppState) -> tuple[str, bool]:
-    """The ``{"url": ..., "verify": ...}`` of a registration, the URL vetted as every
-    callback URL is (422); verify is on for every registration with
+async def _check_url(st: AppState, account: str, url: str) -> str:
+    """Vet ``url`` as every callback URL is (UnsafeTarget); its host. A host name is looked
+    up on the URL checks' own threads, within the account's share of them (OutboundBusy).
+    The lookup runs on the lane's thread itself: one that hangs past the request's wait
+    keeps its slot until it ends, so hanging lookups fill the account's share of the lane
+    (then refused at once), never a pool other requests use."""
+    try:
+        target: TargetUrl | None = validate_url(url, st.policy)
+    except UnsafeTarget:
+        target = None
+    if target is None or target.ip is not None:
+        # Nothing to look up: checked here, and a refusal logged as every registration's is.
+        return vet_url(url, st.policy, timeout=None).host
+    check = functools.partial(vet_url, url, st.policy, timeout=None)
+    try:
+        await st.resources.url_checks.run(account, URL_CHECK_TIMEOUT_S, check)
+    except TimeoutError:
+        log.info("callback URL refused at registration (dns): %s did not answer", target.host)
+        raise UnsafeTarget(
+            "dns", f"DNS lookup for {target.host} did not answer within {URL_CHECK_TIMEOUT_S:g} s"
+        ) from None
+    return target.host
+
+
+async def _callback_url(request: Request, st: AppState, account: str) -> tuple[str, bool, str]:
+    """The ``{"url": ..., "verify": ...}`` of a registration and the URL's host, the URL
+    vetted as every callback URL is (422); verify is on for every registration with
     RELAY_REQUIRE_VERIFIED_WEBHOOKS."""
     body = await read_json(request)
     if (
@@ -64,10 +116,11 @@ async def _callback_url(request: Request, st: AppState) -> tuple[str, bool]:
             f"url is longer than {MAX_URL_CHARS} characters", error_type="invalid_webhook_url"
         )
     try:
-        # Resolving the host blocks: keep it off the event loop.
-        await asyncio.to_thread(vet_url, url, st.policy)
+        host = await _check_url(st, account, url)
     except UnsafeTarget as exc:
-        raise Unprocessable(exc.message, error_type="invalid_webhook_url") from exc
+        # One answer for every refusal that depends on DNS or addresses (the reason is in
+        # the log): a tenant must not learn which internal names exist.
+        raise Unprocessable(exc.answer, error_type="invalid_webhook_url") from exc
     if not (st.policy.allow_http or st.policy.allow_private or in_documented_form(url)):
         # Safe, but not of the form the OpenAPI document promises (an IP literal, a character
         # to percent-encode): production takes the documented form only.
@@ -76,23 +129,36 @@ async def _callback_url(request: Request, st: AppState) -> tuple[str, bool]:
             "not an IP address, and RFC 3986 characters (percent-encode any other)",
             error_type="invalid_webhook_url",
         )
-    return url, verify
+    return url, verify, host
 
 
 async def put_webhook(request: Request) -> Response:
     """Register or replace the batch's webhook: 201 or 200, the webhook. The registration
     script checks that the batch exists (404) and answers the webhook as it left it: with
     the key's round trip, two in all. A refused body is looked at with the batch first: a
-    missing batch is a 404 whatever the body, as on every route of a batch."""
+    missing batch is a 404 whatever the body, as on every route of a batch.
+
+    With verify: a registration that repeats the verification in progress (the same URL,
+    its challenge still pending) answers the webhook as it is (200) and starts nothing;
+    any other starts a verification, counted first per account and per callback host (429
+    past either, nothing written)."""
     account = await authenticate(request)
     st = state(request)
     ref = await batch_ref(request, account)
     try:
-        url, verify = await _callback_url(request, st)
+        url, verify, host = await _callback_url(request, st, account)
     except ApiError:
         await _existing(st, ref)
         raise
+    if verify:
+        pending = await st.webhooks.pending_verification(ref, url)
+        if pending is not None:
+            return json_response(pending.to_json())
+        await _existing(st, ref)  # a 404 uses up no verification (the host's is shared)
+        await st.limits.verification(account, host)
     done = await st.webhooks.register(ref, url, st.settings.public_url, verify=verify)
+    if done.repeated:  # a concurrent registration started the same verification meanwhile
+        return json_response(done.hook.to_json())
     if done.due:
         await _wake(st, ref)
     await st.resources.replicated(f"webhook of batch {ref.name!r}", ref.shard)
@@ -112,6 +178,7 @@ async def delete_webhook(request: Request) -> Response:
     hook = await st.webhooks.get(ref)
     if hook is None or not await st.webhooks.delete(ref):
         raise NotFound(f"batch {ref.name!r} has no webhook")
+    await st.resources.replicated(f"removal of the webhook of batch {ref.name!r}", ref.shard)
     return json_response(hook.to_json())
 
 
@@ -135,6 +202,24 @@ async def retry_delivery(request: Request) -> Response:
     return json_response(delivery.to_json(), 202, headers=rate_headers)
 
 
+async def _test_send(
+    st: AppState, ref: BatchRef, missing: str, rate_headers: dict[str, str]
+) -> ProbeResult:
+    """The test send of ``ref``'s webhook; every refusal carries ``rate_headers``: 404
+    ``missing``, 409 when the webhook could not receive a notification now (its
+    verification pending or failed, or it is disabled), 429/503 when no slot is free."""
+    try:
+        return await st.resources.prober.send(ref)
+    except WebhookNotFound as exc:
+        raise NotFound(missing, headers=rate_headers) from exc
+    except (WebhookNotVerified, WebhookDisabled) as exc:
+        err = from_state_error(exc)
+        err.headers.update(rate_headers)
+        raise err from exc
+    except OutboundBusy as exc:
+        raise from_outbound_busy(exc, rate_headers) from exc
+
+
 async def test_webhook(request: Request) -> Response:
     """Send a signed webhook.test event to the batch's webhook now and answer with the
     attempt; the batch's deliveries are untouched. Counted against the account's retry rate
@@ -143,10 +228,7 @@ async def test_webhook(request: Request) -> Response:
     admitted = await admit_write(request, RETRIES)
     account, rate_headers = admitted.account, admitted.headers
     ref = await _existing(st, await batch_ref(request, account))
-    try:
-        result = await st.resources.prober.send(ref)
-    except WebhookNotFound as exc:
-        raise NotFound(f"batch {ref.name!r} has no webhook", headers=rate_headers) from exc
+    result = await _test_send(st, ref, f"batch {ref.name!r} has no webhook", rate_headers)
     return json_response(result.to_json(), headers=rate_headers)
 
 
@@ -158,10 +240,8 @@ async def test_operational_webhook(request: Request) -> Response:
     st = state(request)
     admitted = await admit_write(request, RETRIES)
     account, rate_headers = admitted.account, admitted.headers
-    try:
-        result = await st.resources.prober.send(operational_ref(account))
-    except WebhookNotFound as exc:
-        raise NotFound("no operational webhook is registered", headers=rate_headers) from exc
+    ref = operational_ref(account)
+    result = await _test_send(st, ref, "no operational webhook is registered", rate_headers)
     return json_response(result.to_json(), headers=rate_headers)
 
 
@@ -170,16 +250,25 @@ def _ops_json(hook: Webhook) -> dict[str, Any]:
 
 
 async def put_operational_webhook(request: Request) -> Response:
+    """Register or replace the operational webhook: 201 or 200, the webhook; a verification
+    repeated or counted as for a batch's (``put_webhook``)."""
     account = await authenticate(request)
     st = state(request)
-    url, verify = await _callback_url(request, st)
-    created = await st.webhooks.register_operational_webhook(account, url, verify=verify)
+    url, verify, host = await _callback_url(request, st, account)
+    ref = operational_ref(account)
     if verify:
-        await _wake(st, operational_ref(account))
-    hook = await st.webhooks.get(operational_ref(account))
+        pending = await st.webhooks.pending_verification(ref, url)
+        if pending is not None:
+            return json_response(_ops_json(pending))
+        await st.limits.verification(account, host)
+    done = await st.webhooks.register_operational_webhook(account, url, verify=verify)
+    if done.challenged:
+        await _wake(st, ref)
+    hook = await st.webhooks.get(ref)
     if hook is None:  # removed between the two calls by a concurrent DELETE
         raise NotFound("the operational webhook was removed meanwhile")
-    return json_response(_ops_json(hook), 201 if created else 200)
+    await st.resources.replicated("operational webhook", operational_ref(account).shard)
+    return json_response(_ops_json(hook), 201 if done.created else 200)
 
 
 async def get_operational_webhook(request: Request) -> Response:
@@ -197,6 +286,7 @@ async def delete_operational_webhook(request: Request) -> Response:
     hook = await st.webhooks.get(ref)
     if hook is None or not await st.webhooks.delete(ref):
         raise NotFound("no operational webhook is registered")
+    await st.resources.replicated("removal of the operational webhook", ref.shard)
     return json_response(_ops_json(hook))
 
 
@@ -236,8 +326,16 @@ async def get_signing(request: Request) -> Response:
 
 
 async def rotate_signing(request: Request) -> Response:
-    account = await authenticate(request)
-    return json_response(_signing_json(*await state(request).resources.rotate_signing(account)))
+    """New signing material: 200. Counted against the account's rotation rate first; 409
+    ``rotation_in_progress`` (nothing changed) while the previous rotation's grace runs."""
+    admitted = await admit_write(request, ROTATIONS)
+    try:
+        rotated = await state(request).resources.rotate_signing(admitted.account)
+    except RotationInProgress as exc:
+        err = from_state_error(exc)
+        err.headers.update(admitted.headers)
+        raise err from exc
+    return json_response(_signing_json(*rotated), headers=admitted.headers)
 
 
 routes: list[BaseRoute] = [

@@ -4,7 +4,7 @@ relay serve [--host H] [--port P]     the API (uvicorn)
 relay worker [--queues Q] [--burst]   an RQ worker: processing, delivery or all queues
 relay detector                        the completion detector and the sweepers
 relay dev                             all of the above on a private Redis
-relay keys create|list|revoke         API keys
+relay keys create|list|revoke|unblock  API keys; lift a client's bad-key block
 relay deliveries list|show|retry|recover  the operator's view of webhook deliveries
 relay reencrypt [--batch N]           re-encrypt stored secrets with the first encryption key
 relay config example                  print .env.example
@@ -21,16 +21,12 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
 
 from relay import __version__
 from relay.config import Settings, env_example, explicitly_set, load_settings, settings_doc
 from relay.exceptions import ConfigError, RelayError
 from relay.extract.errors import ExtractorConfigError
 from relay.logs import redact_url
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger("relay")
 
@@ -199,36 +195,9 @@ def cmd_dev(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
-    from relay.redis.clients import RedisTarget, sync_client
-    from relay.state import api_keys
+    from relay.cli import keys as key_commands
 
-    client = sync_client(RedisTarget.from_settings(settings))
-    if args.keys_cmd == "create":
-        try:
-            if args.operator:
-                key = api_keys.create_operator_key(client, args.operator)
-                what = f"operator key for {args.operator} (the console only"
-            else:
-                key = api_keys.create_key(client, args.account)
-                what = f"API key for account {args.account} ("
-        except ValueError as exc:
-            print(f"relay: {exc}", file=sys.stderr)
-            return 2
-        print(f"{what}{'; ' if args.operator else ''}shown once, stored hashed):", file=sys.stderr)
-        print(key)
-    elif args.keys_cmd == "list":
-        from relay.text import for_terminal
-
-        for info in api_keys.list_keys(client):
-            state = "revoked" if info.revoked_at else "active"
-            owner = f"operator:{info.account}" if info.operator else info.account
-            print(f"{info.prefix}\t{for_terminal(owner)}\t{state}")
-    else:
-        if not api_keys.revoke_key(client, args.prefix):
-            print(f"no key with prefix {args.prefix!r}", file=sys.stderr)
-            return 1
-        print(f"revoked {args.prefix}")
-    return 0
+    return key_commands.run(settings, args)
 
 
 def account_name(text: str) -> str:
@@ -404,7 +373,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dev.set_defaults(func=cmd_dev)
 
-    keys = sub.add_parser("keys", help="manage API keys")
+    keys = sub.add_parser(
+        "keys",
+        help="manage API keys",
+        epilog="exit codes: 0 done; 1 not done (no such key, Redis unreachable, a failover "
+        "under way); 2 a bad argument; 3 written on the primary but not confirmed by the "
+        "RELAY_REDIS_WAIT_REPLICAS replicas in time (create still prints the key)",
+    )
     ksub = keys.add_subparsers(dest="keys_cmd", required=True)
     kc = ksub.add_parser("create", help="create a key; printed on the last line")
     owner = kc.add_mutually_exclusive_group(required=True)
@@ -417,6 +392,11 @@ def build_parser() -> argparse.ArgumentParser:
     ksub.add_parser("list", help="list keys (prefix, account, state)")
     kr = ksub.add_parser("revoke", help="revoke a key by its prefix (or the whole key)")
     kr.add_argument("prefix", help="the prefix `relay keys list` shows, or the whole key")
+    ku = ksub.add_parser(
+        "unblock",
+        help="let a client address blocked for too many bad keys present keys again now",
+    )
+    ku.add_argument("address", help="its IPv4 or IPv6 address (an IPv6 /64 counts as one)")
     keys.set_defaults(func=cmd_keys)
 
     dl = sub.add_parser("deliveries", help="inspect and retry webhook deliveries")

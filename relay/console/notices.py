@@ -11,7 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from relay.exceptions import DeliveryNotFound, NotRetryable, StateError, WebhookNotFound
+from relay.exceptions import (
+    DeliveryNotFound,
+    NotRetryable,
+    OutboundBusy,
+    StateError,
+    WebhookDisabled,
+    WebhookNotFound,
+    WebhookNotVerified,
+)
 
 MESSAGES: dict[str, str] = {
     "retried": "Retry queued: the delivery is due now (same webhook-id).",
@@ -26,12 +34,21 @@ ERRORS: dict[str, str] = {
     **{f"not_retryable_{why}": t[:1].upper() + t[1:] for why, t in NotRetryable.MESSAGES.items()},
     "not_retryable": "This delivery cannot be sent again.",
     "refused": "Refused: the state changed meanwhile (reload the page).",
+    "webhook_not_verified": "Not sent: the webhook's endpoint verification is pending or failed.",
+    "webhook_disabled": "Not sent: the webhook is disabled (enable it first).",
+    "outbound_busy": "Not sent: too many test sends are in flight; try again in a few seconds.",
     "bad_recovery": "Status is failed or canceled; since is required (6h, 2d or 2026-11-30T12:00).",
 }
 
 
-def error_code(exc: StateError) -> str:
-    """The ``err`` code of a refusal of the state layer."""
+def error_code(exc: StateError | OutboundBusy) -> str:
+    """The ``err`` code of a refusal of the state layer (or of a test send's lane)."""
+    if isinstance(exc, OutboundBusy):
+        return "outbound_busy"
+    if isinstance(exc, WebhookNotVerified):
+        return "webhook_not_verified"
+    if isinstance(exc, WebhookDisabled):
+        return "webhook_disabled"
     if isinstance(exc, DeliveryNotFound):
         return "no_delivery"
     if isinstance(exc, WebhookNotFound):

@@ -215,7 +215,8 @@ class ConsoleQueries:
 
     async def test_send(self, account: str, batch: str) -> ProbeResult:
         """Send a signed webhook.test to the webhook now; nothing is recorded. Raises
-        WebhookNotFound."""
+        WebhookNotFound, WebhookNotVerified, WebhookDisabled and OutboundBusy (nothing
+        sent)."""
         if self.prober is None:
             raise WebhookNotFound("test sends are not available here")
         return await self.prober.send(await self.all_shards.locate(account, batch))

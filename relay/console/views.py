@@ -21,13 +21,14 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.templating import Jinja2Templates
 
-from relay.api.errors import Unauthorized
+from relay.api.errors import ApiError, Unauthorized
 from relay.api.state import AppState, state
+from relay.api.throttles import client_address
 from relay.console import charts
 from relay.console.notices import error_code, notices
 from relay.console.queries import ConsoleQueries, DeliveryFilter
 from relay.console.session import Session, Sessions, csrf_ok
-from relay.exceptions import StateError
+from relay.exceptions import OutboundBusy, StateError
 from relay.logs import mask_query
 from relay.state.api_keys import parse_key
 from relay.state.model import DeliveryStatus
@@ -180,29 +181,43 @@ async def login(request: Request) -> Response:
         return PlainTextResponse("CSRF token missing or wrong", status_code=403)
     raw = form.get("key")
     presented = parse_key(raw.strip()) if isinstance(raw, str) else None
-    operator = await st.resources.lookup_operator(presented) if presented else None
+    operator, failures = None, 0
+    if presented is not None:
+        operator, failures = await st.resources.lookup_operator_from(
+            presented, client_address(request)
+        )
     if presented is None or operator is None:
         # Counted with the API's bad keys, so the console is no faster way to guess keys.
-        refusal = await st.limits.bad_key(request, Unauthorized("not an operator"))
-        token, _ = console.sessions.login_token(request)
-        page = _render(
-            request,
-            "login.html",
-            None,
-            status=refusal.status_code,
-            csrf=token,
-            error=(
-                "Too many attempts with a wrong key from this address: wait, then try again."
-                if refusal.status_code == 429
-                else "This key does not open the console (an active operator key is needed)."
-            ),
+        return _refused_login(
+            request, console, await st.limits.bad_key(request, Unauthorized("not an operator"))
         )
-        page.headers.update(refusal.headers)  # the 429's Retry-After and RateLimit-*
-        return page
+    # Past the limit the address is blocked: a right key is refused as a wrong one is.
+    blocked = await st.limits.blocked(request, failures)
+    if blocked is not None:
+        return _refused_login(request, console, blocked)
     response = RedirectResponse("/console", status_code=303)
     sid = console.sessions.start(request, response, operator, presented.prefix)
     await st.resources.open_console_session(sid, presented.prefix, console.sessions.max_age)
     return response
+
+
+def _refused_login(request: Request, console: Console, refusal: ApiError) -> Response:
+    """The login page again, answering ``refusal``'s status (401, or 429 with its headers)."""
+    token, _ = console.sessions.login_token(request)
+    page = _render(
+        request,
+        "login.html",
+        None,
+        status=refusal.status_code,
+        csrf=token,
+        error=(
+            "Too many attempts with a wrong key from this address: wait, then try again."
+            if refusal.status_code == 429
+            else "This key does not open the console (an active operator key is needed)."
+        ),
+    )
+    page.headers.update(refusal.headers)  # the 429's Retry-After and RateLimit-*
+    return page
 
 
 async def logout(request: Request) -> Response:
@@ -377,7 +392,7 @@ async def webhook_test(request: Request) -> Response:
     account, batch = fields.get("account", ""), fields.get("batch", "")
     try:
         result = await console.queries.test_send(account, batch)
-    except StateError as exc:
+    except (StateError, OutboundBusy) as exc:
         return _back("/console/webhooks", err=error_code(exc))
     rows = await console.queries.webhooks()
     return _render(

@@ -15,10 +15,13 @@ Contract (the spec's "Callback URL safety"):
   and certificate check), because httpcore does the handshake with the URL's host.
 
 Every refusal is an :class:`~relay.exceptions.UnsafeTarget` whose ``kind`` is one of
-``syntax``, ``too_long``, ``scheme``, ``userinfo``, ``fragment``, ``host``, ``port``, ``dns``,
-``private_address`` and whose ``message`` is a sentence fit for a 422 response. A host name
-refused for its addresses is said to "resolve to a non-public address", never to which one:
-that would map the internal network for the tenant (the log has the detail).
+``syntax``, ``too_long``, ``scheme``, ``userinfo``, ``fragment``, ``host``, ``port``, ``form``,
+``dns``, ``private_address`` and whose ``message`` says why. What registration answers (422)
+is its ``answer``: the message for what the URL's own text gets wrong, and one sentence for
+every refusal that depends on DNS or on addresses (``dns``, ``private_address``: an unknown
+name, a DNS timeout, a name or an IP literal with a non-public address), so the answers map
+neither which internal names exist nor what they resolve to; :func:`vet_url` logs the
+message.
 
 This module checks URLs and is the guard's public surface; the address rules and DNS
 resolution are in :mod:`relay.delivery.addresses`, the pinned client and
@@ -28,6 +31,7 @@ resolution are in :mod:`relay.delivery.addresses`, the pinned client and
 from __future__ import annotations
 
 import ipaddress
+import logging
 import re
 import socket
 import unicodedata
@@ -46,8 +50,11 @@ from relay.delivery.transport import (
 )
 from relay.exceptions import UnsafeTarget
 
+log = logging.getLogger("relay.delivery")
+
 __all__ = [
     "CALLBACK_URL_PATTERN",
+    "FORM_MESSAGE",
     "MAX_URL_LENGTH",
     "ErrorKind",
     "GuardedTransport",
@@ -237,12 +244,30 @@ def validate_url(url: str, policy: TargetPolicy) -> TargetUrl:
     return TargetUrl(url=url, scheme=scheme, host=host, port=port, ip=ip)
 
 
-def vet_url(url: str, policy: TargetPolicy, *, timeout: float | None = 5.0) -> TargetUrl:
-    """Registration check: :func:`validate_url`, then :func:`resolve_and_check` on its host.
+FORM_MESSAGE = (
+    "the callback URL must be https://<host name>[:port][/path][?query]: a DNS name, "
+    "not an IP address, and RFC 3986 characters (percent-encode any other)"
+)
 
-    Raises :class:`UnsafeTarget`; the API answers 422 ``invalid_webhook_url`` with its message.
+
+def vet_url(url: str, policy: TargetPolicy, *, timeout: float | None = 5.0) -> TargetUrl:
+    """Registration check: :func:`validate_url`; then, in production (neither
+    ``RELAY_ALLOW_*`` flag), the documented form (kind ``form``: an IP literal, a character
+    to percent-encode), before any DNS; then :func:`resolve_and_check` on its host.
+
+    Raises :class:`UnsafeTarget`; the API answers 422 ``invalid_webhook_url`` with its
+    ``answer``. A refusal that depends on DNS or addresses is logged here with its reason.
     """
-    target = validate_url(url, policy)
-    if target.ip is None:
-        resolve_and_check(target.host, target.port, policy, timeout=timeout)
+    try:
+        target = validate_url(url, policy)
+        if not (policy.allow_http or policy.allow_private or in_documented_form(url)):
+            # Safe, but not of the form the OpenAPI document promises: production takes
+            # that form only.
+            raise UnsafeTarget("form", FORM_MESSAGE)
+        if target.ip is None:
+            resolve_and_check(target.host, target.port, policy, timeout=timeout)
+    except UnsafeTarget as exc:
+        if exc.kind in UnsafeTarget.NETWORK_KINDS:
+            log.info("callback URL refused at registration (%s): %s", exc.kind, exc.message)
+        raise
     return target

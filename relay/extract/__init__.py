@@ -41,12 +41,13 @@ from __future__ import annotations
 
 from pathlib import PurePath
 
-from relay.extract.bounds import DEFAULT_MAX_PAGES
+from relay.extract.bounds import DEFAULT_MAX_PAGES, current
 from relay.extract.csv_tsv import choose_dialect, decode_text, extract_delimited, sniff_dialect
 from relay.extract.errors import ExtractionError
 from relay.extract.image import DEFAULT_MAX_IMAGE_PIXELS, extract_image
 from relay.extract.json_ import extract_json, parse_json, rows_from_json
 from relay.extract.loader import Extractor, load_extractor, run_extractor
+from relay.extract.pages import PageRanges
 from relay.extract.pdf import extract_pdf
 from relay.extract.sniff import IMAGE_FORMATS, sniff_format
 from relay.extract.tables import Extraction, split_tables, table_of_records
@@ -153,22 +154,31 @@ def extract_document(
     fields: list[str],
     max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
     max_pages: int = DEFAULT_MAX_PAGES,
+    pages: PageRanges | None = None,
 ) -> Extraction:
     """The default extractor: the rows and the tables of ``content`` (module docstring).
 
     ``max_image_pixels`` bounds an image, or a scanned PDF page rendered for OCR
     (``RELAY_MAX_IMAGE_PIXELS``), ``max_pages`` a PDF or TIFF (``RELAY_MAX_PAGES``); the
-    worker passes both in. Raises ``ExtractionError`` with one of the codes listed in
-    ``relay.extract.errors``.
+    worker passes both in. ``pages``: read only these pages of a PDF or an image (a TIFF's
+    pages; any other image is one page), keeping their numbers; ``None`` takes the ones the
+    sandbox was given (``relay.extract.bounds.current``), every page outside it. It does not
+    apply to CSV, TSV or JSON (no pages). Raises ``ExtractionError`` with one of the codes
+    listed in ``relay.extract.errors``.
     """
     if not content or content.isspace():
         raise ExtractionError("empty_document", "the document is empty")
+    selected = pages if pages is not None else current().pages
     kind = detect_format(content, filename=filename, content_type=content_type)
     if kind in ("pdf", "image"):
         if kind == "pdf":
-            found = extract_pdf(content, max_pixels=max_image_pixels, max_pages=max_pages)
+            found = extract_pdf(
+                content, max_pixels=max_image_pixels, max_pages=max_pages, pages=selected
+            )
         else:
-            found = extract_image(content, max_pixels=max_image_pixels, max_pages=max_pages)
+            found = extract_image(
+                content, max_pixels=max_image_pixels, max_pages=max_pages, pages=selected
+            )
         rows, tables = split_tables(found, "the PDF" if kind == "pdf" else "the image")
     else:
         text = decode_text(content)
@@ -194,6 +204,7 @@ def extract(
     fields: list[str],
     max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
     max_pages: int = DEFAULT_MAX_PAGES,
+    pages: PageRanges | None = None,
 ) -> list[dict[str, object]]:
     """The default extractor's rows (``line_items``) of ``content``: ``extract_document``
     without the tables (module docstring)."""
@@ -204,4 +215,5 @@ def extract(
         fields=fields,
         max_image_pixels=max_image_pixels,
         max_pages=max_pages,
+        pages=pages,
     ).line_items

@@ -8,9 +8,12 @@ so a document that would grow past a bound fails early instead of first filling 
   ``tables``); the readers charge each row to a :class:`RowBudget` as they build it
   (``result_too_large``);
 * ``max_depth``: the deepest nesting of a JSON document's values (``too_deeply_nested``);
-* ``on_pages``: told how many pages a paged document (PDF, TIFF) has, once they are counted
-  and before any is read (:func:`declare_pages`): the sandbox grows the document's deadline
-  by ``RELAY_EXTRACT_PAGE_SECONDS`` a page.
+* ``on_pages``: told how many pages a paged document (PDF, TIFF) has to read, once they are
+  counted and before any is read (:func:`declare_pages`): the sandbox grows the document's
+  deadline by ``RELAY_EXTRACT_PAGE_SECONDS`` a page;
+* ``pages``: the pages the process call asked for (``relay.extract.pages.PageRanges``,
+  ``None``: every page): the default extractor reads only those of a PDF or TIFF; a plug-in
+  may read them here too (``current().pages``).
 
 Any extractor's result, plug-ins' included, is then serialised by :func:`encode_result`,
 which checks the size again, exactly, row by row and table by table, and never builds more
@@ -28,6 +31,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from relay.extract.errors import ExtractionError
+from relay.extract.pages import PageRanges
 from relay.extract.result import Table
 
 # A lone surrogate (``"\\ud800"`` from JSON) cannot be encoded as UTF-8: one in a stored row
@@ -70,6 +74,7 @@ class ExtractLimits:
     max_depth: int | None = None
     fields: tuple[str, ...] = ()  # the batch's fields: only these keys count towards the size
     on_pages: Callable[[int], None] | None = None  # told a paged document's page count
+    pages: PageRanges | None = None  # the pages asked for (None: every page)
 
 
 _UNBOUNDED = ExtractLimits()

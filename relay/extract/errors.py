@@ -19,6 +19,8 @@ Codes the default extractor uses:
     invalid_image       bytes declared or recognised as an image that Pillow cannot decode
     image_too_large     an image (or a scanned page) of more than RELAY_MAX_IMAGE_PIXELS
     too_many_pages      a PDF or multi-page TIFF of more than RELAY_MAX_PAGES pages
+    pages_out_of_range  the pages a process call asked for (``pages``) are all past the
+                        end of the document
     ocr_unavailable     the OCR packages (rapidocr-onnxruntime, rapid-table) are not installed
     too_deeply_nested   JSON nesting deeper than ``RELAY_EXTRACT_MAX_DEPTH`` levels
     result_too_large    line_items and tables past ``RELAY_MAX_RESULT_BYTES`` of JSON
@@ -59,6 +61,8 @@ CODES: dict[str, str] = {
     "no_table_found": "a readable PDF or image with no table in it",
     "too_many_pages": "a PDF or multi-page TIFF of more than `RELAY_MAX_PAGES` pages (refused "
     "before any page is read)",
+    "pages_out_of_range": "the pages the process call asked for (`pages`) are all past the end "
+    "of the document (a range partly past it reads the pages it has)",
     "ocr_unavailable": "the OCR packages (rapidocr-onnxruntime, rapid-table) are not installed "
     "on the worker",
     "too_deeply_nested": "JSON nested deeper than `RELAY_EXTRACT_MAX_DEPTH` levels",

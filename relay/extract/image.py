@@ -10,7 +10,10 @@ Contract:
   bounded by ``max_pages``. Bytes Pillow cannot read fail with ``invalid_image``.
 * Every page of a multi-page TIFF is read, in order; of an animated PNG or WebP only the
   first frame (an animation is not a document). A TIFF of more than ``max_pages`` pages
-  fails with ``too_many_pages`` before any is decoded; within it, the number of pages is
+  fails with ``too_many_pages`` before any is decoded (whatever ``pages`` asks for); with
+  ``pages`` (``relay.extract.pages.PageRanges``) only the pages it names are decoded and
+  read, keeping their own numbers, and any other image is a document of one page (a range
+  without page 1 selects nothing: ``pages_out_of_range``). The number of pages to read is
   declared (``relay.extract.bounds.declare_pages``: the document's deadline grows with it).
 * Each page is turned upright as its EXIF orientation says (phones store photos sideways
   and say so there), flattened onto white when it has transparency, and read by
@@ -36,6 +39,7 @@ from typing import TYPE_CHECKING
 
 from relay.extract.bounds import DEFAULT_MAX_PAGES, declare_pages, too_many_pages
 from relay.extract.errors import ExtractionError, shorten
+from relay.extract.pages import PageRanges
 from relay.extract.result import Table
 
 if TYPE_CHECKING:
@@ -75,18 +79,25 @@ def _open(content: bytes, max_pixels: int) -> Image:
     return image
 
 
-def _frames(image: Image, max_pixels: int, max_pages: int) -> list[int]:
-    """The frame numbers to read, once their number and the size of each are known to be
-    within bounds."""
+def _frames(
+    image: Image, max_pixels: int, max_pages: int, selected: PageRanges | None
+) -> list[int]:
+    """The frame numbers (0-based) to read, the ``selected`` pages' (all when ``None``),
+    once their number and the size of each are known to be within bounds."""
     count = getattr(image, "n_frames", 1) if image.format == "TIFF" else 1
     if count > max_pages:
         raise too_many_pages(max_pages)
-    for frame in range(count):
+    frames = list(range(count))
+    if selected is not None:
+        frames = [page - 1 for page in selected.select(count)]
+        if not frames:
+            raise ExtractionError("pages_out_of_range", selected.out_of_range(count))
+    for frame in frames:
         image.seek(frame)  # reads the frame's header only
         pixels = image.width * image.height
         if pixels > max_pixels:
             raise _too_large(pixels, max_pixels)
-    return list(range(count))
+    return frames
 
 
 def _upright(image: Image) -> Image:
@@ -102,10 +113,13 @@ def _upright(image: Image) -> Image:
     return turned.convert("RGB")
 
 
-def _pages(content: bytes, max_pixels: int, max_pages: int) -> Iterator[Image]:
+def _pages(
+    content: bytes, max_pixels: int, max_pages: int, selected: PageRanges | None
+) -> Iterator[tuple[int, Image]]:
+    """Each page to read, with its number (1-based), decoded and upright."""
     image = _open(content, max_pixels)
     with image:
-        frames = _frames(image, max_pixels, max_pages)
+        frames = _frames(image, max_pixels, max_pages, selected)
         declare_pages(len(frames))  # the deadline grows with them (relay.extract.bounds)
         for frame in frames:
             image.seek(frame)
@@ -115,16 +129,21 @@ def _pages(content: bytes, max_pixels: int, max_pages: int) -> Iterator[Image]:
                 reason = shorten(f"{type(exc).__name__}: {exc}", 160)
                 message = f"could not decode the image ({reason})"
                 raise ExtractionError("invalid_image", message) from None
-            yield page
+            yield frame + 1, page
 
 
 def extract_image(
-    content: bytes, *, max_pixels: int, max_pages: int = DEFAULT_MAX_PAGES
+    content: bytes,
+    *,
+    max_pixels: int,
+    max_pages: int = DEFAULT_MAX_PAGES,
+    pages: PageRanges | None = None,
 ) -> list[Table]:
-    """The tables in an image, in reading order (module docstring)."""
+    """The tables in an image, in reading order (module docstring), of the pages ``pages``
+    names (``None``: every page)."""
     from relay.extract.ocr import read_tables
 
     tables: list[Table] = []
-    for number, page in enumerate(_pages(content, max_pixels, max_pages), start=1):
+    for number, page in _pages(content, max_pixels, max_pages, pages):
         tables.extend(read_tables(page, number))
     return tables

@@ -8,8 +8,12 @@ Contract:
 * A PDF of more than ``max_pages`` pages fails with ``too_many_pages`` before any page is
   read: the page tree is walked (page dictionaries only, no content) up to one page past
   the bound, so a PDF claiming a wrong ``/Count`` is counted right, and 5,000 pages cost
-  milliseconds. The count is then declared (``relay.extract.bounds.declare_pages``): the
-  sandbox gives the document ``RELAY_EXTRACT_PAGE_SECONDS`` more time a page.
+  milliseconds. The bound is on the document, whatever ``pages`` asks for.
+* With ``pages`` (``relay.extract.pages.PageRanges``) only the pages it names are read
+  (past the end: none of them is, ``pages_out_of_range``); a table keeps its page's own
+  number. The count of pages to read is then declared
+  (``relay.extract.bounds.declare_pages``): the sandbox gives the document
+  ``RELAY_EXTRACT_PAGE_SECONDS`` more time a page.
 * A page with a text layer is read as characters and rules (``relay.extract.pdf_layout``)
   and its tables found by ``relay.extract.pdf_tables``: ruled, partly ruled and unruled
   tables, each table of a page a ``Table`` of its own. PDFium reads the page (about ten
@@ -49,6 +53,7 @@ from pdfminer.pdfpage import PDFPage
 
 from relay.extract.bounds import DEFAULT_MAX_PAGES, declare_pages, too_many_pages
 from relay.extract.errors import ExtractionError, shorten
+from relay.extract.pages import PageRanges
 from relay.extract.pdf_layout import PageLayout, read_pdfium, read_plumber
 from relay.extract.pdf_tables import page_tables
 from relay.extract.result import Table
@@ -246,8 +251,11 @@ def _open_pdfium(content: bytes, pages: int) -> Any:
     return document
 
 
-def _tables(content: bytes, max_pixels: int, max_pages: int) -> list[Table]:
-    """Every non-empty table of every page in reading order (module docstring)."""
+def _tables(
+    content: bytes, max_pixels: int, max_pages: int, selected: PageRanges | None
+) -> list[Table]:
+    """Every non-empty table of every page (of the ``selected`` ones) in reading order
+    (module docstring)."""
     try:
         document = pdfplumber.open(io.BytesIO(content))
     except Exception as exc:  # pdfminer raises many unrelated types for broken files
@@ -267,10 +275,16 @@ def _tables(content: bytes, max_pixels: int, max_pages: int) -> list[Table]:
             ) from None
         if not pages:
             raise ExtractionError("invalid_pdf", "the PDF has no pages")
-        declare_pages(len(pages))  # the deadline grows with them (relay.extract.bounds)
+        numbers = list(range(1, len(pages) + 1))
+        if selected is not None:
+            numbers = selected.select(len(pages))
+            if not numbers:
+                raise ExtractionError("pages_out_of_range", selected.out_of_range(len(pages)))
+        declare_pages(len(numbers))  # the deadline grows with them (relay.extract.bounds)
         pdfium = _open_pdfium(content, len(pages))
         try:
-            for number, page in enumerate(pages, start=1):
+            for number in numbers:
+                page = pages[number - 1]
                 try:
                     tables += _page_tables(page, pdfium, number, max_pixels)
                 except ExtractionError:
@@ -288,8 +302,12 @@ def _tables(content: bytes, max_pixels: int, max_pages: int) -> list[Table]:
 
 
 def extract_pdf(
-    content: bytes, *, max_pixels: int, max_pages: int = DEFAULT_MAX_PAGES
+    content: bytes,
+    *,
+    max_pixels: int,
+    max_pages: int = DEFAULT_MAX_PAGES,
+    pages: PageRanges | None = None,
 ) -> list[Table]:
-    """The PDF's tables in reading order (module docstring); ``max_pixels`` bounds the image
-    a scanned page is rendered to."""
-    return _tables(content, max_pixels, max_pages)
+    """The PDF's tables in reading order (module docstring), of the pages ``pages`` names
+    (``None``: every page); ``max_pixels`` bounds the image a scanned page is rendered to."""
+    return _tables(content, max_pixels, max_pages, pages)

@@ -264,6 +264,18 @@ def replica_waits(shard: int) -> str:
     return f"{PREFIX}:{tag(shard)}:waits"
 
 
+def replica_wait_marker(key: str) -> str:
+    """String: the marker written before ``WAIT`` on a Cluster after a write of ``key``, a
+    key of no shard (an API key's record, an account's signing material): in ``key``'s own
+    slot (its hash tag, or the whole name as the tag when it has none), so on the primary
+    that took the write (``relay.redis.replicas``). It expires a minute after the wait."""
+    start = key.find("{")
+    end = key.find("}", start + 1) if start >= 0 else -1
+    if end > start + 1:
+        return f"{PREFIX}:{key[start : end + 1]}:waited"
+    return f"{PREFIX}:waited:{{{key}}}"
+
+
 def outbox(shard: int) -> str:
     """Stream: one entry per batch completion, read by the detector's consumer group."""
     return f"{PREFIX}:{tag(shard)}:outbox"
@@ -530,8 +542,14 @@ def rate_window(prefix: str) -> str:
 
 def account_rate_window(kind: str, account: str) -> str:
     """Sorted set: the sliding window of one account's writes of one kind (``uploads``,
-    ``process``, ``retries``)."""
+    ``process``, ``retries``, ``verifications``, ``rotations``)."""
     return f"{PREFIX}:quota:{kind}:{account}"
+
+
+def host_rate_window(kind: str, host: str) -> str:
+    """Sorted set: the sliding window of one kind of outbound call to one callback host
+    (``verifications``), whatever the account."""
+    return f"{PREFIX}:hostquota:{kind}:{host}"
 
 
 def auth_failure_window(address: str) -> str:

@@ -172,6 +172,7 @@ def process_claimed(
                 filename=claim.filename,
                 content_type=claim.content_type,
                 fields=claim.fields,
+                pages=claim.pages,
             )
     outcome = Outcome(claim, result, error, ctx.clock())
     if defer is not None and defer(outcome, t0):

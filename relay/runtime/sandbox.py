@@ -83,6 +83,7 @@ from relay.extract.bounds import (
 )
 from relay.extract.errors import ExtractionError, ExtractorConfigError, shorten
 from relay.extract.loader import MAX_MESSAGE, Extractor, call_extractor, load_extractor
+from relay.extract.pages import PageRanges
 
 __all__ = ["ExtractorHost", "SandboxConfig"]
 
@@ -155,7 +156,12 @@ def _extract_one(
         signal.alarm(math.ceil(config.wall_deadline(pages)) + _ALARM_MARGIN)
         conn.send_bytes(_PAGES + str(int(pages)).encode())
 
-    limits = ExtractLimits(config.max_result_bytes, config.max_depth, tuple(fields), on_pages)
+    # The pages asked for ride in the limits: the default extractor reads them there, and
+    # so may a plug-in (its call's signature is the v1 contract's).
+    pages = PageRanges.of(str(request.get("pages") or ""))
+    limits = ExtractLimits(
+        config.max_result_bytes, config.max_depth, tuple(fields), on_pages, pages=pages
+    )
     try:
         with applied(limits):
             rows, tables = call_extractor(
@@ -316,12 +322,24 @@ class ExtractorHost:
             log.debug("could not lower the priority of child %s", pid, exc_info=True)
 
     def run(
-        self, content: bytes, *, filename: str, content_type: str, fields: list[str]
+        self,
+        content: bytes,
+        *,
+        filename: str,
+        content_type: str,
+        fields: list[str],
+        pages: str = "",
     ) -> Outcome:
         """Extract one document under the bounds: ``(result JSON, None)`` or
-        ``(None, (code, message))`` (module docstring)."""
+        ``(None, (code, message))`` (module docstring). ``pages``: the canonical text of
+        the pages to read (``relay.extract.pages``), ``""`` for every page."""
         header = json.dumps(
-            {"filename": filename, "content_type": content_type, "fields": list(fields)}
+            {
+                "filename": filename,
+                "content_type": content_type,
+                "fields": list(fields),
+                "pages": pages,
+            }
         ).encode()
         with self._lock:
             try:

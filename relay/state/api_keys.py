@@ -244,6 +244,22 @@ def list_keys(client: redis.Redis) -> list[KeyInfo]:
     return infos
 
 
+def key_prefix(prefix_or_key: str) -> str | None:
+    """The prefix of ``abcd1234``, ``rk_abcd1234`` or a whole key; None for anything else."""
+    presented = parse_key(prefix_or_key)
+    if presented is not None:
+        return presented.prefix
+    m = _PREFIX_RE.fullmatch(prefix_or_key)
+    return m.group(1) if m else None
+
+
+def written_keys(prefix: str) -> list[str]:
+    """The Redis keys that creating or revoking the key ``prefix`` writes and that must
+    survive a failover: its record and the lists of prefixes and accounts (what
+    ``relay keys`` waits for the replicas to have, ``relay.redis.replicas.replicated_sync``)."""
+    return [keyspace.api_key(prefix), keyspace.api_keys(), keyspace.accounts()]
+
+
 def revoke_key(client: redis.Redis, prefix_or_key: str) -> bool:
     """Revoke a key given by its prefix (``abcd1234`` or ``rk_abcd1234``) or the whole key.
 
@@ -252,13 +268,9 @@ def revoke_key(client: redis.Redis, prefix_or_key: str) -> bool:
     key from its very next request on.
     """
     presented = parse_key(prefix_or_key)
-    if presented is not None:
-        prefix = presented.prefix
-    else:
-        m = _PREFIX_RE.fullmatch(prefix_or_key)
-        if m is None:
-            return False
-        prefix = m.group(1)
+    prefix = key_prefix(prefix_or_key)
+    if prefix is None:
+        return False
     record_key = keyspace.api_key(prefix)
     found = False
 

@@ -116,11 +116,24 @@ def wake_processing(client: redis.Redis, shard: int, settings: Settings) -> bool
     lingering and one waiting, every hand-out until the lingering job's budget ends costs
     this round trip alone, not an RQ job."""
     with client.pipeline(transaction=False) as pipe:
-        ring(pipe, [shard], keyspace.processing_wakeups())
-        pipe.set(keyspace.process_wake(), b"1", nx=True, px=WAKE_TTL_MS)
+        queue_processing_wake(pipe, shard)
         set_now = pipe.execute()[-1]
     if not set_now:
         return False
+    enqueue_processing(client, shard, settings)
+    return True
+
+
+def queue_processing_wake(pipe: Any, shard: int) -> None:
+    """Queue on ``pipe`` (of RQ's Redis, sync or asyncio) the first half of
+    :func:`wake_processing`: the ring, then the marker; the last reply True means: call
+    :func:`enqueue_processing`."""
+    ring(pipe, [shard], keyspace.processing_wakeups())
+    pipe.set(keyspace.process_wake(), b"1", nx=True, px=WAKE_TTL_MS)
+
+
+def enqueue_processing(client: redis.Redis, shard: int, settings: Settings) -> None:
+    """Enqueue a processing job starting at the shard (its marker just set)."""
     _enqueue(
         client,
         PROCESSING,
@@ -130,7 +143,6 @@ def wake_processing(client: redis.Redis, shard: int, settings: Settings) -> bool
         86_400,
         f"process documents, shard {shard} first",
     )
-    return True
 
 
 def wake(client: redis.Redis, shard: int, settings: Settings) -> bool:
@@ -139,13 +151,19 @@ def wake(client: redis.Redis, shard: int, settings: Settings) -> bool:
     unless the shard's marker says one waits or an engine listens. One round trip, and the
     enqueue's when there is one. Returns whether a job was enqueued."""
     with client.pipeline(transaction=False) as pipe:
-        mark_wake(pipe, shard)
-        ring(pipe, [shard], keyspace.delivery_wakeups())
+        queue_wake(pipe, shard)
         set_now = pipe.execute()[0]
     if not set_now:
         return False
     enqueue_delivery(client, shard, settings)
     return True
+
+
+def queue_wake(pipe: Any, shard: int) -> None:
+    """Queue on ``pipe`` (of RQ's Redis, sync or asyncio) the first half of :func:`wake`:
+    the marker, then the ring; the first reply True means: call :func:`enqueue_delivery`."""
+    mark_wake(pipe, shard)
+    ring(pipe, [shard], keyspace.delivery_wakeups())
 
 
 def mark_wake(pipe: Any, shard: int) -> None:

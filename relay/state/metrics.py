@@ -29,7 +29,7 @@ HELP = {
     "relay_documents_processed_total": ("counter", "Documents finished by workers, by status"),
     "relay_replica_waits_total": (
         "counter",
-        "API writes that waited for RELAY_REDIS_WAIT_REPLICAS replicas before answering",
+        "Acknowledged writes (API, relay keys) that waited for RELAY_REDIS_WAIT_REPLICAS replicas",
     ),
     "relay_replica_wait_timeouts_total": (
         "counter",

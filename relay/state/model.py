@@ -20,6 +20,8 @@ from typing import Annotated, TypedDict
 
 from relay.redis import keyspace
 from relay.shapes import Ref, Schema, components
+from relay.state.metadata import MetadataJSON
+from relay.state.metadata import decode as decode_metadata
 from relay.timefmt import rfc3339
 
 BATCH_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -89,6 +91,7 @@ class DocumentJSON(TypedDict):
     processing_error: Annotated[
         ProcessingErrorJSON | None, Schema(description="Set when the document failed.")
     ]
+    metadata: Annotated[MetadataJSON, Ref("Metadata")]  # the upload's `metadata` field
 
 
 class BatchJSON(TypedDict):
@@ -102,6 +105,7 @@ class BatchJSON(TypedDict):
     completed_at: TimeOrNull
     deleted_at: TimeOrNull
     completion_seq: Annotated[Count, Schema(description="How many times the batch has completed.")]
+    metadata: Annotated[MetadataJSON, Ref("Metadata")]  # the first upload's `batch_metadata`
 
 
 class VerificationJSON(TypedDict):
@@ -237,6 +241,7 @@ class Document:
     completed_at: int | None
     error_code: str
     error_message: str
+    metadata_json: str = ""  # canonical (relay.state.metadata), "" when none
 
     @classmethod
     def from_hash(cls, h: dict[bytes, bytes]) -> Document:
@@ -253,6 +258,7 @@ class Document:
             completed_at=_ms(h, "completed_at"),
             error_code=_s(h, "error_code"),
             error_message=_s(h, "error_message"),
+            metadata_json=_s(h, "metadata"),
         )
 
     def to_json(self) -> DocumentJSON:
@@ -272,6 +278,7 @@ class Document:
             "started_at": rfc3339(self.started_at),
             "completed_at": rfc3339(self.completed_at),
             "processing_error": error,
+            "metadata": decode_metadata(self.metadata_json),
         }
 
 
@@ -286,6 +293,7 @@ class Batch:
     deleted_at: int | None
     completion_seq: int
     fields_json: str
+    metadata_json: str = ""  # canonical (relay.state.metadata), "" when none
 
     @classmethod
     def from_hash(cls, h: dict[bytes, bytes]) -> Batch:
@@ -300,6 +308,7 @@ class Batch:
             deleted_at=_ms(h, "deleted_at"),
             completion_seq=_int(h, "completion_seq"),
             fields_json=_s(h, "fields", "[]"),
+            metadata_json=_s(h, "metadata"),
         )
 
     @property
@@ -340,6 +349,7 @@ class Batch:
             "completed_at": rfc3339(self.completed_at),
             "deleted_at": rfc3339(self.deleted_at),
             "completion_seq": self.completion_seq,
+            "metadata": decode_metadata(self.metadata_json),
         }
 
 

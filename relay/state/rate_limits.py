@@ -19,6 +19,12 @@ earlier than it is used and leaves the window no sooner; a slot not used in time
 with the process's next ask for that account (else it stays counted until it leaves). A
 lease takes at most a quarter of what is left in the window, so the last slots go one at a
 time, and a process admits from a lease only until ``ms`` after it asked.
+
+Reading a window without counting: :meth:`SlidingWindow.queue_count` (``ZCARD``, an upper bound of
+the count, for a request's own pipeline) and :meth:`SlidingWindow.peek` (exact, one round trip of
+reads); the bad-key block uses them (``relay.state.address_blocks``). A request a window admitted
+but that is refused after all for another reason (its address blocked) gives its slot back
+(:meth:`SlidingWindow.give_back`): removed with the process's next ask.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import math
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import redis.asyncio
@@ -50,6 +56,9 @@ class Decision:
     limit: int
     remaining: int
     reset_ms: int
+    # The window's member recorded for this request ('' when refused or not known): what
+    # SlidingWindow.give_back takes when the request is refused for another reason after all.
+    slot: str = field(default="", compare=False)
 
     @property
     def reset_seconds(self) -> int:
@@ -141,9 +150,10 @@ class SlidingWindow:
         lease = self._live(subject, now)
         if lease is None:
             return None
-        lease.members.pop(0)
+        member = lease.members.pop(0)
         reset_ms = max(0, math.ceil((lease.reset_at - now) * 1000))
-        return Decision(True, self.rate.limit, lease.remaining + len(lease.members), reset_ms)
+        remaining = lease.remaining + len(lease.members)
+        return Decision(True, self.rate.limit, remaining, reset_ms, member)
 
     def _live(self, subject: str, now: float) -> _Lease | None:
         """``subject``'s lease while it has a slot to use and its time is not up; else None,
@@ -195,7 +205,11 @@ class SlidingWindow:
         if self.lease is not None:
             args += [self._wanted(prefix), self.lease.ms]
             self._live(prefix, time.monotonic())  # a lease past its time gives back here
-            args += self._unused.pop(prefix, [])
+        unused = self._unused.pop(prefix, None)
+        if unused:
+            if self.lease is None:
+                args += [1, 0]  # one slot, recorded at now: what the script does without them
+            args += unused
         asked = Asked(member, time.monotonic())
         pipe.execute_command("EVALSHA", self.sha, 1, self.key(prefix), *args)
         return asked
@@ -210,12 +224,47 @@ class SlidingWindow:
         if isinstance(reply, Exception):
             raise reply
         granted, remaining, reset_ms = (int(v) for v in reply)
+        slot = ""
+        if asked is not None and granted > 0:
+            # One slot is recorded as <member>, several as <member>:1..<granted> (the script's).
+            slot = asked.member if granted == 1 else f"{asked.member}:1"
         if self.lease is not None and subject is not None and asked is not None and granted > 1:
-            # The slots beyond this request's: members <member>:2..<granted> (the script's).
+            # The slots beyond this request's: members <member>:2..<granted>.
             members = [f"{asked.member}:{i}" for i in range(2, granted + 1)]
             held = self._lease(subject, members, remaining, reset_ms, asked.at)
             remaining += held  # this request's header: the slots the process holds are its own
-        return Decision(granted > 0, self.rate.limit, remaining, reset_ms)
+        return Decision(granted > 0, self.rate.limit, remaining, reset_ms, slot)
+
+    def refunds(self, subject: str, decision: Decision) -> None:
+        """Take back the slot that admitted a request refused after all for another reason
+        (its client address past the limit of bad keys): removed from the window by this
+        process's next ask for ``subject`` (the script's unused slots), so the request is not
+        counted. Nothing for a refused request or an unknown slot."""
+        if not decision.allowed or not decision.slot:
+            return
+        if subject not in self._unused and len(self._unused) >= _REMEMBERED:
+            self._unused.clear()  # bounded: a slot not given back stays counted, only stricter
+        self._unused.setdefault(subject, []).append(decision.slot)
+
+    async def peek(self, client: redis.asyncio.Redis, subject: str) -> Decision:
+        """The window of ``subject`` as it stands, without counting a request: refused when
+        it is full (``limit`` slots recorded within the window), with the time until its
+        oldest one leaves. One round trip (the server's ``TIME`` and the window's newest
+        ``limit`` slots), nothing written."""
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.time()
+            pipe.zrange(self.key(subject), -self.rate.limit, -1, withscores=True)
+            (seconds, micros), newest = await pipe.execute()
+        return self.judge(int(seconds) * 1000 + int(micros) // 1000, [s for _, s in newest])
+
+    def judge(self, now_ms: int, scores: list[float]) -> Decision:
+        """:meth:`peek`'s decision from the server's time and the newest ``limit`` slots'
+        scores (oldest first), as the script counts them: a slot is in the window while its
+        score is above ``now - window``."""
+        window, limit = self.rate.window_ms, self.rate.limit
+        live = [score for score in scores if score > now_ms - window]
+        reset_ms = math.ceil(live[0] + window - now_ms) if live else window
+        return Decision(len(live) < limit, limit, max(limit - len(live), 0), reset_ms)
 
     def _lease(
         self, subject: str, members: list[str], remaining: int, reset_ms: int, asked: float
@@ -237,6 +286,12 @@ class SlidingWindow:
     async def load(self, client: redis.asyncio.Redis) -> None:
         """Load the script into Redis (after a NOSCRIPT: a new or restarted server)."""
         await client.script_load(self.source)
+
+    def queue_count(self, pipe: Any, subject: str) -> None:
+        """Add ``ZCARD`` of the subject's window to a pipeline: a bound from above of what
+        it counts (slots past the window stay until a script run trims them), so a reply
+        below the limit proves the window is not full without running the script."""
+        pipe.execute_command("ZCARD", self.key(subject))
 
     async def hit(self, client: redis.asyncio.Redis, prefix: str) -> Decision:
         """Count one request for ``prefix`` on its own (outside a pipeline)."""

@@ -45,6 +45,7 @@ NAMES = (
     "retry_delivery",
     "register_webhook",
     "register_operational_webhook",
+    "verification_pending",
     "set_webhook_disabled",
     "rotate_signing",
     "purge_batch",

@@ -3,7 +3,9 @@
 The hash ``keyspace.signing(account)`` holds ``current`` and, for a grace period after a rotation,
 ``previous`` (each a Fernet token of :class:`SigningMaterial` JSON) with ``previous_until``.
 Material is created on first use (``HSETNX``, so concurrent first uses agree on one). Decrypted
-material is cached per process by its ciphertext, so a rotation is seen at once.
+material is cached per process by its ciphertext, so a rotation is seen at once. A rotation is
+refused while the previous one's grace runs (``rotate_signing.lua``): a second one would drop
+the material a receiver may still hold alone.
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ from typing import Any
 
 import redis
 import redis.asyncio
+from redis.exceptions import ResponseError
 
 from relay.crypto import Encryptor, SigningMaterial
-from relay.exceptions import RelayError
+from relay.exceptions import RelayError, RotationInProgress
 from relay.redis import keyspace
-from relay.state.scripts import AsyncScripts
+from relay.state.scripts import AsyncScripts, refusal
 from relay.timefmt import now_ms
 
 FIELDS = ["current", "previous", "previous_until"]
@@ -78,22 +81,36 @@ class SigningKeys:
         return out
 
     async def get(self, client: redis.asyncio.Redis, account: str) -> list[SigningMaterial]:
+        return (await self.fetch(client, account))[0]
+
+    async def fetch(
+        self, client: redis.asyncio.Redis, account: str
+    ) -> tuple[list[SigningMaterial], bool]:
+        """The account's material, and whether this call made it (its first use)."""
         found = self.from_fields(await client.hmget(keyspace.signing(account), FIELDS))
-        if found is None:
-            await client.hsetnx(keyspace.signing(account), "current", self.new_token())
-            found = self._require(await client.hmget(keyspace.signing(account), FIELDS))
-        return found
+        if found is not None:
+            return found, False
+        await client.hsetnx(keyspace.signing(account), "current", self.new_token())
+        return self._require(await client.hmget(keyspace.signing(account), FIELDS)), True
 
     async def rotate(
         self, client: redis.asyncio.Redis, scripts: AsyncScripts, account: str, grace_s: float
     ) -> list[SigningMaterial]:
+        """New material current, the old one signing too for ``grace_s``. Raises
+        RotationInProgress (nothing changed) while the previous rotation's grace runs."""
         await self.get(client, account)  # rotating before first use still keeps a previous
         now = self.clock()
-        await scripts(
-            "rotate_signing",
-            [keyspace.signing(account)],
-            [self.new_token(), now, now + int(grace_s * 1000)],
-        )
+        try:
+            await scripts(
+                "rotate_signing",
+                [keyspace.signing(account)],
+                [self.new_token(), now, now + int(grace_s * 1000)],
+            )
+        except ResponseError as exc:
+            if refusal(exc) == "rotating":
+                until = await previous_until(client, account)
+                raise RotationInProgress(until or now) from exc
+            raise
         return await self.get(client, account)
 
 

@@ -20,6 +20,7 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from relay.exceptions import (
     BatchDeleted,
+    BatchMetadataConflict,
     BatchNotFound,
     QuotaExceeded,
     StateError,
@@ -74,6 +75,8 @@ class Claim:
     claims: int
     # Bytes finishing it frees from the account's pending total, as claimed (claim_next.lua).
     freeable: int = 0
+    # The pages its hand-out asked for (canonical text, relay.extract.pages; "" for all).
+    pages: str = ""
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,7 @@ def _claim(doc_id: str, ref: BatchRef, token: str, c: dict[str, Any]) -> Claim:
         blob_kind=c["blob"],
         claims=int(c["claims"]),
         freeable=int(c.get("freeable", 0)),
+        pages=str(c.get("pages") or ""),
     )
 
 
@@ -351,10 +355,18 @@ class AsyncStore:
         held: int = 0,
         admitted: bool = False,
         idempotency_key: str | None = None,
+        metadata: str = "",
+        batch_metadata: str = "",
         again: bool = False,
     ) -> Document:
         """Create a queued document. Raises BatchDeleted when the batch was deleted,
-        QuotaExceeded when its bytes would pass the account's pending-bytes quota.
+        QuotaExceeded when its bytes would pass the account's pending-bytes quota,
+        BatchMetadataConflict when ``batch_metadata`` is not the batch's.
+
+        ``metadata``, ``batch_metadata``: canonical forms (``relay.state.metadata.parse``), "" for
+        none. The document's is stored with it; the batch's is set by the first upload that
+        gives one (the batch's creation, normally) and compared by every later one that
+        gives one: the same string is accepted, another refused before anything is written.
 
         ``idempotency_key``: the batch's document made by an earlier upload with this key is
         returned as it is now, and nothing is made or charged (a client's retry of an upload
@@ -410,6 +422,8 @@ class AsyncStore:
             charge,
             allowance,
             idempotency_key or "",
+            metadata,
+            batch_metadata,
         ]
         if fast and held > charge:
             # Never charged, whatever the script does: owed back (GiveBack).
@@ -436,11 +450,18 @@ class AsyncStore:
                         content_type=content_type,
                         content=content,
                         idempotency_key=idempotency_key,
+                        metadata=metadata,
+                        batch_metadata=batch_metadata,
                         again=True,
                     )
                 raise StoreUnavailable(
                     f"the upload with Idempotency-Key {idempotency_key!r} names a document "
                     "that is gone; try again"
+                ) from exc
+            if refusal(exc) == "metadata_conflict":
+                raise BatchMetadataConflict(
+                    f"batch {ref.name!r} already has other metadata: give the same "
+                    "batch_metadata (key order does not matter) or leave it out"
                 ) from exc
             if refusal(exc) == "quota" and self.max_pending_bytes is not None:
                 pending = sum(await self.pending_bytes(ref.account))
@@ -462,6 +483,7 @@ class AsyncStore:
             completed_at=None,
             error_code="",
             error_message="",
+            metadata_json=metadata,
         )
 
     async def _replayed(self, ref: BatchRef, idempotency_key: str) -> Document | None:
@@ -476,14 +498,18 @@ class AsyncStore:
             ref.account, doc_id.decode() if isinstance(doc_id, bytes) else str(doc_id)
         )
 
-    async def process(self, ref: BatchRef, fields: Sequence[str] | None) -> list[str]:
+    async def process(
+        self, ref: BatchRef, fields: Sequence[str] | None, pages: str = ""
+    ) -> list[str]:
         """Hand every queued, not yet handed document to the workers; returns their ids.
+        ``pages``: the canonical text of the page ranges to read of each
+        (``relay.extract.pages``), kept with each document; ``""`` for every page.
         Raises BatchNotFound, BatchDeleted."""
-        handed, _ = await self.process_and_read(ref, fields)
+        handed, _ = await self.process_and_read(ref, fields, pages)
         return handed
 
     async def process_and_read(
-        self, ref: BatchRef, fields: Sequence[str] | None
+        self, ref: BatchRef, fields: Sequence[str] | None, pages: str = ""
     ) -> tuple[list[str], Batch]:
         """``process``, also returning the batch as the hand-out left it (read by the same
         script: the API's answer costs no read of its own)."""
@@ -503,6 +529,7 @@ class AsyncStore:
                     keyspace.shard_prefix(s),
                     ref.account,
                     ref.name,
+                    pages,
                 ],
             )
         except ResponseError as exc:
@@ -560,14 +587,9 @@ class AsyncStore:
         """The batch, ``limit`` documents from position ``start`` with their line_items and
         tables (``_result``), and the next position (None on the last page)."""
         s = ref.shard
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hgetall(ref.key)
-            pipe.lrange(keyspace.batch_docs(s, ref.account, ref.name), start, start + limit)
-            batch_hash, ids = await pipe.execute()
+        batch_hash, ids, next_start = await self._batch_page(ref, start, limit)
         if not batch_hash:
             return None, [], None
-        next_start = start + limit if len(ids) > limit else None
-        ids = ids[:limit]
         async with self.redis.pipeline(transaction=False) as pipe:
             for raw in ids:
                 pipe.hgetall(keyspace.doc(s, raw.decode()))
@@ -578,6 +600,18 @@ class AsyncStore:
             if h:
                 docs.append((Document.from_hash(h), *_result(stored)))
         return Batch.from_hash(batch_hash), docs, next_start
+
+    async def _batch_page(
+        self, ref: BatchRef, start: int, limit: int
+    ) -> tuple[dict[bytes, bytes], list[bytes], int | None]:
+        """The batch's hash (empty: no such batch), the ids of ``limit`` of its documents
+        from position ``start``, and the next position (None on the last page)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(ref.key)
+            pipe.lrange(keyspace.batch_docs(ref.shard, ref.account, ref.name), start, start + limit)
+            batch_hash, ids = await pipe.execute()
+        next_start = start + limit if len(ids) > limit else None
+        return batch_hash, ids[:limit], next_start
 
     async def stored_result(self, doc_id: str) -> bytes | None:
         """The document's stored result as stored (JSON bytes; :func:`stored_tables` reads
@@ -597,14 +631,9 @@ class AsyncStore:
         ``results`` without the results, for a reader that fetches them a few at a time
         (``stored_results``)."""
         s = ref.shard
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hgetall(ref.key)
-            pipe.lrange(keyspace.batch_docs(s, ref.account, ref.name), start, start + limit)
-            batch_hash, ids = await pipe.execute()
+        batch_hash, ids, next_start = await self._batch_page(ref, start, limit)
         if not batch_hash:
             return None, [], None
-        next_start = start + limit if len(ids) > limit else None
-        ids = ids[:limit]
         async with self.redis.pipeline(transaction=False) as pipe:
             for raw in ids:
                 pipe.hgetall(keyspace.doc(s, raw.decode()))

@@ -297,6 +297,21 @@ class Registration(NamedTuple):
     created: bool  # a new webhook (201), not a replaced one (200)
     due: bool  # a delivery became due now: wake the delivery queue
     hook: Webhook  # as registered
+    repeated: bool = False  # it repeated the verification in progress: nothing was written
+
+
+class OperationalRegistration(NamedTuple):
+    """What :meth:`AsyncWebhookStore.register_operational_webhook` did."""
+
+    created: bool  # a new operational webhook (201), not a replaced one (200)
+    challenged: bool  # a verification's challenge became due now: wake the delivery queue
+    repeated: bool  # it repeated the verification in progress: nothing was written
+
+
+def _hook_from_flat(name: str, flat_reply: list[Any]) -> Webhook:
+    """The webhook of an HGETALL's field, value list (as a script answers it)."""
+    flat = [x if isinstance(x, bytes) else str(x).encode() for x in flat_reply]
+    return Webhook.from_hash(name, dict(zip(flat[::2], flat[1::2], strict=True)))
 
 
 class AsyncWebhookStore:
@@ -323,7 +338,9 @@ class AsyncWebhookStore:
         became due now, and the webhook as the script left it (read in the same script: the
         API's answer costs no read of its own). With ``verify``, the webhook is pending until
         the receiver echoes a signed ``webhook.verify`` challenge; nothing else is sent to it
-        meanwhile. Raises BatchNotFound (the script checks the batch exists)."""
+        meanwhile; a registration that repeats the verification in progress (the same URL,
+        its challenge still pending) writes nothing and answers it (``repeated``). Raises
+        BatchNotFound (the script checks the batch exists)."""
         s = ref.shard
         challenge = secrets.token_urlsafe(24) if verify else ""
         try:
@@ -350,6 +367,8 @@ class AsyncWebhookStore:
                 raise BatchNotFound(f"no batch named {ref.name!r}") from exc
             raise
         r = fields(reply)
+        if r.get("repeated"):
+            return Registration(False, False, _hook_from_flat(ref.name, r["hook"]), True)
         seq, dlv, status = r["seq"], r["delivery"], r["status"]
         due = verify
         if verify:
@@ -375,15 +394,26 @@ class AsyncWebhookStore:
             due = True
         elif status == DeliveryStatus.PENDING:
             due = True
-        flat = [str(x).encode() for x in r["hook"]]  # HGETALL's field, value list
-        hook = Webhook.from_hash(ref.name, dict(zip(flat[::2], flat[1::2], strict=True)))
-        return Registration(bool(r["created"]), due, hook)
+        return Registration(bool(r["created"]), due, _hook_from_flat(ref.name, r["hook"]))
+
+    async def pending_verification(self, ref: BatchRef, url: str) -> Webhook | None:
+        """The webhook of ``ref`` when registering ``url`` with verify would repeat its
+        verification in progress (the same URL, its challenge still pending): what such a
+        registration answers, with nothing started. None otherwise. One round trip, reads
+        only."""
+        s = ref.shard
+        reply = await self.scripts(
+            "verification_pending",
+            [keyspace.webhook(s, ref.account, ref.name)],
+            [url, keyspace.shard_prefix(s)],
+        )
+        return _hook_from_flat(ref.name, reply) if reply else None
 
     async def register_operational_webhook(
         self, account: str, url: str, *, verify: bool = False
-    ) -> bool:
+    ) -> OperationalRegistration:
         """Register or replace the account's operational webhook (and enable it again),
-        verified first with ``verify`` (as ``register``). Returns whether it was created."""
+        verified first with ``verify`` (as ``register``, a repeated verification too)."""
         ref = operational_ref(account)
         key = keyspace.webhook(ref.shard, account, ref.name)
         challenge = secrets.token_urlsafe(24) if verify else ""
@@ -399,9 +429,11 @@ class AsyncWebhookStore:
                 account,
             ],
         )
+        if int(created) == -1:
+            return OperationalRegistration(False, False, True)
         if verify:
             await self._challenge(ref, url, challenge)
-        return int(created) == 1
+        return OperationalRegistration(int(created) == 1, verify, False)
 
     async def get(self, ref: BatchRef) -> Webhook | None:
         h = await self.redis.hgetall(keyspace.webhook(ref.shard, ref.account, ref.name))

@@ -122,11 +122,13 @@ def relay_cli(
     encryption_key: str | None = None,
     timeout: float = 30,
     cwd: Path | None = None,
+    settings: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``python -m relay ARGS`` on ``redis_url`` (None: no ``RELAY_REDIS_URL``; no other
-    ``RELAY_*`` from this process), as an operator runs it, in ``cwd`` (default: this one);
-    its output as text."""
+    ``RELAY_*`` from this process but ``settings``), as an operator runs it, in ``cwd``
+    (default: this one); its output as text."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
+    env.update(settings or {})
     env["PYTHONPATH"] = str(ROOT)
     if redis_url is not None:
         env["RELAY_REDIS_URL"] = redis_url

@@ -102,11 +102,27 @@ local function release_parked(p, due_key, account, name, now, cancel)
   end
   redis.call('DEL', parked)
 end
+-- Whether registering `url` with verify repeats the webhook's verification in progress: the
+-- same URL, enabled, its verification pending and the challenge's delivery (`verify_id`)
+-- still pending, to that URL. Such a registration starts nothing: no second challenge, no
+-- superseded one left behind (verification_pending.lua, register_hook).
+local function repeats_verification(wk, p, url)
+  local w = redis.call('HMGET', wk, 'url', 'disabled', 'verification', 'verify_id')
+  if w[1] ~= url or w[2] == '1' or w[3] ~= 'pending' or not w[4] or w[4] == '' then
+    return false
+  end
+  local d = redis.call('HMGET', key_delivery(p, w[4]), 'status', 'url')
+  return d[1] == 'pending' and d[2] == url
+end
 -- Register or replace a webhook's URL (register_webhook.lua, register_operational_webhook.lua):
 -- enabled again and not failing; with `verify` '1', pending its endpoint verification (the
 -- caller creates the challenge's delivery), else not verified any more and the deliveries
--- parked for a verification released. Returns 1 when the webhook was created, else 0.
+-- parked for a verification released. Returns 1 when the webhook was created, else 0; -1
+-- (nothing written) when it repeats the verification in progress (repeats_verification).
 local function register_hook(wk, due_key, p, account, name, url, now, verify, challenge)
+  if verify == '1' and repeats_verification(wk, p, url) then
+    return -1
+  end
   local was = redis.call('HGET', wk, 'verification')
   local created = redis.call('HSETNX', wk, 'created_at', now)
   redis.call('HSET', wk, 'url', url, 'updated_at', now, 'disabled', '0',

@@ -13,7 +13,8 @@
 --       7 bytes per turn
 -- Returns an array: first JSON (cjson): {account, batch (its name), fields (the batch's JSON
 --          list), claims = [{id, filename, content_type, blob, claims, freeable (the bytes
---          finishing it frees from the account's total, if it still holds them)}, ...], more = 1 when
+--          finishing it frees from the account's total, if it still holds them), pages (the
+--          page ranges its hand-out asked for, '' for every page)}, ...], more = 1 when
 --          documents still wait in the shard}, without claims when nothing was claimed
 --          (more = 1: call again); then the bytes of each claimed document held in Redis
 --          (blob not 'dir'), in claim order, nil when gone: read here with one MGET, so the
@@ -40,7 +41,7 @@ while budget > 0 do
     for i, id in ipairs(ids) do
       local dk = key_doc(p, id)
       local d = redis.call('HMGET', dk, 'status', 'filename', 'content_type', 'blob', 'claims',
-                           'size', 'charged', 'counted')
+                           'size', 'charged', 'counted', 'pages')
       if d[1] == 'queued' then
         local size = tonumber(d[6] or '0') or 0
         if #got > 0 and bytes + size > max_bytes then
@@ -57,7 +58,7 @@ while budget > 0 do
           freeable = tonumber(d[7] or '0') or 0
         end
         got[#got + 1] = {id = id, filename = d[2], content_type = d[3], blob = d[4],
-                         claims = claims, freeable = freeable}
+                         claims = claims, freeable = freeable, pages = d[9] or ''}
         leases[#leases + 1] = tonumber(now) + lease_ms
         leases[#leases + 1] = id
         started[#started + 1] = now

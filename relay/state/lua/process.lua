@@ -3,9 +3,13 @@
 -- The documents not yet handed out are the batch's documents (its upload-ordered list) from
 -- position `handed` on; a batch created by a version before `handed` keeps its own list of
 -- them (KEYS[3], filled by upload.lua while the batch has no `handed`).
+-- With page ranges (ARGV[7]), each document handed out keeps them in its hash (`pages`):
+-- the claim reads them from there, so a document handed out again after a lost worker is
+-- read with the ranges of the call that handed it out, whatever later calls asked.
 -- KEYS: 1 batch, 2 batch_docs, 3 batch_pending (such an older batch's list)
 -- ARGV: 1 fields (JSON list), 2 now (ms), 3 '1' to store the fields, 4 the shard's key prefix
---       (the fair queue's keys derive from it), 5 account, 6 batch name
+--       (the fair queue's keys and the documents derive from it), 5 account, 6 batch name,
+--       7 page ranges (canonical text, relay.extract.pages; '' for every page)
 -- Returns JSON (cjson): {handed = [the handed document ids] (absent when none), batch = the
 -- batch's hash after the hand-out (field -> value)}, or the refusal 'deleted' / 'missing'.
 local b = redis.call('HMGET', KEYS[1], 'created_at', 'deleted_at', 'handed')
@@ -33,6 +37,11 @@ if ARGV[3] == '1' then
 end
 if #set > 0 then
   redis.call('HSET', KEYS[1], unpack(set))
+end
+if ARGV[7] ~= '' then
+  for _, id in ipairs(ids) do
+    redis.call('HSET', key_doc(ARGV[4], id), 'pages', ARGV[7])
+  end
 end
 fair_push(ARGV[4], ARGV[5], ARGV[6], ids, false)
 if #ids == 0 then

@@ -6,7 +6,8 @@
 -- Returns: a JSON object (cjson): created (1/0), seq (completion_seq if the batch is done
 --   else 0), delivery (the id of that completion's delivery or ''), status (its status or ''),
 --   hook (the webhook's hash as registered, HGETALL's field, value list: the API answers it
---   with no read of its own)
+--   with no read of its own), repeated (1 when, with verify, it repeats the verification in
+--   progress: nothing was written, and seq is 0; _lib.lua repeats_verification)
 -- or the refusal 'missing' when the batch does not exist.
 local b = redis.call('HMGET', KEYS[1], 'created_at', 'completed_at', 'completion_seq')
 if not b[1] then
@@ -14,6 +15,10 @@ if not b[1] then
 end
 local created = register_hook(KEYS[2], KEYS[4], ARGV[3], ARGV[6], ARGV[7], ARGV[1], ARGV[2],
                               ARGV[4], ARGV[5])
+if created == -1 then
+  return cjson.encode({created = 0, seq = 0, delivery = '', status = '', repeated = 1,
+                       hook = redis.call('HGETALL', KEYS[2])})
+end
 local seq = 0
 if b[2] and b[2] ~= '' then
   seq = tonumber(b[3] or '0')
