@@ -408,22 +408,34 @@ class AsyncStore:
             keyspace.account_pending_bytes(s, ref.account),
             keyspace.batch_uploads(s, ref.account, ref.name),
         ]
+        # The document as the script writes it (no read back).
+        doc = Document(
+            id=doc_id,
+            account=ref.account,
+            batch_name=ref.name,
+            filename=filename,
+            content_type=content_type,
+            size=len(content),
+            status=Status.QUEUED,
+            created_at=now,
+            started_at=None,
+            completed_at=None,
+            error_code="",
+            error_message="",
+            metadata_json=metadata,
+        )
         script_args: list[Any] = [
             ref.account,
             ref.name,
             doc_id,
-            filename,
-            content_type,
-            len(content),
             now,
             content if in_redis else b"",
             "1" if in_redis else "0",
-            self.blobs.kind,
             charge,
             allowance,
             idempotency_key or "",
-            metadata,
             batch_metadata,
+            *doc.new_fields(blob=self.blobs.kind, charged=charge),
         ]
         if fast and held > charge:
             # Never charged, whatever the script does: owed back (GiveBack).
@@ -469,22 +481,7 @@ class AsyncStore:
                     limit=self.max_pending_bytes, pending=pending, size=charge
                 ) from exc
             raise _batch_refusal(ref, exc) from exc
-        # The document as the script wrote it (no read back).
-        return Document(
-            id=doc_id,
-            account=ref.account,
-            batch_name=ref.name,
-            filename=filename,
-            content_type=content_type,
-            size=len(content),
-            status=Status.QUEUED,
-            created_at=now,
-            started_at=None,
-            completed_at=None,
-            error_code="",
-            error_message="",
-            metadata_json=metadata,
-        )
+        return doc
 
     async def _replayed(self, ref: BatchRef, idempotency_key: str) -> Document | None:
         """The batch's document an upload with ``idempotency_key`` made, as it is now (None:
