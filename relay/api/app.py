@@ -32,6 +32,7 @@ from relay.api import (
     events,
     health,
     openapi,
+    pages,
     reference,
     webhooks,
 )
@@ -52,6 +53,7 @@ def api_routes() -> list[BaseRoute]:
         Route("/batches/{name}", batches.get_batch, methods=["GET"]),
         Route("/documents/{id}", documents.get_document, methods=["GET"]),
         Route("/batches/{name}/results", batches.batch_results, methods=["GET"]),
+        Route("/documents/{id}/pages/{n}", pages.get_page, methods=["GET"]),
         Route("/documents", documents.upload_document, methods=["POST"]),
         Route("/batches", batches.list_batches, methods=["GET"]),
         Route("/batches/{name}", batches.delete_batch, methods=["DELETE"]),
@@ -121,6 +123,7 @@ def create_app(settings: Settings, *, extra_routes: Sequence[BaseRoute] = ()) ->
             shards.stop.set()
             await resources.store.refunds.now()
             await resources.close()
+            st.pages.close()
 
     routes: list[BaseRoute] = [
         # Full paths rather than a Mount: a Mount matches its rest with ``.*``, which stops at

@@ -56,7 +56,8 @@ from relay.state.api_keys import check_record
 
 T = TypeVar("T")
 
-# Turns (account, the query's record) into the JSON body; raises ApiError for 4xx.
+# Turns (account, the query's record) into the JSON body (or a whole Response); raises
+# ApiError for 4xx.
 Render = Callable[[str, T], Awaitable[Any]]
 
 __all__ = ["NO_READS", "serve_status"]
@@ -94,6 +95,9 @@ async def serve_status(request: Request, query: StatusQuery[T], render: Render[T
         body = await render(account, read.value)
     except ApiError as exc:
         return error_response(exc, headers)
+    if isinstance(body, Response):  # not JSON (a page image): sent as it is, with the headers
+        body.headers.update(headers)
+        return body
     return json_response(body, headers=headers)
 
 

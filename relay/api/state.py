@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
+from relay.api.page_images import PageRenderer
 from relay.api.resources import ApiResources
 from relay.api.throttles import Limits
 from relay.config import Settings
@@ -27,11 +28,18 @@ class AppState:
     resources: ApiResources  # everything the routes ask of Redis (relay.api.resources)
     key_cache: KeyCache
     limits: Limits  # per-account write rates, bad keys per client address
+    pages: PageRenderer  # page images, rendered in bounded children
 
     @classmethod
     def open(cls, settings: Settings) -> AppState:
         resources = ApiResources.open(settings)
-        return cls(settings, resources, KeyCache(), Limits(resources))
+        return cls(
+            settings,
+            resources,
+            KeyCache(),
+            Limits(resources),
+            PageRenderer.from_settings(settings),
+        )
 
     # The resources' parts the routes use most, by their plain names.
     @property

@@ -69,7 +69,12 @@ class WorkerContext:
 
     @cached_property
     def store(self) -> Store:
-        return Store(self.redis, BlobStore(self.settings.blob_dir), self.clock)
+        return Store(
+            self.redis,
+            BlobStore(self.settings.blob_dir),
+            self.clock,
+            keep_sources=self.settings.keep_sources,
+        )
 
     @cached_property
     def webhooks(self) -> WebhookStore:
