@@ -82,6 +82,7 @@ def test_every_operation_documents_its_errors(api: Api) -> None:
         f"{V1}/documents/{{id}}",
         f"{V1}/batches/{{name}}",
         f"{V1}/batches/{{name}}/results",
+        f"{V1}/documents/{{id}}/pages/{{n}}",
     }
     for path, item in doc["paths"].items():
         for method, op in item.items():
@@ -352,3 +353,18 @@ def test_webhooks_describe_the_test_event_and_the_feed_and_test_send_answers(
 def ref_schema(doc: dict[str, Any], name: str) -> dict[str, Any]:
     schema: dict[str, Any] = doc["components"]["schemas"][name]
     return schema
+
+
+def test_a_page_image_is_documented_as_png_with_its_errors(api: Api) -> None:
+    op = api.client.get("/openapi.json").json()["paths"][f"{V1}/documents/{{id}}/pages/{{n}}"]
+    responses = op["get"]["responses"]
+    assert set(responses["200"]["content"]) == {"image/png"}
+    assert "X-Page-Count" in responses["200"]["headers"]
+    for code, words in {
+        "409": ("document_not_finished", "source_gone", "no_pages"),
+        "422": ("page_not_renderable",),
+        "503": ("render_busy",),
+    }.items():
+        assert all(w in responses[code]["description"] for w in words), code
+    names = {p["name"] for p in op["get"]["parameters"]}
+    assert names == {"id", "n", "width"}

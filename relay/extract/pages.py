@@ -73,8 +73,10 @@ def _size(width: float, height: float, wanted: int | None, max_side: int, max_pi
 
 
 def _png(image: Image) -> bytes:
+    # Level 3: a scanned page's noise barely compresses past it, and level 6 takes 2.5 times
+    # as long for 3 % fewer bytes (a text page's PNG is small either way).
     out = io.BytesIO()
-    image.save(out, "PNG", compress_level=6)
+    image.save(out, "PNG", compress_level=3)
     return out.getvalue()
 
 
@@ -108,7 +110,8 @@ def _pdf_page(
         page = document[number - 1]
         try:
             width, height = page.get_size()  # as displayed: /Rotate applied
-            scale = _size(width, height, wanted, max_side, max_pixels)
+            # PDFium rounds the size up: a hair less keeps an exact width exact.
+            scale = _size(width, height, wanted, max_side, max_pixels) * (1 - 1e-9)
             bitmap = page.render(scale=scale, fill_color=(255, 255, 255, 255))
             image = bitmap.to_pil().convert("RGB")
         finally:
