@@ -130,6 +130,7 @@ def test_an_operator_finds_a_batch_and_reviews_a_pdf_page_by_page(
     log_in(page, api, create_operator_key(api.redis, "ops"))
     page.click("nav >> text=Batches")
     assert "finished most recently" in page.inner_text("main")
+    review_shot(page, "review-batches")
     page.click(f"a:has-text('{BATCH}')")
     rows = page.locator("tr.document")
     assert rows.count() == 5
@@ -257,9 +258,10 @@ def test_after_its_batch_is_deleted_a_document_shows_its_grid_and_no_page(
     reviewed: tuple[Api, dict[str, str]], page: Page
 ) -> None:
     api, ids = reviewed
+    log_in(page, api, create_operator_key(api.redis, "ops"))
+    open_document(page, api, ids["scan.pdf"])  # its page count is remembered now
     r = api.client.delete(f"{V1}/batches/{BATCH}", headers=api.auth("acme"))
     assert r.status_code == 202, r.text
-    log_in(page, api, create_operator_key(api.redis, "ops"))
     page.goto(f"{api.base_url}/console/documents/{ids['scan.pdf']}")
     assert "no longer kept" in page.inner_text(".meta")
     assert page.locator(".pageimg").count() == 0
@@ -281,3 +283,22 @@ def test_the_page_image_route_needs_an_operator_session(
     image = page.request.get(url + "?width=300")
     assert image.status == 200 and image.headers["content-type"] == "image/png"
     assert page.request.get(url.replace("/pages/1", "/pages/3")).status == 404
+
+
+def test_the_batches_of_one_account(reviewed: tuple[Api, dict[str, str]], page: Page) -> None:
+    api, ids = reviewed
+    api.upload_ok("acme", "still-open")  # never processed: not among the finished ones
+    log_in(page, api, create_operator_key(api.redis, "ops"))
+    page.goto(f"{api.base_url}/console/batches")
+    assert page.locator("tbody tr", has_text="still-open").count() == 0
+    page.fill("input[name=account]", "acme")
+    page.click("button:has-text('Show')")
+    names = page.locator("tbody tr td:first-child a").all_inner_texts()
+    assert names == ["still-open", BATCH]  # newest first, open or finished
+    page.goto(f"{api.base_url}/console/batches?account=NOT%20AN%20ACCOUNT")
+    assert "An account is" in page.inner_text(".flash.bad")
+    page.goto(f"{api.base_url}/console/batches/acme/no-such-batch")
+    assert "No such batch" in page.inner_text("h1")
+    page.goto(f"{api.base_url}/console/documents/{ids['broken']}")
+    assert "invalid_pdf" in page.inner_text(".meta")  # its source is kept, but no PDF
+    assert page.locator(".pageimg").count() == 0

@@ -137,3 +137,12 @@ def test_a_pdf_past_the_page_bound_is_refused_and_pages_count_from_one() -> None
         with pytest.raises(PageError) as raised:
             render_page(content, number, **BOUNDS)
         assert raised.value.code == "page_not_found" and raised.value.pages == 6
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG", "WEBP", "TIFF"])
+def test_every_image_format_is_served_as_png(fmt: str) -> None:
+    content = encode(Image.new("RGB", (320, 200), (200, 30, 30)), fmt)
+    page = render_page(content, 1, **BOUNDS)
+    assert (page.width, page.height, page.pages) == (320, 200, 1)
+    pixel = Image.open(io.BytesIO(page.png)).convert("RGB").getpixel((160, 100))
+    assert isinstance(pixel, tuple) and abs(pixel[0] - 200) < 8 and pixel[1] < 40

@@ -118,6 +118,8 @@ def _serve_one(conn: Connection, limits: RenderLimits) -> None:
         reply = {"error": exc.code, "message": exc.message, "pages": exc.pages}
     except MemoryError:
         reply = {"failed": "the page needs more memory than rendering may use"}
+    except Exception as exc:  # a decoder's own error on a hostile file: that page's failure
+        reply = {"failed": f"{type(exc).__name__}: {exc}"[:300]}
     conn.send_bytes(json.dumps(reply).encode())
     if png:
         conn.send_bytes(png)

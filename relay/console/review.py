@@ -113,17 +113,20 @@ async def _page_count(request: Request, found: SourceRef) -> tuple[int | None, s
     """How many pages the document has, or why its pages cannot be shown."""
     st, console = _console(request)
     doc = found.document
+    gone = (
+        "Its source is no longer kept (the batch was deleted, the document was canceled, "
+        "or sources are not kept: RELAY_KEEP_SOURCES)."
+    )
     if doc.status.value in ("queued", "processing"):
         return None, f"The document is {doc.status.value}: its pages are shown once it finishes."
+    if not (found.finished and found.kept):
+        return None, gone
     counts: dict[str, int] = console.page_counts
     if doc.id in counts:
         return counts[doc.id], ""
     content = await console.review.source(found)
     if content is None:
-        return None, (
-            "Its source is no longer kept (the batch was deleted, the document was canceled, "
-            "or sources are not kept: RELAY_KEEP_SOURCES)."
-        )
+        return None, gone
     try:
         pages = await st.pages.count(CONSOLE_SHARE, content)
     except PageError as exc:
