@@ -125,6 +125,15 @@ _metadata_keys = _positive_at_most(1000)
 # Mirrored from relay.state.metadata.MOST_BYTES (config imports no domain module): a form field's
 # text is parsed up to four times this.
 _metadata_bytes = _positive_at_most(4096)
+
+
+def _page_side(raw: str) -> int:
+    value = int(raw)
+    if not 16 <= value <= 10_000:
+        raise ValueError("must be 16-10000 (pixels)")
+    return value
+
+
 _lease_slots = _positive_at_most(64, " (1 = no leases)")
 # A leased slot is recorded this far ahead: a refusal may come this much later than a window
 # without leases would allow (docs/decisions.md, "Leased slots").
@@ -429,6 +438,32 @@ class Settings:
         _positive_int,
         "Exports one API process builds at a time (each takes a thread and a core while it"
         " builds); past it an export is 503 export_busy with Retry-After",
+    )
+    keep_sources: bool = setting(
+        "true",
+        _bool,
+        "Keep a finished document's uploaded bytes until its batch is deleted or purged"
+        " (RELAY_RETENTION), for its page images; not counted in"
+        " RELAY_ACCOUNT_MAX_PENDING_BYTES. Without RELAY_BLOB_DIR they stay in Redis: its"
+        " memory then holds the sources of the retention window (docs/deploy.md)",
+    )
+    page_image_max_side: int = setting(
+        "2000",
+        _page_side,
+        "Longest side in pixels of a page image (GET /documents/{id}/pages/{n}, the"
+        " console's review page); ?width= is clamped to it (16-10000)",
+    )
+    page_renders: int = setting(
+        "2",
+        _positive_at_most(64),
+        "Page images an API process renders at once, each in a child process bounded by"
+        " RELAY_EXTRACT_MEMORY and RELAY_MAX_IMAGE_PIXELS; one account at most half of them",
+    )
+    page_render_timeout: float = setting(
+        "10",
+        _positive_float,
+        "Seconds one page image may take to render (else 422 page_not_renderable); a"
+        " request waits at most this long for a free render too (else 503 render_busy)",
     )
     status_rate_limit: RateLimit = setting(
         "120/minute",

@@ -34,6 +34,7 @@ from relay.api import (
     exports,
     health,
     openapi,
+    pages,
     reference,
     webhooks,
 )
@@ -57,6 +58,7 @@ def api_routes() -> list[BaseRoute]:
         Route("/batches/{name}/results", batches.batch_results, methods=["GET"]),
         Route("/documents/{id}/tables/{n}", exports.get_table, methods=["GET"]),
         Route("/batches/{name}/export", exports.export_batch, methods=["GET"]),
+        Route("/documents/{id}/pages/{n}", pages.get_page, methods=["GET"]),
         Route("/documents", documents.upload_document, methods=["POST"]),
         Route("/batches", batches.list_batches, methods=["GET"]),
         Route("/batches/{name}", batches.delete_batch, methods=["DELETE"]),
@@ -127,6 +129,7 @@ def create_app(settings: Settings, *, extra_routes: Sequence[BaseRoute] = ()) ->
             shards.stop.set()
             await resources.store.refunds.now()
             await resources.close()
+            st.pages.close()
 
     routes: list[BaseRoute] = [
         # Full paths rather than a Mount: a Mount matches its rest with ``.*``, which stops at

@@ -120,6 +120,14 @@ class RateLimited(ApiError):
     error_type = "rate_limited"
 
 
+class Busy(ApiError):
+    """A bounded resource of the process is in use past the request's wait (503, with
+    Retry-After)."""
+
+    status_code = 503
+    error_type = "busy"
+
+
 # Each state error as (status, type); the first entry the error is an instance of wins.
 STATE_ERRORS: dict[type[StateError], tuple[int, str]] = {
     BatchNotFound: (404, "not_found"),

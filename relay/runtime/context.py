@@ -69,7 +69,12 @@ class WorkerContext:
 
     @cached_property
     def store(self) -> Store:
-        return Store(self.redis, BlobStore(self.settings.blob_dir), self.clock)
+        return Store(
+            self.redis,
+            BlobStore(self.settings.blob_dir),
+            self.clock,
+            keep_sources=self.settings.keep_sources,
+        )
 
     @cached_property
     def webhooks(self) -> WebhookStore:
@@ -168,10 +173,15 @@ class WorkerContext:
                 time.sleep(0.05)
             engine.close(timeout=self.settings.delivery_timeout + 1)
         if self._extraction is not None:
-            self._extraction.close()
+            self._extraction.close(wait=5)
             self._extraction = None
-        while self._closers:  # the last made first: the HTTP client before the connections
-            self._closers.pop()()
+        # The last made first: the HTTP client before the connections. Each in a thread
+        # waited for briefly: a connection another thread still holds (RQ's listener, a
+        # lease renewal) must not hold the process's stop; the process's exit closes it.
+        while self._closers:
+            closer = threading.Thread(target=self._closers.pop(), daemon=True)
+            closer.start()
+            closer.join(2)
 
 
 def sandbox_config(settings: Settings) -> SandboxConfig:

@@ -305,8 +305,16 @@ class ExtractorHost:
             self._kill(self._proc, self._conn)
         self._proc = self._conn = None
 
-    def close(self) -> None:
-        with self._lock:
+    def close(self, wait: float | None = None) -> None:
+        """Kill the child. With ``wait``, an extraction still running on another thread is
+        waited for that long at most, then its child is killed under it all the same (a
+        process that is stopping must not be held by it)."""
+        if self._lock.acquire(timeout=-1 if wait is None else wait):
+            try:
+                self._drop()
+            finally:
+                self._lock.release()
+        else:
             self._drop()
 
     def lower_priority(self, niceness: int = 10) -> None:

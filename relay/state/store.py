@@ -538,7 +538,8 @@ class AsyncStore:
         return handed, batch
 
     async def delete_batch(self, ref: BatchRef) -> list[str]:
-        """Cancel the batch's queued documents and refuse further uploads; BatchNotFound."""
+        """Cancel the batch's queued documents, drop the sources kept of its finished ones
+        and refuse further uploads; BatchNotFound. Returns the canceled documents' ids."""
         s = ref.shard
         reply = await self.scripts(
             "delete_batch",
@@ -562,7 +563,14 @@ class AsyncStore:
         canceled: list[str] = r.get("canceled", [])
         for doc_id in canceled:
             self.blobs.discard(doc_id, self.blobs.kind)
+        kept: list[str] = r.get("dir_sources", [])  # finished documents' kept sources
+        if kept:
+            await asyncio.to_thread(self._discard_files, kept)
         return canceled
+
+    def _discard_files(self, doc_ids: list[str]) -> None:
+        for doc_id in doc_ids:
+            self.blobs.discard(doc_id, DIRECTORY)
 
     async def batch_exists(self, ref: BatchRef) -> bool:
         return bool(await self.redis.exists(ref.key))
@@ -690,12 +698,20 @@ class Store:
     """The workers' and sweepers' view: claim, renew, finish, requeue."""
 
     def __init__(
-        self, client: redis.Redis, blobs: BlobStore, clock: Callable[[], int] = now_ms
+        self,
+        client: redis.Redis,
+        blobs: BlobStore,
+        clock: Callable[[], int] = now_ms,
+        *,
+        keep_sources: bool = True,
     ) -> None:
         self.redis = client
         self.scripts = Scripts(client)
         self.blobs = blobs
         self.clock = clock  # ms since the epoch; tests pass their own
+        # RELAY_KEEP_SOURCES: a finished document's bytes stay until its batch goes
+        # (relay.state.sources), else they go when it finishes.
+        self.keep_sources = keep_sources
         # Bytes read ahead for a turn's claims (prefetch), by document id.
         self._prefetched: dict[str, bytes | None] = {}
 
@@ -824,7 +840,7 @@ class Store:
             keyspace.outbox(s),
             keyspace.account_pending_bytes(s, ref.account),
         ]
-        args: list[Any] = []
+        args: list[Any] = ["1" if self.keep_sources else "0"]
         for o in outcomes:
             if o.claim.batch != ref:
                 raise ValueError("finish_many: documents of one batch")
@@ -846,9 +862,10 @@ class Store:
             ]
         reply = fields(self._finish(ref.account, outcomes, script_keys, args))
         stored = [bool(x) for x in reply["stored"]]
-        for o, ok in zip(outcomes, stored, strict=True):
-            if ok:
-                self.blobs.discard(o.claim.doc_id, o.claim.blob_kind)
+        if not reply.get("kept"):
+            for o, ok in zip(outcomes, stored, strict=True):
+                if ok:
+                    self.blobs.discard(o.claim.doc_id, o.claim.blob_kind)
         return stored, int(reply["seq"])
 
     def _finish(
@@ -942,11 +959,14 @@ class Store:
                 keyspace.shard_prefix(ref.shard),
                 ref.account,
                 ref.name,
+                "1" if self.keep_sources else "0",
             ],
         )
         result = fields(reply)
         if result["freed"]:
             self.release_total(ref.account, result["freed"])
+        if result.get("dropped") == DIRECTORY:
+            self.blobs.discard(doc_id, DIRECTORY)
         return str(result["outcome"])
 
 
