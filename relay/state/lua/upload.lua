@@ -8,7 +8,9 @@
 --       (0: nothing held in Redis), 12 what KEYS[7] may reach after this upload: the
 --       account's quota minus its other shards' counters (-1: no check here; the caller
 --       reserved the bytes on the account's total, keys.account_pending_total, first),
---       13 the upload's idempotency key ('' for none)
+--       13 the upload's idempotency key ('' for none),
+--       14 the upload's trace context, a W3C traceparent ('' when tracing is off): kept as the
+--       document's `trace` and, when this upload creates the batch, as the batch's
 -- Derived from KEYS[1] (same hash tag): the shard's retention index `finished`.
 -- Returns JSON (cjson): {created = true, batch_created = true|false}; or the refusal
 -- 'deleted' when the batch was deleted, 'quota' when the charge would take KEYS[7] past
@@ -35,6 +37,9 @@ redis.call('HSET', KEYS[4], 'id', ARGV[3], 'account', ARGV[1], 'batch', ARGV[2],
            'filename', ARGV[4], 'content_type', ARGV[5], 'size', ARGV[6], 'status', 'queued',
            'created_at', ARGV[7], 'started_at', '', 'completed_at', '', 'claims', 0,
            'blob', ARGV[10], 'charged', charge, 'counted', 1)
+if ARGV[14] ~= '' then
+  redis.call('HSET', KEYS[4], 'trace', ARGV[14])
+end
 if ARGV[9] == '1' then
   redis.call('SET', KEYS[6], ARGV[8])
 end
@@ -56,6 +61,9 @@ if not batch[1] then
              'started_at', '', 'completed_at', '', 'last_completed_at', '0', 'deleted_at', '',
              'completion_seq', 0, 'total', 1, 'queued', 1, 'processing', 0, 'succeeded', 0,
              'failed', 0, 'canceled', 0, 'fields', '[]', 'handed', 0)
+  if ARGV[14] ~= '' then
+    redis.call('HSET', KEYS[1], 'trace', ARGV[14])
+  end
   redis.call('ZADD', KEYS[5], ARGV[7], ARGV[2])
 elseif batch[3] and batch[3] ~= '' then
   -- An upload into a finished batch makes it not done again until the new document
