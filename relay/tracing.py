@@ -35,6 +35,7 @@ import contextlib
 import contextvars
 import functools
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -44,8 +45,7 @@ from relay.config import Settings, export_otel
 if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.trace import Span, SpanKind, Tracer
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+    from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Tracer
 
 log = logging.getLogger("relay.tracing")
 
@@ -56,7 +56,6 @@ Attributes = Mapping[str, str | int | float | bool]
 
 _tracer: Tracer | None = None  # None: tracing is off in this process
 _provider: TracerProvider | None = None
-_propagator: TraceContextTextMapPropagator | None = None
 _kinds: dict[str, SpanKind] = {}
 _OFF: contextlib.nullcontext[None] = contextlib.nullcontext()
 
@@ -71,7 +70,7 @@ def setup(settings: Settings, process: str) -> bool:
     (``Settings.tracing``); ``process`` (api, worker, detector) becomes the resource's
     ``relay.process``. The resource's ``service.name`` is ``relay`` unless
     ``OTEL_SERVICE_NAME`` or ``OTEL_RESOURCE_ATTRIBUTES`` names it. Returns whether it did."""
-    global _tracer, _provider, _propagator
+    global _tracer, _provider
     if not settings.tracing or _tracer is not None:
         return _tracer is not None
     export_otel(settings)  # the SDK reads its variables from the environment only
@@ -80,7 +79,6 @@ def setup(settings: Settings, process: str) -> bool:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.trace import SpanKind
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     from relay import __version__
 
@@ -103,7 +101,6 @@ def setup(settings: Settings, process: str) -> bool:
             INTERNAL: SpanKind.INTERNAL,
         }
     )
-    _propagator = TraceContextTextMapPropagator()
     _provider = provider
     _tracer = provider.get_tracer("relay", __version__)
     log.info("tracing on: spans exported over OTLP/HTTP")
@@ -121,15 +118,47 @@ def shutdown() -> None:
 
 # -- contexts as text ---------------------------------------------------------------------
 
+# W3C Trace Context, level 1: version-traceid-parentid-flags, lower-case hex; a later version
+# may append fields. Parsed here rather than by the SDK's propagator, which logs a warning for
+# some malformed headers: a client could fill the logs. The client's `tracestate` is not taken
+# (relay keeps only the traceparent between its processes).
+_TRACEPARENT_RE = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
+_MAX_TRACEPARENT = 512
+
+
+def _parse(text: str) -> tuple[int, int, int] | None:
+    """(trace id, span id, flags) of a well-formed ``traceparent``, else None."""
+    if not text or len(text) > _MAX_TRACEPARENT:
+        return None
+    m = _TRACEPARENT_RE.fullmatch(text.strip())
+    if m is None:
+        return None
+    version, trace_id, span_id, flags, rest = m.groups()
+    if version == "ff" or (version == "00" and rest):
+        return None
+    if trace_id == "0" * 32 or span_id == "0" * 16:
+        return None
+    return int(trace_id, 16), int(span_id, 16), int(flags, 16)
+
+
+def _span_context(traceparent: str) -> SpanContext | None:
+    parsed = _parse(traceparent)
+    if parsed is None:
+        return None
+    from opentelemetry.trace import SpanContext, TraceFlags
+
+    trace_id, span_id, flags = parsed
+    return SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(flags & 0x01))
+
 
 def _parent(traceparent: str) -> Context | None:
-    """The context a W3C ``traceparent`` names (None when empty or malformed)."""
-    if not traceparent or _propagator is None:
+    """The context of the span a ``traceparent`` names (None when empty or malformed)."""
+    remote = _span_context(traceparent)
+    if remote is None:
         return None
-    from opentelemetry.trace import get_current_span
+    from opentelemetry.trace import NonRecordingSpan, set_span_in_context
 
-    context = _propagator.extract({TRACEPARENT: traceparent})
-    return context if get_current_span(context).get_span_context().is_valid else None
+    return set_span_in_context(NonRecordingSpan(remote))
 
 
 def _format(span: Span) -> str:
@@ -139,21 +168,17 @@ def _format(span: Span) -> str:
     return f"00-{c.trace_id:032x}-{c.span_id:016x}-{int(c.trace_flags):02x}"
 
 
-def _links(traceparents: Iterable[str]) -> list[Any]:
-    from opentelemetry.trace import Link, get_current_span
+def _links(traceparents: Iterable[str]) -> list[Link]:
+    from opentelemetry.trace import Link
 
-    out = []
-    for text in traceparents:
-        context = _parent(text)
-        if context is not None:
-            out.append(Link(get_current_span(context).get_span_context()))
-    return out
+    contexts = (_span_context(text) for text in traceparents)
+    return [Link(c) for c in contexts if c is not None]
 
 
 def incoming(headers: Mapping[str, str]) -> str:
     """The request's ``traceparent`` when it is well formed, else ''."""
     text = headers.get(TRACEPARENT, "")
-    return text if _parent(text) is not None else ""
+    return text.strip() if _parse(text) is not None else ""
 
 
 # -- spans in a worker, a detector, a delivery attempt -------------------------------------
