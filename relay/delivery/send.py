@@ -134,7 +134,8 @@ def attempt_once(
     """Make one attempt of one claimed delivery and record it. Returns the attempt's error
     kind (None when the receiver accepted it). Traced: a client span, a child of the
     delivery's trace context, whose context the request carries as ``traceparent``."""
-    with tracing.span("POST", parent=d.trace, kind=tracing.CLIENT, attributes=_attributes(d)):
+    attributes = _attributes(d) if tracing.active() else None
+    with tracing.span("POST", parent=d.trace, kind=tracing.CLIENT, attributes=attributes):
         return _attempt(ctx, d, token, materials)
 
 
@@ -235,6 +236,8 @@ def _attempt(
 
 def _trace_attempt(status_code: int | None, error: str | None, outcome: str) -> None:
     """The attempt's answer and what it decided, on its span (nothing when off)."""
+    if not tracing.active():
+        return
     answer: dict[str, str | int] = {"relay.delivery.outcome": outcome}
     if status_code is not None:
         answer["http.response.status_code"] = status_code

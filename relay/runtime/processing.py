@@ -169,7 +169,7 @@ def process_claimed(
             parent=claim.trace,
             kind=tracing.CONSUMER,
             links=[claim.batch_trace],
-            attributes=_span_attributes(claim),
+            attributes=_span_attributes(claim) if tracing.active() else None,
         ),
         _LeaseKeeper(store, [claim], lease_ms),
     ):
@@ -203,6 +203,8 @@ def _span_attributes(claim: Claim) -> dict[str, str | int]:
 
 def _trace_outcome(result: bytes | None, error: tuple[str, str] | None) -> None:
     """The extraction's outcome on its span (``relay.tracing``; nothing when off)."""
+    if not tracing.active():
+        return
     if error is not None:
         tracing.annotate({"relay.document.status": "failed", "error.type": error[0]})
         tracing.fail(error[0])
