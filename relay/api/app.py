@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from relay import tracing
 from relay.api import (
     batches,
     deliveries,
@@ -130,6 +131,9 @@ def create_app(settings: Settings, *, extra_routes: Sequence[BaseRoute] = ()) ->
             await resources.store.refunds.now()
             await resources.close()
             st.pages.close()
+            # The spans still queued, exported now: once it has served, uvicorn raises the
+            # stop signal again, which ends the process before `relay serve` could.
+            await asyncio.to_thread(tracing.shutdown)
 
     routes: list[BaseRoute] = [
         # Full paths rather than a Mount: a Mount matches its rest with ``.*``, which stops at

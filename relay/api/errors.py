@@ -293,6 +293,24 @@ async def on_internal_error(request: Request, exc: Exception) -> Response:
     return error_json(500, "internal_error", "internal error")
 
 
+def status_of(exc: BaseException) -> int:
+    """The HTTP status the handlers below answer ``exc`` with (a traced request's
+    ``http.response.status_code``, ``relay.tracing.server``)."""
+    if isinstance(exc, ApiError):
+        return exc.status_code
+    if isinstance(exc, StateError):
+        return next(status for cls, (status, _) in STATE_ERRORS.items() if isinstance(exc, cls))
+    if isinstance(exc, HTTPException):
+        return exc.status_code
+    if isinstance(exc, ClientDisconnect):
+        return 400
+    if isinstance(exc, (ConfigError, StoreUnavailable, *UNAVAILABLE)) or (
+        isinstance(exc, REPLY_ERROR) and is_store_full(exc)
+    ):
+        return 503
+    return 500
+
+
 def exception_handlers() -> dict[Any, Any]:
     """The handlers to pass to ``Starlette(exception_handlers=...)``.
 

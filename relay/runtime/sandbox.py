@@ -72,6 +72,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
+from relay import tracing
 from relay.extract import extract, extract_document
 from relay.extract.bounds import (
     DEFAULT_MAX_PAGES,
@@ -420,6 +421,7 @@ class ExtractorHost:
                 break
             # Counted by the extractor, within RELAY_MAX_PAGES (a plug-in's word is capped).
             pages = min(max(int(reply[1:] or b"0"), 0), self.config.max_pages)
+            tracing.annotate({"relay.document.pages": pages})  # on the extraction's span
         tag, retire, body = reply[:1], reply[1:2], reply[2:]
         if retire == _RETIRE:
             self._drop()

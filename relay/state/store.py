@@ -77,6 +77,10 @@ class Claim:
     freeable: int = 0
     # The pages its hand-out asked for (canonical text, relay.extract.pages; "" for all).
     pages: str = ""
+    # Trace contexts (W3C traceparent, '' when none was kept: relay.tracing): the document's
+    # (its upload's) and the batch's when claimed (the process call that handed it out).
+    trace: str = ""
+    batch_trace: str = ""
 
 
 @dataclass(frozen=True)
@@ -125,6 +129,8 @@ def _claim(doc_id: str, ref: BatchRef, token: str, c: dict[str, Any]) -> Claim:
         claims=int(c["claims"]),
         freeable=int(c.get("freeable", 0)),
         pages=str(c.get("pages") or ""),
+        trace=str(c.get("trace") or ""),
+        batch_trace=str(c.get("batch_trace") or ""),
     )
 
 
@@ -358,6 +364,7 @@ class AsyncStore:
         metadata: str = "",
         batch_metadata: str = "",
         again: bool = False,
+        trace: str = "",
     ) -> Document:
         """Create a queued document. Raises BatchDeleted when the batch was deleted,
         QuotaExceeded when its bytes would pass the account's pending-bytes quota,
@@ -383,7 +390,10 @@ class AsyncStore:
         held, the body larger than its declared size, or the total past the quota) the hold is
         given back and the upload reserves its exact bytes as without it (:meth:`_reserve`).
         The hold is the caller's until this is called: it gives it back itself when the
-        request fails before."""
+        request fails before.
+
+        ``trace``: the upload's trace context (a W3C ``traceparent``, ``relay.tracing``), kept
+        with the document and, when the upload creates the batch, with the batch."""
         s = ref.shard
         doc_id = keyspace.new_id("doc", s)
         in_redis = self.blobs.kind == "redis"
@@ -435,7 +445,8 @@ class AsyncStore:
             allowance,
             idempotency_key or "",
             batch_metadata,
-            *doc.new_fields(blob=self.blobs.kind, charged=charge),
+            trace,
+            *doc.new_fields(blob=self.blobs.kind, charged=charge, trace=trace),
         ]
         if fast and held > charge:
             # Never charged, whatever the script does: owed back (GiveBack).
@@ -465,6 +476,7 @@ class AsyncStore:
                         metadata=metadata,
                         batch_metadata=batch_metadata,
                         again=True,
+                        trace=trace,
                     )
                 raise StoreUnavailable(
                     f"the upload with Idempotency-Key {idempotency_key!r} names a document "
@@ -506,10 +518,12 @@ class AsyncStore:
         return handed
 
     async def process_and_read(
-        self, ref: BatchRef, fields: Sequence[str] | None, pages: str = ""
+        self, ref: BatchRef, fields: Sequence[str] | None, pages: str = "", *, trace: str = ""
     ) -> tuple[list[str], Batch]:
         """``process``, also returning the batch as the hand-out left it (read by the same
-        script: the API's answer costs no read of its own)."""
+        script: the API's answer costs no read of its own). ``trace``: the process call's
+        trace context (``relay.tracing``), the batch's from now on when it hands documents
+        out."""
         s = ref.shard
         try:
             reply = await self.scripts(
@@ -527,6 +541,7 @@ class AsyncStore:
                     ref.account,
                     ref.name,
                     pages,
+                    trace,
                 ],
             )
         except ResponseError as exc:
@@ -536,6 +551,12 @@ class AsyncStore:
         handed: list[str] = r.get("handed", [])
         batch = Batch.from_hash({k.encode(): str(v).encode() for k, v in r["batch"].items()})
         return handed, batch
+
+    async def batch_trace(self, ref: BatchRef) -> str:
+        """The batch's trace context ('' when none is kept): the parent of a process call
+        whose client sent none (``relay.tracing``; read only while tracing is on)."""
+        value = await self.redis.hget(ref.key, "trace")
+        return value.decode() if isinstance(value, bytes) else str(value or "")
 
     async def delete_batch(self, ref: BatchRef) -> list[str]:
         """Cancel the batch's queued documents, drop the sources kept of its finished ones
@@ -757,7 +778,7 @@ class Store:
         if not c.get("claims"):
             return [], more
         ref = BatchRef(c["account"], c["batch"], shard)
-        shared = {"fields": c["fields"]}
+        shared = {"fields": c["fields"], "batch_trace": c.get("trace")}
         claims = [_claim(d["id"], ref, token, {**d, **shared}) for d in c["claims"]]
         # The bytes held in Redis came with the claim (read_blob takes them once).
         held = [cl for cl in claims if cl.blob_kind != DIRECTORY]

@@ -8,8 +8,11 @@
 --       minus its other shards' counters (-1: no check here; the caller reserved the bytes
 --       on the account's total, keyspace.account_pending_total, first), 9 the upload's
 --       idempotency key ('' for none), 10 the batch's metadata (canonical JSON,
---       relay.state.metadata; '' for none), 11.. the new document's hash, field and value
---       pairs (relay.state.model.Document.new_fields: the one place they are named)
+--       relay.state.metadata; '' for none), 11 the upload's trace context (a W3C
+--       traceparent, '' when tracing is off): the batch's `trace` when this upload
+--       creates it (the document's is among its fields), 12.. the new document's hash,
+--       field and value pairs (relay.state.model.Document.new_fields: the one place
+--       they are named)
 -- Derived from KEYS[1] (same hash tag): the shard's retention index `finished`.
 -- Returns JSON (cjson): {created = true, batch_created = true|false}; or the refusal
 -- 'deleted' when the batch was deleted, 'quota' when the charge would take KEYS[7] past
@@ -37,7 +40,7 @@ if charge > 0 and allowance >= 0 then
     return refuse('quota')
   end
 end
-redis.call('HSET', KEYS[4], unpack(ARGV, 11))
+redis.call('HSET', KEYS[4], unpack(ARGV, 12))
 if ARGV[6] == '1' then
   redis.call('SET', KEYS[6], ARGV[5])
 end
@@ -61,6 +64,10 @@ if not batch[1] then
          'started_at', '', 'completed_at', '', 'last_completed_at', '0', 'deleted_at', '',
          'completion_seq', 0, 'total', 1, 'queued', 1, 'processing', 0, 'succeeded', 0,
          'failed', 0, 'canceled', 0, 'fields', '[]', 'handed', 0}
+  if ARGV[11] ~= '' then
+    set[#set + 1] = 'trace'
+    set[#set + 1] = ARGV[11]
+  end
   redis.call('ZADD', KEYS[5], ARGV[4], ARGV[2])
 elseif batch[3] and batch[3] ~= '' then
   -- An upload into a finished batch makes it not done again until the new document
