@@ -5,6 +5,12 @@
 (:func:`setting`); ``.env.example`` and ``docs/settings.md`` are generated from those fields
 (``relay config example``, ``relay config docs``), so nothing can drift. An unknown
 ``RELAY_`` variable is an error at start, not silently ignored.
+
+One family of foreign variables is read too: OpenTelemetry's own ``OTEL_*``
+(:attr:`Settings.otel`), which turn tracing on and configure it (``relay.tracing``,
+docs/deploy.md, "Tracing"). relay checks the few that decide whether and how it exports; the
+SDK reads the rest itself from the process environment, where :func:`export_otel` puts those
+that came from ``.env`` (the one documented exception to "read here and nowhere else").
 """
 
 from __future__ import annotations
@@ -20,6 +26,9 @@ from relay.exceptions import ConfigError
 from relay.timefmt import parse_duration
 
 PREFIX = "RELAY_"
+OTEL_PREFIX = "OTEL_"
+# The variables that name an OTLP endpoint for traces: either one turns tracing on.
+OTEL_ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 
 
 class Secret:
@@ -125,6 +134,15 @@ _metadata_keys = _positive_at_most(1000)
 # Mirrored from relay.state.metadata.MOST_BYTES (config imports no domain module): a form field's
 # text is parsed up to four times this.
 _metadata_bytes = _positive_at_most(4096)
+
+
+def _page_side(raw: str) -> int:
+    value = int(raw)
+    if not 16 <= value <= 10_000:
+        raise ValueError("must be 16-10000 (pixels)")
+    return value
+
+
 _lease_slots = _positive_at_most(64, " (1 = no leases)")
 # A leased slot is recorded this far ahead: a refusal may come this much later than a window
 # without leases would allow (docs/decisions.md, "Leased slots").
@@ -430,6 +448,32 @@ class Settings:
         "Exports one API process builds at a time (each takes a thread and a core while it"
         " builds); past it an export is 503 export_busy with Retry-After",
     )
+    keep_sources: bool = setting(
+        "true",
+        _bool,
+        "Keep a finished document's uploaded bytes until its batch is deleted or purged"
+        " (RELAY_RETENTION), for its page images; not counted in"
+        " RELAY_ACCOUNT_MAX_PENDING_BYTES. Without RELAY_BLOB_DIR they stay in Redis: its"
+        " memory then holds the sources of the retention window (docs/deploy.md)",
+    )
+    page_image_max_side: int = setting(
+        "2000",
+        _page_side,
+        "Longest side in pixels of a page image (GET /documents/{id}/pages/{n}, the"
+        " console's review page); ?width= is clamped to it (16-10000)",
+    )
+    page_renders: int = setting(
+        "2",
+        _positive_at_most(64),
+        "Page images an API process renders at once, each in a child process bounded by"
+        " RELAY_EXTRACT_MEMORY and RELAY_MAX_IMAGE_PIXELS; one account at most half of them",
+    )
+    page_render_timeout: float = setting(
+        "10",
+        _positive_float,
+        "Seconds one page image may take to render (else 422 page_not_renderable); a"
+        " request waits at most this long for a free render too (else 503 render_busy)",
+    )
     status_rate_limit: RateLimit = setting(
         "120/minute",
         RateLimit.parse,
@@ -721,6 +765,25 @@ class Settings:
         _log_format,
         "text (readable key=value lines) or json (one JSON object per line)",
     )
+    # Not a RELAY_ setting: OpenTelemetry's OTEL_* variables as found in the environment and
+    # .env (the environment wins), sorted by name; relay.tracing reads them.
+    # Not printed: OTEL_EXPORTER_OTLP_HEADERS may carry a collector's credentials.
+    otel: tuple[tuple[str, str], ...] = field(default=(), repr=False, metadata={})
+
+    def otel_value(self, name: str) -> str:
+        """The ``OTEL_*`` variable ``name`` (stripped; '' when not set)."""
+        return next((v.strip() for k, v in self.otel if k == name), "")
+
+    @property
+    def tracing(self) -> bool:
+        """Whether traces are exported: an OTLP endpoint is set (``OTEL_EXPORTER_OTLP_ENDPOINT``
+        or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``), and neither ``OTEL_SDK_DISABLED=true`` nor
+        ``OTEL_TRACES_EXPORTER=none`` turns the SDK off."""
+        if self.otel_value("OTEL_SDK_DISABLED").lower() == "true":
+            return False
+        if self.otel_value("OTEL_TRACES_EXPORTER").lower() == "none":
+            return False
+        return any(self.otel_value(name) for name in OTEL_ENDPOINTS)
 
     def to_env(self) -> dict[str, str]:
         """The settings as ``RELAY_*`` variables, for child processes."""
@@ -741,11 +804,12 @@ class Settings:
             else:
                 text = str(value)
             out[PREFIX + f.name.upper()] = text
+        out.update(self.otel)
         return out
 
 
 _FIELDS: tuple[_Field, ...] = tuple(
-    _Field(f.name, *f.metadata["setting"]) for f in fields(Settings)
+    _Field(f.name, *f.metadata["setting"]) for f in fields(Settings) if "setting" in f.metadata
 )
 _BY_ENV = {PREFIX + f.name.upper(): f for f in _FIELDS}
 # Settings renamed so that a name keeps one meaning ("batch" is a customer's batch of
@@ -801,12 +865,15 @@ def load_settings(
             values[f.name] = f.parse(raw)
         except ValueError as exc:
             raise ConfigError(f"{env_name}={raw!r}: {exc}") from exc
+    values["otel"] = tuple(sorted((k, v) for k, v in merged.items() if k.startswith(OTEL_PREFIX)))
     bad = set(overrides) - set(values)
     if bad:
         raise ConfigError(f"unknown override(s): {sorted(bad)}")
     values.update(overrides)
     _check_topology(values)
-    return Settings(**values)
+    settings = Settings(**values)
+    _check_otel(settings)
+    return settings
 
 
 def _check_topology(values: Mapping[str, Any]) -> None:
@@ -821,6 +888,37 @@ def _check_topology(values: Mapping[str, Any]) -> None:
             "RELAY_REDIS_CLUSTER_NODES needs RELAY_QUEUE_REDIS_URL: RQ's queues cannot live on"
             " a Cluster (their keys and transactions span slots); give them a small Redis"
         )
+
+
+def _check_otel(settings: Settings) -> None:
+    """The OTEL_* values relay's tracing cannot work with, refused at start rather than met
+    at the first export: relay exports traces over OTLP/HTTP (protobuf) only."""
+    if not settings.tracing:
+        return
+    for name in OTEL_ENDPOINTS:
+        url = settings.otel_value(name)
+        if url and not url.lower().startswith(("http://", "https://")):
+            raise ConfigError(f"{name}={url!r}: expected an http:// or https:// URL")
+    exporter = settings.otel_value("OTEL_TRACES_EXPORTER").lower()
+    if exporter not in ("", "otlp"):
+        raise ConfigError(
+            f"OTEL_TRACES_EXPORTER={exporter!r}: relay exports traces with otlp only (or none)"
+        )
+    for name in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        protocol = settings.otel_value(name)
+        if protocol:
+            if protocol != "http/protobuf":
+                raise ConfigError(
+                    f"{name}={protocol!r}: relay exports traces over http/protobuf only"
+                )
+            break  # the traces' own protocol decides over the general one
+
+
+def export_otel(settings: Settings) -> None:
+    """Put the ``OTEL_*`` variables that came from ``.env`` into this process's environment,
+    where the OpenTelemetry SDK reads them (it reads no file); one already there stays."""
+    for name, value in settings.otel:
+        os.environ.setdefault(name, value)
 
 
 def env_example() -> str:
@@ -850,7 +948,51 @@ def settings_doc() -> str:
         default = f"`{f.default}`" if f.default else "(empty)"
         doc = f.doc.replace("|", "\\|")
         lines.append(f"| `{PREFIX}{f.name.upper()}` | {default} | {doc} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, *_OTEL_DOC]) + "\n"
+
+
+# The OpenTelemetry SDK's variables relay's tracing reads or documents (docs/deploy.md,
+# "Tracing"); the SDK's own documentation has the rest.
+_OTEL_DOC = (
+    "",
+    "## Tracing: OpenTelemetry's own variables",
+    "",
+    "Traces are configured by the OpenTelemetry SDK's `OTEL_*` variables, not `RELAY_*` ones",
+    '(docs/deploy.md, "Tracing"). relay reads them from the environment and `.env` (the',
+    "environment wins) to decide whether to trace and refuses at start what it cannot export",
+    "with; the SDK reads them itself. With no endpoint set, tracing is off and costs nothing.",
+    "",
+    "| variable | default | meaning |",
+    "| --- | --- | --- |",
+    "| `OTEL_EXPORTER_OTLP_ENDPOINT` | (empty: off) | Base URL of an OTLP/HTTP collector"
+    " (`/v1/traces` is appended); setting it turns tracing on |",
+    "| `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` | (empty) | The full URL for traces, instead of"
+    " the one above (also turns tracing on) |",
+    "| `OTEL_SERVICE_NAME` | `relay` | The resource's `service.name`; each process also"
+    " carries `relay.process` (api, worker, detector) |",
+    "| `OTEL_RESOURCE_ATTRIBUTES` | (empty) | More resource attributes, `key=value,...` |",
+    "| `OTEL_TRACES_SAMPLER` | `parentbased_always_on` | Which traces are kept:"
+    " `parentbased_traceidratio` with `OTEL_TRACES_SAMPLER_ARG=0.1` keeps a tenth of relay's"
+    " own and follows a client's sampled `traceparent`; `traceidratio` ignores the client's"
+    " decision |",
+    "| `OTEL_TRACES_SAMPLER_ARG` | (empty) | The ratio of the `*traceidratio` samplers |",
+    "| `OTEL_BSP_SCHEDULE_DELAY` | `5000` | Milliseconds between two exports of a process |",
+    "| `OTEL_BSP_MAX_QUEUE_SIZE` | `2048` | Spans a process holds for export; past it new"
+    " spans are dropped (a slow collector never slows relay) |",
+    "| `OTEL_BSP_MAX_EXPORT_BATCH_SIZE` | `512` | Spans per export request |",
+    "| `OTEL_BSP_EXPORT_TIMEOUT` | `30000` | Milliseconds an export may take, also the one at"
+    " a process's stop: keep it below the stop timeout of the supervisor |",
+    "| `OTEL_EXPORTER_OTLP_HEADERS` | (empty) | Headers of every export (`key=value,...`),"
+    " e.g. the collector's credentials; never printed |",
+    "| `OTEL_EXPORTER_OTLP_TIMEOUT` | `10` | Seconds one export request may take |",
+    "| `OTEL_EXPORTER_OTLP_COMPRESSION` | (empty) | `gzip` to compress exports |",
+    "| `OTEL_EXPORTER_OTLP_CERTIFICATE` | (empty) | CA bundle to verify an https collector"
+    " (`_CLIENT_CERTIFICATE`, `_CLIENT_KEY`: mutual TLS) |",
+    "| `OTEL_EXPORTER_OTLP_PROTOCOL` | `http/protobuf` | The only protocol relay exports"
+    " with; another is refused at start |",
+    "| `OTEL_TRACES_EXPORTER` | `otlp` | `none` turns tracing off; another is refused at start |",
+    "| `OTEL_SDK_DISABLED` | `false` | `true` turns tracing off |",
+)
 
 
 def explicitly_set(

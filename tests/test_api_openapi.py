@@ -85,6 +85,7 @@ def test_every_operation_documents_its_errors(api: Api) -> None:
         f"{V1}/documents/{{id}}",
         f"{V1}/batches/{{name}}",
         f"{V1}/batches/{{name}}/results",
+        f"{V1}/documents/{{id}}/pages/{{n}}",
     }
     for path, item in doc["paths"].items():
         for method, op in item.items():
@@ -383,3 +384,18 @@ def test_a_table_with_its_geometry_is_what_the_schema_describes(api: Api) -> Non
     assert not check.is_valid({**body, "cells": [cell]})
     properties = ref_schema(doc, "TableCell")["properties"]
     assert list(properties) == ["row", "col", "row_span", "col_span", "bbox"]
+
+
+def test_a_page_image_is_documented_as_png_with_its_errors(api: Api) -> None:
+    op = api.client.get("/openapi.json").json()["paths"][f"{V1}/documents/{{id}}/pages/{{n}}"]
+    responses = op["get"]["responses"]
+    assert set(responses["200"]["content"]) == {"image/png"}
+    assert "X-Page-Count" in responses["200"]["headers"]
+    for code, words in {
+        "409": ("document_not_finished", "source_gone", "no_pages"),
+        "422": ("page_not_renderable",),
+        "503": ("render_busy",),
+    }.items():
+        assert all(w in responses[code]["description"] for w in words), code
+    names = {p["name"] for p in op["get"]["parameters"]}
+    assert names == {"id", "n", "width"}

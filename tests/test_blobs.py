@@ -1,5 +1,6 @@
 """The directory blob store: bytes written before the upload script, read by the worker,
-removed once processed or canceled; the Redis store keeps them in the shard until then."""
+kept once processed (RELAY_KEEP_SOURCES) until the batch is deleted or purged, removed when
+canceled; the Redis store keeps them in the shard the same way (tests/test_sources.py)."""
 
 from __future__ import annotations
 
@@ -31,16 +32,17 @@ def test_directory_store_round_trip(redis_url: str, redis: redis.Redis, tmp_path
         assert claim is not None and claim.blob_kind == "dir"
         assert worker.read_blob(claim) == b"a\n1\n"
         worker.finish(claim, line_items=[], error=None)
-        assert not path.exists()
+        assert path.exists()  # kept for the page images until the batch goes
         await api.delete_batch(REF)  # the other one was still queued: canceled
         assert not api.blobs.path(dropped.id).exists()
+        assert not path.exists()
         await aclient.aclose()
 
     asyncio.run(run())
 
 
 def test_redis_store_keeps_bytes_only_until_processed(redis_url: str, redis: redis.Redis) -> None:
-    worker = Store(redis, BlobStore(""))
+    worker = Store(redis, BlobStore(""), keep_sources=False)  # RELAY_KEEP_SOURCES=false
 
     async def run() -> None:
         aclient = redis_asyncio(redis_url)

@@ -1,5 +1,5 @@
-"""The operator console in a real headless Chromium (Debian's ``chromium``, driven by
-Playwright; ``make chromium`` installs it, no browser is ever downloaded).
+"""The operator console in a real headless Chromium (``tests.support.browser``: Debian's
+``chromium``, driven by Playwright; ``make chromium`` installs it, no browser is downloaded).
 
 The API runs in-process on uvicorn (``tests.support.api_fixtures``), a real delivery worker runs
 as a subprocess (``relay.devtools.processes``) and posts to a real HTTP receiver
@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -23,7 +20,7 @@ import httpx
 import pytest
 import redis
 import redis.asyncio
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Page
 
 from relay.devtools.processes import Stack
 from relay.redis import keyspace
@@ -36,52 +33,12 @@ from relay.state.model import Attempt, Batch
 from relay.state.store import BatchRef
 from relay.state.webhooks import AsyncWebhookStore, WebhookStore
 from tests.support.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
+from tests.support.browser import browser_fixture, log_in, page_fixture, shot  # noqa: F401
 from tests.support.helpers import FakeClock, wait_until
 from tests.support.receiver import Receiver, Reply
 from tests.test_api_events import complete_in_process
 
-CHROMIUM = "/usr/bin/chromium"
 XSS = b"<script>window.__pwned = 1; document.title = 'pwned'</script><b>bold?</b>"
-SHOTS = os.environ.get("RELAY_CONSOLE_SCREENSHOTS", "")
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    if not Path(CHROMIUM).exists() and shutil.which("chromium") is None:
-        pytest.fail(
-            f"{CHROMIUM} is missing: the console tests need Debian's chromium (`make chromium`, "
-            "which `make test` runs, installs it with apt-get)"
-        )
-    os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
-    with sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=CHROMIUM,
-            headless=True,
-            args=[
-                "--no-sandbox",
-                "--headless",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-            ],
-        )
-        try:
-            yield b
-        finally:
-            b.close()
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    pg = context.new_page()
-    pg.set_default_timeout(15_000)
-    try:
-        yield pg
-    finally:
-        context.close()
 
 
 @pytest.fixture
@@ -94,19 +51,6 @@ def local_api(api_factory: Any) -> Api:
 def _webhook_key(account: str, batch: str) -> str:
     ref = BatchRef(account, batch)
     return keyspace.webhook(ref.shard, account, batch)
-
-
-def shot(page: Page, name: str) -> None:
-    if SHOTS:
-        Path(SHOTS).mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
-
-
-def log_in(page: Page, api: Api, key: str) -> None:
-    page.goto(api.base_url + "/console")
-    assert page.url.endswith("/console/login")
-    page.fill("input[name=key]", key)
-    page.click("button:has-text('Log in')")
 
 
 def failed_delivery(api: Api, tmp_path: Path, receiver_url: str, account: str) -> tuple[str, Stack]:

@@ -432,6 +432,8 @@ def test_the_installed_runtime_closure_holds_no_dev_tool() -> None:
                 todo.append(dep)
     assert not seen & DEV_TOOLS, seen & DEV_TOOLS
     assert {"starlette", "redis", "cryptography"} <= seen
-    # 43 with the OCR stack (onnxruntime brings protobuf and flatbuffers, rapidocr shapely,
-    # pyclipper, PyYAML, six and tqdm): a bound that catches a dev tool's tree coming in.
-    assert len(seen) < 50, sorted(seen)
+    # 55 with the OCR stack (onnxruntime brings protobuf and flatbuffers, rapidocr shapely,
+    # pyclipper, PyYAML, six and tqdm) and OpenTelemetry's OTLP exporter (requests and its
+    # four, googleapis-common-protos, the SDK's semantic conventions): a bound that catches a
+    # dev tool's tree coming in.
+    assert len(seen) < 60, sorted(seen)

@@ -105,7 +105,8 @@ def test_a_document_is_extracted_and_its_batch_completes(make_ctx: ContextFactor
         b'{"line_items":[{"sku":"A-1"},{"sku":"B-7"}],'
         b'"tables":[{"page":1,"rows":[["sku"],["A-1"],["B-7"]],"confidence":null,"bbox":null}]}'
     )
-    assert ctx.redis.get(keyspace.blob(REF.shard, doc_id)) is None  # its bytes are gone
+    # Its bytes stay for its page images until the batch goes (RELAY_KEEP_SOURCES).
+    assert ctx.redis.exists(keyspace.blob(REF.shard, doc_id)) == 1
     assert ctx.redis.zscore(keyspace.leases(REF.shard), doc_id) is None
     assert counted(ctx) == {"succeeded": 1}
     # A second job for the same document (a duplicate wake-up) does nothing.

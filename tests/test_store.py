@@ -108,8 +108,10 @@ def test_full_chain_to_succeeded_and_batch_completion(h: Harness) -> None:
     assert len(events) == 1 and events[0][b"seq"] == b"1"
     snapshot = json.loads(events[0][b"snapshot"])
     assert snapshot["succeeded"] == "1" and snapshot["completed_at"] == str(done.completed_at)
-    # The blob is gone once processed; the line items (and tables) are kept.
-    assert h.client.get(keyspace.blob(REF.shard, doc.id)) is None
+    # The blob stays for the page images until the batch goes (RELAY_KEEP_SOURCES), no
+    # longer charged as pending; the line items (and tables) are kept.
+    assert h.client.get(keyspace.blob(REF.shard, doc.id)) == b"a,b\n1,2\n"
+    assert h.client.exists(keyspace.account_pending_bytes(REF.shard, REF.account)) == 0
     stored_result = json.loads(h.client.get(keyspace.doc_items(REF.shard, doc.id)) or b"null")
     assert stored_result == {"line_items": [{"a": "1"}], "tables": []}
 

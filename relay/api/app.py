@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from relay import tracing
 from relay.api import (
     batches,
     deliveries,
@@ -34,6 +35,7 @@ from relay.api import (
     exports,
     health,
     openapi,
+    pages,
     reference,
     webhooks,
 )
@@ -57,6 +59,7 @@ def api_routes() -> list[BaseRoute]:
         Route("/batches/{name}/results", batches.batch_results, methods=["GET"]),
         Route("/documents/{id}/tables/{n}", exports.get_table, methods=["GET"]),
         Route("/batches/{name}/export", exports.export_batch, methods=["GET"]),
+        Route("/documents/{id}/pages/{n}", pages.get_page, methods=["GET"]),
         Route("/documents", documents.upload_document, methods=["POST"]),
         Route("/batches", batches.list_batches, methods=["GET"]),
         Route("/batches/{name}", batches.delete_batch, methods=["DELETE"]),
@@ -127,6 +130,10 @@ def create_app(settings: Settings, *, extra_routes: Sequence[BaseRoute] = ()) ->
             shards.stop.set()
             await resources.store.refunds.now()
             await resources.close()
+            st.pages.close()
+            # The spans still queued, exported now: once it has served, uvicorn raises the
+            # stop signal again, which ends the process before `relay serve` could.
+            await asyncio.to_thread(tracing.shutdown)
 
     routes: list[BaseRoute] = [
         # Full paths rather than a Mount: a Mount matches its rest with ``.*``, which stops at

@@ -12,9 +12,10 @@ from typing import Any, cast
 from starlette.requests import Request
 from starlette.responses import Response
 
+from relay import tracing
 from relay.api.access import admit_write, authenticate
 from relay.api.bodies import EMPTY, json_response, read_json
-from relay.api.errors import NotFound, Unprocessable
+from relay.api.errors import NotFound, Unprocessable, status_of
 from relay.api.fast_path import NO_READS, serve_status
 from relay.api.paging import (
     decode_listing_cursor,
@@ -91,9 +92,13 @@ def parse_pages(body: Any, max_ranges: int) -> str:
         raise Unprocessable(str(exc), error_type="invalid_pages") from exc
 
 
+@tracing.server("POST /api/v1/batches/{name}/process", status_of)
 async def process_batch(request: Request) -> Response:
     """Hand the batch's queued, not yet handed documents to the workers: 202, the batch.
-    With ``pages``, only those pages of each PDF or TIFF handed out are read."""
+    With ``pages``, only those pages of each PDF or TIFF handed out are read. Traced
+    (``relay.tracing``): without the client's ``traceparent`` the call joins the batch's
+    trace (one read more, only while tracing is on); its span becomes the batch's trace,
+    which the completion's delivery continues."""
     st = state(request)
     admitted = await admit_write(request, PROCESS)
     account, rate_headers = admitted.account, admitted.headers
@@ -101,8 +106,13 @@ async def process_batch(request: Request) -> Response:
     body = await read_json(request, allow_empty=True)
     fields = parse_fields(body)
     pages = parse_pages(body, st.settings.max_page_ranges)
+    parent = await st.store.batch_trace(ref) if tracing.wants_parent() else ""
+    trace = tracing.traceparent(parent)  # the call's span, begun as a child of that
     # The answer is the batch as the hand-out left it (read in the same script).
-    doc_ids, batch = await st.store.process_and_read(ref, fields, pages)
+    doc_ids, batch = await st.store.process_and_read(ref, fields, pages, trace=trace)
+    tracing.annotate(
+        {"relay.account": account, "relay.batch": ref.name, "relay.handed": len(doc_ids)}
+    )
     if doc_ids:
         # The documents wait in the shard's fair queue; a job takes them from there. A crash
         # before this wake-up loses nothing: the sweeper wakes the queue for any that wait.

@@ -25,6 +25,7 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import Request
 from starlette.responses import Response
 
+from relay import tracing
 from relay.api.access import admit_write
 from relay.api.bodies import declared_length, json_response, media_type
 from relay.api.errors import (
@@ -33,6 +34,7 @@ from relay.api.errors import (
     PayloadTooLarge,
     Unprocessable,
     UnsupportedMediaType,
+    status_of,
 )
 from relay.api.fast_path import serve_status
 from relay.api.state import state
@@ -115,6 +117,7 @@ def _single(form: FormData, name: str) -> Any:
     return values[0] if values else None
 
 
+@tracing.server("POST /api/v1/documents", status_of)
 async def upload_document(request: Request) -> Response:
     """Store one uploaded file as a queued document of a batch (created if new): 201.
     Authenticated and counted against the account's upload rate before the body is read, in
@@ -122,7 +125,8 @@ async def upload_document(request: Request) -> Response:
     total (``relay.api.access.admit_write``); its bytes count against the account's
     pending-bytes quota (``relay.state.store.AsyncStore.upload``). With an ``Idempotency-Key``
     the batch's document an earlier upload with that key made is answered instead, as it
-    is now: a client may retry an upload whose answer it lost, or that was answered 503."""
+    is now: a client may retry an upload whose answer it lost, or that was answered 503.
+    Traced (``relay.tracing``): the request's span is kept with the document."""
     st = state(request)
     limit = st.settings.max_upload_bytes
     idempotency_key = _idempotency_key(request)
@@ -173,6 +177,10 @@ async def upload_document(request: Request) -> Response:
         idempotency_key=idempotency_key,
         metadata=metadata,
         batch_metadata=batch_metadata,
+        trace=tracing.traceparent(),
+    )
+    tracing.annotate(
+        {"relay.account": ref.account, "relay.batch": ref.name, "relay.document.id": doc.id}
     )
     await st.resources.replicated(f"upload {doc.id}", ref.shard)
     return json_response(

@@ -120,6 +120,14 @@ class RateLimited(ApiError):
     error_type = "rate_limited"
 
 
+class Busy(ApiError):
+    """A bounded resource of the process is in use past the request's wait (503, with
+    Retry-After)."""
+
+    status_code = 503
+    error_type = "busy"
+
+
 # Each state error as (status, type); the first entry the error is an instance of wins.
 STATE_ERRORS: dict[type[StateError], tuple[int, str]] = {
     BatchNotFound: (404, "not_found"),
@@ -283,6 +291,24 @@ async def on_client_disconnect(request: Request, exc: Exception) -> Response:
 async def on_internal_error(request: Request, exc: Exception) -> Response:
     logger.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return error_json(500, "internal_error", "internal error")
+
+
+def status_of(exc: BaseException) -> int:
+    """The HTTP status the handlers below answer ``exc`` with (a traced request's
+    ``http.response.status_code``, ``relay.tracing.server``)."""
+    if isinstance(exc, ApiError):
+        return exc.status_code
+    if isinstance(exc, StateError):
+        return next(status for cls, (status, _) in STATE_ERRORS.items() if isinstance(exc, cls))
+    if isinstance(exc, HTTPException):
+        return exc.status_code
+    if isinstance(exc, ClientDisconnect):
+        return 400
+    if isinstance(exc, (ConfigError, StoreUnavailable, *UNAVAILABLE)) or (
+        isinstance(exc, REPLY_ERROR) and is_store_full(exc)
+    ):
+        return 503
+    return 500
 
 
 def exception_handlers() -> dict[Any, Any]:

@@ -65,7 +65,8 @@ from relay.state.api_keys import PresentedKey, check_record
 
 T = TypeVar("T")
 
-# Turns (account, the query's record) into the JSON body; raises ApiError for 4xx.
+# Turns (account, the query's record) into the JSON body (or a whole Response); raises
+# ApiError for 4xx.
 Render = Callable[[str, T], Awaitable[Any]]
 # Turns (account, the query's record, the RateLimit-* headers) into the response.
 Respond = Callable[[str, T, dict[str, str]], Awaitable[Response]]
@@ -96,7 +97,8 @@ async def serve_status(request: Request, query: StatusQuery[T], render: Render[T
 
 
 async def serve_read(request: Request, query: StatusQuery[T], respond: Respond[T]) -> Response:
-    """:func:`serve_status` for a read that answers more than JSON (the exports): the
+    """:func:`serve_status` for a read that answers more than JSON (the exports, the page
+    images): the
     response is ``respond``'s, given the ``RateLimit-*`` headers to carry; an ApiError it
     raises is answered with them too."""
     st = state(request)

@@ -112,7 +112,64 @@ def _document_paths() -> dict[str, Any]:
         f"{V1}/documents/{{id}}": {
             "get": status_operation("getDocument", "The document.", "Document", [DOC_ID])
         },
+        f"{V1}/documents/{{id}}/pages/{{n}}": {"get": _page_operation()},
     }
+
+
+def _page_operation() -> dict[str, Any]:
+    """``GET /documents/{id}/pages/{n}`` (relay.api.pages): a PNG, or the errors."""
+    described = errors(401, 404, 409, 422, 429, rate_limited=True)
+    for code, text in {
+        "404": "No such document (another account's is 404 too), or no page n.",
+        "409": "document_not_finished (queued or processing); source_gone (canceled, or the "
+        "source was dropped: its batch deleted, or sources are not kept); no_pages (CSV, TSV, "
+        "JSON have no pages).",
+        "422": "validation_error (width is not a whole number); page_not_renderable (the source "
+        "is no readable PDF or image, is too large, or its rendering failed).",
+        "503": "render_busy (no page renderer freed up in time), store_unavailable or "
+        "store_full; see Retry-After.",
+    }.items():
+        described[code] = {**described[code], "description": text}
+    page = {
+        "name": "n",
+        "in": "path",
+        "required": True,
+        "description": "The page number, 1 for the first.",
+        "schema": {"type": "integer", "minimum": 1},
+        "example": 1,
+    }
+    width = {
+        "name": "width",
+        "in": "query",
+        "required": False,
+        "description": "The image's width in pixels: clamped to 16 and to the server's "
+        "RELAY_PAGE_IMAGE_MAX_SIDE (the bound on the long side, 2000 by default); absent: as "
+        "large as that bound allows.",
+        "schema": {"type": "integer", "minimum": 0},
+    }
+    return operation(
+        "getDocumentPage",
+        "A finished document's page as a PNG image. Rate-limited status endpoint.",
+        "status",
+        {
+            "200": {
+                "description": "The page as displayed (a PDF's /Rotate and an image's EXIF "
+                "orientation applied): what a table's bbox and its cells' boxes (fractions of "
+                "the page's width and height, origin top left) are drawn on.",
+                "content": {"image/png": {"schema": {"type": "string", "format": "binary"}}},
+                "headers": {
+                    **rate_headers(),
+                    "X-Page-Count": int_header("How many pages the document has.", 1),
+                    "Cache-Control": string_header("private, max-age=300."),
+                },
+            },
+            **described,
+        },
+        params=[DOC_ID, page, width],
+        description="Sources are kept until their batch is deleted or purged "
+        "(RELAY_KEEP_SOURCES); a PDF page is rendered, an image re-encoded, at most "
+        "RELAY_PAGE_IMAGE_MAX_SIDE pixels on the long side.",
+    )
 
 
 def _batch_paths() -> dict[str, Any]:

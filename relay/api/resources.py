@@ -70,7 +70,9 @@ from relay.state.api_keys import (
 from relay.state.blobs import BlobStore
 from relay.state.event_feed import AsyncEventLog, FeedWaiters
 from relay.state.rate_limits import Asked, Decision, LeasePolicy, SlidingWindow
+from relay.state.review import ReviewReads
 from relay.state.signing_material import SigningKeys, previous_until
+from relay.state.sources import AsyncSources
 from relay.state.store import AsyncStore
 from relay.state.webhooks import AsyncWebhookStore
 
@@ -145,6 +147,8 @@ class ApiResources:
     sync_redis: redis.Redis  # RQ's Redis; RQ is synchronous: used only from a worker thread
     lane: StatusClient  # the status endpoints' one round trip
     store: AsyncStore
+    sources: AsyncSources  # finished documents' kept sources (page images)
+    review: ReviewReads  # the console's review pages: batches, documents, results
     webhooks: AsyncWebhookStore
     signing: SigningKeys
     all_shards: AllShards
@@ -170,6 +174,7 @@ class ApiResources:
         # retries) as well as the operators' reads: as many connections as the state's.
         queues_async = client if queue_target == target else async_client(queue_target, wait=wait)
         webhooks = AsyncWebhookStore(client)
+        blobs = BlobStore(settings.blob_dir)
         signing = SigningKeys(Encryptor.from_setting(settings.encryption_key))
         policy = TargetPolicy.from_settings(settings)
         # A connection for every test send the lane runs at once: none waits for the pool.
@@ -200,11 +205,9 @@ class ApiResources:
             redis=client,
             sync_redis=sync_client(queue_target),
             lane=status_client(target, client),
-            store=AsyncStore(
-                client,
-                BlobStore(settings.blob_dir),
-                max_pending_bytes=settings.account_max_pending_bytes,
-            ),
+            store=AsyncStore(client, blobs, max_pending_bytes=settings.account_max_pending_bytes),
+            sources=AsyncSources(client, blobs),
+            review=ReviewReads(client),
             webhooks=webhooks,
             signing=signing,
             all_shards=AllShards(client, queues_async),

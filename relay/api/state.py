@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from starlette.requests import Request
 
 from relay.api.inflight import AccountInFlight
+from relay.api.page_images import PageRenderer
 from relay.api.resources import ApiResources
 from relay.api.throttles import Limits
 from relay.config import Settings
@@ -49,6 +50,7 @@ class AppState:
     limits: Limits  # per-account write rates, bad keys per client address
     exports: ExportSlots  # the exports being built (relay.api.exports)
     inflight: AccountInFlight  # each account's requests in flight here, capped
+    pages: PageRenderer  # page images, rendered in bounded children
 
     @classmethod
     def open(cls, settings: Settings, inflight: AccountInFlight) -> AppState:
@@ -60,6 +62,7 @@ class AppState:
             Limits(resources),
             ExportSlots(settings.export_concurrency),
             inflight,
+            PageRenderer.from_settings(settings),
         )
 
     # The resources' parts the routes use most, by their plain names.

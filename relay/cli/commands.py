@@ -18,7 +18,7 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -37,6 +37,18 @@ def _logging(settings: Settings) -> None:
     setup(settings.log_level, settings.log_format)
 
 
+def _traced(process: str, settings: Settings, run: Callable[[], int]) -> int:
+    """``run`` with tracing set up for this process when an OTLP endpoint is set, and the
+    spans still queued exported when it ends (``relay.tracing``)."""
+    from relay import tracing
+
+    tracing.setup(settings, process)
+    try:
+        return run()
+    finally:
+        tracing.shutdown()
+
+
 def require_encryption_key(settings: Settings) -> None:
     """API and workers handle signing secrets: refuse to start without the key."""
     from relay.crypto import Encryptor
@@ -45,16 +57,20 @@ def require_encryption_key(settings: Settings) -> None:
 
 
 def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
-    import uvicorn
-
     require_encryption_key(settings)
 
-    from relay.api.server import uvicorn_options
-    from relay.app import create_app
     from relay.redis.shards import Follower
 
     # A lowered RELAY_SHARDS is refused here in one line (the lifespan checks it again).
     Follower(settings).first()
+    return _traced("api", settings, lambda: _serve(settings, args))
+
+
+def _serve(settings: Settings, args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from relay.api.server import uvicorn_options
+    from relay.app import create_app
 
     uvicorn.run(
         create_app(settings),
@@ -75,6 +91,10 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
+    return _traced("worker", settings, lambda: _work(settings, args))
+
+
+def _work(settings: Settings, args: argparse.Namespace) -> int:
     from rq.exceptions import StopRequested
     from rq.serializers import JSONSerializer
 
@@ -178,8 +198,12 @@ def cmd_detector(settings: Settings, args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     log.info("detector %s started", detector.consumer)
-    detector.run()
-    return 0
+
+    def run() -> int:
+        detector.run()
+        return 0
+
+    return _traced("detector", settings, run)
 
 
 def cmd_dev(settings: Settings, args: argparse.Namespace) -> int:

@@ -5,7 +5,9 @@ call :class:`ConsoleQueries` and nothing else. The Deliveries page and recovery 
 store's exact, indexed search and its chunked recovery (``relay.state.delivery_search``), the same
 as ``GET /deliveries`` and ``POST /deliveries/recover``. The overview and the webhooks page read the
 newest deliveries of every shard (at most ``relay.state.all_shards.SCAN_CAP``), until webhooks have
-an index of their own.
+an index of their own. The review pages read through :class:`ReviewQueries`: batches, a batch's
+documents, a document's result and its kept source (``relay.state.review``,
+``relay.state.sources``).
 """
 
 from __future__ import annotations
@@ -13,13 +15,17 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from relay.delivery.probe import Prober, ProbeResult
 from relay.exceptions import WebhookNotFound
 from relay.state.all_shards import AllShards
+from relay.state.api_keys import ACCOUNT_RE
 from relay.state.event_feed import FEED_BATCHES, FEED_OPERATIONAL, AsyncEventLog, FeedPage
-from relay.state.model import Attempt, Delivery, DeliveryStatus, Webhook
-from relay.state.store import BatchRef
+from relay.state.model import Attempt, Batch, Delivery, DeliveryStatus, Webhook, valid_batch_name
+from relay.state.review import DocumentRow, ReviewReads
+from relay.state.sources import AsyncSources, SourceRef
+from relay.state.store import AsyncStore, BatchRef
 from relay.state.webhooks import AsyncWebhookStore
 from relay.timefmt import now_ms
 
@@ -266,3 +272,62 @@ class ConsoleQueries:
             totals=totals,
             failing=failing,
         )
+
+
+# -- the review pages ---------------------------------------------------------------------
+
+
+def _cursor(raw: str, parts: int) -> list[str] | None:
+    """A ``a:b[:c]`` cursor of a review list split in ``parts``, its first a number; None
+    when it is not one (the list then starts from its first page)."""
+    fields = raw.split(":")
+    if len(fields) != parts or not fields[0].isdigit() or not all(fields):
+        return None
+    return fields
+
+
+class ReviewQueries:
+    """The review pages' reads: batches (recently finished, or one account's), a batch's
+    documents, one document with its result, and its kept source."""
+
+    def __init__(self, store: AsyncStore, reads: ReviewReads, sources: AsyncSources) -> None:
+        self.store = store
+        self.reads = reads
+        self.sources = sources
+
+    async def batches(self, account: str, cursor: str, limit: int) -> tuple[list[Batch], str]:
+        """One account's batches, newest first, or (no account) the batches finished most
+        recently across every account; and the next page's cursor ("" on the last page)."""
+        if account:
+            parsed = _cursor(cursor, 2)
+            before = (int(parsed[0]), parsed[1]) if parsed else None
+            batches, after = await self.store.list_batches(account, before=before, limit=limit)
+            return batches, f"{after[0]}:{after[1]}" if after else ""
+        parsed = _cursor(cursor, 3)
+        recent = (int(parsed[0]), parsed[1], parsed[2]) if parsed else None
+        batches, next_recent = await self.reads.recent_batches(limit, recent)
+        return batches, ":".join(map(str, next_recent)) if next_recent else ""
+
+    async def batch(
+        self, account: str, name: str, start: int, limit: int
+    ) -> tuple[Batch | None, list[DocumentRow], int | None]:
+        """The batch and a page of its documents from position ``start``."""
+        if not (ACCOUNT_RE.fullmatch(account) and valid_batch_name(name)):
+            return None, [], None
+        ref = await self.store.locate(account, name)
+        batch = await self.store.get_batch(ref)
+        if batch is None:
+            return None, [], None
+        rows, next_start = await self.reads.documents(ref, start, limit)
+        return batch, rows, next_start
+
+    async def document(self, doc_id: str) -> tuple[SourceRef, list[Any] | None] | None:
+        """Any account's document, where its source is, and its result's tables."""
+        return await self.reads.document(doc_id)
+
+    async def locate(self, doc_id: str) -> SourceRef | None:
+        return await self.sources.locate(doc_id)
+
+    async def source(self, ref: SourceRef) -> bytes | None:
+        """The document's kept source, None when it is gone."""
+        return await self.sources.read(ref) if ref.finished and ref.kept else None

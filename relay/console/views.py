@@ -26,7 +26,7 @@ from relay.api.state import AppState, state
 from relay.api.throttles import client_address
 from relay.console import charts
 from relay.console.notices import error_code, notices
-from relay.console.queries import ConsoleQueries, DeliveryFilter
+from relay.console.queries import ConsoleQueries, DeliveryFilter, ReviewQueries
 from relay.console.session import Session, Sessions, csrf_ok
 from relay.exceptions import OutboundBusy, StateError
 from relay.logs import mask_query
@@ -87,6 +87,8 @@ class Console:
             prober=st.resources.prober,
             events=st.resources.events,
         )
+        self.review = ReviewQueries(st.store, st.resources.review, st.resources.sources)
+        self.page_counts: dict[str, int] = {}  # documents' page counts (the review page)
 
 
 def _console(request: Request) -> tuple[AppState, Console]:
@@ -132,8 +134,8 @@ def _render(
     response.headers["cache-control"] = "no-store"
     response.headers["x-frame-options"] = "DENY"
     response.headers["content-security-policy"] = (
-        "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
-        "frame-ancestors 'none'"
+        "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; "
+        "form-action 'self'; frame-ancestors 'none'"
     )
     response.headers["referrer-policy"] = "same-origin"
     return response
@@ -443,7 +445,10 @@ async def stylesheet(request: Request) -> Response:
 def routes() -> list[BaseRoute]:
     """The console's routes (full paths: the API app keeps ``redirect_slashes`` off). HTML
     for browsers, not part of the JSON API: kept out of the OpenAPI document."""
+    from relay.console import review  # it builds on this module's helpers
+
     return [
+        *review.routes(),
         Route("/console", overview, methods=["GET"], include_in_schema=False),
         Route("/console/login", login_page, methods=["GET"], include_in_schema=False),
         Route("/console/login", login, methods=["POST"], include_in_schema=False),

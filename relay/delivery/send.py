@@ -13,9 +13,11 @@ import time
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol
+from urllib.parse import urlsplit
 
 import httpx
 
+from relay import tracing
 from relay.config import Settings
 from relay.crypto import SigningMaterial
 from relay.delivery import schedule
@@ -95,9 +97,11 @@ def post_signed(
     msg_id: str,
     body: bytes,
     materials: list[SigningMaterial],
+    traceparent: str = "",
 ) -> Sent:
     """Sign ``body`` as ``msg_id`` and POST it to ``url`` through the vetted, pinned client
-    within the wall-clock deadline ``timeout`` (every attempt, and the test send)."""
+    within the wall-clock deadline ``timeout`` (every attempt, and the test send), with
+    ``traceparent`` as its header when given (``signing.build_headers``)."""
     t0 = time.perf_counter()
     status_code: int | None = None
     retry_after: str | None = None
@@ -105,7 +109,7 @@ def post_signed(
     excerpt = ""
     try:
         checked_url(url, policy)
-        headers = build_headers(msg_id, int(time.time()), body, materials, USER_AGENT)
+        headers = build_headers(msg_id, int(time.time()), body, materials, USER_AGENT, traceparent)
         with (
             attempt_deadline(timeout),
             http.stream("POST", url, content=body, headers=headers) as response,
@@ -128,10 +132,46 @@ def attempt_once(
     ctx: AttemptContext, d: ClaimedDelivery, token: str, materials: list[SigningMaterial]
 ) -> str | None:
     """Make one attempt of one claimed delivery and record it. Returns the attempt's error
-    kind (None when the receiver accepted it)."""
+    kind (None when the receiver accepted it). Traced: a client span, a child of the
+    delivery's trace context, whose context the request carries as ``traceparent``."""
+    attributes = _attributes(d) if tracing.active() else None
+    with tracing.span("POST", parent=d.trace, kind=tracing.CLIENT, attributes=attributes):
+        return _attempt(ctx, d, token, materials)
+
+
+def _attributes(d: ClaimedDelivery) -> dict[str, str | int]:
+    """An attempt span's attributes: where it goes (never the URL's path or query, which
+    may carry a token), and which delivery it is."""
+    try:
+        parts = urlsplit(d.url)
+        scheme, host, port = parts.scheme, parts.hostname or "", parts.port
+    except ValueError:
+        scheme, host, port = "", "", None
+    return {
+        "http.request.method": "POST",
+        "url.scheme": scheme,
+        "server.address": host,
+        "server.port": port or (443 if scheme == "https" else 80),
+        "relay.account": d.account,
+        "relay.batch": d.batch,
+        "relay.delivery.id": d.id,
+        "relay.delivery.attempt": d.number,
+    }
+
+
+def _attempt(
+    ctx: AttemptContext, d: ClaimedDelivery, token: str, materials: list[SigningMaterial]
+) -> str | None:
     started_ms = now_ms()
     sent = post_signed(
-        ctx.http, ctx.policy, ctx.settings.delivery_timeout, d.url, d.id, d.body, materials
+        ctx.http,
+        ctx.policy,
+        ctx.settings.delivery_timeout,
+        d.url,
+        d.id,
+        d.body,
+        materials,
+        tracing.traceparent(),
     )
     status_code, retry_after, error = sent.status_code, sent.retry_after, sent.error
     excerpt, duration_ms = sent.excerpt, sent.duration_ms
@@ -172,6 +212,7 @@ def attempt_once(
         reason=reason,
         verify=challenge is not None,
     )
+    _trace_attempt(status_code, error, decision.outcome)
     if decision.outcome == schedule.SUCCEEDED and challenge is None:
         ctx.metrics.delivered(d.completed_ms, now_ms())
     ctx.metrics.attempted(decision.outcome, duration_ms)
@@ -191,3 +232,17 @@ def attempt_once(
         ),
     )
     return error
+
+
+def _trace_attempt(status_code: int | None, error: str | None, outcome: str) -> None:
+    """The attempt's answer and what it decided, on its span (nothing when off)."""
+    if not tracing.active():
+        return
+    answer: dict[str, str | int] = {"relay.delivery.outcome": outcome}
+    if status_code is not None:
+        answer["http.response.status_code"] = status_code
+    if error is not None:
+        answer["error.type"] = str(status_code) if error == "http_status" else error
+    tracing.annotate(answer)
+    if error is not None:
+        tracing.fail(error)

@@ -98,12 +98,19 @@ def build_headers(
     body: bytes,
     materials: Sequence[SigningMaterial],
     user_agent: str,
+    traceparent: str = "",
 ) -> dict[str, str]:
-    """All headers of a webhook request: content type, user agent and the three ``webhook-*``."""
-    return {
+    """All headers of a webhook request: content type, user agent, the three ``webhook-*``
+    and, when the attempt is traced, its W3C ``traceparent`` (``relay.tracing``). The
+    signatures cover the id, the timestamp and the body, never the other headers: a
+    receiver verifies the same way with or without ``traceparent``."""
+    headers = {
         "content-type": CONTENT_TYPE,
         "user-agent": user_agent,
         "webhook-id": msg_id,
         "webhook-timestamp": str(timestamp),
         "webhook-signature": sign(msg_id, timestamp, body, materials),
     }
+    if traceparent:
+        headers["traceparent"] = traceparent
+    return headers

@@ -54,12 +54,13 @@ def wait_until(
 def relay_env(redis_url: str, settings: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment of ``python -m relay`` children started by a test or a benchmark.
 
-    This process's own without its ``RELAY_*`` variables (a developer's settings must not leak
-    in), then ``redis_url``, a fresh encryption key, receivers on this machine allowed,
-    unbuffered output and the checkout on ``PYTHONPATH`` (for ``tests.*`` and ``bench.*``
-    plug-ins), then ``settings`` (``RELAY_*`` names) over all of that.
+    This process's own without its ``RELAY_*`` and ``OTEL_*`` variables (a developer's
+    settings or collector must not leak in), then ``redis_url``, a fresh encryption key,
+    receivers on this machine allowed, unbuffered output and the checkout on ``PYTHONPATH``
+    (for ``tests.*`` and ``bench.*`` plug-ins), then ``settings`` (``RELAY_*`` and ``OTEL_*``
+    names) over all of that.
     """
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RELAY_", "OTEL_"))}
     env.update(
         RELAY_REDIS_URL=redis_url,
         RELAY_ENCRYPTION_KEY=generate_key(),

@@ -43,11 +43,10 @@ from dataclasses import dataclass, field, replace
 
 from relay.extract import geometry
 from relay.extract.pdf_layout import Char, PageLayout, Rule
-from relay.extract.result import Cell, Table
+from relay.extract.result import Cell, Grid, Table
 
 __all__ = ["find_tables", "page_tables"]
 
-Grid = list[list[str | None]]
 
 # Words: a gap wider than this share of the characters' height separates two words (the
 # characters', not the line's: a line may gather text of two baselines).

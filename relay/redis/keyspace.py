@@ -204,7 +204,8 @@ def doc_items(shard: int, doc_id: str) -> str:
 
 
 def blob(shard: int, doc_id: str) -> str:
-    """String: the uploaded bytes while the document waits (Redis blob store)."""
+    """String: the uploaded bytes while the document waits and, kept for its page images
+    (``RELAY_KEEP_SOURCES``), until its batch is deleted or purged (Redis blob store)."""
     return doc(shard, doc_id) + ":blob"
 
 

@@ -69,7 +69,12 @@ class WorkerContext:
 
     @cached_property
     def store(self) -> Store:
-        return Store(self.redis, BlobStore(self.settings.blob_dir), self.clock)
+        return Store(
+            self.redis,
+            BlobStore(self.settings.blob_dir),
+            self.clock,
+            keep_sources=self.settings.keep_sources,
+        )
 
     @cached_property
     def webhooks(self) -> WebhookStore:
@@ -168,10 +173,16 @@ class WorkerContext:
                 time.sleep(0.05)
             engine.close(timeout=self.settings.delivery_timeout + 1)
         if self._extraction is not None:
-            self._extraction.close()
+            self._extraction.close(wait=0)  # nothing extracts any more: no need to wait
             self._extraction = None
-        while self._closers:  # the last made first: the HTTP client before the connections
-            self._closers.pop()()
+        # The last made first: the HTTP client before the connections, on a thread of their
+        # own that the stop does not wait for: a connection another thread still holds (RQ's
+        # listener) must not hold the process, whose exit closes what is left.
+        closers, self._closers = self._closers[::-1], []
+        if closers:
+            threading.Thread(
+                target=lambda: [close() for close in closers], name="context-close", daemon=True
+            ).start()
 
 
 def sandbox_config(settings: Settings) -> SandboxConfig:

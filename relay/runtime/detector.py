@@ -34,7 +34,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from relay import logs
+from relay import logs, tracing
 from relay.redis import keyspace
 from relay.redis.clients import is_cluster, is_store_full
 from relay.runtime.context import WorkerContext
@@ -158,8 +158,15 @@ class Detector:
         # The event's id is its webhook-id: the same for the feed and every delivery, and
         # for this completion made again (lost with a failed-over primary).
         event_id = keyspace.completion_id(shard, account, name, batch.created_at, seq)
+        # From the completion to its delivery, in the batch's trace; the delivery keeps it.
+        trace = tracing.recorded(
+            "relay.batch.completed",
+            parent=snapshot.get(b"trace", b"").decode(),
+            start_ms=batch.completed_at or 0,
+            attributes={"relay.account": account, "relay.batch": name, "relay.event.id": event_id},
+        )
         create = self.ctx.webhooks.create_call(
-            BatchRef(account, name, shard), seq, body, batch.completed_at or 0, event_id
+            BatchRef(account, name, shard), seq, body, batch.completed_at or 0, event_id, trace
         )
         return _Entry(
             shard,

@@ -34,6 +34,7 @@ from collections.abc import Callable
 
 from redis.exceptions import RedisError
 
+from relay import tracing
 from relay.logs import fields
 from relay.redis import keyspace
 from relay.redis.clients import retry_while_full
@@ -162,7 +163,16 @@ def process_claimed(
     store = ctx.store
     lease_ms = int(ctx.settings.lease_seconds * 1000)
     t0 = time.perf_counter()
-    with _LeaseKeeper(store, [claim], lease_ms):
+    with (
+        tracing.span(
+            "relay.extract",
+            parent=claim.trace,
+            kind=tracing.CONSUMER,
+            links=[claim.batch_trace],
+            attributes=_span_attributes(claim) if tracing.active() else None,
+        ),
+        _LeaseKeeper(store, [claim], lease_ms),
+    ):
         content = store.read_blob(claim)
         result: bytes | None = None  # line_items and tables, as JSON from the bounded extraction
         error: tuple[str, str] | None = ("blob_missing", "the uploaded bytes are gone")
@@ -174,11 +184,34 @@ def process_claimed(
                 fields=claim.fields,
                 pages=claim.pages,
             )
+        _trace_outcome(result, error)
     outcome = Outcome(claim, result, error, ctx.clock())
     if defer is not None and defer(outcome, t0):
         return "deferred"
     [said] = store_outcomes(ctx, [(outcome, t0)], flush=flush)
     return said
+
+
+def _span_attributes(claim: Claim) -> dict[str, str | int]:
+    return {
+        "relay.account": claim.batch.account,
+        "relay.batch": claim.batch.name,
+        "relay.document.id": claim.doc_id,
+        "relay.document.content_type": claim.content_type,
+        "relay.document.claims": claim.claims,
+    }
+
+
+def _trace_outcome(result: bytes | None, error: tuple[str, str] | None) -> None:
+    """The extraction's outcome on its span (``relay.tracing``; nothing when off)."""
+    if not tracing.active():
+        return
+    if error is not None:
+        tracing.annotate({"relay.document.status": "failed", "error.type": error[0]})
+        tracing.fail(error[0])
+    else:
+        size = len(result or b"")
+        tracing.annotate({"relay.document.status": "succeeded", "relay.result.bytes": size})
 
 
 def store_outcomes(

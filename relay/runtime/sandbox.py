@@ -72,6 +72,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
+from relay import tracing
 from relay.extract import extract, extract_document
 from relay.extract.bounds import (
     DEFAULT_MAX_PAGES,
@@ -305,8 +306,16 @@ class ExtractorHost:
             self._kill(self._proc, self._conn)
         self._proc = self._conn = None
 
-    def close(self) -> None:
-        with self._lock:
+    def close(self, wait: float | None = None) -> None:
+        """Kill the child. With ``wait``, an extraction still running on another thread is
+        waited for that long at most, then its child is killed under it all the same (a
+        process that is stopping must not be held by it)."""
+        if self._lock.acquire(timeout=-1 if wait is None else wait):
+            try:
+                self._drop()
+            finally:
+                self._lock.release()
+        else:
             self._drop()
 
     def lower_priority(self, niceness: int = 10) -> None:
@@ -412,6 +421,7 @@ class ExtractorHost:
                 break
             # Counted by the extractor, within RELAY_MAX_PAGES (a plug-in's word is capped).
             pages = min(max(int(reply[1:] or b"0"), 0), self.config.max_pages)
+            tracing.annotate({"relay.document.pages": pages})  # on the extraction's span
         tag, retire, body = reply[:1], reply[1:2], reply[2:]
         if retire == _RETIRE:
             self._drop()

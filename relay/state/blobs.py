@@ -1,9 +1,11 @@
 """Where uploaded bytes wait for a worker: in Redis (default) or in a shared directory.
 
 Redis keeps the bytes in the batch's shard, written by the same script that creates the
-document and deleted by the script that finishes it, so API and workers on different machines
-need nothing but Redis; memory grows with the bytes *waiting*, not with history. A directory
-(``RELAY_BLOB_DIR``, e.g. an NFS or other shared mount) keeps large backlogs out of Redis
+document, so API and workers on different machines need nothing but Redis. Once the document
+finishes they stay for its page images until its batch is deleted or purged
+(``RELAY_KEEP_SOURCES``, ``relay.state.sources``), or go then when that is off: memory grows
+with the bytes waiting plus, when kept, those of the batches within the retention. A
+directory (``RELAY_BLOB_DIR``, e.g. an NFS or other shared mount) keeps them out of Redis
 memory; it must be mounted at the same path on every API and worker machine.
 """
 
@@ -57,6 +59,7 @@ class BlobStore:
         return None if value is None else bytes(value)
 
     def discard(self, doc_id: str, kind: str) -> None:
-        """Directory store: remove the file (Redis blobs are deleted by the scripts)."""
+        """Directory store: remove the file (Redis blobs are deleted by the scripts that
+        drop a document's bytes; the file goes after them)."""
         if kind == DIRECTORY and self.directory is not None:
             self.path(doc_id).unlink(missing_ok=True)

@@ -261,6 +261,36 @@ class Document:
             metadata_json=_s(h, "metadata"),
         )
 
+    def new_fields(self, *, blob: str, charged: int, trace: str = "") -> list[str | int]:
+        """The hash of this document as an upload creates it, field and value pairs for
+        ``HSET`` (``lua/upload.lua`` writes them as given): the one place a new document's
+        fields are named; :meth:`from_hash` reads them back. ``blob``: where its bytes wait
+        (``relay.state.blobs``); ``charged``: the bytes charged to the account's pending
+        counters, which ``counted`` = 1 says are on its total too (whatever releases them
+        reports them back to be taken off it); ``trace``: the upload's trace context
+        (``relay.tracing``), kept when given."""
+        fields: list[str | int] = [
+            "id", self.id,
+            "account", self.account,
+            "batch", self.batch_name,
+            "filename", self.filename,
+            "content_type", self.content_type,
+            "size", self.size,
+            "status", self.status.value,
+            "created_at", self.created_at,
+            "started_at", "",
+            "completed_at", "",
+            "claims", 0,
+            "blob", blob,
+            "charged", charged,
+            "counted", 1,
+        ]  # fmt: skip
+        if self.metadata_json:
+            fields += ["metadata", self.metadata_json]
+        if trace:
+            fields += ["trace", trace]
+        return fields
+
     def to_json(self) -> DocumentJSON:
         error: ProcessingErrorJSON | None = (
             {"code": self.error_code, "message": self.error_message}

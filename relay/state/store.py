@@ -77,6 +77,10 @@ class Claim:
     freeable: int = 0
     # The pages its hand-out asked for (canonical text, relay.extract.pages; "" for all).
     pages: str = ""
+    # Trace contexts (W3C traceparent, '' when none was kept: relay.tracing): the document's
+    # (its upload's) and the batch's when claimed (the process call that handed it out).
+    trace: str = ""
+    batch_trace: str = ""
 
 
 @dataclass(frozen=True)
@@ -125,6 +129,8 @@ def _claim(doc_id: str, ref: BatchRef, token: str, c: dict[str, Any]) -> Claim:
         claims=int(c["claims"]),
         freeable=int(c.get("freeable", 0)),
         pages=str(c.get("pages") or ""),
+        trace=str(c.get("trace") or ""),
+        batch_trace=str(c.get("batch_trace") or ""),
     )
 
 
@@ -358,6 +364,7 @@ class AsyncStore:
         metadata: str = "",
         batch_metadata: str = "",
         again: bool = False,
+        trace: str = "",
     ) -> Document:
         """Create a queued document. Raises BatchDeleted when the batch was deleted,
         QuotaExceeded when its bytes would pass the account's pending-bytes quota,
@@ -383,7 +390,10 @@ class AsyncStore:
         held, the body larger than its declared size, or the total past the quota) the hold is
         given back and the upload reserves its exact bytes as without it (:meth:`_reserve`).
         The hold is the caller's until this is called: it gives it back itself when the
-        request fails before."""
+        request fails before.
+
+        ``trace``: the upload's trace context (a W3C ``traceparent``, ``relay.tracing``), kept
+        with the document and, when the upload creates the batch, with the batch."""
         s = ref.shard
         doc_id = keyspace.new_id("doc", s)
         in_redis = self.blobs.kind == "redis"
@@ -408,22 +418,35 @@ class AsyncStore:
             keyspace.account_pending_bytes(s, ref.account),
             keyspace.batch_uploads(s, ref.account, ref.name),
         ]
+        # The document as the script writes it (no read back).
+        doc = Document(
+            id=doc_id,
+            account=ref.account,
+            batch_name=ref.name,
+            filename=filename,
+            content_type=content_type,
+            size=len(content),
+            status=Status.QUEUED,
+            created_at=now,
+            started_at=None,
+            completed_at=None,
+            error_code="",
+            error_message="",
+            metadata_json=metadata,
+        )
         script_args: list[Any] = [
             ref.account,
             ref.name,
             doc_id,
-            filename,
-            content_type,
-            len(content),
             now,
             content if in_redis else b"",
             "1" if in_redis else "0",
-            self.blobs.kind,
             charge,
             allowance,
             idempotency_key or "",
-            metadata,
             batch_metadata,
+            trace,
+            *doc.new_fields(blob=self.blobs.kind, charged=charge, trace=trace),
         ]
         if fast and held > charge:
             # Never charged, whatever the script does: owed back (GiveBack).
@@ -453,6 +476,7 @@ class AsyncStore:
                         metadata=metadata,
                         batch_metadata=batch_metadata,
                         again=True,
+                        trace=trace,
                     )
                 raise StoreUnavailable(
                     f"the upload with Idempotency-Key {idempotency_key!r} names a document "
@@ -469,22 +493,7 @@ class AsyncStore:
                     limit=self.max_pending_bytes, pending=pending, size=charge
                 ) from exc
             raise _batch_refusal(ref, exc) from exc
-        # The document as the script wrote it (no read back).
-        return Document(
-            id=doc_id,
-            account=ref.account,
-            batch_name=ref.name,
-            filename=filename,
-            content_type=content_type,
-            size=len(content),
-            status=Status.QUEUED,
-            created_at=now,
-            started_at=None,
-            completed_at=None,
-            error_code="",
-            error_message="",
-            metadata_json=metadata,
-        )
+        return doc
 
     async def _replayed(self, ref: BatchRef, idempotency_key: str) -> Document | None:
         """The batch's document an upload with ``idempotency_key`` made, as it is now (None:
@@ -509,10 +518,12 @@ class AsyncStore:
         return handed
 
     async def process_and_read(
-        self, ref: BatchRef, fields: Sequence[str] | None, pages: str = ""
+        self, ref: BatchRef, fields: Sequence[str] | None, pages: str = "", *, trace: str = ""
     ) -> tuple[list[str], Batch]:
         """``process``, also returning the batch as the hand-out left it (read by the same
-        script: the API's answer costs no read of its own)."""
+        script: the API's answer costs no read of its own). ``trace``: the process call's
+        trace context (``relay.tracing``), the batch's from now on when it hands documents
+        out."""
         s = ref.shard
         try:
             reply = await self.scripts(
@@ -530,6 +541,7 @@ class AsyncStore:
                     ref.account,
                     ref.name,
                     pages,
+                    trace,
                 ],
             )
         except ResponseError as exc:
@@ -540,8 +552,15 @@ class AsyncStore:
         batch = Batch.from_hash({k.encode(): str(v).encode() for k, v in r["batch"].items()})
         return handed, batch
 
+    async def batch_trace(self, ref: BatchRef) -> str:
+        """The batch's trace context ('' when none is kept): the parent of a process call
+        whose client sent none (``relay.tracing``; read only while tracing is on)."""
+        value = await self.redis.hget(ref.key, "trace")
+        return value.decode() if isinstance(value, bytes) else str(value or "")
+
     async def delete_batch(self, ref: BatchRef) -> list[str]:
-        """Cancel the batch's queued documents and refuse further uploads; BatchNotFound."""
+        """Cancel the batch's queued documents, drop the sources kept of its finished ones
+        and refuse further uploads; BatchNotFound. Returns the canceled documents' ids."""
         s = ref.shard
         reply = await self.scripts(
             "delete_batch",
@@ -565,7 +584,14 @@ class AsyncStore:
         canceled: list[str] = r.get("canceled", [])
         for doc_id in canceled:
             self.blobs.discard(doc_id, self.blobs.kind)
+        kept: list[str] = r.get("dir_sources", [])  # finished documents' kept sources
+        if kept:
+            await asyncio.to_thread(self._discard_files, kept)
         return canceled
+
+    def _discard_files(self, doc_ids: list[str]) -> None:
+        for doc_id in doc_ids:
+            self.blobs.discard(doc_id, DIRECTORY)
 
     async def batch_exists(self, ref: BatchRef) -> bool:
         return bool(await self.redis.exists(ref.key))
@@ -693,12 +719,20 @@ class Store:
     """The workers' and sweepers' view: claim, renew, finish, requeue."""
 
     def __init__(
-        self, client: redis.Redis, blobs: BlobStore, clock: Callable[[], int] = now_ms
+        self,
+        client: redis.Redis,
+        blobs: BlobStore,
+        clock: Callable[[], int] = now_ms,
+        *,
+        keep_sources: bool = True,
     ) -> None:
         self.redis = client
         self.scripts = Scripts(client)
         self.blobs = blobs
         self.clock = clock  # ms since the epoch; tests pass their own
+        # RELAY_KEEP_SOURCES: a finished document's bytes stay until its batch goes
+        # (relay.state.sources), else they go when it finishes.
+        self.keep_sources = keep_sources
         # Bytes read ahead for a turn's claims (prefetch), by document id.
         self._prefetched: dict[str, bytes | None] = {}
 
@@ -744,7 +778,7 @@ class Store:
         if not c.get("claims"):
             return [], more
         ref = BatchRef(c["account"], c["batch"], shard)
-        shared = {"fields": c["fields"]}
+        shared = {"fields": c["fields"], "batch_trace": c.get("trace")}
         claims = [_claim(d["id"], ref, token, {**d, **shared}) for d in c["claims"]]
         # The bytes held in Redis came with the claim (read_blob takes them once).
         held = [cl for cl in claims if cl.blob_kind != DIRECTORY]
@@ -827,7 +861,7 @@ class Store:
             keyspace.outbox(s),
             keyspace.account_pending_bytes(s, ref.account),
         ]
-        args: list[Any] = []
+        args: list[Any] = ["1" if self.keep_sources else "0"]
         for o in outcomes:
             if o.claim.batch != ref:
                 raise ValueError("finish_many: documents of one batch")
@@ -849,9 +883,10 @@ class Store:
             ]
         reply = fields(self._finish(ref.account, outcomes, script_keys, args))
         stored = [bool(x) for x in reply["stored"]]
-        for o, ok in zip(outcomes, stored, strict=True):
-            if ok:
-                self.blobs.discard(o.claim.doc_id, o.claim.blob_kind)
+        if not reply.get("kept"):
+            for o, ok in zip(outcomes, stored, strict=True):
+                if ok:
+                    self.blobs.discard(o.claim.doc_id, o.claim.blob_kind)
         return stored, int(reply["seq"])
 
     def _finish(
@@ -945,11 +980,14 @@ class Store:
                 keyspace.shard_prefix(ref.shard),
                 ref.account,
                 ref.name,
+                "1" if self.keep_sources else "0",
             ],
         )
         result = fields(reply)
         if result["freed"]:
             self.release_total(ref.account, result["freed"])
+        if result.get("dropped") == DIRECTORY:
+            self.blobs.discard(doc_id, DIRECTORY)
         return str(result["outcome"])
 
 

@@ -100,6 +100,7 @@ class ClaimedDelivery:
     created_at: int
     seq: int
     completed_ms: int  # the batch's completed_at for this completion (0: unknown)
+    trace: str = ""  # the delivery's trace context ('' when none was kept: relay.tracing)
 
 
 class WebhookStore:
@@ -149,11 +150,19 @@ class WebhookStore:
         )
 
     def create_call(
-        self, ref: BatchRef, seq: int, body: bytes, completed_ms: int, delivery_id: str
+        self,
+        ref: BatchRef,
+        seq: int,
+        body: bytes,
+        completed_ms: int,
+        delivery_id: str,
+        trace: str = "",
     ) -> tuple[list[str], list[Any]]:
         """The keys and arguments of ``create_delivery.lua`` for :meth:`create` (the
-        detector queues it on a pipeline; :func:`created_reply` reads its reply)."""
-        return _create_call(ref, seq, body, completed_ms, self.clock(), delivery_id)
+        detector queues it on a pipeline; :func:`created_reply` reads its reply). ``trace``:
+        the delivery's trace context (``relay.tracing``), the parent of its attempts' spans."""
+        k, a = _create_call(ref, seq, body, completed_ms, self.clock(), delivery_id)
+        return k, [*a, "", trace] if trace else a
 
     def create_event_call(
         self, account: str, event_id: str, body: bytes, delivery_id: str | None
@@ -181,6 +190,7 @@ class WebhookStore:
                 created_at=int(c["created_at"]),
                 seq=int(c["seq"]),
                 completed_ms=int(c["completed_ms"] or 0),
+                trace=str(c.get("trace") or ""),
             )
             for c in json.loads(reply)
         ]

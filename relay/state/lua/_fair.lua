@@ -62,11 +62,12 @@ end
 -- (read and written at once: one HMGET, one HSET).
 -- Returns a table (the scripts send it as JSON): {claimed = true, fields (the batch's JSON
 -- list), filename, content_type, blob (its ref), claims, pages (the page ranges its hand-out
--- asked for, '' for every page)} when claimed, {claimed = false, status} when the document
+-- asked for, '' for every page), trace and batch_trace (the document's and the batch's
+-- trace contexts, when kept)} when claimed, {claimed = false, status} when the document
 -- is not queued (another worker has it, or it ended).
 local function claim_doc(doc_key, batch_key, started_key, leases_key, id, now, lease_ms, token)
   local d = redis.call('HMGET', doc_key, 'status', 'filename', 'content_type', 'blob', 'claims',
-                       'pages')
+                       'pages', 'trace')
   if d[1] ~= 'queued' then
     return {claimed = false, status = d[1] or 'missing'}
   end
@@ -75,7 +76,8 @@ local function claim_doc(doc_key, batch_key, started_key, leases_key, id, now, l
              'claims', claims)
   redis.call('ZADD', leases_key, tonumber(now) + tonumber(lease_ms), id)
   redis.call('ZADD', started_key, now, id)
-  local b = redis.call('HMGET', batch_key, 'queued', 'processing', 'started_at', 'fields')
+  local b = redis.call('HMGET', batch_key, 'queued', 'processing', 'started_at', 'fields',
+                       'trace')
   local started = b[3]
   if not started or started == '' or tonumber(started) > tonumber(now) then
     started = now
@@ -83,5 +85,6 @@ local function claim_doc(doc_key, batch_key, started_key, leases_key, id, now, l
   redis.call('HSET', batch_key, 'queued', tonumber(b[1] or '0') - 1,
              'processing', tonumber(b[2] or '0') + 1, 'started_at', started)
   return {claimed = true, fields = b[4] or '[]', filename = d[2], content_type = d[3],
-          blob = d[4], claims = claims, pages = d[6] or ''}
+          blob = d[4], claims = claims, pages = d[6] or '', trace = d[7] or nil,
+          batch_trace = b[5] or nil}
 end

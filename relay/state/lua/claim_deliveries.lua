@@ -6,7 +6,8 @@
 --       5 the shard's key prefix (deliveries and webhooks are derived from it)
 -- Returns: a JSON array (cjson), one object per claimed delivery: id, account, batch, url,
 --   body, number (this attempt's), round_attempts (attempts in this round), created_at,
---   seq, completed_ms (the batch's completed_at); '[]' when none was claimed. Stored values
+--   seq, completed_ms (the batch's completed_at), trace (its trace context, when kept); '[]'
+--   when none was claimed. Stored values
 --   go out as the strings they are (cjson would print a large number in 14 digits).
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[3])
 local out = {}
@@ -14,7 +15,7 @@ local expiry = tonumber(ARGV[1]) + tonumber(ARGV[2])
 for _, id in ipairs(ids) do
   local dk = key_delivery(ARGV[5], id)
   local d = redis.call('HMGET', dk, 'status', 'account', 'batch', 'body', 'round_start',
-                       'created_at', 'seq', 'completed_at', 'attempt_count')
+                       'created_at', 'seq', 'completed_at', 'attempt_count', 'trace')
   if d[1] ~= 'pending' then
     redis.call('ZREM', KEYS[1], id)
   else
@@ -37,7 +38,7 @@ for _, id in ipairs(ids) do
       out[#out + 1] = {
         id = id, account = d[2], batch = d[3], url = w[1], body = d[4],
         number = tostring(done + 1), round_attempts = tostring(done - tonumber(d[5] or '0')),
-        created_at = d[6], seq = d[7], completed_ms = d[8] or '0',
+        created_at = d[6], seq = d[7], completed_ms = d[8] or '0', trace = d[10] or nil,
       }
     end
   end

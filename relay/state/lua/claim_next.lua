@@ -15,7 +15,8 @@
 --          list), claims = [{id, filename, content_type, blob, claims, freeable (the bytes
 --          finishing it frees from the account's total, if it still holds them), pages (the
 --          page ranges its hand-out asked for, '' for every page)}, ...], more = 1 when
---          documents still wait in the shard}, without claims when nothing was claimed
+--          documents still wait in the shard, trace = the batch's trace context when kept;
+--          a claim's trace: the document's}, without claims when nothing was claimed
 --          (more = 1: call again); then the bytes of each claimed document held in Redis
 --          (blob not 'dir'), in claim order, nil when gone: read here with one MGET, so the
 --          worker needs no round trip of its own for them (binary-safe: not in the JSON).
@@ -41,7 +42,7 @@ while budget > 0 do
     for i, id in ipairs(ids) do
       local dk = key_doc(p, id)
       local d = redis.call('HMGET', dk, 'status', 'filename', 'content_type', 'blob', 'claims',
-                           'size', 'charged', 'counted', 'pages')
+                           'size', 'charged', 'counted', 'pages', 'trace')
       if d[1] == 'queued' then
         local size = tonumber(d[6] or '0') or 0
         if #got > 0 and bytes + size > max_bytes then
@@ -58,7 +59,8 @@ while budget > 0 do
           freeable = tonumber(d[7] or '0') or 0
         end
         got[#got + 1] = {id = id, filename = d[2], content_type = d[3], blob = d[4],
-                         claims = claims, freeable = freeable, pages = d[9] or ''}
+                         claims = claims, freeable = freeable, pages = d[9] or '',
+                         trace = d[10] or nil}
         leases[#leases + 1] = tonumber(now) + lease_ms
         leases[#leases + 1] = id
         started[#started + 1] = now
@@ -88,7 +90,7 @@ while budget > 0 do
     redis.call('ZADD', KEYS[1], unpack(leases))
     local bk = key_batch(p, account, name)
     redis.call('ZADD', key_batch_started(p, account, name), unpack(started))
-    local b = redis.call('HMGET', bk, 'queued', 'processing', 'started_at', 'fields')
+    local b = redis.call('HMGET', bk, 'queued', 'processing', 'started_at', 'fields', 'trace')
     local first = b[3]
     if not first or first == '' or tonumber(first) > tonumber(now) then
       first = now
@@ -96,7 +98,7 @@ while budget > 0 do
     redis.call('HSET', bk, 'queued', tonumber(b[1] or '0') - #got,
                'processing', tonumber(b[2] or '0') + #got, 'started_at', first)
     local reply = {cjson.encode({account = account, batch = name, fields = b[4] or '[]',
-                                 claims = got, more = more and 1 or 0})}
+                                 claims = got, more = more and 1 or 0, trace = b[5] or nil})}
     local held = {}
     for _, g in ipairs(got) do
       if g.blob ~= 'dir' then

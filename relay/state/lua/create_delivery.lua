@@ -10,7 +10,10 @@
 --         and ARGV[4] the event's id): it supersedes nothing and is not the webhook's
 --         `pending` one (every event is delivered), and its seq is 0;
 --         'verify' for an endpoint verification's challenge (as 'event', and it becomes the
---         webhook's `verify_id`: the one delivery sent while the verification is pending)
+--         webhook's `verify_id`: the one delivery sent while the verification is pending);
+--         '' (or absent) for a completion's,
+--       10 the delivery's trace context (W3C traceparent; absent or '' for none): its
+--          attempts' spans are its children (relay.tracing)
 -- Returns (JSON): {created: true, id} created; {created: false, id} already exists for this
 --          seq or under this id; {created: false, id: ''} no usable webhook.
 local existing = redis.call('HGET', KEYS[2], ARGV[4])
@@ -57,6 +60,9 @@ redis.call('HSET', KEYS[6], 'id', ARGV[1], 'account', ARGV[2], 'batch', ARGV[3],
            'seq', ARGV[4], 'url', w[1], 'status', 'pending', 'created_at', ARGV[5],
            'updated_at', ARGV[5], 'next_attempt_at', ARGV[5], 'lease', '', 'round_start', 0,
            'body', ARGV[6], 'completed_at', ARGV[8], 'attempt_count', 0)
+if (ARGV[10] or '') ~= '' then
+  redis.call('HSET', KEYS[6], 'trace', ARGV[10])
+end
 redis.call('HSET', KEYS[2], ARGV[4], ARGV[1])
 if event then
   redis.call('HSET', KEYS[6], 'seq', 0, 'event', ARGV[4])

@@ -1,10 +1,13 @@
--- Delete a batch: queued documents -> canceled; processing ones finish; no more uploads.
+-- Delete a batch: queued documents -> canceled; processing ones finish; no more uploads; the
+-- sources kept of finished documents (finish.lua, RELAY_KEEP_SOURCES) are dropped.
 -- KEYS: 1 batch, 2 batch_docs, 3 batch_pending, 4 fair_ring (its documents leave it), 5 outbox,
 --       6 account_pending_bytes
 -- ARGV: 1 now (ms), 2 the shard's key prefix (documents and blobs are derived from it)
 -- Returns: a JSON object (cjson): found (1/0) and, when any, canceled: the ids of the
 --   documents canceled now (absent when none: cjson would encode an empty list as {}),
---   and freed: the bytes the caller takes off the account's total (release_charge)
+--   freed: the bytes the caller takes off the account's total (release_charge), and, when
+--   any, dir_sources: the finished documents whose dropped source is a file of the directory
+--   blob store (the caller removes them)
 -- Documents' keys are derived from ARGV[2] (same hash tag as KEYS) because a batch may hold
 -- any number of them; each cancellation is O(1).
 local b = redis.call('HMGET', KEYS[1], 'created_at', 'deleted_at')
@@ -18,18 +21,25 @@ redis.call('HSET', KEYS[1], 'deleted_at', ARGV[1])
 redis.call('DEL', KEYS[3])
 local who = redis.call('HMGET', KEYS[1], 'account', 'name')
 fair_drop_batch(ARGV[2], who[1], who[2])
-local canceled = {}
+local canceled, dir_sources = {}, {}
 local freed = 0
 local ids = redis.call('LRANGE', KEYS[2], 0, -1)
 for _, id in ipairs(ids) do
   local dk = key_doc(ARGV[2], id)
-  if redis.call('HGET', dk, 'status') == 'queued' then
+  local d = redis.call('HMGET', dk, 'status', 'blob')
+  if d[1] == 'queued' then
     redis.call('HSET', dk, 'status', 'canceled', 'completed_at', ARGV[1], 'blob', '')
     freed = freed + release_charge(dk, KEYS[6])
     redis.call('DEL', key_blob(ARGV[2], id))
     redis.call('HINCRBY', KEYS[1], 'queued', -1)
     redis.call('HINCRBY', KEYS[1], 'canceled', 1)
     canceled[#canceled + 1] = id
+  elseif (d[1] == 'succeeded' or d[1] == 'failed') and d[2] and d[2] ~= '' then
+    redis.call('HSET', dk, 'blob', '')
+    redis.call('DEL', key_blob(ARGV[2], id))
+    if d[2] == 'dir' then
+      dir_sources[#dir_sources + 1] = id
+    end
   end
 end
 if #canceled > 0 then
@@ -39,4 +49,7 @@ complete_if_done(KEYS[1], KEYS[5])
 if #canceled == 0 then
   canceled = nil
 end
-return cjson.encode({found = 1, canceled = canceled, freed = freed})
+if #dir_sources == 0 then
+  dir_sources = nil
+end
+return cjson.encode({found = 1, canceled = canceled, freed = freed, dir_sources = dir_sources})

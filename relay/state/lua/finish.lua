@@ -4,29 +4,42 @@
 -- DEL (two commands per document remain: its read and its write).
 -- KEYS: 1 batch, 2 leases, 3 outbox, 4 account_pending_bytes, then 3 per document: doc,
 --       doc_items, blob
--- ARGV: 7 per document: id, lease token, completed at (ms), 'succeeded' | 'failed',
---       result JSON, error code, error message
+-- ARGV: 1 '1' to keep the documents' sources (RELAY_KEEP_SOURCES) else '0', then 7 per
+--       document: id, lease token, completed at (ms), 'succeeded' | 'failed', result JSON,
+--       error code, error message
+-- A kept source stays where it is (its blob key, or its file in the directory store), the
+-- document's 'blob' field still naming the store, until the batch is deleted
+-- (delete_batch.lua) or purged (purge_batch.lua); it no longer counts as pending bytes.
+-- A deleted batch's documents keep nothing: the deletion has dropped the sources already.
 -- Returns JSON (cjson): {stored = [true | false per document: false when its lease was lost
 -- (handed to another worker, or already ended) and its outcome dropped], seq =
 -- completion_seq when these completed the batch else 0, freed = bytes the caller takes off
--- the account's total (release_known)}.
+-- the account's total (release_known), kept = whether the sources were kept}.
+local keep = ARGV[1] == '1'
+if keep then
+  local deleted = redis.call('HGET', KEYS[1], 'deleted_at')
+  keep = not deleted or deleted == ''
+end
 local stored, ended, results, blobs = {}, {}, {}, {}
 local counts = {succeeded = 0, failed = 0}
 local last = '0'
 local charged, freed = 0, 0
-for i = 0, #ARGV / 7 - 1 do
-  local a = i * 7
+for i = 0, (#ARGV - 1) / 7 - 1 do
+  local a = 1 + i * 7
   local dk = KEYS[5 + i * 3]
-  local d = redis.call('HMGET', dk, 'status', 'lease', 'charged', 'counted')
+  local d = redis.call('HMGET', dk, 'status', 'lease', 'charged', 'counted', 'blob')
   if d[1] == 'processing' and d[2] == ARGV[a + 2] then
     local outcome, now = ARGV[a + 4], ARGV[a + 3]
     redis.call('HSET', dk, 'status', outcome, 'completed_at', now, 'lease', '',
-               'error_code', ARGV[a + 6], 'error_message', ARGV[a + 7], 'blob', '', 'charged', 0)
+               'error_code', ARGV[a + 6], 'error_message', ARGV[a + 7],
+               'blob', keep and (d[5] or '') or '', 'charged', 0)
     if outcome == 'succeeded' then
       results[#results + 1] = KEYS[6 + i * 3]
       results[#results + 1] = ARGV[a + 5]
     end
-    blobs[#blobs + 1] = KEYS[7 + i * 3]
+    if not keep then
+      blobs[#blobs + 1] = KEYS[7 + i * 3]
+    end
     local c = tonumber(d[3] or '0') or 0
     if c > 0 then
       charged = charged + c
@@ -59,4 +72,4 @@ if #ended > 0 then
   redis.call('ZREM', KEYS[2], unpack(ended))
   seq = end_documents(KEYS[1], KEYS[3], counts.succeeded, counts.failed, last)
 end
-return cjson.encode({stored = stored, seq = seq, freed = freed})
+return cjson.encode({stored = stored, seq = seq, freed = freed, kept = keep})

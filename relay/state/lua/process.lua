@@ -9,7 +9,9 @@
 -- KEYS: 1 batch, 2 batch_docs, 3 batch_pending (such an older batch's list)
 -- ARGV: 1 fields (JSON list), 2 now (ms), 3 '1' to store the fields, 4 the shard's key prefix
 --       (the fair queue's keys and the documents derive from it), 5 account, 6 batch name,
---       7 page ranges (canonical text, relay.extract.pages; '' for every page)
+--       7 page ranges (canonical text, relay.extract.pages; '' for every page), 8 the
+--       process call's trace context (W3C traceparent; '' when tracing is off): the
+--       batch's `trace` from now on when documents are handed out (their completion's
 -- Returns JSON (cjson): {handed = [the handed document ids] (absent when none), batch = the
 -- batch's hash after the hand-out (field -> value)}, or the refusal 'deleted' / 'missing'.
 local b = redis.call('HMGET', KEYS[1], 'created_at', 'deleted_at', 'handed')
@@ -34,6 +36,10 @@ end
 if ARGV[3] == '1' then
   set[#set + 1] = 'fields'
   set[#set + 1] = ARGV[1]
+end
+if #ids > 0 and (ARGV[8] or '') ~= '' then
+  set[#set + 1] = 'trace'
+  set[#set + 1] = ARGV[8]
 end
 if #set > 0 then
   redis.call('HSET', KEYS[1], unpack(set))
