@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from PIL import Image
@@ -23,7 +24,7 @@ def _document(content: bytes, filename: str, fields: Sequence[str] = ()) -> Extr
     return extract_document(content, filename=filename, content_type="", fields=list(fields))
 
 
-def _code(content: bytes, filename: str, **kw: int) -> str:
+def _code(content: bytes, filename: str, **kw: Any) -> str:
     with pytest.raises(ExtractionError) as caught:
         extract_document(content, filename=filename, content_type="", fields=[], **kw)
     return caught.value.code

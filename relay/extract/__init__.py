@@ -18,6 +18,15 @@ for PDFs and images every table found, kept apart (``relay.extract.tables`` says
 them make ``line_items``); for CSV, TSV and JSON one table, the ``line_items`` as a grid
 (``tables.table_of_records``: header row of the keys, values as strings).
 
+A PDF or TIFF may be read in part: ``extract_document(..., pages=PageSet)`` reads those
+pages only (``relay.extract.pages``; page numbers stay the document's). A long scan is read
+in slices across workers (docs/architecture.md, "Long documents"): asked to
+(``relay.extract.bounds.ExtractLimits.split_over``), the default extractor stops before
+reading with ``SplitPages``; each slice's tables are read by ``read_pages`` and the slices'
+tables, in page order, become the document's ``line_items`` and ``tables`` by
+``assemble_pages``, exactly as if the document had been read whole (a table continued over a
+page break is joined across slices too).
+
 The format is decided, first match wins, by:
 
 1. content: the magic numbers of PDF, PNG, JPEG, TIFF and WebP (``sniff``) decide whatever
@@ -39,15 +48,19 @@ fails with ``invalid_image``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import PurePath
+from typing import NamedTuple
 
 from relay.extract.bounds import DEFAULT_MAX_PAGES
 from relay.extract.csv_tsv import choose_dialect, decode_text, extract_delimited, sniff_dialect
-from relay.extract.errors import ExtractionError
+from relay.extract.errors import ExtractionError, SplitPages
 from relay.extract.image import DEFAULT_MAX_IMAGE_PIXELS, extract_image
 from relay.extract.json_ import extract_json, parse_json, rows_from_json
 from relay.extract.loader import Extractor, load_extractor, run_extractor
-from relay.extract.pdf import extract_pdf
+from relay.extract.pages import PageSet
+from relay.extract.pdf import read_pdf, without_leading_single_rows
+from relay.extract.result import Table
 from relay.extract.sniff import IMAGE_FORMATS, sniff_format
 from relay.extract.tables import Extraction, split_tables, table_of_records
 
@@ -56,12 +69,19 @@ __all__ = [
     "DEFAULT_MAX_PAGES",
     "ExtractionError",
     "Extractor",
+    "PageSet",
+    "PagesRead",
+    "SplitPages",
+    "assemble_pages",
     "detect_format",
     "extract",
     "extract_document",
     "load_extractor",
+    "read_pages",
     "run_extractor",
 ]
+
+PAGED = ("pdf", "image")  # the formats read page by page (detect_format's kinds)
 
 _BY_CONTENT_TYPE = {
     "text/csv": "csv",
@@ -145,6 +165,55 @@ def _sniff(text: str) -> list[dict[str, object]]:
     raise ExtractionError("unsupported_format", f"{_UNSUPPORTED}, got text that is none of them")
 
 
+class PagesRead(NamedTuple):
+    """The tables of some pages of a paged document, as read: ``kind`` is ``"pdf"`` or
+    ``"image"`` (what ``assemble_pages`` needs to know of the document)."""
+
+    kind: str
+    tables: list[Table]
+
+
+def read_pages(
+    content: bytes,
+    *,
+    filename: str,
+    content_type: str,
+    pages: PageSet | None = None,
+    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
+    max_pages: int = DEFAULT_MAX_PAGES,
+) -> PagesRead:
+    """The tables of a PDF's or image's pages (all, or ``pages``), in reading order, every
+    table kept and none made ``line_items`` yet: a slice of a document, for
+    :func:`assemble_pages` to join with the others. A page without a table gives none (no
+    ``no_table_found`` here: that is the whole document's to say). Any other format is
+    ``unsupported_format``: it has no pages."""
+    if not content or content.isspace():
+        raise ExtractionError("empty_document", "the document is empty")
+    kind = detect_format(content, filename=filename, content_type=content_type)
+    bounds = {"max_pixels": max_image_pixels, "max_pages": max_pages}
+    if kind == "pdf":
+        found = read_pdf(content, pages=pages, **bounds)
+    elif kind == "image":
+        found = extract_image(content, pages=pages, **bounds)
+    else:
+        raise ExtractionError("unsupported_format", "only a PDF or an image is read by pages")
+    return PagesRead(kind, found)
+
+
+def assemble_pages(kind: str, tables: Sequence[Table], fields: Sequence[str]) -> Extraction:
+    """A paged document's ``line_items`` and ``tables`` from the tables of its pages in
+    page order (``read_pages``'s, of one read or of every slice in turn): the rules of
+    ``relay.extract.tables`` over them all, so a table continued on the next page is joined
+    whichever slices the two pages were read in; ``fields`` applied as for any document."""
+    found = list(tables)
+    if kind == "pdf":
+        found = without_leading_single_rows(found)
+    rows, kept = split_tables(found, "the PDF" if kind == "pdf" else "the image")
+    if fields:
+        rows = [{field: row.get(field) for field in fields} for row in rows]
+    return Extraction(rows, kept)
+
+
 def extract_document(
     content: bytes,
     *,
@@ -153,37 +222,39 @@ def extract_document(
     fields: list[str],
     max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
     max_pages: int = DEFAULT_MAX_PAGES,
+    pages: PageSet | None = None,
 ) -> Extraction:
     """The default extractor: the rows and the tables of ``content`` (module docstring).
 
     ``max_image_pixels`` bounds an image, or a scanned PDF page rendered for OCR
     (``RELAY_MAX_IMAGE_PIXELS``), ``max_pages`` a PDF or TIFF (``RELAY_MAX_PAGES``); the
-    worker passes both in. Raises ``ExtractionError`` with one of the codes listed in
+    worker passes both in. ``pages``: read only those pages of a PDF or TIFF (ignored for
+    other formats). Raises ``ExtractionError`` with one of the codes listed in
     ``relay.extract.errors``.
     """
     if not content or content.isspace():
         raise ExtractionError("empty_document", "the document is empty")
     kind = detect_format(content, filename=filename, content_type=content_type)
-    if kind in ("pdf", "image"):
-        if kind == "pdf":
-            found = extract_pdf(content, max_pixels=max_image_pixels, max_pages=max_pages)
-        else:
-            found = extract_image(content, max_pixels=max_image_pixels, max_pages=max_pages)
-        rows, tables = split_tables(found, "the PDF" if kind == "pdf" else "the image")
+    if kind in PAGED:
+        read = read_pages(
+            content,
+            filename=filename,
+            content_type=content_type,
+            pages=pages,
+            max_image_pixels=max_image_pixels,
+            max_pages=max_pages,
+        )
+        return assemble_pages(read.kind, read.tables, fields)
+    text = decode_text(content)
+    if kind == "json":
+        rows = extract_json(text)
+    elif kind is None:
+        rows = _sniff(text)
     else:
-        text = decode_text(content)
-        if kind == "json":
-            rows = extract_json(text)
-        elif kind is None:
-            rows = _sniff(text)
-        else:
-            rows = extract_delimited(text, choose_dialect(text, prefer_tab=kind == "tsv"))
-        tables = []
+        rows = extract_delimited(text, choose_dialect(text, prefer_tab=kind == "tsv"))
     if fields:
         rows = [{field: row.get(field) for field in fields} for row in rows]
-    if kind not in ("pdf", "image"):
-        tables = [table_of_records(rows)]
-    return Extraction(rows, tables)
+    return Extraction(rows, [table_of_records(rows)])
 
 
 def extract(

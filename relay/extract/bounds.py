@@ -10,7 +10,10 @@ so a document that would grow past a bound fails early instead of first filling 
 * ``max_depth``: the deepest nesting of a JSON document's values (``too_deeply_nested``);
 * ``on_pages``: told how many pages a paged document (PDF, TIFF) has, once they are counted
   and before any is read (:func:`declare_pages`): the sandbox grows the document's deadline
-  by ``RELAY_EXTRACT_PAGE_SECONDS`` a page.
+  by ``RELAY_EXTRACT_PAGE_SECONDS`` a page;
+* ``split_over``: a paged document with more pages than this to read by OCR is not read
+  here: :func:`plan_pages` raises ``SplitPages`` with the pages, before any is read, and the
+  worker reads them in slices (``RELAY_SLICE_PAGES``; docs/architecture.md, "Long documents").
 
 Any extractor's result, plug-ins' included, is then serialised by :func:`encode_result`,
 which checks the size again, exactly, row by row and table by table, and never builds more
@@ -27,7 +30,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from relay.extract.errors import ExtractionError
+from relay.extract.errors import ExtractionError, SplitPages
+from relay.extract.pages import PageSet
 from relay.extract.result import Table
 
 # A lone surrogate (``"\\ud800"`` from JSON) cannot be encoded as UTF-8: one in a stored row
@@ -53,6 +57,7 @@ __all__ = [
     "declare_pages",
     "encode_result",
     "encode_rows",
+    "plan_pages",
     "too_many_pages",
 ]
 
@@ -70,6 +75,7 @@ class ExtractLimits:
     max_depth: int | None = None
     fields: tuple[str, ...] = ()  # the batch's fields: only these keys count towards the size
     on_pages: Callable[[int], None] | None = None  # told a paged document's page count
+    split_over: int | None = None  # more pages than this to OCR: SplitPages (plan_pages)
 
 
 _UNBOUNDED = ExtractLimits()
@@ -97,6 +103,19 @@ def declare_pages(pages: int) -> None:
     listener = current().on_pages
     if listener is not None:
         listener(pages)
+
+
+def plan_pages(kind: str, pages: PageSet, ocr: Callable[[], bool]) -> None:
+    """What a reader of pages calls once it knows which pages it will read, none read yet.
+    ``ocr`` says whether they are read by OCR (a TIFF's are; a PDF's when it is a scan),
+    asked only when it matters. More of them than ``split_over`` (when set) and read by OCR:
+    ``SplitPages(kind, pages)``, so the caller reads them in slices; otherwise the count is
+    declared (:func:`declare_pages`). Pages with a text layer are never split: one takes
+    milliseconds, less than a slice costs to start (the document opened again)."""
+    limit = current().split_over
+    if limit is not None and len(pages) > limit and ocr():
+        raise SplitPages(kind, pages)
+    declare_pages(len(pages))
 
 
 def too_large(limit: int) -> ExtractionError:

@@ -10,8 +10,11 @@ Contract:
   bounded by ``max_pages``. Bytes Pillow cannot read fail with ``invalid_image``.
 * Every page of a multi-page TIFF is read, in order; of an animated PNG or WebP only the
   first frame (an animation is not a document). A TIFF of more than ``max_pages`` pages
-  fails with ``too_many_pages`` before any is decoded; within it, the number of pages is
-  declared (``relay.extract.bounds.declare_pages``: the document's deadline grows with it).
+  fails with ``too_many_pages`` before any is decoded; within it, the pages to read (all,
+  or those of ``pages``, a ``relay.extract.pages.PageSet``: the others are not decoded) are
+  planned (``relay.extract.bounds.plan_pages``): the document's deadline grows with them,
+  and more of them than the caller's ``split_over`` are split into slices by the worker
+  (``SplitPages``). A page keeps its number in the TIFF whichever pages are read.
 * Each page is turned upright as its EXIF orientation says (phones store photos sideways
   and say so there), flattened onto white when it has transparency, and read by
   ``relay.extract.ocr.read_tables``: ruled and unruled tables, text of any size from about
@@ -34,8 +37,9 @@ import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from relay.extract.bounds import DEFAULT_MAX_PAGES, declare_pages, too_many_pages
+from relay.extract.bounds import DEFAULT_MAX_PAGES, plan_pages, too_many_pages
 from relay.extract.errors import ExtractionError, shorten
+from relay.extract.pages import PageSet
 from relay.extract.result import Table
 
 if TYPE_CHECKING:
@@ -102,12 +106,19 @@ def _upright(image: Image) -> Image:
     return turned.convert("RGB")
 
 
-def _pages(content: bytes, max_pixels: int, max_pages: int) -> Iterator[Image]:
+def _pages(
+    content: bytes, max_pixels: int, max_pages: int, wanted: PageSet | None
+) -> Iterator[tuple[int, Image]]:
+    """The pages to read (all, or ``wanted``), each with its number, decoded one by one."""
     image = _open(content, max_pixels)
     with image:
         frames = _frames(image, max_pixels, max_pages)
-        declare_pages(len(frames))  # the deadline grows with them (relay.extract.bounds)
-        for frame in frames:
+        selected = (wanted or PageSet.span(1, len(frames))).within(len(frames))
+        # The deadline grows with them (relay.extract.bounds); every page is OCR'd, so a
+        # long TIFF is split into slices when the caller asks.
+        plan_pages("image", selected, lambda: True)
+        for number in selected:
+            frame = frames[number - 1]
             image.seek(frame)
             try:
                 page = _upright(image)
@@ -115,16 +126,22 @@ def _pages(content: bytes, max_pixels: int, max_pages: int) -> Iterator[Image]:
                 reason = shorten(f"{type(exc).__name__}: {exc}", 160)
                 message = f"could not decode the image ({reason})"
                 raise ExtractionError("invalid_image", message) from None
-            yield page
+            yield number, page
 
 
 def extract_image(
-    content: bytes, *, max_pixels: int, max_pages: int = DEFAULT_MAX_PAGES
+    content: bytes,
+    *,
+    max_pixels: int,
+    max_pages: int = DEFAULT_MAX_PAGES,
+    pages: PageSet | None = None,
 ) -> list[Table]:
-    """The tables in an image, in reading order (module docstring)."""
-    from relay.extract.ocr import read_tables
-
+    """The tables in an image (all its pages, or ``pages`` of a TIFF), in reading order
+    (module docstring)."""
     tables: list[Table] = []
-    for number, page in enumerate(_pages(content, max_pixels, max_pages), start=1):
+    for number, page in _pages(content, max_pixels, max_pages, pages):
+        # Imports OpenCV and the models: once a page is to be read, not to count them.
+        from relay.extract.ocr import read_tables
+
         tables.extend(read_tables(page, number))
     return tables

@@ -21,6 +21,11 @@ Contract:
   an image at ``SCAN_DPI`` and read by OCR (``relay.extract.ocr``), like an uploaded image.
   The resolution is lowered when the page would exceed ``max_pixels`` (a poster-sized page
   is not a reason to fail, nor to allocate gigabytes).
+* Only some pages may be read (``pages``, a ``relay.extract.pages.PageSet``; the document's
+  own page numbers are kept): the others are skipped unread. The pages to read are planned
+  (``relay.extract.bounds.plan_pages``): a scan (its first page to read has no text layer
+  and draws something) of more of them than the caller's ``split_over`` is not read here but
+  split into slices by the worker (``SplitPages``).
 * The tables are returned as ``relay.extract.result.Table`` in reading order (page order,
   then top to bottom); ``relay.extract.tables`` makes them ``line_items`` and ``tables``.
   A blank cell is ``""``, the cells a spanning cell covers are ``None``; strings are
@@ -47,14 +52,21 @@ from typing import Any
 import pdfplumber
 from pdfminer.pdfpage import PDFPage
 
-from relay.extract.bounds import DEFAULT_MAX_PAGES, declare_pages, too_many_pages
+from relay.extract.bounds import DEFAULT_MAX_PAGES, plan_pages, too_many_pages
 from relay.extract.errors import ExtractionError, shorten
+from relay.extract.pages import PageSet
 from relay.extract.pdf_layout import PageLayout, read_pdfium, read_plumber
 from relay.extract.pdf_tables import page_tables
 from relay.extract.result import Table
 from relay.extract.tables import clean, clean_table
 
-__all__ = ["PDFIUM_MAX_CONTENT", "SCAN_DPI", "extract_pdf"]
+__all__ = [
+    "PDFIUM_MAX_CONTENT",
+    "SCAN_DPI",
+    "extract_pdf",
+    "read_pdf",
+    "without_leading_single_rows",
+]
 
 # A page whose content streams (its own and its forms') inflate past this many bytes is
 # read through pdfminer rather than PDFium. A real page's content is 10-500 KB; PDFium
@@ -218,7 +230,7 @@ def _page_tables(page: Any, document: Any, number: int, max_pixels: int) -> list
     return [table for table in found if table is not None]
 
 
-def _without_leading_single_rows(tables: list[Table]) -> list[Table]:
+def without_leading_single_rows(tables: list[Table]) -> list[Table]:
     """``tables`` less the one-row tables before the first table of two rows or more: a
     ruled box around a heading or a figure is no table, and a first table of one row would
     fail the whole document as a header without rows. A one-row table after a real one
@@ -246,8 +258,21 @@ def _open_pdfium(content: bytes, pages: int) -> Any:
     return document
 
 
-def _tables(content: bytes, max_pixels: int, max_pages: int) -> list[Table]:
-    """Every non-empty table of every page in reading order (module docstring)."""
+def _scanned(page: Any, document: Any, index: int) -> bool:
+    """Whether a page is a scan: no text layer, something drawn (it is read by OCR). A page
+    that cannot be read is not (reading it fails the document as it would have)."""
+    try:
+        return not _layout(page, document, index).has_text and any(page.objects.values())
+    except Exception as exc:
+        _raise_for_memory(exc)
+        return False
+    finally:
+        page.close()
+
+
+def _tables(content: bytes, max_pixels: int, max_pages: int, wanted: PageSet | None) -> list[Table]:
+    """Every non-empty table of the pages to read (all, or ``wanted``) in reading order,
+    each kept (module docstring)."""
     try:
         document = pdfplumber.open(io.BytesIO(content))
     except Exception as exc:  # pdfminer raises many unrelated types for broken files
@@ -267,10 +292,19 @@ def _tables(content: bytes, max_pixels: int, max_pages: int) -> list[Table]:
             ) from None
         if not pages:
             raise ExtractionError("invalid_pdf", "the PDF has no pages")
-        declare_pages(len(pages))  # the deadline grows with them (relay.extract.bounds)
+        selected = (wanted or PageSet.span(1, len(pages))).within(len(pages))
         pdfium = _open_pdfium(content, len(pages))
         try:
+            first = next(iter(selected), None)
+            # The deadline grows with the pages (relay.extract.bounds); a long scan is split.
+            plan_pages(
+                "pdf",
+                selected,
+                lambda: first is not None and _scanned(pages[first - 1], pdfium, first - 1),
+            )
             for number, page in enumerate(pages, start=1):
+                if number not in selected:
+                    continue
                 try:
                     tables += _page_tables(page, pdfium, number, max_pixels)
                 except ExtractionError:
@@ -284,12 +318,30 @@ def _tables(content: bytes, max_pixels: int, max_pages: int) -> list[Table]:
         finally:
             if pdfium is not None:
                 pdfium.close()
-    return _without_leading_single_rows(tables)
+    return tables
+
+
+def read_pdf(
+    content: bytes,
+    *,
+    max_pixels: int,
+    max_pages: int = DEFAULT_MAX_PAGES,
+    pages: PageSet | None = None,
+) -> list[Table]:
+    """The tables of the PDF's pages (all, or ``pages``) in reading order, every one kept:
+    a slice's, to be joined with the others' (``without_leading_single_rows`` is for the
+    whole document). ``max_pixels`` bounds the image a scanned page is rendered to."""
+    return _tables(content, max_pixels, max_pages, pages)
 
 
 def extract_pdf(
-    content: bytes, *, max_pixels: int, max_pages: int = DEFAULT_MAX_PAGES
+    content: bytes,
+    *,
+    max_pixels: int,
+    max_pages: int = DEFAULT_MAX_PAGES,
+    pages: PageSet | None = None,
 ) -> list[Table]:
     """The PDF's tables in reading order (module docstring); ``max_pixels`` bounds the image
     a scanned page is rendered to."""
-    return _tables(content, max_pixels, max_pages)
+    found = read_pdf(content, max_pixels=max_pixels, max_pages=max_pages, pages=pages)
+    return without_leading_single_rows(found)
