@@ -21,6 +21,13 @@ failure ``(code, message)``:
 
 plus every code of the extractor contract (``relay.extract.loader``).
 
+Two more requests serve a long document read in slices (``relay.runtime.slices``), with the
+default extractor only (a plug-in reads documents whole): :meth:`ExtractorHost.run_or_split`
+asks the child to stop before reading a scan of more than ``split_over`` pages and answer
+which pages it would read (a :class:`Split`; a shorter document is read whole, as by
+:meth:`~ExtractorHost.run`, at no cost), and ``run(..., pages=...)`` reads only those pages
+and answers their tables as read (``relay.extract.read_pages``), not yet ``line_items``.
+
 Mechanism (measured in ``bench/extract_overhead.py``): one long-lived child per worker
 process, started from a ``multiprocessing`` *forkserver* that has ``relay.extract`` and the
 plug-in preloaded. A child per document costs ~5 ms (fork) to ~12 ms (forkserver) against
@@ -68,11 +75,13 @@ import resource
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
+from typing import NamedTuple
 
-from relay.extract import extract, extract_document
+from relay.extract import PagesRead, extract, extract_document, read_pages
 from relay.extract.bounds import (
     DEFAULT_MAX_PAGES,
     ExtractLimits,
@@ -81,17 +90,20 @@ from relay.extract.bounds import (
     scrub_surrogates,
     too_large,
 )
-from relay.extract.errors import ExtractionError, ExtractorConfigError, shorten
+from relay.extract.errors import ExtractionError, ExtractorConfigError, SplitPages, shorten
 from relay.extract.loader import MAX_MESSAGE, Extractor, call_extractor, load_extractor
+from relay.extract.pages import PageSet
 
-__all__ = ["ExtractorHost", "SandboxConfig"]
+__all__ = ["DEFAULT_EXTRACTOR", "ExtractorHost", "SandboxConfig", "Split"]
+
+DEFAULT_EXTRACTOR = "relay.extract:extract"  # RELAY_EXTRACTOR's default: it reads by pages
 
 log = logging.getLogger("relay.extract")
 
 Failure = tuple[str, str]
 Outcome = tuple[bytes | None, Failure | None]
 
-_OK, _FAILED, _CONFIG, _PAGES = b"R", b"E", b"C", b"P"
+_OK, _FAILED, _CONFIG, _PAGES, _SPLIT = b"R", b"E", b"C", b"P", b"S"
 _RETIRE, _STAY = b"1", b"0"
 _REPLY_OVERHEAD = 64  # tag bytes and slack on top of the result bound
 _START_TIMEOUT = 30.0  # importing a plug-in in a fresh child
@@ -104,6 +116,17 @@ DEFAULT_WALL_FACTOR = 4.0
 # The shortest wait between two readings of the child's CPU time (seconds).
 _MIN_CPU_POLL = 0.02
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+class Split(NamedTuple):
+    """The child's answer to :meth:`ExtractorHost.run_or_split` for a long scan: nothing was
+    read; ``pages`` are the pages to read (in slices), ``kind`` ``"pdf"`` or ``"image"``."""
+
+    kind: str
+    pages: PageSet
+
+
+Reader = Callable[..., PagesRead]
 
 
 @dataclass(frozen=True)
@@ -143,11 +166,21 @@ def _failure(code: str, message: str) -> bytes:
 
 
 def _extract_one(
-    config: SandboxConfig, extractor: Extractor, header: bytes, content: bytes, conn: Connection
+    config: SandboxConfig,
+    extractor: Extractor,
+    reader: Reader | None,
+    header: bytes,
+    content: bytes,
+    conn: Connection,
 ) -> tuple[bytes, bool]:
-    """One document's reply, and whether this child should retire after sending it."""
+    """One request's reply, and whether this child should retire after sending it.
+    ``reader``: the default extractor's reader of pages (None for a plug-in, which reads
+    documents whole: it is never asked to split, nor for pages)."""
     request = json.loads(header)
     fields = [str(f) for f in request["fields"]]
+    filename, content_type = str(request["filename"]), str(request["content_type"])
+    wanted = request.get("pages")
+    split_over = request.get("split_over") if reader is not None else None
 
     def on_pages(pages: int) -> None:
         # The parent's deadline grows; so does this child's backstop (from now: later than
@@ -155,17 +188,31 @@ def _extract_one(
         signal.alarm(math.ceil(config.wall_deadline(pages)) + _ALARM_MARGIN)
         conn.send_bytes(_PAGES + str(int(pages)).encode())
 
-    limits = ExtractLimits(config.max_result_bytes, config.max_depth, tuple(fields), on_pages)
+    limits = ExtractLimits(
+        config.max_result_bytes,
+        config.max_depth,
+        tuple(fields),
+        on_pages,
+        int(split_over) if split_over else None,
+    )
     try:
         with applied(limits):
+            if wanted is not None:  # a slice: its tables as read, joined by the worker later
+                if reader is None:
+                    raise ExtractionError("extraction_error", "the extractor reads documents whole")
+                read = reader(
+                    content,
+                    filename=filename,
+                    content_type=content_type,
+                    pages=PageSet.parse(str(wanted)),
+                )
+                return _OK + encode_result([], read.tables, config.max_result_bytes), False
             rows, tables = call_extractor(
-                extractor,
-                content,
-                filename=str(request["filename"]),
-                content_type=str(request["content_type"]),
-                fields=fields,
+                extractor, content, filename=filename, content_type=content_type, fields=fields
             )
             return _OK + encode_result(rows, tables, config.max_result_bytes), False
+    except SplitPages as split:
+        return _SPLIT + json.dumps([split.kind, str(split.pages)]).encode(), False
     except ExtractionError as exc:
         return _failure(exc.code, exc.message), exc.code == "extraction_memory"
 
@@ -177,14 +224,15 @@ def _serve(conn: Connection, config: SandboxConfig) -> None:
     # import, each reserving address space the memory limit counts: one document, one thread.
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = "1"
+    reader: Reader | None = None
     try:
         extractor = load_extractor(config.extractor)
         if extractor is extract:  # the default: rows and tables, bounds from the settings
+            pixels, pages = config.max_image_pixels, config.max_pages
             extractor = functools.partial(
-                extract_document,
-                max_image_pixels=config.max_image_pixels,
-                max_pages=config.max_pages,
+                extract_document, max_image_pixels=pixels, max_pages=pages
             )
+            reader = functools.partial(read_pages, max_image_pixels=pixels, max_pages=pages)
     except ExtractorConfigError as exc:
         conn.send_bytes(_CONFIG + str(exc).encode())
         return
@@ -198,7 +246,7 @@ def _serve(conn: Connection, config: SandboxConfig) -> None:
             return
         signal.alarm(math.ceil(config.wall_deadline(0)) + _ALARM_MARGIN)
         try:
-            reply, retire = _extract_one(config, extractor, header, content, conn)
+            reply, retire = _extract_one(config, extractor, reader, header, content, conn)
         except MemoryError:  # outside the extractor (serialising, copying): start afresh
             reply, retire = _failure("extraction_memory", "the result needs too much memory"), True
         signal.alarm(0)
@@ -315,13 +363,56 @@ class ExtractorHost:
         except OSError:  # gone meanwhile, or not allowed: it only costs the foreground CPU
             log.debug("could not lower the priority of child %s", pid, exc_info=True)
 
+    @property
+    def reads_pages(self) -> bool:
+        """Whether the extractor reads by pages (the default does; a plug-in reads documents
+        whole): only then is a long scan split (:meth:`run_or_split`)."""
+        return self.config.extractor.strip() == DEFAULT_EXTRACTOR
+
     def run(
-        self, content: bytes, *, filename: str, content_type: str, fields: list[str]
+        self,
+        content: bytes,
+        *,
+        filename: str,
+        content_type: str,
+        fields: list[str],
+        pages: PageSet | None = None,
     ) -> Outcome:
         """Extract one document under the bounds: ``(result JSON, None)`` or
-        ``(None, (code, message))`` (module docstring)."""
+        ``(None, (code, message))`` (module docstring). With ``pages``, only those pages
+        (the default extractor only): the result's ``tables`` are theirs as read and its
+        ``line_items`` empty, for a slice (``relay.runtime.slices``)."""
+        request: dict[str, object] = {"pages": str(pages)} if pages is not None else {}
+        outcome = self._request(content, filename, content_type, fields, request)
+        if isinstance(outcome, Split):  # not asked for: a child breaking the protocol
+            return None, ("extraction_error", "the extraction answered pages, not a result")
+        return outcome
+
+    def run_or_split(
+        self,
+        content: bytes,
+        *,
+        filename: str,
+        content_type: str,
+        fields: list[str],
+        split_over: int,
+    ) -> Outcome | Split:
+        """:meth:`run`, unless the document is a scan of more than ``split_over`` pages:
+        then nothing is read and the answer is the pages to read, in slices (a
+        :class:`Split`). A plug-in's documents are read whole."""
+        request: dict[str, object] = {"split_over": split_over} if self.reads_pages else {}
+        return self._request(content, filename, content_type, fields, request)
+
+    def _request(
+        self,
+        content: bytes,
+        filename: str,
+        content_type: str,
+        fields: list[str],
+        extra: dict[str, object],
+    ) -> Outcome | Split:
         header = json.dumps(
-            {"filename": filename, "content_type": content_type, "fields": list(fields)}
+            {"filename": filename, "content_type": content_type, "fields": list(fields), **extra}
         ).encode()
         with self._lock:
             try:
@@ -372,7 +463,7 @@ class ExtractorHost:
             if conn.poll(min(wall_left, max(cpu_left / cores, _MIN_CPU_POLL))):
                 return ""
 
-    def _run(self, header: bytes, content: bytes) -> Outcome:
+    def _run(self, header: bytes, content: bytes) -> Outcome | Split:
         conn = self._send(header, content)  # a child started here is not the document's time
         started = time.monotonic()
         cpu_start = cpu_seconds(self.pid) if self.pid is not None else None
@@ -399,6 +490,9 @@ class ExtractorHost:
             self._drop()
         if tag == _OK:
             return body, None
+        if tag == _SPLIT:
+            kind, pages = json.loads(body)
+            return Split(str(kind), PageSet.parse(str(pages)))
         code, message = json.loads(body)
         return None, (str(code), str(message))
 
