@@ -89,6 +89,23 @@ class DocumentJSON(TypedDict):
     processing_error: Annotated[
         ProcessingErrorJSON | None, Schema(description="Set when the document failed.")
     ]
+    page_count: Annotated[
+        int | None,
+        Schema(
+            minimum=1,
+            description="While a long scan (a PDF or TIFF of more pages than "
+            "RELAY_SLICE_PAGES) is processing, read in slices across workers: the pages "
+            "it reads. Null otherwise.",
+        ),
+    ]
+    pages_done: Annotated[
+        int | None,
+        Schema(
+            minimum=0,
+            description="While page_count is set: how many of those pages are read so far "
+            "(it rises as slices finish). Null otherwise.",
+        ),
+    ]
 
 
 class BatchJSON(TypedDict):
@@ -218,6 +235,9 @@ def _ms(h: dict[bytes, bytes], field: str) -> int | None:
     return int(value) if value else None
 
 
+_count = _ms  # a count that may be absent (b"0" is 0)
+
+
 def _int(h: dict[bytes, bytes], field: str) -> int:
     value = h.get(field.encode())
     return int(value) if value else 0
@@ -237,6 +257,10 @@ class Document:
     completed_at: int | None
     error_code: str
     error_message: str
+    # A document read in slices across workers (relay.state.slices): its pages to read and
+    # how many are read; None for one read whole.
+    page_count: int | None = None
+    pages_done: int | None = None
 
     @classmethod
     def from_hash(cls, h: dict[bytes, bytes]) -> Document:
@@ -253,6 +277,8 @@ class Document:
             completed_at=_ms(h, "completed_at"),
             error_code=_s(h, "error_code"),
             error_message=_s(h, "error_message"),
+            page_count=_count(h, "page_count"),
+            pages_done=_count(h, "pages_done"),
         )
 
     def to_json(self) -> DocumentJSON:
@@ -261,6 +287,7 @@ class Document:
             if self.status is Status.FAILED and self.error_code
             else None
         )
+        progress = self.status is Status.PROCESSING and self.page_count is not None
         return {
             "id": self.id,
             "batch_name": self.batch_name,
@@ -272,6 +299,9 @@ class Document:
             "started_at": rfc3339(self.started_at),
             "completed_at": rfc3339(self.completed_at),
             "processing_error": error,
+            # Progress: shown while processing only (a finished document's pages are done).
+            "page_count": self.page_count if progress else None,
+            "pages_done": self.pages_done if progress else None,
         }
 
 
