@@ -103,7 +103,7 @@ def test_a_document_is_extracted_and_its_batch_completes(make_ctx: ContextFactor
     items = ctx.redis.get(keyspace.doc_items(REF.shard, doc_id))
     assert items == (  # only the batch's fields, in the rows and in the table
         b'{"line_items":[{"sku":"A-1"},{"sku":"B-7"}],'
-        b'"tables":[{"page":1,"rows":[["sku"],["A-1"],["B-7"]],"confidence":null}]}'
+        b'"tables":[{"page":1,"rows":[["sku"],["A-1"],["B-7"]],"confidence":null,"bbox":null}]}'
     )
     assert ctx.redis.get(keyspace.blob(REF.shard, doc_id)) is None  # its bytes are gone
     assert ctx.redis.zscore(keyspace.leases(REF.shard), doc_id) is None
