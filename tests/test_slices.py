@@ -302,9 +302,10 @@ def test_the_job_reads_a_long_scan_in_slices_and_joins_it_as_if_read_whole(
     try:
         [scan] = h.hand_out(A, long_scan(5))
         [short] = h.hand_out(B, long_scan(2))  # at most RELAY_SLICE_PAGES: read whole
+        [scanned_pdf] = h.hand_out(in_shard("gamma", 3), long_scan(3, "PDF"), name="s.pdf")
         said = run_documents(h.ctx, 3, budget=600, linger=0)
-        assert said.startswith("5 documents")  # two whole claims, then three slices
-        for doc_id, pages in ((scan, 5), (short, 2)):
+        assert said.startswith("8 documents")  # three whole claims, then 3 + 2 slices
+        for doc_id, pages in ((scan, 5), (short, 2), (scanned_pdf, 3)):
             doc = h.doc(doc_id)
             assert doc.status is Status.SUCCEEDED, (doc.error_code, doc.error_message)
             value = json.loads(h.client.get(keyspace.doc_items(3, doc_id)) or b"null")

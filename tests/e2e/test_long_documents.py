@@ -1,16 +1,19 @@
 """End to end: a long scan is read in slices that every processing worker takes (issue 27,
 item 3), on real workers: two workers read a 24-page TIFF in well under the time of one;
 another account's CSV is served between slices; the document shows its pages while it is
-read; a worker killed mid-slice costs that slice, never the document."""
+read; a worker killed mid-slice costs that slice, never the document (on one Redis and on a
+Redis Cluster)."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import redis
+import redis.cluster
 
 from relay.devtools.drawn_tables import long_scan, page_rows
 from relay.devtools.processes import Proc, Stack
@@ -39,7 +42,7 @@ def started(stack: Stack, **settings: str) -> Api:
 
 def worker(stack: Stack) -> Proc:
     """One more processing worker, once RQ lists it (it takes jobs from then on)."""
-    client = redis.Redis.from_url(stack.redis_url)
+    client = redis.Redis.from_url(stack.env.get("RELAY_QUEUE_REDIS_URL") or stack.redis_url)
     try:
         before = client.scard("rq:workers")
         proc = stack.worker("--queues", "processing")
@@ -177,10 +180,23 @@ def test_another_account_is_served_between_the_slices_of_a_long_scan(
     check_result(api, "long", 8)
 
 
+def state_client(stack: Stack) -> redis.Redis | redis.cluster.RedisCluster:
+    """A client of the stack's state: its Redis, or its Cluster."""
+    nodes = stack.env.get("RELAY_REDIS_CLUSTER_NODES")
+    if not nodes:
+        return redis.Redis.from_url(stack.redis_url)
+    host, port = nodes.split(",")[0].rsplit(":", 1)
+    password = urlsplit(stack.redis_url).password
+    return redis.cluster.RedisCluster(host=host, port=int(port), password=password)
+
+
 @pytest.mark.timeout(180)
 def test_a_worker_killed_mid_slice_loses_that_slice_and_never_the_document(
-    stack: Stack, redis: redis.Redis
+    any_stack: Stack,
 ) -> None:
+    # On one Redis and on a Redis Cluster: every step a script over one shard's keys.
+    stack = any_stack
+    state = state_client(stack)
     api = started(stack, RELAY_SLICE_PAGES="2", RELAY_LEASE_SECONDS="2")
     doc = api.upload("long", long_scan(8), "scan.tif")
     doomed = worker(stack)
@@ -191,7 +207,7 @@ def test_a_worker_killed_mid_slice_loses_that_slice_and_never_the_document(
     def mid_slice() -> list[bytes]:
         # A slice done, and one held by the worker (its lease).
         done = api.http.get(f"/documents/{doc['id']}").json()["pages_done"] or 0
-        held = [m for m in redis.zrange(keyspace.leases(shard), 0, -1) if b"#" in m]
+        held = [m for m in state.zrange(keyspace.leases(shard), 0, -1) if b"#" in m]
         return held if done >= 2 and held else []
 
     [held] = wait_until(mid_slice, 60, 0.05, "no slice was under way")
@@ -204,7 +220,8 @@ def test_a_worker_killed_mid_slice_loses_that_slice_and_never_the_document(
     assert final["status"] == "succeeded", final
     check_result(api, "long", 8)
     # The document was claimed once: only the lost slice was handed out again.
-    assert redis.hget(keyspace.doc(shard, doc["id"]), "claims") == b"1"
+    assert state.hget(keyspace.doc(shard, doc["id"]), "claims") == b"1"
     detector = next(p for p in stack.procs if p.name == "detector")
     assert "document lease expired" in detector.tail(20_000), detector.tail()
     print(f"the slice lost with the worker: {held.decode()}; {before['pages_done']} pages kept")
+    state.close()

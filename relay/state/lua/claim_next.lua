@@ -70,7 +70,7 @@ while budget > 0 do
         d = redis.call('HMGET', key_doc(p, id), 'status', 'filename', 'content_type', 'blob',
                        'claims', 'size', 'charged', 'counted')
       end
-      if d[1] == 'queued' then
+      if not of and d[1] == 'queued' then
         local size = tonumber(d[6] or '0') or 0
         if #got > 0 and bytes + size > max_bytes then
           break

@@ -22,9 +22,11 @@ if expiry and tonumber(expiry) > tonumber(ARGV[3]) then
 end
 redis.call('ZREM', KEYS[3], member)
 if tonumber(s[2] or '0') >= tonumber(ARGV[4]) then
+  local pages = s[3] or '?'
+  local where = string.find(pages, '[-,]') and 'pages ' or 'page '
   redis.call('HSET', KEYS[1], 'status', 'failed', 'completed_at', ARGV[3], 'lease', '',
              'error_code', 'worker_lost',
-             'error_message', 'the worker reading pages ' .. (s[3] or '?') ..
+             'error_message', 'the worker reading ' .. where .. pages ..
              ' of this document was lost ' .. s[2] .. ' times', 'blob', '', 'charged', 0)
   local freed = release_known(KEYS[6], d[2], d[3])
   redis.call('DEL', KEYS[5])
