@@ -89,6 +89,13 @@ def check_progress(seen: list[Any], pages: int) -> None:
     assert len({d for d in done if 0 < d < pages}) >= 2, seen
 
 
+def cpu_ticks() -> tuple[int, int]:
+    """The machine's CPU time so far, in clock ticks: (all, idle) (``/proc/stat``)."""
+    with open("/proc/stat") as stat:
+        values = [int(v) for v in stat.readline().split()[1:]]
+    return sum(values), values[3] + values[4]  # idle and iowait
+
+
 def warm(api: Api, workers: list[Proc]) -> None:
     """Each worker's extraction child started and its OCR models loaded (what a worker's
     first scan pays once), so that the runs measured compare reading, not starting: short
@@ -125,19 +132,26 @@ def test_two_workers_read_a_long_scan_in_well_under_the_time_of_one(
             warm(apis[n], workers[n])
         scan = long_scan(24)  # 600 x 400 pixels a page, a drawn table on each
         took: dict[int, list[float]] = {1: [], 2: []}
+        idle: dict[int, list[float]] = {1: [], 2: []}  # the machine's idle share, per run
         for rounds, order in enumerate(((1, 2), (2, 1)), start=1):
             for n in order:
                 batch = f"run-{rounds}"
                 doc = apis[n].upload(batch, scan, "scan.tif")
+                ticks = cpu_ticks()
                 seconds, seen = read(apis[n], batch, doc["id"])
-                took[n].append(seconds)
+                total, free = (a - b for a, b in zip(cpu_ticks(), ticks, strict=True))
+                took[n].append(round(seconds, 2))
+                idle[n].append(round(free / max(total, 1), 2))
                 check_result(apis[n], batch, 24)
                 check_progress(seen, 24)
             if min(took[2]) / min(took[1]) <= 0.65:
                 break
         ratio = min(took[2]) / min(took[1])
-        print(f"24-page scan: 1 worker {took[1]} s, 2 workers {took[2]} s, ratio {ratio:.2f}")
-        assert ratio <= 0.65, took
+        said = f"1 worker {took[1]} s, 2 workers {took[2]} s: ratio {ratio:.2f}; idle {idle}"
+        print(f"24-page scan: {said}")
+        # The machine is shared: when others hold a core, two workers cannot have two (the
+        # idle shares say how much was left).
+        assert ratio <= 0.65, said
     except BaseException:
         print(pair.logs())
         raise
