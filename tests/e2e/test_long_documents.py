@@ -114,14 +114,17 @@ def warm(api: Api, workers: list[Proc]) -> None:
     raise AssertionError("a worker never read any of the warm-up scans")
 
 
+MEASURING = 60  # seconds of measured runs after which no round is started
+
+
 @pytest.mark.timeout(300)
 def test_two_workers_read_a_long_scan_in_well_under_the_time_of_one(
     stack: Stack, redis_factory: RedisFactory, tmp_path: Path
 ) -> None:
     # Two deployments side by side, warm, one processing at a time: one processing worker,
     # two. The machine is shared and its load comes and goes, so the two are measured one
-    # after the other, and once more in the other order when the first pair says no (the
-    # best of each counts).
+    # after the other, and again, in turn, while the pairs say no and time is left (the best
+    # of each counts).
     (tmp_path / "pair").mkdir()
     pair = Stack(redis_url=redis_factory().url, tmp=tmp_path / "pair", own_sessions=True)
     stack.own_sessions = True  # each process its own share of the CPU, as on its own host
@@ -133,7 +136,10 @@ def test_two_workers_read_a_long_scan_in_well_under_the_time_of_one(
         scan = long_scan(24)  # 600 x 400 pixels a page, a drawn table on each
         took: dict[int, list[float]] = {1: [], 2: []}
         idle: dict[int, list[float]] = {1: [], 2: []}  # the machine's idle share, per run
-        for rounds, order in enumerate(((1, 2), (2, 1)), start=1):
+        start = time.monotonic()
+        for rounds, order in enumerate(((1, 2), (2, 1), (1, 2)), start=1):
+            if rounds > 1 and time.monotonic() - start > MEASURING:
+                break
             for n in order:
                 batch = f"run-{rounds}"
                 doc = apis[n].upload(batch, scan, "scan.tif")
