@@ -587,10 +587,16 @@ class Settings:
         " more before it ends (within its 2 s budget; 0: it ends at once; never with"
         " `relay worker --burst`)",
     )
+    slice_pages: int = setting(
+        "4",
+        _non_negative_int,
+        "A scanned PDF or a TIFF of more pages than this is read in slices of this many pages"
+        " that any processing worker takes in fair order, then joined (0: always read whole)",
+    )
     max_document_attempts: int = setting(
         "3",
         _positive_int,
-        "Claims of one document before it fails with worker_lost",
+        "Claims of one document, or of one slice of it, before it fails with worker_lost",
     )
     sweep_interval: float = setting(
         "1.0",

@@ -45,6 +45,7 @@ def test_upload_returns_the_queued_document(api: Api) -> None:
     assert set(doc) == {
         "id", "batch_name", "filename", "content_type", "size", "status",
         "created_at", "started_at", "completed_at", "processing_error", "metadata",
+        "page_count", "pages_done",
     }  # fmt: skip
     assert doc["metadata"] == {}
     assert re.fullmatch(r"doc_[0-9a-f][a-z2-7]{20}", doc["id"])
@@ -58,6 +59,7 @@ def test_upload_returns_the_queued_document(api: Api) -> None:
     assert RFC3339_MS.match(doc["created_at"])
     assert doc["started_at"] is None and doc["completed_at"] is None
     assert doc["processing_error"] is None
+    assert doc["page_count"] is None and doc["pages_done"] is None  # not read in slices
     # Uploading does not process: nothing is enqueued.
     assert api.redis.llen(QUEUE) == 0
     again = api.client.get(f"{V1}/documents/{doc['id']}", headers=api.auth("acme"))

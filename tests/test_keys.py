@@ -55,6 +55,16 @@ def test_lua_key_helpers_equal_the_python_ones(redis: redis.Redis, shard: int) -
     )
     assert _lua(redis, "key_fair_ring(ARGV[1])", p) == keyspace.fair_ring(shard)
     assert _lua(redis, "key_waiting(ARGV[1])", p) == keyspace.waiting(shard)
+    assert _lua(redis, "key_waiting_slices(ARGV[1])", p) == keyspace.waiting_slices(shard)
+    assert _lua(redis, "key_doc_slices(ARGV[1], ARGV[2])", p, doc_id) == keyspace.doc_slices(
+        shard, doc_id
+    )
+    member = keyspace.slice_member(doc_id, 12)
+    assert _lua(redis, "slice_member(ARGV[1], 12)", doc_id) == member
+    assert _lua(redis, "table.concat({parse_slice(ARGV[1])}, ' ')", member) == f"{doc_id} 12"
+    assert _lua(redis, "tostring(parse_slice(ARGV[1]))", doc_id) == "nil"  # a document's id
+    assert keyspace.slice_of(member) == (doc_id, 12)
+    assert keyspace.slice_of(doc_id) == (doc_id, None)
     assert _lua(redis, "key_doc_items(ARGV[1], ARGV[2])", p, doc_id) == keyspace.doc_items(
         shard, doc_id
     )
@@ -96,6 +106,8 @@ def test_every_shard_key_carries_its_hash_tag() -> None:
         keyspace.fair_account(s, "a"),
         keyspace.fair_ring(s),
         keyspace.waiting(s),
+        keyspace.waiting_slices(s),
+        keyspace.doc_slices(s, "doc_5x"),
         keyspace.outbox(s),
         keyspace.due(s),
         keyspace.wake(s),

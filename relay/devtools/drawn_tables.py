@@ -80,3 +80,31 @@ def encode(image: Image.Image, fmt: str, **options: object) -> bytes:
     buffer = io.BytesIO()
     image.save(buffer, fmt, **options)
     return buffer.getvalue()
+
+
+def page_rows(number: int) -> list[list[str]]:
+    """The table drawn on page ``number`` of :func:`long_scan`: the same header on every
+    page (a table continued page after page), rows that name their page."""
+    return [
+        ["item", "qty", "price"],
+        ["apple", str(number), "9.50"],
+        ["pear", str(number + 50), "12.00"],
+    ]
+
+
+def long_scan(pages: int, fmt: str = "TIFF", size: tuple[int, int] = (600, 400)) -> bytes:
+    """A scan of ``pages`` small pages (``size`` pixels), each a drawn table
+    (:func:`page_rows`): a multi-page TIFF, or with ``fmt="PDF"`` a PDF of images and no
+    text layer."""
+    frames = []
+    for number in range(1, pages + 1):
+        page = Image.new("RGB", size, "white")
+        table = draw_table(page_rows(number), size=24, cell=(170, 60), margin=30)
+        page.paste(table, (15, 40))
+        frames.append(page)
+    options: dict[str, object] = {"save_all": True, "append_images": frames[1:]}
+    if fmt == "TIFF":
+        options["compression"] = "tiff_deflate"
+    else:
+        options["resolution"] = 100.0
+    return encode(frames[0], fmt, **options)

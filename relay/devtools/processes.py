@@ -122,8 +122,11 @@ def spawn(
     log_dir: Path,
     env: Mapping[str, str],
     cwd: Path | None = None,
+    *,
+    own_session: bool = False,
 ) -> Proc:
-    """Start ``argv`` with stdout and stderr in a new file ``log_dir/NAME-….log``."""
+    """Start ``argv`` with stdout and stderr in a new file ``log_dir/NAME-….log``; with
+    ``own_session``, in a session of its own (``Stack.own_sessions``)."""
     log = log_dir / f"{name}-{time.monotonic_ns()}.log"
     with log.open("wb") as out:
         popen = subprocess.Popen(
@@ -133,6 +136,7 @@ def spawn(
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=cwd,
+            start_new_session=own_session,
         )
     return Proc(name, popen, log)
 
@@ -150,13 +154,19 @@ def stop_all(procs: Iterable[Proc], timeout: float = STOP_TIMEOUT) -> None:
 
 @dataclass
 class Stack:
-    """Processes sharing one Redis and one set of settings (``RELAY_*`` overrides)."""
+    """Processes sharing one Redis and one set of settings (``RELAY_*`` overrides).
+
+    ``own_sessions``: start each process in a session of its own, as ``relay dev`` does and
+    as separate hosts or containers are: where the kernel shares the CPU between sessions
+    (Linux's autogroup scheduling), processes left in the test's session share one
+    session's part of it, so two workers would get no more CPU than one."""
 
     redis_url: str
     tmp: Path
     env: dict[str, str] = field(default_factory=dict)
     procs: list[Proc] = field(default_factory=list)
     api_url: str = ""
+    own_sessions: bool = False
 
     def __post_init__(self) -> None:
         settings = {
@@ -172,7 +182,14 @@ class Stack:
 
     def _spawn(self, name: str, *args: str, env: dict[str, str] | None = None) -> Proc:
         argv = [sys.executable, "-m", "relay", *args]
-        proc = spawn(name, argv, self.tmp, {**self.env, **(env or {})}, self.tmp)
+        proc = spawn(
+            name,
+            argv,
+            self.tmp,
+            {**self.env, **(env or {})},
+            self.tmp,
+            own_session=self.own_sessions,
+        )
         self.procs.append(proc)
         return proc
 

@@ -18,6 +18,16 @@ for PDFs and images every table found, kept apart (``relay.extract.tables`` says
 them make ``line_items``); for CSV, TSV and JSON one table, the ``line_items`` as a grid
 (``tables.table_of_records``: header row of the keys, values as strings).
 
+A PDF or TIFF may be read in part: ``extract_document(..., pages=PageRanges)`` reads those
+pages only (``relay.extract.pages``; page numbers stay the document's). A long scan is read
+in slices across workers (docs/architecture.md, "Long documents"): asked to
+(``relay.extract.bounds.ExtractLimits.split_over``), the default extractor stops before
+reading with ``SplitPages``; each slice's tables are read by ``read_pages`` and the slices'
+tables, in page order, become the document's ``line_items`` and ``tables`` by
+``assemble_pages``, exactly as if the document had been read whole (a table continued over a
+page break is joined across slices too). The pages split are those the document is to read,
+its ``pages`` selection within its page count, so a slice holds only selected pages.
+
 The format is decided, first match wins, by:
 
 1. content: the magic numbers of PDF, PNG, JPEG, TIFF and WebP (``sniff``) decide whatever
@@ -39,16 +49,19 @@ fails with ``invalid_image``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import PurePath
+from typing import NamedTuple
 
 from relay.extract.bounds import DEFAULT_MAX_PAGES, current
 from relay.extract.csv_tsv import choose_dialect, decode_text, extract_delimited, sniff_dialect
-from relay.extract.errors import ExtractionError
+from relay.extract.errors import ExtractionError, SplitPages
 from relay.extract.image import DEFAULT_MAX_IMAGE_PIXELS, extract_image
 from relay.extract.json_ import extract_json, parse_json, rows_from_json
 from relay.extract.loader import Extractor, load_extractor, run_extractor
 from relay.extract.pages import PageRanges
-from relay.extract.pdf import extract_pdf
+from relay.extract.pdf import read_pdf, without_leading_single_rows
+from relay.extract.result import Table
 from relay.extract.sniff import IMAGE_FORMATS, sniff_format
 from relay.extract.tables import Extraction, split_tables, table_of_records
 
@@ -57,12 +70,19 @@ __all__ = [
     "DEFAULT_MAX_PAGES",
     "ExtractionError",
     "Extractor",
+    "PageRanges",
+    "PagesRead",
+    "SplitPages",
+    "assemble_pages",
     "detect_format",
     "extract",
     "extract_document",
     "load_extractor",
+    "read_pages",
     "run_extractor",
 ]
+
+PAGED = ("pdf", "image")  # the formats read page by page (detect_format's kinds)
 
 _BY_CONTENT_TYPE = {
     "text/csv": "csv",
@@ -146,6 +166,55 @@ def _sniff(text: str) -> list[dict[str, object]]:
     raise ExtractionError("unsupported_format", f"{_UNSUPPORTED}, got text that is none of them")
 
 
+class PagesRead(NamedTuple):
+    """The tables of some pages of a paged document, as read: ``kind`` is ``"pdf"`` or
+    ``"image"`` (what ``assemble_pages`` needs to know of the document)."""
+
+    kind: str
+    tables: list[Table]
+
+
+def read_pages(
+    content: bytes,
+    *,
+    filename: str,
+    content_type: str,
+    pages: PageRanges | None = None,
+    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
+    max_pages: int = DEFAULT_MAX_PAGES,
+) -> PagesRead:
+    """The tables of a PDF's or image's pages (all, or ``pages``), in reading order, every
+    table kept and none made ``line_items`` yet: a slice of a document, for
+    :func:`assemble_pages` to join with the others. A page without a table gives none (no
+    ``no_table_found`` here: that is the whole document's to say). Any other format is
+    ``unsupported_format``: it has no pages."""
+    if not content or content.isspace():
+        raise ExtractionError("empty_document", "the document is empty")
+    kind = detect_format(content, filename=filename, content_type=content_type)
+    bounds = {"max_pixels": max_image_pixels, "max_pages": max_pages}
+    if kind == "pdf":
+        found = read_pdf(content, pages=pages, **bounds)
+    elif kind == "image":
+        found = extract_image(content, pages=pages, **bounds)
+    else:
+        raise ExtractionError("unsupported_format", "only a PDF or an image is read by pages")
+    return PagesRead(kind, found)
+
+
+def assemble_pages(kind: str, tables: Sequence[Table], fields: Sequence[str]) -> Extraction:
+    """A paged document's ``line_items`` and ``tables`` from the tables of its pages in
+    page order (``read_pages``'s, of one read or of every slice in turn): the rules of
+    ``relay.extract.tables`` over them all, so a table continued on the next page is joined
+    whichever slices the two pages were read in; ``fields`` applied as for any document."""
+    found = list(tables)
+    if kind == "pdf":
+        found = without_leading_single_rows(found)
+    rows, kept = split_tables(found, "the PDF" if kind == "pdf" else "the image")
+    if fields:
+        rows = [{field: row.get(field) for field in fields} for row in rows]
+    return Extraction(rows, kept)
+
+
 def extract_document(
     content: bytes,
     *,
@@ -170,30 +239,26 @@ def extract_document(
         raise ExtractionError("empty_document", "the document is empty")
     selected = pages if pages is not None else current().pages
     kind = detect_format(content, filename=filename, content_type=content_type)
-    if kind in ("pdf", "image"):
-        if kind == "pdf":
-            found = extract_pdf(
-                content, max_pixels=max_image_pixels, max_pages=max_pages, pages=selected
-            )
-        else:
-            found = extract_image(
-                content, max_pixels=max_image_pixels, max_pages=max_pages, pages=selected
-            )
-        rows, tables = split_tables(found, "the PDF" if kind == "pdf" else "the image")
+    if kind in PAGED:
+        read = read_pages(
+            content,
+            filename=filename,
+            content_type=content_type,
+            pages=selected,
+            max_image_pixels=max_image_pixels,
+            max_pages=max_pages,
+        )
+        return assemble_pages(read.kind, read.tables, fields)
+    text = decode_text(content)
+    if kind == "json":
+        rows = extract_json(text)
+    elif kind is None:
+        rows = _sniff(text)
     else:
-        text = decode_text(content)
-        if kind == "json":
-            rows = extract_json(text)
-        elif kind is None:
-            rows = _sniff(text)
-        else:
-            rows = extract_delimited(text, choose_dialect(text, prefer_tab=kind == "tsv"))
-        tables = []
+        rows = extract_delimited(text, choose_dialect(text, prefer_tab=kind == "tsv"))
     if fields:
         rows = [{field: row.get(field) for field in fields} for row in rows]
-    if kind not in ("pdf", "image"):
-        tables = [table_of_records(rows)]
-    return Extraction(rows, tables)
+    return Extraction(rows, [table_of_records(rows)])
 
 
 def extract(

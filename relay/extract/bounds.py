@@ -13,7 +13,11 @@ so a document that would grow past a bound fails early instead of first filling 
   deadline by ``RELAY_EXTRACT_PAGE_SECONDS`` a page;
 * ``pages``: the pages the process call asked for (``relay.extract.pages.PageRanges``,
   ``None``: every page): the default extractor reads only those of a PDF or TIFF; a plug-in
-  may read them here too (``current().pages``).
+  may read them here too (``current().pages``);
+* ``split_over``: a paged document with more pages than this to read by OCR (of those
+  ``pages`` selects) is not read here: :func:`plan_pages` raises ``SplitPages`` with the
+  pages, before any is read, and the worker reads them in slices (``RELAY_SLICE_PAGES``;
+  docs/architecture.md, "Long documents").
 
 Any extractor's result, plug-ins' included, is then serialised by :func:`encode_result`,
 which checks the size again, exactly, row by row and table by table, and never builds more
@@ -30,7 +34,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from relay.extract.errors import ExtractionError
+from relay.extract.errors import ExtractionError, SplitPages
 from relay.extract.pages import PageRanges
 from relay.extract.result import Table
 
@@ -57,6 +61,7 @@ __all__ = [
     "declare_pages",
     "encode_result",
     "encode_rows",
+    "plan_pages",
     "too_many_pages",
 ]
 
@@ -75,6 +80,7 @@ class ExtractLimits:
     fields: tuple[str, ...] = ()  # the batch's fields: only these keys count towards the size
     on_pages: Callable[[int], None] | None = None  # told a paged document's page count
     pages: PageRanges | None = None  # the pages asked for (None: every page)
+    split_over: int | None = None  # more pages than this to OCR: SplitPages (plan_pages)
 
 
 _UNBOUNDED = ExtractLimits()
@@ -102,6 +108,19 @@ def declare_pages(pages: int) -> None:
     listener = current().on_pages
     if listener is not None:
         listener(pages)
+
+
+def plan_pages(kind: str, pages: PageRanges, ocr: Callable[[], bool]) -> None:
+    """What a reader of pages calls once it knows which pages it will read, none read yet.
+    ``ocr`` says whether they are read by OCR (a TIFF's are; a PDF's when it is a scan),
+    asked only when it matters. More of them than ``split_over`` (when set) and read by OCR:
+    ``SplitPages(kind, pages)``, so the caller reads them in slices; otherwise the count is
+    declared (:func:`declare_pages`). Pages with a text layer are never split: one takes
+    milliseconds, less than a slice costs to start (the document opened again)."""
+    limit = current().split_over
+    if limit is not None and len(pages) > limit and ocr():
+        raise SplitPages(kind, pages)
+    declare_pages(len(pages))
 
 
 def too_large(limit: int) -> ExtractionError:

@@ -40,7 +40,9 @@ an API error or a configuration problem.
 
 from __future__ import annotations
 
-__all__ = ["CODES", "ExtractionError", "ExtractorConfigError", "shorten"]
+from relay.extract.pages import PageRanges
+
+__all__ = ["CODES", "ExtractionError", "ExtractorConfigError", "SplitPages", "shorten"]
 
 # Every ``processing_error.code`` relay itself produces, and when: the default extractor's,
 # the bounded run's, a plug-in's failure, and the lost worker's. README.md's table of codes
@@ -99,6 +101,19 @@ class ExtractionError(Exception):
 
     def __repr__(self) -> str:
         return f"ExtractionError({self.code!r}, {self.message!r})"
+
+
+class SplitPages(Exception):
+    """Not a failure: the answer of a reader of pages asked to split
+    (``relay.extract.bounds.ExtractLimits.split_over``) when the document has more pages to
+    read by OCR than that. Raised before any page is read; the caller reads ``pages`` in
+    slices (``relay.extract.read_pages``) and joins their tables
+    (``relay.extract.assemble_pages``). ``kind`` is ``"pdf"`` or ``"image"``."""
+
+    def __init__(self, kind: str, pages: PageRanges) -> None:
+        super().__init__(kind, str(pages))
+        self.kind = kind
+        self.pages = pages
 
 
 def shorten(text: str, limit: int) -> str:

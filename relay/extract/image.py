@@ -11,10 +11,12 @@ Contract:
 * Every page of a multi-page TIFF is read, in order; of an animated PNG or WebP only the
   first frame (an animation is not a document). A TIFF of more than ``max_pages`` pages
   fails with ``too_many_pages`` before any is decoded (whatever ``pages`` asks for); with
-  ``pages`` (``relay.extract.pages.PageRanges``) only the pages it names are decoded and
-  read, keeping their own numbers, and any other image is a document of one page (a range
-  without page 1 selects nothing: ``pages_out_of_range``). The number of pages to read is
-  declared (``relay.extract.bounds.declare_pages``: the document's deadline grows with it).
+  ``pages`` (``relay.extract.pages.PageRanges``: the process call's selection, or one slice
+  of a long TIFF) only the pages it names are decoded and read, keeping their own numbers,
+  and any other image is a document of one page (a range without page 1 selects nothing:
+  ``pages_out_of_range``). The pages to read are planned (``relay.extract.bounds.plan_pages``):
+  the document's deadline grows with them, and more of them than the caller's ``split_over``
+  are split into slices by the worker (``SplitPages``).
 * Each page is turned upright as its EXIF orientation says (phones store photos sideways
   and say so there), flattened onto white when it has transparency, and read by
   ``relay.extract.ocr.read_tables``: ruled and unruled tables, text of any size from about
@@ -37,7 +39,7 @@ import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from relay.extract.bounds import DEFAULT_MAX_PAGES, declare_pages, too_many_pages
+from relay.extract.bounds import DEFAULT_MAX_PAGES, plan_pages, too_many_pages
 from relay.extract.errors import ExtractionError, shorten
 from relay.extract.pages import PageRanges
 from relay.extract.result import Table
@@ -120,7 +122,9 @@ def _pages(
     image = _open(content, max_pixels)
     with image:
         frames = _frames(image, max_pixels, max_pages, selected)
-        declare_pages(len(frames))  # the deadline grows with them (relay.extract.bounds)
+        # The deadline grows with them (relay.extract.bounds); every page is OCR'd, so a
+        # long TIFF is split into slices when the caller asks.
+        plan_pages("image", PageRanges.numbers(frame + 1 for frame in frames), lambda: True)
         for frame in frames:
             image.seek(frame)
             try:
@@ -141,9 +145,10 @@ def extract_image(
 ) -> list[Table]:
     """The tables in an image, in reading order (module docstring), of the pages ``pages``
     names (``None``: every page)."""
-    from relay.extract.ocr import read_tables
-
     tables: list[Table] = []
     for number, page in _pages(content, max_pixels, max_pages, pages):
+        # Imports OpenCV and the models: once a page is to be read, not to count them.
+        from relay.extract.ocr import read_tables
+
         tables.extend(read_tables(page, number))
     return tables

@@ -46,11 +46,11 @@ from collections.abc import Mapping
 from typing import Protocol, cast
 
 from relay.extract import geometry
-from relay.extract.errors import ExtractionError, ExtractorConfigError, shorten
+from relay.extract.errors import ExtractionError, ExtractorConfigError, SplitPages, shorten
 from relay.extract.result import Box, Cell, Table
 from relay.extract.tables import Extraction
 
-__all__ = ["Extractor", "call_extractor", "load_extractor", "run_extractor"]
+__all__ = ["Extractor", "call_extractor", "load_extractor", "run_extractor", "table_from_json"]
 
 MAX_MESSAGE = 500
 MAX_CODE = 64
@@ -173,6 +173,16 @@ def _table(index: int, value: object) -> Table | str:
     return Table(page, grid, confidence, box, cells)
 
 
+def table_from_json(value: object) -> Table:
+    """A table in the shape of the contract (as ``Table.stored_json`` writes it: a slice's
+    stored tables, read back to be joined), checked as a plug-in's is; ``extraction_error``
+    when it is not one."""
+    table = _table(0, value)
+    if isinstance(table, str):
+        raise ExtractionError("extraction_error", shorten(table, MAX_MESSAGE))
+    return table
+
+
 def _box(value: object) -> Box | None:
     """``value`` as a box (``relay.extract.result``), or ``None`` when it is not one."""
     if not isinstance(value, list) or len(value) != 4:
@@ -268,6 +278,8 @@ def call_extractor(
         result = extractor(
             content, filename=filename, content_type=content_type, fields=list(fields)
         )
+    except SplitPages:  # not a failure: the caller asked for it (relay.extract.bounds)
+        raise
     except ExtractionError as exc:
         code = shorten(str(exc.code), MAX_CODE) or "extraction_error"
         raise ExtractionError(code, shorten(str(exc.message), MAX_MESSAGE)) from None

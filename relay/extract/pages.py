@@ -11,6 +11,12 @@ of a document of ``count`` pages, in order. Pages past a document's end are no p
 the document with ``pages_out_of_range`` (``relay.extract.errors``). Page numbers stay the
 document's own: the tables of page 12 say page 12.
 
+The same ranges name the pages of one slice of a long document read across workers
+(docs/architecture.md, "Long documents"): the pages a document is to read (its selection
+within its page count, ``within``) are cut into slices (``chunks``), so a slice never holds a
+page the process call did not ask for; ``str()`` is the canonical text, and ``parse`` reads a
+slice's back.
+
 Grammar (``PAGES_PATTERN``, which the OpenAPI document publishes): items separated by
 commas, each a page number or two joined by ``-``, numbers of 1 to 6 digits without a
 leading zero, spaces allowed around the commas and hyphens and at the ends. Beyond what
@@ -21,6 +27,7 @@ the pattern says: a range must not end before it starts (``3-1``), and there are
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 __all__ = [
@@ -56,6 +63,43 @@ class PageRanges:
 
     ranges: tuple[tuple[int, int], ...]
 
+    @classmethod
+    def span(cls, first: int, last: int) -> PageRanges:
+        """Pages ``first`` to ``last``, both included (no pages when ``last < first``)."""
+        first = max(first, 1)
+        return cls(((first, last),) if last >= first else ())
+
+    @classmethod
+    def numbers(cls, pages: Iterable[int]) -> PageRanges:
+        """The ranges of the page numbers ``pages`` (those below 1 left out)."""
+        return cls(_merged((n, n) for n in pages if n >= 1))
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __len__(self) -> int:
+        return sum(b - a + 1 for a, b in self.ranges)
+
+    def __iter__(self) -> Iterator[int]:
+        for a, b in self.ranges:
+            yield from range(a, b + 1)
+
+    def __and__(self, other: PageRanges) -> PageRanges:
+        """The pages in both."""
+        return PageRanges.numbers(p for p in self if p in other)
+
+    def within(self, count: int) -> PageRanges:
+        """The pages of these that a document of ``count`` pages has."""
+        return PageRanges(tuple((a, min(b, count)) for a, b in self.ranges if a <= count))
+
+    def chunks(self, size: int) -> list[PageRanges]:
+        """The pages in order, cut into consecutive pieces of ``size`` pages (the last may
+        hold fewer): the slices of a document."""
+        if size < 1:
+            raise ValueError("a piece holds at least one page")
+        pages = list(self)
+        return [PageRanges.numbers(pages[i : i + size]) for i in range(0, len(pages), size)]
+
     @property
     def text(self) -> str:
         """The canonical form: ``"1-3,12"``."""
@@ -82,6 +126,16 @@ class PageRanges:
         return (
             f"the document has {count} {noun}; the pages asked for ({self.text}) are past its end"
         )
+
+
+def _merged(ranges: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    out: list[tuple[int, int]] = []
+    for first, last in sorted(ranges):
+        if out and first <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], last))
+        else:
+            out.append((first, last))
+    return tuple(out)
 
 
 def _number(raw: str, item: str) -> int:
@@ -120,10 +174,4 @@ def parse(text: str, *, max_ranges: int = DEFAULT_MAX_RANGES) -> PageRanges:
         if last < first:
             raise InvalidPages(f"pages: the range {item!r} ends before it starts")
         found.append((first, last))
-    merged: list[tuple[int, int]] = []
-    for a, b in sorted(found):
-        if merged and a <= merged[-1][1] + 1:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
-        else:
-            merged.append((a, b))
-    return PageRanges(tuple(merged))
+    return PageRanges(_merged(found))

@@ -9,11 +9,13 @@ Contract:
   read: the page tree is walked (page dictionaries only, no content) up to one page past
   the bound, so a PDF claiming a wrong ``/Count`` is counted right, and 5,000 pages cost
   milliseconds. The bound is on the document, whatever ``pages`` asks for.
-* With ``pages`` (``relay.extract.pages.PageRanges``) only the pages it names are read
-  (past the end: none of them is, ``pages_out_of_range``); a table keeps its page's own
-  number. The count of pages to read is then declared
-  (``relay.extract.bounds.declare_pages``): the sandbox gives the document
-  ``RELAY_EXTRACT_PAGE_SECONDS`` more time a page.
+* With ``pages`` (``relay.extract.pages.PageRanges``: the process call's selection, or one
+  slice of a long scan) only the pages it names are read, the others skipped unread (past
+  the end: none of them is, ``pages_out_of_range``); a table keeps its page's own number.
+  The pages to read are then planned (``relay.extract.bounds.plan_pages``): the sandbox
+  gives the document ``RELAY_EXTRACT_PAGE_SECONDS`` more time a page, and a scan (its first
+  page to read has no text layer and draws something) of more of them than the caller's
+  ``split_over`` is not read here but split into slices by the worker (``SplitPages``).
 * A page with a text layer is read as characters and rules (``relay.extract.pdf_layout``)
   and its tables found by ``relay.extract.pdf_tables``: ruled, partly ruled and unruled
   tables, each table of a page a ``Table`` of its own. PDFium reads the page (about ten
@@ -51,7 +53,7 @@ from typing import Any
 import pdfplumber
 from pdfminer.pdfpage import PDFPage
 
-from relay.extract.bounds import DEFAULT_MAX_PAGES, declare_pages, too_many_pages
+from relay.extract.bounds import DEFAULT_MAX_PAGES, plan_pages, too_many_pages
 from relay.extract.errors import ExtractionError, shorten
 from relay.extract.pages import PageRanges
 from relay.extract.pdf_layout import PageLayout, read_pdfium, read_plumber
@@ -59,7 +61,13 @@ from relay.extract.pdf_tables import page_tables
 from relay.extract.result import Table
 from relay.extract.tables import clean, clean_table
 
-__all__ = ["PDFIUM_MAX_CONTENT", "SCAN_DPI", "extract_pdf"]
+__all__ = [
+    "PDFIUM_MAX_CONTENT",
+    "SCAN_DPI",
+    "extract_pdf",
+    "read_pdf",
+    "without_leading_single_rows",
+]
 
 # A page whose content streams (its own and its forms') inflate past this many bytes is
 # read through pdfminer rather than PDFium. A real page's content is 10-500 KB; PDFium
@@ -223,7 +231,7 @@ def _page_tables(page: Any, document: Any, number: int, max_pixels: int) -> list
     return [table for table in found if table is not None]
 
 
-def _without_leading_single_rows(tables: list[Table]) -> list[Table]:
+def without_leading_single_rows(tables: list[Table]) -> list[Table]:
     """``tables`` less the one-row tables before the first table of two rows or more: a
     ruled box around a heading or a figure is no table, and a first table of one row would
     fail the whole document as a header without rows. A one-row table after a real one
@@ -251,11 +259,23 @@ def _open_pdfium(content: bytes, pages: int) -> Any:
     return document
 
 
+def _scanned(page: Any, document: Any, index: int) -> bool:
+    """Whether a page is a scan: no text layer, something drawn (it is read by OCR). A page
+    that cannot be read is not (reading it fails the document as it would have)."""
+    try:
+        return not _layout(page, document, index).has_text and any(page.objects.values())
+    except Exception as exc:
+        _raise_for_memory(exc)
+        return False
+    finally:
+        page.close()
+
+
 def _tables(
-    content: bytes, max_pixels: int, max_pages: int, selected: PageRanges | None
+    content: bytes, max_pixels: int, max_pages: int, wanted: PageRanges | None
 ) -> list[Table]:
-    """Every non-empty table of every page (of the ``selected`` ones) in reading order
-    (module docstring)."""
+    """Every non-empty table of the pages to read (all, or those of ``wanted`` the PDF has)
+    in reading order, each kept (module docstring)."""
     try:
         document = pdfplumber.open(io.BytesIO(content))
     except Exception as exc:  # pdfminer raises many unrelated types for broken files
@@ -275,15 +295,19 @@ def _tables(
             ) from None
         if not pages:
             raise ExtractionError("invalid_pdf", "the PDF has no pages")
-        numbers = list(range(1, len(pages) + 1))
-        if selected is not None:
-            numbers = selected.select(len(pages))
-            if not numbers:
-                raise ExtractionError("pages_out_of_range", selected.out_of_range(len(pages)))
-        declare_pages(len(numbers))  # the deadline grows with them (relay.extract.bounds)
+        selected = (wanted or PageRanges.span(1, len(pages))).within(len(pages))
+        if wanted is not None and not selected:
+            raise ExtractionError("pages_out_of_range", wanted.out_of_range(len(pages)))
         pdfium = _open_pdfium(content, len(pages))
         try:
-            for number in numbers:
+            first = next(iter(selected), None)
+            # The deadline grows with the pages (relay.extract.bounds); a long scan is split.
+            plan_pages(
+                "pdf",
+                selected,
+                lambda: first is not None and _scanned(pages[first - 1], pdfium, first - 1),
+            )
+            for number in selected:
                 page = pages[number - 1]
                 try:
                     tables += _page_tables(page, pdfium, number, max_pixels)
@@ -298,7 +322,20 @@ def _tables(
         finally:
             if pdfium is not None:
                 pdfium.close()
-    return _without_leading_single_rows(tables)
+    return tables
+
+
+def read_pdf(
+    content: bytes,
+    *,
+    max_pixels: int,
+    max_pages: int = DEFAULT_MAX_PAGES,
+    pages: PageRanges | None = None,
+) -> list[Table]:
+    """The tables of the PDF's pages (all, or ``pages``) in reading order, every one kept:
+    a slice's, to be joined with the others' (``without_leading_single_rows`` is for the
+    whole document). ``max_pixels`` bounds the image a scanned page is rendered to."""
+    return _tables(content, max_pixels, max_pages, pages)
 
 
 def extract_pdf(
@@ -310,4 +347,5 @@ def extract_pdf(
 ) -> list[Table]:
     """The PDF's tables in reading order (module docstring), of the pages ``pages`` names
     (``None``: every page); ``max_pixels`` bounds the image a scanned page is rendered to."""
-    return _tables(content, max_pixels, max_pages, pages)
+    found = read_pdf(content, max_pixels=max_pixels, max_pages=max_pages, pages=pages)
+    return without_leading_single_rows(found)

@@ -203,6 +203,31 @@ def doc_items(shard: int, doc_id: str) -> str:
     return doc(shard, doc_id) + ":items"
 
 
+def doc_slices(shard: int, doc_id: str) -> str:
+    """Hash: the slices of a document read across workers (``relay.state.slices``): ``n``
+    (how many), ``kind`` (``pdf`` | ``image``), ``done`` (how many are), ``bytes`` (their
+    stored results' size); per slice ``k`` (1 to n): ``k`` (its pages, ``"5-8"``),
+    ``k:pages`` (how many), ``k:state`` (``queued`` | ``processing`` | ``done``),
+    ``k:lease``, ``k:claims``, ``k:tables`` (its result, once done). Deleted when the
+    document ends."""
+    return doc(shard, doc_id) + ":slices"
+
+
+SLICE_MARK = "#"  # no document id holds it (``_ID_RE``)
+
+
+def slice_member(doc_id: str, index: int) -> str:
+    """Slice ``index`` of a document: its entry in the fair queue (``batch_ready``) and its
+    member in ``leases``, beside the documents' ids."""
+    return f"{doc_id}{SLICE_MARK}{index}"
+
+
+def slice_of(member: str) -> tuple[str, int | None]:
+    """A ``leases`` member or fair-queue entry as (document id, slice number or None)."""
+    doc_id, mark, index = member.partition(SLICE_MARK)
+    return (doc_id, int(index)) if mark and index.isdigit() else (member, None)
+
+
 def blob(shard: int, doc_id: str) -> str:
     """String: the uploaded bytes while the document waits and, kept for its page images
     (``RELAY_KEEP_SOURCES``), until its batch is deleted or purged (Redis blob store)."""
@@ -210,12 +235,14 @@ def blob(shard: int, doc_id: str) -> str:
 
 
 def leases(shard: int) -> str:
-    """Sorted set: documents being processed, scored by lease expiry (ms)."""
+    """Sorted set: documents being processed, scored by lease expiry (ms); a slice of a
+    document read across workers is there as ``slice_member``."""
     return f"{PREFIX}:{tag(shard)}:leases"
 
 
 def batch_ready(shard: int, account: str, name: str) -> str:
-    """List: the batch's documents handed to the workers and not yet claimed, in order.
+    """List: the batch's documents handed to the workers and not yet claimed, in order, and
+    slices of its documents read across workers (``slice_member``, at the front).
     Non-empty exactly while the batch is in its account's ``fair_account`` list."""
     return batch(shard, account, name) + ":ready"
 
@@ -234,8 +261,15 @@ def fair_ring(shard: int) -> str:
 
 
 def waiting(shard: int) -> str:
-    """Integer: how many documents wait in the shard's fair queue (the ``queued`` gauge)."""
+    """Integer: how many documents (and slices of documents) wait in the shard's fair queue
+    (the ``queued`` gauge)."""
     return f"{PREFIX}:{tag(shard)}:waiting"
+
+
+def waiting_slices(shard: int) -> str:
+    """Integer: how many of the entries ``waiting`` counts are slices (absent at 0): whole
+    documents wait exactly when ``waiting`` is the larger (``Store.documents_wait``)."""
+    return f"{PREFIX}:{tag(shard)}:waiting:slices"
 
 
 def delivery_wakeups() -> str:

@@ -38,7 +38,7 @@ from relay import logs, tracing
 from relay.redis import keyspace
 from relay.redis.clients import is_cluster, is_store_full
 from relay.runtime.context import WorkerContext
-from relay.state import job_queues
+from relay.state import job_queues, slices
 from relay.state.event_bodies import (
     DELIVERY_FAILED,
     EVENT_TYPE,
@@ -322,20 +322,28 @@ class Detector:
         store = self.ctx.store
         requeued = 0
         for s in keyspace.all_shards():
-            for doc_id in store.expired_leases(s):
+            for member in store.expired_leases(s):
+                doc_id, index = keyspace.slice_of(member)  # a document, or a slice of one
                 ref = store.doc_batch(s, doc_id)
                 if ref is None:
-                    store.drop_lease(s, doc_id)
+                    store.drop_lease(s, member)
                     continue
-                outcome = store.requeue(ref, doc_id, self.settings.max_document_attempts)
+                if index is not None:
+                    outcome = slices.requeue_slice(
+                        store, ref, doc_id, index, self.settings.max_document_attempts
+                    )
+                else:
+                    outcome = store.requeue(ref, doc_id, self.settings.max_document_attempts)
                 if outcome == "requeued":
                     requeued += 1
                     job_queues.wake_processing(self.queue_redis, s, self.settings)
+                where = {"slice": index} if index is not None else {}
                 log.log(
                     logging.WARNING if outcome == "failed" else logging.INFO,
                     "document lease expired",  # its worker was lost
                     extra=logs.fields(
                         doc_id=doc_id,
+                        **where,
                         account=ref.account,
                         batch=ref.name,
                         status={"requeued": "queued"}.get(outcome, outcome),

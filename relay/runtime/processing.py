@@ -22,6 +22,12 @@ foreground has the CPU first, and is stored by its thread when done; the job tak
 child and goes on claiming in fair order. At most ``RELAY_BACKGROUND_EXTRACTIONS`` documents
 per worker process are in the background; when that many are, a slow foreground document
 is waited for, as before.
+
+A scan of more than ``RELAY_SLICE_PAGES`` pages is read in slices any worker takes
+(``relay.runtime.slices``): its first claim splits it, each slice is a claim of its own (a
+turn of the fair queue, a lease of its own), and the last one read joins them and ends the
+document. A slice moves to the background only when whole documents wait (the document's
+own slices are no reason: they are what the other workers are for).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from relay import tracing
 from relay.logs import fields
 from relay.redis import keyspace
 from relay.redis.clients import retry_while_full
+from relay.runtime import slices
 from relay.runtime.background import Background
 from relay.runtime.context import WorkerContext
 from relay.runtime.sandbox import ExtractorHost
@@ -159,7 +166,8 @@ def process_claimed(
     extraction child by default) and store the outcome; ``flush``: write the process's
     metrics to Redis now (else its job does, ``run_documents``). ``defer``: offered the
     outcome first; when it takes it (True), the outcome is stored later with those of the
-    rest of the turn (``store_outcomes``)."""
+    rest of the turn (``store_outcomes``). A long scan is split into slices instead
+    (``"split"``); a claimed slice is read and stored (``relay.runtime.slices``)."""
     store = ctx.store
     lease_ms = int(ctx.settings.lease_seconds * 1000)
     t0 = time.perf_counter()
@@ -174,16 +182,18 @@ def process_claimed(
         _LeaseKeeper(store, [claim], lease_ms),
     ):
         content = store.read_blob(claim)
+        if claim.slice is not None:
+            said = slices.process_slice(ctx, claim, host or ctx.extraction, content)
+            if flush:
+                _flush_metrics(ctx)
+            return said
         result: bytes | None = None  # line_items and tables, as JSON from the bounded extraction
         error: tuple[str, str] | None = ("blob_missing", "the uploaded bytes are gone")
         if content is not None:
-            result, error = (host or ctx.extraction).run(
-                content,
-                filename=claim.filename,
-                content_type=claim.content_type,
-                fields=claim.fields,
-                pages=claim.pages,
-            )
+            read = slices.read_or_split(ctx, claim, host or ctx.extraction, content)
+            if read is None:
+                return "split"
+            result, error = read
         _trace_outcome(result, error)
     outcome = Outcome(claim, result, error, ctx.clock())
     if defer is not None and defer(outcome, t0):
@@ -331,7 +341,9 @@ def process_fairly(
         return
     background = ctx.background
     while not extraction.done.wait(_WATCH):
-        if not background.has_room() or not (others_here or _others_wait(ctx)):
+        if not background.has_room() or not (
+            others_here or _others_wait(ctx, documents=claim.slice is not None)
+        ):
             continue
         if background.adopt(extraction):
             ctx.hand_over_extraction()  # the foreground takes a fresh child
@@ -345,9 +357,11 @@ def _flush_metrics(ctx: WorkerContext) -> None:
         log.warning("could not write the metrics", exc_info=True)
 
 
-def _others_wait(ctx: WorkerContext) -> bool:
+def _others_wait(ctx: WorkerContext, *, documents: bool = False) -> bool:
+    """Whether work waits in some shard's fair queue; with ``documents``, whole documents
+    (slices alone are no reason to move a slice aside: module docstring)."""
     try:
-        return bool(ctx.store.waiting_shards())
+        return ctx.store.documents_wait() if documents else bool(ctx.store.waiting_shards())
     except Exception:  # Redis unreachable: keep the document where it is, and look again
         log.warning("could not read which shards have documents waiting", exc_info=True)
         return False

@@ -21,6 +21,13 @@ failure ``(code, message)``:
 
 plus every code of the extractor contract (``relay.extract.loader``).
 
+Two more requests serve a long document read in slices (``relay.runtime.slices``), with the
+default extractor only (a plug-in reads documents whole): :meth:`ExtractorHost.run_or_split`
+asks the child to stop before reading a scan of more than ``split_over`` pages and answer
+which pages it would read (a :class:`Split`; a shorter document is read whole, as by
+:meth:`~ExtractorHost.run`, at no cost), and ``run(..., slice=...)`` reads only those pages
+and answers their tables as read (``relay.extract.read_pages``), not yet ``line_items``.
+
 Mechanism (measured in ``bench/extract_overhead.py``): one long-lived child per worker
 process, started from a ``multiprocessing`` *forkserver* that has ``relay.extract`` and the
 plug-in preloaded. A child per document costs ~5 ms (fork) to ~12 ms (forkserver) against
@@ -68,12 +75,14 @@ import resource
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
+from typing import NamedTuple
 
 from relay import tracing
-from relay.extract import extract, extract_document
+from relay.extract import PagesRead, extract, extract_document, read_pages
 from relay.extract.bounds import (
     DEFAULT_MAX_PAGES,
     ExtractLimits,
@@ -82,18 +91,20 @@ from relay.extract.bounds import (
     scrub_surrogates,
     too_large,
 )
-from relay.extract.errors import ExtractionError, ExtractorConfigError, shorten
+from relay.extract.errors import ExtractionError, ExtractorConfigError, SplitPages, shorten
 from relay.extract.loader import MAX_MESSAGE, Extractor, call_extractor, load_extractor
-from relay.extract.pages import PageRanges
+from relay.extract.pages import PageRanges, parse
 
-__all__ = ["ExtractorHost", "SandboxConfig"]
+__all__ = ["DEFAULT_EXTRACTOR", "ExtractorHost", "SandboxConfig", "Split"]
+
+DEFAULT_EXTRACTOR = "relay.extract:extract"  # RELAY_EXTRACTOR's default: it reads by pages
 
 log = logging.getLogger("relay.extract")
 
 Failure = tuple[str, str]
 Outcome = tuple[bytes | None, Failure | None]
 
-_OK, _FAILED, _CONFIG, _PAGES = b"R", b"E", b"C", b"P"
+_OK, _FAILED, _CONFIG, _PAGES, _SPLIT = b"R", b"E", b"C", b"P", b"S"
 _RETIRE, _STAY = b"1", b"0"
 _REPLY_OVERHEAD = 64  # tag bytes and slack on top of the result bound
 _START_TIMEOUT = 30.0  # importing a plug-in in a fresh child
@@ -106,6 +117,17 @@ DEFAULT_WALL_FACTOR = 4.0
 # The shortest wait between two readings of the child's CPU time (seconds).
 _MIN_CPU_POLL = 0.02
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+class Split(NamedTuple):
+    """The child's answer to :meth:`ExtractorHost.run_or_split` for a long scan: nothing was
+    read; ``pages`` are the pages to read (in slices), ``kind`` ``"pdf"`` or ``"image"``."""
+
+    kind: str
+    pages: PageRanges
+
+
+Reader = Callable[..., PagesRead]
 
 
 @dataclass(frozen=True)
@@ -145,11 +167,21 @@ def _failure(code: str, message: str) -> bytes:
 
 
 def _extract_one(
-    config: SandboxConfig, extractor: Extractor, header: bytes, content: bytes, conn: Connection
+    config: SandboxConfig,
+    extractor: Extractor,
+    reader: Reader | None,
+    header: bytes,
+    content: bytes,
+    conn: Connection,
 ) -> tuple[bytes, bool]:
-    """One document's reply, and whether this child should retire after sending it."""
+    """One request's reply, and whether this child should retire after sending it.
+    ``reader``: the default extractor's reader of pages (None for a plug-in, which reads
+    documents whole: it is never asked to split, nor for pages)."""
     request = json.loads(header)
     fields = [str(f) for f in request["fields"]]
+    filename, content_type = str(request["filename"]), str(request["content_type"])
+    wanted = request.get("slice")
+    split_over = request.get("split_over") if reader is not None else None
 
     def on_pages(pages: int) -> None:
         # The parent's deadline grows; so does this child's backstop (from now: later than
@@ -161,18 +193,34 @@ def _extract_one(
     # so may a plug-in (its call's signature is the v1 contract's).
     pages = PageRanges.of(str(request.get("pages") or ""))
     limits = ExtractLimits(
-        config.max_result_bytes, config.max_depth, tuple(fields), on_pages, pages=pages
+        config.max_result_bytes,
+        config.max_depth,
+        tuple(fields),
+        on_pages,
+        pages=pages,
+        split_over=int(split_over) if split_over else None,
     )
     try:
         with applied(limits):
+            if wanted is not None:  # a slice: its tables as read, joined by the worker later
+                if reader is None:
+                    raise ExtractionError("extraction_error", "the extractor reads documents whole")
+                # A slice is cut from the selected pages; intersecting again keeps a slice
+                # to the selection whoever cut it.
+                part = parse(str(wanted), max_ranges=len(str(wanted)))
+                read = reader(
+                    content,
+                    filename=filename,
+                    content_type=content_type,
+                    pages=part if pages is None else part & pages,
+                )
+                return _OK + encode_result([], read.tables, config.max_result_bytes), False
             rows, tables = call_extractor(
-                extractor,
-                content,
-                filename=str(request["filename"]),
-                content_type=str(request["content_type"]),
-                fields=fields,
+                extractor, content, filename=filename, content_type=content_type, fields=fields
             )
             return _OK + encode_result(rows, tables, config.max_result_bytes), False
+    except SplitPages as split:
+        return _SPLIT + json.dumps([split.kind, str(split.pages)]).encode(), False
     except ExtractionError as exc:
         return _failure(exc.code, exc.message), exc.code == "extraction_memory"
 
@@ -184,14 +232,15 @@ def _serve(conn: Connection, config: SandboxConfig) -> None:
     # import, each reserving address space the memory limit counts: one document, one thread.
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = "1"
+    reader: Reader | None = None
     try:
         extractor = load_extractor(config.extractor)
         if extractor is extract:  # the default: rows and tables, bounds from the settings
+            pixels, pages = config.max_image_pixels, config.max_pages
             extractor = functools.partial(
-                extract_document,
-                max_image_pixels=config.max_image_pixels,
-                max_pages=config.max_pages,
+                extract_document, max_image_pixels=pixels, max_pages=pages
             )
+            reader = functools.partial(read_pages, max_image_pixels=pixels, max_pages=pages)
     except ExtractorConfigError as exc:
         conn.send_bytes(_CONFIG + str(exc).encode())
         return
@@ -205,7 +254,7 @@ def _serve(conn: Connection, config: SandboxConfig) -> None:
             return
         signal.alarm(math.ceil(config.wall_deadline(0)) + _ALARM_MARGIN)
         try:
-            reply, retire = _extract_one(config, extractor, header, content, conn)
+            reply, retire = _extract_one(config, extractor, reader, header, content, conn)
         except MemoryError:  # outside the extractor (serialising, copying): start afresh
             reply, retire = _failure("extraction_memory", "the result needs too much memory"), True
         signal.alarm(0)
@@ -330,6 +379,12 @@ class ExtractorHost:
         except OSError:  # gone meanwhile, or not allowed: it only costs the foreground CPU
             log.debug("could not lower the priority of child %s", pid, exc_info=True)
 
+    @property
+    def reads_pages(self) -> bool:
+        """Whether the extractor reads by pages (the default does; a plug-in reads documents
+        whole): only then is a long scan split (:meth:`run_or_split`)."""
+        return self.config.extractor.strip() == DEFAULT_EXTRACTOR
+
     def run(
         self,
         content: bytes,
@@ -338,17 +393,49 @@ class ExtractorHost:
         content_type: str,
         fields: list[str],
         pages: str = "",
+        slice: PageRanges | None = None,
     ) -> Outcome:
         """Extract one document under the bounds: ``(result JSON, None)`` or
         ``(None, (code, message))`` (module docstring). ``pages``: the canonical text of
-        the pages to read (``relay.extract.pages``), ``""`` for every page."""
+        the pages to read (``relay.extract.pages``), ``""`` for every page. With ``slice``,
+        only those of them (the default extractor only): the result's ``tables`` are theirs
+        as read and its ``line_items`` empty, for a slice (``relay.runtime.slices``)."""
+        request: dict[str, object] = {"pages": pages}
+        if slice is not None:
+            request["slice"] = str(slice)
+        outcome = self._request(content, filename, content_type, fields, request)
+        if isinstance(outcome, Split):  # not asked for: a child breaking the protocol
+            return None, ("extraction_error", "the extraction answered pages, not a result")
+        return outcome
+
+    def run_or_split(
+        self,
+        content: bytes,
+        *,
+        filename: str,
+        content_type: str,
+        fields: list[str],
+        split_over: int,
+        pages: str = "",
+    ) -> Outcome | Split:
+        """:meth:`run`, unless the document is a scan of more than ``split_over`` pages to
+        read (of those ``pages`` selects): then nothing is read and the answer is those
+        pages, to read in slices (a :class:`Split`). A plug-in's documents are read whole."""
+        request: dict[str, object] = {"pages": pages}
+        if self.reads_pages:
+            request["split_over"] = split_over
+        return self._request(content, filename, content_type, fields, request)
+
+    def _request(
+        self,
+        content: bytes,
+        filename: str,
+        content_type: str,
+        fields: list[str],
+        extra: dict[str, object],
+    ) -> Outcome | Split:
         header = json.dumps(
-            {
-                "filename": filename,
-                "content_type": content_type,
-                "fields": list(fields),
-                "pages": pages,
-            }
+            {"filename": filename, "content_type": content_type, "fields": list(fields), **extra}
         ).encode()
         with self._lock:
             try:
@@ -399,7 +486,7 @@ class ExtractorHost:
             if conn.poll(min(wall_left, max(cpu_left / cores, _MIN_CPU_POLL))):
                 return ""
 
-    def _run(self, header: bytes, content: bytes) -> Outcome:
+    def _run(self, header: bytes, content: bytes) -> Outcome | Split:
         conn = self._send(header, content)  # a child started here is not the document's time
         started = time.monotonic()
         cpu_start = cpu_seconds(self.pid) if self.pid is not None else None
@@ -427,6 +514,9 @@ class ExtractorHost:
             self._drop()
         if tag == _OK:
             return body, None
+        if tag == _SPLIT:
+            kind, pages = json.loads(body)
+            return Split(str(kind), parse(str(pages), max_ranges=len(str(pages))))
         code, message = json.loads(body)
         return None, (str(code), str(message))
 

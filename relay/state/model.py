@@ -92,6 +92,23 @@ class DocumentJSON(TypedDict):
         ProcessingErrorJSON | None, Schema(description="Set when the document failed.")
     ]
     metadata: Annotated[MetadataJSON, Ref("Metadata")]  # the upload's `metadata` field
+    page_count: Annotated[
+        int | None,
+        Schema(
+            minimum=1,
+            description="While a long scan (a PDF or TIFF of more pages than "
+            "RELAY_SLICE_PAGES) is processing, read in slices across workers: the pages "
+            "it reads. Null otherwise.",
+        ),
+    ]
+    pages_done: Annotated[
+        int | None,
+        Schema(
+            minimum=0,
+            description="While page_count is set: how many of those pages are read so far "
+            "(it rises as slices finish). Null otherwise.",
+        ),
+    ]
 
 
 class BatchJSON(TypedDict):
@@ -222,6 +239,9 @@ def _ms(h: dict[bytes, bytes], field: str) -> int | None:
     return int(value) if value else None
 
 
+_count = _ms  # a count that may be absent (b"0" is 0)
+
+
 def _int(h: dict[bytes, bytes], field: str) -> int:
     value = h.get(field.encode())
     return int(value) if value else 0
@@ -242,6 +262,10 @@ class Document:
     error_code: str
     error_message: str
     metadata_json: str = ""  # canonical (relay.state.metadata), "" when none
+    # A document read in slices across workers (relay.state.slices): its pages to read and
+    # how many are read; None for one read whole.
+    page_count: int | None = None
+    pages_done: int | None = None
 
     @classmethod
     def from_hash(cls, h: dict[bytes, bytes]) -> Document:
@@ -259,6 +283,8 @@ class Document:
             error_code=_s(h, "error_code"),
             error_message=_s(h, "error_message"),
             metadata_json=_s(h, "metadata"),
+            page_count=_count(h, "page_count"),
+            pages_done=_count(h, "pages_done"),
         )
 
     def new_fields(self, *, blob: str, charged: int, trace: str = "") -> list[str | int]:
@@ -297,6 +323,7 @@ class Document:
             if self.status is Status.FAILED and self.error_code
             else None
         )
+        progress = self.status is Status.PROCESSING and self.page_count is not None
         return {
             "id": self.id,
             "batch_name": self.batch_name,
@@ -309,6 +336,9 @@ class Document:
             "completed_at": rfc3339(self.completed_at),
             "processing_error": error,
             "metadata": decode_metadata(self.metadata_json),
+            # Progress: shown while processing only (a finished document's pages are done).
+            "page_count": self.page_count if progress else None,
+            "pages_done": self.pages_done if progress else None,
         }
 
 

@@ -62,8 +62,22 @@ class BatchRef:
 
 
 @dataclass(frozen=True)
+class Slice:
+    """Which slice of a document read across workers a claim is (``relay.state.slices``)."""
+
+    index: int  # 1 to count, in page order
+    count: int  # the document's slices
+    pages: str  # its pages, canonical text ("5-8": relay.extract.pages.PageRanges)
+    kind: str  # "pdf" or "image"
+
+    def member(self, doc_id: str) -> str:
+        """Its entry in the fair queue and its member in ``leases``."""
+        return keyspace.slice_member(doc_id, self.index)
+
+
+@dataclass(frozen=True)
 class Claim:
-    """What a worker needs after claiming a document."""
+    """What a worker needs after claiming a document, or a slice of one (``slice``)."""
 
     doc_id: str
     batch: BatchRef
@@ -81,6 +95,7 @@ class Claim:
     # (its upload's) and the batch's when claimed (the process call that handed it out).
     trace: str = ""
     batch_trace: str = ""
+    slice: Slice | None = None  # the claim is of this slice of the document
 
 
 @dataclass(frozen=True)
@@ -131,6 +146,9 @@ def _claim(doc_id: str, ref: BatchRef, token: str, c: dict[str, Any]) -> Claim:
         pages=str(c.get("pages") or ""),
         trace=str(c.get("trace") or ""),
         batch_trace=str(c.get("batch_trace") or ""),
+        slice=Slice(int(c["slice"]), int(c["slices"]), c["slice_pages"], c["kind"])
+        if "slice" in c
+        else None,
     )
 
 
@@ -800,6 +818,22 @@ class Store:
             found = pipe.execute()
         return [s for s, there in enumerate(found) if there]
 
+    def documents_wait(self) -> bool:
+        """Whether whole documents, not only slices of documents read across workers, wait
+        in some shard's fair queue (``keyspace.waiting_slices``): one ``MGET`` (on a Cluster,
+        a pipelined ``GET`` per key)."""
+        shards = list(keyspace.all_shards())
+        keys = [keyspace.waiting(s) for s in shards] + [keyspace.waiting_slices(s) for s in shards]
+        if is_cluster(self.redis):
+            with self.redis.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.get(key)
+                values = pipe.execute()
+        else:
+            values = self.redis.mget(keys)
+        counts = [int(v or 0) for v in values]
+        return any(w > n for w, n in zip(counts[: len(shards)], counts[len(shards) :], strict=True))
+
     def read_blob(self, claim: Claim) -> bytes | None:
         """The claimed document's bytes: read ahead by ``prefetch`` (taken once), else
         read now."""
@@ -824,6 +858,14 @@ class Store:
             self._prefetched.pop(c.doc_id, None)
 
     def renew(self, claim: Claim, lease_ms: int) -> bool:
+        if claim.slice is not None:
+            s = claim.batch.shard
+            reply = self.scripts(
+                "renew_slice",
+                [keyspace.doc_slices(s, claim.doc_id), keyspace.leases(s)],
+                [claim.doc_id, claim.slice.index, claim.token, self.clock() + lease_ms],
+            )
+            return int(reply) == 1
         k = _doc_keys(claim.batch, claim.doc_id)
         reply = self.scripts(
             "renew", [k["doc"], k["leases"]], [claim.doc_id, claim.token, self.clock() + lease_ms]
@@ -948,13 +990,15 @@ class Store:
             return None
         return BatchRef(account.decode(), batch.decode(), shard)
 
-    def drop_lease(self, shard: int, doc_id: str) -> bool:
-        """Drop the expired lease of a document that is gone (its batch purged); False when
+    def drop_lease(self, shard: int, member: str) -> bool:
+        """Drop the expired lease (``member``: a document's id, or a slice of one:
+        ``keyspace.slice_member``) of a document that is gone (its batch purged); False when
         the document is there or its lease was renewed meanwhile."""
+        doc_id, _ = keyspace.slice_of(member)
         dropped = self.scripts(
             "drop_lease",
             [keyspace.leases(shard), keyspace.doc(shard, doc_id)],
-            [doc_id, self.clock()],
+            [member, self.clock()],
         )
         return int(dropped) == 1
 

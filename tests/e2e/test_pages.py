@@ -109,3 +109,27 @@ def test_malformed_ranges_are_422(stack: Stack) -> None:
         assert r.json()["error"]["type"] == "invalid_pages", pages
     assert api.batch("b")["status"] == "queued"
     api.close()
+
+
+def test_a_selection_long_enough_to_slice_reads_only_its_pages_in_slices(stack: Stack) -> None:
+    """A scanned TIFF whose selected pages are more than RELAY_SLICE_PAGES is read in slices
+    cut from those pages only (the selection within the document: "2,4-9" of 4 pages is 2
+    and 4), and its tables keep their own page numbers once joined."""
+    stack.api()
+    worker = stack.worker(RELAY_SLICE_PAGES="1")
+    stack.detector()
+    api = Api(stack.api_url, stack.create_key("acme"))
+    doc = api.upload("sliced", scanned_tiff(), "scan.tiff")
+    assert api.http.post("/batches/sliced/process", json={"pages": "2,4-9"}).status_code == 202
+    scan = _results(api, "sliced")["scan.tiff"]
+    assert scan["status"] == "succeeded", scan
+    assert [t["page"] for t in scan["tables"]] == [2, 4]
+    assert [t["rows"][1][0] for t in scan["tables"]] == ["pear", "lemon"]
+    split = [
+        line
+        for line in worker.log.read_text().splitlines()
+        if "document split" in line and doc["id"] in line
+    ]
+    assert len(split) == 1, stack.logs()
+    assert " pages=2 slices=2 " in split[0], split[0]  # pages 2 and 4, one a slice
+    api.close()

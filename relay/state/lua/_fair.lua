@@ -16,12 +16,21 @@ local function key_batch_ready(p, account, name) return key_batch(p, account, na
 local function key_fair_account(p, account) return p .. 'fair:' .. account end
 local function key_fair_ring(p) return p .. 'fair' end
 local function key_waiting(p) return p .. 'waiting' end
+local function key_waiting_slices(p) return p .. 'waiting:slices' end
 
 -- Count documents off the shard's waiting counter; at zero the key goes (nothing is kept
 -- for a shard with nothing waiting).
 local function fair_uncount(p, n)
   if redis.call('DECRBY', key_waiting(p), n) <= 0 then
     redis.call('DEL', key_waiting(p))
+  end
+end
+
+-- Count `n` (negative: off) on the shard's counter of waiting entries that are slices of
+-- documents (a subset of `waiting`'s); at zero the key goes.
+local function fair_count_slices(p, n)
+  if n ~= 0 and redis.call('INCRBY', key_waiting_slices(p), n) <= 0 then
+    redis.call('DEL', key_waiting_slices(p))
   end
 end
 

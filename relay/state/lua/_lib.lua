@@ -14,6 +14,24 @@ local function key_webhook(p, account, name)
   return p .. 'batch:' .. account .. ':' .. name .. ':webhook'
 end
 local function key_doc_items(p, id) return key_doc(p, id) .. ':items' end
+local function key_doc_slices(p, id) return key_doc(p, id) .. ':slices' end
+-- Slice k of a document: its entry in the fair queue and its member in `leases`
+-- (keyspace.slice_member); parse_slice reads one back (nil for a document's id).
+local function slice_member(id, k) return id .. '#' .. k end
+local function parse_slice(entry) return string.match(entry, '^(.+)#(%d+)$') end
+-- A document read in slices has ended: the leases of its slices go, with the record of them.
+-- Entries of its slices still in the fair queue are dropped when a claim comes to them.
+local function drop_slices(slices_key, leases_key, id)
+  local n = tonumber(redis.call('HGET', slices_key, 'n') or '0')
+  local members = {}
+  for k = 1, n do
+    members[k] = slice_member(id, k)
+  end
+  for i = 1, #members, 1000 do  -- unpack() has a stack limit
+    redis.call('ZREM', leases_key, unpack(members, i, math.min(i + 999, #members)))
+  end
+  redis.call('DEL', slices_key)
+end
 local function key_finished(p) return p .. 'finished' end
 local function finished_member(account, name) return account .. ':' .. name end
 local function key_purge_docs(p, token) return p .. 'purge:' .. token .. ':docs' end
