@@ -135,7 +135,7 @@ def _page_operation() -> dict[str, Any]:
         "in": "path",
         "required": True,
         "description": "The page number, 1 for the first.",
-        "schema": {"type": "integer", "minimum": 1},
+        "schema": {"type": "integer", "minimum": 1, "maximum": 999_999_999},
         "example": 1,
     }
     width = {
@@ -145,7 +145,7 @@ def _page_operation() -> dict[str, Any]:
         "description": "The image's width in pixels: clamped to 16 and to the server's "
         "RELAY_PAGE_IMAGE_MAX_SIDE (the bound on the long side, 2000 by default); absent: as "
         "large as that bound allows.",
-        "schema": {"type": "integer", "minimum": 0},
+        "schema": {"type": "integer", "minimum": 0, "maximum": 999_999_999},
     }
     return operation(
         "getDocumentPage",
