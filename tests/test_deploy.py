@@ -376,6 +376,9 @@ RUNTIME = {
     "jinja2",
     "itsdangerous",
     "xlsxwriter",
+    "opentelemetry-api",
+    "opentelemetry-sdk",
+    "opentelemetry-exporter-otlp-proto-http",
 }
 DEV_TOOLS = {
     "pytest",
