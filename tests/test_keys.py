@@ -1,9 +1,9 @@
-"""Key names: the Lua helpers that derive keys from ids build exactly what relay.redis.keyspace
-does, and script refusals are read back exactly."""
+"""Key names: the Lua key functions the scripts derive keys with, written from those of
+relay.redis.keyspace, build exactly what they build; script refusals are read back exactly."""
 
 from __future__ import annotations
 
-from importlib import resources
+import inspect
 
 import pytest
 import redis
@@ -11,14 +11,13 @@ from redis.exceptions import ResponseError
 
 from relay.redis import keyspace
 from relay.state.model import valid_batch_name
-from relay.state.scripts import refusal
+from relay.state.scripts import all_helpers, lua_key_function, refusal
 
 
 def _lib() -> str:
-    """The shared helpers, all of them (``_lib.lua``, then ``_fair.lua``): a script starts with
-    those it uses, in this order (``relay.state.scripts.source``)."""
-    lua = resources.files("relay.state") / "lua"
-    return (lua / "_lib.lua").read_text() + "\n" + (lua / "_fair.lua").read_text()
+    """Every helper a script may use, in the order a script gets them
+    (``relay.state.scripts.source``)."""
+    return "".join(text for _, text in all_helpers())
 
 
 def _lua(client: redis.Redis, expr: str, *args: str) -> str:
@@ -26,74 +25,58 @@ def _lua(client: redis.Redis, expr: str, *args: str) -> str:
     return bytes(client.eval(f"{_lib()}\nreturn {expr}", 0, *args)).decode()
 
 
+_SAMPLES = {"account": "acme", "name": "b-1.x", "status": "failed", "token": "0f1e2d3c4b5a6978"}
+
+
 @pytest.mark.parametrize("shard", [0, 7, keyspace.DEFAULT_SHARDS - 1])
-def test_lua_key_helpers_equal_the_python_ones(redis: redis.Redis, shard: int) -> None:
+def test_the_scripts_key_functions_build_what_keyspace_builds(
+    redis: redis.Redis, shard: int
+) -> None:
+    """Each key function the scripts call, written in Lua from keyspace's own, gives the
+    same key for real values (ids, names with dots and dashes, the operational batch)."""
     p = keyspace.shard_prefix(shard)
-    doc_id, msg_id = keyspace.new_id("doc", shard), keyspace.new_id("msg", shard)
-    assert _lua(redis, "key_doc(ARGV[1], ARGV[2])", p, doc_id) == keyspace.doc(shard, doc_id)
-    assert _lua(redis, "key_events(ARGV[1])", p) == keyspace.events(shard)
-    for name, made, batch in [
-        ("key_batch_deliveries", keyspace.batch_deliveries, "~ops"),
-        ("key_delivery_by_seq", keyspace.batch_delivery_by_seq, "~ops"),
-        ("key_batch_parked", keyspace.batch_parked, "~ops"),
-        ("key_webhook", keyspace.webhook, "b-1.x"),
-        ("key_batch", keyspace.batch, "b-1.x"),
-        ("key_batch_started", keyspace.batch_started, "b-1.x"),
-        ("key_batch_ready", keyspace.batch_ready, "b-1.x"),
-    ]:
-        expr = f"{name}(ARGV[1], ARGV[2], ARGV[3])"
-        assert _lua(redis, expr, p, "acme", batch) == made(shard, "acme", batch), name
-    assert _lua(redis, "key_blob(ARGV[1], ARGV[2])", p, doc_id) == keyspace.blob(shard, doc_id)
-    assert _lua(redis, "key_delivery(ARGV[1], ARGV[2])", p, msg_id) == keyspace.delivery(
-        shard, msg_id
-    )
-    assert _lua(
-        redis, "key_delivery_attempts(ARGV[1], ARGV[2])", p, msg_id
-    ) == keyspace.delivery_attempts(shard, msg_id)
-    assert _lua(redis, "key_fair_account(ARGV[1], ARGV[2])", p, "acme") == keyspace.fair_account(
-        shard, "acme"
-    )
-    assert _lua(redis, "key_fair_ring(ARGV[1])", p) == keyspace.fair_ring(shard)
-    assert _lua(redis, "key_waiting(ARGV[1])", p) == keyspace.waiting(shard)
-    assert _lua(redis, "key_waiting_slices(ARGV[1])", p) == keyspace.waiting_slices(shard)
-    assert _lua(redis, "key_doc_slices(ARGV[1], ARGV[2])", p, doc_id) == keyspace.doc_slices(
-        shard, doc_id
-    )
+    samples = {
+        **_SAMPLES,
+        "doc_id": keyspace.new_id("doc", shard),
+        "delivery_id": keyspace.new_id("msg", shard),
+        "index": "12",
+    }
+    assert len(keyspace.IN_SCRIPTS) >= 20
+    for fn_name, fn in keyspace.IN_SCRIPTS.items():
+        params = list(inspect.signature(fn).parameters)
+        sharded = params[0] == "shard"
+        values = [samples[n] for n in (params[1:] if sharded else params)]
+        lua_name = f"key_{fn_name}" if sharded else fn_name
+        argv = ([p] if sharded else []) + values
+        expr = f"{lua_name}({', '.join(f'ARGV[{i + 1}]' for i in range(len(argv)))})"
+        expected = fn(shard, *values) if sharded else fn(*values)
+        assert _lua(redis, expr, *argv) == expected, fn_name
+    for batch in ("~ops", keyspace.OPERATIONAL_BATCH):
+        assert _lua(redis, "key_webhook(ARGV[1], 'acme', ARGV[2])", p, batch) == (
+            keyspace.webhook(shard, "acme", batch)
+        )
+    doc_id = samples["doc_id"]
     member = keyspace.slice_member(doc_id, 12)
     assert _lua(redis, "slice_member(ARGV[1], 12)", doc_id) == member
     assert _lua(redis, "table.concat({parse_slice(ARGV[1])}, ' ')", member) == f"{doc_id} 12"
     assert _lua(redis, "tostring(parse_slice(ARGV[1]))", doc_id) == "nil"  # a document's id
     assert keyspace.slice_of(member) == (doc_id, 12)
     assert keyspace.slice_of(doc_id) == (doc_id, None)
-    assert _lua(redis, "key_doc_items(ARGV[1], ARGV[2])", p, doc_id) == keyspace.doc_items(
-        shard, doc_id
-    )
-    assert _lua(redis, "key_finished(ARGV[1])", p) == keyspace.finished(shard)
-    assert _lua(redis, "finished_member(ARGV[1], ARGV[2])", "acme", "b-1.x") == (
-        keyspace.finished_member("acme", "b-1.x")
-    )
-    token = "0f1e2d3c4b5a6978"
-    assert _lua(redis, "key_purge_docs(ARGV[1], ARGV[2])", p, token) == keyspace.purge_docs(
-        shard, token
-    )
-    assert _lua(
-        redis, "key_purge_deliveries(ARGV[1], ARGV[2])", p, token
-    ) == keyspace.purge_deliveries(shard, token)
-    assert _lua(redis, "key_account_deliveries(ARGV[1], ARGV[2])", p, "acme") == (
-        keyspace.account_deliveries(shard, "acme")
-    )
-    assert _lua(redis, "key_status_deliveries(ARGV[1], ARGV[2])", p, "failed") == (
-        keyspace.status_deliveries(shard, "failed")
-    )
-    assert _lua(
-        redis, "key_account_status_deliveries(ARGV[1], ARGV[2], ARGV[3])", p, "acme", "failed"
-    ) == keyspace.account_status_deliveries(shard, "acme", "failed")
-    # The prefix a script finds back from a delivery key is the shard's.
-    dk = keyspace.delivery(shard, msg_id)
-    assert _lua(redis, "delivery_prefix(ARGV[1], ARGV[2])", dk, msg_id) == p
-    # The prefix a script finds back from a batch key is the shard's.
-    batch = keyspace.batch(shard, "acme", "b-1.x")
-    assert _lua(redis, "batch_prefix(ARGV[1], ARGV[2], ARGV[3])", batch, "acme", "b-1.x") == p
+
+
+def test_a_key_function_the_scripts_cannot_write_is_refused() -> None:
+    """A key outside the shard, or one whose text Lua would need to escape, is refused when
+    the scripts are written, not built wrong."""
+
+    def outside(shard: int, account: str) -> str:
+        return f"relay:account:{account}"
+
+    def quoted(shard: int, name: str) -> str:
+        return keyspace.shard_prefix(shard) + f"it's:{name}"
+
+    for fn in (outside, quoted):
+        with pytest.raises(ValueError, match=fn.__name__):
+            lua_key_function(fn)
 
 
 def test_every_shard_key_carries_its_hash_tag() -> None:

@@ -6,7 +6,7 @@ import re
 from importlib import resources
 from typing import Any
 
-from relay.state.scripts import _COMMENT, NAMES, _definitions, _used, fields, source
+from relay.state.scripts import _COMMENT, NAMES, _used, all_helpers, fields, source
 
 POSITIONAL = {
     "ratelimit",  # three integers on the status path, documented (docs/decisions.md)
@@ -42,9 +42,10 @@ def test_a_lean_script_starts_with_the_helpers_it_uses_and_no_others(redis: Any)
     # nothing it does not use, however its comments name them (release_charge).
     assert defined == {"refuse", "key_finished", "batch_prefix", "finished_member"}
     # A helper used only through another one comes with it, before it.
-    lib = _used("return key_blob('p', 'x')", _definitions(_text("_lib")))
-    assert lib.index("local function key_doc") < lib.index("local function key_blob")
-    assert redis.eval(lib + "return key_blob('p:', 'x')", 0) == b"p:doc:x:blob"
+    lib = _used("return drop_slices('s', 'l', 'x')", all_helpers())
+    assert lib.index("local function slice_member") < lib.index("local function drop_slices")
+    keys = _used("return key_blob('p', 'x')", all_helpers())
+    assert redis.eval(keys + "return key_blob('p:', 'x')", 0) == b"p:doc:x:blob"
     # Every script is lean: renew uses none of the library's forty-odd helpers, claim a few.
     assert source("renew") == _text("renew")
     assert source("claim").endswith(_text("claim"))

@@ -26,7 +26,9 @@ import re
 import secrets
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 DEFAULT_SHARDS = 16  # RELAY_SHARDS's default: what every deployment started with
 MIN_SHARDS = 16  # ids written before RELAY_SHARDS existed name shards 0-15
@@ -133,18 +135,31 @@ def shard_of_id(kind: str, ident: str) -> int | None:
     return int(m.group(2), 16)
 
 
+_F = TypeVar("_F", bound=Callable[..., str])
+
+# The key functions the Lua scripts call too, by name (``relay.state.scripts`` writes each as
+# a Lua function from the Python one, so a key is defined once: here).
+IN_SCRIPTS: dict[str, Callable[..., str]] = {}
+
+
+def in_scripts(fn: _F) -> _F:
+    """Register a key (or set member) function the scripts derive keys with."""
+    IN_SCRIPTS[fn.__name__] = fn
+    return fn
+
+
 def shard_prefix(shard: int) -> str:
     """The common prefix of a shard's keys, passed to the scripts that derive keys from ids
     they read (a batch's documents, a shard's due deliveries): those keys cannot be known
-    before the script runs, so they cannot come in KEYS. ``relay/state/lua/_lib.lua`` builds them
-    from this prefix with one function per key (``key_doc``, ``key_delivery``, ...), each
-    mirroring the function of the same name here; tests/test_keys.py holds them equal."""
+    before the script runs, so they cannot come in KEYS. The scripts build them from this
+    prefix with the functions registered by :func:`in_scripts` (``key_doc``, ...)."""
     return f"{PREFIX}:{tag(shard)}:"
 
 
 # -- batch state (shard-tagged) ---------------------------------------------------------
 
 
+@in_scripts
 def batch(shard: int, account: str, name: str) -> str:
     """Hash: the batch record and its per-status counters."""
     return f"{PREFIX}:{tag(shard)}:batch:{account}:{name}"
@@ -167,6 +182,7 @@ def batch_pending(shard: int, account: str, name: str) -> str:
     return batch(shard, account, name) + ":pending"
 
 
+@in_scripts
 def batch_started(shard: int, account: str, name: str) -> str:
     """Sorted set: documents that have a ``started_at`` (score), for the batch minimum."""
     return batch(shard, account, name) + ":started"
@@ -192,17 +208,20 @@ def account_pending_total(account: str) -> str:
     return f"{PREFIX}:account:{account}:pending_total"
 
 
+@in_scripts
 def doc(shard: int, doc_id: str) -> str:
     """Hash: one document record."""
     return f"{PREFIX}:{tag(shard)}:doc:{doc_id}"
 
 
+@in_scripts
 def doc_items(shard: int, doc_id: str) -> str:
     """String: the document's result as JSON, ``{"line_items": [...], "tables": [...]}``
     (succeeded documents only; a bare list of line items when stored before tables)."""
     return doc(shard, doc_id) + ":items"
 
 
+@in_scripts
 def doc_slices(shard: int, doc_id: str) -> str:
     """Hash: the slices of a document read across workers (``relay.state.slices``): ``n``
     (how many), ``kind`` (``pdf`` | ``image``), ``done`` (how many are), ``bytes`` (their
@@ -216,6 +235,7 @@ def doc_slices(shard: int, doc_id: str) -> str:
 SLICE_MARK = "#"  # no document id holds it (``_ID_RE``)
 
 
+@in_scripts
 def slice_member(doc_id: str, index: int) -> str:
     """Slice ``index`` of a document: its entry in the fair queue (``batch_ready``) and its
     member in ``leases``, beside the documents' ids."""
@@ -228,6 +248,7 @@ def slice_of(member: str) -> tuple[str, int | None]:
     return (doc_id, int(index)) if mark and index.isdigit() else (member, None)
 
 
+@in_scripts
 def blob(shard: int, doc_id: str) -> str:
     """String: the uploaded bytes while the document waits and, kept for its page images
     (``RELAY_KEEP_SOURCES``), until its batch is deleted or purged (Redis blob store)."""
@@ -240,6 +261,7 @@ def leases(shard: int) -> str:
     return f"{PREFIX}:{tag(shard)}:leases"
 
 
+@in_scripts
 def batch_ready(shard: int, account: str, name: str) -> str:
     """List: the batch's documents handed to the workers and not yet claimed, in order, and
     slices of its documents read across workers (``slice_member``, at the front).
@@ -247,6 +269,7 @@ def batch_ready(shard: int, account: str, name: str) -> str:
     return batch(shard, account, name) + ":ready"
 
 
+@in_scripts
 def fair_account(shard: int, account: str) -> str:
     """List: the account's batches in this shard with documents waiting in ``batch_ready``,
     first handed first (an account's batches are served FIFO). Non-empty exactly while the
@@ -254,18 +277,21 @@ def fair_account(shard: int, account: str) -> str:
     return f"{PREFIX}:{tag(shard)}:fair:{account}"
 
 
+@in_scripts
 def fair_ring(shard: int) -> str:
     """List: the accounts with documents waiting in this shard, served round-robin (the
     claim rotates the head to the tail), so one account's backlog never queues another's."""
     return f"{PREFIX}:{tag(shard)}:fair"
 
 
+@in_scripts
 def waiting(shard: int) -> str:
     """Integer: how many documents (and slices of documents) wait in the shard's fair queue
     (the ``queued`` gauge)."""
     return f"{PREFIX}:{tag(shard)}:waiting"
 
 
+@in_scripts
 def waiting_slices(shard: int) -> str:
     """Integer: how many of the entries ``waiting`` counts are slices (absent at 0): whole
     documents wait exactly when ``waiting`` is the larger (``Store.documents_wait``)."""
@@ -327,35 +353,41 @@ OPERATIONAL_BATCH = "~ops"  # the stored name (keys of existing deployments) sta
 about the account's webhooks): ``webhook(home_shard(account, OPERATIONAL_BATCH),
 account, OPERATIONAL_BATCH)`` and the batch delivery keys below, so claiming, recording and
 retrying work as for a batch. No batch can have this name (``relay.state.model.valid_batch_name``:
-a letter or digit first); ``relay/state/lua/_lib.lua`` holds the same constant."""
+a letter or digit first); the scripts get it from here (``relay.state.scripts``)."""
 
 
+@in_scripts
 def webhook(shard: int, account: str, name: str) -> str:
     """Hash: the batch's callback registration."""
     return batch(shard, account, name) + ":webhook"
 
 
+@in_scripts
 def batch_deliveries(shard: int, account: str, name: str) -> str:
     """Sorted set: the batch's delivery ids scored by creation time."""
     return batch(shard, account, name) + ":deliveries"
 
 
+@in_scripts
 def batch_delivery_by_seq(shard: int, account: str, name: str) -> str:
     """Hash: completion_seq -> delivery id (one delivery per completion)."""
     return batch(shard, account, name) + ":delivery_by_seq"
 
 
+@in_scripts
 def batch_parked(shard: int, account: str, name: str) -> str:
     """Set: the batch's deliveries held back while its webhook's verification is pending
     (``claim_deliveries.lua`` parks them; verified: due now; failed or removed: canceled)."""
     return batch(shard, account, name) + ":parked"
 
 
+@in_scripts
 def delivery(shard: int, delivery_id: str) -> str:
     """Hash: one delivery record."""
     return f"{PREFIX}:{tag(shard)}:delivery:{delivery_id}"
 
 
+@in_scripts
 def delivery_attempts(shard: int, delivery_id: str) -> str:
     """List: the delivery's attempts as JSON, oldest first."""
     return delivery(shard, delivery_id) + ":attempts"
@@ -380,17 +412,20 @@ def shard_deliveries(shard: int) -> str:
     return f"{PREFIX}:{tag(shard)}:deliveries"
 
 
+@in_scripts
 def account_deliveries(shard: int, account: str) -> str:
     """Sorted set: the account's deliveries in this shard by creation time (``search``)."""
     return f"{PREFIX}:{tag(shard)}:account:{account}:deliveries"
 
 
+@in_scripts
 def account_status_deliveries(shard: int, account: str, status: str) -> str:
     """Sorted set: the account's deliveries in this shard with one status, by creation
     time. The script that changes a delivery's status moves it (``index_delivery``)."""
     return account_deliveries(shard, account) + f":{status}"
 
 
+@in_scripts
 def status_deliveries(shard: int, status: str) -> str:
     """Sorted set: the shard's deliveries with one status, by creation time (operators)."""
     return f"{PREFIX}:{tag(shard)}:deliveries:{status}"
@@ -399,12 +434,14 @@ def status_deliveries(shard: int, status: str) -> str:
 # -- retention (shard-tagged): what finished, and purges under way ------------------------
 
 
+@in_scripts
 def events(shard: int) -> str:
     """Sorted set: the shard's operational event deliveries (``OPERATIONAL_BATCH``) by creation
     time (ms), for their retention (``relay.state.retention.Retention.purge_events``)."""
     return f"{PREFIX}:{tag(shard)}:events"
 
 
+@in_scripts
 def finished(shard: int) -> str:
     """Sorted set: the shard's finished batches (``finished_member``), scored by the time
     from which their retention counts (ms): their completion, or later while a delivery of
@@ -412,6 +449,7 @@ def finished(shard: int) -> str:
     return f"{PREFIX}:{tag(shard)}:finished"
 
 
+@in_scripts
 def finished_member(account: str, name: str) -> str:
     """A batch in ``finished``: account names hold no ``:`` (``relay.state.api_keys``), so the first
     ``:`` splits it back."""
@@ -424,11 +462,13 @@ def purging(shard: int) -> str:
     return f"{PREFIX}:{tag(shard)}:purging"
 
 
+@in_scripts
 def purge_docs(shard: int, token: str) -> str:
     """List: the document ids a purge still has to delete (the batch's ``:docs``, renamed)."""
     return f"{PREFIX}:{tag(shard)}:purge:{token}:docs"
 
 
+@in_scripts
 def purge_deliveries(shard: int, token: str) -> str:
     """Sorted set: the delivery ids a purge still has to delete (``:deliveries``, renamed)."""
     return f"{PREFIX}:{tag(shard)}:purge:{token}:deliveries"

@@ -2,8 +2,9 @@
 
 Every state transition that touches more than one key is one of these scripts, so nothing
 is half-written when a process dies. Each script's header comment lists its KEYS and ARGV.
-Every script starts with the shared helpers of ``_lib.lua`` and the fair queue's of
-``_fair.lua`` that it uses (:func:`source`).
+Every script starts with the helpers it uses (:func:`source`): the key functions written
+from ``relay.redis.keyspace``, the shared helpers of ``_lib.lua`` and the fair queue's of
+``_fair.lua``.
 
 A script that answers more than one value answers a JSON object (``cjson.encode`` of a
 table with named fields), read with :func:`fields`: callers read a reply by name, never by
@@ -16,8 +17,10 @@ binary and so cannot ride in the JSON (``Store.claim_turn`` alone reads it).
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
+from collections.abc import Callable
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -25,6 +28,8 @@ from typing import Any
 import redis
 import redis.asyncio
 from redis.exceptions import ResponseError
+
+from relay.redis import keyspace
 
 NAMES = (
     "upload",
@@ -110,19 +115,55 @@ def _used(body: str, helpers: list[tuple[str, str]]) -> str:
     return "".join(text for name, text in helpers if name in wanted)
 
 
+def lua_key_function(fn: Callable[..., str]) -> str:
+    """A key function of ``relay.redis.keyspace`` written in Lua: called with a marker for
+    each parameter, its result read back as the concatenation Lua performs. A shard's key
+    (first parameter ``shard``) becomes ``key_<name>(p, ...)`` over the shard prefix ``p``;
+    a set member keeps its name."""
+    params = list(inspect.signature(fn).parameters)
+    sharded = params[0] == "shard"
+    names = params[1:] if sharded else params
+    text = fn(0, *(f"\0{n}\0" for n in names)) if sharded else fn(*(f"\0{n}\0" for n in names))
+    parts: list[str] = []
+    if sharded:
+        prefix = keyspace.shard_prefix(0)
+        if not text.startswith(prefix):
+            raise ValueError(f"{fn.__name__}: not a key of the shard")
+        text, parts = text[len(prefix) :], ["p"]
+    for i, piece in enumerate(text.split("\0")):
+        if i % 2:
+            parts.append(piece)
+        elif piece:
+            if "'" in piece or "\\" in piece:
+                raise ValueError(f"{fn.__name__}: {piece!r} needs quoting")
+            parts.append(f"'{piece}'")
+    lua_name = f"key_{fn.__name__}" if sharded else fn.__name__
+    args = ", ".join((["p"] if sharded else []) + names)
+    return f"local function {lua_name}({args}) return {' .. '.join(parts)} end\n"
+
+
+@cache
+def all_helpers() -> list[tuple[str, str]]:
+    """Every helper a script may use, as (name, text) in order: the key functions and the
+    operational batch's name from ``relay.redis.keyspace``, then the definitions of
+    ``_lib.lua`` and ``_fair.lua``."""
+    lua = resources.files("relay.state") / "lua"
+    keys = "".join(lua_key_function(fn) for fn in keyspace.IN_SCRIPTS.values())
+    keys += f"local OPERATIONAL_BATCH = '{keyspace.OPERATIONAL_BATCH}'\n"
+    texts = [keys] + [(lua / part).read_text() for part in ("_lib.lua", "_fair.lua")]
+    return [d for text in texts for d in _definitions(text)]
+
+
 @cache
 def source(name: str) -> str:
-    """The script's text as Redis runs it: the definitions of ``_lib.lua`` and ``_fair.lua``
-    it uses (directly or through each other), in their order, then the script.
+    """The script's text as Redis runs it: the helpers it uses (directly or through each
+    other), in their order, then the script.
 
-    Only those (issue 16): every helper is a closure made afresh on each run, so the whole
-    library cost each run some forty allocations, and the Lua heap's garbage collection with
-    them, whether used or not: on an idle Redis, 4 us more per run than a bare ``return 1``
-    (1.8 us). The 27 scripts went from ~20 KB each to 0.4-10 KB."""
-    lua = resources.files("relay.state") / "lua"
-    body = (lua / f"{name}.lua").read_text()
-    helpers = [(lua / part).read_text() for part in ("_lib.lua", "_fair.lua")]
-    return _used(body, [d for text in helpers for d in _definitions(text)]) + body
+    Only those: every helper is a closure made afresh on each run, so a whole library costs
+    each run its allocations, and the Lua heap's garbage collection with them, whether used
+    or not."""
+    body = (resources.files("relay.state") / "lua" / f"{name}.lua").read_text()
+    return _used(body, all_helpers()) + body
 
 
 class Scripts:

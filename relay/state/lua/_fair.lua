@@ -6,17 +6,8 @@
 -- an account is in the ring exactly while its list is non-empty; a batch is in its account's
 -- list exactly while its own list is non-empty. So taking the next document is O(1), and
 -- dropping a deleted batch costs O(batches and accounts waiting in the shard), never
--- O(documents). Every key derives from the shard's prefix `p` (one hash tag); each function
--- mirrors the function of the same name in relay/redis/keyspace.py (tests/test_keys.py).
-local function key_batch(p, account, name) return p .. 'batch:' .. account .. ':' .. name end
-local function key_batch_started(p, account, name)
-  return key_batch(p, account, name) .. ':started'
-end
-local function key_batch_ready(p, account, name) return key_batch(p, account, name) .. ':ready' end
-local function key_fair_account(p, account) return p .. 'fair:' .. account end
-local function key_fair_ring(p) return p .. 'fair' end
-local function key_waiting(p) return p .. 'waiting' end
-local function key_waiting_slices(p) return p .. 'waiting:slices' end
+-- O(documents). Its keys (key_batch_ready, key_fair_account, key_fair_ring, key_waiting, ...)
+-- are the functions relay/state/scripts.py writes from relay/redis/keyspace.py.
 
 -- Count documents off the shard's waiting counter; at zero the key goes (nothing is kept
 -- for a shard with nothing waiting).

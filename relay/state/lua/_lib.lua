@@ -1,23 +1,15 @@
 -- Shared helpers, prepended to every script by relay/state/scripts.py.
 
--- Keys a script derives from ids it reads (a batch's documents, a shard's due deliveries,
--- a delivery's batch): they cannot be known before the script runs, so they cannot come in
--- KEYS. `p` is the shard's key prefix (relay.redis.keyspace.shard_prefix, passed in ARGV), so every
--- derived key carries the script's hash tag. Each function mirrors the function of the same
--- name in relay/redis/keyspace.py; tests/test_keys.py holds them equal. No script builds a key
--- any other way.
-local function key_doc(p, id) return p .. 'doc:' .. id end
-local function key_blob(p, id) return key_doc(p, id) .. ':blob' end
-local function key_delivery(p, id) return p .. 'delivery:' .. id end
-local function key_delivery_attempts(p, id) return key_delivery(p, id) .. ':attempts' end
-local function key_webhook(p, account, name)
-  return p .. 'batch:' .. account .. ':' .. name .. ':webhook'
-end
-local function key_doc_items(p, id) return key_doc(p, id) .. ':items' end
-local function key_doc_slices(p, id) return key_doc(p, id) .. ':slices' end
--- Slice k of a document: its entry in the fair queue and its member in `leases`
--- (keyspace.slice_member); parse_slice reads one back (nil for a document's id).
-local function slice_member(id, k) return id .. '#' .. k end
+-- Keys a script derives from ids it reads (a batch's documents, a shard's due deliveries, a
+-- delivery's batch) cannot be known before the script runs, so they cannot come in KEYS: the
+-- script builds them over `p`, the shard's key prefix (relay.redis.keyspace.shard_prefix,
+-- passed in ARGV), so every derived key carries the script's hash tag. The functions that
+-- build them (key_doc(p, doc_id), key_delivery(p, delivery_id), ..., and the set members
+-- slice_member and finished_member) are written by relay/state/scripts.py from those of
+-- relay/redis/keyspace.py and come before these helpers. No script builds a key any other way.
+
+-- A fair-queue entry or `leases` member back as (document id, slice number); nil for a
+-- document's id (keyspace.slice_of).
 local function parse_slice(entry) return string.match(entry, '^(.+)#(%d+)$') end
 -- A document read in slices has ended: the leases of its slices go, with the record of them.
 -- Entries of its slices still in the fair queue are dropped when a claim comes to them.
@@ -31,32 +23,6 @@ local function drop_slices(slices_key, leases_key, id)
     redis.call('ZREM', leases_key, unpack(members, i, math.min(i + 999, #members)))
   end
   redis.call('DEL', slices_key)
-end
-local function key_finished(p) return p .. 'finished' end
-local function finished_member(account, name) return account .. ':' .. name end
-local function key_purge_docs(p, token) return p .. 'purge:' .. token .. ':docs' end
-local function key_purge_deliveries(p, token) return p .. 'purge:' .. token .. ':deliveries' end
--- Delivery indexes (relay.redis.keyspace: account_deliveries, status_deliveries,
--- account_status_deliveries), each a sorted set scored by the delivery's created_at.
-local function key_account_deliveries(p, account)
-  return p .. 'account:' .. account .. ':deliveries'
-end
-local function key_status_deliveries(p, status) return p .. 'deliveries:' .. status end
--- Operational event deliveries of the shard by creation time (relay.redis.keyspace.events), and a
--- batch's delivery index and idempotency hash (keys.batch_deliveries, batch_delivery_by_seq).
-local function key_events(p) return p .. 'events' end
-local function key_batch_deliveries(p, account, name)
-  return p .. 'batch:' .. account .. ':' .. name .. ':deliveries'
-end
-local function key_delivery_by_seq(p, account, name)
-  return p .. 'batch:' .. account .. ':' .. name .. ':delivery_by_seq'
-end
--- A batch's deliveries held back while its webhook's verification is pending (keys.batch_parked).
-local function key_batch_parked(p, account, name)
-  return p .. 'batch:' .. account .. ':' .. name .. ':parked'
-end
-local function key_account_status_deliveries(p, account, status)
-  return key_account_deliveries(p, account) .. ':' .. status
 end
 -- The shard prefix back from a delivery key (keys.delivery = p .. 'delivery:' .. id).
 local function delivery_prefix(delivery_key, id)
@@ -312,9 +278,8 @@ end
 
 -- Operational events (docs/decisions.md, "Auto-disable and operational events") -------------
 
--- The reserved pseudo-batch that holds an account's operational webhook and its deliveries
--- (relay.redis.keyspace.OPERATIONAL_BATCH): no batch name can start with '~'.
-local OPERATIONAL_BATCH = '~ops'
+-- OPERATIONAL_BATCH, the reserved pseudo-batch that holds an account's operational webhook
+-- and its deliveries, is written with the key functions from relay.redis.keyspace.
 
 -- Append an operational event (kind 'webhook.disabled' | 'delivery.failed') to the shard's
 -- outbox; the detector turns it into a delivery to the account's operational webhook. The

@@ -12,7 +12,7 @@ for _, id in ipairs(ids) do
   local d = redis.call('HMGET', key_delivery(p, id), 'status', 'account', 'batch', 'event')
   if d[1] ~= 'pending' then
     if d[1] then
-      redis.call('HDEL', key_delivery_by_seq(p, d[2], d[3]), d[4] or '')
+      redis.call('HDEL', key_batch_delivery_by_seq(p, d[2], d[3]), d[4] or '')
       redis.call('ZREM', key_batch_deliveries(p, d[2], d[3]), id)
       index_delivery(p, id, d[1], '')
       redis.call('UNLINK', key_delivery(p, id), key_delivery_attempts(p, id))
