@@ -38,7 +38,8 @@ BENCHMARKS = (
 )
 # Valid names that the default run (no NAME) leaves out: ``tables`` makes venvs for its peers
 # (from the package index on first use) and takes tens of minutes over its three corpora.
-ON_DEMAND = ("tables",)
+# ``pages`` reads real pages by OCR for minutes (and twice over with --against).
+ON_DEMAND = ("tables", "pages")
 
 
 def _split(value: str | None) -> list[str] | None:
@@ -55,7 +56,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     tables = parser.add_argument_group("tables")
     tables.add_argument("--corpus", help="tables: pdf, images, scans (comma-separated; all)")
     tables.add_argument("--engines", help="tables: relay, camelot-stream... (comma-separated)")
-    tables.add_argument("--limit", type=int, help="tables: the first N documents of each corpus")
+    tables.add_argument(
+        "--limit", type=int, help="tables: the first N documents of each corpus; pages: N a kind"
+    )
+    pages = parser.add_argument_group("pages")
+    pages.add_argument("--against", help="pages: another checkout of relay, measured alternately")
+    pages.add_argument("--rounds", type=int, help="pages: head/--against pairs (default 2)")
+    pages.add_argument("--kinds", help="pages: scans, images, pdf (comma-separated; all)")
     args = parser.parse_args(argv)
     names = args.names or list(BENCHMARKS)
     unknown = [n for n in names if n not in BENCHMARKS + ON_DEMAND]
@@ -68,8 +75,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "engines": _split(args.engines),
         "limit": args.limit,
     }
-    if "tables" not in names and any(v is not None for v in options.values()):
-        parser.error("--corpus, --engines and --limit apply to the tables benchmark only")
+    page_options = {
+        "limit": args.limit,
+        "against": args.against,
+        "rounds": args.rounds,
+        "kinds": _split(args.kinds),
+    }
+    table_only = args.corpus is not None or args.engines is not None
+    if "tables" not in names and (table_only or (args.limit is not None and "pages" not in names)):
+        parser.error("--corpus and --engines apply to tables only, --limit to tables and pages")
+    if "pages" not in names and any(
+        page_options[k] is not None for k in ("against", "rounds", "kinds")
+    ):
+        parser.error("--against, --rounds and --kinds apply to the pages benchmark only")
     goals: list[tuple[str, Goal]] = []
     failed: list[str] = []
     started = time.monotonic()
@@ -77,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         module = importlib.import_module(f"bench.{name}")
         t0 = time.monotonic()
         try:
-            extra = options if name == "tables" else {}
+            extra = options if name == "tables" else page_options if name == "pages" else {}
             outcome: Outcome = module.run(quick=args.quick, profile=args.profile, **extra)
         except Exception:
             traceback.print_exc()
@@ -88,7 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         outcome.data["goals"] = [g.__dict__ for g in outcome.goals]
         outcome.data["elapsed_s"] = round(elapsed, 1)
         # A partial tables run (--limit) is named like a quick one: it never replaces a full run.
-        path = write_result(name, args.quick or bool(args.limit), outcome.data)
+        partial = name == "tables" and bool(args.limit)
+        path = write_result(name, args.quick or partial, outcome.data)
         print()
         for text in outcome.tables:
             print(text, end="\n\n")

@@ -103,6 +103,17 @@ def _log_format(raw: str) -> str:
     return value
 
 
+# RELAY_OCR_PROVIDER's values (relay.extract.ocr_models.PROVIDERS names onnxruntime's).
+OCR_PROVIDERS = ("cpu", "cuda", "openvino")
+
+
+def _ocr_provider(raw: str) -> str:
+    value = raw.strip().lower()
+    if value not in OCR_PROVIDERS:
+        raise ValueError(f"expected one of {', '.join(OCR_PROVIDERS)}")
+    return value
+
+
 def _sentinels(raw: str) -> tuple[tuple[str, int], ...]:
     """``host:port,host:port`` (an IPv6 host in brackets: ``[::1]:26379``); empty = none."""
     out: list[tuple[str, int]] = []
@@ -396,6 +407,12 @@ class Settings:
         str(2 * 1024 * 1024 * 1024),
         _positive_int,
         "Bytes of address space the extraction process may use (else extraction_memory)",
+    )
+    ocr_provider: str = setting(
+        "cpu",
+        _ocr_provider,
+        "onnxruntime execution provider of the OCR models: cpu, cuda or openvino (the last"
+        " two need onnxruntime-gpu or onnxruntime-openvino; else the CPU, with a warning)",
     )
     max_result_bytes: int = setting(
         str(16 * 1024 * 1024),

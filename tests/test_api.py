@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from typing import Any
@@ -11,7 +12,13 @@ import pytest
 
 from relay.redis import keyspace
 from relay.state.job_queues import PROCESSING
-from tests.support.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
+from tests.support.api_fixtures import (  # noqa: F401
+    V1,
+    Api,
+    ApiFactory,
+    api_factory_fixture,
+    api_fixture,
+)
 
 RFC3339_MS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
 QUEUE = f"rq:queue:{PROCESSING}"
@@ -202,7 +209,8 @@ def test_unknown_routes_and_methods_are_json(api: Api) -> None:
 
 def test_health_and_metrics(api: Api) -> None:
     assert api.client.get("/healthz").json() == {"status": "ok"}
-    assert api.client.get("/readyz").json() == {"status": "ready"}
+    cpu = {"asked": "cpu", "used": "cpu", "fallback": None}
+    assert api.client.get("/readyz").json() == {"status": "ready", "ocr_provider": cpu}
     api.upload_ok("acme")
     api.client.post(f"{V1}/batches/b1/process", headers=api.auth("acme"))
     metrics = api.client.get("/metrics")
@@ -212,6 +220,28 @@ def test_health_and_metrics(api: Api) -> None:
     assert 'relay_queue_depth{queue="relay-processing"} 1' in lines
     assert 'relay_queue_depth{queue="relay-delivery"} 0' in lines
     assert "relay_redis_up 1" in lines
+
+
+def test_readyz_shows_the_ocr_provider_fallen_back_to(
+    api_factory: ApiFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """RELAY_OCR_PROVIDER=cuda on a machine whose onnxruntime has no CUDA: /readyz says the
+    models run on the CPU and why, and a worker says so at start (its log)."""
+    from relay.cli.commands import _log_ocr_provider
+
+    api = api_factory(ocr_provider="cuda")
+    body = api.client.get("/readyz").json()
+    assert body["status"] == "ready"
+    assert body["ocr_provider"]["asked"] == "cuda"
+    assert body["ocr_provider"]["used"] == "cpu"
+    assert "CUDAExecutionProvider is not in this onnxruntime" in body["ocr_provider"]["fallback"]
+    with caplog.at_level(logging.INFO, logger="relay"):
+        _log_ocr_provider("cuda")
+        _log_ocr_provider("cpu")
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "relay"]
+    assert said[0][0] == logging.WARNING
+    assert said[0][1].startswith("RELAY_OCR_PROVIDER=cuda is not available, the OCR models run")
+    assert said[1] == (logging.INFO, "OCR models run on cpu (RELAY_OCR_PROVIDER=cpu)")
 
 
 def test_responses_are_compact_json(api: Api) -> None:

@@ -55,6 +55,25 @@ def test_small_and_large_text_is_read_right(
     assert tables[0].page == 3
 
 
+def test_a_provider_not_installed_falls_back_to_the_cpu() -> None:
+    """RELAY_OCR_PROVIDER=cuda where onnxruntime has no CUDA (this machine): the models load
+    on the CPU, the fallback is told (``provider``), and the table is read all the same."""
+    from relay.extract.ocr import provider, use_provider
+
+    try:
+        use_provider("cuda")
+        image = draw_table(GRID, size=30, cell=(220, 70), margin=40, bordered=True)
+        assert [t.rows for t in read_tables(image)] == [GRID]
+        choice = provider()
+        assert (choice.asked, choice.used) == ("cuda", "cpu")
+        assert choice.reason is not None and "CUDAExecutionProvider" in choice.reason
+        with pytest.raises(ValueError, match="unknown OCR provider"):
+            use_provider("tpu")
+    finally:
+        use_provider("cpu")
+    assert provider().as_json() == {"asked": "cpu", "used": "cpu", "fallback": None}
+
+
 def test_confidence_has_the_shape_of_the_rows() -> None:
     grid = [["item", "qty", "note"], ["apple", "2", ""], ["pear", "5", "ripe"]]
     content = encode(draw_table(grid), "PNG")
@@ -190,3 +209,33 @@ def test_a_scan_of_several_pages_has_time_for_each_page() -> None:
     assert data is not None
     assert [t["page"] for t in json.loads(data)["tables"]] == [1, 2, 3]
     assert elapsed > 0.5
+
+
+def test_detection_reads_an_image_at_rapidocrs_size_a_strip_within_bounds() -> None:
+    """A small image is enlarged to 736 px on its short side (as rapidocr reads it), a thin
+    strip no longer than 2,000 px (rapidocr took a 251 x 65 one to 2,842 x 736)."""
+    from relay.extract.ocr_models import detection_scale
+
+    assert detection_scale(249, 503) == 736 / 249  # a PubTabNet table image
+    assert detection_scale(65, 251) == 2000 / 251  # not 736 / 65 = 11x
+    assert detection_scale(1000, 800) == 1.0
+    assert detection_scale(2000, 1408) == 1.0  # a 200 dpi page once reduced
+
+
+def test_only_lines_near_a_row_that_may_be_tabular_are_read() -> None:
+    """Rows of one line each (prose) are not read, unless within reach of a row of pieces
+    set apart (a table may take them in as a heading or a note)."""
+    from relay.extract.ocr import _READ_REACH, _worth_reading
+
+    def row(y: float, *spans: tuple[float, float]) -> list[tuple[float, float, float, float]]:
+        return [(x1, y, x2, y + 20) for x1, x2 in spans]
+
+    prose = [box for r in range(12) for box in row(r * 30, (0, 900))]
+    assert _worth_reading(prose) == [False] * 12
+    table = row(12 * 30, (0, 100), (300, 400))  # two pieces 200 px apart: may be tabular
+    after = [box for r in range(13, 20) for box in row(r * 30, (0, 900))]
+    wanted = _worth_reading(prose + table + after)
+    rows = [12 - _READ_REACH + i for i in range(2 * _READ_REACH + 1)]
+    expected = [r in rows for r in range(12)] + [True, True] + [r in rows for r in range(13, 20)]
+    assert wanted == expected
+    assert _worth_reading([]) == []

@@ -9,6 +9,7 @@ reads 0, so the scrape itself still succeeds while Redis is down.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -17,6 +18,7 @@ from starlette.responses import Response
 
 from relay.api.bodies import json_response
 from relay.api.state import AppState, state
+from relay.extract.ocr_models import ProviderChoice, probe_provider
 from relay.redis.clients import UNREACHABLE
 from relay.state import metrics as counters
 from relay.timefmt import now_ms
@@ -133,10 +135,25 @@ async def healthz(request: Request) -> Response:
     return json_response({"status": "ok"})
 
 
+# RELAY_OCR_PROVIDER as this process finds it, looked up once (a child Python for any
+# provider but the CPU: relay.extract.ocr_models.probe_provider).
+_providers: dict[str, ProviderChoice] = {}
+
+
+async def ocr_provider(asked: str) -> ProviderChoice:
+    if asked not in _providers:
+        _providers[asked] = await asyncio.to_thread(probe_provider, asked)
+    return _providers[asked]
+
+
 async def readyz(request: Request) -> Response:
-    """Redis answers PING; otherwise the 503 ``store_unavailable`` error."""
-    await state(request).resources.ping()
-    return json_response({"status": "ready"})
+    """Redis answers PING (otherwise the 503 ``store_unavailable`` error); with the
+    execution provider the OCR models run on (RELAY_OCR_PROVIDER, or the CPU it fell back
+    to, and why)."""
+    st = state(request)
+    await st.resources.ping()
+    choice = await ocr_provider(st.settings.ocr_provider)
+    return json_response({"status": "ready", "ocr_provider": choice.as_json()})
 
 
 async def metrics(request: Request) -> Response:

@@ -42,6 +42,7 @@ from relay.api.openapi_schemas import (
     SCHEMAS,
     ref,
 )
+from relay.config import OCR_PROVIDERS
 from relay.exports.formats import (
     BATCH_FORMATS,
     CSV,
@@ -694,6 +695,27 @@ def _ops_paths() -> dict[str, Any]:
     def plain(description: str, schema: dict[str, Any]) -> dict[str, Any]:
         return {"description": description, "content": {"application/json": {"schema": schema}}}
 
+    provider = {"type": "string", "enum": list(OCR_PROVIDERS)}
+    ready = {
+        "type": "object",
+        "required": ["status", "ocr_provider"],
+        "properties": {
+            "status": {"type": "string", "enum": ["ready"]},
+            "ocr_provider": {
+                "type": "object",
+                "description": "The onnxruntime execution provider of the OCR models as this "
+                "process finds it: RELAY_OCR_PROVIDER (asked), the one used, and why they "
+                "differ (fallback; null when they do not).",
+                "required": ["asked", "used", "fallback"],
+                "properties": {
+                    "asked": provider,
+                    "used": provider,
+                    "fallback": {"type": ["string", "null"]},
+                },
+            },
+        },
+    }
+
     spec = operation(
         "getOpenApi",
         "This document (JSON).",
@@ -730,9 +752,9 @@ def _ops_paths() -> dict[str, Any]:
         "/readyz": {
             "get": operation(
                 "readyz",
-                "Redis is reachable.",
+                "Redis is reachable; and which provider the OCR models run on.",
                 "ops",
-                {"200": plain("Ready.", status), "503": unavailable},
+                {"200": plain("Ready.", ready), "503": unavailable},
                 public=True,
             )
         },

@@ -90,6 +90,21 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _log_ocr_provider(asked: str) -> None:
+    """Say at start which execution provider this worker's OCR models will run on."""
+    from relay.extract.ocr_models import probe_provider
+
+    choice = probe_provider(asked)
+    if choice.reason is None:
+        log.info("OCR models run on %s (RELAY_OCR_PROVIDER=%s)", choice.used, asked)
+    else:
+        log.warning(
+            "RELAY_OCR_PROVIDER=%s is not available, the OCR models run on the CPU: %s",
+            asked,
+            choice.reason,
+        )
+
+
 def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     return _traced("worker", settings, lambda: _work(settings, args))
 
@@ -111,6 +126,7 @@ def _work(settings: Settings, args: argparse.Namespace) -> int:
     follow(settings)
     if args.burst:  # it quits when the queues are empty: nothing to linger for
         settings = dataclasses.replace(settings, process_linger=0.0)
+    _log_ocr_provider(settings.ocr_provider)
     ctx = WorkerContext(settings)
     ctx.http  # noqa: B018  (built now: its SSL context costs ~25 ms, not the first delivery's)
     if not args.burst and job_queues.DELIVERY in job_queues.WORKER_QUEUES[args.queues]:

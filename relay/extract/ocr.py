@@ -1,19 +1,23 @@
-"""The tables of one page image, read by PP-OCR and SLANet-plus on onnxruntime, on the CPU.
+"""The tables of one page image, read by PP-OCR and SLANet-plus on onnxruntime.
 
 Models: PP-OCRv4 text detection and recognition (``rapidocr-onnxruntime``, the models are
 inside its wheel) and SLANet-plus table structure (``rapid-table``, ``slanet-plus.onnx``
 inside its wheel). Nothing is downloaded, ever: both packages load their models from their
 own install directory. The models are loaded once per process (the extraction child keeps
 them between documents), with one onnxruntime thread each (a document gets one core;
-parallelism comes from running more workers).
+parallelism comes from running more workers), on the execution provider ``use_provider``
+names (``RELAY_OCR_PROVIDER``: the CPU unless asked). How they are run, and why, is
+``relay.extract.ocr_models``.
 
 A page goes through:
 
 1. **Ink first.** A page with (almost) no dark pixel is blank: no model runs, it costs
    milliseconds (a 5,000-page scan of blank paper is not 5,000 OCR runs).
 2. **Text.** PP-OCR finds the text lines of the whole page (each a box and its text, with
-   the recogniser's confidence, 0-1), each line recognised on its own (rapidocr pads
-   batches of lines to the widest, which cost 2.7x the CPU time). The text-direction
+   the recogniser's confidence, 0-1), each line recognised on its own at its own width
+   (``relay.extract.ocr_models``). Only the
+   lines on or near a row that may be tabular are recognised (``_worth_reading``): the
+   others (prose) can be in no table, and their text is not needed. The text-direction
    classifier is off: it turned upright lines of small digits upside down ("0.20 ± 0.021"
    read "1Z00 F 00").
 3. **Where the tables are**, from the text alone (ruled or not): lines are grouped into rows
@@ -39,6 +43,7 @@ Errors: an allocation failure inside OpenCV ("Insufficient memory") or onnxrunti
 
 from __future__ import annotations
 
+import bisect
 import functools
 import itertools
 import math
@@ -52,6 +57,7 @@ from typing import TYPE_CHECKING
 from relay.extract.errors import ExtractionError
 from relay.extract.geometry import Frame, enclosing, keep, rectangles
 from relay.extract.ocr_boxes import Rules, place
+from relay.extract.ocr_models import PROVIDERS, Models, ProviderChoice, choose_provider
 from relay.extract.result import Box, Cell, Confidence, Grid, Table
 
 if TYPE_CHECKING:  # numpy, Pillow and the models are imported when a page arrives
@@ -59,7 +65,7 @@ if TYPE_CHECKING:  # numpy, Pillow and the models are imported when a page arriv
     from numpy.typing import NDArray
     from PIL.Image import Image
 
-__all__ = ["read_tables"]
+__all__ = ["provider", "read_tables", "use_provider"]
 
 # A grey level below this is ink (on white paper, whatever the scanner's contrast).
 _INK_LEVEL = 128
@@ -76,13 +82,14 @@ _CELL_GAP = 0.8
 _MAX_ROW_GAP = 3.0
 # ... or after this many rows in a row that are not tabular.
 _MAX_PLAIN_ROWS = 2
+# Lines are read on the rows at most this many rows from one that may be tabular: one more
+# than a table can reach (_worth_reading), for rows grouped a little differently once read.
+_READ_REACH = _MAX_PLAIN_ROWS + 2
 # A straight run of ink this many character heights long is a ruling line.
 _RULE_LENGTH = 3.0
 # SLANet-plus's table has fewer rows than this share of the rows of text: it took groups of
 # rows (between rules) for single rows, and the table is laid out from its text instead.
 _MIN_ROW_SHARE = 0.5
-# Text lines PP-OCR recognises in one run (rapidocr's default: 6; see _Models).
-_REC_BATCH = 1
 # SLANet-plus reads its input resized into a square of this side.
 _SLANET_SIDE = 488
 # An allocation failure, as OpenCV and onnxruntime word it.
@@ -121,32 +128,31 @@ class _Row:
     lines: list[_Line]
 
 
-class _Models:
-    """PP-OCR (detection and recognition) and SLANet-plus, each on one onnxruntime thread."""
+# The execution provider the models are to run on (RELAY_OCR_PROVIDER, set by the
+# extraction child before its first page: ``use_provider``).
+_provider = "cpu"
 
-    def __init__(self) -> None:
-        from pathlib import Path
 
-        import rapid_table
-        from rapid_table.table_structure import TableStructurer
-        from rapidocr_onnxruntime import RapidOCR
+def use_provider(name: str) -> None:
+    """Run the models on ``name`` (a key of ``PROVIDERS``) from the next page on; falls back
+    to the CPU, with a warning, when this onnxruntime cannot (``provider`` says which)."""
+    global _provider
+    if name not in PROVIDERS:
+        raise ValueError(f"unknown OCR provider {name!r}: one of {', '.join(PROVIDERS)}")
+    if name != _provider:
+        _provider = name
+        _models.cache_clear()
 
-        threads = {"intra_op_num_threads": 1, "inter_op_num_threads": 1}
-        self.ocr = RapidOCR(**threads)
-        # One text line per recognition run, not rapidocr's batches of 6 padded to the widest
-        # of them: on 2 pages of scans (169 lines) recognition took 2.7x less CPU time line by
-        # line, with the same letters and digits (only spaces differed, more often right); on
-        # the first 5 scans of `python -m bench tables` a page took 30% less CPU time, on the
-        # 20 images 19% less, mean F1 unchanged (0.766 against 0.764, 0.748 against 0.746).
-        self.ocr.text_rec.rec_batch_num = _REC_BATCH
-        model = Path(rapid_table.__file__).parent / "models" / "slanet-plus.onnx"
-        self.structure = TableStructurer({"model_path": str(model), "use_cuda": False, **threads})
+
+def provider() -> ProviderChoice:
+    """The provider the models run on (loading them if they are not yet)."""
+    return _models().choice
 
 
 @functools.cache
-def _models() -> _Models:
+def _models() -> Models:
     try:
-        return _Models()
+        return Models(choose_provider(_provider))
     except ImportError as exc:
         message = f"the OCR packages are not installed ({exc.name or exc})"
         raise ExtractionError("ocr_unavailable", message) from None
@@ -201,20 +207,44 @@ def _without_rules(grey: NDArray[np.uint8]) -> tuple[NDArray[np.uint8], Rules]:
     return clean, Rules.from_masks(across, down)
 
 
-def _lines(models: _Models, bgr: NDArray[np.uint8]) -> list[_Line]:
-    """Every text line on the page (step 2 of the module docstring)."""
+def _lines(models: Models, bgr: NDArray[np.uint8]) -> list[_Line]:
+    """Every text line on the page (step 2 of the module docstring); a line not read
+    (``_worth_reading``) has no text."""
     import numpy as np
 
-    found, _ = models.ocr(bgr, use_cls=False)
     lines = []
-    for box, text, score in found or []:
+    for box, text, score in models.read_lines(bgr, _worth_reading):
         points = np.asarray(box, dtype=np.float64)
-        if not str(text).strip():
-            continue
         x1, y1 = float(points[:, 0].min()), float(points[:, 1].min())
         x2, y2 = float(points[:, 0].max()), float(points[:, 1].max())
-        lines.append(_Line(x1, y1, x2, y2, str(text).strip(), float(score)))
+        if text is None:  # kept for its place: rows and the line height count it
+            lines.append(_Line(x1, y1, x2, y2, "", 0.0))
+        elif text.strip():
+            lines.append(_Line(x1, y1, x2, y2, text.strip(), score))
     return lines
+
+
+def _worth_reading(boxes: Sequence[Box]) -> list[bool]:
+    """Which of the detected lines (boxes) are read: those on a row that may be tabular
+    (two or more pieces apart: ``_spaced``) and on the rows near one. A table takes in at
+    most ``_MAX_PLAIN_ROWS`` rows that are not tabular after a tabular one and the row
+    right before its first (a heading), so no table reaches a row ``_READ_REACH`` rows from
+    every row that may be tabular: its text is never used, and a page of prose costs its
+    detection only (recognition is most of a page's time, in proportion to the width read)."""
+    if not boxes:
+        return []
+    lines = [_Line(*box, "", 0.0) for box in boxes]
+    index = {id(line): i for i, line in enumerate(lines)}
+    height = statistics.median(line.height for line in lines)
+    rows = _rows(lines)
+    spaced = [r for r, row in enumerate(rows) if _spaced(row, height)]
+    wanted = [False] * len(boxes)
+    for r, row in enumerate(rows):
+        near = bisect.bisect_left(spaced, r - _READ_REACH)
+        if near < len(spaced) and spaced[near] <= r + _READ_REACH:
+            for line in row.lines:
+                wanted[index[id(line)]] = True
+    return wanted
 
 
 def _rows(lines: Sequence[_Line]) -> list[_Row]:
@@ -237,13 +267,15 @@ def _is_prose(line: _Line, limit: int = _MAX_CELL_CHARS) -> bool:
     return len(line.text) > limit
 
 
+def _spaced(row: _Row, height: float) -> bool:
+    """Two or more pieces of text, apart."""
+    gaps = [b.x1 - a.x2 for a, b in itertools.pairwise(row.lines)]
+    return bool(gaps) and max(gaps) > _CELL_GAP * height
+
+
 def _tabular(row: _Row, height: float) -> bool:
     """Two or more pieces of text, apart, none of them prose."""
-    lines = row.lines
-    if len(lines) < 2 or any(_is_prose(line) for line in lines):
-        return False
-    gaps = [b.x1 - a.x2 for a, b in itertools.pairwise(lines)]
-    return max(gaps) > _CELL_GAP * height
+    return _spaced(row, height) and not any(_is_prose(line) for line in row.lines)
 
 
 def _regions(lines: Sequence[_Line]) -> list[list[_Row]]:
@@ -360,14 +392,14 @@ def _match(text: NDArray[np.float64], cells: NDArray[np.float64]) -> dict[int, l
 
 
 def _structure(
-    models: _Models, crop: NDArray[np.uint8], lines: list[_Line], rules: Rules
+    models: Models, crop: NDArray[np.uint8], lines: list[_Line], rules: Rules
 ) -> Table | None:
     """One table region through SLANet-plus, its cells filled with ``lines`` and placed
     among ``rules`` (crop coordinates); ``None`` when it predicts no cell."""
     import numpy as np
 
     height, width = crop.shape[:2]
-    tokens, boxes, _ = models.structure(crop.copy())
+    tokens, boxes = models.structurer(crop)
     if len(boxes) == 0:
         return None
     # SLANet-plus boxes come back in the letterboxed square's scale: back to the crop's.

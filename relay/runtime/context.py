@@ -197,4 +197,5 @@ def sandbox_config(settings: Settings) -> SandboxConfig:
         max_pages=settings.max_pages,
         page_seconds=settings.extract_page_seconds,
         wall_factor=settings.extract_wall_factor,
+        ocr_provider=settings.ocr_provider,
     )

@@ -93,6 +93,7 @@ from relay.extract.bounds import (
 )
 from relay.extract.errors import ExtractionError, ExtractorConfigError, SplitPages, shorten
 from relay.extract.loader import MAX_MESSAGE, Extractor, call_extractor, load_extractor
+from relay.extract.ocr import use_provider
 from relay.extract.pages import PageRanges, parse
 
 __all__ = ["DEFAULT_EXTRACTOR", "ExtractorHost", "SandboxConfig", "Split"]
@@ -143,6 +144,7 @@ class SandboxConfig:
     max_pages: int = DEFAULT_MAX_PAGES
     page_seconds: float = DEFAULT_PAGE_SECONDS  # RELAY_EXTRACT_PAGE_SECONDS
     wall_factor: float = DEFAULT_WALL_FACTOR  # RELAY_EXTRACT_WALL_FACTOR
+    ocr_provider: str = "cpu"  # RELAY_OCR_PROVIDER
 
     def deadline(self, pages: int) -> float:
         """CPU seconds a document of ``pages`` pages may use (0: not a paged document)."""
@@ -241,6 +243,8 @@ def _serve(conn: Connection, config: SandboxConfig) -> None:
                 extract_document, max_image_pixels=pixels, max_pages=pages
             )
             reader = functools.partial(read_pages, max_image_pixels=pixels, max_pages=pages)
+            # Only names the provider: the models load (and fall back) with the first page.
+            use_provider(config.ocr_provider)
     except ExtractorConfigError as exc:
         conn.send_bytes(_CONFIG + str(exc).encode())
         return
