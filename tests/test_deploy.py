@@ -378,6 +378,7 @@ RUNTIME = {
     "xlsxwriter",
     "openpyxl",
     "python-docx",
+    "lxml",
     "defusedxml",
     "opentelemetry-api",
     "opentelemetry-sdk",

@@ -324,6 +324,15 @@ def test_html_that_would_be_a_grid_of_millions_or_nests_without_end_fails_fast()
     assert len(_read(docs.deep_html(64), "deep.html", limits=limits).tables) == 64
 
 
+@pytest.mark.parametrize("junk", [b"<x" * 500_000, b"</" * 500_000, b"<![" * 300_000])
+def test_markup_that_stalls_or_crashes_html_parser_reads_in_linear_time(junk: bytes) -> None:
+    # Python 3.11's html.parser takes ~30 s for 200 KB of "<x", and "<![" makes it raise.
+    started = time.process_time()
+    page = b"<table><tr><th>a</th></tr><tr><td>1" + junk + b"</td></tr></table>"
+    assert len(_read(page, "junk.html").tables) == 1
+    assert time.process_time() - started < 2
+
+
 def test_a_word_cell_spanning_a_million_columns_costs_nothing_before_it_is_refused() -> None:
     cell = '<w:tc><w:tcPr><w:gridSpan w:val="1000000000"/></w:tcPr><w:p/></w:tc>'
     document = docs.word_document_xml(f"<w:tbl><w:tr>{cell}</w:tr></w:tbl>")

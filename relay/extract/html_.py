@@ -1,36 +1,38 @@
 """HTML pages into tables: every ``<table>``, in document order, with ``colspan`` and
 ``rowspan`` as spans.
 
-Read with the standard library's ``html.parser`` in one pass, no tree built: a page of many
-megabytes costs its tables, not its markup. The rules follow how a browser lays a table out:
+Parsed by lxml's HTML parser (libxml2: linear on any input, where the standard library's
+``html.parser`` of Python 3.11 is quadratic on some, seconds for 100 KB of ``<x``, and fails
+outright on others), into a tree whose tables are then laid out as a browser lays them out:
 
-* Rows are ``<tr>``; a cell (``<td>``, ``<th>``) outside one starts one. A cell or row whose
-  end tag is left out ends where the next one starts, as HTML allows.
+* Rows are ``<tr>``, directly in the table or in a row group (``<thead>``, ``<tbody>``,
+  ``<tfoot>``); cells (``<td>``, ``<th>``) outside a row make one.
 * A cell takes the first column of its row that no cell above still covers; ``colspan``
   (1-1000) and ``rowspan`` (0-65534, 0 meaning to the end of its row group) as HTML clamps
-  them; a span past the last row of its row group (``<thead>``, ``<tbody>``, ``<tfoot>``) is
-  cut there.
+  them; a span past the last row of its row group is cut there.
 * A cell's text is its text with whitespace collapsed; ``<br>`` and block elements
   (``<p>``, ``<div>``, ``<li>``, ...) break lines. ``<script>``, ``<style>`` and a table's
   ``<caption>`` are no cell text.
 * A table inside a cell is a table of its own, after the one holding it (the cell keeps only
   its own text). Tables nested deeper than ``RELAY_EXTRACT_MAX_DEPTH`` are
-  ``too_deeply_nested``.
+  ``too_deeply_nested`` (libxml2 itself stops at 256 elements deep).
 * Every position is charged to the document's cells (``CellBudget``,
   ``RELAY_EXTRACT_MAX_CELLS``) as it is laid out, so spans that would make a grid of
   millions are refused before they are built.
 
-Every table is on ``page`` 1. The bytes are decoded by their byte order mark, else the
-declared charset (the content type's, else a ``<meta>`` one near the start), else UTF-8,
-else Windows-1252 (what browsers assume of pages that say nothing).
+Every table is on ``page`` 1. HTML declares no entities and the parser reads nothing from
+the network. The bytes are decoded by their byte order mark, else the declared charset (the
+content type's, else a ``<meta>`` one near the start), else UTF-8, else Windows-1252 (what
+browsers assume of pages that say nothing).
 """
 
 from __future__ import annotations
 
 import codecs
+import io
 import re
-from collections.abc import Hashable
-from html.parser import HTMLParser
+from collections.abc import Hashable, Iterator
+from typing import Any
 
 from relay.extract.bounds import CellBudget, current
 from relay.extract.errors import ExtractionError
@@ -43,7 +45,7 @@ _MAX_COLSPAN, _MAX_ROWSPAN = 1000, 65534  # HTML's own clamps
 _TO_GROUP_END = 1 << 30  # rowspan="0": every row left in the row group
 _CELLS = frozenset({"td", "th"})
 _ROW_GROUPS = frozenset({"thead", "tbody", "tfoot"})
-_IGNORED = frozenset({"script", "style", "template", "caption"})
+_NOT_TEXT = frozenset({"table", "script", "style", "template", "noscript"})
 _LINE_BREAKS = frozenset(
     {"br", "p", "div", "li", "ul", "ol", "dl", "dt", "dd", "h1", "h2", "h3", "h4", "h5", "h6"}
     | {"pre", "blockquote", "hr", "address", "section", "article", "header", "footer"}
@@ -144,10 +146,6 @@ class _TableBuilder:
         if self.cell is not None:
             self.cell.append(data)
 
-    def line_break(self) -> None:
-        if self.cell is not None:
-            self.cell.append("\n")
-
     def end_cell(self) -> None:
         if self.cell is None:
             return
@@ -183,85 +181,128 @@ class _TableBuilder:
         return spanned_table(1, self.rows, self.owner if self.spans else None)
 
 
-class _Tables(HTMLParser):
-    """The page's tables, as ``html.parser`` hands over its tags (module docstring)."""
+def _cell_text(cell: Any) -> Iterator[str]:
+    """The text of a ``<td>`` or ``<th>`` (module docstring), in pieces: its elements walked
+    with a stack, not recursion, tables in it and script skipped, line breaks marked."""
+    stack: list[Any] = [cell]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield item
+            continue
+        if item is not cell:
+            if item.tail:
+                stack.append(item.tail)
+            tag = item.tag if isinstance(item.tag, str) else ""
+            if tag in _NOT_TEXT:
+                continue
+            if tag in _LINE_BREAKS:
+                yield "\n"
+                stack.append("\n")
+        if item.text:
+            yield item.text
+        stack.extend(list(item)[::-1])
+
+
+class _Reader:
+    """The page's tables from lxml's parse events, in one pass: each table laid out by a
+    ``_TableBuilder`` as its rows and cells end, and every element freed once nothing needs
+    it (what a cell holds is kept until the cell's text is read), so a page costs its open
+    cells, not its markup."""
 
     def __init__(self, max_depth: int | None) -> None:
-        super().__init__(convert_charrefs=True)
         self.budget = CellBudget()
         self.max_depth = max_depth
-        self.open: list[tuple[int, _TableBuilder]] = []  # (slot in found, builder), innermost last
+        self.open: list[tuple[Any, int, _TableBuilder]] = []  # (element, slot in found, ...)
         self.found: list[Table | None] = []  # in the order the tables start
-        self.ignored = 0  # inside <script>, <style>, <caption>: no cell text
 
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in _IGNORED:
-            self.ignored += 1
-            return
+    def _builder(self, element: Any) -> _TableBuilder | None:
+        """The builder of the innermost open table when ``element`` (a row, a cell, a row
+        group) is one of its own: in it, in its row group, or (a cell) in such a row."""
+        if not self.open:
+            return None
+        table, _, builder = self.open[-1]
+        parent = element.getparent()
+        if element.tag in _CELLS and parent is not None and parent.tag == "tr":
+            parent = parent.getparent()
+        if parent is not None and parent.tag in _ROW_GROUPS:
+            parent = parent.getparent()
+        return builder if parent is table else None
+
+    def start(self, element: Any) -> None:
+        tag = element.tag
         if tag == "table":
             if self.max_depth is not None and len(self.open) >= self.max_depth:
                 raise ExtractionError(
                     "too_deeply_nested",
                     f"the HTML page nests tables deeper than {self.max_depth} levels",
                 )
-            self.open.append((len(self.found), _TableBuilder(self.budget)))
+            self.open.append((element, len(self.found), _TableBuilder(self.budget)))
             self.found.append(None)
-            return
-        if not self.open:
-            return
-        builder = self.open[-1][1]
-        if tag == "tr":
-            builder.start_row()
-        elif tag in _CELLS:
-            values = dict(attrs)
-            colspan = _span(values.get("colspan"), 1, _MAX_COLSPAN)
-            rowspan = _span(values.get("rowspan"), 0, _MAX_ROWSPAN)
-            builder.start_cell(colspan, rowspan)
-        elif tag in _ROW_GROUPS:
-            builder.end_group()
-        elif tag in _LINE_BREAKS:
-            builder.line_break()
+        elif tag == "tr" or tag in _CELLS:
+            builder = self._builder(element)
+            if builder is None:
+                return
+            if tag == "tr":
+                builder.start_row()
+            else:
+                colspan = _span(element.get("colspan"), 1, _MAX_COLSPAN)
+                rowspan = _span(element.get("rowspan"), 0, _MAX_ROWSPAN)
+                builder.start_cell(colspan, rowspan)
+        elif tag in _ROW_GROUPS and self.open and element.getparent() is self.open[-1][0]:
+            self.open[-1][2].end_group()
 
-    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in _IGNORED or tag == "table":
-            return  # <script/>, <table/>: nothing opens
-        self.handle_starttag(tag, attrs)
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in _IGNORED:
-            self.ignored = max(self.ignored - 1, 0)
+    def end(self, element: Any) -> None:
+        tag = element.tag
+        if tag == "table" and self.open and self.open[-1][0] is element:
+            _, slot, table = self.open.pop()
+            self.found[slot] = table.table()
+            element.clear(keep_tail=True)  # a cell holding it reads only its tail
             return
-        if not self.open:
-            return
-        builder = self.open[-1][1]
-        if tag == "table":
-            self.end_table()
-        elif tag in _CELLS:
-            builder.end_cell()
-        elif tag == "tr":
-            builder.end_row()
-        elif tag in _ROW_GROUPS:
-            builder.end_group()
-        elif tag in _LINE_BREAKS:
-            builder.line_break()
-
-    def handle_data(self, data: str) -> None:
-        if self.open and not self.ignored:
-            self.open[-1][1].text(data)
-
-    def end_table(self) -> None:
-        slot, builder = self.open.pop()
-        self.found[slot] = builder.table()
+        if tag in _CELLS or tag == "tr":
+            builder = self._builder(element)
+            if builder is not None and tag == "tr":
+                builder.end_row()
+            elif builder is not None and builder.cell is not None:
+                builder.text("".join(_cell_text(element)))
+                builder.end_cell()
+        elif tag in _ROW_GROUPS and self.open and element.getparent() is self.open[-1][0]:
+            self.open[-1][2].end_group()
+        if self.open and self.open[-1][2].cell is not None:
+            return  # inside a cell whose text is not read yet
+        element.clear(keep_tail=True)
+        parent = element.getparent()
+        while parent is not None and element.getprevious() is not None:
+            del parent[0]  # siblings done with: a page is not kept whole
 
     def tables(self) -> list[Table]:
         while self.open:  # tables left open at the end of the page end there
-            self.end_table()
+            _, slot, builder = self.open.pop()
+            self.found[slot] = builder.table()
         return [table for table in self.found if table is not None]
 
 
 def read_html(content: bytes, content_type: str = "") -> list[Table]:
     """The tables of an HTML page (module docstring), in the order they start."""
-    parser = _Tables(current().max_depth)
-    parser.feed(decode_html(content, content_type))  # at once: a page fed in pieces re-scans
-    parser.close()
-    return parser.tables()
+    from lxml import etree
+
+    reader = _Reader(current().max_depth)
+    # Decoded here (the rules above), handed to libxml2 as UTF-8 whatever the page declares.
+    events = etree.iterparse(
+        io.BytesIO(decode_html(content, content_type).encode("utf-8")),
+        events=("start", "end"),
+        html=True,
+        encoding="utf-8",
+        remove_comments=True,
+        remove_pis=True,
+        no_network=True,
+    )
+    try:
+        for event, element in events:
+            if event == "start":
+                reader.start(element)
+            else:
+                reader.end(element)
+    except etree.XMLSyntaxError:
+        pass  # libxml2 gives up (past its depth bound, say): the tables read so far stand
+    return reader.tables()
