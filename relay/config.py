@@ -406,7 +406,25 @@ class Settings:
     extract_max_depth: int = setting(
         "64",
         _positive_int,
-        "Deepest nesting of a JSON document's values (else too_deeply_nested)",
+        "Deepest nesting of a JSON document's values, or of an HTML page's tables inside"
+        " tables (else too_deeply_nested)",
+    )
+    extract_max_cells: int = setting(
+        "1000000",
+        _positive_int,
+        "Most table cells (grid positions, empty ones included) of an XLSX, DOCX or HTML"
+        " document, counted as they are read (else too_many_cells)",
+    )
+    extract_max_unzipped_bytes: int = setting(
+        str(256 * 1024 * 1024),
+        _positive_int,
+        "Most bytes the parts of an XLSX or DOCX may unpack to, as its ZIP directory declares"
+        " them, checked before anything is unpacked (else archive_too_large)",
+    )
+    extract_max_zip_entries: int = setting(
+        "10000",
+        _positive_int,
+        "Most parts (ZIP entries) of an XLSX or DOCX (else archive_too_large)",
     )
     metadata_max_keys: int = setting(
         "32",

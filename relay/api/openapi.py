@@ -123,7 +123,7 @@ def _page_operation() -> dict[str, Any]:
         "404": "No such document (another account's is 404 too), or no page n.",
         "409": "document_not_finished (queued or processing); source_gone (canceled, or the "
         "source was dropped: its batch deleted, or sources are not kept); no_pages (CSV, TSV, "
-        "JSON have no pages).",
+        "JSON, XLSX, DOCX and HTML have no pages).",
         "422": "validation_error (width is not a whole number); page_not_renderable (the source "
         "is no readable PDF or image, is too large, or its rendering failed).",
         "503": "render_busy (no page renderer freed up in time), store_unavailable or "

@@ -93,10 +93,10 @@ SCHEMAS: dict[str, Any] = {
                 f"(default {DEFAULT_MAX_RANGES}). Tables keep their page's own number (page 12 "
                 "stays 12). Pages past a document's end are left out; a document none of whose "
                 "pages is asked for fails with pages_out_of_range. Another image is one page; "
-                "CSV, TSV and JSON have none (read whole). A range that ends before it starts "
-                "(3-1) is 422 invalid_pages, as is anything the pattern refuses. Kept with each "
-                "document: one handed out again after a lost worker is read with the same "
-                "pages. Absent or null: every page.",
+                "CSV, TSV, JSON, XLSX, DOCX and HTML have none (read whole). A range that ends "
+                "before it starts (3-1) is 422 invalid_pages, as is anything the pattern "
+                "refuses. Kept with each document: one handed out again after a lost worker is "
+                "read with the same pages. Absent or null: every page.",
             },
         },
     },
@@ -105,7 +105,15 @@ SCHEMAS: dict[str, Any] = {
         "required": ["file"],
         "additionalProperties": False,
         "properties": {
-            "file": {"type": "string", "format": "binary", "contentMediaType": "*/*"},
+            "file": {
+                "type": "string",
+                "format": "binary",
+                "contentMediaType": "*/*",
+                "description": "The document: CSV, TSV, JSON, PDF, XLSX, DOCX, HTML, or a PNG, "
+                "JPEG, TIFF or WebP image (recognised by its bytes first, then its declared "
+                "type, then its name). Any other is stored and fails with unsupported_format "
+                "when processed.",
+            },
             "batch_name": {
                 "type": "string",
                 "pattern": BATCH_NAME_PATTERN,

@@ -16,7 +16,7 @@ A status endpoint: the key, the status window and the document are read in one r
 * 404 ``not_found``: no such document, another account's, or no page ``n``;
 * 409 ``document_not_finished`` (queued or processing), ``source_gone`` (canceled, or its
   source dropped: the batch deleted, or ``RELAY_KEEP_SOURCES`` off when it finished),
-  ``no_pages`` (CSV, TSV, JSON: no pages to show);
+  ``no_pages`` (CSV, TSV, JSON, XLSX, DOCX, HTML: no pages to show);
 * 422 ``validation_error`` (a ``width`` that is no whole number), ``page_not_renderable``
   (the source is no readable PDF or image, is past ``RELAY_MAX_IMAGE_PIXELS`` or
   ``RELAY_MAX_PAGES``, or its rendering crashed, ran out of memory or time);

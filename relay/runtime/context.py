@@ -195,6 +195,9 @@ def sandbox_config(settings: Settings) -> SandboxConfig:
         max_depth=settings.extract_max_depth,
         max_image_pixels=settings.max_image_pixels,
         max_pages=settings.max_pages,
+        max_cells=settings.extract_max_cells,
+        max_unzipped_bytes=settings.extract_max_unzipped_bytes,
+        max_zip_entries=settings.extract_max_zip_entries,
         page_seconds=settings.extract_page_seconds,
         wall_factor=settings.extract_wall_factor,
     )
