@@ -1,6 +1,6 @@
 """What README.md tells a newcomer about results holds: the table of ``processing_error``
-codes (in docs/extraction.md) is exactly the codes relay produces, the batch status example is what the store
-answers, and ``fields`` and value types behave as described."""
+codes (in docs/extraction.md) is exactly the codes relay produces, the batch status example
+is what the store answers, and ``fields`` and value types behave as described."""
 
 from __future__ import annotations
 
