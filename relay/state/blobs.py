@@ -124,8 +124,6 @@ class BlobStore:
             tmp.unlink(missing_ok=True)
             raise BlobStoreUnavailable(f"the blob directory refused {doc_id}: {exc}") from exc
 
-    write_file = write  # the name the directory store had
-
     def get(self, doc_id: str, kind: str) -> bytes | None:
         """The bytes of a document whose bytes are outside Redis (``kind``: its ``blob``
         field), or None when they are gone (or its store is not configured here).
