@@ -5,6 +5,7 @@ them (the API in ``relay.api.errors``, the CLI to one line and an exit code).
     ├── ConfigError               a setting is unknown or does not parse (at start)
     ├── StoreUnavailable          Redis cannot be used now (every edge: 503 / retry later)
     │   └── StoreProtocolError    Redis answered out of step; the connection was dropped
+    ├── BlobStoreUnavailable      the blob store (S3, the directory) cannot be used now
     ├── StateError                the state layer refuses an operation (a domain rule)
     │   ├── BatchNotFound         no such batch (for this account)
     │   ├── BatchDeleted          the batch was deleted: it accepts no uploads or processing
@@ -49,6 +50,13 @@ class StoreProtocolError(StoreUnavailable):
     """Redis sent a reply no request was waiting for, or bytes that are not RESP: the replies
     are out of step with the requests, so the connection was dropped
     (``relay.redis.status_lane``)."""
+
+
+class BlobStoreUnavailable(RelayError):
+    """The store of uploaded bytes (``RELAY_BLOB_URL``: S3, the directory) did not answer, or
+    refused, within its bounds: the API answers 503 ``blob_store_unavailable`` with nothing
+    kept of the request; a worker lets the document wait and tries again
+    (``RELAY_BLOB_WAIT``). Not for bytes that are simply gone (those read as None)."""
 
 
 class StateError(RelayError):

@@ -44,7 +44,7 @@ def _codes_raised_in_source() -> set[str]:
         r'return None, \(\s*"([a-z_]+)"',  # the sandbox's timeouts and limits
         r'return "([a-z_]+)", f"',  # the sandbox's view of a dead child
         r"'error_code', '([a-z_]+)'",  # the Lua script of a lost worker
-        r'None = \("([a-z_]+)", "',  # the worker's own: the uploaded bytes are gone
+        r'None = \(\s*"([a-z_]+)",',  # the worker's own: the bytes gone or unreachable
     ]
     found: set[str] = set()
     sources = [

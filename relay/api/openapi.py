@@ -100,7 +100,7 @@ def _document_paths() -> dict[str, Any]:
                             **rate_headers(),
                         },
                     ),
-                    **errors(400, 401, 409, 413, 415, 422),
+                    **_upload_errors(),
                 },
                 params=[_IDEMPOTENCY_KEY],
                 body=upload,
@@ -116,6 +116,18 @@ def _document_paths() -> dict[str, Any]:
     }
 
 
+def _upload_errors() -> dict[str, Any]:
+    """``POST /documents``' errors: its 503 names the blob store's too."""
+    described = errors(400, 401, 409, 413, 415, 422)
+    described["503"] = {
+        **described["503"],
+        "description": "blob_store_unavailable (the store of uploaded bytes, S3 or a "
+        "directory, refused or did not answer within RELAY_BLOB_TIMEOUT: nothing was kept), "
+        "store_unavailable or store_full; see Retry-After.",
+    }
+    return described
+
+
 def _page_operation() -> dict[str, Any]:
     """``GET /documents/{id}/pages/{n}`` (relay.api.pages): a PNG, or the errors."""
     described = errors(401, 404, 409, 422, 429, rate_limited=True)
@@ -126,8 +138,9 @@ def _page_operation() -> dict[str, Any]:
         "JSON, XLSX, DOCX and HTML have no pages).",
         "422": "validation_error (width is not a whole number); page_not_renderable (the source "
         "is no readable PDF or image, is too large, or its rendering failed).",
-        "503": "render_busy (no page renderer freed up in time), store_unavailable or "
-        "store_full; see Retry-After.",
+        "503": "render_busy (no page renderer freed up in time), blob_store_unavailable (the "
+        "source's store, S3 or a directory, does not answer), store_unavailable or store_full; "
+        "see Retry-After.",
     }.items():
         described[code] = {**described[code], "description": text}
     page = {

@@ -100,7 +100,11 @@ CODES: dict[str, str] = {
     "extraction_error": "the extractor failed otherwise: OCR failed, or a plug-in extractor "
     "raised an exception that is not an `ExtractionError`",
     "blob_missing": "the uploaded bytes were gone when a worker came to the document (e.g. "
-    "its `RELAY_BLOB_DIR` file was removed, or the directory is not shared with the worker)",
+    "its file in the blob directory was removed, or the directory is not shared with the "
+    "worker)",
+    "blob_store_unavailable": "the store of uploaded bytes (`RELAY_BLOB_URL`: S3, the "
+    "directory) did not answer a worker while the document waited `RELAY_BLOB_WAIT` (tried "
+    "again after 1 s, 2 s, ... up to 30 s apart)",
     "worker_lost": "the worker holding the document was lost 3 times "
     "(`RELAY_MAX_DOCUMENT_ATTEMPTS`; its lease expired each time)",
 }

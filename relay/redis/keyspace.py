@@ -255,6 +255,29 @@ def blob(shard: int, doc_id: str) -> str:
     return doc(shard, doc_id) + ":blob"
 
 
+@in_scripts
+def blob_deletions(shard: int) -> str:
+    """Sorted set: documents of the shard whose bytes outside Redis (the blob directory, S3)
+    must be deleted (``blob_deletion`` members), scored by when a script dropped them (ms).
+    The script records them with the change that drops them; its caller deletes them and takes
+    them off, the retention sweeper any left (a caller lost, the store down:
+    ``relay.state.blobs``)."""
+    return f"{PREFIX}:{tag(shard)}:blob_deletions"
+
+
+@in_scripts
+def blob_deletion(kind: str, doc_id: str) -> str:
+    """A member of ``blob_deletions``: the store (``dir``, ``s3``) and the document's id (ids
+    hold no ``:``, so the first one splits it back: ``blob_deletion_of``)."""
+    return f"{kind}:{doc_id}"
+
+
+def blob_deletion_of(member: str) -> tuple[str, str]:
+    """A ``blob_deletions`` member as (store, document id)."""
+    kind, _, doc_id = member.partition(":")
+    return kind, doc_id
+
+
 def leases(shard: int) -> str:
     """Sorted set: documents being processed, scored by lease expiry (ms); a slice of a
     document read across workers is there as ``slice_member``."""

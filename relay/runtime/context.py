@@ -68,10 +68,17 @@ class WorkerContext:
         return client
 
     @cached_property
+    def blobs(self) -> BlobStore:
+        """Where uploaded bytes are (RELAY_BLOB_URL): S3's client is made here, once."""
+        blobs = BlobStore.from_settings(self.settings)
+        self._closers.append(blobs.close)
+        return blobs
+
+    @cached_property
     def store(self) -> Store:
         return Store(
             self.redis,
-            BlobStore(self.settings.blob_dir),
+            self.blobs,
             self.clock,
             keep_sources=self.settings.keep_sources,
         )
@@ -93,7 +100,7 @@ class WorkerContext:
     def retention(self) -> Retention:
         return Retention(
             self.redis,
-            BlobStore(self.settings.blob_dir),
+            self.blobs,
             retention_ms=int(self.settings.retention * 1000),
         )
 

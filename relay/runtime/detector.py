@@ -376,6 +376,8 @@ class Detector:
         for s in keyspace.all_shards():
             try:
                 report = retention.sweep_shard(s, self.settings.purge_steps)
+                if retention.blobs.outside:
+                    retention.sweep_deletions(s)
                 retention.purge_events(s)
                 self.ctx.events.trim(s)
                 trim_outbox(self.redis, s, GROUP)

@@ -39,6 +39,7 @@ NAMES = (
     "renew",
     "finish",
     "requeue",
+    "wait_blob",
     "split",
     "renew_slice",
     "slice_done",

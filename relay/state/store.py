@@ -22,13 +22,15 @@ from relay.exceptions import (
     BatchDeleted,
     BatchMetadataConflict,
     BatchNotFound,
+    BlobStoreUnavailable,
     QuotaExceeded,
     StateError,
     StoreUnavailable,
 )
 from relay.redis import keyspace
 from relay.redis.clients import is_cluster
-from relay.state.blobs import DIRECTORY, BlobStore
+from relay.state.blob_calls import BlobCalls
+from relay.state.blobs import REDIS, BlobStore, drop, in_redis
 from relay.state.model import Batch, Document, Status, valid_batch_name
 from relay.state.scripts import AsyncScripts, Scripts, fields, refusal
 from relay.timefmt import now_ms
@@ -314,10 +316,13 @@ class AsyncStore:
         clock: Callable[[], int] = now_ms,
         *,
         max_pending_bytes: int | None = None,
+        calls: BlobCalls | None = None,
     ) -> None:
         self.redis = client
         self.scripts = AsyncScripts(client)
         self.blobs = blobs
+        # The blob store's blocking calls (S3, the directory), on threads of their own.
+        self.calls = calls or BlobCalls()
         self.clock = clock  # ms since the epoch; tests pass their own
         self.max_pending_bytes = max_pending_bytes
         self.refunds = PendingRefunds(client)
@@ -414,9 +419,17 @@ class AsyncStore:
         with the document and, when the upload creates the batch, with the batch."""
         s = ref.shard
         doc_id = keyspace.new_id("doc", s)
-        in_redis = self.blobs.kind == "redis"
-        # Only bytes held in Redis are charged: the directory store keeps them on its own
-        # disk, which its mount bounds (docs/decisions.md).
+        in_redis = self.blobs.kind == REDIS
+        if not in_redis:
+            # Written before the document is made: a store that refuses or does not answer
+            # leaves nothing behind (BlobStoreUnavailable: the API's 503).
+            try:
+                await self._write(s, doc_id, content)
+            except BlobStoreUnavailable:
+                await self.release_hold(ref.account, held)
+                raise
+        # Only bytes held in Redis are charged: a directory or S3 keeps them on storage of
+        # its own, which its mount or bucket bounds (docs/decisions.md).
         charge = len(content) if in_redis else 0
         fast = held > 0 and admitted and charge <= held
         if not fast:
@@ -424,8 +437,6 @@ class AsyncStore:
             held = 0
         allowance = -1 if fast or not charge else await self._reserve(ref, charge)
         now = self.clock()
-        if not in_redis:
-            await asyncio.to_thread(self.blobs.write_file, doc_id, content)
         script_keys = [
             ref.key,
             keyspace.batch_docs(s, ref.account, ref.name),
@@ -477,7 +488,8 @@ class AsyncStore:
             # may only ever be high, see the class's docstring.)
             if charge:
                 await self.redis.decrby(keyspace.account_pending_total(ref.account), charge)
-            self.blobs.discard(doc_id, self.blobs.kind)
+            if not in_redis:
+                await self._abandon(s, doc_id)
             if refusal(exc) == "replayed" and idempotency_key:
                 earlier = await self._replayed(ref, idempotency_key)
                 if earlier is not None:
@@ -512,6 +524,50 @@ class AsyncStore:
                 ) from exc
             raise _batch_refusal(ref, exc) from exc
         return doc
+
+    async def _write(self, shard: int, doc_id: str, content: bytes) -> None:
+        """Write a new document's bytes outside Redis. When the write fails or does not answer
+        in time, the object (or file) may still land: its deletion is recorded to do
+        (``keyspace.blob_deletions``), so the sweeper removes whatever does."""
+        try:
+            await self.calls.run(f"writing {doc_id}", self.blobs.write, doc_id, content)
+        except BlobStoreUnavailable:
+            member = keyspace.blob_deletion(self.blobs.kind, doc_id)
+            try:
+                await self.redis.zadd(keyspace.blob_deletions(shard), {member: self.clock()})
+            except RedisError as exc:  # nothing more to do: logged for the operator
+                log.warning("could not record %s for deletion: %s", member, exc)
+            raise
+
+    async def _abandon(self, shard: int, doc_id: str) -> None:
+        """Delete the bytes written for an upload its script refused (no document has them);
+        recorded for the sweeper when the store fails now."""
+        member = keyspace.blob_deletion(self.blobs.kind, doc_id)
+        try:
+            done = await self.calls.run(f"deleting {doc_id}", self.blobs.delete, [member])
+        except BlobStoreUnavailable:
+            done = []
+        if not done:
+            try:
+                await self.redis.zadd(keyspace.blob_deletions(shard), {member: self.clock()})
+            except RedisError as exc:
+                log.warning("could not record %s for deletion: %s", member, exc)
+
+    async def drop_outside(self, shard: int, members: Sequence[str]) -> None:
+        """Delete the bytes outside Redis a script dropped and recorded (``members`` of the
+        shard's ``blob_deletions``), on the blob threads, then take them off the list; what
+        fails stays there for the sweeper (``relay.state.blobs``)."""
+        if not members:
+            return
+        try:
+            done = await self.calls.run("deleting dropped bytes", self.blobs.delete, members)
+        except BlobStoreUnavailable as exc:
+            log.warning(
+                "deleting %d document(s)' bytes: %s (left to the sweeper)", len(members), exc
+            )
+            return
+        if done:
+            await self.redis.zrem(keyspace.blob_deletions(shard), *done)
 
     async def _replayed(self, ref: BatchRef, idempotency_key: str) -> Document | None:
         """The batch's document an upload with ``idempotency_key`` made, as it is now (None:
@@ -578,7 +634,9 @@ class AsyncStore:
 
     async def delete_batch(self, ref: BatchRef) -> list[str]:
         """Cancel the batch's queued documents, drop the sources kept of its finished ones
-        and refuse further uploads; BatchNotFound. Returns the canceled documents' ids."""
+        and refuse further uploads; BatchNotFound. Returns the canceled documents' ids. The
+        bytes it drops outside Redis are deleted before it returns (within
+        ``RELAY_BLOB_TIMEOUT``; else by the sweeper)."""
         s = ref.shard
         reply = await self.scripts(
             "delete_batch",
@@ -599,17 +657,9 @@ class AsyncStore:
                 await self.redis.delete(total)
         if not r["found"]:
             raise BatchNotFound(f"no batch named {ref.name!r}")
+        await self.drop_outside(s, r.get("outside", []))
         canceled: list[str] = r.get("canceled", [])
-        for doc_id in canceled:
-            self.blobs.discard(doc_id, self.blobs.kind)
-        kept: list[str] = r.get("dir_sources", [])  # finished documents' kept sources
-        if kept:
-            await asyncio.to_thread(self._discard_files, kept)
         return canceled
-
-    def _discard_files(self, doc_ids: list[str]) -> None:
-        for doc_id in doc_ids:
-            self.blobs.discard(doc_id, DIRECTORY)
 
     async def batch_exists(self, ref: BatchRef) -> bool:
         return bool(await self.redis.exists(ref.key))
@@ -799,7 +849,7 @@ class Store:
         shared = {"fields": c["fields"], "batch_trace": c.get("trace")}
         claims = [_claim(d["id"], ref, token, {**d, **shared}) for d in c["claims"]]
         # The bytes held in Redis came with the claim (read_blob takes them once).
-        held = [cl for cl in claims if cl.blob_kind != DIRECTORY]
+        held = [cl for cl in claims if in_redis(cl.blob_kind)]
         for cl, value in zip(held, reply[1:], strict=True):
             self._prefetched[cl.doc_id] = None if value is None else bytes(value)
         return claims, more
@@ -836,7 +886,8 @@ class Store:
 
     def read_blob(self, claim: Claim) -> bytes | None:
         """The claimed document's bytes: read ahead by ``prefetch`` (taken once), else
-        read now."""
+        read now; None when they are gone. BlobStoreUnavailable when they are outside Redis
+        and their store does not answer (:meth:`wait_for_blob`)."""
         if claim.doc_id in self._prefetched:
             return self._prefetched.pop(claim.doc_id)
         return self.blobs.read(self.redis, claim.batch.shard, claim.doc_id, claim.blob_kind)
@@ -845,7 +896,7 @@ class Store:
         """Read the bytes of a turn's claims held in Redis with one ``MGET`` (one batch, so
         one slot), for ``read_blob`` (a turn is small: ``RELAY_CLAIM_BYTES``). Claims made
         by ``claim_turn`` came with their bytes: nothing is read for them."""
-        held = [c for c in claims if c.blob_kind != DIRECTORY and c.doc_id not in self._prefetched]
+        held = [c for c in claims if in_redis(c.blob_kind) and c.doc_id not in self._prefetched]
         if len(held) < 2:
             return
         values = self.redis.mget([keyspace.blob(c.batch.shard, c.doc_id) for c in held])
@@ -902,6 +953,7 @@ class Store:
             keyspace.leases(s),
             keyspace.outbox(s),
             keyspace.account_pending_bytes(s, ref.account),
+            keyspace.blob_deletions(s),
         ]
         args: list[Any] = ["1" if self.keep_sources else "0"]
         for o in outcomes:
@@ -925,10 +977,7 @@ class Store:
             ]
         reply = fields(self._finish(ref.account, outcomes, script_keys, args))
         stored = [bool(x) for x in reply["stored"]]
-        if not reply.get("kept"):
-            for o, ok in zip(outcomes, stored, strict=True):
-                if ok:
-                    self.blobs.discard(o.claim.doc_id, o.claim.blob_kind)
+        drop(self.redis, self.blobs, s, reply.get("outside", []))
         return stored, int(reply["seq"])
 
     def _finish(
@@ -1016,6 +1065,7 @@ class Store:
                 k["outbox"],
                 k["blob"],
                 k["pending_bytes"],
+                keyspace.blob_deletions(ref.shard),
             ],
             [
                 doc_id,
@@ -1030,9 +1080,36 @@ class Store:
         result = fields(reply)
         if result["freed"]:
             self.release_total(ref.account, result["freed"])
-        if result.get("dropped") == DIRECTORY:
-            self.blobs.discard(doc_id, DIRECTORY)
+        if result.get("outside"):
+            drop(self.redis, self.blobs, ref.shard, [result["outside"]])
         return str(result["outcome"])
+
+    def wait_for_blob(self, claim: Claim, *, wait_ms: int, pause_ms: int = 30_000) -> str:
+        """Give the claim back while the blob store does not answer (``wait_blob.lua``): the
+        document (or the slice) waits, its claim uncounted, and is claimed again after a
+        pause (1 s, then as long as it has waited, at most ``pause_ms``). Returns ``waits``,
+        ``expired`` (it has waited ``wait_ms`` already: the caller fails it) or ``lost``
+        (the claim is another's now)."""
+        s = claim.batch.shard
+        reply = fields(
+            self.scripts(
+                "wait_blob",
+                [
+                    keyspace.doc(s, claim.doc_id),
+                    keyspace.leases(s),
+                    keyspace.doc_slices(s, claim.doc_id),
+                ],
+                [
+                    claim.doc_id,
+                    claim.token,
+                    self.clock(),
+                    pause_ms,
+                    wait_ms,
+                    str(claim.slice.index) if claim.slice is not None else "",
+                ],
+            )
+        )
+        return str(reply["outcome"])
 
 
 # -- the status endpoints' reads (relay.api.resources.ApiResources.status)

@@ -276,6 +276,26 @@ local function release_charge(doc_key, pending_key)
   return release_known(pending_key, c[1], c[2])
 end
 
+-- Whether a document's bytes are in Redis (its `blob` field: 'redis', or none at all for a
+-- document older than the field) rather than in the blob directory or S3.
+local function held_in_redis(kind)
+  return not kind or kind == '' or kind == 'redis'
+end
+
+-- Drop a document's bytes outside Redis (its `blob` field `kind`: 'dir', 's3'): no script can
+-- delete them, so they are recorded in the shard's list of deletions to do
+-- (keys.blob_deletions, member keys.blob_deletion) in the same step, scored by `now`; the
+-- caller deletes them and takes them off, the sweeper any it could not (relay.state.blobs).
+-- Returns the member, nil for bytes in Redis (the script deletes those itself).
+local function drop_outside(deletions_key, kind, id, now)
+  if held_in_redis(kind) then
+    return nil
+  end
+  local member = blob_deletion(kind, id)
+  redis.call('ZADD', deletions_key, now, member)
+  return member
+end
+
 -- Operational events (docs/decisions.md, "Auto-disable and operational events") -------------
 
 -- OPERATIONAL_BATCH, the reserved pseudo-batch that holds an account's operational webhook

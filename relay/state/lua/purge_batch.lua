@@ -8,8 +8,9 @@
 --       5 account, 6 batch name (both '' to continue the purge of token ARGV[2]),
 --       7 retention (ms)
 -- Returns: a JSON object (cjson): outcome ('gone' | 'open' | 'young' | 'pending' | 'more' |
---   'done') and, when any, dir_docs: the ids of deleted documents whose bytes sit in the
---   directory blob store (absent when none: cjson would encode an empty list as {})
+--   'done') and, when any, outside: the deleted documents whose bytes are outside Redis (the
+--   blob directory, S3), as the members recorded in the shard's blob_deletions (drop_outside:
+--   the caller deletes them; absent when none: cjson would encode an empty list as {})
 --
 -- Start: check and detach in one step, so a batch reopened after it was picked is never
 -- purged: it must exist, be complete for at least the retention and have no pending
@@ -91,12 +92,12 @@ if ARGV[5] ~= '' then
 end
 
 -- One bounded step: documents first, then deliveries.
-local outcome, dir_docs = 'more', {}
+local outcome, outside = 'more', {}
+local deletions = key_blob_deletions(p)
 local ids = redis.call('LRANGE', docs_key, 0, step - 1)
 for _, id in ipairs(ids) do
-  if redis.call('HGET', key_doc(p, id), 'blob') == 'dir' then
-    dir_docs[#dir_docs + 1] = id
-  end
+  outside[#outside + 1] = drop_outside(deletions, redis.call('HGET', key_doc(p, id), 'blob'), id,
+                                       now)
   redis.call('UNLINK', key_doc(p, id), key_doc_items(p, id), key_blob(p, id))
   redis.call('ZREM', KEYS[4], id)
 end
@@ -120,7 +121,7 @@ if redis.call('EXISTS', docs_key, dlv_key) == 0 then
   redis.call('ZREM', KEYS[2], token)
   outcome = 'done'
 end
-if #dir_docs == 0 then
-  dir_docs = nil
+if #outside == 0 then
+  outside = nil
 end
-return cjson.encode({outcome = outcome, dir_docs = dir_docs})
+return cjson.encode({outcome = outcome, outside = outside})
