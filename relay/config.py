@@ -765,6 +765,14 @@ class Settings:
         "A batch webhook whose attempts have all failed this long (no success since the first"
         " failure) is disabled (s, m, h, d suffixes)",
     )
+    document_events_wait: float = setting(
+        "5m",
+        parse_duration,
+        "How long a batch.completed delivery waits, from its first wait, for a document event"
+        " of its batch that has no delivery yet (made within a second normally; this bounds"
+        " the wait for one never made); one whose delivery is pending holds it until that"
+        " delivery ends (s, m, h, d suffixes)",
+    )
     purge_steps: int = setting(
         "20",
         _positive_int,

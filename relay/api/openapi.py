@@ -52,6 +52,7 @@ from relay.exports.formats import (
     XLSX,
     ZIP,
 )
+from relay.state.event_feed import BATCH_TYPES, OPERATIONAL_TYPES
 from relay.state.model import IDEMPOTENCY_KEY_PATTERN
 
 V1 = "/api/v1"
@@ -413,8 +414,9 @@ def _webhook_paths() -> dict[str, Any]:
         webhook: {
             "put": operation(
                 "putWebhook",
-                "Register or replace the batch's callback URL. A completion that was never "
-                "delivered is delivered now.",
+                "Register or replace the batch's callback URL and the event types it gets "
+                "(events: batch.completed by default; document.succeeded, document.failed). "
+                "A completion that was never delivered is delivered now.",
                 "webhooks",
                 {
                     "200": response(
@@ -426,7 +428,7 @@ def _webhook_paths() -> dict[str, Any]:
                     **_registration_errors(400, 401, 404, 409, 413, 415, 422),
                 },
                 params=[NAME],
-                body=json_body("WebhookRequest"),
+                body=json_body("BatchWebhookRequest"),
                 description=_REGISTRATION,
             ),
             "get": operation(
@@ -675,13 +677,14 @@ def _event_paths() -> dict[str, Any]:
         f"{V1}/events": {
             "get": operation(
                 "listEvents",
-                "Every event relay created for the account (batch.completed), oldest first, "
-                "whether or not a webhook is registered, kept as long as RELAY_RETENTION: a "
-                "receiver that was down catches up from the last id it processed. Never "
-                "skips or repeats an event.",
+                "Every event relay created for the account (batch.completed, whether or not "
+                "a webhook is registered; document.succeeded and document.failed for the "
+                "batches whose webhook asks for them), oldest first, kept as long as "
+                "RELAY_RETENTION: a receiver that was down catches up from the last id it "
+                "processed. Never skips or repeats an event.",
                 "events",
                 listed,
-                params=feed(["batch.completed"]),
+                params=feed(list(BATCH_TYPES)),
             )
         },
         f"{V1}/operational-events": {
@@ -691,7 +694,7 @@ def _event_paths() -> dict[str, Any]:
                 "whether or not an operational webhook is registered; as GET /events.",
                 "events",
                 listed,
-                params=feed(["webhook.disabled", "delivery.failed"]),
+                params=feed(list(OPERATIONAL_TYPES)),
             )
         },
     }
@@ -840,6 +843,51 @@ def _batch_completed() -> dict[str, Any]:
     }
 
 
+def _document_event(operation_id: str, summary: str, schema: str) -> dict[str, Any]:
+    return {
+        "post": {
+            "operationId": operation_id,
+            "summary": summary,
+            "description": "Sent only to a batch webhook whose events ask for this type (PUT "
+            "/batches/{name}/webhook with events), for each document of the batch that "
+            "reaches the status while it does; through the same pipeline as batch.completed: "
+            "signed with the account's material, retried on the same schedule, recorded with "
+            "its attempts among the batch's deliveries. Each document event is its own "
+            "delivery (none supersedes another), its webhook-id derived from the document. "
+            "Order: a batch's batch.completed is not attempted while a document event of the "
+            "batch is pending delivery, so when a receiver gets a batch.completed it has "
+            "accepted every document event of that batch raised before it (or that event's "
+            "delivery has given up: failed, canceled). Document events among themselves "
+            "arrive in no particular order. At least once: dedupe on webhook-id.",
+            "tags": ["webhooks"],
+            "security": [],
+            "parameters": _webhook_headers(),
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": ref(schema)}},
+            },
+            "responses": _receiver_responses(),
+        }
+    }
+
+
+def document_webhooks() -> dict[str, Any]:
+    """The per-document events, POSTed to a batch's webhook that asks for them."""
+    return {
+        "document.succeeded": _document_event(
+            "documentSucceeded",
+            "A document of the batch succeeded (its line_items and tables are in the "
+            "batch's results).",
+            "DocumentSucceededEvent",
+        ),
+        "document.failed": _document_event(
+            "documentFailed",
+            "A document of the batch failed: data.processing_error has the code and message.",
+            "DocumentFailedEvent",
+        ),
+    }
+
+
 def _operational(operation_id: str, summary: str, schema: str) -> dict[str, Any]:
     return {
         "post": {
@@ -935,6 +983,7 @@ def webhooks() -> dict[str, Any]:
     """The OpenAPI 3.1 ``webhooks``: what relay POSTs to receivers."""
     return {
         "batch.completed": _batch_completed(),
+        **document_webhooks(),
         **operational_webhooks(),
         "webhook.verify": _verify_event(),
         "webhook.test": _test_event(),

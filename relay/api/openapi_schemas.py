@@ -66,6 +66,33 @@ _MODELS: dict[str, Any] = {
 }
 _WEBHOOK_PROPS: dict[str, Any] = object_schema(WebhookJSON, COMPONENTS)["properties"]
 
+# A registration (PUT /operational-webhook; a batch's takes `events` too).
+_WEBHOOK_REQUEST: dict[str, Any] = _optional(
+    ["verify"],
+    {
+        "url": {
+            "type": "string",
+            "pattern": CALLBACK_URL_PATTERN,
+            "description": "An absolute URI, https://<host name>[:port][/path][?query]: a "
+            "DNS host name (no IP literal, no userinfo), RFC 3986 characters, no fragment, "
+            "at most 2048 characters in all (the pattern bounds it). Beyond this form "
+            "the host must resolve, and only to public addresses (no loopback, private, "
+            "link-local, CGNAT, multicast or reserved ones), or registration is 422 "
+            "invalid_webhook_url with the reason. A relay run for local work "
+            "(RELAY_ALLOW_HTTP_TARGETS, RELAY_ALLOW_PRIVATE_TARGETS) also takes http:// "
+            "and IP literals.",
+        },
+        "verify": {
+            "type": "boolean",
+            "default": False,
+            "description": "Verify the endpoint first: relay sends a signed webhook.verify "
+            "event whose data.challenge the receiver must echo in a 2xx body; until then "
+            "nothing else is sent (notifications wait). Always on with "
+            "RELAY_REQUIRE_VERIFIED_WEBHOOKS.",
+        },
+    },
+)
+
 SCHEMAS: dict[str, Any] = {
     **_MODELS,
     "Status": {"type": "string", "enum": STATUSES},
@@ -137,32 +164,25 @@ SCHEMAS: dict[str, Any] = {
             },
         },
     },
-    "WebhookRequest": _optional(
-        ["verify"],
-        {
-            "url": {
-                "type": "string",
-                "pattern": CALLBACK_URL_PATTERN,
-                "description": "An absolute URI, https://<host name>[:port][/path][?query]: a "
-                "DNS host name (no IP literal, no userinfo), RFC 3986 characters, no fragment, "
-                "at most 2048 characters in all (the pattern bounds it). Beyond this form "
-                "the host must resolve, and only to public addresses (no loopback, private, "
-                "link-local, CGNAT, multicast or reserved ones), or registration is 422 "
-                "invalid_webhook_url with the reason. A relay run for local work "
-                "(RELAY_ALLOW_HTTP_TARGETS, RELAY_ALLOW_PRIVATE_TARGETS) also takes http:// "
-                "and IP literals.",
-            },
-            "verify": {
-                "type": "boolean",
-                "default": False,
-                "description": "Verify the endpoint first: relay sends a signed webhook.verify "
-                "event whose data.challenge the receiver must echo in a 2xx body; until then "
-                "nothing else is sent (notifications wait). Always on with "
-                "RELAY_REQUIRE_VERIFIED_WEBHOOKS.",
+    "WebhookRequest": _WEBHOOK_REQUEST,
+    "BatchWebhookRequest": {
+        **_WEBHOOK_REQUEST,
+        "properties": {
+            **_WEBHOOK_REQUEST["properties"],
+            "events": {
+                **_WEBHOOK_PROPS["events"],
+                "default": ["batch.completed"],
+                "description": "The event types POSTed to the URL, each once: "
+                "batch.completed (the default, as when absent), document.succeeded and "
+                "document.failed (one for each document of the batch that reaches that "
+                "status from the registration on; at the receiver, a batch's document events "
+                "come before its batch.completed). Any other value is 422.",
             },
         },
+    },
+    "OperationalWebhook": _obj(
+        {k: v for k, v in _WEBHOOK_PROPS.items() if k not in ("batch_name", "events")}
     ),
-    "OperationalWebhook": _obj({k: v for k, v in _WEBHOOK_PROPS.items() if k != "batch_name"}),
     "RecoverRequest": {
         "type": "object",
         "description": "Every field is a string when given: `null` is refused with 422 like "

@@ -90,6 +90,7 @@ class WorkerContext:
             self.clock,
             max_attempts=self.settings.max_stored_attempts,
             disable_after_ms=round(self.settings.disable_after * 1000),
+            document_events_wait_ms=round(self.settings.document_events_wait * 1000),
         )
 
     @cached_property

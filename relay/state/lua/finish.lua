@@ -1,7 +1,8 @@
 -- Workers store documents' outcomes: processing -> succeeded | failed, for one document or
 -- several of one batch at once (a turn's, relay.runtime.processing), the batch's counters read and
 -- written once for them all, the results written by one MSET and the blobs deleted by one
--- DEL (two commands per document remain: its read and its write).
+-- DEL (two commands per document remain: its read and its write). When the batch's webhook
+-- asks for document events, each document's event is raised here too (end_documents).
 -- KEYS: 1 batch, 2 leases, 3 outbox, 4 account_pending_bytes, 5 blob_deletions, then 3 per
 --       document: doc, doc_items, blob
 -- ARGV: 1 '1' to keep the documents' sources (RELAY_KEEP_SOURCES) else '0', then 7 per
@@ -22,7 +23,7 @@ if keep then
   local deleted = redis.call('HGET', KEYS[1], 'deleted_at')
   keep = not deleted or deleted == ''
 end
-local stored, ended, results, blobs, outside = {}, {}, {}, {}, {}
+local stored, ended, results, blobs, outside, docs = {}, {}, {}, {}, {}, {}
 local counts = {succeeded = 0, failed = 0}
 local last = '0'
 local charged, freed = 0, 0
@@ -55,6 +56,7 @@ for i = 0, (#ARGV - 1) / 7 - 1 do
       last = now
     end
     ended[#ended + 1] = ARGV[a + 1]
+    docs[#docs + 1] = {key = dk, id = ARGV[a + 1]}
     stored[i + 1] = true
   else
     stored[i + 1] = false
@@ -73,7 +75,7 @@ if #ended > 0 then
     redis.call('DEL', KEYS[4])
   end
   redis.call('ZREM', KEYS[2], unpack(ended))
-  seq = end_documents(KEYS[1], KEYS[3], counts.succeeded, counts.failed, last)
+  seq = end_documents(KEYS[1], KEYS[3], counts.succeeded, counts.failed, last, docs)
 end
 if #outside == 0 then
   outside = nil

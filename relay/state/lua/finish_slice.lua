@@ -42,5 +42,6 @@ if not keep then
 end
 local freed = release_known(KEYS[4], d[2], d[3])
 drop_slices(KEYS[8], KEYS[2], ARGV[1])
-local seq = end_documents(KEYS[1], KEYS[3], succeeded, failed, now)
+local seq = end_documents(KEYS[1], KEYS[3], succeeded, failed, now,
+                          {{key = KEYS[5], id = ARGV[1]}})
 return cjson.encode({stored = true, seq = seq, freed = freed, outside = outside})

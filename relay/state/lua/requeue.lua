@@ -39,7 +39,7 @@ if tonumber(d[2] or '0') >= tonumber(ARGV[3]) then
     redis.call('DEL', KEYS[6])
     outside = drop_outside(KEYS[8], blob, ARGV[1], ARGV[2])
   end
-  end_documents(KEYS[2], KEYS[5], 0, 1, ARGV[2])
+  end_documents(KEYS[2], KEYS[5], 0, 1, ARGV[2], {{key = KEYS[1], id = ARGV[1]}})
   return cjson.encode({outcome = 'failed', freed = freed, outside = outside})
 end
 redis.call('HINCRBY', KEYS[2], 'processing', -1)

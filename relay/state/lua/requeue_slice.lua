@@ -47,7 +47,7 @@ if tonumber(s[2] or '0') >= tonumber(ARGV[4]) then
     outside = drop_outside(KEYS[8], d[4], ARGV[1], ARGV[3])
   end
   drop_slices(KEYS[7], KEYS[3], ARGV[1])
-  end_documents(KEYS[2], KEYS[4], 0, 1, ARGV[3])
+  end_documents(KEYS[2], KEYS[4], 0, 1, ARGV[3], {{key = KEYS[1], id = ARGV[1]}})
   return cjson.encode({outcome = 'failed', freed = freed, outside = outside})
 end
 redis.call('HSET', KEYS[7], k .. ':state', 'queued', k .. ':lease', '')
