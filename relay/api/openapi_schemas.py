@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from relay.api.responses import COMPONENTS
+from relay.config import DEFAULT_MAX_FILES_PER_UPLOAD
 from relay.delivery.ssrf import CALLBACK_URL_PATTERN
 from relay.extract.pages import DEFAULT_MAX_RANGES, pages_pattern
 from relay.shapes import field_schema, object_schema, ref
@@ -56,6 +57,7 @@ def _optional(names: list[str], props: dict[str, Any]) -> dict[str, Any]:
 # A time the client sends: RFC 3339 with a zone, any precision (milliseconds count).
 QUERY_TIME: dict[str, Any] = {"type": "string", "format": "date-time"}
 _COUNT = {"type": "integer", "minimum": 0}
+_FILE = {"type": "string", "format": "binary", "contentMediaType": "*/*"}
 
 # The objects made from their types: the records' (model), the webhook events'
 # (webhook_events) and the API's bodies around them (api.responses).
@@ -105,7 +107,23 @@ SCHEMAS: dict[str, Any] = {
         "required": ["file"],
         "additionalProperties": False,
         "properties": {
-            "file": {"type": "string", "format": "binary", "contentMediaType": "*/*"},
+            "file": {
+                "description": "The file, or several files (one part each, all named file), "
+                "each a document: at most RELAY_MAX_FILES_PER_UPLOAD of them (default "
+                f"{DEFAULT_MAX_FILES_PER_UPLOAD}; more is 413 too_many_files, nothing made), "
+                "within RELAY_MAX_UPLOAD_BYTES together (else 413). All of them are made or none: "
+                "the request is refused whole (quota, rate limit, a bad part). Each keeps its "
+                "part's filename and content type.",
+                "oneOf": [
+                    _FILE,
+                    {
+                        "type": "array",
+                        "items": _FILE,
+                        "minItems": 1,
+                        "maxItems": DEFAULT_MAX_FILES_PER_UPLOAD,
+                    },
+                ],
+            },
             "batch_name": {
                 "type": "string",
                 "pattern": BATCH_NAME_PATTERN,
@@ -114,8 +132,10 @@ SCHEMAS: dict[str, Any] = {
             "metadata": {
                 **ref("Metadata"),
                 "description": "The document's metadata: a JSON object (the part's text), "
-                "returned with the document and in the batch's results. Outside the Metadata "
-                "rules: 422 invalid_metadata, nothing created.",
+                "returned with the document and in the batch's results; with several files, "
+                "every document's (one part for all: upload files that need their own in "
+                "requests of their own). Outside the Metadata rules: 422 invalid_metadata, "
+                "nothing created.",
             },
             "batch_metadata": {
                 **ref("Metadata"),

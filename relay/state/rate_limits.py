@@ -20,6 +20,12 @@ with the process's next ask for that account (else it stays counted until it lea
 lease takes at most a quarter of what is left in the window, so the last slots go one at a
 time, and a process admits from a lease only until ``ms`` after it asked.
 
+A request that weighs more than one slot (an upload of several files: one slot a file) is
+counted once before its body is read, like any write, then for the rest of its weight by
+:meth:`SlidingWindow.hit_more` (``relay/state/lua/ratelimit_weight.lua``): all those slots or
+none, recorded at the server's now, whatever the process holds in its lease (the lease's
+slots stay for the account's next writes).
+
 Reading a window without counting: :meth:`SlidingWindow.queue_count` (``ZCARD``, an upper bound of
 the count, for a request's own pipeline) and :meth:`SlidingWindow.peek` (exact, one round trip of
 reads); the bad-key block uses them (``relay.state.address_blocks``). A request a window admitted
@@ -46,6 +52,12 @@ from relay.redis import keyspace
 from relay.state.scripts import source
 
 SCRIPT = "ratelimit"
+WEIGHT_SCRIPT = "ratelimit_weight"
+
+
+def _sha(text: str) -> str:
+    # Redis names a script by the SHA-1 of its text; not a security use.
+    return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,8 +144,7 @@ class SlidingWindow:
         # subject -> (second, arrivals in it, arrivals in the second before)
         self._arrivals: dict[str, tuple[int, int, int]] = {}
         self.source = source(SCRIPT)
-        # Redis names a script by the SHA-1 of its text; not a security use.
-        self.sha = hashlib.sha1(self.source.encode(), usedforsecurity=False).hexdigest()
+        self.sha = _sha(self.source)
         # Members must be unique per request across every API process: a random process
         # token and a counter are, without a syscall per request.
         self._token = secrets.token_hex(6)
@@ -300,6 +311,19 @@ class SlidingWindow:
             await self.load(client)
             reply, asked = await self._send(client, prefix)
         return self.decide(reply, prefix, asked)
+
+    async def hit_more(self, client: redis.asyncio.Redis, subject: str, slots: int) -> Decision:
+        """Count ``slots`` more slots for ``subject``, all or none (module docstring): the
+        request's further weight, after it was admitted for one. Refused (nothing recorded)
+        unless the window has that many free; one round trip (two after a ``NOSCRIPT``)."""
+        text = source(WEIGHT_SCRIPT)
+        member = f"{self._token}:{next(self._counter)}"
+        args = [self.rate.window_ms, self.rate.limit, slots, member]
+        try:
+            reply = await client.evalsha(_sha(text), 1, self.key(subject), *args)
+        except NoScriptError:
+            reply = await client.eval(text, 1, self.key(subject), *args)
+        return self.decide(reply)
 
     async def _send(self, client: redis.asyncio.Redis, prefix: str) -> tuple[Any, Asked]:
         async with client.pipeline(transaction=False) as pipe:
