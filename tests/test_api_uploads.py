@@ -12,6 +12,8 @@ import redis
 
 from relay.api.documents import allowance
 from relay.app import create_app
+from relay.config import RateLimit
+from relay.redis import keyspace
 from relay.state.api_keys import create_key, create_operator_key
 from relay.state.job_queues import PROCESSING
 from tests.support.api_fixtures import (  # noqa: F401
@@ -19,6 +21,7 @@ from tests.support.api_fixtures import (  # noqa: F401
     TEST_MAX_UPLOAD,
     V1,
     Api,
+    ApiFactory,
     api_factory_fixture,
     api_fixture,
     make_settings,
@@ -316,3 +319,75 @@ def test_filenames_lose_separators_invisible_and_bidi_characters(api: Api) -> No
             shown = console.get(page, params={"account": "acme"})
             assert shown.status_code == 200, page
             assert not set(shown.text) & set(HIDDEN), page
+
+
+def _files(*sizes: int) -> list[tuple[str, tuple[str, bytes, str]]]:
+    return [("file", (f"f{i}.csv", b"x" * size, "text/csv")) for i, size in enumerate(sizes)]
+
+
+def test_several_files_count_against_the_rate_and_the_quota_all_or_nothing(
+    api_factory: ApiFactory,
+) -> None:
+    """A request of several files: a document each, in order, one answer; it counts one
+    upload a file in the account's window and its bytes together against the quota, and is
+    refused whole (nothing made, nothing charged) by either."""
+    api = api_factory(
+        account_upload_rate_limit=RateLimit(limit=6, window_ms=60_000),
+        account_max_pending_bytes=200,
+        write_lease_slots=1,  # every request asks the window: the counts below are exact
+    )
+    auth, url = api.auth("acme"), f"{V1}/documents"
+    meta = {"metadata": '{"order": "PO-7"}', "batch_metadata": '{"customer": "ACME"}'}
+
+    def pending() -> int:
+        return sum(
+            int(api.redis.get(keyspace.account_pending_bytes(s, "acme")) or 0)
+            for s in keyspace.all_shards()
+        )
+
+    def documents() -> int:
+        batch = api.client.get(f"{V1}/batches/b1", headers=auth).json()
+        return int(batch["document_count"])
+
+    three = api.client.post(
+        url, headers=auth, data={"batch_name": "b1", **meta}, files=_files(20, 20, 20)
+    )
+    assert three.status_code == 201, three.text
+    assert "location" not in three.headers
+    assert three.headers["ratelimit-remaining"] == "3"  # 6 - one a file
+    docs = three.json()["documents"]
+    assert [(d["filename"], d["size"], d["content_type"]) for d in docs] == [
+        (f"f{i}.csv", 20, "text/csv") for i in range(3)
+    ]
+    assert all(d["metadata"] == {"order": "PO-7"} and d["batch_name"] == "b1" for d in docs)
+    for doc in docs:
+        read = api.client.get(f"{V1}/documents/{doc['id']}", headers=auth)
+        assert read.json() == doc
+    batch = api.client.get(f"{V1}/batches/b1", headers=auth).json()
+    assert (batch["document_count"], batch["metadata"]) == (3, {"customer": "ACME"})
+    assert pending() == 60
+
+    # 60 + 80 + 80 bytes pass the quota of 200: neither file is made, nothing is charged.
+    over_quota = api.client.post(url, headers=auth, data={"batch_name": "b1"}, files=_files(80, 80))
+    assert over_quota.status_code == 429, over_quota.text
+    assert over_quota.json()["error"]["type"] == "quota_exceeded"
+    assert "pending-bytes quota of 200 bytes" in over_quota.json()["error"]["message"]
+    assert (documents(), pending()) == (3, 60)
+    # One of them fits (the window holds one slot after the two that request counted).
+    # Two more would pass the window of 6: refused whole, and not counted either...
+    over_rate = api.client.post(url, headers=auth, data={"batch_name": "b1"}, files=_files(5, 5))
+    assert over_rate.status_code == 429, over_rate.text
+    assert over_rate.json()["error"]["type"] == "rate_limited"
+    assert "counts 2" in over_rate.json()["error"]["message"]
+    assert "retry-after" in over_rate.headers
+    assert (documents(), pending()) == (3, 60)
+    # ... so its first slot is back: one file passes, and takes the window's last slot.
+    one = api.client.post(url, headers=auth, data={"batch_name": "b1"}, files=_files(80))
+    assert one.status_code == 201, one.text
+    assert one.json()["filename"] == "f0.csv" and one.headers["ratelimit-remaining"] == "0"
+    assert (documents(), pending()) == (4, 140)
+    # More files than the window can ever hold: said so, not a 429 to retry.
+    limit = api_factory(account_upload_rate_limit=RateLimit(limit=2, window_ms=60_000))
+    never = limit.client.post(url, headers=limit.auth("beta"), files=_files(1, 1, 1))
+    assert never.status_code == 413, never.text
+    assert never.json()["error"]["type"] == "too_many_files"

@@ -103,9 +103,12 @@ def _document_paths() -> dict[str, Any]:
                             }
                         },
                         "headers": {
-                            "Location": string_header(
-                                "The document's URL (GET it to poll); one file only."
-                            ),
+                            "Location": {
+                                **string_header(
+                                    "The document's URL (GET it to poll); with one file only."
+                                ),
+                                "required": False,
+                            },
                             **rate_headers(),
                         },
                     },

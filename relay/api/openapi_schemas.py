@@ -57,7 +57,6 @@ def _optional(names: list[str], props: dict[str, Any]) -> dict[str, Any]:
 # A time the client sends: RFC 3339 with a zone, any precision (milliseconds count).
 QUERY_TIME: dict[str, Any] = {"type": "string", "format": "date-time"}
 _COUNT = {"type": "integer", "minimum": 0}
-_FILE = {"type": "string", "format": "binary", "contentMediaType": "*/*"}
 
 # The objects made from their types: the records' (model), the webhook events'
 # (webhook_events) and the API's bodies around them (api.responses).
@@ -108,21 +107,18 @@ SCHEMAS: dict[str, Any] = {
         "additionalProperties": False,
         "properties": {
             "file": {
-                "description": "The file, or several files (one part each, all named file), "
-                "each a document: at most RELAY_MAX_FILES_PER_UPLOAD of them (default "
+                "description": "One file part, or several (each named file), each a "
+                "document: at most RELAY_MAX_FILES_PER_UPLOAD of them (default "
                 f"{DEFAULT_MAX_FILES_PER_UPLOAD}; more is 413 too_many_files, nothing made), "
-                "within RELAY_MAX_UPLOAD_BYTES together (else 413). All of them are made or none: "
-                "the request is refused whole (quota, rate limit, a bad part). Each keeps its "
-                "part's filename and content type.",
-                "oneOf": [
-                    _FILE,
-                    {
-                        "type": "array",
-                        "items": _FILE,
-                        "minItems": 1,
-                        "maxItems": DEFAULT_MAX_FILES_PER_UPLOAD,
-                    },
-                ],
+                "within RELAY_MAX_UPLOAD_BYTES together (else 413). All of them are made or "
+                "none: the request is refused whole (quota, rate limit, a bad part). Each "
+                "keeps its part's filename and content type. One file is one part, as it "
+                "always was, and is answered as a Document; several are answered as "
+                "UploadedDocuments.",
+                "type": "array",
+                "items": {"type": "string", "format": "binary", "contentMediaType": "*/*"},
+                "minItems": 1,
+                "maxItems": DEFAULT_MAX_FILES_PER_UPLOAD,
             },
             "batch_name": {
                 "type": "string",
