@@ -26,6 +26,7 @@ from tests.support.api_fixtures import (  # noqa: F401
     api_fixture,
     make_settings,
 )
+from tests.support.helpers import wait_until
 
 RFC3339_MS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
 QUEUE = f"rq:queue:{PROCESSING}"
@@ -381,6 +382,10 @@ def test_several_files_count_against_the_rate_and_the_quota_all_or_nothing(
     assert "counts 2" in over_rate.json()["error"]["message"]
     assert "retry-after" in over_rate.headers
     assert (documents(), pending()) == (3, 60)
+    # What the refused requests held on the account's total went back, once: the total is
+    # the shards' count again (what the accepted upload held beyond its files within a second).
+    total = keyspace.account_pending_total("acme")
+    wait_until(lambda: int(api.redis.get(total) or 0) == 60, 5, message="total not 60")
     # ... so its first slot is back: one file passes, and takes the window's last slot.
     one = api.client.post(url, headers=auth, data={"batch_name": "b1"}, files=_files(80))
     assert one.status_code == 201, one.text

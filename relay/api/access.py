@@ -118,16 +118,17 @@ class Admitted:
 async def weigh_write(request: Request, admitted: Admitted, kind: str, weight: int) -> Admitted:
     """A write admitted for one slot that weighs ``weight`` (an upload of ``weight`` files):
     its other ``weight - 1`` slots counted in the account's window, all or none. Refused:
-    RateLimited (429), the hold given back and the first slot too, so a refused request counts
-    nothing, as one the window refused at once. Admitted: ``admitted`` with the window's
-    headers after the whole weight."""
+    RateLimited (429), and the first slot given back too, so a refused request counts nothing,
+    as one the window refused at once; more than the window ever holds: PayloadTooLarge (413
+    ``too_many_files``), nothing counted either. The bytes the request holds stay the
+    caller's to give back. Admitted: ``admitted`` with the window's headers after the whole
+    weight."""
     if weight <= 1:
         return admitted
     st = state(request)
     limit = st.resources.write_limits[kind].rate.limit
     if weight > limit:
         # No wait would let it through: said as what it is, not as a 429 to retry.
-        await st.resources.release_hold(admitted.account, admitted.held)
         if admitted.decision is not None:
             st.resources.give_back_write(kind, admitted.account, admitted.decision)
         raise PayloadTooLarge(
@@ -135,14 +136,9 @@ async def weigh_write(request: Request, admitted: Admitted, kind: str, weight: i
             "window (one a file): send fewer files a request",
             error_type="too_many_files",
         )
-    try:
-        decision = await st.resources.count_more_writes(kind, admitted.account, weight - 1)
-    except BaseException:
-        await st.resources.release_hold(admitted.account, admitted.held)
-        raise
+    decision = await st.resources.count_more_writes(kind, admitted.account, weight - 1)
     if decision.allowed:
         return replace(admitted, headers=decision.headers())
-    await st.resources.release_hold(admitted.account, admitted.held)
     if admitted.decision is not None:
         st.resources.give_back_write(kind, admitted.account, admitted.decision)
     raise st.limits.refused(kind, decision, weight)

@@ -195,8 +195,7 @@ async def upload_document(request: Request) -> Response:
         ref = await st.store.locate(admitted.account, batch_name)
     except BaseException:
         # Refused before the store took the hold over: it goes back (a crash here leaves the
-        # total high, which the next recount at the quota's edge corrects). weigh_write gave
-        # it back itself when it refused.
+        # total high, which the next recount at the quota's edge corrects).
         await st.resources.release_hold(admitted.account, admitted.held)
         raise
     docs = await st.store.upload_many(
@@ -217,7 +216,8 @@ async def upload_document(request: Request) -> Response:
             "relay.documents": len(docs),
         }
     )
-    await st.resources.replicated(f"upload {docs[0].id} (+{len(docs) - 1})", ref.shard)
+    what = f"upload {docs[0].id}" + (f" and {len(docs) - 1} more" if len(docs) > 1 else "")
+    await st.resources.replicated(what, ref.shard)
     if len(docs) == 1:
         return json_response(
             docs[0].to_json(),
