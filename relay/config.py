@@ -366,7 +366,7 @@ class Settings:
         str(DEFAULT_MAX_FILES_PER_UPLOAD),
         _positive_at_most(1000),
         "Most file parts one POST /documents may carry (each a document), at most 1000; more"
-        " is 413 too_many_files, nothing made",
+        " is 422 too_many_files, nothing made",
     )
     max_image_pixels: int = setting(
         "50000000",

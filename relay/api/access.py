@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 from starlette.requests import Request
 
-from relay.api.errors import ApiError, PayloadTooLarge, Unauthorized
+from relay.api.errors import ApiError, Unauthorized, Unprocessable
 from relay.api.state import AppState, state
 from relay.api.throttles import client_address
 from relay.state.api_keys import PresentedKey, check_record, parse_key
@@ -119,7 +119,7 @@ async def weigh_write(request: Request, admitted: Admitted, kind: str, weight: i
     """A write admitted for one slot that weighs ``weight`` (an upload of ``weight`` files):
     its other ``weight - 1`` slots counted in the account's window, all or none. Refused:
     RateLimited (429), and the first slot given back too, so a refused request counts nothing,
-    as one the window refused at once; more than the window ever holds: PayloadTooLarge (413
+    as one the window refused at once; more than the window ever holds: Unprocessable (422
     ``too_many_files``), nothing counted either. The bytes the request holds stay the
     caller's to give back. Admitted: ``admitted`` with the window's headers after the whole
     weight."""
@@ -131,7 +131,7 @@ async def weigh_write(request: Request, admitted: Admitted, kind: str, weight: i
         # No wait would let it through: said as what it is, not as a 429 to retry.
         if admitted.decision is not None:
             st.resources.give_back_write(kind, admitted.account, admitted.decision)
-        raise PayloadTooLarge(
+        raise Unprocessable(
             f"this request counts {weight} against the account's rate limit of {limit} per "
             "window (one a file): send fewer files a request",
             error_type="too_many_files",

@@ -5,7 +5,7 @@ Uploads never hold more than the limit in memory: a ``Content-Length`` past
 body is read; otherwise the body streams through a counter that stops it (413) as soon as it
 passes the same bound, into Starlette's ``MultiPartParser``, which spools file parts to a
 temporary file past 1 MiB and stops at the first file part past ``max_files_per_upload``
-(413 ``too_many_files``). The file parts together must then be at most ``max_upload_bytes``.
+(422 ``too_many_files``). The file parts together must then be at most ``max_upload_bytes``.
 
 Each ``file`` part is a document (docs/decisions.md, "Several files in one upload"). Besides
 them and ``batch_name`` the form may carry ``metadata`` (every document's of the request) and
@@ -127,7 +127,7 @@ async def _parse_form(request: Request, settings: Settings) -> FormData:
     except MultiPartException as exc:
         # The parser stops at the first file part past `most` (the rest is not read).
         if exc.message.startswith("Too many files"):
-            raise PayloadTooLarge(
+            raise Unprocessable(
                 f"more than {most} files in one upload (RELAY_MAX_FILES_PER_UPLOAD): send "
                 "them in several requests; nothing was stored",
                 error_type="too_many_files",

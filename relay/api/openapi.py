@@ -118,7 +118,7 @@ def _document_paths() -> dict[str, Any]:
                 body=upload,
                 description="Each file part is a document; all of them are made, in one "
                 "step, or none. Limits: RELAY_MAX_FILES_PER_UPLOAD files (default "
-                f"{DEFAULT_MAX_FILES_PER_UPLOAD}; more: 413 too_many_files) and "
+                f"{DEFAULT_MAX_FILES_PER_UPLOAD}; more: 422 too_many_files) and "
                 "RELAY_MAX_UPLOAD_BYTES for the files together (413 payload_too_large). "
                 "Quota: the files' bytes together count against the account's pending-bytes "
                 "quota; past it, 429 quota_exceeded and nothing is made. Rate limit: the "

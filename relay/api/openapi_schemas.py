@@ -109,7 +109,7 @@ SCHEMAS: dict[str, Any] = {
             "file": {
                 "description": "One file part, or several (each named file), each a "
                 "document: at most RELAY_MAX_FILES_PER_UPLOAD of them (default "
-                f"{DEFAULT_MAX_FILES_PER_UPLOAD}; more is 413 too_many_files, nothing made), "
+                f"{DEFAULT_MAX_FILES_PER_UPLOAD}; more is 422 too_many_files, nothing made), "
                 "within RELAY_MAX_UPLOAD_BYTES together (else 413). All of them are made or "
                 "none: the request is refused whole (quota, rate limit, a bad part). Each "
                 "keeps its part's filename and content type. One file is one part, as it "

@@ -55,7 +55,7 @@ def test_a_hundred_files_in_one_upload_are_a_hundred_processed_documents(
     api = start(stack, detectors=0)
     # One file more than the limit: refused whole, before anything is stored or charged.
     over = _post(api, MOST + 1, key="k-over")
-    assert over.status_code == 413, over.text
+    assert over.status_code == 422, over.text
     assert over.json()["error"]["type"] == "too_many_files"
     assert "100" in over.json()["error"]["message"]
     assert api.http.get("/batches").json()["batches"] == []
