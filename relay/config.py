@@ -123,6 +123,10 @@ def _sentinels(raw: str) -> tuple[tuple[str, int], ...]:
     return tuple(out)
 
 
+# RELAY_MAX_FILES_PER_UPLOAD's default, which the OpenAPI document states.
+DEFAULT_MAX_FILES_PER_UPLOAD = 100
+
+
 def _positive_at_most(most: int, note: str = "") -> Callable[[str], int]:
     """A parser of whole numbers from 1 to ``most``; ``note`` explains the bound's refusal."""
 
@@ -403,7 +407,13 @@ class Settings:
     max_upload_bytes: int = setting(
         str(20 * 1024 * 1024),
         _positive_int,
-        "Largest upload (else 413)",
+        "Largest upload (else 413): one file, and the files of one request together",
+    )
+    max_files_per_upload: int = setting(
+        str(DEFAULT_MAX_FILES_PER_UPLOAD),
+        _positive_at_most(1000),
+        "Most file parts one POST /documents may carry (each a document), at most 1000; more"
+        " is 422 too_many_files, nothing made",
     )
     max_image_pixels: int = setting(
         "50000000",

@@ -10,6 +10,7 @@ from relay.state.scripts import _COMMENT, NAMES, _used, all_helpers, fields, sou
 
 POSITIONAL = {
     "ratelimit",  # three integers on the status path, documented (docs/decisions.md)
+    "ratelimit_weight",  # ratelimit's three integers, read by the same decoder
     "claim_next",  # its JSON object, then the turn's bytes (binary), documented (scripts.py)
 }
 # `return {` with something in the braces: a Lua table answered as a list of positions.

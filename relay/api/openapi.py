@@ -42,6 +42,7 @@ from relay.api.openapi_schemas import (
     SCHEMAS,
     ref,
 )
+from relay.config import DEFAULT_MAX_FILES_PER_UPLOAD
 from relay.exports.formats import (
     BATCH_FORMATS,
     CSV,
@@ -67,7 +68,7 @@ _IDEMPOTENCY_KEY: dict[str, Any] = {
     "name": "Idempotency-Key",
     "in": "header",
     "required": False,
-    "description": "The client's key for this upload, unique within the batch.",
+    "description": "The client's key for this upload (all its files), unique within the batch.",
     "schema": {"type": "string", "pattern": IDEMPOTENCY_KEY_PATTERN},
 }
 
@@ -90,24 +91,45 @@ def _document_paths() -> dict[str, Any]:
         f"{V1}/documents": {
             "post": operation(
                 "uploadDocument",
-                "Upload a document into a batch (created if new). Does not process it.",
+                "Upload one or several documents into a batch (created if new). Does not "
+                "process them.",
                 "documents",
                 {
-                    "201": response(
-                        "Document",
-                        "The queued document.",
-                        {
-                            "Location": string_header("The document's URL (GET it to poll)."),
+                    "201": {
+                        "description": "One file: the queued document (with its Location). "
+                        'Several: {"documents": [...]}, one a file in the parts\' order.',
+                        "content": {
+                            "application/json": {
+                                "schema": {"oneOf": [ref("Document"), ref("UploadedDocuments")]}
+                            }
+                        },
+                        "headers": {
+                            "Location": {
+                                **string_header(
+                                    "The document's URL (GET it to poll); with one file only."
+                                ),
+                                "required": False,
+                            },
                             **rate_headers(),
                         },
-                    ),
+                    },
                     **_upload_errors(),
                 },
                 params=[_IDEMPOTENCY_KEY],
                 body=upload,
-                description="With an Idempotency-Key, a retry with the key of an upload the "
-                "batch already has answers that document, as it is now, and makes no other: "
-                "retry an upload whose answer was lost, or that was answered 503, with its key.",
+                description="Each file part is a document; all of them are made, in one "
+                "step, or none. Limits: RELAY_MAX_FILES_PER_UPLOAD files (default "
+                f"{DEFAULT_MAX_FILES_PER_UPLOAD}; more: 422 too_many_files) and "
+                "RELAY_MAX_UPLOAD_BYTES for the files together (413 payload_too_large). "
+                "Quota: the files' bytes together count against the account's pending-bytes "
+                "quota; past it, 429 quota_exceeded and nothing is made. Rate limit: the "
+                "request counts one upload a file against RELAY_ACCOUNT_UPLOAD_RATE_LIMIT, all "
+                "or none (429 rate_limited, nothing made or counted). Idempotency: with an "
+                "Idempotency-Key, a retry with the key of an upload the batch already has, and "
+                "the same files (names, types, bytes, order) and metadata, answers that upload's "
+                "documents as they are now, in the same shape, and makes no other; the key "
+                "with another request is 409 idempotency_key_reused. Retry an upload whose "
+                "answer was lost, or that was answered 503, with its key.",
             )
         },
         f"{V1}/documents/{{id}}": {

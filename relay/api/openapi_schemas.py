@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from relay.api.responses import COMPONENTS
+from relay.config import DEFAULT_MAX_FILES_PER_UPLOAD
 from relay.delivery.ssrf import CALLBACK_URL_PATTERN
 from relay.extract.pages import DEFAULT_MAX_RANGES, pages_pattern
 from relay.shapes import field_schema, object_schema, ref
@@ -133,13 +134,21 @@ SCHEMAS: dict[str, Any] = {
         "additionalProperties": False,
         "properties": {
             "file": {
-                "type": "string",
-                "format": "binary",
-                "contentMediaType": "*/*",
-                "description": "The document: CSV, TSV, JSON, PDF, XLSX, DOCX, HTML, or a PNG, "
-                "JPEG, TIFF or WebP image (recognised by its bytes first, then its declared "
-                "type, then its name). Any other is stored and fails with unsupported_format "
-                "when processed.",
+                "description": "One file part, or several (each named file), each a "
+                "document: CSV, TSV, JSON, PDF, XLSX, DOCX, HTML, or a PNG, JPEG, TIFF or WebP "
+                "image (recognised by its bytes first, then its declared type, then its name; "
+                "any other is stored and fails with unsupported_format when processed). At "
+                "most RELAY_MAX_FILES_PER_UPLOAD of them (default "
+                f"{DEFAULT_MAX_FILES_PER_UPLOAD}; more is 422 too_many_files, nothing made), "
+                "within RELAY_MAX_UPLOAD_BYTES together (else 413). All of them are made or "
+                "none: the request is refused whole (quota, rate limit, a bad part). Each "
+                "keeps its part's filename and content type. One file is one part, as it "
+                "always was, and is answered as a Document; several are answered as "
+                "UploadedDocuments.",
+                "type": "array",
+                "items": {"type": "string", "format": "binary", "contentMediaType": "*/*"},
+                "minItems": 1,
+                "maxItems": DEFAULT_MAX_FILES_PER_UPLOAD,
             },
             "batch_name": {
                 "type": "string",
@@ -149,8 +158,10 @@ SCHEMAS: dict[str, Any] = {
             "metadata": {
                 **ref("Metadata"),
                 "description": "The document's metadata: a JSON object (the part's text), "
-                "returned with the document and in the batch's results. Outside the Metadata "
-                "rules: 422 invalid_metadata, nothing created.",
+                "returned with the document and in the batch's results; with several files, "
+                "every document's (one part for all: upload files that need their own in "
+                "requests of their own). Outside the Metadata rules: 422 invalid_metadata, "
+                "nothing created.",
             },
             "batch_metadata": {
                 **ref("Metadata"),

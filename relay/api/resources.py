@@ -393,6 +393,12 @@ class ApiResources:
             record=replies[0], decision=decision, held=held, total=total, failures=int(replies[1])
         )
 
+    async def count_more_writes(self, kind: str, account: str, slots: int) -> Decision:
+        """Count ``slots`` more slots of a write already admitted for one (an upload of
+        several files weighs one a file) in the account's window of ``kind``: all or none
+        (``relay.state.rate_limits.SlidingWindow.hit_more``), one round trip."""
+        return await self.write_limits[kind].hit_more(self.redis, account, slots)
+
     def give_back_write(self, kind: str, account: str, decision: Decision) -> None:
         """A write admitted by its window but refused after all (its client address past the
         limit of bad keys): its slot goes back (``SlidingWindow.give_back``)."""

@@ -128,6 +128,16 @@ class BatchResultsJSON(BatchJSON):
     next_cursor: NextCursor
 
 
+class UploadedDocumentsJSON(TypedDict):
+    documents: Annotated[
+        list[DocumentJSON],
+        Schema(
+            description="The queued documents, one a file part, in the parts' order.",
+            minItems=2,
+        ),
+    ]
+
+
 class BatchListJSON(TypedDict):
     batches: list[BatchJSON]
     next_cursor: NextCursor
@@ -174,6 +184,7 @@ COMPONENTS: dict[type, str] = {
         ResultDocumentJSON,
         BatchResultsJSON,
         BatchListJSON,
+        UploadedDocumentsJSON,
         DeliveryListJSON,
         EventListJSON,
     ),

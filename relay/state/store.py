@@ -23,16 +23,19 @@ from relay.exceptions import (
     BatchMetadataConflict,
     BatchNotFound,
     BlobStoreUnavailable,
+    IdempotencyKeyReused,
     QuotaExceeded,
     StateError,
     StoreUnavailable,
 )
 from relay.redis import keyspace
 from relay.redis.clients import is_cluster
+from relay.state import uploads
 from relay.state.blob_calls import BlobCalls
 from relay.state.blobs import REDIS, BlobStore, drop, in_redis
 from relay.state.model import Batch, Document, Status, valid_batch_name
 from relay.state.scripts import AsyncScripts, Scripts, fields, refusal
+from relay.state.uploads import NewFile
 from relay.timefmt import now_ms
 
 log = logging.getLogger("relay.state.store")
@@ -381,6 +384,17 @@ class AsyncStore:
         filename: str,
         content_type: str,
         content: bytes,
+        **options: Any,
+    ) -> Document:
+        """One file's document: :meth:`upload_many` with one file (``options`` are its)."""
+        docs = await self.upload_many(ref, [NewFile(filename, content_type, content)], **options)
+        return docs[0]
+
+    async def upload_many(
+        self,
+        ref: BatchRef,
+        files: Sequence[NewFile],
+        *,
         held: int = 0,
         admitted: bool = False,
         idempotency_key: str | None = None,
@@ -388,27 +402,31 @@ class AsyncStore:
         batch_metadata: str = "",
         again: bool = False,
         trace: str = "",
-    ) -> Document:
-        """Create a queued document. Raises BatchDeleted when the batch was deleted,
-        QuotaExceeded when its bytes would pass the account's pending-bytes quota,
-        BatchMetadataConflict when ``batch_metadata`` is not the batch's.
+    ) -> list[Document]:
+        """Create a queued document of each file, in order, in one script run
+        (``lua/upload.lua``): all of them or none. Raises BatchDeleted when the batch was
+        deleted, QuotaExceeded when their bytes together would pass the account's
+        pending-bytes quota, BatchMetadataConflict when ``batch_metadata`` is not the
+        batch's, IdempotencyKeyReused when ``idempotency_key`` is an earlier request's
+        that was not this one (``relay.state.uploads``).
 
         ``metadata``, ``batch_metadata``: canonical forms (``relay.state.metadata.parse``), "" for
-        none. The document's is stored with it; the batch's is set by the first upload that
+        none. ``metadata`` is every document's; the batch's is set by the first upload that
         gives one (the batch's creation, normally) and compared by every later one that
         gives one: the same string is accepted, another refused before anything is written.
 
-        ``idempotency_key``: the batch's document made by an earlier upload with this key is
-        returned as it is now, and nothing is made or charged (a client's retry of an upload
-        whose answer it lost, or that was answered 503 after the write: ``relay.redis.replicas``).
-        When that document is gone by the time it is read (the batch purged meanwhile), the
-        upload is made anew, once (``again``); gone again, StoreUnavailable (a 503: retry).
+        ``idempotency_key``: the documents made by an earlier upload into the batch with this
+        key, of the same files and metadata, are returned as they are now, and nothing is
+        made or charged (a client's retry of an upload whose answer it lost, or that was
+        answered 503 after the write: ``relay.redis.replicas``). When they are gone by the
+        time they are read (the batch purged meanwhile), the upload is made anew, once
+        (``again``); gone again, StoreUnavailable (a 503: retry).
 
         ``held``: bytes the request already holds on the account's total (the API reserves
         the declared size of the body in its first round trip,
         ``relay.api.resources.ApiResources.write_round``);
         ``admitted``: the total after that reservation was within the quota. The upload is then
-        one round trip, the script; what was held beyond the file's bytes goes back later, with
+        one round trip, the script; what was held beyond the files' bytes goes back later, with
         the account's next hold or within a second (:class:`PendingRefunds`). Otherwise (nothing
         held, the body larger than its declared size, or the total past the quota) the hold is
         given back and the upload reserves its exact bytes as without it (:meth:`_reserve`).
@@ -416,67 +434,80 @@ class AsyncStore:
         request fails before.
 
         ``trace``: the upload's trace context (a W3C ``traceparent``, ``relay.tracing``), kept
-        with the document and, when the upload creates the batch, with the batch."""
+        with each document and, when the upload creates the batch, with the batch."""
         s = ref.shard
-        doc_id = keyspace.new_id("doc", s)
+        doc_ids = [keyspace.new_id("doc", s) for _ in files]
         in_redis = self.blobs.kind == REDIS
         if not in_redis:
-            # Written before the document is made: a store that refuses or does not answer
+            # Written before the documents are made: a store that refuses or does not answer
             # leaves nothing behind (BlobStoreUnavailable: the API's 503).
+            written: list[str] = []
             try:
-                await self._write(s, doc_id, content)
+                for doc_id, f in zip(doc_ids, files, strict=True):
+                    await self._write(s, doc_id, f.content)
+                    written.append(doc_id)
             except BlobStoreUnavailable:
+                for doc_id in written:
+                    await self._abandon(s, doc_id)
                 await self.release_hold(ref.account, held)
                 raise
         # Only bytes held in Redis are charged: a directory or S3 keeps them on storage of
         # its own, which its mount or bucket bounds (docs/decisions.md).
-        charge = len(content) if in_redis else 0
+        charge = sum(len(f.content) for f in files) if in_redis else 0
         fast = held > 0 and admitted and charge <= held
         if not fast:
             await self.release_hold(ref.account, held)
             held = 0
         allowance = -1 if fast or not charge else await self._reserve(ref, charge)
         now = self.clock()
+        request_print = ""
+        if idempotency_key:
+            request_print = await self._fingerprint(files, metadata, batch_metadata)
         script_keys = [
             ref.key,
             keyspace.batch_docs(s, ref.account, ref.name),
             keyspace.batch_pending(s, ref.account, ref.name),
-            keyspace.doc(s, doc_id),
             keyspace.account_batches(s, ref.account),
-            keyspace.blob(s, doc_id),
             keyspace.account_pending_bytes(s, ref.account),
             keyspace.batch_uploads(s, ref.account, ref.name),
         ]
-        # The document as the script writes it (no read back).
-        doc = Document(
-            id=doc_id,
-            account=ref.account,
-            batch_name=ref.name,
-            filename=filename,
-            content_type=content_type,
-            size=len(content),
-            status=Status.QUEUED,
-            created_at=now,
-            started_at=None,
-            completed_at=None,
-            error_code="",
-            error_message="",
-            metadata_json=metadata,
-        )
         script_args: list[Any] = [
             ref.account,
             ref.name,
-            doc_id,
             now,
-            content if in_redis else b"",
+            len(files),
             "1" if in_redis else "0",
             charge,
             allowance,
             idempotency_key or "",
+            uploads.record(request_print, doc_ids) if idempotency_key else "",
             batch_metadata,
             trace,
-            *doc.new_fields(blob=self.blobs.kind, charged=charge, trace=trace),
         ]
+        docs: list[Document] = []
+        for doc_id, f in zip(doc_ids, files, strict=True):
+            # The document as the script writes it (no read back).
+            doc = Document(
+                id=doc_id,
+                account=ref.account,
+                batch_name=ref.name,
+                filename=f.filename,
+                content_type=f.content_type,
+                size=len(f.content),
+                status=Status.QUEUED,
+                created_at=now,
+                started_at=None,
+                completed_at=None,
+                error_code="",
+                error_message="",
+                metadata_json=metadata,
+            )
+            docs.append(doc)
+            new_fields = doc.new_fields(
+                blob=self.blobs.kind, charged=len(f.content) if in_redis else 0, trace=trace
+            )
+            script_keys += [keyspace.doc(s, doc_id), keyspace.blob(s, doc_id)]
+            script_args += [doc_id, f.content if in_redis else b"", len(new_fields), *new_fields]
         if fast and held > charge:
             # Never charged, whatever the script does: owed back (GiveBack).
             self.refunds.owe(ref.account, held - charge)
@@ -489,19 +520,18 @@ class AsyncStore:
             if charge:
                 await self.redis.decrby(keyspace.account_pending_total(ref.account), charge)
             if not in_redis:
-                await self._abandon(s, doc_id)
+                for doc_id in doc_ids:
+                    await self._abandon(s, doc_id)
             if refusal(exc) == "replayed" and idempotency_key:
-                earlier = await self._replayed(ref, idempotency_key)
+                earlier = await self._replayed(ref, idempotency_key, request_print, len(files))
                 if earlier is not None:
                     return earlier
                 if not again:
                     # Gone between the refusal and the read: the batch was purged (its key
                     # record with it), so this upload is a new one, as a moment later.
-                    return await self.upload(
+                    return await self.upload_many(
                         ref,
-                        filename=filename,
-                        content_type=content_type,
-                        content=content,
+                        files,
                         idempotency_key=idempotency_key,
                         metadata=metadata,
                         batch_metadata=batch_metadata,
@@ -523,7 +553,7 @@ class AsyncStore:
                     limit=self.max_pending_bytes, pending=pending, size=charge
                 ) from exc
             raise _batch_refusal(ref, exc) from exc
-        return doc
+        return docs
 
     async def _write(self, shard: int, doc_id: str, content: bytes) -> None:
         """Write a new document's bytes outside Redis. When the write fails or does not answer
@@ -569,17 +599,40 @@ class AsyncStore:
         if done:
             await self.redis.zrem(keyspace.blob_deletions(shard), *done)
 
-    async def _replayed(self, ref: BatchRef, idempotency_key: str) -> Document | None:
-        """The batch's document an upload with ``idempotency_key`` made, as it is now (None:
-        gone meanwhile, the batch purged)."""
-        doc_id = await self.redis.hget(
+    @staticmethod
+    async def _fingerprint(files: Sequence[NewFile], metadata: str, batch_metadata: str) -> str:
+        """``uploads.fingerprint``; over a mebibyte of files, in a thread (hashing 20 MiB
+        takes tens of milliseconds, which the event loop must not wait for)."""
+        if sum(len(f.content) for f in files) <= 1 << 20:
+            return uploads.fingerprint(files, metadata, batch_metadata)
+        return await asyncio.to_thread(uploads.fingerprint, files, metadata, batch_metadata)
+
+    async def _replayed(
+        self, ref: BatchRef, idempotency_key: str, request_print: str, files: int
+    ) -> list[Document] | None:
+        """The documents an earlier upload with ``idempotency_key`` made, as they are now
+        (None: gone meanwhile, the batch purged); IdempotencyKeyReused when that upload was
+        another request than this one (its fingerprint and count of files)."""
+        value = await self.redis.hget(
             keyspace.batch_uploads(ref.shard, ref.account, ref.name), idempotency_key
         )
-        if doc_id is None:
+        if value is None:
             return None
-        return await self.get_document(
-            ref.account, doc_id.decode() if isinstance(doc_id, bytes) else str(doc_id)
-        )
+        earlier = uploads.Recorded.parse(value.decode() if isinstance(value, bytes) else str(value))
+        if not earlier.matches(request_print, files):
+            raise IdempotencyKeyReused(
+                f"Idempotency-Key {idempotency_key!r} was used by another upload into batch "
+                f"{ref.name!r} (other files, names, types, metadata or count of files): use a "
+                "new key for a new upload"
+            )
+        async with self.redis.pipeline(transaction=False) as pipe:
+            queries = [DocumentQuery(doc_id) for doc_id in earlier.doc_ids]
+            for q in queries:
+                q.queue(pipe, ref.account)
+            replies = await pipe.execute()
+        docs = [q.decode([reply], ref.account) for q, reply in zip(queries, replies, strict=True)]
+        found = [d for d in docs if d is not None]
+        return found if len(found) == len(docs) else None
 
     async def process(
         self, ref: BatchRef, fields: Sequence[str] | None, pages: str = ""
