@@ -40,10 +40,11 @@ import itertools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import ClassVar
 
-from relay.extract import geometry
+from relay.extract import bidi, geometry
 from relay.extract.pdf_layout import Char, PageLayout, Rule
-from relay.extract.result import Cell, Grid, Table
+from relay.extract.result import Box, Cell, Grid, Table
 
 __all__ = ["find_tables", "page_tables"]
 
@@ -85,6 +86,8 @@ _BULLET = re.compile(r"[^\w\s]{1,2}")
 _MARKER = re.compile(r"[^\w\s]{1,2}|\(?(?:\d{1,3}[.)])+|\(?[A-Za-z][.)]|\(?[ivxIVX]{1,5}[.)]")
 # Columns whose cells have at least this many words (the median) are text, not cells.
 _PROSE_COLUMN_WORDS = 4
+# Fewer characters turned one way than this make no table (two rows of two cells at least).
+_MIN_TURNED = 4
 
 
 @dataclass
@@ -818,14 +821,103 @@ def find_tables(layout: PageLayout) -> list[Grid]:
     return [table.rows for table in page_tables(layout)]
 
 
+Found = tuple[float, float, Grid, Sequence[Cell]]  # top, left, grid, cells (boxes in points)
+
+
 def page_tables(layout: PageLayout) -> list[Table]:
     """The tables of one page, top to bottom (module docstring), each with its cells and
     boxes as ``relay.extract.result`` says, measured from ``layout.frame``; ``page`` is 0
     (the caller knows the page)."""
+    readings = [_upright(layout)]
+    for turn, chars in ((_Turn.DOWN, layout.down), (_Turn.UP, layout.up)):
+        turned = len(chars) >= _MIN_TURNED
+        readings.append(
+            _turned(layout, _Turn(turn, layout.width, layout.height), chars) if turned else []
+        )
+    found: list[Found] = []
+    for direction, tables in enumerate(readings):
+        # a table is read in the direction of most of its text: the rules of a turned
+        # table make no upright one, an upright table's turned headings no turned one
+        found += [t for t in tables if _mostly_read(t, layout, direction)]
+    found.sort(key=lambda t: (t[0], t[1]))
+    frame = geometry.Frame(*layout.frame)
+    return [_placed(grid, cells, frame) for _, _, grid, cells in found]
+
+
+@dataclass(frozen=True)
+class _Turn:
+    """The page as displayed (``width`` x ``height`` points) turned a quarter so that
+    text turned the other way reads upright: ``DOWN`` text (baseline running down the
+    page) with the page turned counter-clockwise, ``UP`` text with it turned clockwise."""
+
+    DOWN: ClassVar[int] = 90
+    UP: ClassVar[int] = 270
+
+    text: int
+    width: float
+    height: float
+
+    def box(self, x0: float, top: float, x1: float, bottom: float) -> Box:
+        """A box on the page as displayed, on the turned page."""
+        if self.text == _Turn.DOWN:
+            return top, self.width - x1, bottom, self.width - x0
+        return self.height - bottom, x0, self.height - top, x1
+
+    def back(self, x0: float, top: float, x1: float, bottom: float) -> Box:
+        """A box on the turned page, on the page as displayed."""
+        if self.text == _Turn.DOWN:
+            return self.width - bottom, x0, self.width - top, x1
+        return top, self.height - x1, bottom, self.height - x0
+
+    def layout(self, page: PageLayout, chars: Sequence[Char]) -> PageLayout:
+        """``chars`` and ``page``'s rules and marks on the turned page."""
+        turned = PageLayout(self.height, self.width, has_text=True)
+        turned.chars = [Char(*self.box(c.x0, c.top, c.x1, c.bottom), c.text, c.size) for c in chars]
+        turned.rules = [Rule(*self.box(r.x0, r.top, r.x1, r.bottom)) for r in page.rules]
+        turned.marks = [self.box(x, y, x, y)[:2] for x, y in page.marks]
+        return turned
+
+
+def _turned(layout: PageLayout, turn: _Turn, chars: Sequence[Char]) -> list[Found]:
+    """The tables of the text of one quarter turn, read with the page turned so that it
+    is upright, cells placed back on the page as displayed."""
+    out: list[Found] = []
+    for _, _, grid, cells in _upright(turn.layout(layout, chars)):
+        placed = [
+            replace(cell, bbox=turn.back(*cell.bbox) if cell.bbox is not None else None)
+            for cell in cells
+        ]
+        box = geometry.enclosing(cell.bbox for cell in placed)
+        if box is not None:
+            out.append((box[1], box[0], grid, placed))
+    return out
+
+
+def _mostly_read(table: Found, layout: PageLayout, direction: int) -> bool:
+    """Whether the characters of ``direction`` (0: ``layout.chars``, 1: ``down``, 2: ``up``)
+    that the table was read from are at least half of the characters in its box."""
+    if not (layout.down or layout.up):
+        return True
+    box = geometry.enclosing(cell.bbox for cell in table[3])
+    if box is None:
+        return True
+    x0, top, x1, bottom = box
+
+    def inside(chars: Sequence[Char]) -> int:
+        return sum(
+            x0 <= (c.x0 + c.x1) / 2 <= x1 and top <= (c.top + c.bottom) / 2 <= bottom for c in chars
+        )
+
+    counts = [inside(layout.chars), inside(layout.down), inside(layout.up)]
+    return 2 * counts[direction] >= sum(counts)
+
+
+def _upright(layout: PageLayout) -> list[Found]:
+    """The tables of ``layout``'s upright characters, boxes in points."""
     if not layout.chars:
         return []
     lines = _lines(layout.chars)
-    found: list[tuple[float, float, Grid, Sequence[Cell]]] = []
+    found: list[Found] = []
     taken: list[_Region] = []
 
     across = _merge((r for r in layout.rules if r.horizontal), True)
@@ -870,9 +962,7 @@ def page_tables(layout: PageLayout) -> list[Table]:
         unruled(_lines(left))
         unruled(_lines(right))
         unruled(spanning)
-    found.sort(key=lambda t: (t[0], t[1]))
-    frame = geometry.Frame(*layout.frame)
-    return [_placed(grid, cells, frame) for _, _, grid, cells in found]
+    return found
 
 
 def _placed(grid: Grid, cells: Sequence[Cell], frame: geometry.Frame) -> Table:
@@ -882,7 +972,18 @@ def _placed(grid: Grid, cells: Sequence[Cell], frame: geometry.Frame) -> Table:
         replace(cell, bbox=frame.box(*cell.bbox) if cell.bbox is not None else None)
         for cell in cells
     )
-    return Table(0, grid, None, geometry.enclosing(c.bbox for c in placed), placed)
+    return Table(0, _logical(grid), None, geometry.enclosing(c.bbox for c in placed), placed)
+
+
+def _logical(grid: Grid) -> Grid:
+    """``grid`` with the text of right-to-left cells in logical order (``relay.extract.bidi``:
+    read left to right, a line of Arabic comes out reversed); the columns stay as on the
+    page, left to right."""
+    texts = [cell for row in grid for cell in row if cell]
+    if not any(bidi.has_rtl(text) for text in texts):
+        return grid
+    rtl = bidi.mostly_rtl(texts)
+    return [[bidi.logical(cell, rtl) if cell else cell for cell in row] for row in grid]
 
 
 def _gutter(lines: Sequence[_Line], width: float) -> float | None:
