@@ -86,6 +86,12 @@ _BULLET = re.compile(r"[^\w\s]{1,2}")
 _MARKER = re.compile(r"[^\w\s]{1,2}|\(?(?:\d{1,3}[.)])+|\(?[A-Za-z][.)]|\(?[ivxIVX]{1,5}[.)]")
 # Columns whose cells have at least this many words (the median) are text, not cells.
 _PROSE_COLUMN_WORDS = 4
+# A table's heading block: at most this many lines above its first line of figures.
+_HEADING_LINES = 3
+# A figure (a number, signs and separators, a percent) and a year (or a span of years):
+# headings are words and years, a body's cells figures.
+_FIGURE = re.compile(r"[-+\u2212(]?\d[\d.,\s]*%?\)?")
+_YEAR = re.compile(r"(19|20)\d\d([-/\u2013]\d{2,4})?")
 # Fewer characters turned one way than this make no table (two rows of two cells at least).
 _MIN_TURNED = 4
 
@@ -575,10 +581,30 @@ def _tabular(line: _Line) -> bool:
     return len(line.chunks) >= 2 and long < 2
 
 
+def _figures(line: _Line) -> bool:
+    """Whether a chunk of ``line`` after its first is a figure (a number, not a year)."""
+    return any(_FIGURE.fullmatch(c.text) and not _YEAR.fullmatch(c.text) for c in line.chunks[1:])
+
+
+def _heading_lines(block: Sequence[_Line]) -> int:
+    """How many lines at the top of ``block`` are its heading block: the lines above its
+    first line of figures, when they are at most ``_HEADING_LINES`` and two lines of
+    figures at least follow (else 0)."""
+    first = next((k for k, line in enumerate(block) if _figures(line)), None)
+    if first is None or first > _HEADING_LINES:
+        return 0
+    return first if sum(_figures(line) for line in block[first:]) >= 2 else 0
+
+
 def _strips(block: Sequence[_Line]) -> list[tuple[float, float]]:
-    """The white strips that run down through the multi-chunk lines of ``block``: x
-    intervals crossed by the chunks of few of them (a heading over columns may cross)."""
-    multi = [line for line in block if len(line.chunks) >= 2]
+    """The white strips that run down through the multi-chunk lines of ``block``'s body
+    (below its heading block, ``_heading_lines``: a heading over two columns, or
+    headings set apart from their figures, cross them): x intervals crossed by the
+    chunks of few of them (a heading over columns may cross)."""
+    heading = _heading_lines(block)
+    multi = [line for line in block[heading:] if len(line.chunks) >= 2]
+    if len(multi) < 2:
+        heading, multi = 0, [line for line in block if len(line.chunks) >= 2]
     x0 = min(line.x0 for line in block)
     x1 = max(line.x1 for line in block)
     allowed = len(multi) // 8
@@ -598,7 +624,21 @@ def _strips(block: Sequence[_Line]) -> list[tuple[float, float]]:
             if x - white_from > 0.5 and x0 < (white_from + x) / 2 < x1:
                 strips.append((white_from, x))
             white_from = None
-    return strips
+    return [_narrowed(strip, block[:heading]) for strip in strips]
+
+
+def _narrowed(strip: tuple[float, float], heading: Sequence[_Line]) -> tuple[float, float]:
+    """``strip`` less what the heading lines' chunks cover of either of its sides (a
+    heading over a column that starts further out than its figures), so that the cut
+    in its middle parts the headings too; as it was when nothing would be left."""
+    a, b = strip
+    for line in heading:
+        for chunk in line.chunks:
+            if chunk.x0 <= a < chunk.x1 < b:
+                a = chunk.x1
+            elif a < chunk.x0 < b <= chunk.x1:
+                b = chunk.x0
+    return (a, b) if b - a > 0.5 else strip
 
 
 def _columns(block: Sequence[_Line]) -> list[float]:
@@ -638,8 +678,11 @@ def _cut(block: list[_Line]) -> tuple[list[_Line], list[_Line]] | None:
         if sum(len(ln.chunks) >= 2 for ln in lower) < 2:
             continue
         apart = title.top - block[k - 1].bottom > max(2 * usual, usual + title.height / 2)
-        if apart or not _aligned(_strips(upper), _strips(lower)):
+        if apart:
             return upper, lower
+        heading = len(upper) <= _HEADING_LINES and not any(map(_figures, upper))
+        if not heading and not _aligned(_strips(upper), _strips(lower)):
+            return upper, lower  # a heading block's columns are not its figures' columns
     return None
 
 
