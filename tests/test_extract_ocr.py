@@ -224,3 +224,32 @@ def test_words_on_a_scan_keep_their_spaces(size: int) -> None:
     content = encode(image, "PDF", resolution=200.0)
     result = extract_document(content, filename="scan.pdf", content_type="", fields=[])
     assert [t.rows for t in result.tables] == [WORDS]
+
+
+def test_a_heading_block_set_apart_from_its_body_stays_with_it() -> None:
+    """Headings over pairs of columns and a line of sub-headings, then white (four lines'
+    worth) before the figures: the page's text makes two runs, the headings' and the
+    body's; one table comes back, the headings over the body's columns."""
+    image = Image.new("RGB", (1100, 400), "white")
+    draw = ImageDraw.Draw(image)
+    font = ImageFont.truetype(font_path(), 24)
+    xs = [40, 330, 470, 640, 800]
+    heading = ["Country", "2010", "2020", "2010", "2020"]
+    body = [
+        ["Austria", "8.4", "8.9", "83,879", "83,871"],
+        ["Belgium", "10.9", "11.6", "30,528", "30,530"],
+        ["Cyprus", "0.8", "0.9", "9,251", "9,250"],
+        ["Denmark", "5.5", "5.9", "43,094", "43,100"],
+    ]
+    draw.text((350, 40), "Population (millions)", fill="black", font=font)
+    draw.text((660, 40), "Area (km2)", fill="black", font=font)
+    for x, text in zip(xs, heading, strict=True):
+        draw.text((x, 80), text, fill="black", font=font)
+    for i, row in enumerate(body):
+        for x, text in zip(xs, row, strict=True):
+            draw.text((x, 200 + 40 * i), text, fill="black", font=font)
+    (table,) = read_tables(image)
+    assert table.rows[1:] == [heading, *body]
+    assert [cell for cell in table.rows[0] if cell] == ["Population (millions)", "Area (km2)"]
+    assert table.rows[0][3] == "Area (km2)"
+    assert table.confidence is not None and len(table.confidence) == len(table.rows)

@@ -37,7 +37,7 @@ from relay.extract.result import Box, Cell, Confidence, Grid, Table
 __all__ = ["joined"]
 
 _MAX_ROWS = 3
-_MAX_GAP = 1.5
+_MAX_GAP = 3.0
 # A figure: a number (signs, separators, a percent) that is not a year or a span of them.
 _FIGURE = re.compile(r"[-+\u2212(]?[\d][\d.,\s]*%?\)?")
 _YEAR = re.compile(r"(19|20)\d\d([-/\u2013]\d{2,4})?")

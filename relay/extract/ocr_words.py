@@ -135,16 +135,21 @@ def with_spaces(
 def spaced_text(ink: NDArray[np.bool_], corners: Any, text: str, placed: Sequence[Any]) -> str:
     """``text`` as ``with_spaces`` gives it, from what rapidocr returns for a line with
     ``return_word_box=True`` after its box, text and score (``placed``: a box per character,
-    the characters, their scores); ``text`` as read when that is missing or does not
-    match the text."""
+    the characters, their scores), or as read when that is missing or does not match the
+    text; either way one space between words (the recogniser reads a wide gap as two)."""
+    return " ".join((_placed_text(ink, corners, text, placed) or text).split())
+
+
+def _placed_text(
+    ink: NDArray[np.bool_], corners: Any, text: str, placed: Sequence[Any]
+) -> str | None:
     if len(placed) < 2:
-        return text
+        return None
     boxes, chars = placed[0], placed[1]
+    if not isinstance(chars, list) or "".join(map(str, chars)) != text:
+        return None
     try:
         centres = [sum(float(p[0]) for p in box) / len(box) for box in boxes]
     except (TypeError, ValueError, ZeroDivisionError, IndexError):
-        return text
-    if not isinstance(chars, list) or "".join(map(str, chars)) != text:
-        return text
-    spaced = with_spaces(ink, corners, [str(ch) for ch in chars], centres)
-    return text if spaced is None else spaced
+        return None
+    return with_spaces(ink, corners, [str(ch) for ch in chars], centres)

@@ -21,7 +21,9 @@ in points that say when two drawn rules meet.
    (with at most a line or two of single chunks among them: a wrapped cell, a spanning
    heading) are table candidates; a title standing apart, or columns that stop lining up,
    part two candidates. Columns are the vertical strips of white (or dot leaders) that run
-   through the candidate's lines; a chunk that crosses a strip (a heading over several
+   through the candidate's lines (its body's lines: the few lines of words above its
+   first line of figures are its heading block, whose headings may cross them, a strip
+   narrowed to leave them whole); a chunk that crosses a strip (a heading over several
    columns) stays whole at its first column. Rows are text lines, those overlapping one
    another (figures set midway beside a two-line label) joined, a lower-case or later-column
    continuation joined to its cell; where rules run across the candidate (a partly ruled
@@ -31,6 +33,14 @@ in points that say when two drawn rules meet.
    first column of markers), one-column boxes, charts (a grid under a fifth filled, or
    text among curves and slanted strokes). A table needs two columns and two rows of at
    least two cells.
+5. **Turned text.** The characters turned a quarter on the page as displayed (either way:
+   ``PageLayout.down``, ``PageLayout.up``) are read as above with the page turned so that
+   they stand upright, with the page's rules; their tables' boxes are turned back onto
+   the page as displayed. A table is kept only when the characters it was read from are
+   at least half of those in its box (the turned headings of an upright table make no
+   table of their own, the rules of a turned table no upright one).
+6. **Right to left.** A table with Arabic or Hebrew text has each cell's lines put in
+   logical order (``relay.extract.bidi``); its columns stay left to right as on the page.
 """
 
 from __future__ import annotations

@@ -20,9 +20,10 @@ from relay.devtools.drawn_tables import font_path
 from relay.devtools.sample_documents import pdf_page, table_ops
 from relay.devtools.unicode_pdf import FontPage, TrueType, shape_arabic, unicode_pdf
 from relay.extract import extract_document
+from relay.extract.headings import joined
 from relay.extract.pdf_layout import read_pdfium, read_plumber
 from relay.extract.pdf_tables import page_tables
-from relay.extract.result import Table
+from relay.extract.result import Cell, Table
 
 ROWS = [
     ["Region", "Units sold", "Price"],
@@ -187,3 +188,73 @@ def test_an_arabic_table_is_read_in_logical_order(ruled: bool, letters: bool) ->
     assert result.line_items[0] == dict(zip(ARABIC_READ[0], ARABIC_READ[1], strict=True))
     fast, careful = _both_readers(content)
     assert [t.rows for t in fast] == [t.rows for t in careful] == [ARABIC_READ]
+
+
+# --- a heading block --------------------------------------------------------------------
+
+HEADED: list[list[str | None]] = [
+    ["", "Population (millions)", None, "Area (km2)", ""],
+    ["Country", "2010", "2020", "2010", "2020"],
+    ["Austria", "8.4", "8.9", "83,879", "83,871"],
+    ["Belgium", "10.9", "11.6", "30,528", "30,530"],
+    ["Cyprus", "0.8", "0.9", "9,251", "9,250"],
+]
+
+
+def _text_at(x: float, top: float, text: str) -> str:
+    return f"BT /F1 10 Tf {x} {792 - top - 10} Td ({text}) Tj ET"
+
+
+@pytest.mark.parametrize("between", [None, "Europe"], ids=["under", "group-line-between"])
+def test_a_heading_block_stays_with_its_table(between: str | None) -> None:
+    """Headings over pairs of columns, a line of sub-headings set over the figures' left
+    edges (not their columns' white), then the body, and maybe a group label between:
+    one table, the headings over the body's columns (a heading over two spans them)."""
+    xs = [72.0, 200.0, 270.0, 360.0, 430.0]
+    ops = [_text_at(215, 100, "Population (millions)"), _text_at(370, 100, "Area (km2)")]
+    ops += [_text_at(x - 6, 116, text or "") for x, text in zip(xs, HEADED[1], strict=True)]
+    top = 140.0
+    if between is not None:
+        ops.append(_text_at(72, 134, between))
+        top = 152.0
+    for i, row in enumerate(HEADED[2:]):
+        ops += [_text_at(x, top + 16 * i, text or "") for x, text in zip(xs, row, strict=True)]
+    content = pdf_page("\n".join(ops))
+    result = extract_document(content, filename="t.pdf", content_type="", fields=[])
+    group: list[list[str | None]] = [[between, "", "", "", ""]] if between else []
+    expected = HEADED[:2] + group + HEADED[2:]
+    assert [t.rows for t in result.tables] == [expected]
+    (table,) = result.tables
+    spans = {(c.row, c.col): (c.row_span, c.col_span) for c in table.grid_cells()}
+    assert spans[(0, 1)] == (1, 2)  # "Population (millions)" over the two 2010/2020 columns
+    assert spans[(0, 3)] == (1, 1)  # "Area (km2)" starts over its first column only
+
+
+def _table(rows: list[list[str | None]], top: float, xs: list[float], pitch: float) -> Table:
+    """A table whose row ``i`` runs from ``top + i * pitch``, its columns between ``xs``."""
+    cells = tuple(
+        Cell(i, j, 1, 1, (xs[j], top + i * pitch, xs[j + 1], top + (i + 1) * pitch))
+        for i in range(len(rows))
+        for j in range(len(rows[0]))
+    )
+    box = (xs[0], top, xs[-1], top + len(rows) * pitch)
+    return Table(1, rows, None, box, cells)
+
+
+def test_only_a_heading_block_is_joined_to_the_table_under_it() -> None:
+    """Joined: headings (words, years) close above a table, over its columns. Kept
+    apart: a table of figures above another, headings far above, headings whose cells
+    fall two in one column."""
+    xs = [0.1, 0.3, 0.5, 0.7]
+    body = _table(
+        [["North", "12", "4.5"], ["South", "7", "9.25"], ["East", "3", "1.0"]], 0.3, xs, 0.02
+    )
+    heading = _table([["Region", "2019", "2020"]], 0.27, xs, 0.02)
+    (one,) = joined([heading, body])
+    assert one.rows == [["Region", "2019", "2020"], *body.rows]
+    assert one.bbox == (0.1, 0.27, 0.7, 0.36)
+    figures = _table([["West", "5", "2.0"]], 0.27, xs, 0.02)
+    far = _table([["Region", "2019", "2020"]], 0.1, xs, 0.02)
+    crowded = _table([["Region", "2019", "2020"]], 0.27, [0.1, 0.3, 0.35, 0.7], 0.02)
+    for upper in (figures, far, crowded):
+        assert joined([upper, body]) == [upper, body]
