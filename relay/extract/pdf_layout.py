@@ -319,7 +319,6 @@ def read_pdfium(page: Any) -> PageLayout:
     try:
         rect = raw.FS_RECTF()
         chars = layout.chars
-        upright = math.radians(_UPRIGHT)
         handle = textpage.raw  # the bare handle: ctypes converts it without a lookup
         angle_of, box_of = raw.FPDFText_GetCharAngle, raw.FPDFText_GetLooseCharBox
         count = raw.FPDFText_CountChars(handle)
@@ -329,6 +328,7 @@ def read_pdfium(page: Any) -> PageLayout:
         buffer = (ctypes.c_ushort * (count + 1))()
         raw.FPDFText_GetText(handle, 0, max(count, 0), buffer)
         units = list(buffer)
+        upright = math.radians(_UPRIGHT)
         turned = math.radians(view.rotation)
         full = 2 * math.pi
         upright_page, flip = view.rotation == 0, view.h + view.bottom
@@ -343,11 +343,10 @@ def read_pdfium(page: Any) -> PageLayout:
                 code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
             # PDFium's angle is clockwise on the page before its /Rotate, also clockwise
             angle = (angle_of(handle, index) + turned) % full
-            quarter = 0 if angle <= upright or angle >= full - upright else None
-            if quarter is None:
-                quarter = _quarter(math.degrees(angle))
-                if quarter not in (90, 270):
-                    continue  # upside down or slanted: stamps, a chart's labels
+            upright_char = angle <= upright or angle >= full - upright  # the common case
+            quarter = 0 if upright_char else _quarter(math.degrees(angle))
+            if quarter not in (0, 90, 270):
+                continue  # upside down or slanted: stamps, a chart's labels
             if not box_of(handle, index, rect):
                 continue
             if upright_page:  # the common case, without the general transform
