@@ -1,11 +1,12 @@
-"""A table's heading block kept with its body, where a page reader parted them.
+"""A table's heading block kept with its body, where the OCR's reader parted them.
 
-A reader that finds tables from where the text is can part a table's heading block (a
-line or a few of column headings, a heading over several columns) from its body: the
-heading lines do not line up with the body's columns (a heading over two of them), or a
-line between stopped the run. Two tables come back, one above the other, the first a
-few rows of headings. ``joined`` puts such a pair back together, from the tables' cells
-and boxes alone (``relay.extract.result``: fractions of the page), for any reader.
+``relay.extract.ocr`` finds a page's tables from where its text is: a heading block (a
+line or a few of column headings, a heading over several columns) set apart from its body
+by a few lines of white, or by lines that are no row, comes back as a table of its own
+above it. ``joined`` puts such a pair back together, from the tables' cells and boxes
+alone (``relay.extract.result``: fractions of the page). A PDF's text layer needs none of
+it: its finder reads a heading block with its body (``relay.extract.pdf_tables``), and a
+ruled box above a table is a box of its own there, not the table's headings.
 
 A table ``upper`` is the heading block of the table ``lower`` that follows it on the page
 when:

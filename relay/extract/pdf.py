@@ -55,7 +55,6 @@ from pdfminer.pdfpage import PDFPage
 
 from relay.extract.bounds import DEFAULT_MAX_PAGES, plan_pages, too_many_pages
 from relay.extract.errors import ExtractionError, shorten
-from relay.extract.headings import joined
 from relay.extract.pages import PageRanges
 from relay.extract.pdf_layout import PageLayout, read_pdfium, read_plumber
 from relay.extract.pdf_tables import page_tables
@@ -229,7 +228,7 @@ def _page_tables(page: Any, document: Any, number: int, max_pixels: int) -> list
     if not layout.has_text:
         return _as_tables(number, _ocr_page(page, max_pixels, number))
     found = (clean(replace(table, page=number)) for table in page_tables(layout))
-    return joined([table for table in found if table is not None])
+    return [table for table in found if table is not None]
 
 
 def without_leading_single_rows(tables: list[Table]) -> list[Table]:
