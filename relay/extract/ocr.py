@@ -18,7 +18,8 @@ A page goes through:
    read "1Z00 F 00").
 3. **Where the tables are**, from the text alone (ruled or not): lines are grouped into rows
    by their vertical overlap; a row is *tabular* when it has two or more pieces of text
-   separated by a gap wider than about a character's height, none of them a run of prose.
+   separated by a gap wider than about a character's height, none of them a run of prose
+   (more than 60 characters or 7 words) but a long label beside figures or marks.
    A table is a run of rows, most of them tabular, with no paragraph-sized gap or line of
    prose in it; a lone tabular row is no table. One caption-like short line right above it
    (a spanning heading) belongs to it; a lone line of more than 40 characters (a caption,
@@ -51,7 +52,9 @@ from typing import TYPE_CHECKING
 
 from relay.extract.errors import ExtractionError
 from relay.extract.geometry import Frame, enclosing, keep, rectangles
+from relay.extract.headings import joined
 from relay.extract.ocr_boxes import Rules, place
+from relay.extract.ocr_words import spaced_text
 from relay.extract.result import Box, Cell, Confidence, Grid, Table
 
 if TYPE_CHECKING:  # numpy, Pillow and the models are imported when a page arrives
@@ -65,8 +68,15 @@ __all__ = ["read_tables"]
 _INK_LEVEL = 128
 # A page with fewer ink pixels than this is blank (specks of dust, a stray dot).
 _MIN_INK_PIXELS = 30
-# A piece of text longer than this is prose, not a cell (cells are labels and figures)...
+# A piece of text of more characters than this (spaces aside) is prose, not a cell (cells
+# are labels and figures)...
 _MAX_CELL_CHARS = 60
+# ... and so is a piece of more words than this (once the recogniser's dropped spaces are
+# back, ``relay.extract.ocr_words``)...
+_MAX_CELL_WORDS = 7
+# ... unless it is the first on its row and the others are figures or marks (of at most
+# this many characters) beside it: a long label...
+_MARK_CHARS = 2
 # ... and a line standing alone on its row longer than this is a sentence (a caption, a
 # note, a paragraph): it ends a table and is no heading of one.
 _MAX_LONE_CHARS = 40
@@ -205,10 +215,12 @@ def _lines(models: _Models, bgr: NDArray[np.uint8]) -> list[_Line]:
     """Every text line on the page (step 2 of the module docstring)."""
     import numpy as np
 
-    found, _ = models.ocr(bgr, use_cls=False)
+    found, _ = models.ocr(bgr, use_cls=False, return_word_box=True)
+    ink = bgr[:, :, 0] < _INK_LEVEL
     lines = []
-    for box, text, score in found or []:
+    for box, text, score, *placed in found or []:
         points = np.asarray(box, dtype=np.float64)
+        text = spaced_text(ink, points, str(text), placed)  # the spaces it left out
         if not str(text).strip():
             continue
         x1, y1 = float(points[:, 0].min()), float(points[:, 1].min())
@@ -233,14 +245,29 @@ def _rows(lines: Sequence[_Line]) -> list[_Row]:
     return rows
 
 
+def _letters(text: str) -> int:
+    """How many characters ``text`` has besides spaces (which the recogniser keeps on some
+    lines and not on others: what a line is must not depend on them)."""
+    return len(text) - text.count(" ")
+
+
 def _is_prose(line: _Line, limit: int = _MAX_CELL_CHARS) -> bool:
-    return len(line.text) > limit
+    return _letters(line.text) > limit or len(line.text.split()) > _MAX_CELL_WORDS
+
+
+def _short(line: _Line) -> bool:
+    """Whether ``line`` is a figure or a mark (a cell beside a long label)."""
+    return any(ch.isdigit() for ch in line.text) or _letters(line.text) <= _MARK_CHARS
 
 
 def _tabular(row: _Row, height: float) -> bool:
-    """Two or more pieces of text, apart, none of them prose."""
+    """Two or more pieces of text, apart, none of them prose but the first when all the
+    others are figures or marks (a long label beside its figures is a row; a caption
+    after its "Table 9:", or justified prose, is not)."""
     lines = row.lines
-    if len(lines) < 2 or any(_is_prose(line) for line in lines):
+    if len(lines) < 2 or any(_is_prose(line) for line in lines[1:]):
+        return False
+    if _is_prose(lines[0]) and not all(_short(line) for line in lines[1:]):
         return False
     gaps = [b.x1 - a.x2 for a, b in itertools.pairwise(lines)]
     return max(gaps) > _CELL_GAP * height
@@ -544,4 +571,4 @@ def read_tables(page: Image, number: int = 1) -> list[Table]:
     """The tables on ``page`` (any Pillow image), top to bottom, as ``Table`` records of
     page ``number`` with a confidence per cell; ``[]`` when there is none."""
     with _memory_errors():
-        return _read(page, number)
+        return joined(_read(page, number))  # a heading block parted from its table
