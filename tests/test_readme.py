@@ -105,7 +105,7 @@ def test_fields_keep_exactly_those_keys_and_fill_missing_with_null() -> None:
 
 def test_csv_values_are_strings_and_json_values_keep_their_types() -> None:
     section = _section("Values and `fields`.")
-    assert "CSV, TSV, PDF and image values are strings" in section
+    assert "CSV, TSV, PDF, image and office values are strings" in section
     assert "JSON values keep their JSON types" in section
     csv = extract(
         b"sku,qty,code\nA-1,2,007\n", filename="a.csv", content_type="text/csv", fields=[]
