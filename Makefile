@@ -109,7 +109,7 @@ test: venv redis sentinel ocr chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal --durations=25
 
 lint: venv
 	$(BIN)/ruff check .

@@ -35,6 +35,7 @@ BENCHMARKS = (
     "heavy",
     "cluster",
     "exports",
+    "document_events",
 )
 # Valid names that the default run (no NAME) leaves out: ``tables`` makes venvs for its peers
 # (from the package index on first use) and takes tens of minutes over its three corpora.

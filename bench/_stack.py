@@ -40,6 +40,24 @@ def wait_http(url: str, timeout: float = 20, proc: Proc | None = None) -> None:
     wait_until(up, timeout, 0.05, f"{url} did not answer")
 
 
+def _for_checkout(env: dict[str, str], source: Path) -> dict[str, str]:
+    """``env`` for relay processes run from the checkout ``source``: its code first on
+    ``PYTHONPATH``, without the ``RELAY_*`` settings it does not know."""
+    example = source / ".env.example"
+    if not (source / "relay" / "__init__.py").is_file() or not example.is_file():
+        raise BenchError(f"{source} is not a relay checkout (no relay/ or .env.example)")
+    known = {
+        line.split("=", 1)[0]
+        for line in example.read_text().splitlines()
+        if line.startswith("RELAY_") and "=" in line
+    }
+    # Set by relay_env for every process, not listed in .env.example.
+    known |= {"RELAY_REDIS_URL", "RELAY_ENCRYPTION_KEY"}
+    out = {k: v for k, v in env.items() if not k.startswith("RELAY_") or k in known}
+    out["PYTHONPATH"] = str(source.resolve())
+    return out
+
+
 @dataclass
 class Started:
     """What ``Stack.start`` started, and the API key it made."""
@@ -64,6 +82,10 @@ class Stack:
     # RQ's queues on a Redis of their own (RELAY_QUEUE_REDIS_URL), as beside a Cluster.
     separate_queues: bool = False
     queue_server: RedisServer | None = None
+    # Another checkout whose relay the processes run (e.g. the commit before a change, as a
+    # baseline in the same run): its code on PYTHONPATH, and only the RELAY_* settings it
+    # knows (the names in its .env.example; relay refuses unknown ones at start).
+    source: Path | None = None
 
     def __post_init__(self) -> None:
         self.redis_server = RedisServer(self.tmp / "redis", appendonly=self.appendonly)
@@ -82,6 +104,8 @@ class Stack:
             self.queue_server.start()
             settings["RELAY_QUEUE_REDIS_URL"] = self.queue_server.url
         self.env = relay_env(self.redis_server.url, {**settings, **self.settings})
+        if self.source is not None:
+            self.env = _for_checkout(self.env, self.source)
         self.redis = redis.Redis.from_url(self.redis_server.url)
         # RQ's Redis: where the workers register.
         self.rq = (

@@ -7,7 +7,7 @@ arrival time (``time.time()`` once the whole body is in) and its exact body.
 - ``GET /_count``: ``{"count": N}``, the POSTs received since the last reset;
 - ``GET /_wait?n=N&timeout=S``: the same, answered once N POSTs are in (or after S seconds),
   so a benchmark can wait without polling;
-- ``GET /_records``: ``[{"at", "webhook_id", "batch_name", "completed_at"}, ...]``;
+- ``GET /_records``: ``[{"at", "webhook_id", "type", "batch_name", "completed_at"}, ...]``;
 - ``POST /_reset``: forget everything.
 
 At most ``MAX_RECORDS`` requests are kept (the count goes on).
@@ -49,13 +49,15 @@ def _records_json() -> bytes:
     out = []
     for at, webhook_id, body in _records:
         try:
-            data = json.loads(body).get("data", {})
+            event = json.loads(body)
         except ValueError:
-            data = {}
+            event = {}
+        data = event.get("data", {})
         out.append(
             {
                 "at": at,
                 "webhook_id": webhook_id,
+                "type": event.get("type"),
                 "batch_name": data.get("batch_name"),
                 "completed_at": data.get("completed_at"),
             }

@@ -16,9 +16,14 @@ own:
               for it.
 
 Then, on fresh stacks: the same with RQ's queues on a Redis of their own; a run recorded and
-replayed at full speed (``bench/_replay.py``); and ``SPACED_BATCHES`` batches processed one
+replayed at full speed (``bench/_replay.py``); ``SPACED_BATCHES`` batches processed one
 after another, ``SPACED_GAP_S`` apart, with ``RELAY_PROCESS_LINGER`` off and on (a steady
-trickle, where a processing job that ends when it runs out of documents is a job a batch).
+trickle, where a processing job that ends when it runs out of documents is a job a batch);
+and the same documents uploaded ``FILES`` (1, 10, 100) files a request (``POST /documents``
+with several ``file`` parts; batches of ``max(PER_BATCH, files)`` documents), each on a fresh
+stack, beside the baseline checkout named by ``RELAY_BENCH_BASELINE`` (a path; its relay at
+one file a request, the only way it uploads), in ``FILES_ROUNDS`` rounds that alternate the
+two trees (the second in the reverse order), so a change of the machine's load falls on both.
 
 relay's processes keep talking to Redis while idle (the detector's blocking read, the
 sweepers, the delivery engine's once-a-second look for due work), so the bench first measures
@@ -33,11 +38,14 @@ run's.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import httpx
@@ -63,6 +71,11 @@ ROUND_TRIPS = 5000  # PINGs to measure what one round trip costs Redis
 CLIENTS = int(os.environ.get("RELAY_BENCH_CLIENTS", "8"))
 # Every run's relay: the retry phase's calls must not be refused by the account's window.
 SETTINGS = {"RELAY_ACCOUNT_RETRY_RATE_LIMIT": "1000000/minute"}
+# Files a request in the files-a-request runs, and how many rounds of them.
+FILES = (1, 10, 100)
+FILES_ROUNDS = 2
+# The checkout to run as the baseline of those runs (e.g. the commit before the change).
+BASELINE = os.environ.get("RELAY_BENCH_BASELINE", "")
 
 # The baseline printed beside each run: this bench on v0.2 (commit 75eae6a). CPU figures
 # move with the machine's load, so a change is compared with a run of the code before it on
@@ -136,7 +149,10 @@ def _client(stack: Stack, key: str) -> httpx.Client:
     )
 
 
-def _upload_all(http: httpx.Client, names: list[str]) -> None:
+def _upload_all(
+    http: httpx.Client, names: list[str], per_batch: int = PER_BATCH, files: int = 1
+) -> None:
+    """``per_batch`` documents into each batch, ``files`` a request."""
     _parallel(
         http,
         [
@@ -144,12 +160,15 @@ def _upload_all(http: httpx.Client, names: list[str]) -> None:
                 "POST",
                 "/api/v1/documents",
                 {
-                    "files": {"file": (f"doc-{i}.csv", CSV_DOC, "text/csv")},
+                    "files": [
+                        ("file", (f"doc-{i}.csv", CSV_DOC, "text/csv"))
+                        for i in range(first, min(first + files, per_batch))
+                    ],
                     "data": {"batch_name": n},
                 },
             )
             for n in names
-            for i in range(PER_BATCH)
+            for first in range(0, per_batch, files)
         ],
     )
 
@@ -181,11 +200,19 @@ class _Running(NamedTuple):
 
 @contextlib.contextmanager
 def _running(
-    settings: dict[str, str], batches: int, prefix: str, *, separate_queues: bool = False
+    settings: dict[str, str],
+    batches: int,
+    prefix: str,
+    *,
+    separate_queues: bool = False,
+    source: Path | None = None,
 ) -> Iterator[_Running]:
     """A stack (AOF everysec, one worker) with a receiver and the bench's client, closed
-    after; ``batches`` batch names starting with ``prefix``."""
-    with Stack(settings=settings, appendonly=True, separate_queues=separate_queues) as stack:
+    after; ``batches`` batch names starting with ``prefix``; ``source``: the checkout whose
+    relay it runs (None: this one)."""
+    with Stack(
+        settings=settings, appendonly=True, separate_queues=separate_queues, source=source
+    ) as stack:
         started = stack.start(workers=1)
         receiver = ReceiverProcess(stack.tmp, stack.env)
         http = _client(stack, started.key)
@@ -280,7 +307,110 @@ def run(quick: bool = False, profile: bool = False) -> Outcome:
         )
     )
     out.data["spaced"] = spaced
+    _files_a_request(quick, out)
     return out
+
+
+def _files_a_request(quick: bool, out: Outcome) -> None:
+    """The files-a-request runs (module docstring): their table, data and goal into ``out``."""
+    baseline = Path(BASELINE).resolve() if BASELINE else None
+    order: list[tuple[str, int, Path | None]] = [
+        (f"this tree, {f} a request", f, None) for f in FILES
+    ]
+    if baseline is not None:
+        order.insert(0, (f"baseline {_commit(baseline)}, 1 a request", 1, baseline))
+    runs: dict[str, list[dict[str, dict[str, float]]]] = {label: [] for label, _, _ in order}
+    for r in range(FILES_ROUNDS):
+        for label, files, source in order if r % 2 == 0 else order[::-1]:
+            progress(NAME, f"files a request, round {r + 1}: {label}")
+            runs[label].append(_files_run(quick, files, source))
+    mean = {
+        label: {
+            part: {k: round(sum(run[part][k] for run in got) / len(got), 2) for k in got[0][part]}
+            for part in got[0]
+        }
+        for label, got in runs.items()
+    }
+    out.tables.append(
+        table(
+            f"files a request ({FILES_ROUNDS} rounds alternating the trees, each run on a fresh "
+            "stack; batches of max(10, files) documents; per document, net of the idle rate; "
+            "CPU us of each round, then their mean)",
+            [
+                "run",
+                "upload commands",
+                "upload CPU us",
+                "rounds",
+                "upload round trips",
+                "document commands",
+                "document CPU us",
+            ],
+            [
+                [
+                    label,
+                    mean[label]["upload"]["commands"],
+                    mean[label]["upload"]["cpu_us"],
+                    " / ".join(f"{run['upload']['cpu_us']:g}" for run in runs[label]),
+                    mean[label]["upload"]["round_trips"],
+                    mean[label]["document"]["commands"],
+                    mean[label]["document"]["cpu_us"],
+                ]
+                for label in runs
+            ],
+        )
+    )
+    out.data["files_a_request"] = {"rounds": runs, "mean": mean, "baseline": str(baseline or "")}
+    ten = mean["this tree, 10 a request"]["upload"]["cpu_us"]
+    first = order[0][0]  # the baseline at one a request, else this tree's
+    against = mean[first]["upload"]["cpu_us"]
+    out.goal(
+        f"upload Redis CPU per document at 10 files a request vs {first}",
+        round(against / ten, 2) if ten else math.nan,
+        "x less",
+        ">= 3",
+        ten > 0 and against / ten >= 3,
+    )
+
+
+def _commit(tree: Path) -> str:
+    """The short commit a checkout is at ("?" when git cannot say)."""
+    done = subprocess.run(
+        ["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.stdout.strip() or "?"
+
+
+def _files_run(quick: bool, files: int, source: Path | None) -> dict[str, dict[str, float]]:
+    """Upload, register and process + notify on a fresh stack (``source``'s relay, or this
+    tree's), uploading ``files`` documents a request: per document, net of the idle rate,
+    the upload alone and the document from upload to notification."""
+    per_batch = max(PER_BATCH, files)
+    batches = max(1, (10 if quick else BATCHES) * PER_BATCH // per_batch)
+    with _running(SETTINGS, batches, "files", source=source) as run:
+        time.sleep(1.0)
+        idle = _measure(run.meter, "idle", lambda: time.sleep(1.0 if quick else IDLE_S))
+        upload = _measure(
+            run.meter, "upload", lambda: _upload_all(run.http, run.names, per_batch, files)
+        )
+        _register_all(run.http, run.names, run.receiver)
+        notify = _measure(
+            run.meter, "notify", lambda: _process_all(run.http, run.names, run.receiver)
+        )
+    docs = batches * per_batch
+    per: dict[str, dict[str, float]] = {}
+    for part, phases in (("upload", [upload]), ("document", [upload, notify])):
+        commands, cpu_s, reads, _ = (
+            sum(c) for c in zip(*(p.net(idle) for p in phases), strict=True)
+        )
+        per[part] = {
+            "commands": round(commands / docs, 1),
+            "cpu_us": round(cpu_s / docs * 1e6, 1),
+            "round_trips": round(reads / docs, 2),
+        }
+    return per
 
 
 def _spaced(quick: bool, linger: str) -> dict[str, float]:

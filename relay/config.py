@@ -11,12 +11,18 @@ One family of foreign variables is read too: OpenTelemetry's own ``OTEL_*``
 docs/deploy.md, "Tracing"). relay checks the few that decide whether and how it exports; the
 SDK reads the rest itself from the process environment, where :func:`export_otel` puts those
 that came from ``.env`` (the one documented exception to "read here and nowhere else").
+
+The AWS SDK reads its own too when ``RELAY_BLOB_URL`` is ``s3://`` (``relay.state.s3``):
+``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION``,
+``AWS_CA_BUNDLE`` and its config files, for what the ``RELAY_S3_*`` settings leave empty; relay
+neither reads nor checks them, and they must be in the process environment (not ``.env``).
 """
 
 from __future__ import annotations
 
 import hmac
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -128,6 +134,10 @@ def _sentinels(raw: str) -> tuple[tuple[str, int], ...]:
     return tuple(out)
 
 
+# RELAY_MAX_FILES_PER_UPLOAD's default, which the OpenAPI document states.
+DEFAULT_MAX_FILES_PER_UPLOAD = 100
+
+
 def _positive_at_most(most: int, note: str = "") -> Callable[[str], int]:
     """A parser of whole numbers from 1 to ``most``; ``note`` explains the bound's refusal."""
 
@@ -211,6 +221,47 @@ class RateLimit:
         if unit not in windows:
             raise ValueError("expected N/second, N/minute or N/hour")
         return cls(limit=_positive_int(count), window_ms=windows[unit])
+
+
+@dataclass(frozen=True)
+class BlobUrl:
+    """``RELAY_BLOB_URL``: where uploaded bytes wait for a worker. ``redis:`` (in Redis, the
+    batch's shard), ``file:///path`` (a directory every API and worker machine mounts at that
+    path), ``s3://bucket/prefix`` (S3-compatible object storage, ``relay.state.s3``); empty
+    (``kind`` "") leaves the choice to ``RELAY_BLOB_DIR``, its older spelling of ``file://``."""
+
+    text: str
+    kind: str = ""  # "redis", "dir", "s3", or "" when not set
+    directory: str = ""  # file://: the absolute path
+    bucket: str = ""  # s3://
+    prefix: str = ""  # s3://: the key prefix, "" or ending in "/"
+
+    @classmethod
+    def parse(cls, raw: str) -> BlobUrl:
+        text = raw.strip()
+        if not text:
+            return cls("")
+        scheme, sep, rest = text.partition(":")
+        scheme = scheme.lower()
+        if not sep:
+            raise ValueError("expected redis:, file:///absolute/path or s3://bucket[/prefix]")
+        if scheme == "redis" and rest in ("", "//"):
+            return cls(text, "redis")
+        if scheme == "file" and rest.startswith("///") and len(rest) > 3:
+            return cls(text, "dir", directory=rest[2:])
+        if scheme == "s3" and rest.startswith("//"):
+            bucket, _, prefix = rest[2:].partition("/")
+            if not _BUCKET.fullmatch(bucket):
+                raise ValueError(f"{bucket!r} is not an S3 bucket name (3-63 of a-z 0-9 . -)")
+            prefix = prefix.strip("/")
+            return cls(text, "s3", bucket=bucket, prefix=f"{prefix}/" if prefix else "")
+        raise ValueError("expected redis:, file:///absolute/path or s3://bucket[/prefix]")
+
+    def __str__(self) -> str:
+        return self.text
+
+
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 
 
 @dataclass(frozen=True)
@@ -367,7 +418,13 @@ class Settings:
     max_upload_bytes: int = setting(
         str(20 * 1024 * 1024),
         _positive_int,
-        "Largest upload (else 413)",
+        "Largest upload (else 413): one file, and the files of one request together",
+    )
+    max_files_per_upload: int = setting(
+        str(DEFAULT_MAX_FILES_PER_UPLOAD),
+        _positive_at_most(1000),
+        "Most file parts one POST /documents may carry (each a document), at most 1000; more"
+        " is 422 too_many_files, nothing made",
     )
     max_image_pixels: int = setting(
         "50000000",
@@ -423,7 +480,25 @@ class Settings:
     extract_max_depth: int = setting(
         "64",
         _positive_int,
-        "Deepest nesting of a JSON document's values (else too_deeply_nested)",
+        "Deepest nesting of a JSON document's values, or of an HTML page's tables inside"
+        " tables (else too_deeply_nested)",
+    )
+    extract_max_cells: int = setting(
+        "1000000",
+        _positive_int,
+        "Most table cells (grid positions, empty ones included) of an XLSX, DOCX or HTML"
+        " document, counted as they are read (else too_many_cells)",
+    )
+    extract_max_unzipped_bytes: int = setting(
+        str(256 * 1024 * 1024),
+        _positive_int,
+        "Most bytes the parts of an XLSX or DOCX may unpack to, as its ZIP directory declares"
+        " them, checked before anything is unpacked (else archive_too_large)",
+    )
+    extract_max_zip_entries: int = setting(
+        "10000",
+        _positive_int,
+        "Most parts (ZIP entries) of an XLSX or DOCX (else archive_too_large)",
     )
     metadata_max_keys: int = setting(
         "32",
@@ -437,10 +512,94 @@ class Settings:
         "Most bytes of a document's or batch's metadata as compact UTF-8 JSON, at most 4096"
         " (else 422 invalid_metadata)",
     )
+    blob_url: BlobUrl = setting(
+        "",
+        BlobUrl.parse,
+        "Where uploaded bytes wait and finished documents' sources are kept: redis: (in"
+        " Redis), file:///path (a directory shared by API and workers) or s3://bucket/prefix"
+        " (S3-compatible storage: RELAY_S3_*); empty = RELAY_BLOB_DIR's choice. See"
+        ' docs/deploy.md, "Where uploaded bytes wait"',
+    )
     blob_dir: str = setting(
         "",
         str,
-        "Keep uploaded bytes in this directory (shared by API and workers); empty = in Redis",
+        "The older spelling of RELAY_BLOB_URL=file:///path (empty with RELAY_BLOB_URL empty:"
+        " in Redis); beside RELAY_BLOB_URL=s3:// or redis: the directory is still read and"
+        " emptied for the documents whose bytes were written there",
+    )
+    blob_threads: int = setting(
+        "8",
+        _positive_at_most(256),
+        "Threads of an API process for blob-store calls (S3, the directory): uploads and page"
+        " images wait for one within RELAY_BLOB_TIMEOUT",
+    )
+    blob_timeout: float = setting(
+        "30",
+        _positive_float,
+        "Seconds an API request waits on the blob store in all (a free thread, the call and"
+        " its retries); past it 503 blob_store_unavailable and nothing is kept of the upload",
+    )
+    blob_wait: float = setting(
+        "10m",
+        parse_duration,
+        "How long a document whose bytes a worker cannot fetch (the blob store unreachable)"
+        " waits, tried again after 1 s, 2 s, ... up to 30 s apart, before it fails"
+        " blob_store_unavailable (s, m, h, d suffixes)",
+    )
+    s3_endpoint_url: str = setting(
+        "",
+        str,
+        "S3 API endpoint (https://..., or http:// for a local server); empty = the SDK's"
+        " AWS_ENDPOINT_URL, else AWS S3 of the region",
+    )
+    s3_region: str = setting(
+        "",
+        str,
+        "Region of the bucket; empty = the SDK's AWS_DEFAULT_REGION (or its config file)",
+    )
+    s3_access_key_id: str = setting(
+        "",
+        str,
+        "Access key id; empty (with RELAY_S3_SECRET_ACCESS_KEY empty) = the SDK's own chain:"
+        " AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, its files, an instance or pod role",
+    )
+    s3_secret_access_key: Secret = setting(
+        "",
+        Secret,
+        "Secret access key of RELAY_S3_ACCESS_KEY_ID (never printed)",
+    )
+    s3_verify_tls: bool = setting(
+        "true",
+        _bool,
+        "Check the endpoint's TLS certificate (false only for a test server on a closed network)",
+    )
+    s3_ca_bundle: str = setting(
+        "",
+        str,
+        "PEM file of the CAs that sign the endpoint's certificate; empty = the SDK's own"
+        " (AWS_CA_BUNDLE, else certifi's)",
+    )
+    s3_path_style: bool = setting(
+        "false",
+        _bool,
+        "Address the bucket in the path (endpoint/bucket/key), as MinIO, Ceph and SeaweedFS"
+        " behind one hostname want; false = the SDK's choice (bucket.endpoint)",
+    )
+    s3_connect_timeout: float = setting(
+        "2",
+        _positive_float,
+        "Seconds to connect to the S3 endpoint (each try)",
+    )
+    s3_read_timeout: float = setting(
+        "10",
+        _positive_float,
+        "Seconds the S3 endpoint may keep one socket read or write waiting (each try)",
+    )
+    s3_attempts: int = setting(
+        "3",
+        _positive_at_most(10),
+        "Tries of one S3 call, the first included (the SDK's standard retry mode: connection"
+        " errors, throttling and 5xx answers, with backoff)",
     )
     export_max_tables: int = setting(
         "1000",
@@ -470,8 +629,8 @@ class Settings:
         _bool,
         "Keep a finished document's uploaded bytes until its batch is deleted or purged"
         " (RELAY_RETENTION), for its page images; not counted in"
-        " RELAY_ACCOUNT_MAX_PENDING_BYTES. Without RELAY_BLOB_DIR they stay in Redis: its"
-        " memory then holds the sources of the retention window (docs/deploy.md)",
+        " RELAY_ACCOUNT_MAX_PENDING_BYTES. In Redis (RELAY_BLOB_URL) they take its memory: the"
+        " sources of the retention window (docs/deploy.md)",
     )
     page_image_max_side: int = setting(
         "2000",
@@ -499,7 +658,8 @@ class Settings:
     account_max_pending_bytes: int = setting(
         str(256 * 1024 * 1024),
         _positive_int,
-        "Per account: uploaded bytes held in Redis awaiting processing (past it uploads are 429)",
+        "Per account: uploaded bytes held in Redis awaiting processing (past it uploads are"
+        " 429); bytes in a directory or S3 (RELAY_BLOB_URL) are not counted",
     )
     account_upload_rate_limit: RateLimit = setting(
         "600/minute",
@@ -631,6 +791,14 @@ class Settings:
         parse_duration,
         "A batch webhook whose attempts have all failed this long (no success since the first"
         " failure) is disabled (s, m, h, d suffixes)",
+    )
+    document_events_wait: float = setting(
+        "5m",
+        parse_duration,
+        "How long a batch.completed delivery waits, from its first wait, for a document event"
+        " of its batch that has no delivery yet (made within a second normally; this bounds"
+        " the wait for one never made); one whose delivery is pending holds it until that"
+        " delivery ends (s, m, h, d suffixes)",
     )
     purge_steps: int = setting(
         "20",
@@ -808,6 +976,18 @@ class Settings:
             return False
         return any(self.otel_value(name) for name in OTEL_ENDPOINTS)
 
+    @property
+    def blob_kind(self) -> str:
+        """Where uploaded bytes are written: ``redis``, ``dir`` or ``s3`` (RELAY_BLOB_URL,
+        else ``dir`` with RELAY_BLOB_DIR, else ``redis``)."""
+        return self.blob_url.kind or ("dir" if self.blob_dir else "redis")
+
+    @property
+    def blob_directory(self) -> str:
+        """The directory of the directory store ('' for none): written with ``dir``, only
+        read and emptied beside ``redis`` or ``s3`` (bytes written before a move)."""
+        return self.blob_url.directory or self.blob_dir
+
     def to_env(self) -> dict[str, str]:
         """The settings as ``RELAY_*`` variables, for child processes."""
         out: dict[str, str] = {}
@@ -894,6 +1074,7 @@ def load_settings(
         raise ConfigError(f"unknown override(s): {sorted(bad)}")
     values.update(overrides)
     _check_topology(values)
+    _check_blobs(values)
     settings = Settings(**values)
     _check_otel(settings)
     return settings
@@ -910,6 +1091,22 @@ def _check_topology(values: Mapping[str, Any]) -> None:
         raise ConfigError(
             "RELAY_REDIS_CLUSTER_NODES needs RELAY_QUEUE_REDIS_URL: RQ's queues cannot live on"
             " a Cluster (their keys and transactions span slots); give them a small Redis"
+        )
+
+
+def _check_blobs(values: Mapping[str, Any]) -> None:
+    """RELAY_BLOB_URL and its older spelling RELAY_BLOB_DIR: one directory at most, and the
+    S3 credentials given in pairs."""
+    url, directory = values["blob_url"], values["blob_dir"]
+    if url.kind == "dir" and directory and Path(directory) != Path(url.directory):
+        raise ConfigError(
+            f"RELAY_BLOB_URL={url.text!r} and RELAY_BLOB_DIR={directory!r} name two directories:"
+            " keep one (RELAY_BLOB_DIR is the older spelling of RELAY_BLOB_URL=file:///path)"
+        )
+    if bool(values["s3_access_key_id"]) != bool(values["s3_secret_access_key"]):
+        raise ConfigError(
+            "RELAY_S3_ACCESS_KEY_ID and RELAY_S3_SECRET_ACCESS_KEY go together (or leave both"
+            " empty for the SDK's own credentials)"
         )
 
 

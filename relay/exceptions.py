@@ -5,6 +5,7 @@ them (the API in ``relay.api.errors``, the CLI to one line and an exit code).
     ├── ConfigError               a setting is unknown or does not parse (at start)
     ├── StoreUnavailable          Redis cannot be used now (every edge: 503 / retry later)
     │   └── StoreProtocolError    Redis answered out of step; the connection was dropped
+    ├── BlobStoreUnavailable      the blob store (S3, the directory) cannot be used now
     ├── StateError                the state layer refuses an operation (a domain rule)
     │   ├── BatchNotFound         no such batch (for this account)
     │   ├── BatchDeleted          the batch was deleted: it accepts no uploads or processing
@@ -12,6 +13,7 @@ them (the API in ``relay.api.errors``, the CLI to one line and an exit code).
     │   ├── NotRetryable          the delivery cannot be sent again (``reason`` says why)
     │   ├── QuotaExceeded         the account holds too many bytes awaiting processing
     │   ├── BatchMetadataConflict the batch already has other metadata
+    │   ├── IdempotencyKeyReused  an upload's Idempotency-Key names another request's documents
     │   ├── InvalidCursor         a pagination cursor no listing handed out
     │   ├── WebhookNotVerified    a test send to a webhook whose verification is pending or failed
     │   ├── WebhookDisabled       a test send to a disabled webhook
@@ -49,6 +51,13 @@ class StoreProtocolError(StoreUnavailable):
     """Redis sent a reply no request was waiting for, or bytes that are not RESP: the replies
     are out of step with the requests, so the connection was dropped
     (``relay.redis.status_lane``)."""
+
+
+class BlobStoreUnavailable(RelayError):
+    """The store of uploaded bytes (``RELAY_BLOB_URL``: S3, the directory) did not answer, or
+    refused, within its bounds: the API answers 503 ``blob_store_unavailable`` with nothing
+    kept of the request; a worker lets the document wait and tries again
+    (``RELAY_BLOB_WAIT``). Not for bytes that are simply gone (those read as None)."""
 
 
 class StateError(RelayError):
@@ -101,7 +110,8 @@ class QuotaExceeded(StateError):
     def __init__(self, *, limit: int, pending: int, size: int) -> None:
         super().__init__(
             f"the account holds {pending} bytes of uploads awaiting processing; {size} more "
-            f"would pass its quota of {limit} bytes: process or delete batches, then retry"
+            f"would pass its pending-bytes quota of {limit} bytes: nothing of this upload was "
+            "stored; process or delete batches, then retry"
         )
         self.limit = limit
         self.pending = pending
@@ -118,6 +128,12 @@ REFUSED_TARGET = (
 class BatchMetadataConflict(StateError):
     """An upload gave ``batch_metadata`` other than the metadata its batch already has
     (a batch's metadata is set once: ``relay.state.metadata``)."""
+
+
+class IdempotencyKeyReused(StateError):
+    """An upload's ``Idempotency-Key`` is the key of an earlier upload into the batch that
+    was another request (other files, names, types, metadata or count of files:
+    ``relay.state.uploads``); nothing is made."""
 
 
 class InvalidMetadata(RelayError):

@@ -112,7 +112,9 @@ def test_every_operation_documents_its_errors(api: Api) -> None:
     schema = upload["multipart/form-data"]["schema"]
     assert schema == {"$ref": "#/components/schemas/Upload"}
     fields = doc["components"]["schemas"]["Upload"]["properties"]
-    assert fields["file"]["format"] == "binary" and "batch_name" in fields
+    # One part or several of the name file, each a file (RELAY_MAX_FILES_PER_UPLOAD's default).
+    assert fields["file"]["items"]["format"] == "binary" and "batch_name" in fields
+    assert (fields["file"]["minItems"], fields["file"]["maxItems"]) == (1, 100)
 
 
 def test_rate_limited_writes_document_their_rate_headers(api: Api) -> None:

@@ -10,8 +10,10 @@ import httpx
 import pytest
 import redis
 
-from relay.api.documents import MULTIPART_OVERHEAD
+from relay.api.documents import allowance
 from relay.app import create_app
+from relay.config import RateLimit
+from relay.redis import keyspace
 from relay.state.api_keys import create_key, create_operator_key
 from relay.state.job_queues import PROCESSING
 from tests.support.api_fixtures import (  # noqa: F401
@@ -19,10 +21,12 @@ from tests.support.api_fixtures import (  # noqa: F401
     TEST_MAX_UPLOAD,
     V1,
     Api,
+    ApiFactory,
     api_factory_fixture,
     api_fixture,
     make_settings,
 )
+from tests.support.helpers import wait_until
 
 RFC3339_MS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
 QUEUE = f"rq:queue:{PROCESSING}"
@@ -148,10 +152,6 @@ def test_upload_errors(api: Api) -> None:
         bad = api.client.post(url, headers=auth, data={"batch_name": name}, files={"file": CSV})
         assert bad.status_code == 422, name
         assert bad.json()["error"]["type"] == "invalid_batch_name"
-    two_files = api.client.post(
-        url, headers=auth, files=[("file", ("a.csv", CSV)), ("file", ("b.csv", CSV))]
-    )
-    assert two_files.status_code == 422
     extra = api.client.post(url, headers=auth, data={"batchname": "x"}, files={"file": CSV})
     assert extra.status_code == 422
     assert api.client.get(f"{V1}/batches", headers=auth).json()["batches"] == []
@@ -169,8 +169,9 @@ def test_upload_into_a_deleted_batch_is_409(api: Api) -> None:
 
 def test_upload_stream_is_cut_at_the_limit(redis_url: str, redis: redis.Redis) -> None:
     """The app stops reading a chunked body as soon as it passes the limit (plus the
-    multipart allowance): a 32 MB stream is consumed only up to about 164 kB."""
-    app = create_app(make_settings(redis_url))
+    multipart allowance): a 32 MB stream is consumed only up to about 270 kB."""
+    settings = make_settings(redis_url)
+    app = create_app(settings)
     key = create_key(redis, "acme")
     chunk = 16 * 1024
     consumed = 0
@@ -198,7 +199,7 @@ def test_upload_stream_is_cut_at_the_limit(redis_url: str, redis: redis.Redis) -
 
     response = asyncio.run(main())
     assert response.status_code == 413
-    assert consumed <= TEST_MAX_UPLOAD + MULTIPART_OVERHEAD + chunk
+    assert consumed <= TEST_MAX_UPLOAD + allowance(settings) + chunk
     assert consumed >= TEST_MAX_UPLOAD
     assert redis.llen(QUEUE) == 0
 
@@ -319,3 +320,79 @@ def test_filenames_lose_separators_invisible_and_bidi_characters(api: Api) -> No
             shown = console.get(page, params={"account": "acme"})
             assert shown.status_code == 200, page
             assert not set(shown.text) & set(HIDDEN), page
+
+
+def _files(*sizes: int) -> list[tuple[str, tuple[str, bytes, str]]]:
+    return [("file", (f"f{i}.csv", b"x" * size, "text/csv")) for i, size in enumerate(sizes)]
+
+
+def test_several_files_count_against_the_rate_and_the_quota_all_or_nothing(
+    api_factory: ApiFactory,
+) -> None:
+    """A request of several files: a document each, in order, one answer; it counts one
+    upload a file in the account's window and its bytes together against the quota, and is
+    refused whole (nothing made, nothing charged) by either."""
+    api = api_factory(
+        account_upload_rate_limit=RateLimit(limit=6, window_ms=60_000),
+        account_max_pending_bytes=200,
+        write_lease_slots=1,  # every request asks the window: the counts below are exact
+    )
+    auth, url = api.auth("acme"), f"{V1}/documents"
+    meta = {"metadata": '{"order": "PO-7"}', "batch_metadata": '{"customer": "ACME"}'}
+
+    def pending() -> int:
+        return sum(
+            int(api.redis.get(keyspace.account_pending_bytes(s, "acme")) or 0)
+            for s in keyspace.all_shards()
+        )
+
+    def documents() -> int:
+        batch = api.client.get(f"{V1}/batches/b1", headers=auth).json()
+        return int(batch["document_count"])
+
+    three = api.client.post(
+        url, headers=auth, data={"batch_name": "b1", **meta}, files=_files(20, 20, 20)
+    )
+    assert three.status_code == 201, three.text
+    assert "location" not in three.headers
+    assert three.headers["ratelimit-remaining"] == "3"  # 6 - one a file
+    docs = three.json()["documents"]
+    assert [(d["filename"], d["size"], d["content_type"]) for d in docs] == [
+        (f"f{i}.csv", 20, "text/csv") for i in range(3)
+    ]
+    assert all(d["metadata"] == {"order": "PO-7"} and d["batch_name"] == "b1" for d in docs)
+    for doc in docs:
+        read = api.client.get(f"{V1}/documents/{doc['id']}", headers=auth)
+        assert read.json() == doc
+    batch = api.client.get(f"{V1}/batches/b1", headers=auth).json()
+    assert (batch["document_count"], batch["metadata"]) == (3, {"customer": "ACME"})
+    assert pending() == 60
+
+    # 60 + 80 + 80 bytes pass the quota of 200: neither file is made, nothing is charged.
+    over_quota = api.client.post(url, headers=auth, data={"batch_name": "b1"}, files=_files(80, 80))
+    assert over_quota.status_code == 429, over_quota.text
+    assert over_quota.json()["error"]["type"] == "quota_exceeded"
+    assert "pending-bytes quota of 200 bytes" in over_quota.json()["error"]["message"]
+    assert (documents(), pending()) == (3, 60)
+    # One of them fits (the window holds one slot after the two that request counted).
+    # Two more would pass the window of 6: refused whole, and not counted either...
+    over_rate = api.client.post(url, headers=auth, data={"batch_name": "b1"}, files=_files(5, 5))
+    assert over_rate.status_code == 429, over_rate.text
+    assert over_rate.json()["error"]["type"] == "rate_limited"
+    assert "counts 2" in over_rate.json()["error"]["message"]
+    assert "retry-after" in over_rate.headers
+    assert (documents(), pending()) == (3, 60)
+    # What the refused requests held on the account's total went back, once: the total is
+    # the shards' count again (what the accepted upload held beyond its files within a second).
+    total = keyspace.account_pending_total("acme")
+    wait_until(lambda: int(api.redis.get(total) or 0) == 60, 5, message="total not 60")
+    # ... so its first slot is back: one file passes, and takes the window's last slot.
+    one = api.client.post(url, headers=auth, data={"batch_name": "b1"}, files=_files(80))
+    assert one.status_code == 201, one.text
+    assert one.json()["filename"] == "f0.csv" and one.headers["ratelimit-remaining"] == "0"
+    assert (documents(), pending()) == (4, 140)
+    # More files than the window can ever hold: said so, not a 429 to retry.
+    limit = api_factory(account_upload_rate_limit=RateLimit(limit=2, window_ms=60_000))
+    never = limit.client.post(url, headers=limit.auth("beta"), files=_files(1, 1, 1))
+    assert never.status_code == 422, never.text
+    assert never.json()["error"]["type"] == "too_many_files"

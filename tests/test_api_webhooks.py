@@ -122,12 +122,28 @@ def test_a_refused_name_does_not_reveal_what_it_resolves_to(
 
 
 @pytest.mark.parametrize(
-    "body", [{}, {"url": 5}, {"url": "https://x.example/", "extra": 1}, [], "url"]
+    "body",
+    [
+        {},
+        {"url": 5},
+        {"url": "https://x.example/", "extra": 1},
+        [],
+        "url",
+        # events: a non-empty list of distinct known types
+        {"url": HOOK, "events": ["batch.done"]},
+        {"url": HOOK, "events": ["batch.completed", "document.canceled"]},
+        {"url": HOOK, "events": []},
+        {"url": HOOK, "events": "batch.completed"},
+        {"url": HOOK, "events": None},
+        {"url": HOOK, "events": [1]},
+        {"url": HOOK, "events": ["document.failed", "document.failed"]},
+    ],
 )
 def test_malformed_registration_bodies_are_422(api: Api, body: object) -> None:
     api.upload_ok("acme", "b1")
     r = api.client.put(f"{V1}/batches/b1/webhook", headers=api.auth("acme"), json=body)
     assert r.status_code == 422 and r.json()["error"]["type"] == "validation_error"
+    assert api.client.get(f"{V1}/batches/b1/webhook", headers=api.auth("acme")).status_code == 404
 
 
 def test_register_replace_read_remove(api_factory: object) -> None:
@@ -140,12 +156,17 @@ def test_register_replace_read_remove(api_factory: object) -> None:
     )
     assert first.status_code == 201
     assert first.json()["url"] == "http://127.0.0.1:9/a" and first.json()["disabled"] is False
+    assert first.json()["events"] == ["batch.completed"]  # the default
     again = api.client.put(
-        f"{V1}/batches/b1/webhook", headers=h, json={"url": "http://127.0.0.1:9/b"}
+        f"{V1}/batches/b1/webhook",
+        headers=h,
+        json={"url": "http://127.0.0.1:9/b", "events": ["document.failed", "batch.completed"]},
     )
     assert again.status_code == 200 and again.json()["url"] == "http://127.0.0.1:9/b"
     assert again.json()["created_at"] == first.json()["created_at"]
-    assert api.client.get(f"{V1}/batches/b1/webhook", headers=h).json()["url"].endswith("/b")
+    read = api.client.get(f"{V1}/batches/b1/webhook", headers=h).json()
+    assert read["url"].endswith("/b")
+    assert read["events"] == ["batch.completed", "document.failed"]  # in their own order
     # Another account sees none of it.
     other = api.auth("other")
     assert api.client.get(f"{V1}/batches/b1/webhook", headers=other).status_code == 404
@@ -292,6 +313,7 @@ def test_operational_webhook_register_replace_read_remove(api_factory: object) -
         ({"url": "https://93.184.215.14/" + "a" * 2100}, "invalid_webhook_url"),
         ({"url": 5}, "validation_error"),
         ({}, "validation_error"),
+        ({"url": HOOK, "events": ["batch.completed"]}, "validation_error"),  # a batch's only
     ],
 )
 def test_operational_webhook_urls_are_vetted_like_batch_webhooks(

@@ -166,3 +166,33 @@ def test_a_cluster_needs_a_queue_redis_and_excludes_sentinels() -> None:
     assert load_settings(settings.to_env(), dotenv=None) == settings
     with pytest.raises(ConfigError, match="RELAY_REDIS_CLUSTER_NODES"):
         load_settings({"RELAY_REDIS_CLUSTER_NODES": "nowhere"}, dotenv=None)
+
+
+def test_the_blob_url_names_one_store_and_blob_dir_is_its_older_spelling() -> None:
+    def load(**env: str) -> Settings:
+        return load_settings({f"RELAY_{k.upper()}": v for k, v in env.items()}, dotenv=None)
+
+    assert (load().blob_kind, load().blob_directory) == ("redis", "")
+    assert load(blob_dir="/srv/b").blob_kind == "dir"
+    same = load(blob_url="file:///srv/b", blob_dir="/srv/b/")
+    assert (same.blob_kind, same.blob_directory) == ("dir", "/srv/b")
+    s3 = load(blob_url="s3://acme-blobs/prod/relay/", blob_dir="/srv/old")
+    assert (s3.blob_kind, s3.blob_url.bucket, s3.blob_url.prefix) == (
+        "s3",
+        "acme-blobs",
+        "prod/relay/",
+    )
+    assert s3.blob_directory == "/srv/old"  # still read and emptied: bytes written before
+    assert load(blob_url="s3://acme-blobs").blob_url.prefix == ""
+    assert load(blob_url="redis:", blob_dir="/srv/old").blob_kind == "redis"
+    keyed = load(
+        blob_url="s3://acme-blobs/p", s3_access_key_id="AKIA1", s3_secret_access_key="hush"
+    )
+    assert "hush" not in repr(keyed) and load_settings(keyed.to_env(), dotenv=None) == keyed
+    for bad in ("s3://", "s3://Bad_Bucket/x", "file://relative", "ftp://x", "redis", "dir"):
+        with pytest.raises(ConfigError, match="RELAY_BLOB_URL"):
+            load(blob_url=bad)
+    with pytest.raises(ConfigError, match="two directories"):
+        load(blob_url="file:///srv/a", blob_dir="/srv/b")
+    with pytest.raises(ConfigError, match="RELAY_S3_SECRET_ACCESS_KEY"):
+        load(blob_url="s3://acme-blobs", s3_access_key_id="AKIA1")

@@ -333,8 +333,8 @@ def test_extension_rescues_a_csv_sent_as_vnd_ms_excel() -> None:
     ("content", "filename", "content_type"),
     [
         (bytes(range(256)) * 4, "blob.bin", "application/octet-stream"),
-        (b"PK\x03\x04\x14\x00\x06\x00" + bytes(64), "sheet.xlsx", ""),
-        (b"<html><body>a, b</body></html>", "page.html", "text/html"),
+        (b"GIF89a\x01\x00\x01\x00", "anim.gif", "image/gif"),
+        (b"{\\rtf1 a, b}", "letter.rtf", "application/rtf"),
         (b"Just a sentence without any table.\n", "notes.txt", "text/plain"),
         (b"\x00\x01\x02garbage", "items.csv", "text/csv"),
     ],

@@ -40,6 +40,7 @@ def test_the_scripts_key_functions_build_what_keyspace_builds(
         "doc_id": keyspace.new_id("doc", shard),
         "delivery_id": keyspace.new_id("msg", shard),
         "index": "12",
+        "kind": "s3",
     }
     assert len(keyspace.IN_SCRIPTS) >= 20
     for fn_name, fn in keyspace.IN_SCRIPTS.items():

@@ -100,9 +100,10 @@ def use_after_free_unless_soft_delete(
 
 
 def _form_as_sent(response: Response) -> dict[str, Any] | None:
-    """The fields of the multipart body as the server received them (a file part as the
-    empty string: any bytes are a valid file; a JSON part, such as ``metadata``, as the
-    value its text holds); None unless one part per name, each readable."""
+    """The fields of the multipart body as the server received them (the file parts of a
+    name as a list of empty strings: any bytes are a valid file; a JSON part, such as
+    ``metadata``, as the value its text holds); None unless one part per name (files aside),
+    each readable."""
     request = response.request
     raw_type = request.headers.get("Content-Type", "")
     content_type = raw_type.decode("latin-1") if isinstance(raw_type, bytes) else raw_type
@@ -115,12 +116,18 @@ def _form_as_sent(response: Response) -> dict[str, Any] | None:
     fields: dict[str, Any] = {}
     for part in message.iter_parts():
         name = part.get_param("name", header="content-disposition")
-        if not isinstance(name, str) or name in fields:
+        if not isinstance(name, str):
+            return None
+        if part.get_filename() is not None:
+            files = fields.setdefault(name, [])
+            if not isinstance(files, list):
+                return None
+            files.append("")
+            continue
+        if name in fields:
             return None
         payload = part.get_payload(decode=True)
-        if part.get_filename() is not None:
-            fields[name] = ""
-        elif isinstance(payload, bytes) and part.get_content_type() == "application/json":
+        if isinstance(payload, bytes) and part.get_content_type() == "application/json":
             try:
                 fields[name] = json.loads(payload)
             except ValueError:

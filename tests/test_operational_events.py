@@ -55,7 +55,7 @@ class H(WebhookClients):
         """Claim the due delivery, record a failed attempt; returns the delivery id."""
         c = self.claim(ref)
         attempt = Attempt(c.number, self.clock(), 1.0, code, "http_status", "")
-        assert self.d.record(c, "t", attempt, outcome=outcome, next_at=0, reason="gone!")
+        assert self.d.record(c, "t", attempt, outcome=outcome, next_at=0, reason="gone!").moved
         return c.id
 
     def succeed(self) -> None:
@@ -296,7 +296,7 @@ def _redone(
                 else:
                     h.client.restore(k, 0, dumped, replace=True)
             time.sleep(0.002)  # a new entry id (Redis time), as on another primary
-        assert h.d.record(c, "t", attempt, outcome=outcome, reason="gone!")
+        assert h.d.record(c, "t", attempt, outcome=outcome, reason="gone!").moved
         entries.append(h.client.xrange(keyspace.outbox(REF.shard))[-1][0])
         assert detector.read_once(10) == 1
     return entries

@@ -244,6 +244,45 @@ def test_processes_sharing_a_window_never_admit_more_than_its_limit(
     assert admitted >= 100 - 3 * (LEASE.slots - 1)
 
 
+def test_weighted_writes_are_counted_whole_from_leases_or_the_window_never_past_its_limit(
+    redis_url: str, redis: redis.Redis
+) -> None:
+    """Uploads of several files (one slot, then ``hit_more`` for the rest) from two API
+    processes taking turns: each is admitted with all its slots or refused with none; a busy
+    subject's next weight comes from its lease (fewer script runs than writes); and the window
+    never holds more than its limit, the slots held unused being all that is left of it."""
+    rate = RateLimit(limit=200, window_ms=60_000)
+    processes = [SlidingWindow(rate, lease=LEASE) for _ in range(2)]
+    turns = random.Random(11)
+    runs = _script_runs(redis)
+
+    async def body(client: redis.asyncio.Redis) -> tuple[int, int]:
+        admitted = refused = 0
+        for _ in range(60):
+            window, weight = turns.choice(processes), turns.choice([3, 9, 12])
+            first = await _admit(window, client, "weights1")
+            if not first.allowed:
+                refused += 1
+                continue
+            rest = await window.hit_more(client, "weights1", weight - 1)
+            if rest.allowed:
+                admitted += weight
+                assert 0 <= rest.remaining <= first.remaining - (weight - 1) + 64
+            else:
+                window.refunds("weights1", first)  # as relay.api.access.weigh_write does
+                refused += 1
+        return admitted, refused
+
+    admitted, refused = run_with_client(redis_url, body)
+    counted = int(redis.zcard(keyspace.rate_window("weights1")))
+    held = sum(len(p._leases["weights1"].members) for p in processes if "weights1" in p._leases)
+    unused = sum(len(p._unused.get("weights1", [])) for p in processes)
+    assert admitted + held + unused == counted <= 200
+    assert refused > 0 and admitted >= 200 - 2 * 64  # the window filled up, leases aside
+    # Leases spared round trips: fewer script runs than the writes' two counts each.
+    assert _script_runs(redis) - runs < 60 * 2 - 20
+
+
 # -- reading a window without counting; giving a slot back --------------------------------
 
 

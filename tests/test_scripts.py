@@ -10,6 +10,7 @@ from relay.state.scripts import _COMMENT, NAMES, _used, all_helpers, fields, sou
 
 POSITIONAL = {
     "ratelimit",  # three integers on the status path, documented (docs/decisions.md)
+    "ratelimit_weight",  # ratelimit's three integers, read by the same decoder
     "claim_next",  # its JSON object, then the turn's bytes (binary), documented (scripts.py)
 }
 # `return {` with something in the braces: a Lua table answered as a list of positions.
@@ -30,7 +31,7 @@ def test_no_script_answers_a_list_read_by_position() -> None:
 
 def test_a_reply_is_read_by_name() -> None:
     assert fields(b'{"found":1,"canceled":["doc_a"]}') == {"found": 1, "canceled": ["doc_a"]}
-    assert fields('{"outcome":"done"}').get("dir_docs", []) == []
+    assert fields('{"outcome":"done"}').get("outside", []) == []
 
 
 def test_a_lean_script_starts_with_the_helpers_it_uses_and_no_others(redis: Any) -> None:

@@ -1,6 +1,7 @@
-"""Kept sources on a real Redis: a finished document's bytes stay (in Redis or the blob
-directory) until its batch is deleted or purged, no longer count as pending bytes, and are
-read back for the page images; without RELAY_KEEP_SOURCES they go when it finishes."""
+"""Kept sources on a real Redis: a finished document's bytes stay (in Redis, the blob
+directory or S3: a real SeaweedFS server, started once for the module when an S3 case runs)
+until its batch is deleted or purged, no longer count as pending bytes, and are read back for
+the page images; without RELAY_KEEP_SOURCES they go when it finishes."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ from relay.state.retention import Retention
 from relay.state.sources import AsyncSources, SourceQuery, SourceRef
 from relay.state.store import AsyncStore, BatchRef, Store
 from tests.support.helpers import Clients, FakeClock
+from tests.support.seaweed import Seaweed, s3_blob_store
+from tests.support.seaweed import s3_prefix_fixture as s3_prefix_fixture
+from tests.support.seaweed import seaweed_fixture as seaweed_fixture
 
 RETENTION = 86_400_000
 T0 = 1_800_000_000_000
@@ -23,10 +27,17 @@ CONTENT = b"sku,qty\nA-1,2\n"
 
 
 class H(Clients):
-    def __init__(self, url: str, blob_dir: str = "", keep: bool = True) -> None:
+    def __init__(
+        self,
+        url: str,
+        blob_dir: str = "",
+        keep: bool = True,
+        s3: tuple[Seaweed, str] | None = None,
+    ) -> None:
         super().__init__(url)
         self.clock = FakeClock(T0)
-        self.blobs = BlobStore(blob_dir)
+        self.s3 = s3  # the server and this test's prefix
+        self.blobs = s3_blob_store(*s3) if s3 is not None else BlobStore(blob_dir)
         self.api = AsyncStore(
             self.aclient, self.blobs, clock=self.clock, max_pending_bytes=1_000_000
         )
@@ -58,15 +69,30 @@ class H(Clients):
     def pending(self, account: str) -> int:
         return sum(self.run(self.api.pending_bytes(account)))
 
+    def close(self) -> None:
+        self.api.calls.close()
+        self.sources.calls.close()
+        self.blobs.close()
+        super().close()
+
     def purge(self, ref: BatchRef) -> None:
         self.clock.advance(RETENTION + 1)
         self.retention.sweep_shard(ref.shard, 100)
         assert self.client.exists(ref.key) == 0
 
 
-@pytest.fixture(params=["redis", "dir"])
+def _harness(
+    store: str, request: pytest.FixtureRequest, url: str, tmp: Path, keep: bool = True
+) -> H:
+    if store == "s3":
+        seaweed: Seaweed = request.getfixturevalue("seaweed")
+        return H(url, keep=keep, s3=(seaweed, request.getfixturevalue("s3_prefix")))
+    return H(url, str(tmp) if store == "dir" else "", keep=keep)
+
+
+@pytest.fixture(params=["redis", "dir", "s3"])
 def h(request: pytest.FixtureRequest, redis_url: str, tmp_path: Path) -> Iterator[H]:
-    harness = H(redis_url, str(tmp_path) if request.param == "dir" else "")
+    harness = _harness(request.param, request, redis_url, tmp_path)
     try:
         yield harness
     finally:
@@ -75,6 +101,9 @@ def h(request: pytest.FixtureRequest, redis_url: str, tmp_path: Path) -> Iterato
 
 def stored(h: H, ref: BatchRef, doc_id: str) -> bool:
     """Whether the document's bytes are where they were uploaded to."""
+    if h.s3 is not None:
+        server, prefix = h.s3
+        return server.keys(prefix + doc_id) == [prefix + doc_id]
     if h.blobs.directory is not None:
         return h.blobs.path(doc_id).exists()
     return bool(h.client.exists(keyspace.blob(ref.shard, doc_id)))
@@ -83,7 +112,7 @@ def stored(h: H, ref: BatchRef, doc_id: str) -> bool:
 def test_a_finished_documents_source_is_kept_and_no_longer_pending(h: H) -> None:
     ref = BatchRef("acme", "kept")
     ok, bad = h.upload(ref), h.upload(ref)
-    charged = 2 * len(CONTENT) if h.blobs.directory is None else 0
+    charged = 2 * len(CONTENT) if h.blobs.kind == "redis" else 0
     assert h.pending("acme") == charged
     h.finish(ref, ok)
     h.finish(ref, bad, ("invalid_pdf", "no"))
@@ -138,11 +167,11 @@ def test_a_document_lost_with_its_workers_keeps_its_source(h: H) -> None:
     assert h.source(doc.id) == CONTENT and h.pending("acme") == 0
 
 
-@pytest.mark.parametrize("store", ["redis", "dir"])
+@pytest.mark.parametrize("store", ["redis", "dir", "s3"])
 def test_without_keep_sources_the_bytes_go_when_the_document_finishes(
-    store: str, redis_url: str, tmp_path: Path
+    store: str, request: pytest.FixtureRequest, redis_url: str, tmp_path: Path
 ) -> None:
-    h = H(redis_url, str(tmp_path) if store == "dir" else "", keep=False)
+    h = _harness(store, request, redis_url, tmp_path, keep=False)
     try:
         ref = BatchRef("acme", "gone")
         done, lost = h.upload(ref), h.upload(ref)

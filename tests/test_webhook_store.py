@@ -11,7 +11,12 @@ from relay.exceptions import DeliveryNotFound, NotRetryable, WebhookNotFound
 from relay.redis import keyspace
 from relay.state.model import Attempt, DeliveryStatus
 from relay.state.store import BatchRef
-from relay.state.webhooks import ClaimedDelivery, WebhookStore, operational_ref
+from relay.state.webhooks import (
+    WAITING_RECHECK_MS,
+    ClaimedDelivery,
+    WebhookStore,
+    operational_ref,
+)
 from tests.support.delivery_seed import WebhookClients
 from tests.support.helpers import closed_after
 
@@ -91,9 +96,9 @@ def test_claim_is_a_lease_and_a_lost_lease_makes_it_due_again(h: H) -> None:
     (again,) = h.claim("w2")  # the first worker was lost: due again, same id
     assert again.id == ident and again.number == 1
     # The lost worker's late answer is recorded but moves nothing.
-    assert h.d.record(c, "w1", h.attempt(c, 200), outcome="succeeded") is False
+    assert h.d.record(c, "w1", h.attempt(c, 200), outcome="succeeded").moved is False
     assert h.status(ident) is DeliveryStatus.PENDING
-    assert h.d.record(again, "w2", h.attempt(again, 200), outcome="succeeded") is True
+    assert h.d.record(again, "w2", h.attempt(again, 200), outcome="succeeded").moved is True
     found = h.d.get(ident)
     assert found is not None and found.status is DeliveryStatus.SUCCEEDED
     assert len(found.attempts) == 2 and found.next_attempt_at is None
@@ -235,7 +240,7 @@ def test_an_attempt_recorded_after_the_delivery_was_purged_leaves_nothing(h: H) 
     _, ident = h.d.create(REF, 1, b"{}")
     (c,) = h.claim("w1")
     h.client.delete(keyspace.delivery(REF.shard, ident))  # as retention's purge does
-    assert h.d.record(c, "w1", h.attempt(c, 200), outcome="succeeded") is False
+    assert h.d.record(c, "w1", h.attempt(c, 200), outcome="succeeded").moved is False
     assert h.client.exists(keyspace.delivery_attempts(REF.shard, ident)) == 0
 
 
@@ -320,3 +325,56 @@ def test_a_repeated_operational_verification_writes_nothing(h: H) -> None:
     assert again.repeated and not again.challenged and not again.created
     assert {k: h.client.dump(k) for k in h.client.scan_iter(count=1000)} == before
     assert h.run(h.hooks.pending_verification(ops, URL)) is not None
+
+
+EVENT_IDS = [keyspace.new_id("msg", REF.shard) for _ in range(3)]
+
+
+def test_a_batch_completed_waits_for_the_batch_document_events(redis_url: str) -> None:
+    """A batch's batch.completed is claimed only once the batch's document events have
+    settled: one pending holds it until its delivery ends (then it is due at once); one
+    raised but never made into a delivery holds it for RELAY_DOCUMENT_EVENTS_WAIT at most; a
+    type the webhook does not ask for gets no delivery and holds nothing."""
+    h = H(redis_url, document_events_wait_ms=60_000)
+    try:
+        h.batch()
+        hooks = ("batch.completed", "document.failed")
+        h.run(h.hooks.register(REF, URL, "http://api", events=hooks))
+        owed = keyspace.batch_document_events(REF.shard, REF.account, REF.name)
+        # Three documents ended with events raised (what end_documents writes).
+        h.client.zadd(owed, {"doc_1": h.clock(), "doc_2": h.clock(), "doc_3": h.clock()})
+        _, failed = h.d.create_document(REF, "doc_1", "document.failed", b"{}", EVENT_IDS[0])
+        # document.succeeded is not asked for: no delivery, and it holds nothing back.
+        unasked = h.d.create_document(REF, "doc_2", "document.succeeded", b"{}", EVENT_IDS[1])
+        assert unasked == (False, "")
+        assert h.client.zscore(owed, "doc_1") == 0  # its delivery is pending
+        assert h.client.zscore(owed, "doc_2") is None
+        _, completed = h.d.create(REF, 1, b"{}")
+        (c,) = h.claim()  # the batch.completed waits
+        assert c.id == failed
+        assert h.claim() == []
+        waiting = h.get(completed)
+        assert waiting.status is DeliveryStatus.PENDING and waiting.next_attempt_at is not None
+        # doc_3's event has no delivery (its outbox entry lost, say): it holds the batch
+        # event for RELAY_DOCUMENT_EVENTS_WAIT at most; doc_1's ends now.
+        done = h.d.record(c, "t", h.attempt(c, 200), outcome="succeeded")
+        assert done.moved and not done.released  # doc_3 still holds it
+        h.clock.advance(59_999)
+        assert h.claim() == []  # looked at again: still within the bound
+        h.clock.advance(WAITING_RECHECK_MS)  # looked at again: past it
+        (last,) = h.claim()
+        assert last.id == completed and h.client.exists(owed) == 0
+        # A pending document event holds it past that bound, and releases it when it ends.
+        h.client.zadd(owed, {"doc_4": h.clock()})
+        _, later = h.d.create_document(REF, "doc_4", "document.failed", b"{}", EVENT_IDS[2])
+        _, second = h.d.create(REF, 2, b"{}")
+        (c4,) = h.claim(lease_ms=600_000)  # an attempt that lasts (leased for 10 min)
+        assert c4.id == later
+        h.clock.advance(120_000)
+        assert h.claim() == []  # doc_4's delivery is pending (leased): still waiting
+        released = h.d.record(c4, "t", h.attempt(c4, 500), outcome="failed")
+        assert released.moved and released.released  # failed for good: it settled
+        (batch_event,) = h.claim()
+        assert batch_event.id == second
+    finally:
+        h.close()

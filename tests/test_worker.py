@@ -4,7 +4,9 @@ deliveries listens on the delivery bell from its start."""
 
 from __future__ import annotations
 
+import shutil
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -34,9 +36,21 @@ def _ready(stack: Stack) -> bool:
     return "cleaning group registries" in stack.logs()
 
 
-def _stop(proc: Proc) -> int:
+def _stop(proc: Proc, stack: Stack) -> int:
+    """Signal the worker to stop and answer its exit status; one still running after 15 s
+    fails the test with the stack's logs and, where py-spy is installed, the worker's
+    threads as they stand."""
     proc.popen.send_signal(signal.SIGTERM)
-    return proc.popen.wait(15)
+    try:
+        return proc.popen.wait(15)
+    except subprocess.TimeoutExpired:
+        spy = shutil.which("py-spy")
+        dump = ""
+        if spy:
+            dump = subprocess.run(
+                [spy, "dump", "--pid", str(proc.popen.pid)], capture_output=True, text=True
+            ).stdout
+        pytest.fail(f"the worker did not exit within 15 s\n{dump}\n{stack.logs()}")
 
 
 @pytest.mark.timeout(60)
@@ -48,7 +62,7 @@ def test_a_stop_signal_ends_an_idle_worker(
         worker = stack.worker()
         wait_until(lambda: _workers(redis) == 1 and _ready(stack), 20, message="never ready")
         time.sleep(0.2)  # from the last log line into the blocking dequeue
-        assert _stop(worker) == 0, stack.logs()
+        assert _stop(worker, stack) == 0, stack.logs()
         assert "starting again" not in stack.logs()
         assert _workers(redis) == 0
     finally:
@@ -78,7 +92,7 @@ def test_a_stop_signal_mid_document_finishes_it_then_exits(redis_url: str, tmp_p
                 return found
 
             wait_until(lambda: status() == "processing" and _ready(stack), 20, message="not busy")
-            assert _stop(worker) == 0, stack.logs()
+            assert _stop(worker, stack) == 0, stack.logs()
             assert status() == "succeeded"  # warm shutdown: the document in hand was finished
         assert "starting again" not in stack.logs()
     finally:

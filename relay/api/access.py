@@ -27,14 +27,15 @@ lookup otherwise; past ``RELAY_ACCOUNT_MAX_INFLIGHT`` the answer is a 429.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from starlette.requests import Request
 
-from relay.api.errors import ApiError, Unauthorized
+from relay.api.errors import ApiError, Unauthorized, Unprocessable
 from relay.api.state import AppState, state
 from relay.api.throttles import client_address
 from relay.state.api_keys import PresentedKey, check_record, parse_key
+from relay.state.rate_limits import Decision
 
 
 def presented_key(request: Request) -> PresentedKey:
@@ -104,12 +105,43 @@ async def authenticate(request: Request) -> str:
 class Admitted:
     """A write let through by :func:`admit_write`: the account, its window's ``RateLimit-*``
     headers, and the bytes held on the account's total (``held``; ``within_quota``: the
-    total after holding them admits the upload by itself)."""
+    total after holding them admits the upload by itself); ``decision``: the window's, to
+    give its slot back when the write is refused after all (:func:`weigh_write`)."""
 
     account: str
     headers: dict[str, str]
     held: int = 0
     within_quota: bool = False
+    decision: Decision | None = None
+
+
+async def weigh_write(request: Request, admitted: Admitted, kind: str, weight: int) -> Admitted:
+    """A write admitted for one slot that weighs ``weight`` (an upload of ``weight`` files):
+    its other ``weight - 1`` slots counted in the account's window, all or none. Refused:
+    RateLimited (429), and the first slot given back too, so a refused request counts nothing,
+    as one the window refused at once; more than the window ever holds: Unprocessable (422
+    ``too_many_files``), nothing counted either. The bytes the request holds stay the
+    caller's to give back. Admitted: ``admitted`` with the window's headers after the whole
+    weight."""
+    if weight <= 1:
+        return admitted
+    st = state(request)
+    limit = st.resources.write_limits[kind].rate.limit
+    if weight > limit:
+        # No wait would let it through: said as what it is, not as a 429 to retry.
+        if admitted.decision is not None:
+            st.resources.give_back_write(kind, admitted.account, admitted.decision)
+        raise Unprocessable(
+            f"this request counts {weight} against the account's rate limit of {limit} per "
+            "window (one a file): send fewer files a request",
+            error_type="too_many_files",
+        )
+    decision = await st.resources.count_more_writes(kind, admitted.account, weight - 1)
+    if decision.allowed:
+        return replace(admitted, headers=decision.headers())
+    if admitted.decision is not None:
+        st.resources.give_back_write(kind, admitted.account, admitted.decision)
+    raise st.limits.refused(kind, decision, weight)
 
 
 async def admit_write(request: Request, kind: str, hold: int = 0) -> Admitted:
@@ -147,4 +179,5 @@ async def admit_write(request: Request, kind: str, hold: int = 0) -> Admitted:
         sent.decision.headers(),
         sent.held,
         st.store.within_quota(sent.total),
+        sent.decision,
     )

@@ -12,6 +12,9 @@ an error gets an HTTP status.
   the next request after Redis is back succeeds;
 - Redis full (``maxmemory`` reached, the ``OOM command not allowed`` reply): 503
   ``store_full`` with ``Retry-After``; only writes meet it, reads go on;
+- the blob store (``RELAY_BLOB_URL``: S3, the directory) unreachable, refusing or slower than
+  ``RELAY_BLOB_TIMEOUT`` (:class:`relay.exceptions.BlobStoreUnavailable`): 503
+  ``blob_store_unavailable`` with ``Retry-After``; an upload keeps nothing then;
 - the pending-bytes quota (:class:`relay.exceptions.QuotaExceeded`): 429 ``quota_exceeded``
   with ``Retry-After`` and ``RateLimit-*`` counted in bytes;
 - no slot for an outbound call (:class:`relay.exceptions.OutboundBusy`: a test send, a
@@ -37,9 +40,11 @@ from relay.exceptions import (
     BatchDeleted,
     BatchMetadataConflict,
     BatchNotFound,
+    BlobStoreUnavailable,
     ConfigError,
     DeliveryNotFound,
     EventNotFound,
+    IdempotencyKeyReused,
     InvalidCursor,
     NotRetryable,
     OutboundBusy,
@@ -136,6 +141,7 @@ STATE_ERRORS: dict[type[StateError], tuple[int, str]] = {
     BatchDeleted: (409, "batch_deleted"),
     NotRetryable: (409, "delivery_not_retryable"),
     BatchMetadataConflict: (409, "batch_metadata_conflict"),
+    IdempotencyKeyReused: (409, "idempotency_key_reused"),
     WebhookNotVerified: (409, "webhook_not_verified"),
     WebhookDisabled: (409, "webhook_disabled"),
     RotationInProgress: (409, "rotation_in_progress"),
@@ -149,6 +155,8 @@ STATE_ERRORS: dict[type[StateError], tuple[int, str]] = {
 QUOTA_RETRY_AFTER = 10
 # Retry-After of a full store: an operator (or retention) has to free memory first.
 STORE_FULL_RETRY_AFTER = 5
+# Retry-After of an unreachable blob store: a restart or failover of object storage.
+BLOB_STORE_RETRY_AFTER = 2
 
 
 def from_state_error(exc: StateError) -> ApiError:
@@ -248,6 +256,24 @@ async def on_store_unavailable(request: Request, exc: Exception) -> Response:
     )
 
 
+def blob_store_unavailable(exc: BlobStoreUnavailable) -> ApiError:
+    """503 ``blob_store_unavailable`` with ``Retry-After`` (logged: the operator's to see)."""
+    logger.warning("blob store unavailable: %s", exc)
+    err = ApiError(
+        "the store of uploaded documents is unreachable; nothing was kept; retry shortly",
+        error_type="blob_store_unavailable",
+        headers={"Retry-After": str(BLOB_STORE_RETRY_AFTER)},
+    )
+    err.status_code = 503
+    return err
+
+
+async def on_blob_store_unavailable(request: Request, exc: Exception) -> Response:
+    if not isinstance(exc, BlobStoreUnavailable):  # pragma: no cover - registered for it only
+        raise exc
+    return error_response(blob_store_unavailable(exc))
+
+
 async def on_store_full(request: Request, exc: Exception) -> Response:
     # maxmemory reached (noeviction): writes are refused until memory is freed; reads and
     # every process carry on. Logged per request, like an outage, so an operator sees it.
@@ -304,7 +330,7 @@ def status_of(exc: BaseException) -> int:
         return exc.status_code
     if isinstance(exc, ClientDisconnect):
         return 400
-    if isinstance(exc, (ConfigError, StoreUnavailable, *UNAVAILABLE)) or (
+    if isinstance(exc, (ConfigError, StoreUnavailable, BlobStoreUnavailable, *UNAVAILABLE)) or (
         isinstance(exc, REPLY_ERROR) and is_store_full(exc)
     ):
         return 503
@@ -324,6 +350,7 @@ def exception_handlers() -> dict[Any, Any]:
         ConfigError: on_config_error,
         OutboundBusy: on_outbound_busy,
         StoreUnavailable: on_store_unavailable,
+        BlobStoreUnavailable: on_blob_store_unavailable,
         **dict.fromkeys(UNAVAILABLE, on_store_unavailable),
         REPLY_ERROR: on_response_error,  # OutOfMemoryError is a subclass
         HTTPException: on_http_exception,

@@ -42,7 +42,7 @@ from relay.api.openapi_schemas import (
     SCHEMAS,
     ref,
 )
-from relay.config import OCR_PROVIDERS
+from relay.config import DEFAULT_MAX_FILES_PER_UPLOAD, OCR_PROVIDERS
 from relay.exports.formats import (
     BATCH_FORMATS,
     CSV,
@@ -53,6 +53,7 @@ from relay.exports.formats import (
     XLSX,
     ZIP,
 )
+from relay.state.event_feed import BATCH_TYPES, OPERATIONAL_TYPES
 from relay.state.model import IDEMPOTENCY_KEY_PATTERN
 
 V1 = "/api/v1"
@@ -67,7 +68,7 @@ _IDEMPOTENCY_KEY: dict[str, Any] = {
     "name": "Idempotency-Key",
     "in": "header",
     "required": False,
-    "description": "The client's key for this upload, unique within the batch.",
+    "description": "The client's key for this upload (all its files), unique within the batch.",
     "schema": {"type": "string", "pattern": IDEMPOTENCY_KEY_PATTERN},
 }
 
@@ -90,24 +91,45 @@ def _document_paths() -> dict[str, Any]:
         f"{V1}/documents": {
             "post": operation(
                 "uploadDocument",
-                "Upload a document into a batch (created if new). Does not process it.",
+                "Upload one or several documents into a batch (created if new). Does not "
+                "process them.",
                 "documents",
                 {
-                    "201": response(
-                        "Document",
-                        "The queued document.",
-                        {
-                            "Location": string_header("The document's URL (GET it to poll)."),
+                    "201": {
+                        "description": "One file: the queued document (with its Location). "
+                        'Several: {"documents": [...]}, one a file in the parts\' order.',
+                        "content": {
+                            "application/json": {
+                                "schema": {"oneOf": [ref("Document"), ref("UploadedDocuments")]}
+                            }
+                        },
+                        "headers": {
+                            "Location": {
+                                **string_header(
+                                    "The document's URL (GET it to poll); with one file only."
+                                ),
+                                "required": False,
+                            },
                             **rate_headers(),
                         },
-                    ),
-                    **errors(400, 401, 409, 413, 415, 422),
+                    },
+                    **_upload_errors(),
                 },
                 params=[_IDEMPOTENCY_KEY],
                 body=upload,
-                description="With an Idempotency-Key, a retry with the key of an upload the "
-                "batch already has answers that document, as it is now, and makes no other: "
-                "retry an upload whose answer was lost, or that was answered 503, with its key.",
+                description="Each file part is a document; all of them are made, in one "
+                "step, or none. Limits: RELAY_MAX_FILES_PER_UPLOAD files (default "
+                f"{DEFAULT_MAX_FILES_PER_UPLOAD}; more: 422 too_many_files) and "
+                "RELAY_MAX_UPLOAD_BYTES for the files together (413 payload_too_large). "
+                "Quota: the files' bytes together count against the account's pending-bytes "
+                "quota; past it, 429 quota_exceeded and nothing is made. Rate limit: the "
+                "request counts one upload a file against RELAY_ACCOUNT_UPLOAD_RATE_LIMIT, all "
+                "or none (429 rate_limited, nothing made or counted). Idempotency: with an "
+                "Idempotency-Key, a retry with the key of an upload the batch already has, and "
+                "the same files (names, types, bytes, order) and metadata, answers that upload's "
+                "documents as they are now, in the same shape, and makes no other; the key "
+                "with another request is 409 idempotency_key_reused. Retry an upload whose "
+                "answer was lost, or that was answered 503, with its key.",
             )
         },
         f"{V1}/documents/{{id}}": {
@@ -117,6 +139,18 @@ def _document_paths() -> dict[str, Any]:
     }
 
 
+def _upload_errors() -> dict[str, Any]:
+    """``POST /documents``' errors: its 503 names the blob store's too."""
+    described = errors(400, 401, 409, 413, 415, 422)
+    described["503"] = {
+        **described["503"],
+        "description": "blob_store_unavailable (the store of uploaded bytes, S3 or a "
+        "directory, refused or did not answer within RELAY_BLOB_TIMEOUT: nothing was kept), "
+        "store_unavailable or store_full; see Retry-After.",
+    }
+    return described
+
+
 def _page_operation() -> dict[str, Any]:
     """``GET /documents/{id}/pages/{n}`` (relay.api.pages): a PNG, or the errors."""
     described = errors(401, 404, 409, 422, 429, rate_limited=True)
@@ -124,11 +158,12 @@ def _page_operation() -> dict[str, Any]:
         "404": "No such document (another account's is 404 too), or no page n.",
         "409": "document_not_finished (queued or processing); source_gone (canceled, or the "
         "source was dropped: its batch deleted, or sources are not kept); no_pages (CSV, TSV, "
-        "JSON have no pages).",
+        "JSON, XLSX, DOCX and HTML have no pages).",
         "422": "validation_error (width is not a whole number); page_not_renderable (the source "
         "is no readable PDF or image, is too large, or its rendering failed).",
-        "503": "render_busy (no page renderer freed up in time), store_unavailable or "
-        "store_full; see Retry-After.",
+        "503": "render_busy (no page renderer freed up in time), blob_store_unavailable (the "
+        "source's store, S3 or a directory, does not answer), store_unavailable or store_full; "
+        "see Retry-After.",
     }.items():
         described[code] = {**described[code], "description": text}
     page = {
@@ -401,8 +436,9 @@ def _webhook_paths() -> dict[str, Any]:
         webhook: {
             "put": operation(
                 "putWebhook",
-                "Register or replace the batch's callback URL. A completion that was never "
-                "delivered is delivered now.",
+                "Register or replace the batch's callback URL and the event types it gets "
+                "(events: batch.completed by default; document.succeeded, document.failed). "
+                "A completion that was never delivered is delivered now.",
                 "webhooks",
                 {
                     "200": response(
@@ -414,7 +450,7 @@ def _webhook_paths() -> dict[str, Any]:
                     **_registration_errors(400, 401, 404, 409, 413, 415, 422),
                 },
                 params=[NAME],
-                body=json_body("WebhookRequest"),
+                body=json_body("BatchWebhookRequest"),
                 description=_REGISTRATION,
             ),
             "get": operation(
@@ -663,13 +699,14 @@ def _event_paths() -> dict[str, Any]:
         f"{V1}/events": {
             "get": operation(
                 "listEvents",
-                "Every event relay created for the account (batch.completed), oldest first, "
-                "whether or not a webhook is registered, kept as long as RELAY_RETENTION: a "
-                "receiver that was down catches up from the last id it processed. Never "
-                "skips or repeats an event.",
+                "Every event relay created for the account (batch.completed, whether or not "
+                "a webhook is registered; document.succeeded and document.failed for the "
+                "batches whose webhook asks for them), oldest first, kept as long as "
+                "RELAY_RETENTION: a receiver that was down catches up from the last id it "
+                "processed. Never skips or repeats an event.",
                 "events",
                 listed,
-                params=feed(["batch.completed"]),
+                params=feed(list(BATCH_TYPES)),
             )
         },
         f"{V1}/operational-events": {
@@ -679,7 +716,7 @@ def _event_paths() -> dict[str, Any]:
                 "whether or not an operational webhook is registered; as GET /events.",
                 "events",
                 listed,
-                params=feed(["webhook.disabled", "delivery.failed"]),
+                params=feed(list(OPERATIONAL_TYPES)),
             )
         },
     }
@@ -849,6 +886,51 @@ def _batch_completed() -> dict[str, Any]:
     }
 
 
+def _document_event(operation_id: str, summary: str, schema: str) -> dict[str, Any]:
+    return {
+        "post": {
+            "operationId": operation_id,
+            "summary": summary,
+            "description": "Sent only to a batch webhook whose events ask for this type (PUT "
+            "/batches/{name}/webhook with events), for each document of the batch that "
+            "reaches the status while it does; through the same pipeline as batch.completed: "
+            "signed with the account's material, retried on the same schedule, recorded with "
+            "its attempts among the batch's deliveries. Each document event is its own "
+            "delivery (none supersedes another), its webhook-id derived from the document. "
+            "Order: a batch's batch.completed is not attempted while a document event of the "
+            "batch is pending delivery, so when a receiver gets a batch.completed it has "
+            "accepted every document event of that batch raised before it (or that event's "
+            "delivery has given up: failed, canceled). Document events among themselves "
+            "arrive in no particular order. At least once: dedupe on webhook-id.",
+            "tags": ["webhooks"],
+            "security": [],
+            "parameters": _webhook_headers(),
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": ref(schema)}},
+            },
+            "responses": _receiver_responses(),
+        }
+    }
+
+
+def document_webhooks() -> dict[str, Any]:
+    """The per-document events, POSTed to a batch's webhook that asks for them."""
+    return {
+        "document.succeeded": _document_event(
+            "documentSucceeded",
+            "A document of the batch succeeded (its line_items and tables are in the "
+            "batch's results).",
+            "DocumentSucceededEvent",
+        ),
+        "document.failed": _document_event(
+            "documentFailed",
+            "A document of the batch failed: data.processing_error has the code and message.",
+            "DocumentFailedEvent",
+        ),
+    }
+
+
 def _operational(operation_id: str, summary: str, schema: str) -> dict[str, Any]:
     return {
         "post": {
@@ -944,6 +1026,7 @@ def webhooks() -> dict[str, Any]:
     """The OpenAPI 3.1 ``webhooks``: what relay POSTs to receivers."""
     return {
         "batch.completed": _batch_completed(),
+        **document_webhooks(),
         **operational_webhooks(),
         "webhook.verify": _verify_event(),
         "webhook.test": _test_event(),

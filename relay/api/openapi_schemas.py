@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from relay.api.responses import COMPONENTS
+from relay.config import DEFAULT_MAX_FILES_PER_UPLOAD
 from relay.delivery.ssrf import CALLBACK_URL_PATTERN
 from relay.extract.pages import DEFAULT_MAX_RANGES, pages_pattern
 from relay.shapes import field_schema, object_schema, ref
@@ -66,6 +67,33 @@ _MODELS: dict[str, Any] = {
 }
 _WEBHOOK_PROPS: dict[str, Any] = object_schema(WebhookJSON, COMPONENTS)["properties"]
 
+# A registration (PUT /operational-webhook; a batch's takes `events` too).
+_WEBHOOK_REQUEST: dict[str, Any] = _optional(
+    ["verify"],
+    {
+        "url": {
+            "type": "string",
+            "pattern": CALLBACK_URL_PATTERN,
+            "description": "An absolute URI, https://<host name>[:port][/path][?query]: a "
+            "DNS host name (no IP literal, no userinfo), RFC 3986 characters, no fragment, "
+            "at most 2048 characters in all (the pattern bounds it). Beyond this form "
+            "the host must resolve, and only to public addresses (no loopback, private, "
+            "link-local, CGNAT, multicast or reserved ones), or registration is 422 "
+            "invalid_webhook_url with the reason. A relay run for local work "
+            "(RELAY_ALLOW_HTTP_TARGETS, RELAY_ALLOW_PRIVATE_TARGETS) also takes http:// "
+            "and IP literals.",
+        },
+        "verify": {
+            "type": "boolean",
+            "default": False,
+            "description": "Verify the endpoint first: relay sends a signed webhook.verify "
+            "event whose data.challenge the receiver must echo in a 2xx body; until then "
+            "nothing else is sent (notifications wait). Always on with "
+            "RELAY_REQUIRE_VERIFIED_WEBHOOKS.",
+        },
+    },
+)
+
 SCHEMAS: dict[str, Any] = {
     **_MODELS,
     "Status": {"type": "string", "enum": STATUSES},
@@ -93,10 +121,10 @@ SCHEMAS: dict[str, Any] = {
                 f"(default {DEFAULT_MAX_RANGES}). Tables keep their page's own number (page 12 "
                 "stays 12). Pages past a document's end are left out; a document none of whose "
                 "pages is asked for fails with pages_out_of_range. Another image is one page; "
-                "CSV, TSV and JSON have none (read whole). A range that ends before it starts "
-                "(3-1) is 422 invalid_pages, as is anything the pattern refuses. Kept with each "
-                "document: one handed out again after a lost worker is read with the same "
-                "pages. Absent or null: every page.",
+                "CSV, TSV, JSON, XLSX, DOCX and HTML have none (read whole). A range that ends "
+                "before it starts (3-1) is 422 invalid_pages, as is anything the pattern "
+                "refuses. Kept with each document: one handed out again after a lost worker is "
+                "read with the same pages. Absent or null: every page.",
             },
         },
     },
@@ -105,7 +133,23 @@ SCHEMAS: dict[str, Any] = {
         "required": ["file"],
         "additionalProperties": False,
         "properties": {
-            "file": {"type": "string", "format": "binary", "contentMediaType": "*/*"},
+            "file": {
+                "description": "One file part, or several (each named file), each a "
+                "document: CSV, TSV, JSON, PDF, XLSX, DOCX, HTML, or a PNG, JPEG, TIFF or WebP "
+                "image (recognised by its bytes first, then its declared type, then its name; "
+                "any other is stored and fails with unsupported_format when processed). At "
+                "most RELAY_MAX_FILES_PER_UPLOAD of them (default "
+                f"{DEFAULT_MAX_FILES_PER_UPLOAD}; more is 422 too_many_files, nothing made), "
+                "within RELAY_MAX_UPLOAD_BYTES together (else 413). All of them are made or "
+                "none: the request is refused whole (quota, rate limit, a bad part). Each "
+                "keeps its part's filename and content type. One file is one part, as it "
+                "always was, and is answered as a Document; several are answered as "
+                "UploadedDocuments.",
+                "type": "array",
+                "items": {"type": "string", "format": "binary", "contentMediaType": "*/*"},
+                "minItems": 1,
+                "maxItems": DEFAULT_MAX_FILES_PER_UPLOAD,
+            },
             "batch_name": {
                 "type": "string",
                 "pattern": BATCH_NAME_PATTERN,
@@ -114,8 +158,10 @@ SCHEMAS: dict[str, Any] = {
             "metadata": {
                 **ref("Metadata"),
                 "description": "The document's metadata: a JSON object (the part's text), "
-                "returned with the document and in the batch's results. Outside the Metadata "
-                "rules: 422 invalid_metadata, nothing created.",
+                "returned with the document and in the batch's results; with several files, "
+                "every document's (one part for all: upload files that need their own in "
+                "requests of their own). Outside the Metadata rules: 422 invalid_metadata, "
+                "nothing created.",
             },
             "batch_metadata": {
                 **ref("Metadata"),
@@ -129,32 +175,25 @@ SCHEMAS: dict[str, Any] = {
             },
         },
     },
-    "WebhookRequest": _optional(
-        ["verify"],
-        {
-            "url": {
-                "type": "string",
-                "pattern": CALLBACK_URL_PATTERN,
-                "description": "An absolute URI, https://<host name>[:port][/path][?query]: a "
-                "DNS host name (no IP literal, no userinfo), RFC 3986 characters, no fragment, "
-                "at most 2048 characters in all (the pattern bounds it). Beyond this form "
-                "the host must resolve, and only to public addresses (no loopback, private, "
-                "link-local, CGNAT, multicast or reserved ones), or registration is 422 "
-                "invalid_webhook_url with the reason. A relay run for local work "
-                "(RELAY_ALLOW_HTTP_TARGETS, RELAY_ALLOW_PRIVATE_TARGETS) also takes http:// "
-                "and IP literals.",
-            },
-            "verify": {
-                "type": "boolean",
-                "default": False,
-                "description": "Verify the endpoint first: relay sends a signed webhook.verify "
-                "event whose data.challenge the receiver must echo in a 2xx body; until then "
-                "nothing else is sent (notifications wait). Always on with "
-                "RELAY_REQUIRE_VERIFIED_WEBHOOKS.",
+    "WebhookRequest": _WEBHOOK_REQUEST,
+    "BatchWebhookRequest": {
+        **_WEBHOOK_REQUEST,
+        "properties": {
+            **_WEBHOOK_REQUEST["properties"],
+            "events": {
+                **_WEBHOOK_PROPS["events"],
+                "default": ["batch.completed"],
+                "description": "The event types POSTed to the URL, each once: "
+                "batch.completed (the default, as when absent), document.succeeded and "
+                "document.failed (one for each document of the batch that reaches that "
+                "status from the registration on; at the receiver, a batch's document events "
+                "come before its batch.completed). Any other value is 422.",
             },
         },
+    },
+    "OperationalWebhook": _obj(
+        {k: v for k, v in _WEBHOOK_PROPS.items() if k not in ("batch_name", "events")}
     ),
-    "OperationalWebhook": _obj({k: v for k, v in _WEBHOOK_PROPS.items() if k != "batch_name"}),
     "RecoverRequest": {
         "type": "object",
         "description": "Every field is a string when given: `null` is refused with 422 like "

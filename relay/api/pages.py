@@ -16,11 +16,12 @@ A status endpoint: the key, the status window and the document are read in one r
 * 404 ``not_found``: no such document, another account's, or no page ``n``;
 * 409 ``document_not_finished`` (queued or processing), ``source_gone`` (canceled, or its
   source dropped: the batch deleted, or ``RELAY_KEEP_SOURCES`` off when it finished),
-  ``no_pages`` (CSV, TSV, JSON: no pages to show);
+  ``no_pages`` (CSV, TSV, JSON, XLSX, DOCX, HTML: no pages to show);
 * 422 ``validation_error`` (a ``width`` that is no whole number), ``page_not_renderable``
   (the source is no readable PDF or image, is past ``RELAY_MAX_IMAGE_PIXELS`` or
   ``RELAY_MAX_PAGES``, or its rendering crashed, ran out of memory or time);
-* 503 ``render_busy`` with ``Retry-After`` when no renderer frees up in time.
+* 503 ``render_busy`` with ``Retry-After`` when no renderer frees up in time,
+  ``blob_store_unavailable`` when the source is outside Redis and its store does not answer.
 """
 
 from __future__ import annotations
@@ -30,10 +31,18 @@ import re
 from starlette.requests import Request
 from starlette.responses import Response
 
-from relay.api.errors import ApiError, Busy, Conflict, NotFound, Unprocessable
+from relay.api.errors import (
+    ApiError,
+    Busy,
+    Conflict,
+    NotFound,
+    Unprocessable,
+    blob_store_unavailable,
+)
 from relay.api.fast_path import serve_read
 from relay.api.page_images import PageRenderer, RenderBusy, RenderFailed
 from relay.api.state import state
+from relay.exceptions import BlobStoreUnavailable
 from relay.extract.render import MIN_WIDTH, PageError, PageImage
 from relay.state.model import Status
 from relay.state.sources import AsyncSources, SourceQuery, SourceRef
@@ -82,7 +91,10 @@ async def page_image(
             f"the document is {doc.status.value}: its pages are shown once it is finished",
             error_type="document_not_finished",
         )
-    content = await sources.read(found) if found.finished and found.kept else None
+    try:
+        content = await sources.read(found) if found.finished and found.kept else None
+    except BlobStoreUnavailable as exc:
+        raise blob_store_unavailable(exc) from None
     if content is None:
         raise Conflict(
             "the document's source is no longer kept (its batch was deleted, it was canceled, "

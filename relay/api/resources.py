@@ -19,7 +19,9 @@ records and decisions:
 
 Nothing here runs on asyncio's default executor, which the whole process shares: a queue
 wake-up is one asyncio pipeline, and the rare RQ enqueue it calls for runs on two threads of
-its own (RQ is synchronous).
+its own (RQ is synchronous); the blob store's calls (uploads outside Redis, page images'
+sources, deletions) run on ``RELAY_BLOB_THREADS`` threads of theirs
+(``relay.state.blob_calls``), each bounded by ``RELAY_BLOB_TIMEOUT``.
 
 The stores themselves (:attr:`ApiResources.store`, :attr:`ApiResources.webhooks`) are used as they
 are.
@@ -67,6 +69,7 @@ from relay.state.api_keys import (
     lookup_key_async,
     open_console_session,
 )
+from relay.state.blob_calls import BlobCalls
 from relay.state.blobs import BlobStore
 from relay.state.event_feed import AsyncEventLog, FeedWaiters
 from relay.state.rate_limits import Asked, Decision, LeasePolicy, SlidingWindow
@@ -174,7 +177,8 @@ class ApiResources:
         # retries) as well as the operators' reads: as many connections as the state's.
         queues_async = client if queue_target == target else async_client(queue_target, wait=wait)
         webhooks = AsyncWebhookStore(client)
-        blobs = BlobStore(settings.blob_dir)
+        blobs = BlobStore.from_settings(settings, threads=settings.blob_threads)
+        blob_calls = BlobCalls(settings.blob_threads, settings.blob_timeout)
         signing = SigningKeys(Encryptor.from_setting(settings.encryption_key))
         policy = TargetPolicy.from_settings(settings)
         # A connection for every test send the lane runs at once: none waits for the pool.
@@ -205,8 +209,13 @@ class ApiResources:
             redis=client,
             sync_redis=sync_client(queue_target),
             lane=status_client(target, client),
-            store=AsyncStore(client, blobs, max_pending_bytes=settings.account_max_pending_bytes),
-            sources=AsyncSources(client, blobs),
+            store=AsyncStore(
+                client,
+                blobs,
+                max_pending_bytes=settings.account_max_pending_bytes,
+                calls=blob_calls,
+            ),
+            sources=AsyncSources(client, blobs, blob_calls),
             review=ReviewReads(client),
             webhooks=webhooks,
             signing=signing,
@@ -270,6 +279,8 @@ class ApiResources:
         self.prober.lane.close()
         self.url_checks.close()
         self.enqueues.shutdown(wait=False, cancel_futures=True)
+        self.store.calls.close()
+        self.store.blobs.close()
         self.prober.http.close()
         await self.lane.close()
         if self.all_shards.queues is not self.redis:
@@ -381,6 +392,12 @@ class ApiResources:
         return WriteRound(
             record=replies[0], decision=decision, held=held, total=total, failures=int(replies[1])
         )
+
+    async def count_more_writes(self, kind: str, account: str, slots: int) -> Decision:
+        """Count ``slots`` more slots of a write already admitted for one (an upload of
+        several files weighs one a file) in the account's window of ``kind``: all or none
+        (``relay.state.rate_limits.SlidingWindow.hit_more``), one round trip."""
+        return await self.write_limits[kind].hit_more(self.redis, account, slots)
 
     def give_back_write(self, kind: str, account: str, decision: Decision) -> None:
         """A write admitted by its window but refused after all (its client address past the

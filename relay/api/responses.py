@@ -51,7 +51,8 @@ class TableCellJSON(TypedDict):
         Schema(
             description="The cell's region on the page: its ruled box, or in an unruled "
             "table the crossing of its row's and its column's bands (an empty cell has one "
-            "too); null when nothing is known (CSV, TSV, JSON, a plug-in's table)."
+            "too); null when nothing is known (CSV, TSV, JSON, XLSX, DOCX, HTML, a plug-in's "
+            "table)."
         ),
     ]
 
@@ -59,7 +60,11 @@ class TableCellJSON(TypedDict):
 class TableJSON(TypedDict):
     page: Annotated[
         int,
-        Schema(minimum=1, description="The PDF page or TIFF page (1 for any other document)."),
+        Schema(
+            minimum=1,
+            description="The PDF page or TIFF page; for an XLSX its sheet's position in the "
+            "workbook (1 for the first sheet); 1 for any other document.",
+        ),
     ]
     rows: Annotated[
         list[list[str | None]],
@@ -73,14 +78,14 @@ class TableJSON(TypedDict):
         Schema(
             description="Per cell, how sure OCR is of its text (0-1, null for an empty cell), "
             "in the shape of rows; null when the text comes from a PDF's text layer "
-            "or a CSV, TSV or JSON document."
+            "or a CSV, TSV, JSON, XLSX, DOCX or HTML document."
         ),
     ]
     bbox: Annotated[
         Box | None,
         Schema(
             description="The table's box, holding every cell's box; null when nothing is "
-            "known (CSV, TSV, JSON)."
+            "known (CSV, TSV, JSON, XLSX, DOCX, HTML)."
         ),
     ]
     cells: Annotated[
@@ -101,7 +106,8 @@ class ResultDocumentJSON(DocumentJSON):
             description="The extracted rows; null unless the document succeeded. The first "
             "table's header row gives the keys; a later table is appended only when "
             "it continues the first (a table split over pages: next page, same "
-            "columns); other tables are in `tables` only."
+            "columns; never in an XLSX, DOCX or HTML, whose first table with rows under "
+            "its title rows is the one); other tables are in `tables` only."
         ),
     ]
     tables: Annotated[
@@ -109,9 +115,10 @@ class ResultDocumentJSON(DocumentJSON):
         Schema(
             description="Every table found, in reading order (page, then top to bottom). For "
             "CSV, TSV and JSON one table: the line_items as a grid, the header row "
-            "of their keys first. Null unless the document succeeded (and for "
-            "results stored before tables existed); [] when a plug-in extractor "
-            "reports rows only."
+            "of their keys first; for an XLSX every sheet that holds a value, for a DOCX "
+            "or an HTML page every table, merged cells as spans. Null unless the "
+            "document succeeded (and for results stored before tables existed); [] when "
+            "a plug-in extractor reports rows only."
         ),
     ]
 
@@ -119,6 +126,16 @@ class ResultDocumentJSON(DocumentJSON):
 class BatchResultsJSON(BatchJSON):
     documents: list[ResultDocumentJSON]
     next_cursor: NextCursor
+
+
+class UploadedDocumentsJSON(TypedDict):
+    documents: Annotated[
+        list[DocumentJSON],
+        Schema(
+            description="The queued documents, one a file part, in the parts' order.",
+            minItems=2,
+        ),
+    ]
 
 
 class BatchListJSON(TypedDict):
@@ -167,6 +184,7 @@ COMPONENTS: dict[type, str] = {
         ResultDocumentJSON,
         BatchResultsJSON,
         BatchListJSON,
+        UploadedDocumentsJSON,
         DeliveryListJSON,
         EventListJSON,
     ),

@@ -2,7 +2,8 @@
 
 Both reuse the status endpoints' sliding window (``relay.state.rate_limits``), in their own keys:
 
-- **Per account writes**: uploads (``RELAY_ACCOUNT_UPLOAD_RATE_LIMIT``), process calls
+- **Per account writes**: uploads (``RELAY_ACCOUNT_UPLOAD_RATE_LIMIT``, one a file: an
+  upload of several files counts each, ``relay.api.access.weigh_write``), process calls
   (``RELAY_ACCOUNT_PROCESS_RATE_LIMIT``), manual delivery retries and test sends
   (``RELAY_ACCOUNT_RETRY_RATE_LIMIT``) and signing rotations
   (``RELAY_ACCOUNT_ROTATION_RATE_LIMIT``), counted right after authentication and before the
@@ -74,12 +75,14 @@ class Limits:
 
     resources: ApiResources
 
-    def refused(self, kind: str, decision: Decision) -> RateLimited:
-        """The 429 of a write of ``kind`` the account's window refused."""
+    def refused(self, kind: str, decision: Decision, weight: int = 1) -> RateLimited:
+        """The 429 of a write of ``kind`` the account's window refused; ``weight``: the slots
+        the write counts for (an upload's files)."""
         window_ms = self.resources.write_limits[kind].rate.window_ms
+        counts = f" (this request counts {weight}: one a file)" if weight > 1 else ""
         return RateLimited(
             f"rate limit of {decision.limit} {_WHAT[kind]} per "
-            f"{window_ms // 1000} s exceeded for this account; retry after "
+            f"{window_ms // 1000} s exceeded for this account{counts}; retry after "
             f"{decision.retry_after} s",
             headers=decision.headers(),
         )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any
+from typing import Any, NamedTuple
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -45,7 +45,12 @@ from relay.exceptions import (
     WebhookNotFound,
     WebhookNotVerified,
 )
-from relay.state.model import SigningMaterialJSON, Webhook
+from relay.state.model import (
+    DEFAULT_WEBHOOK_EVENTS,
+    WEBHOOK_EVENT_TYPES,
+    SigningMaterialJSON,
+    Webhook,
+)
 from relay.state.store import BatchRef
 from relay.state.webhooks import operational_ref
 from relay.timefmt import rfc3339
@@ -96,19 +101,54 @@ async def _check_url(st: AppState, account: str, url: str) -> str:
     return target.host
 
 
-async def _callback_url(request: Request, st: AppState, account: str) -> tuple[str, bool, str]:
-    """The ``{"url": ..., "verify": ...}`` of a registration and the URL's host, the URL
-    vetted as every callback URL is (422); verify is on for every registration with
-    RELAY_REQUIRE_VERIFIED_WEBHOOKS."""
+def _events(body: dict[str, Any]) -> tuple[str, ...]:
+    """A batch registration's ``events``: a non-empty list of distinct event types (422
+    otherwise, naming them), in their canonical order; batch.completed alone when absent."""
+    if "events" not in body:
+        return DEFAULT_WEBHOOK_EVENTS
+    given = body["events"]
+    if (
+        not isinstance(given, list)
+        or not given
+        or not all(isinstance(t, str) and t in WEBHOOK_EVENT_TYPES for t in given)
+        or len(set(given)) != len(given)
+    ):
+        raise Unprocessable(
+            "events must be a non-empty list of distinct event types, each one of "
+            + ", ".join(WEBHOOK_EVENT_TYPES)
+        )
+    return tuple(t for t in WEBHOOK_EVENT_TYPES if t in given)
+
+
+class Registering(NamedTuple):
+    """What a registration's body asks for, its URL vetted."""
+
+    url: str
+    verify: bool
+    host: str  # the URL's host (the verifications' rate is counted per host too)
+    events: tuple[str, ...]  # a batch's: the event types to POST
+
+
+async def _callback_url(
+    request: Request, st: AppState, account: str, *, batch: bool
+) -> Registering:
+    """The ``{"url": ..., "verify": ..., "events": ...}`` of a registration (``events`` on a
+    batch's only) and the URL's host, the URL vetted as every callback URL is (422); verify
+    is on for every registration with RELAY_REQUIRE_VERIFIED_WEBHOOKS."""
     body = await read_json(request)
+    allowed = {"url", "verify", "events"} if batch else {"url", "verify"}
     if (
         not isinstance(body, dict)
         or "url" not in body
-        or not set(body) <= {"url", "verify"}
+        or not set(body) <= allowed
         or not isinstance(body["url"], str)
         or not isinstance(body.get("verify", False), bool)
     ):
-        raise Unprocessable('expected {"url": "https://...", "verify": true|false (optional)}')
+        raise Unprocessable(
+            'expected {"url": "https://...", "verify": true|false (optional)'
+            + (', "events": ["batch.completed", ...] (optional)}' if batch else "}")
+        )
+    events = _events(body) if batch else DEFAULT_WEBHOOK_EVENTS
     verify = bool(body.get("verify", False)) or st.settings.require_verified_webhooks
     url = body["url"]
     if len(url) > MAX_URL_CHARS:
@@ -129,7 +169,7 @@ async def _callback_url(request: Request, st: AppState, account: str) -> tuple[s
             "not an IP address, and RFC 3986 characters (percent-encode any other)",
             error_type="invalid_webhook_url",
         )
-    return url, verify, host
+    return Registering(url, verify, host, events)
 
 
 async def put_webhook(request: Request) -> Response:
@@ -141,22 +181,28 @@ async def put_webhook(request: Request) -> Response:
     With verify: a registration that repeats the verification in progress (the same URL,
     its challenge still pending) answers the webhook as it is (200) and starts nothing;
     any other starts a verification, counted first per account and per callback host (429
-    past either, nothing written)."""
+    past either, nothing written).
+
+    ``events`` chooses the event types POSTed (batch.completed alone by default; 422 for an
+    unknown one); with document.succeeded or document.failed the batch raises those events
+    for its documents that end from now on."""
     account = await authenticate(request)
     st = state(request)
     ref = await batch_ref(request, account)
     try:
-        url, verify, host = await _callback_url(request, st, account)
+        url, verify, host, events = await _callback_url(request, st, account, batch=True)
     except ApiError:
         await _existing(st, ref)
         raise
     if verify:
-        pending = await st.webhooks.pending_verification(ref, url)
+        pending = await st.webhooks.pending_verification(ref, url, events)
         if pending is not None:
             return json_response(pending.to_json())
         await _existing(st, ref)  # a 404 uses up no verification (the host's is shared)
         await st.limits.verification(account, host)
-    done = await st.webhooks.register(ref, url, st.settings.public_url, verify=verify)
+    done = await st.webhooks.register(
+        ref, url, st.settings.public_url, verify=verify, events=events
+    )
     if done.repeated:  # a concurrent registration started the same verification meanwhile
         return json_response(done.hook.to_json())
     if done.due:
@@ -246,7 +292,8 @@ async def test_operational_webhook(request: Request) -> Response:
 
 
 def _ops_json(hook: Webhook) -> dict[str, Any]:
-    return {k: v for k, v in hook.to_json().items() if k != "batch_name"}
+    """The operational webhook: no batch, and its events are the operational ones."""
+    return {k: v for k, v in hook.to_json().items() if k not in ("batch_name", "events")}
 
 
 async def put_operational_webhook(request: Request) -> Response:
@@ -254,7 +301,7 @@ async def put_operational_webhook(request: Request) -> Response:
     repeated or counted as for a batch's (``put_webhook``)."""
     account = await authenticate(request)
     st = state(request)
-    url, verify, host = await _callback_url(request, st, account)
+    url, verify, host, _ = await _callback_url(request, st, account, batch=False)
     ref = operational_ref(account)
     if verify:
         pending = await st.webhooks.pending_verification(ref, url)

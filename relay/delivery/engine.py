@@ -358,7 +358,9 @@ class Engine:
     def _attempt(self, d: ClaimedDelivery, materials: list[SigningMaterial], dest: str) -> None:
         answered: bool | None = None
         try:
-            error = attempt_once(self.ctx, d, self.token, materials)
+            # A batch.completed released by this attempt is claimed at once, not at the
+            # next scan.
+            error = attempt_once(self.ctx, d, self.token, materials, self.wake)
             answered = error not in NO_ANSWER
         except Exception:  # Redis lost mid-record: the lease brings the delivery back
             log.error("delivery attempt of %s failed to record", d.id, exc_info=True)

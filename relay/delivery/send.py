@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol
@@ -129,14 +130,20 @@ def post_signed(
 
 
 def attempt_once(
-    ctx: AttemptContext, d: ClaimedDelivery, token: str, materials: list[SigningMaterial]
+    ctx: AttemptContext,
+    d: ClaimedDelivery,
+    token: str,
+    materials: list[SigningMaterial],
+    on_released: Callable[[int], None] | None = None,
 ) -> str | None:
     """Make one attempt of one claimed delivery and record it. Returns the attempt's error
     kind (None when the receiver accepted it). Traced: a client span, a child of the
-    delivery's trace context, whose context the request carries as ``traceparent``."""
+    delivery's trace context, whose context the request carries as ``traceparent``.
+    ``on_released(shard)`` is called when recording it made a delivery of the shard due
+    now (a batch.completed that waited for this document event: ``WebhookStore.record``)."""
     attributes = _attributes(d) if tracing.active() else None
     with tracing.span("POST", parent=d.trace, kind=tracing.CLIENT, attributes=attributes):
-        return _attempt(ctx, d, token, materials)
+        return _attempt(ctx, d, token, materials, on_released)
 
 
 def _attributes(d: ClaimedDelivery) -> dict[str, str | int]:
@@ -160,7 +167,11 @@ def _attributes(d: ClaimedDelivery) -> dict[str, str | int]:
 
 
 def _attempt(
-    ctx: AttemptContext, d: ClaimedDelivery, token: str, materials: list[SigningMaterial]
+    ctx: AttemptContext,
+    d: ClaimedDelivery,
+    token: str,
+    materials: list[SigningMaterial],
+    on_released: Callable[[int], None] | None,
 ) -> str | None:
     started_ms = now_ms()
     sent = post_signed(
@@ -203,7 +214,7 @@ def _attempt(
         error=error,
         response_excerpt=excerpt[:EXCERPT_BYTES],
     )
-    ctx.webhooks.record(
+    recorded = ctx.webhooks.record(
         d,
         token,
         attempt,
@@ -212,6 +223,8 @@ def _attempt(
         reason=reason,
         verify=challenge is not None,
     )
+    if recorded.released and on_released is not None:
+        on_released(d.shard)
     _trace_attempt(status_code, error, decision.outcome)
     if decision.outcome == schedule.SUCCEEDED and challenge is None:
         ctx.metrics.delivered(d.completed_ms, now_ms())

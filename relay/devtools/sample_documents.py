@@ -42,7 +42,7 @@ def text_ops(lines: Sequence[str]) -> str:
     )
 
 
-def _write_pdf(objects: Sequence[bytes]) -> bytes:
+def write_pdf(objects: Sequence[bytes]) -> bytes:
     """A PDF 1.4 of ``objects`` (numbered from 1, the first the catalog), with a correct
     cross-reference table."""
     out = bytearray(b"%PDF-1.4\n")
@@ -77,7 +77,7 @@ def _pdf_from_streams(streams: Sequence[bytes], stream_dict: bytes = b"") -> byt
         )
         stream = b"<< /Length %d%b >>\nstream\n%b\nendstream" % (len(data), stream_dict, data)
         objects += [page.encode(), stream]
-    return _write_pdf(objects)
+    return write_pdf(objects)
 
 
 def pdf(pages: Sequence[str]) -> bytes:
@@ -97,7 +97,7 @@ def pdf_page(
     if cropbox is not None:
         boxes += " /CropBox [{} {} {} {}]".format(*cropbox)
     data = ops.encode("latin-1")
-    return _write_pdf(
+    return write_pdf(
         [
             b"<< /Type /Catalog /Pages 2 0 R >>",
             b"<< /Type /Pages /Kids [4 0 R] /Count 1 >>",
@@ -157,4 +157,4 @@ def blank_pages_pdf(pages: int) -> bytes:
     ]
     page = b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 3 0 R >>"
     objects += [page] * pages
-    return _write_pdf(objects)
+    return write_pdf(objects)

@@ -7,7 +7,13 @@ so a document that would grow past a bound fails early instead of first filling 
 * ``max_result_bytes``: the result as compact JSON (what is stored: ``line_items`` and
   ``tables``); the readers charge each row to a :class:`RowBudget` as they build it
   (``result_too_large``);
-* ``max_depth``: the deepest nesting of a JSON document's values (``too_deeply_nested``);
+* ``max_depth``: the deepest nesting of a JSON document's values, or of an HTML page's
+  tables (``too_deeply_nested``);
+* ``max_cells``: the table cells (grid positions, empty ones included) an XLSX, DOCX or HTML
+  document may hold, counted as they are read (:class:`CellBudget`, ``too_many_cells``);
+* ``max_unzipped_bytes``, ``max_zip_entries``: what the ZIP directory of an XLSX or DOCX may
+  declare, checked before anything is unpacked (``relay.extract.archive``,
+  ``archive_too_large``);
 * ``on_pages``: told how many pages a paged document (PDF, TIFF) has to read, once they are
   counted and before any is read (:func:`declare_pages`): the sandbox grows the document's
   deadline by ``RELAY_EXTRACT_PAGE_SECONDS`` a page;
@@ -22,7 +28,9 @@ so a document that would grow past a bound fails early instead of first filling 
 Any extractor's result, plug-ins' included, is then serialised by :func:`encode_result`,
 which checks the size again, exactly, row by row and table by table, and never builds more
 than the bound.
-Outside :func:`applied` (a plain in-process call) nothing is bounded.
+Outside :func:`applied` (a plain in-process call) nothing is bounded but the cells and the
+archives, which keep their defaults: a file that unpacks to gigabytes must not reach a reader
+in any process.
 """
 
 from __future__ import annotations
@@ -52,7 +60,11 @@ def scrub_surrogates(text: str) -> str:
 
 
 __all__ = [
+    "DEFAULT_MAX_CELLS",
     "DEFAULT_MAX_PAGES",
+    "DEFAULT_MAX_UNZIPPED_BYTES",
+    "DEFAULT_MAX_ZIP_ENTRIES",
+    "CellBudget",
     "ExtractLimits",
     "RowBudget",
     "applied",
@@ -69,6 +81,16 @@ __all__ = [
 # document may take grows with its pages (RELAY_EXTRACT_PAGE_SECONDS), so this bound also
 # bounds the longest extraction.
 DEFAULT_MAX_PAGES = 500
+# RELAY_EXTRACT_MAX_CELLS's default: a sheet of 1,000,000 cells reads in a few seconds and
+# holds ~100 MB as strings; an export holds at most 2,000,000 (RELAY_EXPORT_MAX_CELLS).
+DEFAULT_MAX_CELLS = 1_000_000
+# RELAY_EXTRACT_MAX_UNZIPPED_BYTES's default: an XLSX or DOCX unpacks to 5-20 times its size,
+# so the largest upload (RELAY_MAX_UPLOAD_BYTES, 20 MiB) of real tables stays below it; a
+# workbook of RELAY_EXTRACT_MAX_CELLS cells is ~50 MB of XML. A ZIP bomb declares gigabytes.
+DEFAULT_MAX_UNZIPPED_BYTES = 256 * 1024 * 1024
+# RELAY_EXTRACT_MAX_ZIP_ENTRIES's default: a workbook or Word document has tens to hundreds
+# of parts (a sheet, a picture, a style each).
+DEFAULT_MAX_ZIP_ENTRIES = 10_000
 
 
 @dataclass(frozen=True)
@@ -81,6 +103,9 @@ class ExtractLimits:
     on_pages: Callable[[int], None] | None = None  # told a paged document's page count
     pages: PageRanges | None = None  # the pages asked for (None: every page)
     split_over: int | None = None  # more pages than this to OCR: SplitPages (plan_pages)
+    max_cells: int = DEFAULT_MAX_CELLS  # table cells of an XLSX, DOCX or HTML document
+    max_unzipped_bytes: int = DEFAULT_MAX_UNZIPPED_BYTES  # an XLSX's or DOCX's parts, unpacked
+    max_zip_entries: int = DEFAULT_MAX_ZIP_ENTRIES  # an XLSX's or DOCX's parts
 
 
 _UNBOUNDED = ExtractLimits()
@@ -163,6 +188,25 @@ class RowBudget:
         self.spent += size
         if self.spent > self._limit:
             raise too_large(self._limit)
+
+
+class CellBudget:
+    """Charges the cells of a document's tables as a reader builds them (grid positions,
+    empty and covered ones included: what the grid costs); raises ``too_many_cells`` past
+    ``max_cells``. A reader charges a row before it builds it, so a row that claims a
+    million columns costs nothing before it is refused."""
+
+    def __init__(self, limits: ExtractLimits | None = None) -> None:
+        self._limit = (limits or current()).max_cells
+        self.spent = 0
+
+    def charge(self, cells: int) -> None:
+        self.spent += cells
+        if self.spent > self._limit:
+            raise ExtractionError(
+                "too_many_cells",
+                f"the document's tables have more than the {self._limit:,} cells allowed",
+            )
 
 
 def check_depth(value: object, max_depth: int | None = None) -> None:

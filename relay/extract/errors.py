@@ -7,22 +7,33 @@ exception an extractor raises fails the document with code ``extraction_error`` 
 
 Codes the default extractor uses:
 
-    unsupported_format  not CSV, TSV, JSON, PDF or a PNG/JPEG/TIFF/WebP image (or binary
-                        data declared as text)
+    unsupported_format  not CSV, TSV, JSON, PDF, XLSX, DOCX, HTML or a PNG/JPEG/TIFF/WebP
+                        image (or binary data declared as text, a ZIP archive that is
+                        neither XLSX nor DOCX, a legacy .xls/.doc)
     empty_document      nothing to read: no bytes, no header, or a header with no rows
     invalid_json        JSON that does not parse, or is not a list of objects
     invalid_csv         CSV/TSV the csv module cannot parse
     malformed_csv       CSV/TSV that parses but is no table: an unclosed quote, no delimiter
                         (prose), or ragged rows beyond the tolerance; the message names the line
-    no_table_found      a readable PDF or image with no table in it
+    no_table_found      a readable PDF, image, workbook, Word document or HTML page with no
+                        table in it
     invalid_pdf         bytes pdfplumber cannot open as a PDF
+    invalid_xlsx        bytes recognised or declared as XLSX that openpyxl cannot read
+    invalid_docx        bytes recognised or declared as DOCX that python-docx cannot read
+    archive_too_large   an XLSX or DOCX whose ZIP directory lists more than
+                        RELAY_EXTRACT_MAX_ZIP_ENTRIES parts or more than
+                        RELAY_EXTRACT_MAX_UNZIPPED_BYTES unpacked (a ZIP bomb)
+    unsafe_xml          an XLSX or DOCX part that declares a DTD or entities (entity
+                        expansion, external entities)
+    too_many_cells      XLSX, DOCX or HTML tables of more than RELAY_EXTRACT_MAX_CELLS cells
     invalid_image       bytes declared or recognised as an image that Pillow cannot decode
     image_too_large     an image (or a scanned page) of more than RELAY_MAX_IMAGE_PIXELS
     too_many_pages      a PDF or multi-page TIFF of more than RELAY_MAX_PAGES pages
     pages_out_of_range  the pages a process call asked for (``pages``) are all past the
                         end of the document
     ocr_unavailable     the OCR packages (rapidocr-onnxruntime, rapid-table) are not installed
-    too_deeply_nested   JSON nesting deeper than ``RELAY_EXTRACT_MAX_DEPTH`` levels
+    too_deeply_nested   JSON, or HTML tables inside tables, nested deeper than
+                        ``RELAY_EXTRACT_MAX_DEPTH`` levels
     result_too_large    line_items and tables past ``RELAY_MAX_RESULT_BYTES`` of JSON
 
 Codes of the bounded run (``relay.runtime.sandbox``), whatever the extractor:
@@ -48,8 +59,9 @@ __all__ = ["CODES", "ExtractionError", "ExtractorConfigError", "SplitPages", "sh
 # the bounded run's, a plug-in's failure, and the lost worker's. README.md's table of codes
 # must list exactly these (tests/test_readme.py); a plug-in extractor may add its own.
 CODES: dict[str, str] = {
-    "unsupported_format": "not CSV, TSV, JSON, PDF or a PNG, JPEG, TIFF or WebP image "
-    "(or binary data declared as text)",
+    "unsupported_format": "not CSV, TSV, JSON, PDF, XLSX, DOCX, HTML or a PNG, JPEG, TIFF or "
+    "WebP image (or binary data declared as text, a ZIP archive that is neither XLSX nor DOCX, "
+    "a legacy `.xls` or `.doc`)",
     "empty_document": "nothing to read: no bytes, no header, or a header with no rows",
     "invalid_csv": "CSV or TSV that cannot be parsed",
     "malformed_csv": "CSV or TSV that parses but is no table: an unclosed quote, no delimiter "
@@ -57,17 +69,27 @@ CODES: dict[str, str] = {
     "invalid_json": "JSON that does not parse, or is not a list of objects or "
     '`{"line_items": [...]}`',
     "invalid_pdf": "bytes that cannot be opened as a PDF",
+    "invalid_xlsx": "bytes recognised or declared as XLSX that cannot be read as a workbook",
+    "invalid_docx": "bytes recognised or declared as DOCX that cannot be read as a Word document",
+    "archive_too_large": "an XLSX or DOCX whose ZIP directory lists more than "
+    "`RELAY_EXTRACT_MAX_ZIP_ENTRIES` parts or more than `RELAY_EXTRACT_MAX_UNZIPPED_BYTES` "
+    "bytes unpacked (a ZIP bomb; refused before anything is unpacked)",
+    "unsafe_xml": "an XLSX or DOCX part that declares a DTD or entities (entity expansion, "
+    "external entities; refused before it is parsed)",
     "invalid_image": "bytes declared or recognised as an image that cannot be decoded",
     "image_too_large": "an image (or a page of a TIFF) or a scanned page of more "
     "than `RELAY_MAX_IMAGE_PIXELS` pixels",
-    "no_table_found": "a readable PDF or image with no table in it",
+    "no_table_found": "a readable PDF, image, XLSX, DOCX or HTML page with no table in it",
     "too_many_pages": "a PDF or multi-page TIFF of more than `RELAY_MAX_PAGES` pages (refused "
     "before any page is read)",
     "pages_out_of_range": "the pages the process call asked for (`pages`) are all past the end "
     "of the document (a range partly past it reads the pages it has)",
     "ocr_unavailable": "the OCR packages (rapidocr-onnxruntime, rapid-table) are not installed "
     "on the worker",
-    "too_deeply_nested": "JSON nested deeper than `RELAY_EXTRACT_MAX_DEPTH` levels",
+    "too_deeply_nested": "JSON, or HTML tables inside tables, nested deeper than "
+    "`RELAY_EXTRACT_MAX_DEPTH` levels",
+    "too_many_cells": "the tables of an XLSX, DOCX or HTML document have more than "
+    "`RELAY_EXTRACT_MAX_CELLS` cells (counted as they are read)",
     "result_too_large": "the result (`line_items` and `tables`) exceeds "
     "`RELAY_MAX_RESULT_BYTES` bytes of JSON",
     "extraction_timeout": "the extraction used more CPU time than `RELAY_EXTRACT_TIMEOUT`, plus "
@@ -78,7 +100,11 @@ CODES: dict[str, str] = {
     "extraction_error": "the extractor failed otherwise: OCR failed, or a plug-in extractor "
     "raised an exception that is not an `ExtractionError`",
     "blob_missing": "the uploaded bytes were gone when a worker came to the document (e.g. "
-    "its `RELAY_BLOB_DIR` file was removed, or the directory is not shared with the worker)",
+    "its file in the blob directory was removed, or the directory is not shared with the "
+    "worker)",
+    "blob_store_unavailable": "the store of uploaded bytes (`RELAY_BLOB_URL`: S3, the "
+    "directory) did not answer a worker while the document waited `RELAY_BLOB_WAIT` (tried "
+    "again after 1 s, 2 s, ... up to 30 s apart)",
     "worker_lost": "the worker holding the document was lost 3 times "
     "(`RELAY_MAX_DOCUMENT_ATTEMPTS`; its lease expired each time)",
 }

@@ -22,7 +22,8 @@ A page goes through:
    read "1Z00 F 00").
 3. **Where the tables are**, from the text alone (ruled or not): lines are grouped into rows
    by their vertical overlap; a row is *tabular* when it has two or more pieces of text
-   separated by a gap wider than about a character's height, none of them a run of prose.
+   separated by a gap wider than about a character's height, none of them a run of prose
+   (more than 60 characters or 7 words) but a long label beside figures or marks.
    A table is a run of rows, most of them tabular, with no paragraph-sized gap or line of
    prose in it; a lone tabular row is no table. One caption-like short line right above it
    (a spanning heading) belongs to it; a lone line of more than 40 characters (a caption,
@@ -56,8 +57,10 @@ from typing import TYPE_CHECKING
 
 from relay.extract.errors import ExtractionError
 from relay.extract.geometry import Frame, enclosing, keep, rectangles
+from relay.extract.headings import joined
 from relay.extract.ocr_boxes import Rules, place
 from relay.extract.ocr_models import PROVIDERS, Models, ProviderChoice, choose_provider
+from relay.extract.ocr_words import spaced_text
 from relay.extract.result import Box, Cell, Confidence, Grid, Table
 
 if TYPE_CHECKING:  # numpy, Pillow and the models are imported when a page arrives
@@ -71,8 +74,15 @@ __all__ = ["provider", "read_tables", "use_provider"]
 _INK_LEVEL = 128
 # A page with fewer ink pixels than this is blank (specks of dust, a stray dot).
 _MIN_INK_PIXELS = 30
-# A piece of text longer than this is prose, not a cell (cells are labels and figures)...
+# A piece of text of more characters than this (spaces aside) is prose, not a cell (cells
+# are labels and figures)...
 _MAX_CELL_CHARS = 60
+# ... and so is a piece of more words than this (once the recogniser's dropped spaces are
+# back, ``relay.extract.ocr_words``)...
+_MAX_CELL_WORDS = 7
+# ... unless it is the first on its row and the others are figures or marks (of at most
+# this many characters) beside it: a long label...
+_MARK_CHARS = 2
 # ... and a line standing alone on its row longer than this is a sentence (a caption, a
 # note, a paragraph): it ends a table and is no heading of one.
 _MAX_LONE_CHARS = 40
@@ -212,14 +222,17 @@ def _lines(models: Models, bgr: NDArray[np.uint8]) -> list[_Line]:
     (``_worth_reading``) has no text."""
     import numpy as np
 
+    ink = bgr[:, :, 0] < _INK_LEVEL
     lines = []
-    for box, text, score in models.read_lines(bgr, _worth_reading):
+    for box, text, score, placed in models.read_lines(bgr, _worth_reading):
         points = np.asarray(box, dtype=np.float64)
         x1, y1 = float(points[:, 0].min()), float(points[:, 1].min())
         x2, y2 = float(points[:, 0].max()), float(points[:, 1].max())
         if text is None:  # kept for its place: rows and the line height count it
             lines.append(_Line(x1, y1, x2, y2, "", 0.0))
-        elif text.strip():
+            continue
+        text = spaced_text(ink, points, text, placed)  # the spaces it left out
+        if text.strip():
             lines.append(_Line(x1, y1, x2, y2, text.strip(), score))
     return lines
 
@@ -263,8 +276,19 @@ def _rows(lines: Sequence[_Line]) -> list[_Row]:
     return rows
 
 
+def _letters(text: str) -> int:
+    """How many characters ``text`` has besides spaces (which the recogniser keeps on some
+    lines and not on others: what a line is must not depend on them)."""
+    return len(text) - text.count(" ")
+
+
 def _is_prose(line: _Line, limit: int = _MAX_CELL_CHARS) -> bool:
-    return len(line.text) > limit
+    return _letters(line.text) > limit or len(line.text.split()) > _MAX_CELL_WORDS
+
+
+def _short(line: _Line) -> bool:
+    """Whether ``line`` is a figure or a mark (a cell beside a long label)."""
+    return any(ch.isdigit() for ch in line.text) or _letters(line.text) <= _MARK_CHARS
 
 
 def _spaced(row: _Row, height: float) -> bool:
@@ -274,8 +298,13 @@ def _spaced(row: _Row, height: float) -> bool:
 
 
 def _tabular(row: _Row, height: float) -> bool:
-    """Two or more pieces of text, apart, none of them prose."""
-    return _spaced(row, height) and not any(_is_prose(line) for line in row.lines)
+    """Two or more pieces of text, apart, none of them prose but the first when all the
+    others are figures or marks (a long label beside its figures is a row; a caption
+    after its "Table 9:", or justified prose, is not)."""
+    lines = row.lines
+    if not _spaced(row, height) or any(_is_prose(line) for line in lines[1:]):
+        return False
+    return not _is_prose(lines[0]) or all(_short(line) for line in lines[1:])
 
 
 def _regions(lines: Sequence[_Line]) -> list[list[_Row]]:
@@ -576,4 +605,4 @@ def read_tables(page: Image, number: int = 1) -> list[Table]:
     """The tables on ``page`` (any Pillow image), top to bottom, as ``Table`` records of
     page ``number`` with a confidence per cell; ``[]`` when there is none."""
     with _memory_errors():
-        return _read(page, number)
+        return joined(_read(page, number))  # a heading block parted from its table

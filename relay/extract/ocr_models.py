@@ -79,6 +79,10 @@ _REC_HEIGHT = 48
 # A line narrower than this is read padded to it: a lone digit read at its own width (48
 # pixels) came back as a letter ("2" as "N"); padded to twice its height, right.
 _MIN_REC_WIDTH = 96
+# The recogniser reads a column of its output per this many pixels of the line: a width
+# that is a multiple of it gives each column the same share, so a character's column says
+# where on the line it is.
+_REC_STRIDE = 8
 # rapidocr's defaults for DB post-processing and for keeping a recognised line.
 _DB = {
     "thresh": 0.3,
@@ -256,28 +260,57 @@ def _reading_order(boxes: list[NDArray[np.float32]]) -> NDArray[np.float32]:
     return np.array(ordered, dtype=np.float32).reshape(-1, 4, 2)
 
 
+@dataclass(frozen=True)
+class Read:
+    """A line as the recogniser read it: its text, its confidence (0-1) and ``placed``, a
+    box per character (4 points, in the pixels of the image read), the characters and
+    their confidences (``relay.extract.ocr_words`` puts the spaces back from them)."""
+
+    text: str
+    score: float
+    placed: list[Any]
+
+
 class Recognizer:
     """PP-OCR's CTC text recogniser: each line cut out of the page, read at its own width."""
 
     def __init__(self, path: Path, provider: str) -> None:
+        from rapidocr_onnxruntime.cal_rec_boxes import CalRecBoxes
         from rapidocr_onnxruntime.ch_ppocr_rec.utils import CTCLabelDecode
 
         self.session = _session(path, provider)
         self.input = self.session.get_inputs()[0].name
         characters = self.session.get_modelmeta().custom_metadata_map["character"]
         self.decode = CTCLabelDecode(character=characters.splitlines())
+        self.placer = CalRecBoxes()
 
-    def __call__(
-        self, bgr: NDArray[np.uint8], boxes: NDArray[np.float32]
-    ) -> list[tuple[str, float]]:
-        """The text and confidence (0-1) of each line of ``boxes`` on ``bgr``."""
+    def __call__(self, bgr: NDArray[np.uint8], boxes: NDArray[np.float32]) -> list[Read]:
+        """The text and confidence (0-1) of each line of ``boxes`` on ``bgr``, and where on
+        ``bgr`` each of its characters was read (``Read``)."""
         read = []
         for box in boxes:
-            tensor = _line_tensor(_crop(bgr, box))
+            line = _crop(bgr, box)
+            tensor, width = _line_tensor(line)
             (prediction,) = self.session.run(None, {self.input: tensor})[:1]
-            text, score = self.decode(prediction)[0][:2]
-            read.append((str(text), float(score)))
+            # The CTC output's columns cover the padded width, the line the first ``width``
+            # pixels of it: rapidocr's scaling of the columns to the line (its ``wh_ratio``
+            # over ``max_wh_ratio``), here exact.
+            text, score, columns = self.decode(
+                prediction, True, wh_ratio_list=[width], max_wh_ratio=tensor.shape[3]
+            )[0]
+            read.append(Read(str(text), float(score), self._placed(line, box, text, columns)))
         return read
+
+    def _placed(
+        self, line: NDArray[np.uint8], box: NDArray[np.float32], text: str, columns: Any
+    ) -> list[Any]:
+        """A box per character on the page, the characters and their confidences, as
+        rapidocr returns them with ``return_word_box`` (its ``CalRecBoxes``, from the CTC
+        column each character was read at); empty for a line with no text."""
+        if not text:
+            return []
+        _, _, boxes, chars, scores = self.placer([line], [box], [(text, 0.0, columns)])[0]
+        return [boxes, chars, scores]
 
 
 def _crop(bgr: NDArray[np.uint8], box: NDArray[np.float32]) -> NDArray[np.uint8]:
@@ -298,21 +331,22 @@ def _crop(bgr: NDArray[np.uint8], box: NDArray[np.float32]) -> NDArray[np.uint8]
     return np.asarray(line, dtype=np.uint8)
 
 
-def _line_tensor(line: NDArray[np.uint8]) -> NDArray[np.float32]:
+def _line_tensor(line: NDArray[np.uint8]) -> tuple[NDArray[np.float32], int]:
     """A line as the recogniser reads it: ``_REC_HEIGHT`` pixels high, its own width (at
-    least ``_MIN_REC_WIDTH``, padded with zeros on the right as rapidocr pads), values in
-    -1..1."""
+    least ``_MIN_REC_WIDTH``, padded with zeros on the right as rapidocr pads, to a multiple of
+    ``_REC_STRIDE``), values in -1..1; and the width the line takes in it."""
     import cv2
     import numpy as np
 
     height, width = line.shape[:2]
     resized_w = max(1, math.ceil(_REC_HEIGHT * width / max(height, 1)))
     resized = cv2.resize(line, (resized_w, _REC_HEIGHT))
-    tensor = np.zeros((1, 3, _REC_HEIGHT, max(resized_w, _MIN_REC_WIDTH)), dtype=np.float32)
+    padded = _REC_STRIDE * math.ceil(max(resized_w, _MIN_REC_WIDTH) / _REC_STRIDE)
+    tensor = np.zeros((1, 3, _REC_HEIGHT, padded), dtype=np.float32)
     tensor[0, :, :, :resized_w] = resized.astype(np.float32).transpose(2, 0, 1) * np.float32(
         2 / 255
     ) - np.float32(1)
-    return tensor
+    return tensor, resized_w
 
 
 class Structurer:
@@ -365,12 +399,13 @@ class Models:
         self,
         bgr: NDArray[np.uint8],
         worth_reading: Callable[[Sequence[Box]], list[bool]],
-    ) -> list[tuple[NDArray[np.float32], str | None, float]]:
-        """Every text line on ``bgr``: its box (4 points, page pixels), text and confidence.
-        Only the lines ``worth_reading`` picks (given every line's enclosing box in page
-        pixels) are read; the others come back with no text. A line read with less than
-        ``MIN_TEXT_SCORE`` is left out (as rapidocr does). A page larger than ``_MAX_SIDE``
-        is read reduced to it, as rapidocr reads it."""
+    ) -> list[tuple[NDArray[np.float32], str | None, float, list[Any]]]:
+        """Every text line on ``bgr``: its box (4 points, page pixels), text, confidence and
+        where its characters are (``Read.placed``, page pixels). Only the lines
+        ``worth_reading`` picks (given every line's enclosing box in page pixels) are read;
+        the others come back with no text. A line read with less than ``MIN_TEXT_SCORE`` is
+        left out (as rapidocr does). A page larger than ``_MAX_SIDE`` is read reduced to it,
+        as rapidocr reads it."""
         import numpy as np
 
         page, ratio_h, ratio_w = bgr, 1.0, 1.0
@@ -379,21 +414,28 @@ class Models:
         boxes = self.detector(page, detection_scale(*page.shape[:2]))
         if len(boxes) == 0:
             return []
-        on_page = boxes * np.array([ratio_w, ratio_h], dtype=np.float32)
+        scale = np.array([ratio_w, ratio_h], dtype=np.float32)
+        on_page = boxes * scale
         enclosing = [
             (float(b[:, 0].min()), float(b[:, 1].min()), float(b[:, 0].max()), float(b[:, 1].max()))
             for b in on_page
         ]
         wanted = worth_reading(enclosing)
         texts = iter(self.recognizer(page, boxes[[i for i, w in enumerate(wanted) if w]]))
-        lines: list[tuple[NDArray[np.float32], str | None, float]] = []
+        lines: list[tuple[NDArray[np.float32], str | None, float, list[Any]]] = []
         for box, read in zip(on_page, wanted, strict=True):
             if not read:
-                lines.append((box, None, 0.0))
+                lines.append((box, None, 0.0, []))
                 continue
-            text, score = next(texts)
-            if score >= MIN_TEXT_SCORE:
-                lines.append((box, text, score))
+            line = next(texts)
+            if line.score >= MIN_TEXT_SCORE:
+                placed = line.placed
+                if placed:
+                    chars = np.asarray(placed[0], dtype=np.float32).reshape(-1, 4, 2) * scale
+                    limit = np.array([bgr.shape[1], bgr.shape[0]], dtype=np.float32)
+                    chars = np.clip(chars, 0, limit).astype(np.int32)
+                    placed = [chars.tolist(), *placed[1:]]
+                lines.append((box, line.text, line.score, placed))
         return lines
 
 

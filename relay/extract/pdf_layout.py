@@ -40,7 +40,8 @@ _MIN_RULE = 3.0
 _SKEW = 1.0
 # A fill at least this light (luminance, 0-1) is shading, not a boundary.
 _LIGHT = 0.78
-# Characters turned by more than this (degrees) on the page as shown are not read.
+# Characters within this many degrees of upright, or of a quarter turn either way, on the
+# page as shown are read as such; others (slanted, upside down) are not read.
 _UPRIGHT = 10.0
 
 
@@ -82,6 +83,12 @@ class PageLayout:
     has_text: bool = False
     # The page as displayed (left, top, right, bottom), when it is not (0, 0, width, height).
     shown: tuple[float, float, float, float] | None = None
+    # Characters turned a quarter on the page as displayed, boxes as displayed: ``down``
+    # when their baseline runs down the page (turned clockwise), ``up`` when it runs up (a
+    # landscape table printed on a portrait page, one way or the other). ``chars`` are the
+    # upright ones.
+    down: list[Char] = field(default_factory=list)
+    up: list[Char] = field(default_factory=list)
 
     @property
     def frame(self) -> tuple[float, float, float, float]:
@@ -164,6 +171,25 @@ def _light_color(color: Any) -> bool:
         c, m, y, k = color
         return _light((1 - c) * (1 - k), (1 - m) * (1 - k), (1 - y) * (1 - k))
     return False
+
+
+def _quarter(degrees: float) -> int | None:
+    """The quarter turn (0, 90, 180 or 270 degrees clockwise on the page as displayed) a
+    character's baseline is within ``_UPRIGHT`` of, ``None`` for slanted text."""
+    turn = degrees % 360
+    nearest = round(turn / 90) * 90
+    return nearest % 360 if abs(turn - nearest) <= _UPRIGHT else None
+
+
+def _place(layout: PageLayout, turn: int | None, char: Char) -> None:
+    """``char`` into ``layout``'s list for its turn; upside-down and slanted text (stamps,
+    a chart's labels) is not read."""
+    if turn == 0:
+        layout.chars.append(char)
+    elif turn == 90:
+        layout.down.append(char)
+    elif turn == 270:
+        layout.up.append(char)
 
 
 # --- PDFium -------------------------------------------------------------------------------
@@ -315,9 +341,12 @@ def read_pdfium(page: Any) -> PageLayout:
                 if not 0xDC00 <= low <= 0xDFFF:
                     continue
                 code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
-            turn = (angle_of(handle, index) + turned) % full
-            if upright < turn < full - upright:
-                continue  # vertical or slanted text: axis labels, stamps, not table cells
+            # PDFium's angle is clockwise on the page before its /Rotate, also clockwise
+            angle = (angle_of(handle, index) + turned) % full
+            upright_char = angle <= upright or angle >= full - upright  # the common case
+            quarter = 0 if upright_char else _quarter(math.degrees(angle))
+            if quarter not in (0, 90, 270):
+                continue  # upside down or slanted: stamps, a chart's labels
             if not box_of(handle, index, rect):
                 continue
             if upright_page:  # the common case, without the general transform
@@ -327,7 +356,11 @@ def read_pdfium(page: Any) -> PageLayout:
                 x0, top, x1, bottom = view.box(rect.left, rect.bottom, rect.right, rect.top)
             if not math.isfinite(x0 + x1 + top + bottom):
                 continue  # a degenerate matrix: nowhere on the page
-            chars.append(Char(x0, top, x1, bottom, chr(code), bottom - top))
+            char = Char(x0, top, x1, bottom, chr(code), bottom - top)
+            if quarter == 0:
+                chars.append(char)
+            else:
+                _place(layout, quarter, char)
     finally:
         textpage.close()
     for obj, ctm in _objects(raw, page.raw, _IDENTITY, False, 0):
@@ -349,7 +382,13 @@ def read_plumber(page: Any) -> PageLayout:
         text = char.get("text") or ""
         if not text.strip():
             continue
-        layout.chars.append(
+        # pdfminer has applied /Rotate: the matrix's first row is the baseline's direction
+        # on the page as displayed, y up
+        a, b = (float(v) for v in (char.get("matrix") or (1.0, 0.0))[:2])
+        turn = _quarter(math.degrees(math.atan2(-b, a))) if a or b else None
+        _place(
+            layout,
+            turn,
             Char(
                 float(char["x0"]),
                 float(char["top"]),
@@ -357,7 +396,7 @@ def read_plumber(page: Any) -> PageLayout:
                 float(char["bottom"]),
                 text,
                 float(char.get("size") or 0.0),
-            )
+            ),
         )
     for line in page.lines:
         points = [(float(x), float(y)) for x, y in line.get("pts", [])]  # (x, top)

@@ -21,7 +21,9 @@ in points that say when two drawn rules meet.
    (with at most a line or two of single chunks among them: a wrapped cell, a spanning
    heading) are table candidates; a title standing apart, or columns that stop lining up,
    part two candidates. Columns are the vertical strips of white (or dot leaders) that run
-   through the candidate's lines; a chunk that crosses a strip (a heading over several
+   through the candidate's lines (its body's lines: the few lines of words above its
+   first line of figures are its heading block, whose headings may cross them, a strip
+   narrowed to leave them whole); a chunk that crosses a strip (a heading over several
    columns) stays whole at its first column. Rows are text lines, those overlapping one
    another (figures set midway beside a two-line label) joined, a lower-case or later-column
    continuation joined to its cell; where rules run across the candidate (a partly ruled
@@ -31,6 +33,14 @@ in points that say when two drawn rules meet.
    first column of markers), one-column boxes, charts (a grid under a fifth filled, or
    text among curves and slanted strokes). A table needs two columns and two rows of at
    least two cells.
+5. **Turned text.** The characters turned a quarter on the page as displayed (either way:
+   ``PageLayout.down``, ``PageLayout.up``) are read as above with the page turned so that
+   they stand upright, with the page's rules; their tables' boxes are turned back onto
+   the page as displayed. A table is kept only when the characters it was read from are
+   at least half of those in its box (the turned headings of an upright table make no
+   table of their own, the rules of a turned table no upright one).
+6. **Right to left.** A table with Arabic or Hebrew text has each cell's lines put in
+   logical order (``relay.extract.bidi``); its columns stay left to right as on the page.
 """
 
 from __future__ import annotations
@@ -40,10 +50,11 @@ import itertools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import ClassVar
 
-from relay.extract import geometry
+from relay.extract import bidi, geometry
 from relay.extract.pdf_layout import Char, PageLayout, Rule
-from relay.extract.result import Cell, Grid, Table
+from relay.extract.result import Box, Cell, Grid, Table
 
 __all__ = ["find_tables", "page_tables"]
 
@@ -85,6 +96,14 @@ _BULLET = re.compile(r"[^\w\s]{1,2}")
 _MARKER = re.compile(r"[^\w\s]{1,2}|\(?(?:\d{1,3}[.)])+|\(?[A-Za-z][.)]|\(?[ivxIVX]{1,5}[.)]")
 # Columns whose cells have at least this many words (the median) are text, not cells.
 _PROSE_COLUMN_WORDS = 4
+# A table's heading block: at most this many lines above its first line of figures.
+_HEADING_LINES = 3
+# A figure (a number, signs and separators, a percent) and a year (or a span of years):
+# headings are words and years, a body's cells figures.
+_FIGURE = re.compile(r"[-+\u2212(]?\d[\d.,\s]*%?\)?")
+_YEAR = re.compile(r"(19|20)\d\d([-/\u2013]\d{2,4})?")
+# Fewer characters turned one way than this make no table (two rows of two cells at least).
+_MIN_TURNED = 4
 
 
 @dataclass
@@ -572,10 +591,30 @@ def _tabular(line: _Line) -> bool:
     return len(line.chunks) >= 2 and long < 2
 
 
+def _figures(line: _Line) -> bool:
+    """Whether a chunk of ``line`` after its first is a figure (a number, not a year)."""
+    return any(_FIGURE.fullmatch(c.text) and not _YEAR.fullmatch(c.text) for c in line.chunks[1:])
+
+
+def _heading_lines(block: Sequence[_Line]) -> int:
+    """How many lines at the top of ``block`` are its heading block: the lines above its
+    first line of figures, when they are at most ``_HEADING_LINES`` and two lines of
+    figures at least follow (else 0)."""
+    first = next((k for k, line in enumerate(block) if _figures(line)), None)
+    if first is None or first > _HEADING_LINES:
+        return 0
+    return first if sum(_figures(line) for line in block[first:]) >= 2 else 0
+
+
 def _strips(block: Sequence[_Line]) -> list[tuple[float, float]]:
-    """The white strips that run down through the multi-chunk lines of ``block``: x
-    intervals crossed by the chunks of few of them (a heading over columns may cross)."""
-    multi = [line for line in block if len(line.chunks) >= 2]
+    """The white strips that run down through the multi-chunk lines of ``block``'s body
+    (below its heading block, ``_heading_lines``: a heading over two columns, or
+    headings set apart from their figures, cross them): x intervals crossed by the
+    chunks of few of them (a heading over columns may cross)."""
+    heading = _heading_lines(block)
+    multi = [line for line in block[heading:] if len(line.chunks) >= 2]
+    if len(multi) < 2:
+        heading, multi = 0, [line for line in block if len(line.chunks) >= 2]
     x0 = min(line.x0 for line in block)
     x1 = max(line.x1 for line in block)
     allowed = len(multi) // 8
@@ -595,7 +634,21 @@ def _strips(block: Sequence[_Line]) -> list[tuple[float, float]]:
             if x - white_from > 0.5 and x0 < (white_from + x) / 2 < x1:
                 strips.append((white_from, x))
             white_from = None
-    return strips
+    return [_narrowed(strip, block[:heading]) for strip in strips]
+
+
+def _narrowed(strip: tuple[float, float], heading: Sequence[_Line]) -> tuple[float, float]:
+    """``strip`` less what the heading lines' chunks cover of either of its sides (a
+    heading over a column that starts further out than its figures), so that the cut
+    in its middle parts the headings too; as it was when nothing would be left."""
+    a, b = strip
+    for line in heading:
+        for chunk in line.chunks:
+            if chunk.x0 <= a < chunk.x1 < b:
+                a = chunk.x1
+            elif a < chunk.x0 < b <= chunk.x1:
+                b = chunk.x0
+    return (a, b) if b - a > 0.5 else strip
 
 
 def _columns(block: Sequence[_Line]) -> list[float]:
@@ -635,8 +688,11 @@ def _cut(block: list[_Line]) -> tuple[list[_Line], list[_Line]] | None:
         if sum(len(ln.chunks) >= 2 for ln in lower) < 2:
             continue
         apart = title.top - block[k - 1].bottom > max(2 * usual, usual + title.height / 2)
-        if apart or not _aligned(_strips(upper), _strips(lower)):
+        if apart:
             return upper, lower
+        heading = len(upper) <= _HEADING_LINES and not any(map(_figures, upper))
+        if not heading and not _aligned(_strips(upper), _strips(lower)):
+            return upper, lower  # a heading block's columns are not its figures' columns
     return None
 
 
@@ -818,14 +874,103 @@ def find_tables(layout: PageLayout) -> list[Grid]:
     return [table.rows for table in page_tables(layout)]
 
 
+Found = tuple[float, float, Grid, Sequence[Cell]]  # top, left, grid, cells (boxes in points)
+
+
 def page_tables(layout: PageLayout) -> list[Table]:
     """The tables of one page, top to bottom (module docstring), each with its cells and
     boxes as ``relay.extract.result`` says, measured from ``layout.frame``; ``page`` is 0
     (the caller knows the page)."""
+    readings = [_upright(layout)]
+    for turn, chars in ((_Turn.DOWN, layout.down), (_Turn.UP, layout.up)):
+        turned = len(chars) >= _MIN_TURNED
+        readings.append(
+            _turned(layout, _Turn(turn, layout.width, layout.height), chars) if turned else []
+        )
+    found: list[Found] = []
+    for direction, tables in enumerate(readings):
+        # a table is read in the direction of most of its text: the rules of a turned
+        # table make no upright one, an upright table's turned headings no turned one
+        found += [t for t in tables if _mostly_read(t, layout, direction)]
+    found.sort(key=lambda t: (t[0], t[1]))
+    frame = geometry.Frame(*layout.frame)
+    return [_placed(grid, cells, frame) for _, _, grid, cells in found]
+
+
+@dataclass(frozen=True)
+class _Turn:
+    """The page as displayed (``width`` x ``height`` points) turned a quarter so that
+    text turned the other way reads upright: ``DOWN`` text (baseline running down the
+    page) with the page turned counter-clockwise, ``UP`` text with it turned clockwise."""
+
+    DOWN: ClassVar[int] = 90
+    UP: ClassVar[int] = 270
+
+    text: int
+    width: float
+    height: float
+
+    def box(self, x0: float, top: float, x1: float, bottom: float) -> Box:
+        """A box on the page as displayed, on the turned page."""
+        if self.text == _Turn.DOWN:
+            return top, self.width - x1, bottom, self.width - x0
+        return self.height - bottom, x0, self.height - top, x1
+
+    def back(self, x0: float, top: float, x1: float, bottom: float) -> Box:
+        """A box on the turned page, on the page as displayed."""
+        if self.text == _Turn.DOWN:
+            return self.width - bottom, x0, self.width - top, x1
+        return top, self.height - x1, bottom, self.height - x0
+
+    def layout(self, page: PageLayout, chars: Sequence[Char]) -> PageLayout:
+        """``chars`` and ``page``'s rules and marks on the turned page."""
+        turned = PageLayout(self.height, self.width, has_text=True)
+        turned.chars = [Char(*self.box(c.x0, c.top, c.x1, c.bottom), c.text, c.size) for c in chars]
+        turned.rules = [Rule(*self.box(r.x0, r.top, r.x1, r.bottom)) for r in page.rules]
+        turned.marks = [self.box(x, y, x, y)[:2] for x, y in page.marks]
+        return turned
+
+
+def _turned(layout: PageLayout, turn: _Turn, chars: Sequence[Char]) -> list[Found]:
+    """The tables of the text of one quarter turn, read with the page turned so that it
+    is upright, cells placed back on the page as displayed."""
+    out: list[Found] = []
+    for _, _, grid, cells in _upright(turn.layout(layout, chars)):
+        placed = [
+            replace(cell, bbox=turn.back(*cell.bbox) if cell.bbox is not None else None)
+            for cell in cells
+        ]
+        box = geometry.enclosing(cell.bbox for cell in placed)
+        if box is not None:
+            out.append((box[1], box[0], grid, placed))
+    return out
+
+
+def _mostly_read(table: Found, layout: PageLayout, direction: int) -> bool:
+    """Whether the characters of ``direction`` (0: ``layout.chars``, 1: ``down``, 2: ``up``)
+    that the table was read from are at least half of the characters in its box."""
+    if not (layout.down or layout.up):
+        return True
+    box = geometry.enclosing(cell.bbox for cell in table[3])
+    if box is None:
+        return True
+    x0, top, x1, bottom = box
+
+    def inside(chars: Sequence[Char]) -> int:
+        return sum(
+            x0 <= (c.x0 + c.x1) / 2 <= x1 and top <= (c.top + c.bottom) / 2 <= bottom for c in chars
+        )
+
+    counts = [inside(layout.chars), inside(layout.down), inside(layout.up)]
+    return 2 * counts[direction] >= sum(counts)
+
+
+def _upright(layout: PageLayout) -> list[Found]:
+    """The tables of ``layout``'s upright characters, boxes in points."""
     if not layout.chars:
         return []
     lines = _lines(layout.chars)
-    found: list[tuple[float, float, Grid, Sequence[Cell]]] = []
+    found: list[Found] = []
     taken: list[_Region] = []
 
     across = _merge((r for r in layout.rules if r.horizontal), True)
@@ -870,9 +1015,7 @@ def page_tables(layout: PageLayout) -> list[Table]:
         unruled(_lines(left))
         unruled(_lines(right))
         unruled(spanning)
-    found.sort(key=lambda t: (t[0], t[1]))
-    frame = geometry.Frame(*layout.frame)
-    return [_placed(grid, cells, frame) for _, _, grid, cells in found]
+    return found
 
 
 def _placed(grid: Grid, cells: Sequence[Cell], frame: geometry.Frame) -> Table:
@@ -882,7 +1025,18 @@ def _placed(grid: Grid, cells: Sequence[Cell], frame: geometry.Frame) -> Table:
         replace(cell, bbox=frame.box(*cell.bbox) if cell.bbox is not None else None)
         for cell in cells
     )
-    return Table(0, grid, None, geometry.enclosing(c.bbox for c in placed), placed)
+    return Table(0, _logical(grid), None, geometry.enclosing(c.bbox for c in placed), placed)
+
+
+def _logical(grid: Grid) -> Grid:
+    """``grid`` with the text of right-to-left cells in logical order (``relay.extract.bidi``:
+    read left to right, a line of Arabic comes out reversed); the columns stay as on the
+    page, left to right."""
+    texts = [cell for row in grid for cell in row if cell]
+    if not any(bidi.has_rtl(text) for text in texts):
+        return grid
+    rtl = bidi.mostly_rtl(texts)
+    return [[bidi.logical(cell, rtl) if cell else cell for cell in row] for row in grid]
 
 
 def _gutter(lines: Sequence[_Line], width: float) -> float | None:

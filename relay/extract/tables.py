@@ -35,20 +35,37 @@ hand over, in reading order):
 
 For CSV, TSV and JSON documents ``tables`` is :func:`table_of_records`: the ``line_items``
 themselves as one grid.
+
+XLSX, DOCX and HTML documents say where their tables and cells are: a sheet, a Word table,
+a ``<table>``, and which positions a merged cell covers (:func:`spanned_table`). Their
+tables are apart by their author's choice, not split by a page break, so none continues
+another: ``line_items`` is the first table with rows under its header alone
+(:func:`first_table_records`). A table's leading title rows (one filled cell in a table of
+several columns: a merged heading above the header, a sheet's title in A1) are no header;
+``line_items`` starts below them, ``tables`` keeps them.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from typing import NamedTuple, TypeVar
 
 from relay.extract import geometry
 from relay.extract.csv_tsv import build_records
 from relay.extract.errors import ExtractionError
-from relay.extract.result import Confidence, Grid, Table
+from relay.extract.result import Cell, Confidence, Grid, Table
 
-__all__ = ["Cells", "Extraction", "clean", "clean_table", "split_tables", "table_of_records"]
+__all__ = [
+    "Cells",
+    "Extraction",
+    "clean",
+    "clean_table",
+    "first_table_records",
+    "spanned_table",
+    "split_tables",
+    "table_of_records",
+]
 
 Cells = list[str | None]
 Rows = list[dict[str, object]]
@@ -148,6 +165,66 @@ def split_tables(found: Sequence[Table], where: str) -> Extraction:
     if not records:
         raise ExtractionError("empty_document", "the table has a header row but no data rows")
     return Extraction(records, tables)
+
+
+def spanned_table(
+    page: int, rows: Sequence[Sequence[str | None]], owner: Sequence[Sequence[Hashable]] | None
+) -> Table | None:
+    """A table read from a file that names the cell of every position (a workbook's merged
+    ranges, a Word table's merged cells, HTML's colspan and rowspan): ``rows`` the text at
+    each position, ``owner`` (of the same shape, every row as long) the name of the cell it
+    belongs to, ``None`` when every position is a cell of its own. Each cell is the rectangle
+    ``geometry.rectangles`` makes of its name, its text the one at its top-left position
+    (what the others hold is dropped, as a spreadsheet shows a merged range). The table is
+    then cleaned (``clean``) and the columns empty from top to bottom at its left and right
+    edges are dropped (a sheet's used range often reaches past its table). ``None`` when
+    nothing is left."""
+    if owner is None:
+        table = clean(Table(page, [list(row) for row in rows]))
+    else:
+        cells = tuple(Cell(r, c, h, w) for r, c, h, w in geometry.rectangles(owner))
+        grid: Grid = [[None] * len(row) for row in rows]
+        for cell in cells:
+            grid[cell.row][cell.col] = rows[cell.row][cell.col]
+        table = clean(Table(page, grid, None, None, cells))
+    return _trimmed(table) if table is not None else None
+
+
+def _trimmed(table: Table) -> Table:
+    """``table`` without the columns empty from top to bottom at its left and right edges."""
+    first, last = 0, len(table.rows[0]) - 1
+    while first < last and not any(row[first] for row in table.rows):
+        first += 1
+    while last > first and not any(row[last] for row in table.rows):
+        last -= 1
+    if first == 0 and last == len(table.rows[0]) - 1:
+        return table
+    kept = range(first, last + 1)
+    rows: Grid = [row[kept.start : kept.stop] for row in table.rows]
+    if table.cells is None:
+        return Table(table.page, rows)
+    cells = geometry.keep(table.cells, range(len(rows)), kept)
+    return Table(table.page, rows, None, None, geometry.complete(cells, len(rows), len(kept)))
+
+
+def _title_row(row: Sequence[str | None]) -> bool:
+    return len(row) > 1 and sum(1 for cell in row if cell) == 1
+
+
+def first_table_records(tables: Sequence[Table], where: str) -> Rows:
+    """The ``line_items`` of a document whose tables are apart by nature (module docstring):
+    the first table with rows under its header, below its title rows; ``no_table_found``
+    without a table, ``empty_document`` when no table has rows under a header."""
+    if not tables:
+        raise ExtractionError("no_table_found", f"no table found in {where}")
+    bodies: list[Table] = []
+    for table in tables:
+        start = 0
+        while start < len(table.rows) - 1 and _title_row(table.rows[start]):
+            start += 1
+        bodies.append(Table(table.page, table.rows[start:]))
+    first = next((body for body in bodies if len(body.rows) > 1), bodies[0])
+    return split_tables([first], where).line_items
 
 
 def _text(value: object) -> str | None:

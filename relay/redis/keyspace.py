@@ -255,6 +255,29 @@ def blob(shard: int, doc_id: str) -> str:
     return doc(shard, doc_id) + ":blob"
 
 
+@in_scripts
+def blob_deletions(shard: int) -> str:
+    """Sorted set: documents of the shard whose bytes outside Redis (the blob directory, S3)
+    must be deleted (``blob_deletion`` members), scored by when a script dropped them (ms).
+    The script records them with the change that drops them; its caller deletes them and takes
+    them off, the retention sweeper any left (a caller lost, the store down:
+    ``relay.state.blobs``)."""
+    return f"{PREFIX}:{tag(shard)}:blob_deletions"
+
+
+@in_scripts
+def blob_deletion(kind: str, doc_id: str) -> str:
+    """A member of ``blob_deletions``: the store (``dir``, ``s3``) and the document's id (ids
+    hold no ``:``, so the first one splits it back: ``blob_deletion_of``)."""
+    return f"{kind}:{doc_id}"
+
+
+def blob_deletion_of(member: str) -> tuple[str, str]:
+    """A ``blob_deletions`` member as (store, document id)."""
+    kind, _, doc_id = member.partition(":")
+    return kind, doc_id
+
+
 def leases(shard: int) -> str:
     """Sorted set: documents being processed, scored by lease expiry (ms); a slice of a
     document read across workers is there as ``slice_member``."""
@@ -338,7 +361,8 @@ def replica_wait_marker(key: str) -> str:
 
 
 def outbox(shard: int) -> str:
-    """Stream: one entry per batch completion, read by the detector's consumer group."""
+    """Stream: one entry per batch completion, per document event (when the batch's webhook
+    asks for them) and per operational event, read by the detector's consumer group."""
     return f"{PREFIX}:{tag(shard)}:outbox"
 
 
@@ -382,6 +406,17 @@ def batch_parked(shard: int, account: str, name: str) -> str:
 
 
 @in_scripts
+def batch_document_events(shard: int, account: str, name: str) -> str:
+    """Sorted set: the batch's document events (``document.succeeded``, ``document.failed``)
+    raised and not yet settled, by document id: added by the script that ends the document
+    (``end_documents`` in ``_lib.lua``), scored by when (ms); scored 0 once the event's
+    delivery exists and is pending; removed when that delivery leaves ``pending`` or no
+    delivery is made for the event. While it holds any, the batch's ``batch.completed``
+    delivery waits (``claim_deliveries.lua``, ``waits_for_documents``)."""
+    return batch(shard, account, name) + ":document_events"
+
+
+@in_scripts
 def delivery(shard: int, delivery_id: str) -> str:
     """Hash: one delivery record."""
     return f"{PREFIX}:{tag(shard)}:delivery:{delivery_id}"
@@ -393,6 +428,7 @@ def delivery_attempts(shard: int, delivery_id: str) -> str:
     return delivery(shard, delivery_id) + ":attempts"
 
 
+@in_scripts
 def due(shard: int) -> str:
     """Sorted set: pending deliveries scored by when they may be attempted (ms).
 
@@ -572,6 +608,19 @@ def fact_id(home: int, at: int, *identity: str) -> str:
     digest = hashlib.blake2b("\x00".join(identity).encode(), digest_size=6).digest()
     value = (home << (2 * bits)) | ((at & mask) << bits) | (int.from_bytes(digest) & mask)
     return f"msg_{digits}{_token(value)}"
+
+
+def document_event_id(
+    shard: int, account: str, name: str, doc_id: str, created_at: int, type_: str
+) -> str:
+    """The id of a document event (``document.succeeded``, ``document.failed``): its feed
+    entry's id and its delivery's ``webhook-id``, that delivery living in the batch's shard
+    ``shard``. A document reaches a terminal status once, so the document and the type
+    identify the event: the event redone after a failover (its finish lost with the old
+    primary and made again on the new one) keeps its id. ``created_at`` is the document's
+    upload time (ms), never after the event (what ``event_time`` reads back). The layout of
+    ``completion_id``."""
+    return fact_id(shard, created_at, account, name, doc_id, type_)
 
 
 def event_time(ident: str) -> int | None:

@@ -68,10 +68,17 @@ class WorkerContext:
         return client
 
     @cached_property
+    def blobs(self) -> BlobStore:
+        """Where uploaded bytes are (RELAY_BLOB_URL): S3's client is made here, once."""
+        blobs = BlobStore.from_settings(self.settings)
+        self._closers.append(blobs.close)
+        return blobs
+
+    @cached_property
     def store(self) -> Store:
         return Store(
             self.redis,
-            BlobStore(self.settings.blob_dir),
+            self.blobs,
             self.clock,
             keep_sources=self.settings.keep_sources,
         )
@@ -83,6 +90,7 @@ class WorkerContext:
             self.clock,
             max_attempts=self.settings.max_stored_attempts,
             disable_after_ms=round(self.settings.disable_after * 1000),
+            document_events_wait_ms=round(self.settings.document_events_wait * 1000),
         )
 
     @cached_property
@@ -93,7 +101,7 @@ class WorkerContext:
     def retention(self) -> Retention:
         return Retention(
             self.redis,
-            BlobStore(self.settings.blob_dir),
+            self.blobs,
             retention_ms=int(self.settings.retention * 1000),
         )
 
@@ -195,6 +203,9 @@ def sandbox_config(settings: Settings) -> SandboxConfig:
         max_depth=settings.extract_max_depth,
         max_image_pixels=settings.max_image_pixels,
         max_pages=settings.max_pages,
+        max_cells=settings.extract_max_cells,
+        max_unzipped_bytes=settings.extract_max_unzipped_bytes,
+        max_zip_entries=settings.extract_max_zip_entries,
         page_seconds=settings.extract_page_seconds,
         wall_factor=settings.extract_wall_factor,
         ocr_provider=settings.ocr_provider,

@@ -1,11 +1,14 @@
 """The completion detector and the sweepers (``relay detector``).
 
 Detector: every batch completion is appended to its shard's outbox stream by the same script
-that completes the batch. Detectors read the outboxes through one consumer group, so several
-can run at once and each entry goes to one of them; an entry is acknowledged only after its
-delivery exists, and entries left unacknowledged by a dead detector are claimed by a live one
-after ``RECLAIM_IDLE_MS``. Creating the delivery is idempotent on (batch, completion_seq):
-one completion, one delivery, whatever crashes in between.
+that completes the batch, and so is every document event (``document.succeeded``,
+``document.failed``) of a batch whose webhook asks for them, by the script that ends the
+document, ahead of its batch's completion. Detectors read the outboxes through one consumer
+group, so several can run at once and each entry goes to one of them; an entry is
+acknowledged only after its delivery exists, and entries left unacknowledged by a dead
+detector are claimed by a live one after ``RECLAIM_IDLE_MS``. Creating the delivery is
+idempotent on (batch, completion_seq): one completion, one delivery, whatever crashes in
+between; a document event's on its id (``keyspace.document_event_id``).
 
 Sweepers, every ``RELAY_SWEEP_INTERVAL``:
 - document leases that expired (worker lost) -> queued again, or failed ``worker_lost``;
@@ -43,11 +46,12 @@ from relay.state.event_bodies import (
     DELIVERY_FAILED,
     EVENT_TYPE,
     WEBHOOK_DISABLED,
+    document_body,
     event_body,
     notification_body,
 )
 from relay.state.event_feed import append_call
-from relay.state.model import Batch
+from relay.state.model import Batch, Document
 from relay.state.retention import trim_outbox
 from relay.state.store import BatchRef
 from relay.state.webhooks import created_reply, operational_ref
@@ -149,6 +153,8 @@ class Detector:
         """What one outbox entry asks for: its feed event and its delivery."""
         if b"kind" in fields:
             return self._plan_event(shard, entry_id, fields)
+        if b"doc" in fields:
+            return self._plan_document(shard, entry_id, fields)
         account = fields[b"account"].decode()
         name = fields[b"batch"].decode()
         seq = int(fields[b"seq"])
@@ -172,6 +178,38 @@ class Detector:
             shard,
             entry_id,
             append_call(account, keyspace.FEED_BATCHES, event_id, EVENT_TYPE, name, body),
+            create,
+            shard,
+        )
+
+    def _plan_document(self, shard: int, entry_id: bytes, fields: dict[bytes, bytes]) -> _Entry:
+        """One document event (an entry with a ``doc``: ``raise_document_events`` in
+        ``_lib.lua``): in the account's feed, and delivered to the batch's webhook when it
+        asks for the event's type (``create_delivery.lua`` decides, and settles the event
+        when it makes no delivery). Its id is derived from the document
+        (``keyspace.document_event_id``): the same for the feed and the delivery."""
+        account = fields[b"account"].decode()
+        name = fields[b"batch"].decode()
+        type_ = fields[b"type"].decode()
+        snapshot = {k.encode(): str(v).encode() for k, v in json.loads(fields[b"snapshot"]).items()}
+        doc = Document.from_hash(snapshot)
+        body = document_body(
+            doc, fields.get(b"batch_metadata", b"").decode(), self.settings.public_url
+        )
+        event_id = keyspace.document_event_id(shard, account, name, doc.id, doc.created_at, type_)
+        create = self.ctx.webhooks.create_document_call(
+            BatchRef(account, name, shard),
+            doc.id,
+            type_,
+            body,
+            event_id,
+            # Its attempts' spans are children of the document's upload span.
+            snapshot.get(b"trace", b"").decode(),
+        )
+        return _Entry(
+            shard,
+            entry_id,
+            append_call(account, keyspace.FEED_BATCHES, event_id, type_, name, body),
             create,
             shard,
         )
@@ -376,6 +414,8 @@ class Detector:
         for s in keyspace.all_shards():
             try:
                 report = retention.sweep_shard(s, self.settings.purge_steps)
+                if retention.blobs.outside:
+                    retention.sweep_deletions(s)
                 retention.purge_events(s)
                 self.ctx.events.trim(s)
                 trim_outbox(self.redis, s, GROUP)

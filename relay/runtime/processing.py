@@ -41,6 +41,7 @@ from collections.abc import Callable
 from redis.exceptions import RedisError
 
 from relay import tracing
+from relay.exceptions import BlobStoreUnavailable
 from relay.logs import fields
 from relay.redis import keyspace
 from relay.redis.clients import retry_while_full
@@ -181,14 +182,15 @@ def process_claimed(
         ),
         _LeaseKeeper(store, [claim], lease_ms),
     ):
-        content = store.read_blob(claim)
+        content, error = _source(ctx, claim)
+        if content is None and error is None:
+            return "waiting for the blob store"
         if claim.slice is not None:
-            said = slices.process_slice(ctx, claim, host or ctx.extraction, content)
+            said = slices.process_slice(ctx, claim, host or ctx.extraction, content, error)
             if flush:
                 _flush_metrics(ctx)
             return said
         result: bytes | None = None  # line_items and tables, as JSON from the bounded extraction
-        error: tuple[str, str] | None = ("blob_missing", "the uploaded bytes are gone")
         if content is not None:
             read = slices.read_or_split(ctx, claim, host or ctx.extraction, content)
             if read is None:
@@ -200,6 +202,39 @@ def process_claimed(
         return "deferred"
     [said] = store_outcomes(ctx, [(outcome, t0)], flush=flush)
     return said
+
+
+def _source(ctx: WorkerContext, claim: Claim) -> tuple[bytes | None, tuple[str, str] | None]:
+    """The claimed document's bytes, or the failure that ends it (its bytes are gone, or the
+    blob store did not answer for ``RELAY_BLOB_WAIT``), or (None, None) when the document
+    waits for the blob store: its claim given back, to be claimed again after a pause
+    (``Store.wait_for_blob``)."""
+    try:
+        content = ctx.store.read_blob(claim)
+    except BlobStoreUnavailable as exc:
+        outcome = ctx.store.wait_for_blob(claim, wait_ms=round(ctx.settings.blob_wait * 1000))
+        log.warning(
+            "document bytes unreachable",
+            extra=fields(
+                doc_id=claim.doc_id,
+                account=claim.batch.account,
+                batch=claim.batch.name,
+                status={"waits": "waiting", "expired": "failed"}.get(outcome, "lease_lost"),
+                error=str(exc),
+            ),
+        )
+        if outcome != "expired":
+            return None, None  # waits (or another claim has it now)
+        down: tuple[str, str] | None = (
+            "blob_store_unavailable",
+            "the store of uploaded bytes (RELAY_BLOB_URL) did not answer while the document "
+            "waited RELAY_BLOB_WAIT",
+        )
+        return None, down
+    if content is None:
+        gone: tuple[str, str] | None = ("blob_missing", "the uploaded bytes are gone")
+        return None, gone
+    return content, None
 
 
 def _span_attributes(claim: Claim) -> dict[str, str | int]:

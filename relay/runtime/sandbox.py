@@ -84,7 +84,10 @@ from typing import NamedTuple
 from relay import tracing
 from relay.extract import PagesRead, extract, extract_document, read_pages
 from relay.extract.bounds import (
+    DEFAULT_MAX_CELLS,
     DEFAULT_MAX_PAGES,
+    DEFAULT_MAX_UNZIPPED_BYTES,
+    DEFAULT_MAX_ZIP_ENTRIES,
     ExtractLimits,
     applied,
     encode_result,
@@ -142,6 +145,9 @@ class SandboxConfig:
     max_depth: int
     max_image_pixels: int = 50_000_000  # RELAY_MAX_IMAGE_PIXELS's default
     max_pages: int = DEFAULT_MAX_PAGES
+    max_cells: int = DEFAULT_MAX_CELLS  # RELAY_EXTRACT_MAX_CELLS
+    max_unzipped_bytes: int = DEFAULT_MAX_UNZIPPED_BYTES  # RELAY_EXTRACT_MAX_UNZIPPED_BYTES
+    max_zip_entries: int = DEFAULT_MAX_ZIP_ENTRIES  # RELAY_EXTRACT_MAX_ZIP_ENTRIES
     page_seconds: float = DEFAULT_PAGE_SECONDS  # RELAY_EXTRACT_PAGE_SECONDS
     wall_factor: float = DEFAULT_WALL_FACTOR  # RELAY_EXTRACT_WALL_FACTOR
     ocr_provider: str = "cpu"  # RELAY_OCR_PROVIDER
@@ -201,6 +207,9 @@ def _extract_one(
         on_pages,
         pages=pages,
         split_over=int(split_over) if split_over else None,
+        max_cells=config.max_cells,
+        max_unzipped_bytes=config.max_unzipped_bytes,
+        max_zip_entries=config.max_zip_entries,
     )
     try:
         with applied(limits):

@@ -109,18 +109,25 @@ def join(kind: str, results: Sequence[bytes], fields: Sequence[str], max_bytes: 
 
 
 def process_slice(
-    ctx: WorkerContext, claim: Claim, host: ExtractorHost, content: bytes | None
+    ctx: WorkerContext,
+    claim: Claim,
+    host: ExtractorHost,
+    content: bytes | None,
+    failure: Failure | None = None,
 ) -> str:
     """Read the claimed slice with ``host`` and store it; the document's last slice joins
-    them all and ends the document, a failed one fails it (module docstring). Runs while the
-    caller renews the slice's lease. Returns what happened."""
+    them all and ends the document, a failed one fails it (module docstring). Without
+    ``content`` the document fails with ``failure`` (its bytes gone: ``blob_missing``).
+    Runs while the caller renews the slice's lease. Returns what happened."""
     part = claim.slice
     assert part is not None
     t0 = time.perf_counter()
     settings, store = ctx.settings, ctx.store
     pages = parse(part.pages, max_ranges=len(part.pages))
     if content is None:
-        return _end(ctx, claim, None, ("blob_missing", "the uploaded bytes are gone"), t0)
+        return _end(
+            ctx, claim, None, failure or ("blob_missing", "the uploaded bytes are gone"), t0
+        )
     result, error = host.run(
         content,
         filename=claim.filename,
@@ -140,8 +147,8 @@ def process_slice(
         log=log,
     )
     if outcome == "too_large":
-        failure = too_large(settings.max_result_bytes)
-        return _end(ctx, claim, None, (failure.code, failure.message), t0)
+        big = too_large(settings.max_result_bytes)
+        return _end(ctx, claim, None, (big.code, big.message), t0)
     if outcome != "last":
         log.log(
             logging.INFO if outcome == "done" else logging.WARNING,

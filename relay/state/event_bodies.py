@@ -11,12 +11,29 @@ from __future__ import annotations
 import json
 from typing import Annotated, Literal, TypedDict, cast
 
-from relay.shapes import Schema, components
+from relay.shapes import Ref, Schema, components
+from relay.state.metadata import MetadataJSON
+from relay.state.metadata import decode as decode_metadata
 from relay.state.model import COMPONENTS as RECORDS
-from relay.state.model import DELIVERY_ID_PATTERN, Batch, BatchJSON, Time
+from relay.state.model import (
+    DELIVERY_ID_PATTERN,
+    WEBHOOK_EVENT_TYPES,
+    Batch,
+    BatchJSON,
+    Document,
+    DocumentJSON,
+    Time,
+)
 from relay.timefmt import rfc3339
 
 EVENT_TYPE = "batch.completed"
+# A document reached succeeded or failed, for a batch whose webhook asks for these events
+# (its `events`; docs/receiving-webhooks.md, "Document events").
+DOCUMENT_SUCCEEDED = "document.succeeded"
+DOCUMENT_FAILED = "document.failed"
+DOCUMENT_TYPES = (DOCUMENT_SUCCEEDED, DOCUMENT_FAILED)
+# What a batch's webhook may ask for (PUT /batches/{name}/webhook `events`), its default first.
+BATCH_WEBHOOK_TYPES = WEBHOOK_EVENT_TYPES
 # Operational events, delivered to the account's operational webhook (keys.OPERATIONAL_BATCH).
 WEBHOOK_DISABLED = "webhook.disabled"
 DELIVERY_FAILED = "delivery.failed"
@@ -40,6 +57,47 @@ class BatchCompletedEvent(TypedDict):
     data: Annotated[
         BatchCompletedData,
         Schema(description="The batch, as GET /batches/{name} answered it then, plus results_url."),
+    ]
+
+
+class DocumentEventData(DocumentJSON):
+    batch_metadata: Annotated[
+        MetadataJSON,
+        Ref("Metadata"),
+        Schema(description="The batch's metadata, as its batch.completed event carries it."),
+    ]
+    results_url: Annotated[
+        str,
+        Schema(
+            format="uri",
+            description="The batch's results: GET it (with an API key) for its documents, "
+            "this one with its line_items and tables (succeeded) or processing_error.",
+        ),
+    ]
+
+
+class DocumentSucceededEvent(TypedDict):
+    type: Literal["document.succeeded"]
+    timestamp: Annotated[Time, Schema(description="When the document succeeded (completed_at).")]
+    data: Annotated[
+        DocumentEventData,
+        Schema(
+            description="The document, as GET /documents/{id} answered it then, plus the "
+            "batch's metadata and results_url."
+        ),
+    ]
+
+
+class DocumentFailedEvent(TypedDict):
+    type: Literal["document.failed"]
+    timestamp: Annotated[Time, Schema(description="When the document failed (completed_at).")]
+    data: Annotated[
+        DocumentEventData,
+        Schema(
+            description="The document, as GET /documents/{id} answered it then (its "
+            "processing_error holds the code and message), plus the batch's metadata and "
+            "results_url."
+        ),
     ]
 
 
@@ -137,6 +195,14 @@ class BatchCompletedFeedEvent(_FeedEntry, BatchCompletedEvent):
     pass
 
 
+class DocumentSucceededFeedEvent(_FeedEntry, DocumentSucceededEvent):
+    pass
+
+
+class DocumentFailedFeedEvent(_FeedEntry, DocumentFailedEvent):
+    pass
+
+
 class WebhookDisabledFeedEvent(_FeedEntry, WebhookDisabledEvent):
     pass
 
@@ -145,7 +211,13 @@ class DeliveryFailedFeedEvent(_FeedEntry, DeliveryFailedEvent):
     pass
 
 
-FeedEvent = BatchCompletedFeedEvent | WebhookDisabledFeedEvent | DeliveryFailedFeedEvent
+FeedEvent = (
+    BatchCompletedFeedEvent
+    | DocumentSucceededFeedEvent
+    | DocumentFailedFeedEvent
+    | WebhookDisabledFeedEvent
+    | DeliveryFailedFeedEvent
+)
 
 # The events' components in the OpenAPI document (the records' too: their data refers to them).
 COMPONENTS: dict[type, str] = {
@@ -153,12 +225,17 @@ COMPONENTS: dict[type, str] = {
     **components(
         BatchCompletedData,
         BatchCompletedEvent,
+        DocumentEventData,
+        DocumentSucceededEvent,
+        DocumentFailedEvent,
         WebhookDisabledEvent,
         DeliveryFailedEvent,
         WebhookTestEvent,
         WebhookVerifyEvent,
         TestSendJSON,
         BatchCompletedFeedEvent,
+        DocumentSucceededFeedEvent,
+        DocumentFailedFeedEvent,
         WebhookDisabledFeedEvent,
         DeliveryFailedFeedEvent,
     ),
@@ -235,11 +312,38 @@ def probe_body(batch_name: str, url: str, at_ms: int) -> bytes:
 
 def notification_body(batch: Batch, public_url: str) -> bytes:
     """The exact bytes POSTed for one completion (identical on every attempt)."""
-    results_url = f"{public_url.rstrip('/')}/api/v1/batches/{batch.name}/results"
     event: BatchCompletedEvent = {
         "type": "batch.completed",
         # A notification is made for a completed batch: completed_at is set.
         "timestamp": cast(str, rfc3339(batch.completed_at)),
-        "data": {**batch.to_json(), "results_url": results_url},
+        "data": {**batch.to_json(), "results_url": results_url(public_url, batch.name)},
     }
     return _bytes(event)
+
+
+def results_url(public_url: str, batch_name: str) -> str:
+    """The batch's results, as an event links them."""
+    return f"{public_url.rstrip('/')}/api/v1/batches/{batch_name}/results"
+
+
+def document_body(doc: Document, batch_metadata_json: str, public_url: str) -> bytes:
+    """The exact bytes POSTed for one document event (``document.succeeded`` or
+    ``document.failed``, from the document's status; identical on every attempt):
+    ``doc`` as it ended, ``batch_metadata_json`` the batch's metadata (canonical, "" for
+    none)."""
+    data: DocumentEventData = {
+        **doc.to_json(),
+        "batch_metadata": decode_metadata(batch_metadata_json),
+        "results_url": results_url(public_url, doc.batch_name),
+    }
+    # The document has ended: completed_at is set.
+    at = cast(str, rfc3339(doc.completed_at))
+    if doc.status.value == "succeeded":
+        succeeded: DocumentSucceededEvent = {
+            "type": "document.succeeded",
+            "timestamp": at,
+            "data": data,
+        }
+        return _bytes(succeeded)
+    failed: DocumentFailedEvent = {"type": "document.failed", "timestamp": at, "data": data}
+    return _bytes(failed)

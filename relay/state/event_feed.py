@@ -1,6 +1,7 @@
 """The event feeds: every event relay created for an account, in order, and long polling.
 
-An account has two feeds: ``events`` (``batch.completed``; ``GET /api/v1/events``) and
+An account has two feeds: ``events`` (``batch.completed``, and ``document.succeeded`` and
+``document.failed`` for batches whose webhook asks for them; ``GET /api/v1/events``) and
 ``ops_events`` (``webhook.disabled``, ``delivery.failed``; the operator's feed). Each feed is
 one Redis stream in the account's events shard (``relay.redis.keyspace.event_log``), appended by the
 detector for every outbox entry it handles, whether or not a webhook is registered
@@ -48,7 +49,7 @@ import redis.asyncio
 from relay.exceptions import EventNotFound, StateError
 from relay.redis import keyspace
 from relay.state import webhooks_core as core
-from relay.state.event_bodies import FeedEvent
+from relay.state.event_bodies import BATCH_WEBHOOK_TYPES, FeedEvent
 from relay.state.scripts import AsyncScripts, Scripts, fields
 from relay.timefmt import now_ms
 
@@ -61,7 +62,7 @@ MAX_WAIT_S = 30  # the longest `wait=` of one request
 MAX_PAGE = 200  # the most events one read returns (GET /events?limit=, relay events --limit)
 FALLBACK_S = 5.0  # a waiter reads again this often even without a wake-up
 SCAN = 500  # entries read per round when filters may leave most of them out
-BATCH_TYPES = ("batch.completed",)
+BATCH_TYPES = BATCH_WEBHOOK_TYPES
 OPERATIONAL_TYPES = ("webhook.disabled", "delivery.failed")
 TYPES = {keyspace.FEED_BATCHES: BATCH_TYPES, keyspace.FEED_OPERATIONAL: OPERATIONAL_TYPES}
 

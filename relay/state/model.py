@@ -140,9 +140,24 @@ class VerificationJSON(TypedDict):
     verified_at: TimeOrNull
 
 
+# The event types a batch's webhook may ask for, the default first (the events' bodies are
+# relay.state.event_bodies').
+WEBHOOK_EVENT_TYPES = ("batch.completed", "document.succeeded", "document.failed")
+DEFAULT_WEBHOOK_EVENTS = WEBHOOK_EVENT_TYPES[:1]
+
+
 class WebhookJSON(TypedDict):
     batch_name: str
     url: str
+    events: Annotated[
+        list[Annotated[str, Schema(enum=list(WEBHOOK_EVENT_TYPES))]],
+        Schema(
+            minItems=1,
+            uniqueItems=True,
+            description="The event types POSTed to the URL: batch.completed (the default), "
+            "document.succeeded, document.failed.",
+        ),
+    ]
     disabled: bool
     disabled_reason: str | None
     created_at: Time
@@ -171,8 +186,20 @@ class DeliveryJSON(TypedDict):
         ),
     ]
     batch_name: Annotated[str, Schema(description="~ops for an operational event's delivery.")]
+    type: Annotated[
+        str,
+        Schema(
+            description="The event delivered: batch.completed, document.succeeded, "
+            "document.failed, webhook.disabled, delivery.failed or webhook.verify."
+        ),
+    ]
+    document_id: Annotated[
+        str | None,
+        Schema(pattern=DOCUMENT_ID_PATTERN, description="A document event's document; else null."),
+    ]
     completion_seq: Annotated[
-        Count, Schema(description="The batch's completion; 0 for an operational event.")
+        Count,
+        Schema(description="The batch's completion; 0 for a document or operational event."),
     ]
     url: str
     status: Annotated[str, DeliveryStatus]
@@ -424,12 +451,15 @@ class Webhook:
     # Endpoint verification: "" (not asked), pending, verified or failed.
     verification: str = ""
     verified_at: int | None = None
+    # The event types asked for (register_webhook.lua keeps them space-separated).
+    events: tuple[str, ...] = DEFAULT_WEBHOOK_EVENTS
 
     @classmethod
     def from_hash(cls, batch_name: str, h: dict[bytes, bytes]) -> Webhook:
         return cls(
             batch_name=batch_name,
             url=_s(h, "url"),
+            events=tuple(_s(h, "events").split()) or DEFAULT_WEBHOOK_EVENTS,
             disabled=_s(h, "disabled") == "1",
             disabled_reason=_s(h, "disabled_reason"),
             created_at=_int(h, "created_at"),
@@ -442,6 +472,7 @@ class Webhook:
         return {
             "batch_name": self.batch_name,
             "url": self.url,
+            "events": list(self.events),
             "disabled": self.disabled,
             "disabled_reason": self.disabled_reason or None,
             "created_at": rfc3339(self.created_at),
@@ -498,6 +529,22 @@ class Attempt:
         }
 
 
+def _event_type(h: dict[bytes, bytes]) -> str:
+    """The type of the event a delivery's hash carries: its ``type`` (a document event's),
+    else a completion's (seq > 0), else its body's own (an operational event, a challenge)."""
+    kind = _s(h, "type")
+    if kind:
+        return kind
+    if _int(h, "seq") > 0:
+        return "batch.completed"
+    try:
+        body = json.loads(h.get(b"body") or b"{}")
+    except ValueError:
+        return ""
+    found = body.get("type") if isinstance(body, dict) else None
+    return found if isinstance(found, str) else ""
+
+
 @dataclass(frozen=True)
 class Delivery:
     id: str
@@ -510,6 +557,8 @@ class Delivery:
     next_attempt_at: int | None
     attempts: list[Attempt]  # the kept ones: the first and the latest
     attempt_count: int = 0  # every attempt made, kept or not
+    type: str = ""  # the event delivered (_event_type)
+    document_id: str = ""  # a document event's document
 
     @classmethod
     def from_hash(cls, h: dict[bytes, bytes], attempts: list[bytes]) -> Delivery:
@@ -518,6 +567,8 @@ class Delivery:
             id=_s(h, "id"),
             account=_s(h, "account"),
             batch_name=_s(h, "batch"),
+            type=_event_type(h),
+            document_id=_s(h, "doc"),
             completion_seq=_int(h, "seq"),
             url=_s(h, "url"),
             status=status,
@@ -531,6 +582,8 @@ class Delivery:
         return {
             "id": self.id,
             "batch_name": self.batch_name,
+            "type": self.type,
+            "document_id": self.document_id or None,
             "completion_seq": self.completion_seq,
             "url": self.url,
             "status": self.status.value,

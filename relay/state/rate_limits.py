@@ -20,6 +20,14 @@ with the process's next ask for that account (else it stays counted until it lea
 lease takes at most a quarter of what is left in the window, so the last slots go one at a
 time, and a process admits from a lease only until ``ms`` after it asked.
 
+A request that weighs more than one slot (an upload of several files: one slot a file) is
+counted once before its body is read, like any write, then for the rest of its weight by
+:meth:`SlidingWindow.hit_more`: from the process's lease when it holds that many slots, else
+by ``relay/state/lua/ratelimit_weight.lua``, all those slots or none, recorded at the server's
+now. A busy subject's weighted ask also leases slots beside them (as many again or the
+lease's size, whichever is larger, at most :data:`MOST_LEASED` and a quarter of what is left),
+so its next request of that weight is counted without a round trip.
+
 Reading a window without counting: :meth:`SlidingWindow.queue_count` (``ZCARD``, an upper bound of
 the count, for a request's own pipeline) and :meth:`SlidingWindow.peek` (exact, one round trip of
 reads); the bad-key block uses them (``relay.state.address_blocks``). A request a window admitted
@@ -46,6 +54,12 @@ from relay.redis import keyspace
 from relay.state.scripts import source
 
 SCRIPT = "ratelimit"
+WEIGHT_SCRIPT = "ratelimit_weight"
+
+
+def _sha(text: str) -> str:
+    # Redis names a script by the SHA-1 of its text; not a security use.
+    return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +123,9 @@ class Asked(NamedTuple):
 
 # Subjects a process remembers (arrival counts, leases) before it forgets the stale ones.
 _REMEMBERED = 4096
+# Most slots a weighted ask leases beside its own (RELAY_WRITE_LEASE_SLOTS's own bound): a
+# lease left unused stays counted until it leaves the window, so this bounds that strictness.
+MOST_LEASED = 64
 
 
 class SlidingWindow:
@@ -132,8 +149,7 @@ class SlidingWindow:
         # subject -> (second, arrivals in it, arrivals in the second before)
         self._arrivals: dict[str, tuple[int, int, int]] = {}
         self.source = source(SCRIPT)
-        # Redis names a script by the SHA-1 of its text; not a security use.
-        self.sha = hashlib.sha1(self.source.encode(), usedforsecurity=False).hexdigest()
+        self.sha = _sha(self.source)
         # Members must be unique per request across every API process: a random process
         # token and a counter are, without a syscall per request.
         self._token = secrets.token_hex(6)
@@ -300,6 +316,48 @@ class SlidingWindow:
             await self.load(client)
             reply, asked = await self._send(client, prefix)
         return self.decide(reply, prefix, asked)
+
+    def take_many(self, subject: str, slots: int) -> Decision | None:
+        """``slots`` slots from the process's lease for ``subject``, without Redis; None
+        (the lease left as it was) unless it holds that many usable ones."""
+        if self.lease is None:
+            return None
+        now = time.monotonic()
+        lease = self._live(subject, now)
+        if lease is None or len(lease.members) < slots:
+            return None
+        del lease.members[:slots]
+        reset_ms = max(0, math.ceil((lease.reset_at - now) * 1000))
+        return Decision(True, self.rate.limit, lease.remaining + len(lease.members), reset_ms)
+
+    async def hit_more(self, client: redis.asyncio.Redis, subject: str, slots: int) -> Decision:
+        """Count ``slots`` more slots for ``subject``, all or none (module docstring): the
+        request's further weight, after it was admitted for one. From the lease when it
+        holds them; else refused (nothing recorded) unless the window has that many free, one
+        round trip (two after a ``NOSCRIPT``), which leases more beside them for a busy
+        subject."""
+        taken = self.take_many(subject, slots)
+        if taken is not None:
+            return taken
+        more = 0
+        if self._wanted(subject) > 1:  # busy: leases are on and it writes often
+            assert self.lease is not None
+            more = min(max(self.lease.slots, slots), MOST_LEASED)
+        text = source(WEIGHT_SCRIPT)
+        member = f"{self._token}:{next(self._counter)}"
+        ahead = self.lease.ms if self.lease is not None else 0
+        args = [self.rate.window_ms, self.rate.limit, slots, member, more, ahead]
+        asked = time.monotonic()
+        try:
+            reply = await client.evalsha(_sha(text), 1, self.key(subject), *args)
+        except NoScriptError:
+            reply = await client.eval(text, 1, self.key(subject), *args)
+        granted, remaining, reset_ms = (int(v) for v in reply)
+        if granted > slots:
+            # The slots beyond the request's: members <member>:<slots + 1>..<granted>.
+            members = [f"{member}:{i}" for i in range(slots + 1, granted + 1)]
+            remaining += self._lease(subject, members, remaining, reset_ms, asked)
+        return Decision(granted > 0, self.rate.limit, remaining, reset_ms)
 
     async def _send(self, client: redis.asyncio.Redis, prefix: str) -> tuple[Any, Asked]:
         async with client.pipeline(transaction=False) as pipe:

@@ -11,6 +11,10 @@ later calls, found again through the shard's ``purging`` index.
 A batch with a pending delivery, or a completion not yet turned into a delivery, is not purged:
 it is re-scored for when that delivery is next due and looked at again then.
 
+The bytes outside Redis (the blob directory, S3) that a purge, a batch deletion or a finish
+drops are deleted by the caller of the script; what it could not delete waits in the shard's
+list of deletions to do until :meth:`Retention.sweep_deletions` deletes it (``relay.state.blobs``).
+
 Nothing else grows with the number of batches processed: ``trim_outbox`` drops the completion
 entries every detector has acknowledged, and ``purge_events`` the operational event deliveries
 (which belong to no batch that finishes) once they are older than the retention and no longer
@@ -27,13 +31,17 @@ import redis
 from redis.exceptions import ResponseError
 
 from relay.redis import keyspace
-from relay.state.blobs import DIRECTORY, BlobStore
+from relay.state.blobs import BlobStore, deleted, drop
 from relay.state.scripts import Scripts, fields
 from relay.timefmt import now_ms
 
 # Documents plus deliveries one purge call deletes: each costs a few O(1) deletes, so one
 # call stays well under a millisecond or two of Redis time however big the batch.
 STEP = 500
+# How long a deletion to do waits for the caller of the script that recorded it, which deletes
+# at once (relay.state.blobs), before the sweeper takes it: longer than any one call of the
+# blob store (its timeouts and tries), so the two rarely both try.
+DELETION_GRACE_MS = 60_000
 
 
 @dataclass
@@ -118,8 +126,7 @@ class Retention:
             ],
         )
         r = fields(reply)
-        for doc_id in r.get("dir_docs", []):  # documents whose bytes wait in the blob directory
-            self.blobs.discard(doc_id, DIRECTORY)
+        drop(self.redis, self.blobs, shard, r.get("outside", []))  # bytes outside Redis
         return str(r["outcome"])
 
     def start(self, shard: int, account: str, name: str) -> tuple[str, str]:
@@ -131,6 +138,29 @@ class Retention:
     def step_on(self, shard: int, token: str) -> str:
         """One more bounded step of a purge under way: 'more' or 'done'."""
         return self._call(shard, token, None)
+
+    def sweep_deletions(
+        self, shard: int, limit: int = STEP, grace_ms: int = DELETION_GRACE_MS
+    ) -> int:
+        """Delete the bytes outside Redis that the shard's list of deletions to do
+        (``keyspace.blob_deletions``) has held for ``grace_ms`` at least (their scripts'
+        callers delete them at once: these are the ones a caller could not), at most
+        ``limit``, oldest first; returns how many went. Those whose store still fails go to
+        the back of the list, so they never hold up the others."""
+        key = keyspace.blob_deletions(shard)
+        now = self.clock()
+        members = [
+            m.decode()
+            for m in self.redis.zrangebyscore(key, "-inf", now - grace_ms, start=0, num=limit)
+        ]
+        if not members:
+            return 0
+        done = self.blobs.delete(members)
+        deleted(self.redis, shard, done)
+        left = set(members) - set(done)
+        if left:
+            self.redis.zadd(key, dict.fromkeys(left, now), xx=True)
+        return len(done)
 
     def purge_events(self, shard: int, limit: int = STEP) -> int:
         """Purge at most ``limit`` of the shard's operational event deliveries created more

@@ -22,6 +22,7 @@ from typing import Any
 import redis.asyncio
 
 from relay.redis import keyspace
+from relay.state.blobs import KINDS
 from relay.state.model import Batch, Document
 from relay.state.sources import SourceRef
 from relay.state.store import BatchRef
@@ -130,7 +131,7 @@ class ReviewReads:
             if not h:
                 continue  # purged meanwhile
             tables, pages = summaries.get(doc_id, (None, []))
-            kept = h.get(b"blob", b"") in (b"redis", b"dir")
+            kept = h.get(b"blob", b"").decode() in KINDS
             rows.append(DocumentRow(Document.from_hash(h), kept, n, tables, pages))
         return rows, next_start
 

@@ -10,7 +10,8 @@ A script that answers more than one value answers a JSON object (``cjson.encode`
 table with named fields), read with :func:`fields`: callers read a reply by name, never by
 position. One that answers a single value (a count, 1/0) answers it bare. Two exceptions:
 ``ratelimit`` answers three integers, on every status request, where JSON costs more than
-the rest of its decoding (docs/decisions.md); ``relay.state.rate_limits`` alone reads it. And
+the rest of its decoding (docs/decisions.md); ``relay.state.rate_limits`` alone reads it
+(and ``ratelimit_weight``'s answer, the same three). And
 ``claim_next`` answers its JSON object first, then the claimed documents' bytes, which are
 binary and so cannot ride in the JSON (``Store.claim_turn`` alone reads it).
 """
@@ -39,6 +40,7 @@ NAMES = (
     "renew",
     "finish",
     "requeue",
+    "wait_blob",
     "split",
     "renew_slice",
     "slice_done",
@@ -47,6 +49,7 @@ NAMES = (
     "drop_lease",
     "delete_batch",
     "ratelimit",
+    "ratelimit_weight",
     "create_delivery",
     "claim_deliveries",
     "record_attempt",

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from relay.redis import keyspace
+from relay.state.blobs import drop
 from relay.state.scripts import fields
 from relay.state.store import BatchRef, Claim, Store
 
@@ -112,6 +113,7 @@ def finish_slice(
                 keyspace.doc_items(s, claim.doc_id),
                 keyspace.blob(s, claim.doc_id),
                 keyspace.doc_slices(s, claim.doc_id),
+                keyspace.blob_deletions(s),
             ],
             [
                 claim.doc_id,
@@ -122,12 +124,14 @@ def finish_slice(
                 result if result is not None and error is None else "",
                 code,
                 message,
+                "1" if store.keep_sources else "0",
             ],
         )
     )
     if not reply["stored"]:
         return False, 0
-    store.blobs.discard(claim.doc_id, claim.blob_kind)
+    if reply.get("outside"):
+        drop(store.redis, store.blobs, s, [reply["outside"]])
     if reply["freed"]:
         store.release_total(ref.account, int(reply["freed"]))
     return True, int(reply["seq"])
@@ -149,6 +153,7 @@ def requeue_slice(store: Store, ref: BatchRef, doc_id: str, index: int, max_clai
                 keyspace.blob(s, doc_id),
                 keyspace.account_pending_bytes(s, ref.account),
                 keyspace.doc_slices(s, doc_id),
+                keyspace.blob_deletions(s),
             ],
             [
                 doc_id,
@@ -158,9 +163,12 @@ def requeue_slice(store: Store, ref: BatchRef, doc_id: str, index: int, max_clai
                 keyspace.shard_prefix(s),
                 ref.account,
                 ref.name,
+                "1" if store.keep_sources else "0",
             ],
         )
     )
     if reply["freed"]:
         store.release_total(ref.account, int(reply["freed"]))
+    if reply.get("outside"):
+        drop(store.redis, store.blobs, s, [reply["outside"]])
     return str(reply["outcome"])

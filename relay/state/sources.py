@@ -1,17 +1,20 @@
 """The sources of finished documents: kept for their page images, and read back.
 
 With ``RELAY_KEEP_SOURCES`` (the default) a document's uploaded bytes stay where they waited
-(its blob key in the batch's shard, or its file in ``RELAY_BLOB_DIR``) after it finishes:
-``finish.lua`` (and ``requeue.lua`` for ``worker_lost``) leave them, and the document's
+(its blob key in the batch's shard, its file in the blob directory, its object in S3:
+``RELAY_BLOB_URL``) after it finishes: ``finish.lua`` and ``finish_slice.lua`` (and
+``requeue.lua``, ``requeue_slice.lua`` for ``worker_lost``) leave them, and the document's
 ``blob`` field still names the store. They go with the batch: ``delete_batch.lua`` drops the
 finished documents' sources when the batch is deleted, ``purge_batch.lua`` drops everything
-when it is purged (``RELAY_RETENTION``). Without the setting they go when the document
-finishes, as before.
+when it is purged (``RELAY_RETENTION``); bytes outside Redis are then deleted by the
+scripts' callers, or later by the sweeper (``relay.state.blobs``). Without the setting they
+go when the document finishes, as before.
 
 A kept source is no longer *pending*: the pending-bytes quota
 (``RELAY_ACCOUNT_MAX_PENDING_BYTES``) bounds what waits for a worker, and a finish releases
 its charge whether or not the bytes stay. What bounds the kept bytes is the retention: Redis
-(or the directory) holds the sources of the batches finished within ``RELAY_RETENTION``
+(or the directory, or the bucket) holds the sources of the batches finished within
+``RELAY_RETENTION``
 (docs/deploy.md, "Kept sources").
 
 Reads: :class:`SourceQuery` rides in the status round trip of ``GET
@@ -22,14 +25,14 @@ source is); :meth:`AsyncSources.locate` is the console's (any account's document
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio
 
 from relay.redis import keyspace
-from relay.state.blobs import DIRECTORY, REDIS, BlobStore
+from relay.state.blob_calls import BlobCalls
+from relay.state.blobs import KINDS, BlobStore, in_redis
 from relay.state.model import Document, Status
 
 # The statuses after which a document's source is what its page images show.
@@ -38,8 +41,8 @@ FINISHED = frozenset({Status.SUCCEEDED, Status.FAILED})
 
 @dataclass(frozen=True)
 class SourceRef:
-    """A document and where its source is: ``redis``, ``dir``, or ``""`` when it is not kept
-    (never kept, dropped with its deleted batch, or the document was canceled)."""
+    """A document and where its source is: ``redis``, ``dir``, ``s3``, or ``""`` when it is
+    not kept (never kept, dropped with its deleted batch, or the document was canceled)."""
 
     document: Document
     store: str
@@ -52,7 +55,7 @@ class SourceRef:
 
     @property
     def kept(self) -> bool:
-        return self.store in (REDIS, DIRECTORY)
+        return self.store in KINDS
 
 
 def _ref(h: dict[bytes, bytes] | None) -> SourceRef | None:
@@ -81,11 +84,15 @@ class SourceQuery:
 
 
 class AsyncSources:
-    """Reads kept sources for the API process (redis.asyncio; files in a thread)."""
+    """Reads kept sources for the API process (redis.asyncio; files and objects on the blob
+    threads, ``relay.state.blob_calls``)."""
 
-    def __init__(self, client: redis.asyncio.Redis, blobs: BlobStore) -> None:
+    def __init__(
+        self, client: redis.asyncio.Redis, blobs: BlobStore, calls: BlobCalls | None = None
+    ) -> None:
         self.redis = client
         self.blobs = blobs
+        self.calls = calls or BlobCalls()
 
     async def locate(self, doc_id: str) -> SourceRef | None:
         """Any account's document of that id, and where its source is (the console)."""
@@ -96,18 +103,13 @@ class AsyncSources:
 
     async def read(self, ref: SourceRef) -> bytes | None:
         """The source's bytes, or None when they are gone (not kept, or dropped since the
-        document was read: its batch deleted or purged meanwhile)."""
+        document was read: its batch deleted or purged meanwhile). BlobStoreUnavailable
+        when they are outside Redis and their store does not answer."""
         doc_id = ref.document.id
-        if ref.store == DIRECTORY:
-            if self.blobs.directory is None:
-                return None
-            path = self.blobs.path(doc_id)
-            try:
-                return await asyncio.to_thread(path.read_bytes)
-            except FileNotFoundError:
-                return None
-        if ref.store != REDIS:
+        if not ref.kept:
             return None
+        if not in_redis(ref.store):
+            return await self.calls.run(f"reading {doc_id}", self.blobs.get, doc_id, ref.store)
         shard = keyspace.shard_of_id("doc", doc_id)
         if shard is None:
             return None

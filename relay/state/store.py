@@ -22,15 +22,20 @@ from relay.exceptions import (
     BatchDeleted,
     BatchMetadataConflict,
     BatchNotFound,
+    BlobStoreUnavailable,
+    IdempotencyKeyReused,
     QuotaExceeded,
     StateError,
     StoreUnavailable,
 )
 from relay.redis import keyspace
 from relay.redis.clients import is_cluster
-from relay.state.blobs import DIRECTORY, BlobStore
+from relay.state import uploads
+from relay.state.blob_calls import BlobCalls
+from relay.state.blobs import REDIS, BlobStore, drop, in_redis
 from relay.state.model import Batch, Document, Status, valid_batch_name
 from relay.state.scripts import AsyncScripts, Scripts, fields, refusal
+from relay.state.uploads import NewFile
 from relay.timefmt import now_ms
 
 log = logging.getLogger("relay.state.store")
@@ -314,10 +319,13 @@ class AsyncStore:
         clock: Callable[[], int] = now_ms,
         *,
         max_pending_bytes: int | None = None,
+        calls: BlobCalls | None = None,
     ) -> None:
         self.redis = client
         self.scripts = AsyncScripts(client)
         self.blobs = blobs
+        # The blob store's blocking calls (S3, the directory), on threads of their own.
+        self.calls = calls or BlobCalls()
         self.clock = clock  # ms since the epoch; tests pass their own
         self.max_pending_bytes = max_pending_bytes
         self.refunds = PendingRefunds(client)
@@ -376,6 +384,17 @@ class AsyncStore:
         filename: str,
         content_type: str,
         content: bytes,
+        **options: Any,
+    ) -> Document:
+        """One file's document: :meth:`upload_many` with one file (``options`` are its)."""
+        docs = await self.upload_many(ref, [NewFile(filename, content_type, content)], **options)
+        return docs[0]
+
+    async def upload_many(
+        self,
+        ref: BatchRef,
+        files: Sequence[NewFile],
+        *,
         held: int = 0,
         admitted: bool = False,
         idempotency_key: str | None = None,
@@ -383,27 +402,31 @@ class AsyncStore:
         batch_metadata: str = "",
         again: bool = False,
         trace: str = "",
-    ) -> Document:
-        """Create a queued document. Raises BatchDeleted when the batch was deleted,
-        QuotaExceeded when its bytes would pass the account's pending-bytes quota,
-        BatchMetadataConflict when ``batch_metadata`` is not the batch's.
+    ) -> list[Document]:
+        """Create a queued document of each file, in order, in one script run
+        (``lua/upload.lua``): all of them or none. Raises BatchDeleted when the batch was
+        deleted, QuotaExceeded when their bytes together would pass the account's
+        pending-bytes quota, BatchMetadataConflict when ``batch_metadata`` is not the
+        batch's, IdempotencyKeyReused when ``idempotency_key`` is an earlier request's
+        that was not this one (``relay.state.uploads``).
 
         ``metadata``, ``batch_metadata``: canonical forms (``relay.state.metadata.parse``), "" for
-        none. The document's is stored with it; the batch's is set by the first upload that
+        none. ``metadata`` is every document's; the batch's is set by the first upload that
         gives one (the batch's creation, normally) and compared by every later one that
         gives one: the same string is accepted, another refused before anything is written.
 
-        ``idempotency_key``: the batch's document made by an earlier upload with this key is
-        returned as it is now, and nothing is made or charged (a client's retry of an upload
-        whose answer it lost, or that was answered 503 after the write: ``relay.redis.replicas``).
-        When that document is gone by the time it is read (the batch purged meanwhile), the
-        upload is made anew, once (``again``); gone again, StoreUnavailable (a 503: retry).
+        ``idempotency_key``: the documents made by an earlier upload into the batch with this
+        key, of the same files and metadata, are returned as they are now, and nothing is
+        made or charged (a client's retry of an upload whose answer it lost, or that was
+        answered 503 after the write: ``relay.redis.replicas``). When they are gone by the
+        time they are read (the batch purged meanwhile), the upload is made anew, once
+        (``again``); gone again, StoreUnavailable (a 503: retry).
 
         ``held``: bytes the request already holds on the account's total (the API reserves
         the declared size of the body in its first round trip,
         ``relay.api.resources.ApiResources.write_round``);
         ``admitted``: the total after that reservation was within the quota. The upload is then
-        one round trip, the script; what was held beyond the file's bytes goes back later, with
+        one round trip, the script; what was held beyond the files' bytes goes back later, with
         the account's next hold or within a second (:class:`PendingRefunds`). Otherwise (nothing
         held, the body larger than its declared size, or the total past the quota) the hold is
         given back and the upload reserves its exact bytes as without it (:meth:`_reserve`).
@@ -411,61 +434,80 @@ class AsyncStore:
         request fails before.
 
         ``trace``: the upload's trace context (a W3C ``traceparent``, ``relay.tracing``), kept
-        with the document and, when the upload creates the batch, with the batch."""
+        with each document and, when the upload creates the batch, with the batch."""
         s = ref.shard
-        doc_id = keyspace.new_id("doc", s)
-        in_redis = self.blobs.kind == "redis"
-        # Only bytes held in Redis are charged: the directory store keeps them on its own
-        # disk, which its mount bounds (docs/decisions.md).
-        charge = len(content) if in_redis else 0
+        doc_ids = [keyspace.new_id("doc", s) for _ in files]
+        in_redis = self.blobs.kind == REDIS
+        if not in_redis:
+            # Written before the documents are made: a store that refuses or does not answer
+            # leaves nothing behind (BlobStoreUnavailable: the API's 503).
+            written: list[str] = []
+            try:
+                for doc_id, f in zip(doc_ids, files, strict=True):
+                    await self._write(s, doc_id, f.content)
+                    written.append(doc_id)
+            except BlobStoreUnavailable:
+                for doc_id in written:
+                    await self._abandon(s, doc_id)
+                await self.release_hold(ref.account, held)
+                raise
+        # Only bytes held in Redis are charged: a directory or S3 keeps them on storage of
+        # its own, which its mount or bucket bounds (docs/decisions.md).
+        charge = sum(len(f.content) for f in files) if in_redis else 0
         fast = held > 0 and admitted and charge <= held
         if not fast:
             await self.release_hold(ref.account, held)
             held = 0
         allowance = -1 if fast or not charge else await self._reserve(ref, charge)
         now = self.clock()
-        if not in_redis:
-            await asyncio.to_thread(self.blobs.write_file, doc_id, content)
+        request_print = ""
+        if idempotency_key:
+            request_print = await self._fingerprint(files, metadata, batch_metadata)
         script_keys = [
             ref.key,
             keyspace.batch_docs(s, ref.account, ref.name),
             keyspace.batch_pending(s, ref.account, ref.name),
-            keyspace.doc(s, doc_id),
             keyspace.account_batches(s, ref.account),
-            keyspace.blob(s, doc_id),
             keyspace.account_pending_bytes(s, ref.account),
             keyspace.batch_uploads(s, ref.account, ref.name),
         ]
-        # The document as the script writes it (no read back).
-        doc = Document(
-            id=doc_id,
-            account=ref.account,
-            batch_name=ref.name,
-            filename=filename,
-            content_type=content_type,
-            size=len(content),
-            status=Status.QUEUED,
-            created_at=now,
-            started_at=None,
-            completed_at=None,
-            error_code="",
-            error_message="",
-            metadata_json=metadata,
-        )
         script_args: list[Any] = [
             ref.account,
             ref.name,
-            doc_id,
             now,
-            content if in_redis else b"",
+            len(files),
             "1" if in_redis else "0",
             charge,
             allowance,
             idempotency_key or "",
+            uploads.record(request_print, doc_ids) if idempotency_key else "",
             batch_metadata,
             trace,
-            *doc.new_fields(blob=self.blobs.kind, charged=charge, trace=trace),
         ]
+        docs: list[Document] = []
+        for doc_id, f in zip(doc_ids, files, strict=True):
+            # The document as the script writes it (no read back).
+            doc = Document(
+                id=doc_id,
+                account=ref.account,
+                batch_name=ref.name,
+                filename=f.filename,
+                content_type=f.content_type,
+                size=len(f.content),
+                status=Status.QUEUED,
+                created_at=now,
+                started_at=None,
+                completed_at=None,
+                error_code="",
+                error_message="",
+                metadata_json=metadata,
+            )
+            docs.append(doc)
+            new_fields = doc.new_fields(
+                blob=self.blobs.kind, charged=len(f.content) if in_redis else 0, trace=trace
+            )
+            script_keys += [keyspace.doc(s, doc_id), keyspace.blob(s, doc_id)]
+            script_args += [doc_id, f.content if in_redis else b"", len(new_fields), *new_fields]
         if fast and held > charge:
             # Never charged, whatever the script does: owed back (GiveBack).
             self.refunds.owe(ref.account, held - charge)
@@ -477,19 +519,19 @@ class AsyncStore:
             # may only ever be high, see the class's docstring.)
             if charge:
                 await self.redis.decrby(keyspace.account_pending_total(ref.account), charge)
-            self.blobs.discard(doc_id, self.blobs.kind)
+            if not in_redis:
+                for doc_id in doc_ids:
+                    await self._abandon(s, doc_id)
             if refusal(exc) == "replayed" and idempotency_key:
-                earlier = await self._replayed(ref, idempotency_key)
+                earlier = await self._replayed(ref, idempotency_key, request_print, len(files))
                 if earlier is not None:
                     return earlier
                 if not again:
                     # Gone between the refusal and the read: the batch was purged (its key
                     # record with it), so this upload is a new one, as a moment later.
-                    return await self.upload(
+                    return await self.upload_many(
                         ref,
-                        filename=filename,
-                        content_type=content_type,
-                        content=content,
+                        files,
                         idempotency_key=idempotency_key,
                         metadata=metadata,
                         batch_metadata=batch_metadata,
@@ -511,19 +553,86 @@ class AsyncStore:
                     limit=self.max_pending_bytes, pending=pending, size=charge
                 ) from exc
             raise _batch_refusal(ref, exc) from exc
-        return doc
+        return docs
 
-    async def _replayed(self, ref: BatchRef, idempotency_key: str) -> Document | None:
-        """The batch's document an upload with ``idempotency_key`` made, as it is now (None:
-        gone meanwhile, the batch purged)."""
-        doc_id = await self.redis.hget(
+    async def _write(self, shard: int, doc_id: str, content: bytes) -> None:
+        """Write a new document's bytes outside Redis. When the write fails or does not answer
+        in time, the object (or file) may still land: its deletion is recorded to do
+        (``keyspace.blob_deletions``), so the sweeper removes whatever does."""
+        try:
+            await self.calls.run(f"writing {doc_id}", self.blobs.write, doc_id, content)
+        except BlobStoreUnavailable:
+            member = keyspace.blob_deletion(self.blobs.kind, doc_id)
+            try:
+                await self.redis.zadd(keyspace.blob_deletions(shard), {member: self.clock()})
+            except RedisError as exc:  # nothing more to do: logged for the operator
+                log.warning("could not record %s for deletion: %s", member, exc)
+            raise
+
+    async def _abandon(self, shard: int, doc_id: str) -> None:
+        """Delete the bytes written for an upload its script refused (no document has them);
+        recorded for the sweeper when the store fails now."""
+        member = keyspace.blob_deletion(self.blobs.kind, doc_id)
+        try:
+            done = await self.calls.run(f"deleting {doc_id}", self.blobs.delete, [member])
+        except BlobStoreUnavailable:
+            done = []
+        if not done:
+            try:
+                await self.redis.zadd(keyspace.blob_deletions(shard), {member: self.clock()})
+            except RedisError as exc:
+                log.warning("could not record %s for deletion: %s", member, exc)
+
+    async def drop_outside(self, shard: int, members: Sequence[str]) -> None:
+        """Delete the bytes outside Redis a script dropped and recorded (``members`` of the
+        shard's ``blob_deletions``), on the blob threads, then take them off the list; what
+        fails stays there for the sweeper (``relay.state.blobs``)."""
+        if not members:
+            return
+        try:
+            done = await self.calls.run("deleting dropped bytes", self.blobs.delete, members)
+        except BlobStoreUnavailable as exc:
+            log.warning(
+                "deleting %d document(s)' bytes: %s (left to the sweeper)", len(members), exc
+            )
+            return
+        if done:
+            await self.redis.zrem(keyspace.blob_deletions(shard), *done)
+
+    @staticmethod
+    async def _fingerprint(files: Sequence[NewFile], metadata: str, batch_metadata: str) -> str:
+        """``uploads.fingerprint``; over a mebibyte of files, in a thread (hashing 20 MiB
+        takes tens of milliseconds, which the event loop must not wait for)."""
+        if sum(len(f.content) for f in files) <= 1 << 20:
+            return uploads.fingerprint(files, metadata, batch_metadata)
+        return await asyncio.to_thread(uploads.fingerprint, files, metadata, batch_metadata)
+
+    async def _replayed(
+        self, ref: BatchRef, idempotency_key: str, request_print: str, files: int
+    ) -> list[Document] | None:
+        """The documents an earlier upload with ``idempotency_key`` made, as they are now
+        (None: gone meanwhile, the batch purged); IdempotencyKeyReused when that upload was
+        another request than this one (its fingerprint and count of files)."""
+        value = await self.redis.hget(
             keyspace.batch_uploads(ref.shard, ref.account, ref.name), idempotency_key
         )
-        if doc_id is None:
+        if value is None:
             return None
-        return await self.get_document(
-            ref.account, doc_id.decode() if isinstance(doc_id, bytes) else str(doc_id)
-        )
+        earlier = uploads.Recorded.parse(value.decode() if isinstance(value, bytes) else str(value))
+        if not earlier.matches(request_print, files):
+            raise IdempotencyKeyReused(
+                f"Idempotency-Key {idempotency_key!r} was used by another upload into batch "
+                f"{ref.name!r} (other files, names, types, metadata or count of files): use a "
+                "new key for a new upload"
+            )
+        async with self.redis.pipeline(transaction=False) as pipe:
+            queries = [DocumentQuery(doc_id) for doc_id in earlier.doc_ids]
+            for q in queries:
+                q.queue(pipe, ref.account)
+            replies = await pipe.execute()
+        docs = [q.decode([reply], ref.account) for q, reply in zip(queries, replies, strict=True)]
+        found = [d for d in docs if d is not None]
+        return found if len(found) == len(docs) else None
 
     async def process(
         self, ref: BatchRef, fields: Sequence[str] | None, pages: str = ""
@@ -578,7 +687,9 @@ class AsyncStore:
 
     async def delete_batch(self, ref: BatchRef) -> list[str]:
         """Cancel the batch's queued documents, drop the sources kept of its finished ones
-        and refuse further uploads; BatchNotFound. Returns the canceled documents' ids."""
+        and refuse further uploads; BatchNotFound. Returns the canceled documents' ids. The
+        bytes it drops outside Redis are deleted before it returns (within
+        ``RELAY_BLOB_TIMEOUT``; else by the sweeper)."""
         s = ref.shard
         reply = await self.scripts(
             "delete_batch",
@@ -599,17 +710,9 @@ class AsyncStore:
                 await self.redis.delete(total)
         if not r["found"]:
             raise BatchNotFound(f"no batch named {ref.name!r}")
+        await self.drop_outside(s, r.get("outside", []))
         canceled: list[str] = r.get("canceled", [])
-        for doc_id in canceled:
-            self.blobs.discard(doc_id, self.blobs.kind)
-        kept: list[str] = r.get("dir_sources", [])  # finished documents' kept sources
-        if kept:
-            await asyncio.to_thread(self._discard_files, kept)
         return canceled
-
-    def _discard_files(self, doc_ids: list[str]) -> None:
-        for doc_id in doc_ids:
-            self.blobs.discard(doc_id, DIRECTORY)
 
     async def batch_exists(self, ref: BatchRef) -> bool:
         return bool(await self.redis.exists(ref.key))
@@ -799,7 +902,7 @@ class Store:
         shared = {"fields": c["fields"], "batch_trace": c.get("trace")}
         claims = [_claim(d["id"], ref, token, {**d, **shared}) for d in c["claims"]]
         # The bytes held in Redis came with the claim (read_blob takes them once).
-        held = [cl for cl in claims if cl.blob_kind != DIRECTORY]
+        held = [cl for cl in claims if in_redis(cl.blob_kind)]
         for cl, value in zip(held, reply[1:], strict=True):
             self._prefetched[cl.doc_id] = None if value is None else bytes(value)
         return claims, more
@@ -836,7 +939,8 @@ class Store:
 
     def read_blob(self, claim: Claim) -> bytes | None:
         """The claimed document's bytes: read ahead by ``prefetch`` (taken once), else
-        read now."""
+        read now; None when they are gone. BlobStoreUnavailable when they are outside Redis
+        and their store does not answer (:meth:`wait_for_blob`)."""
         if claim.doc_id in self._prefetched:
             return self._prefetched.pop(claim.doc_id)
         return self.blobs.read(self.redis, claim.batch.shard, claim.doc_id, claim.blob_kind)
@@ -845,7 +949,7 @@ class Store:
         """Read the bytes of a turn's claims held in Redis with one ``MGET`` (one batch, so
         one slot), for ``read_blob`` (a turn is small: ``RELAY_CLAIM_BYTES``). Claims made
         by ``claim_turn`` came with their bytes: nothing is read for them."""
-        held = [c for c in claims if c.blob_kind != DIRECTORY and c.doc_id not in self._prefetched]
+        held = [c for c in claims if in_redis(c.blob_kind) and c.doc_id not in self._prefetched]
         if len(held) < 2:
             return
         values = self.redis.mget([keyspace.blob(c.batch.shard, c.doc_id) for c in held])
@@ -902,6 +1006,7 @@ class Store:
             keyspace.leases(s),
             keyspace.outbox(s),
             keyspace.account_pending_bytes(s, ref.account),
+            keyspace.blob_deletions(s),
         ]
         args: list[Any] = ["1" if self.keep_sources else "0"]
         for o in outcomes:
@@ -925,10 +1030,7 @@ class Store:
             ]
         reply = fields(self._finish(ref.account, outcomes, script_keys, args))
         stored = [bool(x) for x in reply["stored"]]
-        if not reply.get("kept"):
-            for o, ok in zip(outcomes, stored, strict=True):
-                if ok:
-                    self.blobs.discard(o.claim.doc_id, o.claim.blob_kind)
+        drop(self.redis, self.blobs, s, reply.get("outside", []))
         return stored, int(reply["seq"])
 
     def _finish(
@@ -1016,6 +1118,7 @@ class Store:
                 k["outbox"],
                 k["blob"],
                 k["pending_bytes"],
+                keyspace.blob_deletions(ref.shard),
             ],
             [
                 doc_id,
@@ -1030,9 +1133,36 @@ class Store:
         result = fields(reply)
         if result["freed"]:
             self.release_total(ref.account, result["freed"])
-        if result.get("dropped") == DIRECTORY:
-            self.blobs.discard(doc_id, DIRECTORY)
+        if result.get("outside"):
+            drop(self.redis, self.blobs, ref.shard, [result["outside"]])
         return str(result["outcome"])
+
+    def wait_for_blob(self, claim: Claim, *, wait_ms: int, pause_ms: int = 30_000) -> str:
+        """Give the claim back while the blob store does not answer (``wait_blob.lua``): the
+        document (or the slice) waits, its claim uncounted, and is claimed again after a
+        pause (1 s, then as long as it has waited, at most ``pause_ms``). Returns ``waits``,
+        ``expired`` (it has waited ``wait_ms`` already: the caller fails it) or ``lost``
+        (the claim is another's now)."""
+        s = claim.batch.shard
+        reply = fields(
+            self.scripts(
+                "wait_blob",
+                [
+                    keyspace.doc(s, claim.doc_id),
+                    keyspace.leases(s),
+                    keyspace.doc_slices(s, claim.doc_id),
+                ],
+                [
+                    claim.doc_id,
+                    claim.token,
+                    self.clock(),
+                    pause_ms,
+                    wait_ms,
+                    str(claim.slice.index) if claim.slice is not None else "",
+                ],
+            )
+        )
+        return str(reply["outcome"])
 
 
 # -- the status endpoints' reads (relay.api.resources.ApiResources.status)

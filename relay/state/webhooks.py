@@ -26,13 +26,24 @@ from relay.exceptions import (
 from relay.redis import keyspace
 from relay.state import webhooks_core as core
 from relay.state.delivery_search import RecoverRun, Recovery
-from relay.state.event_bodies import notification_body, verify_body
-from relay.state.model import Attempt, Batch, Delivery, DeliveryStatus, Webhook
+from relay.state.event_bodies import EVENT_TYPE, notification_body, verify_body
+from relay.state.model import (
+    DEFAULT_WEBHOOK_EVENTS,
+    Attempt,
+    Batch,
+    Delivery,
+    DeliveryStatus,
+    Webhook,
+)
 from relay.state.scripts import AsyncScripts, Scripts, fields, refusal
 from relay.state.store import BatchRef
 from relay.timefmt import now_ms
 
 DEFAULT_DISABLE_AFTER_MS = 5 * 86_400_000
+DEFAULT_DOCUMENT_EVENTS_WAIT_MS = 300_000  # RELAY_DOCUMENT_EVENTS_WAIT's default
+# How often a batch.completed delivery waiting for its batch's document events is looked at
+# again (claim_deliveries.lua); the last of them to settle makes it due at once anyway.
+WAITING_RECHECK_MS = 5_000
 
 
 def operational_ref(account: str) -> BatchRef:
@@ -79,6 +90,12 @@ def _create_call(
     )
 
 
+def document_statuses(events: tuple[str, ...]) -> str:
+    """The document statuses a webhook's event types ask for, as the batch keeps them
+    (``doc_events``: ``succeeded failed``, ``failed``...; "" for none)."""
+    return " ".join(t.removeprefix("document.") for t in events if t.startswith("document."))
+
+
 def created_reply(reply: bytes | str) -> tuple[bool, str]:
     """create_delivery's answer: (created, the delivery's id; '' when there is no webhook)."""
     made = fields(reply)
@@ -103,6 +120,15 @@ class ClaimedDelivery:
     trace: str = ""  # the delivery's trace context ('' when none was kept: relay.tracing)
 
 
+class Recorded(NamedTuple):
+    """What :meth:`WebhookStore.record` did."""
+
+    moved: bool  # the delivery moved on (the lease was still this worker's)
+    # A document event's delivery ended and released its batch's batch.completed delivery
+    # that waited for it: due now (the caller wakes the shard).
+    released: bool = False
+
+
 class WebhookStore:
     """Delivery state for the detector, the delivery workers and ``relay deliveries``."""
 
@@ -113,6 +139,7 @@ class WebhookStore:
         *,
         max_attempts: int = 20,
         disable_after_ms: int = DEFAULT_DISABLE_AFTER_MS,
+        document_events_wait_ms: int = DEFAULT_DOCUMENT_EVENTS_WAIT_MS,
     ) -> None:
         self.redis = client
         self.scripts = Scripts(client)
@@ -121,6 +148,9 @@ class WebhookStore:
         self.max_attempts = max_attempts
         # RELAY_DISABLE_AFTER: a webhook failing this long is disabled (record_attempt.lua).
         self.disable_after_ms = disable_after_ms
+        # RELAY_DOCUMENT_EVENTS_WAIT: how long a document event without a delivery holds its
+        # batch's batch.completed delivery (claim_deliveries.lua).
+        self.document_events_wait_ms = document_events_wait_ms
 
     def create(
         self,
@@ -164,6 +194,23 @@ class WebhookStore:
         k, a = _create_call(ref, seq, body, completed_ms, self.clock(), delivery_id)
         return k, [*a, "", trace] if trace else a
 
+    def create_document_call(
+        self, ref: BatchRef, doc_id: str, type_: str, body: bytes, event_id: str, trace: str = ""
+    ) -> tuple[list[str], list[Any]]:
+        """The keys and arguments of ``create_delivery.lua`` for one document event
+        (``type_``: ``document.succeeded`` or ``document.failed``) of ``ref``: made only
+        when the batch's webhook asks for that type, under ``event_id``, idempotent on it."""
+        k, a = _create_call(ref, 0, body, 0, self.clock(), event_id)
+        return k, [*a, "document", trace, type_, doc_id]
+
+    def create_document(
+        self, ref: BatchRef, doc_id: str, type_: str, body: bytes, event_id: str
+    ) -> tuple[bool, str]:
+        """Create the delivery of one document event: (created, id); id '' = the webhook
+        does not ask for it (or there is none)."""
+        k, a = self.create_document_call(ref, doc_id, type_, body, event_id)
+        return created_reply(self.scripts("create_delivery", k, a))
+
     def create_event_call(
         self, account: str, event_id: str, body: bytes, delivery_id: str | None
     ) -> tuple[list[str], list[Any]]:
@@ -175,7 +222,15 @@ class WebhookStore:
         reply = self.scripts(
             "claim_deliveries",
             [keyspace.due(shard)],
-            [self.clock(), lease_ms, limit, token, keyspace.shard_prefix(shard)],
+            [
+                self.clock(),
+                lease_ms,
+                limit,
+                token,
+                keyspace.shard_prefix(shard),
+                self.document_events_wait_ms,
+                WAITING_RECHECK_MS,
+            ],
         )
         return [
             ClaimedDelivery(
@@ -205,10 +260,11 @@ class WebhookStore:
         next_at: int = 0,
         reason: str = "",
         verify: bool = False,
-    ) -> bool:
+    ) -> Recorded:
         """Append the attempt; move the delivery on while the lease is still ours.
         ``verify``: the attempt delivered an endpoint verification's challenge (its outcome
-        verifies the webhook, or fails it)."""
+        verifies the webhook, or fails it). ``released``: a document event's delivery ended
+        and its batch's batch.completed delivery, which waited for it, is due now."""
         s = d.shard
         moved = self.scripts(
             "record_attempt",
@@ -238,7 +294,7 @@ class WebhookStore:
                 )
             ],
         )
-        return int(moved) == 1
+        return Recorded(int(moved) >= 1, int(moved) == 2)
 
     def release_all(self, claimed: list[ClaimedDelivery], token: str, due_at: int) -> int:
         """Hand claimed deliveries back unattempted, due again at ``due_at`` (ms); one round
@@ -342,15 +398,23 @@ class AsyncWebhookStore:
         await self.scripts("create_delivery", k, [*a, "verify"])
 
     async def register(
-        self, ref: BatchRef, url: str, public_url: str, *, verify: bool = False
+        self,
+        ref: BatchRef,
+        url: str,
+        public_url: str,
+        *,
+        verify: bool = False,
+        events: tuple[str, ...] = DEFAULT_WEBHOOK_EVENTS,
     ) -> Registration:
         """Register or replace the URL. Returns whether it was created, whether a delivery
         became due now, and the webhook as the script left it (read in the same script: the
         API's answer costs no read of its own). With ``verify``, the webhook is pending until
         the receiver echoes a signed ``webhook.verify`` challenge; nothing else is sent to it
-        meanwhile; a registration that repeats the verification in progress (the same URL,
-        its challenge still pending) writes nothing and answers it (``repeated``). Raises
-        BatchNotFound (the script checks the batch exists)."""
+        meanwhile; a registration that repeats the verification in progress (the same URL
+        and ``events``, its challenge still pending) writes nothing and answers it
+        (``repeated``). ``events``: the event types to POST (validated by the caller); with a
+        document type the batch raises document events from now on. Raises BatchNotFound
+        (the script checks the batch exists)."""
         s = ref.shard
         challenge = secrets.token_urlsafe(24) if verify else ""
         try:
@@ -370,6 +434,8 @@ class AsyncWebhookStore:
                     challenge,
                     ref.account,
                     ref.name,
+                    " ".join(events),
+                    document_statuses(events),
                 ],
             )
         except ResponseError as exc:
@@ -383,7 +449,9 @@ class AsyncWebhookStore:
         due = verify
         if verify:
             await self._challenge(ref, url, challenge)
-        if seq and not dlv:
+        if EVENT_TYPE not in events:
+            pass  # completions are not asked for: none to deliver now
+        elif seq and not dlv:
             # The batch is done and its latest completion was never delivered: deliver it.
             h = await self.redis.hgetall(ref.key)
             batch = Batch.from_hash(h)
@@ -406,16 +474,18 @@ class AsyncWebhookStore:
             due = True
         return Registration(bool(r["created"]), due, _hook_from_flat(ref.name, r["hook"]))
 
-    async def pending_verification(self, ref: BatchRef, url: str) -> Webhook | None:
-        """The webhook of ``ref`` when registering ``url`` with verify would repeat its
-        verification in progress (the same URL, its challenge still pending): what such a
-        registration answers, with nothing started. None otherwise. One round trip, reads
-        only."""
+    async def pending_verification(
+        self, ref: BatchRef, url: str, events: tuple[str, ...] = DEFAULT_WEBHOOK_EVENTS
+    ) -> Webhook | None:
+        """The webhook of ``ref`` when registering ``url`` (asking for ``events``) with
+        verify would repeat its verification in progress (the same URL and events, its
+        challenge still pending): what such a registration answers, with nothing started.
+        None otherwise. One round trip, reads only."""
         s = ref.shard
         reply = await self.scripts(
             "verification_pending",
             [keyspace.webhook(s, ref.account, ref.name)],
-            [url, keyspace.shard_prefix(s)],
+            [url, keyspace.shard_prefix(s), " ".join(events)],
         )
         return _hook_from_flat(ref.name, reply) if reply else None
 

@@ -13,6 +13,7 @@ import redis
 
 from relay.devtools.processes import Stack
 from relay.redis import keyspace
+from relay.state import job_queues
 from relay.timefmt import parse_rfc3339
 from tests.e2e.client import Api
 from tests.support.helpers import wait_until
@@ -59,6 +60,15 @@ def test_finished_notified_batches_are_purged_and_leave_no_key(
         30,
         0.2,
         "the warm-up batch's event was not trimmed",
+    )
+    # The processing wake-ups (a marker and a list, each with a TTL) go when a job takes them
+    # or their TTL passes: on a busy machine, after the purge.
+    wakeups = {keyspace.process_wake().encode(), keyspace.processing_wakeups().encode()}
+    wait_until(
+        lambda: not wakeups & _relay_keys(redis),
+        job_queues.WAKE_TTL_MS / 1000 + 5,
+        0.2,
+        "the processing wake-ups did not go",
     )
     before = _relay_keys(redis)
     families = sorted({k.decode().split(":")[1] for k in before if b"{" not in k})

@@ -59,5 +59,5 @@ class Seeder(WebhookClients):
         assert claimed.id == ident
         code = 200 if outcome == "succeeded" else 503
         attempt = Attempt(claimed.number, self.clock(), 1.0, code, None, "")
-        assert self.d.record(claimed, "seed", attempt, outcome=outcome)
+        assert self.d.record(claimed, "seed", attempt, outcome=outcome).moved
         return ident

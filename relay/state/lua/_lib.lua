@@ -28,15 +28,69 @@ end
 local function delivery_prefix(delivery_key, id)
   return string.sub(delivery_key, 1, #delivery_key - #('delivery:' .. id))
 end
+-- Document events (docs/decisions.md, "Document events") ----------------------------------
+
+-- The batch's batch.completed delivery held back for its document events (claim_deliveries.lua
+-- marks it `waiting_since`) becomes due now: the last of them has settled. Returns whether
+-- one did.
+local function release_waiting(p, account, batch, now)
+  local pending = redis.call('HGET', key_webhook(p, account, batch), 'pending')
+  if not pending or pending == '' then
+    return false
+  end
+  local dk = key_delivery(p, pending)
+  local d = redis.call('HMGET', dk, 'status', 'waiting_since')
+  if d[1] ~= 'pending' or not d[2] or d[2] == '' then
+    return false
+  end
+  redis.call('HSET', dk, 'next_attempt_at', now)
+  redis.call('ZADD', key_due(p), now, pending)
+  return true
+end
+-- A document event of the batch has settled (its delivery left `pending`, or none is made
+-- for it): out of batch_document_events; the last one out releases the batch.completed
+-- delivery waiting for them (with `now`; a purge passes none). Returns whether it did.
+local function settle_document_event(p, account, batch, doc, now)
+  local key = key_batch_document_events(p, account, batch)
+  if redis.call('ZREM', key, doc) == 0 or not now then
+    return false
+  end
+  if redis.call('EXISTS', key) == 1 then
+    return false
+  end
+  return release_waiting(p, account, batch, now)
+end
+-- Whether the batch's batch.completed delivery, waiting since `since` (ms), still waits for
+-- the batch's document events (claim_deliveries.lua): while any is unsettled. One whose
+-- delivery is pending (score 0) holds it until that delivery ends; one raised but without
+-- a delivery yet (scored by when it was raised: its outbox entry not handled, normally
+-- within a second) holds it at most `bound` ms (RELAY_DOCUMENT_EVENTS_WAIT) from its first
+-- wait, then is dropped: an entry lost unhandled (trimmed unread) would never settle.
+local function waits_for_documents(p, account, batch, since, now, bound)
+  local key = key_batch_document_events(p, account, batch)
+  if redis.call('EXISTS', key) == 0 then
+    return false
+  end
+  if now - since < bound or #redis.call('ZRANGEBYSCORE', key, 0, 0, 'LIMIT', 0, 1) > 0 then
+    return true
+  end
+  redis.call('DEL', key)
+  return false
+end
 -- Keep a delivery's index entries true when its status goes `from` -> `to` (O(1) each):
 -- `from` '' for a new delivery (also enters the account's index), `to` '' for a purged one
 -- (also leaves it). Call it in the script that changes the status, with the old status.
--- `known`: {account, created_at} when the caller has them (it just wrote the delivery).
-local function index_delivery(p, id, from, to, known)
-  local d = known or redis.call('HMGET', key_delivery(p, id), 'account', 'created_at')
+-- `known`: {account, created_at, batch, doc} when the caller has them (it just read or
+-- wrote the delivery). A document event's delivery (its `doc` set) also keeps its batch's
+-- batch_document_events true: in it while pending, settled when it leaves pending
+-- (settle_document_event, released with `now`). Returns whether that released the batch's
+-- waiting batch.completed delivery (the caller wakes its shard).
+local function index_delivery(p, id, from, to, known, now)
+  local d = known or redis.call('HMGET', key_delivery(p, id), 'account', 'created_at', 'batch',
+                                'doc')
   local account, created = d[1], d[2]
   if not account then
-    return
+    return false
   end
   if from and from ~= '' then
     redis.call('ZREM', key_status_deliveries(p, from), id)
@@ -50,6 +104,17 @@ local function index_delivery(p, id, from, to, known)
   else
     redis.call('ZREM', key_account_deliveries(p, account), id)
   end
+  local doc = d[4]
+  if not doc or doc == '' or from == to then
+    return false
+  end
+  if to == 'pending' then
+    -- Score 0: its delivery exists and is pending (waits_for_documents).
+    redis.call('ZADD', key_batch_document_events(p, account, d[3]), 0, doc)
+  elseif from == 'pending' then
+    return settle_document_event(p, account, d[3], doc, now)
+  end
+  return false
 end
 
 -- Cancel a webhook's pending delivery (the webhook removed or disabled): canceled, out of
@@ -63,7 +128,7 @@ local function cancel_pending(p, due_key, w_pending, now)
     redis.call('HSET', dk, 'status', 'canceled', 'next_attempt_at', '', 'lease', '',
                'updated_at', now)
     redis.call('ZREM', due_key, w_pending)
-    index_delivery(p, w_pending, 'pending', 'canceled')
+    index_delivery(p, w_pending, 'pending', 'canceled', nil, now)
   end
 end
 -- Endpoint verification: the deliveries parked while it was pending (claim_deliveries.lua)
@@ -77,7 +142,7 @@ local function release_parked(p, due_key, account, name, now, cancel)
         redis.call('HSET', dk, 'status', 'canceled', 'next_attempt_at', '', 'lease', '',
                    'updated_at', now)
         redis.call('ZREM', due_key, id)
-        index_delivery(p, id, 'pending', 'canceled')
+        index_delivery(p, id, 'pending', 'canceled', nil, now)
       else
         redis.call('HSET', dk, 'next_attempt_at', now)
         redis.call('ZADD', due_key, now, id)
@@ -86,13 +151,17 @@ local function release_parked(p, due_key, account, name, now, cancel)
   end
   redis.call('DEL', parked)
 end
--- Whether registering `url` with verify repeats the webhook's verification in progress: the
--- same URL, enabled, its verification pending and the challenge's delivery (`verify_id`)
--- still pending, to that URL. Such a registration starts nothing: no second challenge, no
--- superseded one left behind (verification_pending.lua, register_hook).
-local function repeats_verification(wk, p, url)
-  local w = redis.call('HMGET', wk, 'url', 'disabled', 'verification', 'verify_id')
-  if w[1] ~= url or w[2] == '1' or w[3] ~= 'pending' or not w[4] or w[4] == '' then
+-- Whether registering `url` with verify (and the event types `events`, space-separated;
+-- nil or '' for batch.completed alone) repeats the webhook's verification in progress: the
+-- same URL and types, enabled, its verification pending and the challenge's delivery
+-- (`verify_id`) still pending, to that URL. Such a registration starts nothing: no second
+-- challenge, no superseded one left behind (verification_pending.lua, register_hook).
+local function repeats_verification(wk, p, url, events)
+  local w = redis.call('HMGET', wk, 'url', 'disabled', 'verification', 'verify_id', 'events')
+  local had = (w[5] and w[5] ~= '') and w[5] or 'batch.completed'
+  local asked = (events and events ~= '') and events or 'batch.completed'
+  if w[1] ~= url or w[2] == '1' or w[3] ~= 'pending' or not w[4] or w[4] == '' or
+     had ~= asked then
     return false
   end
   local d = redis.call('HMGET', key_delivery(p, w[4]), 'status', 'url')
@@ -101,10 +170,11 @@ end
 -- Register or replace a webhook's URL (register_webhook.lua, register_operational_webhook.lua):
 -- enabled again and not failing; with `verify` '1', pending its endpoint verification (the
 -- caller creates the challenge's delivery), else not verified any more and the deliveries
--- parked for a verification released. Returns 1 when the webhook was created, else 0; -1
+-- parked for a verification released. `events`: the event types asked for (a batch's
+-- webhook; nil for the operational one). Returns 1 when the webhook was created, else 0; -1
 -- (nothing written) when it repeats the verification in progress (repeats_verification).
-local function register_hook(wk, due_key, p, account, name, url, now, verify, challenge)
-  if verify == '1' and repeats_verification(wk, p, url) then
+local function register_hook(wk, due_key, p, account, name, url, now, verify, challenge, events)
+  if verify == '1' and repeats_verification(wk, p, url, events) then
     return -1
   end
   local was = redis.call('HGET', wk, 'verification')
@@ -171,13 +241,40 @@ local function complete_if_done(batch_key, outbox_key)
   return announce_completion(batch_key, outbox_key, c[6], c[7], seq, c[5])
 end
 
+-- The document events of documents that just ended (`ended`: {key, id} each, their status
+-- and completed_at written), for a batch whose webhook asks for them (the batch's
+-- `doc_events`: the statuses wanted, register_webhook.lua): one outbox entry each, with a
+-- snapshot of the document as it ended (the event's body is made from it) and the batch's
+-- metadata, ahead of the batch's completion entry; each also in batch_document_events, so the
+-- batch's batch.completed delivery waits for their deliveries (claim_deliveries.lua). One
+-- HGETALL, one XADD and one ZADD per event; nothing when the batch asks for none.
+local function raise_document_events(b, batch_key, outbox_key, ended, now)
+  local owed = key_batch_document_events(batch_prefix(batch_key, b.account, b.name), b.account,
+                                         b.name)
+  local wanted = ' ' .. b.doc_events .. ' '
+  for _, e in ipairs(ended) do
+    local flat = redis.call('HGETALL', e.key)
+    local doc = {}
+    for i = 1, #flat, 2 do
+      doc[flat[i]] = flat[i + 1]
+    end
+    if doc.status and string.find(wanted, ' ' .. doc.status .. ' ', 1, true) then
+      redis.call('XADD', outbox_key, 'MAXLEN', '~', '100000', '*', 'account', b.account,
+                 'batch', b.name, 'doc', e.id, 'type', 'document.' .. doc.status,
+                 'snapshot', cjson.encode(doc), 'batch_metadata', b.metadata or '')
+      redis.call('ZADD', owed, now, e.id)
+    end
+  end
+end
+
 -- Processing documents of the batch ended, `succeeded` and `failed` of them, the last at
 -- `now`: the batch's counters and last completion time (note_completion), and its completion
 -- when they were the last open documents (complete_if_done), read and written at once: two
 -- commands unless the batch completes (then four: the batch read once, its snapshot built
 -- here rather than read again, and the counters and completion_entry written in one HSET).
--- Returns the completion_seq, or 0.
-local function end_documents(batch_key, outbox_key, succeeded, failed, now)
+-- `ended` ({key, id} per document) raises their document events first when the batch asks
+-- for them (raise_document_events). Returns the completion_seq, or 0.
+local function end_documents(batch_key, outbox_key, succeeded, failed, now, ended)
   local flat = redis.call('HGETALL', batch_key)
   local b = {}
   for i = 1, #flat, 2 do
@@ -194,6 +291,9 @@ local function end_documents(batch_key, outbox_key, succeeded, failed, now)
                   last_completed_at = tostring(last)}
   local open = tonumber(b.queued or '0') + processing
   local set = {}
+  if b.doc_events and b.doc_events ~= '' then
+    raise_document_events(b, batch_key, outbox_key, ended, now)
+  end
   if open ~= 0 or tonumber(b.total or '0') == 0 or (b.completed_at and b.completed_at ~= '') then
     for k, v in pairs(counts) do
       set[#set + 1] = k
@@ -274,6 +374,26 @@ local function release_charge(doc_key, pending_key)
   end
   redis.call('HSET', doc_key, 'charged', 0)
   return release_known(pending_key, c[1], c[2])
+end
+
+-- Whether a document's bytes are in Redis (its `blob` field: 'redis', or none at all for a
+-- document older than the field) rather than in the blob directory or S3.
+local function held_in_redis(kind)
+  return not kind or kind == '' or kind == 'redis'
+end
+
+-- Drop a document's bytes outside Redis (its `blob` field `kind`: 'dir', 's3'): no script can
+-- delete them, so they are recorded in the shard's list of deletions to do
+-- (keys.blob_deletions, member keys.blob_deletion) in the same step, scored by `now`; the
+-- caller deletes them and takes them off, the sweeper any it could not (relay.state.blobs).
+-- Returns the member, nil for bytes in Redis (the script deletes those itself).
+local function drop_outside(deletions_key, kind, id, now)
+  if held_in_redis(kind) then
+    return nil
+  end
+  local member = blob_deletion(kind, id)
+  redis.call('ZADD', deletions_key, now, member)
+  return member
 end
 
 -- Operational events (docs/decisions.md, "Auto-disable and operational events") -------------

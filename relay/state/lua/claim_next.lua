@@ -23,7 +23,7 @@
 --          shard, trace = the batch's trace context when kept}, without claims when nothing
 --          was claimed
 --          (more = 1: call again); then the bytes of each claimed document held in Redis
---          (blob not 'dir'), in claim order, nil when gone: read here with one MGET, so the
+--          (held_in_redis), in claim order, nil when gone: read here with one MGET, so the
 --          worker needs no round trip of its own for them (binary-safe: not in the JSON).
 local p = ARGV[1]
 local now, lease_ms, token = ARGV[2], tonumber(ARGV[3]), ARGV[4]
@@ -142,7 +142,7 @@ while budget > 0 do
                                  claims = got, more = more and 1 or 0, trace = b[2] or nil})}
     local held = {}
     for _, g in ipairs(got) do
-      if g.blob ~= 'dir' then
+      if held_in_redis(g.blob) then
         held[#held + 1] = key_blob(p, g.id)
       end
     end

@@ -7,8 +7,9 @@
 -- Returns: a JSON object (cjson): found (1/0) and, when any, canceled: the ids of the
 --   documents canceled now (absent when none: cjson would encode an empty list as {}),
 --   freed: the bytes the caller takes off the account's total (release_charge), and, when
---   any, dir_sources: the finished documents whose dropped source is a file of the directory
---   blob store (the caller removes them)
+--   any, outside: the documents (canceled, or finished with a kept source) whose dropped bytes
+--   are outside Redis, as the members recorded in the shard's blob_deletions (drop_outside:
+--   the caller deletes them)
 -- Documents' keys are derived from ARGV[2] (same hash tag as KEYS) because a batch may hold
 -- any number of them; each cancellation is O(1).
 local b = redis.call('HMGET', KEYS[1], 'created_at', 'deleted_at')
@@ -29,7 +30,8 @@ for _, entry in ipairs(redis.call('LRANGE', key_batch_ready(ARGV[2], who[1], who
 end
 fair_drop_batch(ARGV[2], who[1], who[2])
 fair_count_slices(ARGV[2], -dropped)
-local canceled, dir_sources, slices = {}, {}, {}
+local canceled, outside, slices = {}, {}, {}
+local deletions = key_blob_deletions(ARGV[2])
 local freed = 0
 local ids = redis.call('LRANGE', KEYS[2], 0, -1)
 for _, id in ipairs(ids) do
@@ -47,15 +49,14 @@ for _, id in ipairs(ids) do
     redis.call('HSET', dk, 'status', 'canceled', 'completed_at', ARGV[1], 'blob', '')
     freed = freed + release_charge(dk, KEYS[6])
     redis.call('DEL', key_blob(ARGV[2], id))
+    outside[#outside + 1] = drop_outside(deletions, d[2], id, ARGV[1])
     redis.call('HINCRBY', KEYS[1], 'queued', -1)
     redis.call('HINCRBY', KEYS[1], 'canceled', 1)
     canceled[#canceled + 1] = id
   elseif (d[1] == 'succeeded' or d[1] == 'failed') and d[2] and d[2] ~= '' then
     redis.call('HSET', dk, 'blob', '')
     redis.call('DEL', key_blob(ARGV[2], id))
-    if d[2] == 'dir' then
-      dir_sources[#dir_sources + 1] = id
-    end
+    outside[#outside + 1] = drop_outside(deletions, d[2], id, ARGV[1])
   end
 end
 fair_push(ARGV[2], who[1], who[2], slices, false)
@@ -67,7 +68,7 @@ complete_if_done(KEYS[1], KEYS[5])
 if #canceled == 0 then
   canceled = nil
 end
-if #dir_sources == 0 then
-  dir_sources = nil
+if #outside == 0 then
+  outside = nil
 end
-return cjson.encode({found = 1, canceled = canceled, freed = freed, dir_sources = dir_sources})
+return cjson.encode({found = 1, canceled = canceled, freed = freed, outside = outside})

@@ -8,8 +8,9 @@
 --       5 account, 6 batch name (both '' to continue the purge of token ARGV[2]),
 --       7 retention (ms)
 -- Returns: a JSON object (cjson): outcome ('gone' | 'open' | 'young' | 'pending' | 'more' |
---   'done') and, when any, dir_docs: the ids of deleted documents whose bytes sit in the
---   directory blob store (absent when none: cjson would encode an empty list as {})
+--   'done') and, when any, outside: the deleted documents whose bytes are outside Redis (the
+--   blob directory, S3), as the members recorded in the shard's blob_deletions (drop_outside:
+--   the caller deletes them; absent when none: cjson would encode an empty list as {})
 --
 -- Start: check and detach in one step, so a batch reopened after it was picked is never
 -- purged: it must exist, be complete for at least the retention and have no pending
@@ -24,7 +25,8 @@ local docs_key, dlv_key = key_purge_docs(p, token), key_purge_deliveries(p, toke
 -- outbox (the detector makes it within seconds; this only bounds a wait for one never made).
 local OUTBOX_GRACE_MS = 3600000
 
-local function pending_delivery(webhook_key, deliveries_key, by_seq_key, seq, overdue)
+local function pending_delivery(webhook_key, deliveries_key, by_seq_key, seq, overdue,
+                                 document_events)
   local w = redis.call('HMGET', webhook_key, 'url', 'disabled', 'pending')
   if w[1] and w[2] ~= '1' and overdue < OUTBOX_GRACE_MS and
      redis.call('HEXISTS', by_seq_key, seq) == 0 then
@@ -36,11 +38,18 @@ local function pending_delivery(webhook_key, deliveries_key, by_seq_key, seq, ov
     return pointed
   end
   -- A manual retry of an older delivery can leave the newer one pending unpointed: look at
-  -- the newest ones too (a batch has one delivery per completion; 64 bounds the look).
+  -- the newest ones too (a batch has one delivery per completion, and one per document
+  -- event when asked for: those are checked below; 64 bounds the look).
   for _, id in ipairs(redis.call('ZREVRANGE', deliveries_key, 0, 63)) do
     if redis.call('HGET', key_delivery(p, id), 'status') == 'pending' then
       return id
     end
+  end
+  -- A document event's delivery pending beyond those (score 0 in batch_document_events), or
+  -- a document event raised and still in the outbox (the same grace as a completion's).
+  local doc = redis.call('ZRANGE', document_events, 0, 0, 'WITHSCORES')
+  if doc[1] and (tonumber(doc[2]) == 0 or overdue < OUTBOX_GRACE_MS) then
+    return ''
   end
   return nil
 end
@@ -62,8 +71,9 @@ if ARGV[5] ~= '' then
     redis.call('ZADD', KEYS[1], completed, member)
     return cjson.encode({outcome = 'young'})
   end
+  local document_events = key_batch_document_events(p, ARGV[5], ARGV[6])
   local pending = pending_delivery(KEYS[10], KEYS[12], KEYS[11], b[3] or '0',
-                                   now - completed - retention)
+                                   now - completed - retention, document_events)
   if pending then
     -- Look again when its next attempt (or its lease) is due, at least a second from now.
     local due_at = now
@@ -81,7 +91,8 @@ if ARGV[5] ~= '' then
   end
   redis.call('ZREM', KEYS[1], member)
   redis.call('ZREM', KEYS[13], ARGV[6])
-  redis.call('UNLINK', KEYS[6], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[14])
+  redis.call('UNLINK', KEYS[6], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[14],
+             document_events)
   if redis.call('EXISTS', KEYS[7]) == 1 then
     redis.call('RENAME', KEYS[7], docs_key)
   end
@@ -91,12 +102,12 @@ if ARGV[5] ~= '' then
 end
 
 -- One bounded step: documents first, then deliveries.
-local outcome, dir_docs = 'more', {}
+local outcome, outside = 'more', {}
+local deletions = key_blob_deletions(p)
 local ids = redis.call('LRANGE', docs_key, 0, step - 1)
 for _, id in ipairs(ids) do
-  if redis.call('HGET', key_doc(p, id), 'blob') == 'dir' then
-    dir_docs[#dir_docs + 1] = id
-  end
+  outside[#outside + 1] = drop_outside(deletions, redis.call('HGET', key_doc(p, id), 'blob'), id,
+                                       now)
   redis.call('UNLINK', key_doc(p, id), key_doc_items(p, id), key_blob(p, id))
   redis.call('ZREM', KEYS[4], id)
 end
@@ -120,7 +131,7 @@ if redis.call('EXISTS', docs_key, dlv_key) == 0 then
   redis.call('ZREM', KEYS[2], token)
   outcome = 'done'
 end
-if #dir_docs == 0 then
-  dir_docs = nil
+if #outside == 0 then
+  outside = nil
 end
-return cjson.encode({outcome = outcome, dir_docs = dir_docs})
+return cjson.encode({outcome = outcome, outside = outside})

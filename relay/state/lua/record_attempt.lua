@@ -8,13 +8,15 @@
 --       verify ('1' for an endpoint verification's challenge, webhook.verify; else '')
 -- The attempt is always appended: it happened. The delivery moves on only while this
 -- worker still holds its lease (a late answer after the lease passed on changes nothing
--- but the record). Returns 1 when the delivery moved on, 0 otherwise.
+-- but the record). Returns 1 when the delivery moved on, 0 otherwise; 2 when it moved on
+-- and, a document event's, released its batch's batch.completed delivery waiting for it
+-- (index_delivery in _lib.lua: the caller wakes the shard).
 -- The delivery's `attempt_count` counts every attempt; the list keeps the first and the
 -- latest `keep` - 1. A delivery purged meanwhile (retention) gets no orphan list.
 local A = cjson.decode(ARGV[1])
 -- The delivery read once: what the lease check, the indexes and the events need.
 local d = redis.call('HMGET', KEYS[1], 'status', 'lease', 'attempt_count', 'account',
-                     'created_at', 'batch', 'url')
+                     'created_at', 'batch', 'url', 'doc')
 if not d[1] then
   return 0  -- purged meanwhile
 end
@@ -101,7 +103,7 @@ set[#set + 1] = status
 redis.call('HSET', KEYS[1], unpack(set))
 -- The delivery indexes: pending -> the status it ended in.
 local p = delivery_prefix(KEYS[1], A.id)
-index_delivery(p, A.id, 'pending', status, {d[4], d[5]})
+local released = index_delivery(p, A.id, 'pending', status, {d[4], d[5], d[6], d[8]}, A.now)
 
 if verify then
   -- The verification ended: what was parked meanwhile goes now, or never.
@@ -134,5 +136,8 @@ if outcome == 'failed' then
   emit_event(KEYS[5], 'delivery.failed', d[4], d[6], A.clock,
              {'id', A.id, 'url', d[7] or '', 'attempts', count, 'error', err,
               'status_code', code})
+end
+if released then
+  return 2
 end
 return 1

@@ -17,7 +17,8 @@ local by_account = {}  -- account -> {created, id, created, id, ...}
 local moved, due = {}, {}
 for _, id in ipairs(ids) do
   local dk = key_delivery(p, id)
-  local d = redis.call('HMGET', dk, 'status', 'account', 'batch', 'attempt_count', 'created_at')
+  local d = redis.call('HMGET', dk, 'status', 'account', 'batch', 'attempt_count', 'created_at',
+                       'doc')
   local ok = false
   local wk = nil
   if d[1] == status and d[2] then
@@ -35,7 +36,14 @@ for _, id in ipairs(ids) do
     redis.call('HSET', dk, 'status', 'pending', 'lease', '',
                'round_start', d[4] or redis.call('LLEN', key_delivery_attempts(p, id)),
                'next_attempt_at', now, 'updated_at', now)
-    pointer[wk] = id
+    if d[6] and d[6] ~= '' then
+      -- A document event's: pending again in its batch's batch_document_events (score 0, as
+      -- index_delivery puts it), so a batch.completed recovered with it goes after it; never
+      -- the webhook's `pending`, which is its batch.completed delivery.
+      redis.call('ZADD', key_batch_document_events(p, d[2], d[3]), 0, d[6])
+    else
+      pointer[wk] = id
+    end
     local acc = by_account[d[2]]
     if not acc then
       acc = {}

@@ -1,14 +1,17 @@
 -- The sweeper returns a document whose lease expired (its worker was lost):
 -- processing -> queued (started_at null) while claims < max, else -> failed worker_lost.
--- KEYS: 1 doc, 2 batch, 3 batch_started, 4 leases, 5 outbox, 6 blob, 7 account_pending_bytes
+-- KEYS: 1 doc, 2 batch, 3 batch_started, 4 leases, 5 outbox, 6 blob, 7 account_pending_bytes,
+--       8 blob_deletions
 -- ARGV: 1 doc id, 2 now (ms), 3 max claims, 4 the shard's key prefix (the fair queue's keys
 --       derive from it), 5 account, 6 batch name, 7 '1' to keep a failed document's source
 --       (RELAY_KEEP_SOURCES, as finish.lua keeps it) else '0'
--- A requeued document goes to the front of its batch's list in the fair queue.
+-- A requeued document goes to the front of its batch's list in the fair queue. So does one
+-- whose worker gave its claim back while the blob store did not answer (wait_blob.lua): its
+-- lease then ends at the time it waits until, with no owner, and its claims were not counted.
 -- Returns JSON (cjson): {outcome = 'requeued' | 'failed' | 'skip' (lease renewed meanwhile,
 -- or not processing), freed = bytes the caller takes off the account's total (release_known;
--- failed only), dropped = the store ('redis' | 'dir') of the source dropped when it failed
--- without keeping it, '' otherwise (the caller removes a file of the directory store)}.
+-- failed only), outside = the KEYS[8] member recorded when it failed without keeping a source
+-- that is outside Redis (drop_outside; absent otherwise): the caller deletes it}.
 local expiry = redis.call('ZSCORE', KEYS[4], ARGV[1])
 local d = redis.call('HMGET', KEYS[1], 'status', 'claims', 'charged', 'counted', 'blob')
 if d[1] ~= 'processing' then
@@ -31,13 +34,13 @@ if tonumber(d[2] or '0') >= tonumber(ARGV[3]) then
              'error_message', 'the worker processing this document was lost ' .. d[2] ..
              ' times', 'blob', keep and blob or '', 'charged', 0)
   local freed = release_known(KEYS[7], d[3], d[4])
-  local dropped = ''
+  local outside = nil
   if not keep then
     redis.call('DEL', KEYS[6])
-    dropped = blob
+    outside = drop_outside(KEYS[8], blob, ARGV[1], ARGV[2])
   end
-  end_documents(KEYS[2], KEYS[5], 0, 1, ARGV[2])
-  return cjson.encode({outcome = 'failed', freed = freed, dropped = dropped})
+  end_documents(KEYS[2], KEYS[5], 0, 1, ARGV[2], {{key = KEYS[1], id = ARGV[1]}})
+  return cjson.encode({outcome = 'failed', freed = freed, outside = outside})
 end
 redis.call('HINCRBY', KEYS[2], 'processing', -1)
 redis.call('HSET', KEYS[1], 'status', 'queued', 'started_at', '', 'lease', '')
