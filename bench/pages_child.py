@@ -51,7 +51,8 @@ MAX_PIXELS = 50_000_000
 
 # (stage, "module:Class.method" or "module:function"), wrapped where importable. Detection
 # and recognition as relay ran them at 4bb9c3f (rapidocr's pipeline: the line crops count as
-# recognition) and as it runs them since (relay.extract.ocr_models).
+# recognition) and as it runs them since (relay.extract.ocr_models); placing each character
+# read on the page (for the spaces between words) counts as recognition.
 STAGES: list[tuple[str, str]] = [
     ("decode", "relay.extract.image:_upright"),
     ("decode", "relay.extract.pdf:_layout"),
@@ -61,6 +62,7 @@ STAGES: list[tuple[str, str]] = [
     ("recognition", "rapidocr_onnxruntime.main:RapidOCR.get_crop_img_list"),
     ("detection", "relay.extract.ocr_models:Detector.__call__"),
     ("recognition", "relay.extract.ocr_models:Recognizer.__call__"),
+    ("recognition", "rapidocr_onnxruntime.cal_rec_boxes.main:CalRecBoxes.__call__"),
     ("structure", "rapid_table.table_structure.table_structure:TableStructurer.__call__"),
     ("structure", "relay.extract.ocr_models:Structurer.__call__"),
 ]

@@ -11,24 +11,18 @@ post-processing is the packages' own (``DBPostProcess``, ``CTCLabelDecode``,
   provider of ``RELAY_OCR_PROVIDER`` (:func:`choose_provider`).
 * **Detection at rapidocr's sizes** (:func:`detection_scale`): a page reduced to 2,000 px
   on its long side, a small image enlarged to 736 px on its short side, a thin strip no
-  longer than 2,000 px. Detecting a scan at the resolution its text needs (characters 10
-  or 12 pixels high: a 200 dpi page at 0.62-0.75 of its size, 35-55 % less detection CPU)
-  was measured and not kept: the boxes come out a few pixels fatter, SLANet-plus's crops
-  and the cell matching move with them, and mean F1 on the 27 scans fell from 0.766 to
-  0.690 (10 px) and 0.727 (12 px), whole tables lost on some documents (eu-017: 0.80 to
-  0.01), while 8 of them alone showed no loss (0.781 against 0.788).
+  longer than 2,000 px. Detecting a scan at a lower resolution makes the boxes fatter, and
+  SLANet-plus's crops and the cell matching move with them: whole tables were lost.
 * **Recognition at each line's own width**, one line a run: rapidocr pads every line to at
   least 320 pixels wide (its training width) and a batch to its widest line; the model's
   cost is proportional to the width it reads, and a table's lines are short (a cell is a
-  few characters). A line is padded to ``_MIN_REC_WIDTH`` at least (a lone digit).
-  Batching lines of similar width was measured and not kept: on the CPU provider with one
-  thread a batch of 8 costs per line what 8 runs do at 96-160 px, and up to 1.8x at
-  640 px (recognition at 48 px high is compute-bound, with no per-run overhead to share).
-* **int8 and newer models, measured and not kept**: ``quantize_dynamic`` made the
-  recogniser 1.0x (MatMul only) to 4x slower (Conv as ConvInteger); a static QDQ model
-  1.3x faster, but it needs the ``onnx`` package and calibration images at build time.
-  PP-OCRv6 small (rapidocr 3.10's wheel) costs the same to detect and 1.3x more to
-  recognise per pixel than PP-OCRv4.
+  few characters). A line is padded to ``_MIN_REC_WIDTH`` at least (a lone digit), and to
+  a whole number of the recogniser's columns (``_REC_STRIDE``), so that the column each
+  character is read at says where it is on the line (``Read.placed``). Batching lines of
+  similar width shares nothing on one CPU thread: recognition at 48 px high is
+  compute-bound, with no per-run overhead to share, and a batch pads to its widest line.
+* int8-quantised models and the newer PP-OCR models of rapidocr 3.x were measured and are
+  not used: ``docs/decisions.md`` ("How the OCR models are run") has why.
 """
 
 from __future__ import annotations
