@@ -302,3 +302,21 @@ def test_a_heading_block_set_apart_from_its_body_stays_with_it() -> None:
     assert [cell for cell in table.rows[0] if cell] == ["Population (millions)", "Area (km2)"]
     assert table.rows[0][3] == "Area (km2)"
     assert table.confidence is not None and len(table.confidence) == len(table.rows)
+
+
+ZEROS = [
+    ["Country", "Domestic", "Imported", "Total"],
+    *[[c, "0", "100", str(n)] for c, n in (("Austria", 1), ("Belgium", 3), ("Finland", 2))],
+    *[[c, "0", "100", str(n)] for c, n in (("France", 14), ("Italy", 76), ("Poland", 1))],
+    ["Sweden", "0", "0", "8"],
+]
+
+
+@pytest.mark.parametrize("seed", [5, 6])
+def test_a_lone_digit_on_a_scan_is_read_as_a_digit(seed: int) -> None:
+    """A cell of one "0", read padded to a few characters' width, came back "o" or not at
+    all, with a low confidence; read again at the recogniser's training width, "0"."""
+    image = _scanned(draw_table(ZEROS, size=20, cell=(200, 50)), seed=seed)
+    content = encode(image, "PDF", resolution=200.0)
+    result = extract_document(content, filename="scan.pdf", content_type="", fields=[])
+    assert [t.rows for t in result.tables] == [ZEROS]

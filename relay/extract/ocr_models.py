@@ -18,7 +18,9 @@ post-processing is the packages' own (``DBPostProcess``, ``CTCLabelDecode``,
   cost is proportional to the width it reads, and a table's lines are short (a cell is a
   few characters). A line is padded to ``_MIN_REC_WIDTH`` at least (a lone digit), and to
   a whole number of the recogniser's columns (``_REC_STRIDE``), so that the column each
-  character is read at says where it is on the line (``Read.placed``). Batching lines of
+  character is read at says where it is on the line (``Read.placed``). A narrow line read
+  with little confidence is read again at the width the model was trained at
+  (``_TRAINED_WIDTH``, as rapidocr reads every line): a lone figure needs it. Batching lines of
   similar width shares nothing on one CPU thread: recognition at 48 px high is
   compute-bound, with no per-run overhead to share, and a batch pads to its widest line.
 * int8-quantised models and the newer PP-OCR models of rapidocr 3.x were measured and are
@@ -73,6 +75,12 @@ _REC_HEIGHT = 48
 # A line narrower than this is read padded to it: a lone digit read at its own width (48
 # pixels) came back as a letter ("2" as "N"); padded to twice its height, right.
 _MIN_REC_WIDTH = 96
+# A line narrower than this (the width PP-OCR's recogniser was trained at, and rapidocr's
+# least) read with less confidence than ``_SURE`` is read again padded to it, as rapidocr
+# reads it, and that read stands: a lone "0" padded to ``_MIN_REC_WIDTH`` came back as "o"
+# with a low confidence, padded to this width as "0".
+_TRAINED_WIDTH = 320
+_SURE = 0.8
 # The recogniser reads a column of its output per this many pixels of the line: a width
 # that is a multiple of it gives each column the same share, so a character's column says
 # where on the line it is.
@@ -284,16 +292,24 @@ class Recognizer:
         read = []
         for box in boxes:
             line = _crop(bgr, box)
-            tensor, width = _line_tensor(line)
-            (prediction,) = self.session.run(None, {self.input: tensor})[:1]
-            # The CTC output's columns cover the padded width, the line the first ``width``
-            # pixels of it: rapidocr's scaling of the columns to the line (its ``wh_ratio``
-            # over ``max_wh_ratio``), here exact.
-            text, score, columns = self.decode(
-                prediction, True, wh_ratio_list=[width], max_wh_ratio=tensor.shape[3]
-            )[0]
-            read.append(Read(str(text), float(score), self._placed(line, box, text, columns)))
+            text, score, columns = self._read(line, _MIN_REC_WIDTH)
+            if score < _SURE and _rec_width(line) < _TRAINED_WIDTH:
+                text, score, columns = self._read(line, _TRAINED_WIDTH)
+            read.append(Read(text, score, self._placed(line, box, text, columns)))
         return read
+
+    def _read(self, line: NDArray[np.uint8], least: int) -> tuple[str, float, Any]:
+        """``line``'s text, confidence and CTC columns (``CTCLabelDecode``'s word
+        information), read padded to ``least`` pixels wide at least."""
+        tensor, width = _line_tensor(line, least)
+        (prediction,) = self.session.run(None, {self.input: tensor})[:1]
+        # The CTC output's columns cover the padded width, the line the first ``width``
+        # pixels of it: rapidocr's scaling of the columns to the line (its ``wh_ratio`` over
+        # ``max_wh_ratio``), here exact.
+        text, score, columns = self.decode(
+            prediction, True, wh_ratio_list=[width], max_wh_ratio=tensor.shape[3]
+        )[0]
+        return str(text), float(score), columns
 
     def _placed(
         self, line: NDArray[np.uint8], box: NDArray[np.float32], text: str, columns: Any
@@ -325,17 +341,22 @@ def _crop(bgr: NDArray[np.uint8], box: NDArray[np.float32]) -> NDArray[np.uint8]
     return np.asarray(line, dtype=np.uint8)
 
 
-def _line_tensor(line: NDArray[np.uint8]) -> tuple[NDArray[np.float32], int]:
+def _rec_width(line: NDArray[np.uint8]) -> int:
+    """The width ``line`` takes once resized to ``_REC_HEIGHT`` pixels high."""
+    height, width = line.shape[:2]
+    return max(1, math.ceil(_REC_HEIGHT * int(width) / max(int(height), 1)))
+
+
+def _line_tensor(line: NDArray[np.uint8], least: int) -> tuple[NDArray[np.float32], int]:
     """A line as the recogniser reads it: ``_REC_HEIGHT`` pixels high, its own width (at
-    least ``_MIN_REC_WIDTH``, padded with zeros on the right as rapidocr pads, to a multiple of
+    least ``least``, padded with zeros on the right as rapidocr pads, to a multiple of
     ``_REC_STRIDE``), values in -1..1; and the width the line takes in it."""
     import cv2
     import numpy as np
 
-    height, width = line.shape[:2]
-    resized_w = max(1, math.ceil(_REC_HEIGHT * width / max(height, 1)))
+    resized_w = _rec_width(line)
     resized = cv2.resize(line, (resized_w, _REC_HEIGHT))
-    padded = _REC_STRIDE * math.ceil(max(resized_w, _MIN_REC_WIDTH) / _REC_STRIDE)
+    padded = _REC_STRIDE * math.ceil(max(resized_w, least) / _REC_STRIDE)
     tensor = np.zeros((1, 3, _REC_HEIGHT, padded), dtype=np.float32)
     tensor[0, :, :, :resized_w] = resized.astype(np.float32).transpose(2, 0, 1) * np.float32(
         2 / 255
