@@ -482,8 +482,11 @@ class AsyncStore:
             idempotency_key or "",
             uploads.record(request_print, doc_ids) if idempotency_key else "",
             batch_metadata,
-            trace,
         ]
+        # The batch as the script creates it when this upload is its first.
+        new_batch = Batch.created(ref.account, ref.name, created_at=now, documents=len(files))
+        batch_fields = new_batch.new_fields(trace=trace)
+        script_args += [len(batch_fields), *batch_fields]
         docs: list[Document] = []
         for doc_id, f in zip(doc_ids, files, strict=True):
             # The document as the script writes it (no read back).
