@@ -26,6 +26,7 @@ import redis
 from PIL import Image, ImageDraw, ImageFont
 
 from relay.devtools.drawn_tables import font_path
+from relay.devtools.sample_documents import write_pdf
 from relay.extract import extract_document
 from relay.redis import keyspace
 
@@ -184,19 +185,7 @@ def _write_pdf(pages: list[tuple[str, tuple[float, float], int]]) -> bytes:
             f" /Resources << /Font << /F1 3 0 R >> >> /Contents {pid + 1} 0 R >>".encode()
         )
         objects.append(b"<< /Length %d >>\nstream\n%b\nendstream" % (len(data), data))
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n%b\nendobj\n" % (number, body)
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
-        len(objects) + 1,
-        xref,
-    )
-    return bytes(out)
+    return write_pdf(objects)
 
 
 def _draw(layout: Layout, scale: float = 1.0) -> Image.Image:
