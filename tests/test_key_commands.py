@@ -8,13 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 import redis
 
 from relay.cli.keys import NOT_CONFIRMED
@@ -180,18 +176,6 @@ def test_without_the_replicas_asked_for_create_and_revoke_exit_3_and_say_so(
 
 
 # -- on a Redis Cluster: the wait is made on the primary of every slot written --------------
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    if shutil.which("redis-cli") is None:
-        pytest.fail("redis-cli is not installed: the Cluster tests need it (redis-tools)")
-    c = Cluster(tmp_path / "cluster")
-    try:
-        c.start()
-        yield c
-    finally:
-        c.close()
 
 
 def _replica_of(cluster: Cluster, primary: RedisServer) -> RedisServer:
