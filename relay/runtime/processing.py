@@ -279,14 +279,11 @@ def store_outcomes(
         log.log(
             logging.INFO if ok and not error else logging.WARNING,
             "document",
-            extra=fields(
-                doc_id=claim.doc_id,
-                account=claim.batch.account,
-                batch=claim.batch.name,
+            extra=slices.claim_fields(
+                claim,
+                t0,
                 status=status if ok else "lease_lost",  # lost: another claim owns it now
                 error=error[0] if error else None,
-                claims=claim.claims,
-                duration_ms=round((time.perf_counter() - t0) * 1000, 1),
             ),
         )
         if not ok:

@@ -28,6 +28,7 @@ import json
 import logging
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from relay.extract import assemble_pages
 from relay.extract.bounds import encode_result, too_large
@@ -153,15 +154,12 @@ def process_slice(
         log.log(
             logging.INFO if outcome == "done" else logging.WARNING,
             "slice",
-            extra=fields(
-                doc_id=claim.doc_id,
-                account=claim.batch.account,
-                batch=claim.batch.name,
+            extra=claim_fields(
+                claim,
+                t0,
                 slice=f"{part.index}/{part.count}",
                 pages=part.pages,
                 status=outcome if outcome == "done" else "lease_lost",
-                claims=claim.claims,
-                duration_ms=round((time.perf_counter() - t0) * 1000, 1),
             ),
         )
         return f"slice {part.index} of {part.count} {outcome}"
@@ -179,6 +177,19 @@ def process_slice(
     except ExtractionError as exc:
         return _end(ctx, claim, None, (exc.code, exc.message), t0)
     return _end(ctx, claim, joined, None, t0)
+
+
+def claim_fields(claim: Claim, t0: float, **values: object) -> dict[str, Any]:
+    """``extra=`` for the log line of a claimed document or slice: which document, then
+    ``values``, then its claims and the milliseconds since ``t0`` (``perf_counter``)."""
+    return fields(
+        doc_id=claim.doc_id,
+        account=claim.batch.account,
+        batch=claim.batch.name,
+        **values,
+        claims=claim.claims,
+        duration_ms=round((time.perf_counter() - t0) * 1000, 1),
+    )
 
 
 def _end(
@@ -201,15 +212,12 @@ def _end(
     log.log(
         logging.INFO if stored and not error else logging.WARNING,
         "document",
-        extra=fields(
-            doc_id=claim.doc_id,
-            account=claim.batch.account,
-            batch=claim.batch.name,
+        extra=claim_fields(
+            claim,
+            t0,
             status=status if stored else "lease_lost",
             error=error[0] if error else None,
             slice=f"{part.index}/{part.count}",
-            claims=claim.claims,
-            duration_ms=round((time.perf_counter() - t0) * 1000, 1),
         ),
     )
     if not stored:
