@@ -882,66 +882,62 @@ def _batch_completed() -> dict[str, Any]:
     )
 
 
-def _document_event(operation_id: str, summary: str, schema: str) -> dict[str, Any]:
-    return _webhook_post(
-        operation_id,
-        summary,
-        "Sent only to a batch webhook whose events ask for this type (PUT "
-        "/batches/{name}/webhook with events), for each document of the batch that "
-        "reaches the status while it does; through the same pipeline as batch.completed: "
-        "signed with the account's material, retried on the same schedule, recorded with "
-        "its attempts among the batch's deliveries. Each document event is its own "
-        "delivery (none supersedes another), its webhook-id derived from the document. "
-        "Order: a batch's batch.completed is not attempted while a document event of the "
-        "batch is pending delivery, so when a receiver gets a batch.completed it has "
-        "accepted every document event of that batch raised before it (or that event's "
-        "delivery has given up: failed, canceled). Document events among themselves "
-        "arrive in no particular order. At least once: dedupe on webhook-id.",
-        schema,
-    )
+_DOCUMENT_EVENT = (
+    "Sent only to a batch webhook whose events ask for this type (PUT "
+    "/batches/{name}/webhook with events), for each document of the batch that "
+    "reaches the status while it does; through the same pipeline as batch.completed: "
+    "signed with the account's material, retried on the same schedule, recorded with "
+    "its attempts among the batch's deliveries. Each document event is its own "
+    "delivery (none supersedes another), its webhook-id derived from the document. "
+    "Order: a batch's batch.completed is not attempted while a document event of the "
+    "batch is pending delivery, so when a receiver gets a batch.completed it has "
+    "accepted every document event of that batch raised before it (or that event's "
+    "delivery has given up: failed, canceled). Document events among themselves "
+    "arrive in no particular order. At least once: dedupe on webhook-id."
+)
 
 
 def document_webhooks() -> dict[str, Any]:
     """The per-document events, POSTed to a batch's webhook that asks for them."""
     return {
-        "document.succeeded": _document_event(
+        "document.succeeded": _webhook_post(
             "documentSucceeded",
             "A document of the batch succeeded (its line_items and tables are in the "
             "batch's results).",
+            _DOCUMENT_EVENT,
             "DocumentSucceededEvent",
         ),
-        "document.failed": _document_event(
+        "document.failed": _webhook_post(
             "documentFailed",
             "A document of the batch failed: data.processing_error has the code and message.",
+            _DOCUMENT_EVENT,
             "DocumentFailedEvent",
         ),
     }
 
 
-def _operational(operation_id: str, summary: str, schema: str) -> dict[str, Any]:
-    return _webhook_post(
-        operation_id,
-        summary,
-        "POSTed to the account's operational webhook (PUT "
-        "/operational-webhook) through the same pipeline as batch.completed: signed with "
-        "the account's material, retried on the same schedule, recorded with its attempts. "
-        "No event is raised about the operational webhook's own deliveries.",
-        schema,
-    )
+_OPERATIONAL_EVENT = (
+    "POSTed to the account's operational webhook (PUT "
+    "/operational-webhook) through the same pipeline as batch.completed: signed with "
+    "the account's material, retried on the same schedule, recorded with its attempts. "
+    "No event is raised about the operational webhook's own deliveries."
+)
 
 
 def operational_webhooks() -> dict[str, Any]:
     """The account's operational events, POSTed to its operational webhook."""
     return {
-        "webhook.disabled": _operational(
+        "webhook.disabled": _webhook_post(
             "webhookDisabled",
             "A batch's webhook was disabled: every attempt failed for RELAY_DISABLE_AFTER, or "
             "the receiver answered 410.",
+            _OPERATIONAL_EVENT,
             "WebhookDisabledEvent",
         ),
-        "delivery.failed": _operational(
+        "delivery.failed": _webhook_post(
             "deliveryFailed",
             "A delivery exhausted its retry schedule and is failed (still retryable).",
+            _OPERATIONAL_EVENT,
             "DeliveryFailedEvent",
         ),
     }
