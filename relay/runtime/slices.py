@@ -85,10 +85,8 @@ def read_or_split(
     )
     log.info(
         "document split",
-        extra=fields(
-            doc_id=claim.doc_id,
-            account=claim.batch.account,
-            batch=claim.batch.name,
+        extra=claim_fields(
+            claim,
             pages=len(got.pages),
             slices=count,
             status="processing" if count else "lease_lost",
@@ -179,16 +177,14 @@ def process_slice(
     return _end(ctx, claim, joined, None, t0)
 
 
-def claim_fields(claim: Claim, t0: float, **values: object) -> dict[str, Any]:
-    """``extra=`` for the log line of a claimed document or slice: which document, then
-    ``values``, then its claims and the milliseconds since ``t0`` (``perf_counter``)."""
+def claim_fields(claim: Claim, t0: float | None = None, **values: object) -> dict[str, Any]:
+    """``extra=`` for a log line about a claimed document or slice: which document, then
+    ``values``; given ``t0`` (``perf_counter`` at the claim's start), its claims and the
+    milliseconds since."""
+    if t0 is not None:
+        values.update(claims=claim.claims, duration_ms=round((time.perf_counter() - t0) * 1000, 1))
     return fields(
-        doc_id=claim.doc_id,
-        account=claim.batch.account,
-        batch=claim.batch.name,
-        **values,
-        claims=claim.claims,
-        duration_ms=round((time.perf_counter() - t0) * 1000, 1),
+        doc_id=claim.doc_id, account=claim.batch.account, batch=claim.batch.name, **values
     )
 
 
