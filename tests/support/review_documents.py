@@ -76,6 +76,16 @@ class Layout:
             out |= {(r + i, c + j) for i in range(rs) for j in range(cs)} - {(r, c)}
         return out
 
+    def starts(self) -> list[tuple[int, int]]:
+        """Where each cell starts, row by row: every position no span of another covers."""
+        covered = self.covered()
+        return [
+            (r, c)
+            for r in range(len(self.rows))
+            for c in range(len(self.widths))
+            if (r, c) not in covered
+        ]
+
     def rect(self, r: int, c: int) -> tuple[float, float, float, float]:
         """The cell starting at (r, c) in page units: left, top, right, bottom."""
         rs, cs = self.spans.get((r, c), (1, 1))
@@ -93,22 +103,18 @@ class Layout:
         ]
 
     def cells(self) -> list[dict[str, Any]]:
-        covered = self.covered()
         out = []
-        for r in range(len(self.rows)):
-            for c in range(len(self.widths)):
-                if (r, c) in covered:
-                    continue
-                rs, cs = self.spans.get((r, c), (1, 1))
-                out.append(
-                    {
-                        "row": r,
-                        "col": c,
-                        "row_span": rs,
-                        "col_span": cs,
-                        "bbox": self.fraction(self.rect(r, c)),
-                    }
-                )
+        for r, c in self.starts():
+            rs, cs = self.spans.get((r, c), (1, 1))
+            out.append(
+                {
+                    "row": r,
+                    "col": c,
+                    "row_span": rs,
+                    "col_span": cs,
+                    "bbox": self.fraction(self.rect(r, c)),
+                }
+            )
         return out
 
     def bbox(self) -> list[float]:
@@ -148,24 +154,20 @@ def _pdf_ops(layout: Layout, rotate: int) -> str:
         c, d = user(x1, y1)
         ops.append(f"{a:.2f} {b:.2f} m {c:.2f} {d:.2f} l S")
 
-    covered = layout.covered()
-    for r in range(len(layout.rows)):
-        for c in range(len(layout.widths)):
-            if (r, c) in covered:
-                continue
-            left, top, right, bottom = layout.rect(r, c)
-            for edge in (
-                (left, top, right, top),
-                (left, bottom, right, bottom),
-                (left, top, left, bottom),
-                (right, top, right, bottom),
-            ):
-                line(*edge)
-            text = layout.rows[r][c]
-            if text:
-                x, y = user(left + 5, bottom - 6)
-                matrix = "0 1 -1 0" if rotate == 90 else "1 0 0 1"
-                ops.append(f"BT /F1 10 Tf {matrix} {x:.2f} {y:.2f} Tm {_pdf_string(text)} Tj ET")
+    for r, c in layout.starts():
+        left, top, right, bottom = layout.rect(r, c)
+        for edge in (
+            (left, top, right, top),
+            (left, bottom, right, bottom),
+            (left, top, left, bottom),
+            (right, top, right, bottom),
+        ):
+            line(*edge)
+        text = layout.rows[r][c]
+        if text:
+            x, y = user(left + 5, bottom - 6)
+            matrix = "0 1 -1 0" if rotate == 90 else "1 0 0 1"
+            ops.append(f"BT /F1 10 Tf {matrix} {x:.2f} {y:.2f} Tm {_pdf_string(text)} Tj ET")
     return "\n".join(ops)
 
 
@@ -194,20 +196,12 @@ def _draw(layout: Layout, scale: float = 1.0) -> Image.Image:
     image = Image.new("RGB", (w, h), "white")
     draw = ImageDraw.Draw(image)
     font = ImageFont.truetype(font_path(), round(layout.height * 0.42))
-    covered = layout.covered()
-    for r in range(len(layout.rows)):
-        for c in range(len(layout.widths)):
-            if (r, c) in covered:
-                continue
-            left, top, right, bottom = layout.rect(r, c)
-            draw.rectangle(
-                (left, top, right, bottom), outline="black", width=max(2, round(scale * 2))
-            )
-            text = layout.rows[r][c]
-            if text:
-                draw.text(
-                    (left + 14, (top + bottom) / 2), text, fill="black", font=font, anchor="lm"
-                )
+    for r, c in layout.starts():
+        left, top, right, bottom = layout.rect(r, c)
+        draw.rectangle((left, top, right, bottom), outline="black", width=max(2, round(scale * 2)))
+        text = layout.rows[r][c]
+        if text:
+            draw.text((left + 14, (top + bottom) / 2), text, fill="black", font=font, anchor="lm")
     return image
 
 
