@@ -67,6 +67,18 @@ def test_upload_creates_a_queued_document_and_batch(h: Harness) -> None:
     assert js["created_at"].endswith("Z") and len(js["created_at"]) == 24
 
 
+def test_a_new_batchs_hash_is_what_the_model_declares_and_reads_back(h: Harness) -> None:
+    # upload.lua writes a new batch's fields as Batch.new_fields gives them, nothing else.
+    doc = h.upload(REF)
+    made = Batch.created(REF.account, REF.name, created_at=doc.created_at, documents=1)
+    declared = made.new_fields()
+    expected = {
+        str(k).encode(): str(v).encode() for k, v in zip(declared[::2], declared[1::2], strict=True)
+    }
+    assert h.client.hgetall(REF.key) == expected
+    assert Batch.from_hash(expected) == made == h.batch(REF)
+
+
 def test_empty_batch_is_queued_and_not_done() -> None:
     b = Batch.from_hash({b"account": b"a", b"name": b"n", b"created_at": b"1"})
     assert b.status is Status.QUEUED and b.all_done is False and b.document_count == 0

@@ -482,8 +482,11 @@ class AsyncStore:
             idempotency_key or "",
             uploads.record(request_print, doc_ids) if idempotency_key else "",
             batch_metadata,
-            trace,
         ]
+        # The batch as the script creates it when this upload is its first.
+        new_batch = Batch.created(ref.account, ref.name, created_at=now, documents=len(files))
+        batch_fields = new_batch.new_fields(trace=trace)
+        script_args += [len(batch_fields), *batch_fields]
         docs: list[Document] = []
         for doc_id, f in zip(doc_ids, files, strict=True):
             # The document as the script writes it (no read back).
@@ -733,20 +736,34 @@ class AsyncStore:
     ) -> tuple[Batch | None, list[tuple[Document, Any, Any]], int | None]:
         """The batch, ``limit`` documents from position ``start`` with their line_items and
         tables (``_result``), and the next position (None on the last page)."""
+        batch_hash, page, next_start = await self._documents_page(ref, start, limit, sizes=False)
+        if not batch_hash:
+            return None, [], None
+        docs = [(Document.from_hash(h), *_result(stored)) for h, stored in page]
+        return Batch.from_hash(batch_hash), docs, next_start
+
+    async def _documents_page(
+        self, ref: BatchRef, start: int, limit: int, *, sizes: bool
+    ) -> tuple[dict[bytes, bytes], list[tuple[dict[bytes, bytes], Any]], int | None]:
+        """The batch's hash (empty: no such batch), the hashes of ``limit`` of its documents
+        from position ``start``, each with its stored result (``sizes``: the result's
+        bytes instead, 0 for none), and the next position (None on the last page).
+        A document purged meanwhile is left out."""
         s = ref.shard
         batch_hash, ids, next_start = await self._batch_page(ref, start, limit)
         if not batch_hash:
-            return None, [], None
+            return batch_hash, [], None
         async with self.redis.pipeline(transaction=False) as pipe:
             for raw in ids:
                 pipe.hgetall(keyspace.doc(s, raw.decode()))
-                pipe.get(keyspace.doc_items(s, raw.decode()))
+                items = keyspace.doc_items(s, raw.decode())
+                if sizes:
+                    pipe.strlen(items)
+                else:
+                    pipe.get(items)
             replies = await pipe.execute()
-        docs: list[tuple[Document, Any, Any]] = []
-        for h, stored in zip(replies[::2], replies[1::2], strict=True):
-            if h:
-                docs.append((Document.from_hash(h), *_result(stored)))
-        return Batch.from_hash(batch_hash), docs, next_start
+        page = [(h, other) for h, other in zip(replies[::2], replies[1::2], strict=True) if h]
+        return batch_hash, page, next_start
 
     async def _batch_page(
         self, ref: BatchRef, start: int, limit: int
@@ -777,20 +794,10 @@ class AsyncStore:
         stored results (0: none), and the next position (None on the last page): a page of
         ``results`` without the results, for a reader that fetches them a few at a time
         (``stored_results``)."""
-        s = ref.shard
-        batch_hash, ids, next_start = await self._batch_page(ref, start, limit)
+        batch_hash, page, next_start = await self._documents_page(ref, start, limit, sizes=True)
         if not batch_hash:
             return None, [], None
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for raw in ids:
-                pipe.hgetall(keyspace.doc(s, raw.decode()))
-                pipe.strlen(keyspace.doc_items(s, raw.decode()))
-            replies = await pipe.execute()
-        docs = [
-            (Document.from_hash(h), int(size))
-            for h, size in zip(replies[::2], replies[1::2], strict=True)
-            if h
-        ]
+        docs = [(Document.from_hash(h), int(size)) for h, size in page]
         return Batch.from_hash(batch_hash), docs, next_start
 
     async def stored_results(self, ref: BatchRef, doc_ids: Sequence[str]) -> list[bytes | None]:

@@ -26,6 +26,7 @@ import redis
 from PIL import Image, ImageDraw, ImageFont
 
 from relay.devtools.drawn_tables import font_path
+from relay.devtools.sample_documents import write_pdf
 from relay.extract import extract_document
 from relay.redis import keyspace
 
@@ -75,6 +76,16 @@ class Layout:
             out |= {(r + i, c + j) for i in range(rs) for j in range(cs)} - {(r, c)}
         return out
 
+    def starts(self) -> list[tuple[int, int]]:
+        """Where each cell starts, row by row: every position no span of another covers."""
+        covered = self.covered()
+        return [
+            (r, c)
+            for r in range(len(self.rows))
+            for c in range(len(self.widths))
+            if (r, c) not in covered
+        ]
+
     def rect(self, r: int, c: int) -> tuple[float, float, float, float]:
         """The cell starting at (r, c) in page units: left, top, right, bottom."""
         rs, cs = self.spans.get((r, c), (1, 1))
@@ -92,22 +103,18 @@ class Layout:
         ]
 
     def cells(self) -> list[dict[str, Any]]:
-        covered = self.covered()
         out = []
-        for r in range(len(self.rows)):
-            for c in range(len(self.widths)):
-                if (r, c) in covered:
-                    continue
-                rs, cs = self.spans.get((r, c), (1, 1))
-                out.append(
-                    {
-                        "row": r,
-                        "col": c,
-                        "row_span": rs,
-                        "col_span": cs,
-                        "bbox": self.fraction(self.rect(r, c)),
-                    }
-                )
+        for r, c in self.starts():
+            rs, cs = self.spans.get((r, c), (1, 1))
+            out.append(
+                {
+                    "row": r,
+                    "col": c,
+                    "row_span": rs,
+                    "col_span": cs,
+                    "bbox": self.fraction(self.rect(r, c)),
+                }
+            )
         return out
 
     def bbox(self) -> list[float]:
@@ -147,24 +154,20 @@ def _pdf_ops(layout: Layout, rotate: int) -> str:
         c, d = user(x1, y1)
         ops.append(f"{a:.2f} {b:.2f} m {c:.2f} {d:.2f} l S")
 
-    covered = layout.covered()
-    for r in range(len(layout.rows)):
-        for c in range(len(layout.widths)):
-            if (r, c) in covered:
-                continue
-            left, top, right, bottom = layout.rect(r, c)
-            for edge in (
-                (left, top, right, top),
-                (left, bottom, right, bottom),
-                (left, top, left, bottom),
-                (right, top, right, bottom),
-            ):
-                line(*edge)
-            text = layout.rows[r][c]
-            if text:
-                x, y = user(left + 5, bottom - 6)
-                matrix = "0 1 -1 0" if rotate == 90 else "1 0 0 1"
-                ops.append(f"BT /F1 10 Tf {matrix} {x:.2f} {y:.2f} Tm {_pdf_string(text)} Tj ET")
+    for r, c in layout.starts():
+        left, top, right, bottom = layout.rect(r, c)
+        for edge in (
+            (left, top, right, top),
+            (left, bottom, right, bottom),
+            (left, top, left, bottom),
+            (right, top, right, bottom),
+        ):
+            line(*edge)
+        text = layout.rows[r][c]
+        if text:
+            x, y = user(left + 5, bottom - 6)
+            matrix = "0 1 -1 0" if rotate == 90 else "1 0 0 1"
+            ops.append(f"BT /F1 10 Tf {matrix} {x:.2f} {y:.2f} Tm {_pdf_string(text)} Tj ET")
     return "\n".join(ops)
 
 
@@ -184,19 +187,7 @@ def _write_pdf(pages: list[tuple[str, tuple[float, float], int]]) -> bytes:
             f" /Resources << /Font << /F1 3 0 R >> >> /Contents {pid + 1} 0 R >>".encode()
         )
         objects.append(b"<< /Length %d >>\nstream\n%b\nendstream" % (len(data), data))
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n%b\nendobj\n" % (number, body)
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
-        len(objects) + 1,
-        xref,
-    )
-    return bytes(out)
+    return write_pdf(objects)
 
 
 def _draw(layout: Layout, scale: float = 1.0) -> Image.Image:
@@ -205,20 +196,12 @@ def _draw(layout: Layout, scale: float = 1.0) -> Image.Image:
     image = Image.new("RGB", (w, h), "white")
     draw = ImageDraw.Draw(image)
     font = ImageFont.truetype(font_path(), round(layout.height * 0.42))
-    covered = layout.covered()
-    for r in range(len(layout.rows)):
-        for c in range(len(layout.widths)):
-            if (r, c) in covered:
-                continue
-            left, top, right, bottom = layout.rect(r, c)
-            draw.rectangle(
-                (left, top, right, bottom), outline="black", width=max(2, round(scale * 2))
-            )
-            text = layout.rows[r][c]
-            if text:
-                draw.text(
-                    (left + 14, (top + bottom) / 2), text, fill="black", font=font, anchor="lm"
-                )
+    for r, c in layout.starts():
+        left, top, right, bottom = layout.rect(r, c)
+        draw.rectangle((left, top, right, bottom), outline="black", width=max(2, round(scale * 2)))
+        text = layout.rows[r][c]
+        if text:
+            draw.text((left + 14, (top + bottom) / 2), text, fill="black", font=font, anchor="lm")
     return image
 
 
