@@ -40,10 +40,9 @@ half of the line's height and passes between two of its characters' centres cuts
 each piece keeps the characters on its side, its own box (the line's height, from its first
 character's left edge to its last's right edge, the line's own ends at the ends, never past
 a ruling) and its own confidence (the mean of its characters' scores, as the recogniser
-scores a line). A ruling
-that only touches the line's top or bottom (a table's frame above a caption) or that meets
-no gap between characters cuts nothing, and a line whose characters were not placed is
-left whole.
+scores a line). A ruling that only touches the line's top or bottom (a table's frame
+above a caption) or that meets no gap between characters cuts nothing, and a line whose
+characters were not placed is left whole.
 """
 
 from __future__ import annotations
