@@ -7,9 +7,7 @@ Each document is drawn from a :class:`Layout`: where the table is on the page *a
 layout gives the geometry a table carries in a result (``bbox`` and ``cells``, fractions of
 the page's width and height), so a test can check that a box drawn on the page image lands
 on the cell drawn in the document; ``Layout.edges`` (the ruled grid) and ``Layout.text_at``
-(a point inside a cell's text) let a test check the boxes relay's own extractor computed,
-which need not span as the layout does (a PDF's ruled box with no text across its inner
-columns is read as cells of their own).
+(a point inside a cell's text) let a test check the boxes relay's own extractor computed.
 
 ``review_extractor`` (``RELAY_EXTRACTOR=tests.support.review_documents:review_extractor``)
 answers each of these documents, known by its filename, with its tables as the plug-in
