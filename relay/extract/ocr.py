@@ -15,7 +15,9 @@ A page goes through:
    the recogniser's confidence, 0-1), each line recognised on its own (rapidocr pads
    batches of lines to the widest, which cost 2.7x the CPU time). The text-direction
    classifier is off: it turned upright lines of small digits upside down ("0.20 ± 0.021"
-   read "1Z00 F 00").
+   read "1Z00 F 00"). A line is cut where a vertical ruling crosses it (the detector sees
+   the page with its rulings painted out, and joins cells a few pixels either side of
+   one), and the spaces the recogniser left out are put back (``relay.extract.ocr_words``).
 3. **Where the tables are**, from the text alone (ruled or not): lines are grouped into rows
    by their vertical overlap; a row is *tabular* when it has two or more pieces of text
    separated by a gap wider than about a character's height, none of them a run of prose
@@ -54,7 +56,7 @@ from relay.extract.errors import ExtractionError
 from relay.extract.geometry import Frame, enclosing, keep, rectangles
 from relay.extract.headings import joined
 from relay.extract.ocr_boxes import Rules, place
-from relay.extract.ocr_words import spaced_text
+from relay.extract.ocr_words import pieces
 from relay.extract.result import Box, Cell, Confidence, Grid, Table
 
 if TYPE_CHECKING:  # numpy, Pillow and the models are imported when a page arrives
@@ -211,21 +213,15 @@ def _without_rules(grey: NDArray[np.uint8]) -> tuple[NDArray[np.uint8], Rules]:
     return clean, Rules.from_masks(across, down)
 
 
-def _lines(models: _Models, bgr: NDArray[np.uint8]) -> list[_Line]:
-    """Every text line on the page (step 2 of the module docstring)."""
-    import numpy as np
-
+def _lines(models: _Models, bgr: NDArray[np.uint8], rules: Rules) -> list[_Line]:
+    """Every text line on the page (step 2 of the module docstring), cut where a vertical
+    ruling crosses it, with the spaces the recogniser left out (``ocr_words.pieces``)."""
     found, _ = models.ocr(bgr, use_cls=False, return_word_box=True)
     ink = bgr[:, :, 0] < _INK_LEVEL
     lines = []
     for box, text, score, *placed in found or []:
-        points = np.asarray(box, dtype=np.float64)
-        text = spaced_text(ink, points, str(text), placed)  # the spaces it left out
-        if not str(text).strip():
-            continue
-        x1, y1 = float(points[:, 0].min()), float(points[:, 1].min())
-        x2, y2 = float(points[:, 0].max()), float(points[:, 1].max())
-        lines.append(_Line(x1, y1, x2, y2, str(text).strip(), float(score)))
+        for piece in pieces(ink, box, str(text), float(score), placed, rules.down):
+            lines.append(_Line(*piece.box, piece.text, piece.score))
     return lines
 
 
@@ -522,7 +518,7 @@ def _read(page: Image, number: int) -> list[Table]:
     models = _models()
     clean, rules = _without_rules(grey)
     del grey
-    lines = _lines(models, np.ascontiguousarray(np.repeat(clean[:, :, None], 3, axis=2)))
+    lines = _lines(models, np.ascontiguousarray(np.repeat(clean[:, :, None], 3, axis=2)), rules)
     del clean
     if not lines:
         return []

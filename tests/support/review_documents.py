@@ -6,7 +6,8 @@ Each document is drawn from a :class:`Layout`: where the table is on the page *a
 (origin top left), its column widths, row height, spans, text and confidences. The same
 layout gives the geometry a table carries in a result (``bbox`` and ``cells``, fractions of
 the page's width and height), so a test can check that a box drawn on the page image lands
-on the cell drawn in the document.
+on the cell drawn in the document; ``Layout.edges`` (the ruled grid) and ``Layout.text_at``
+(a point inside a cell's text) let a test check the boxes relay's own extractor computed.
 
 ``review_extractor`` (``RELAY_EXTRACTOR=tests.support.review_documents:review_extractor``)
 answers each of these documents, known by its filename, with its tables as the plug-in
@@ -69,6 +70,22 @@ class Layout:
     rows: Grid
     spans: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
     scores: list[list[float | None]] | None = None
+    pdf: bool = False  # drawn in a PDF's text layer (points), else on an image (pixels)
+
+    def text_at(self, r: int, c: int) -> tuple[float, float]:
+        """A point inside the text of the cell starting at (r, c), in page units: a PDF
+        writes it from 5 pt right of the cell's left edge on a baseline 6 pt above its
+        bottom, an image from 14 px right of the left edge around the middle."""
+        left, top, _, bottom = self.rect(r, c)
+        if self.pdf:
+            return left + 8, bottom - 9
+        return left + 14 + self.height * 0.2, (top + bottom) / 2
+
+    def edges(self) -> tuple[list[float], list[float]]:
+        """The ruled grid's column and row edges, in page units."""
+        xs = [self.origin[0] + sum(self.widths[:k]) for k in range(len(self.widths) + 1)]
+        ys = [self.origin[1] + k * self.height for k in range(len(self.rows) + 1)]
+        return xs, ys
 
     def covered(self) -> set[tuple[int, int]]:
         out = set()
@@ -209,9 +226,9 @@ def _draw(layout: Layout, scale: float = 1.0) -> Image.Image:
 
 PDF_PAGE = (612.0, 792.0)  # US Letter, points
 PDF_LAYOUTS = [
-    Layout(1, PDF_PAGE, (72, 96), [190, 60, 90, 90], 24, INVOICE, INVOICE_SPANS),
+    Layout(1, PDF_PAGE, (72, 96), [190, 60, 90, 90], 24, INVOICE, INVOICE_SPANS, pdf=True),
     # Page 2 is stored portrait with /Rotate 90: displayed landscape (792 x 612).
-    Layout(2, (792.0, 612.0), (120, 150), [160, 110, 110], 26, STOCK),
+    Layout(2, (792.0, 612.0), (120, 150), [160, 110, 110], 26, STOCK, pdf=True),
 ]
 SCAN_PAGE = (1240.0, 1754.0)  # A4 at 150 dpi, pixels
 SCAN_LAYOUTS = [
