@@ -11,8 +11,9 @@ import pytest
 from relay.exceptions import BatchDeleted, BatchNotFound, StoreUnavailable
 from relay.redis import keyspace
 from relay.state.blobs import BlobStore
+from relay.state.claims import Claim, Store
 from relay.state.model import Batch, Document, Status
-from relay.state.store import AsyncStore, BatchRef, Claim, Store
+from relay.state.store import AsyncStore, BatchRef
 from tests.support.helpers import Clients, closed_after
 
 LEASE_MS = 60_000
@@ -549,7 +550,7 @@ def test_claim_next_cost_does_not_grow_with_the_backlog(h: Harness) -> None:
 def test_finishing_a_turn_costs_two_commands_a_document(h: Harness) -> None:
     # One script stores a turn's outcomes: per document its read and its write; the results
     # (one MSET), the blobs (one DEL), the leases and the batch are written once for all.
-    from relay.state.store import Outcome
+    from relay.state.claims import Outcome
 
     def commands() -> int:
         return sum(int(v["calls"]) for v in h.client.info("commandstats").values())
@@ -579,7 +580,7 @@ def test_finishing_a_turn_costs_two_commands_a_document(h: Harness) -> None:
 def test_a_turns_finish_frees_the_account_total_in_the_same_round_trip(h: Harness) -> None:
     # The claim says what each document's finish frees from the account's pending total
     # (another slot); the finish script and that DECRBY go in one pipeline.
-    from relay.state.store import Outcome
+    from relay.state.claims import Outcome
 
     ref = same_shard("acme", REF.shard, "freed")
     h.upload(same_shard("acme", REF.shard, "stays"))  # keeps the total above 0

@@ -49,7 +49,8 @@ from relay.runtime.background import Background
 from relay.runtime.context import WorkerContext
 from relay.runtime.sandbox import ExtractorHost
 from relay.state import job_queues
-from relay.state.store import BatchRef, Claim, Outcome, Store
+from relay.state.claims import Claim, Outcome, Store
+from relay.state.store import BatchRef
 
 log = logging.getLogger("relay.runtime.processing")
 

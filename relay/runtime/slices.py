@@ -40,7 +40,7 @@ from relay.redis.clients import retry_while_full
 from relay.runtime.context import WorkerContext
 from relay.runtime.sandbox import ExtractorHost, Split
 from relay.state import job_queues, slices
-from relay.state.store import Claim
+from relay.state.claims import Claim
 
 __all__ = ["join", "process_slice", "read_or_split"]
 
