@@ -24,6 +24,16 @@ from relay.devtools.processes import Proc, relay_env, spawn, stop_all, wait_unti
 from relay.devtools.redis_server import RedisServer, free_port
 
 ACCOUNT = "bench"
+# The settings every benchmark's relay runs with: they measure throughput, so no rate limit
+# or per-account quota may throttle them.
+UNTHROTTLED = {
+    "RELAY_STATUS_RATE_LIMIT": "1000000/minute",
+    "RELAY_ACCOUNT_UPLOAD_RATE_LIMIT": "1000000/minute",
+    "RELAY_ACCOUNT_PROCESS_RATE_LIMIT": "1000000/minute",
+    "RELAY_ACCOUNT_MAX_PENDING_BYTES": str(64 * 1024**3),
+    "RELAY_ACCOUNT_MAX_INFLIGHT": "100000",
+    "RELAY_LOG_LEVEL": "warning",
+}
 
 
 def wait_http(url: str, timeout: float = 20, proc: Proc | None = None) -> None:
@@ -90,15 +100,7 @@ class Stack:
     def __post_init__(self) -> None:
         self.redis_server = RedisServer(self.tmp / "redis", appendonly=self.appendonly)
         self.redis_server.start()
-        settings = {
-            "RELAY_STATUS_RATE_LIMIT": "1000000/minute",
-            # The benchmarks measure throughput: no per-account quota may throttle them.
-            "RELAY_ACCOUNT_UPLOAD_RATE_LIMIT": "1000000/minute",
-            "RELAY_ACCOUNT_PROCESS_RATE_LIMIT": "1000000/minute",
-            "RELAY_ACCOUNT_MAX_PENDING_BYTES": str(64 * 1024**3),
-            "RELAY_ACCOUNT_MAX_INFLIGHT": "100000",
-            "RELAY_LOG_LEVEL": "warning",
-        }
+        settings = dict(UNTHROTTLED)
         if self.separate_queues:
             self.queue_server = RedisServer(self.tmp / "queues", appendonly=self.appendonly)
             self.queue_server.start()

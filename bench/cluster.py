@@ -30,6 +30,7 @@ import httpx
 
 from bench._common import BenchError, Outcome, _machine_jiffies, _proc_jiffies, progress, table
 from bench._receiver import ReceiverProcess
+from bench._stack import UNTHROTTLED
 from relay.devtools.cluster import Cluster
 from relay.devtools.processes import Stack, relay_env, wait_until
 from relay.devtools.redis_server import RedisServer
@@ -43,17 +44,6 @@ CSV = b"sku,qty\nA-1,2\n"
 # bench retries as a client would, and counts it. A retry may store the document twice (a 503
 # can come after Redis ran the upload): one more document in the batch, a rounding error here.
 UPLOAD_TRIES = 5
-
-
-def _settings() -> dict[str, str]:
-    return {
-        "RELAY_STATUS_RATE_LIMIT": "1000000/minute",
-        "RELAY_ACCOUNT_UPLOAD_RATE_LIMIT": "1000000/minute",
-        "RELAY_ACCOUNT_PROCESS_RATE_LIMIT": "1000000/minute",
-        "RELAY_ACCOUNT_MAX_PENDING_BYTES": str(64 * 1024**3),
-        "RELAY_ACCOUNT_MAX_INFLIGHT": "100000",
-        "RELAY_LOG_LEVEL": "warning",
-    }
 
 
 def _tree_jiffies(roots: list[int]) -> int:
@@ -174,7 +164,7 @@ def run(quick: bool = False, profile: bool = False) -> Outcome:
                     server = RedisServer(tmp / "redis", appendonly=True)
                     server.start()
                     servers.append(server)
-                    stack = Stack(redis_url=server.url, tmp=tmp, env=_settings())
+                    stack = Stack(redis_url=server.url, tmp=tmp, env=dict(UNTHROTTLED))
                 else:
                     primaries = int(topology.split("-")[1])
                     cluster = Cluster(tmp / "cluster", primaries=primaries, replicas=0)
@@ -183,7 +173,7 @@ def run(quick: bool = False, profile: bool = False) -> Outcome:
                     queues.start()
                     servers.append(queues)
                     env = {
-                        **_settings(),
+                        **UNTHROTTLED,
                         "RELAY_REDIS_CLUSTER_NODES": cluster.nodes_setting,
                         "RELAY_QUEUE_REDIS_URL": queues.url,
                     }

@@ -21,13 +21,11 @@ sends a batch's document events first):
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 
 from bench._common import (
-    CSV_DOC,
     BenchError,
     CpuMeter,
     Outcome,
@@ -37,6 +35,7 @@ from bench._common import (
 )
 from bench._meter import RedisMeter
 from bench._receiver import ReceiverProcess
+from bench._seed import upload_http
 from bench._stack import Stack
 from bench.lag import parse_ts
 from bench.redis_cost import Phase, _measure
@@ -51,20 +50,6 @@ EVENTS = {
     "off": ["batch.completed"],
     "on": ["batch.completed", "document.succeeded", "document.failed"],
 }
-
-
-def _upload(http: httpx.Client, name: str, n: int) -> None:
-    def one(i: int) -> None:
-        r = http.post(
-            "/api/v1/documents",
-            files={"file": (f"doc-{i}.csv", CSV_DOC, "text/csv")},
-            data={"batch_name": name},
-        )
-        if r.status_code != 201:
-            raise BenchError(f"upload answered {r.status_code}: {r.text[:300]}")
-
-    with ThreadPoolExecutor(CLIENTS) as pool:
-        list(pool.map(one, range(n)))
 
 
 def _one_batch(
@@ -115,7 +100,7 @@ def run(quick: bool = False, profile: bool = False) -> Outcome:
         try:
             progress(NAME, f"{len(names)} batches of {n} one-row CSVs: upload, register")
             for name, mode in zip(names, order, strict=True):
-                _upload(http, name, n)
+                upload_http(http, name, n, threads=CLIENTS)
                 r = http.put(
                     f"/api/v1/batches/{name}/webhook",
                     json={"url": receiver.url(), "events": EVENTS[mode]},
@@ -124,7 +109,7 @@ def run(quick: bool = False, profile: bool = False) -> Outcome:
                     raise BenchError(f"register answered {r.status_code}: {r.text[:300]}")
             meter = RedisMeter(st.redis)
             # Warm up (first jobs, extraction children, HTTP pools), events on, unmeasured.
-            _upload(http, "warm-up", WARM_UP)
+            upload_http(http, "warm-up", WARM_UP, threads=CLIENTS)
             http.put(
                 "/api/v1/batches/warm-up/webhook",
                 json={"url": receiver.url(), "events": EVENTS["on"]},

@@ -40,8 +40,9 @@ from relay.redis import keyspace
 from relay.runtime import processing
 from relay.runtime.context import WorkerContext
 from relay.state.blobs import BlobStore
-from relay.state.store import AsyncStore, BatchRef, Claim
-from relay.state.store import Outcome as DocumentOutcome
+from relay.state.claims import Claim
+from relay.state.claims import Outcome as DocumentOutcome
+from relay.state.store import AsyncStore, BatchRef
 
 OTHER = "bench-other"
 HEAVY_2 = "heavy-2"

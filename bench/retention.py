@@ -31,7 +31,8 @@ from bench._seed import upload_direct
 from bench._stack import ACCOUNT, Stack
 from relay.redis import keyspace
 from relay.state.blobs import BlobStore
-from relay.state.store import BatchRef, Store
+from relay.state.claims import Store
+from relay.state.store import BatchRef
 from relay.state.webhooks import AsyncWebhookStore
 
 NAME = "retention"

@@ -10,10 +10,10 @@ from starlette.applications import Starlette
 
 from relay.api.app import create_app as create_api
 from relay.config import Settings
-from relay.console import views as console
+from relay.console.routes import routes as console_routes
 
 
 def create_app(settings: Settings) -> Starlette:
     """The API for ``settings`` and, at ``/console``, the operator console (operator keys
     only; customer keys never open it)."""
-    return create_api(settings, extra_routes=console.routes())
+    return create_api(settings, extra_routes=console_routes())

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from dotenv.parser import parse_stream
+
 from relay.exceptions import ConfigError
 from relay.timefmt import parse_duration
 
@@ -1024,21 +1026,22 @@ _RENAMED = {
 
 
 def read_dotenv(path: Path) -> dict[str, str]:
-    """``KEY=VALUE`` lines; ``#`` comments and blank lines skipped; quotes stripped."""
+    """A ``.env`` file's ``KEY=VALUE`` bindings, parsed by python-dotenv (quotes, escapes,
+    ``export``, comments, multi-line values), taken literally (no ``${VAR}`` expansion). A
+    line that does not parse, or a key without ``=``, stops the process with its line."""
     values: dict[str, str] = {}
     if not path.is_file():
         return values
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
-        text = line.strip()
-        if not text or text.startswith("#"):
-            continue
-        key, sep, value = text.partition("=")
-        if not sep:
-            raise ConfigError(f"{path}:{lineno}: expected KEY=VALUE")
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-            value = value[1:-1]
-        values[key.strip().removeprefix("export ").strip()] = value
+    with path.open(encoding="utf-8") as stream:
+        for binding in parse_stream(stream):
+            where = f"{path}:{binding.original.line}"
+            if binding.error:
+                raise ConfigError(f"{where}: expected KEY=VALUE")
+            if binding.key is None:  # a comment or a blank line
+                continue
+            if binding.value is None:
+                raise ConfigError(f"{where}: expected KEY=VALUE, got {binding.key!r} alone")
+            values[binding.key] = binding.value
     return values
 
 

@@ -6,12 +6,14 @@ it), never the machine's Redis on 6379.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import redis
 
+from relay.devtools.cluster import Cluster
 from relay.devtools.redis_server import AppendFsync, RedisServer, find_redis_server
 from tests.support.run_seed import replay_hint, run_seed
 from tests.support.sentinels import Topology, find_redis_sentinel
@@ -125,3 +127,17 @@ def sentinel_topology(tmp_path: Path) -> Iterator[Topology]:
         yield topology
     finally:
         topology.close()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """A Redis Cluster of three primaries with a replica each (``relay/devtools/cluster.py``),
+    closed after the test."""
+    if shutil.which("redis-cli") is None:
+        pytest.fail("redis-cli is not installed: the Cluster tests need it (redis-tools)")
+    c = Cluster(tmp_path / "cluster")
+    try:
+        c.start()
+        yield c
+    finally:
+        c.close()

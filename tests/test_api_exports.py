@@ -26,7 +26,7 @@ from relay.devtools.processes import Stack, stop_all
 from relay.devtools.sample_documents import HEADER, pdf, table_ops
 from relay.redis import keyspace
 from relay.state.blobs import BlobStore
-from relay.state.store import Store
+from relay.state.claims import Store
 from tests.support.api_fixtures import V1, Api, ApiFactory, api_factory_fixture  # noqa: F401
 from tests.support.exported import (
     expected,

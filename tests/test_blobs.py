@@ -20,9 +20,10 @@ from relay.runtime.detector import Detector
 from relay.runtime.processing import run_documents
 from relay.state.blob_calls import BlobCalls
 from relay.state.blobs import BlobStore
+from relay.state.claims import Store
 from relay.state.retention import DELETION_GRACE_MS, Retention
 from relay.state.sources import AsyncSources, SourceRef
-from relay.state.store import AsyncStore, BatchRef, Store
+from relay.state.store import AsyncStore, BatchRef
 from tests.support.helpers import FakeClock, worker_context
 from tests.support.seaweed import Seaweed, s3_blob_store
 from tests.support.seaweed import s3_prefix_fixture as s3_prefix_fixture

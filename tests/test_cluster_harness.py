@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import socket
-from collections.abc import Generator, Iterator
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
@@ -27,16 +27,6 @@ from relay.state.store import AsyncStore
 from relay.state.webhooks_core import Call, Round, run, run_async, script
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-cli") is None, reason="needs redis-cli")
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    try:
-        c.start()
-        yield c
-    finally:
-        c.close()
 
 
 def test_three_primaries_own_every_slot_and_a_replica_takes_over(cluster: Cluster) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from relay.config import RateLimit, Settings, env_example, load_settings, settings_doc
+from relay.config import RateLimit, Settings, env_example, load_settings, read_dotenv, settings_doc
 from relay.exceptions import ConfigError
 from relay.state.job_queues import document_job_timeout
 from relay.timefmt import parse_duration
@@ -51,6 +51,28 @@ def test_env_beats_dotenv(tmp_path: Path) -> None:
     dotenv.write_text("# comment\nRELAY_DELIVERY_TIMEOUT=3\nRELAY_PORT='9000'\n")
     s = load_settings({"RELAY_DELIVERY_TIMEOUT": "4"}, dotenv=dotenv)
     assert s.delivery_timeout == 4 and s.port == 9000
+
+
+def test_dotenv_reads_quotes_export_comments_and_takes_values_literally(tmp_path: Path) -> None:
+    dotenv = tmp_path / ".env"
+    dotenv.write_text(
+        "export RELAY_PORT=9001  # the API's port\n"
+        'RELAY_LOG_FORMAT="json"\n'
+        "RELAY_PUBLIC_BASE_URL='https://relay.example/${NOT_EXPANDED}'\n"
+    )
+    assert read_dotenv(dotenv) == {
+        "RELAY_PORT": "9001",
+        "RELAY_LOG_FORMAT": "json",
+        "RELAY_PUBLIC_BASE_URL": "https://relay.example/${NOT_EXPANDED}",
+    }
+
+
+@pytest.mark.parametrize("line", ["RELAY_PORT", "this is not a binding"])
+def test_a_dotenv_line_that_is_not_a_binding_names_its_line(tmp_path: Path, line: str) -> None:
+    dotenv = tmp_path / ".env"
+    dotenv.write_text(f"RELAY_PORT=9001\n{line}\n")
+    with pytest.raises(ConfigError, match=rf"\.env:2: expected KEY=VALUE"):
+        load_settings({}, dotenv=dotenv)
 
 
 def test_unknown_setting_is_an_error() -> None:

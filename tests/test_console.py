@@ -130,9 +130,11 @@ def test_an_operator_retries_a_failed_delivery_and_the_receiver_gets_it(
             page.click("button:has-text('Filter')")
             row = page.locator("tbody tr", has_text=ident)
             assert row.count() == 1 and "failed" in row.inner_text()
+            assert "batch.completed" in row.inner_text()  # the event it delivers
 
             page.click(f"a:has-text('{ident}')")
             assert ident in page.inner_text("h1")
+            assert "Event\nbatch.completed" in page.inner_text("section.meta dl")
             codes = page.locator("tr.attempt td.status-code").all_inner_texts()
             assert [c.strip() for c in codes] == ["500", "500", "500"]
             # The receiver's <script> is text on the page, and it never ran.

@@ -1,23 +1,24 @@
 """The console's review pages in a real headless Chromium: batches, a batch's documents, and a
 document's pages with every cell outlined on the page image and the grid beside it.
 
-The API runs in-process on uvicorn, a real processing worker as a subprocess with the
-``tests.support.review_documents`` plug-in, which knows each document's tables exactly; their
-geometry is written into the stored results (the plug-in contract carries none yet), so the
-boxes the page draws can be checked against the cells drawn in the documents: a PDF (one page
-upright, one with ``/Rotate 90``), a scan and a phone photo stored sideways with its EXIF
-orientation. With ``RELAY_CONSOLE_SCREENSHOTS=docs/console`` the pages are saved there too.
+The API runs in-process on uvicorn, a real processing worker as a subprocess with relay's
+own extractor: the boxes the page draws are the ones relay computed. The documents are
+drawn from known layouts (``tests.support.review_documents``): a PDF (one page upright, one
+with ``/Rotate 90``), a scan and a phone photo stored sideways with its EXIF orientation, so
+each box can be checked against the ruled cell it must outline and the text it must hold.
+With ``RELAY_CONSOLE_SCREENSHOTS=docs/console`` the pages are saved there too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from playwright.sync_api import Browser, Page
 
+from relay.console.overlay import band
 from relay.devtools.processes import Stack
 from relay.state.api_keys import create_operator_key
 from tests.support.api_fixtures import V1, Api, api_factory_fixture, api_fixture  # noqa: F401
@@ -25,31 +26,36 @@ from tests.support.browser import browser_fixture, log_in, page_fixture, shot  #
 from tests.support.helpers import wait_until
 from tests.support.review_documents import (
     DOCUMENTS,
-    INVOICE_SCORES,
+    INVOICE,
     PDF_LAYOUTS,
+    STOCK,
     Layout,
-    add_geometry,
     content_of,
 )
 
-EXTRACTOR = "tests.support.review_documents:review_extractor"
 BATCH = "march-invoices"
 HOSTILE_CSV = b'item,note\nbolt,"<script>window.__pwned = 1</script><b>x</b>"\n'
 HOSTILE_NAME = "<img src=x onerror=alert(1)>.csv"
 ACCENT = "rgb(47, 91, 234)"
 
 
+class Reviewed(NamedTuple):
+    """The processed batch: the API, document ids by filename, and each document's
+    ``tables`` as relay stored them."""
+
+    api: Api
+    ids: dict[str, str]
+    tables: dict[str, list[dict[str, Any]]]
+
+
 @pytest.fixture
-def reviewed(api_factory: Any, tmp_path: Path) -> Iterator[tuple[Api, dict[str, str]]]:
-    """A processed batch of the three documents and a hostile CSV; their ids by filename."""
+def reviewed(api_factory: Any, tmp_path: Path) -> Iterator[Reviewed]:
+    """A processed batch of the three documents, a hostile CSV and a broken PDF."""
     api: Api = api_factory(max_upload_bytes=2_000_000)
     stack = Stack(
         api.settings.redis_url,
         tmp_path,
-        env={
-            "RELAY_EXTRACTOR": EXTRACTOR,
-            "RELAY_ENCRYPTION_KEY": api.settings.encryption_key.reveal(),
-        },
+        env={"RELAY_ENCRYPTION_KEY": api.settings.encryption_key.reveal()},
     )
     try:
         stack.worker("--queues", "processing")
@@ -72,10 +78,12 @@ def reviewed(api_factory: Any, tmp_path: Path) -> Iterator[tuple[Api, dict[str, 
             body = api.client.get(f"{V1}/batches/{BATCH}", headers=api.auth("acme")).json()
             return bool(body["all_done"])
 
-        wait_until(done, 60, 0.1, "the batch was not processed: " + stack.logs())
-        for name, (_, layouts) in DOCUMENTS.items():
-            add_geometry(api.redis, ids[name], layouts)
-        yield api, ids
+        # The OCR models load in the worker's extraction child for the first image.
+        wait_until(done, 180, 0.2, "the batch was not processed: " + stack.logs())
+        r = api.client.get(f"{V1}/batches/{BATCH}/results", headers=api.auth("acme"))
+        assert r.status_code == 200, r.text
+        tables = {doc["filename"]: doc["tables"] for doc in r.json()["documents"]}
+        yield Reviewed(api, ids, tables)
     finally:
         stack.close()
 
@@ -89,24 +97,42 @@ def open_document(page: Page, api: Api, doc_id: str, page_number: int | None = N
     )
 
 
-def boxes_match(page: Page, layout: Layout, table: int) -> None:
-    """Every cell of ``layout`` has its box on the page image, where the document drew it."""
+def boxes_match(page: Page, layout: Layout, table: int, stored: dict[str, Any]) -> None:
+    """The boxes drawn for table ``table`` are the cells relay stored for it (``stored``),
+    each on the ruled grid the document drew (every edge within half a percent of the page
+    of one of its rulings) and holding the text of the layout's cell at its anchor; every
+    cell of the layout with text has its box."""
     image = page.locator(".pageimg img").bounding_box()
     assert image is not None
-    for cell in layout.cells():
+    width, height = layout.size
+    xs, ys = layout.edges()
+    on_x = [image["x"] + x / width * image["width"] for x in xs]
+    on_y = [image["y"] + y / height * image["height"] for y in ys]
+    slack = (0.005 * image["width"] + 1, 0.005 * image["height"] + 1)
+    drawn = page.locator(f"svg.overlay rect.box[id^='b-t{table}-']")
+    assert drawn.count() == len(stored["cells"]), stored["cells"]
+    texts = {(r, c) for r, row in enumerate(layout.rows) for c, text in enumerate(row) if text}
+    for cell in stored["cells"]:
         key = f"t{table}-r{cell['row']}-c{cell['col']}"
-        drawn = page.locator(f"#b-{key}").bounding_box()
-        assert drawn is not None, key
-        x0, y0, x1, y1 = cell["bbox"]
-        want = (
-            image["x"] + x0 * image["width"],
-            image["y"] + y0 * image["height"],
-            (x1 - x0) * image["width"],
-            (y1 - y0) * image["height"],
-        )
+        box = page.locator(f"#b-{key}").bounding_box()
+        assert box is not None, key
         # The outline (2 px, not scaled) lies on the box's edge: 1 px out on each side.
-        got = (drawn["x"] + 1, drawn["y"] + 1, drawn["width"] - 2, drawn["height"] - 2)
-        assert all(abs(g - w) < 1 for g, w in zip(got, want, strict=True)), (key, got, want)
+        x0, y0 = box["x"] + 1, box["y"] + 1
+        x1, y1 = x0 + box["width"] - 2, y0 + box["height"] - 2
+        for edge, lines, tolerance in ((x0, on_x, slack[0]), (x1, on_x, slack[0])):
+            assert min(abs(edge - line) for line in lines) < tolerance, (key, "x", edge, lines)
+        for edge, lines, tolerance in ((y0, on_y, slack[1]), (y1, on_y, slack[1])):
+            assert min(abs(edge - line) for line in lines) < tolerance, (key, "y", edge, lines)
+        anchor = (cell["row"], cell["col"])
+        if anchor in texts:
+            tx, ty = layout.text_at(*anchor)
+            at = (
+                image["x"] + tx / width * image["width"],
+                image["y"] + ty / height * image["height"],
+            )
+            assert x0 < at[0] < x1 and y0 < at[1] < y1, (key, at, (x0, y0, x1, y1))
+            texts.discard(anchor)
+    assert not texts, f"cells with text and no box: {sorted(texts)}"
 
 
 def target_id(page: Page) -> str:
@@ -123,10 +149,18 @@ def review_shot(page: Page, name: str) -> None:
     shot(page, name)
 
 
+def grid_texts(page: Page, table: int) -> list[list[str]]:
+    """The review page's grid of table ``table``: each row's cells' text."""
+    return [
+        [cell.strip() for cell in row.locator("td").all_inner_texts()]
+        for row in page.locator(f"#table-{table} table.cells tr").all()
+    ]
+
+
 def test_an_operator_finds_a_batch_and_reviews_a_pdf_page_by_page(
-    reviewed: tuple[Api, dict[str, str]], page: Page
+    reviewed: Reviewed, page: Page
 ) -> None:
-    api, _ = reviewed
+    api, _, tables = reviewed
     log_in(page, api, create_operator_key(api.redis, "ops"))
     page.click("nav >> text=Batches")
     assert "finished most recently" in page.inner_text("main")
@@ -148,13 +182,14 @@ def test_an_operator_finds_a_batch_and_reviews_a_pdf_page_by_page(
     pdf_row.locator("a", has_text="invoice.pdf").click()
     page.wait_for_function("() => document.querySelector('.pageimg img')?.naturalWidth > 0")
     assert "Page 1 of 2" in page.inner_text(".pagebar")
-    first = PDF_LAYOUTS[0]
-    assert page.locator("svg.overlay rect.box").count() == len(first.cells())
-    boxes_match(page, first, 1)
-    # A PDF's text layer has no confidence: every box is grey.
-    assert page.locator("svg.overlay rect.box.c-none").count() == len(first.cells())
-    # The grid keeps the spans: "Total" covers three columns.
+    first, second = tables["invoice.pdf"]
+    boxes_match(page, PDF_LAYOUTS[0], 1, first)
+    assert grid_texts(page, 1)[:4] == [list(row) for row in INVOICE[:4]]
+    assert grid_texts(page, 1)[4] == ["Total", "42.00"]
+    # The grid keeps the spans: "Total" covers three columns, as its ruled box does.
     assert page.locator("#g-t1-r4-c0").get_attribute("colspan") == "3"
+    # A PDF's text layer has no confidence: every box is grey.
+    assert page.locator("svg.overlay rect.box.c-none").count() == len(first["cells"])
 
     # Choosing a cell shows its box on the page, and the box leads back to its cell.
     page.click("#g-t1-r2-c0 a")
@@ -176,29 +211,36 @@ def test_an_operator_finds_a_batch_and_reviews_a_pdf_page_by_page(
         " return [i.naturalWidth, i.naturalHeight]; }"
     )
     assert size[0] > size[1], size
-    boxes_match(page, PDF_LAYOUTS[1], 2)
+    boxes_match(page, PDF_LAYOUTS[1], 2, second)
+    assert grid_texts(page, 2) == STOCK
 
 
-def test_a_scan_and_a_photo_are_outlined_by_confidence(
-    reviewed: tuple[Api, dict[str, str]], page: Page
-) -> None:
-    api, ids = reviewed
+def test_a_scan_and_a_photo_are_outlined_by_confidence(reviewed: Reviewed, page: Page) -> None:
+    api, ids, tables = reviewed
     log_in(page, api, create_operator_key(api.redis, "ops"))
     _, scan_layouts = DOCUMENTS["scan.pdf"]
     open_document(page, api, ids["scan.pdf"])
-    boxes_match(page, scan_layouts[0], 1)
-    # The bands follow the scores (the covered cells of the span have no box).
+    (scan,) = tables["scan.pdf"]
+    boxes_match(page, scan_layouts[0], 1, scan)
+    # The grid is the invoice's, "Total" across three columns as its ruled box is.
+    assert page.locator("#g-t1-r4-c0").get_attribute("colspan") == "3"
+    assert grid_texts(page, 1)[:4] == [list(row) for row in INVOICE[:4]]
+    assert grid_texts(page, 1)[4] == ["Total", "42.00"]
+    # The boxes are coloured by the recogniser's scores (the covered cells have no box).
     bands = {"high": 0, "mid": 0, "low": 0, "none": 0}
-    for cell in scan_layouts[0].cells():
-        s = INVOICE_SCORES[cell["row"]][cell["col"]]
-        bands["none" if s is None else "high" if s >= 0.9 else "mid" if s >= 0.6 else "low"] += 1
-    for band, n in bands.items():
-        assert page.locator(f"svg.overlay rect.box.c-{band}").count() == n, band
-    assert bands["low"] >= 1 and bands["mid"] >= 1 and bands["high"] >= 1
+    for cell in scan["cells"]:
+        bands[band(scan["confidence"][cell["row"]][cell["col"]])] += 1
+    for name, n in bands.items():
+        assert page.locator(f"svg.overlay rect.box.c-{name}").count() == n, name
+    assert bands["high"] >= 1
     legend = page.inner_text(".bands")
     assert "0.9 or more" in legend and "below 0.6" in legend
-    page.click("#g-t1-r3-c1 a")  # the poorest cell: 150 at 0.52
-    assert target_id(page) == "b-t1-r3-c1"
+    # The cell read with the lowest score.
+    scored = [c for c in scan["cells"] if scan["confidence"][c["row"]][c["col"]] is not None]
+    poorest = min(scored, key=lambda c: scan["confidence"][c["row"]][c["col"]])
+    key = f"t1-r{poorest['row']}-c{poorest['col']}"
+    page.click(f"#g-{key} a")
+    assert target_id(page) == f"b-{key}"
     review_shot(page, "review-scan")
 
     _, photo_layouts = DOCUMENTS["photo.jpg"]
@@ -209,16 +251,16 @@ def test_a_scan_and_a_photo_are_outlined_by_confidence(
     )
     # Stored sideways (900 x 1200), shown as its EXIF orientation says (1200 x 900).
     assert size[0] * 3 == size[1] * 4, size
-    boxes_match(page, photo_layouts[0], 1)
+    (photo,) = tables["photo.jpg"]
+    boxes_match(page, photo_layouts[0], 1, photo)
+    assert grid_texts(page, 1)[:4] == [list(row) for row in INVOICE[:4]]
     page.click("#g-t1-r1-c2 a")
     assert target_id(page) == "b-t1-r1-c2"
     review_shot(page, "review-image")
 
 
-def test_choosing_a_cell_works_without_javascript(
-    reviewed: tuple[Api, dict[str, str]], browser: Browser
-) -> None:
-    api, ids = reviewed
+def test_choosing_a_cell_works_without_javascript(reviewed: Reviewed, browser: Browser) -> None:
+    api, ids, _ = reviewed
     context = browser.new_context(
         java_script_enabled=False, viewport={"width": 1280, "height": 900}
     )
@@ -239,9 +281,9 @@ def test_choosing_a_cell_works_without_javascript(
 
 
 def test_a_csv_shows_its_grid_without_geometry_and_nothing_it_holds_runs(
-    reviewed: tuple[Api, dict[str, str]], page: Page
+    reviewed: Reviewed, page: Page
 ) -> None:
-    api, ids = reviewed
+    api, ids, _ = reviewed
     log_in(page, api, create_operator_key(api.redis, "ops"))
     page.goto(f"{api.base_url}/console/documents/{ids['csv']}")
     assert "has no pages to show" in page.inner_text(".meta")
@@ -255,9 +297,9 @@ def test_a_csv_shows_its_grid_without_geometry_and_nothing_it_holds_runs(
 
 
 def test_after_its_batch_is_deleted_a_document_shows_its_grid_and_no_page(
-    reviewed: tuple[Api, dict[str, str]], page: Page
+    reviewed: Reviewed, page: Page
 ) -> None:
-    api, ids = reviewed
+    api, ids, _ = reviewed
     log_in(page, api, create_operator_key(api.redis, "ops"))
     open_document(page, api, ids["scan.pdf"])  # its page count is remembered now
     r = api.client.delete(f"{V1}/batches/{BATCH}", headers=api.auth("acme"))
@@ -270,10 +312,8 @@ def test_after_its_batch_is_deleted_a_document_shows_its_grid_and_no_page(
     assert image.status == 409 and "no longer kept" in image.text()
 
 
-def test_the_page_image_route_needs_an_operator_session(
-    reviewed: tuple[Api, dict[str, str]], page: Page
-) -> None:
-    api, ids = reviewed
+def test_the_page_image_route_needs_an_operator_session(reviewed: Reviewed, page: Page) -> None:
+    api, ids, _ = reviewed
     url = f"{api.base_url}/console/documents/{ids['invoice.pdf']}/pages/1"
     assert page.request.get(url).status == 401
     # A customer's key opens no console page either.
@@ -285,8 +325,8 @@ def test_the_page_image_route_needs_an_operator_session(
     assert page.request.get(url.replace("/pages/1", "/pages/3")).status == 404
 
 
-def test_the_batches_of_one_account(reviewed: tuple[Api, dict[str, str]], page: Page) -> None:
-    api, ids = reviewed
+def test_the_batches_of_one_account(reviewed: Reviewed, page: Page) -> None:
+    api, ids, _ = reviewed
     api.upload_ok("acme", "still-open")  # never processed: not among the finished ones
     log_in(page, api, create_operator_key(api.redis, "ops"))
     page.goto(f"{api.base_url}/console/batches")

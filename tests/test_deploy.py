@@ -384,6 +384,7 @@ RUNTIME = {
     "opentelemetry-sdk",
     "opentelemetry-exporter-otlp-proto-http",
     "boto3",
+    "python-dotenv",
 }
 DEV_TOOLS = {
     "pytest",

@@ -239,6 +239,11 @@ def test_only_lines_near_a_row_that_may_be_tabular_are_read() -> None:
     expected = [r in rows for r in range(12)] + [True, True] + [r in rows for r in range(13, 20)]
     assert wanted == expected
     assert _worth_reading([]) == []
+    # One line across a vertical ruling is cut there into cells: its row may be tabular.
+    ruled = row(12 * 30, (0, 400))
+    assert _worth_reading(prose + ruled + after) == [False] * 20
+    crossed = _worth_reading(prose + ruled + after, rulings=[(200.0, 350.0, 390.0)])
+    assert crossed == [r in rows for r in range(12)] + [True] + [r in rows for r in range(13, 20)]
 
 
 WORDS = [

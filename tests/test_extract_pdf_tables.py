@@ -231,6 +231,30 @@ def test_a_heading_spanning_two_ruled_columns_sits_at_its_top_left() -> None:
     assert tables_of(ops) == [_table(1, [["Part", "Price per unit in euro and cent", None], *body])]
 
 
+def _vline(x: float, top: float, bottom: float) -> str:
+    return f"0.5 w {x} {PAGE_HEIGHT - top} m {x} {PAGE_HEIGHT - bottom} l S"
+
+
+def test_an_empty_ruled_box_beside_a_cell_is_part_of_it() -> None:
+    """A "Total" row whose ruled box runs across the columns of figures it sums (no rule
+    between them, one before the amount): one cell spanning three columns, the positions
+    it covers ``None``. An empty cell ruled on both sides stays a cell of its own."""
+    left, top = 72.0, 100.0
+    xs = [left, left + 150, left + 200, left + 280, left + 360]
+    ys = [top + 20 * i for i in range(4)]
+    ops = [hline(xs[0], xs[-1], y) for y in ys]
+    ops += [_vline(x, ys[0], ys[-1]) for x in (xs[0], xs[3], xs[4])]
+    ops += [_vline(x, ys[0], ys[2]) for x in (xs[1], xs[2])]  # not down the last row
+    rows = [["Bolts", "200", "0.12", "24.00"], ["Washers", "", "0.03", "6.00"]]
+    ops += cells(rows, [x + 4 for x in xs[:4]], ys[0] + 5, pitch=20.0)
+    ops += [text_at(xs[0] + 4, ys[2] + 5, "Total"), text_at(xs[3] + 4, ys[2] + 5, "30.00")]
+    (table,) = tables_of(ops)
+    assert table.rows == [*rows, ["Total", None, None, "30.00"]]
+    spans = {(c.row, c.col): (c.row_span, c.col_span) for c in table.grid_cells()}
+    assert spans[(2, 0)] == (1, 3) and (2, 1) not in spans and spans[(2, 3)] == (1, 1)
+    assert spans[(1, 1)] == (1, 1)  # ruled on both sides: empty, not part of "Washers"
+
+
 def test_figures_set_midway_beside_a_two_line_label_are_one_row() -> None:
     ops = cells([["Substance", "Air", "Water"]], [72.0, 250.0, 330.0], 100.0)
     ops += [text_at(72, 120, "Chlorine and inorganic"), text_at(72, 132, "compounds (as HCl)")]

@@ -8,13 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 import redis
 
 from relay.cli.keys import NOT_CONFIRMED
@@ -26,26 +22,17 @@ from relay.redis.clients import RedisTarget, async_client, sync_client
 from relay.redis.replicas import replicated
 from relay.state import api_keys
 from tests.support.helpers import relay_cli, wait_until
-from tests.support.sentinels import PASSWORD, SENTINEL_PASSWORD, Topology
+from tests.support.sentinels import PASSWORD, Topology
 
 
 def _through_sentinel(topo: Topology, **more: str) -> dict[str, str]:
     """The settings of a CLI that finds the primary through the topology's Sentinels."""
     return {
         "RELAY_REDIS_URL": topo.url,
-        "RELAY_REDIS_SENTINELS": topo.sentinels_setting,
-        "RELAY_REDIS_SENTINEL_PASSWORD": SENTINEL_PASSWORD,
+        **topo.settings,
         "RELAY_REDIS_WAIT_REPLICAS": "1",
         **more,
     }
-
-
-def _target(topo: Topology) -> RedisTarget:
-    return RedisTarget(
-        topo.url,
-        sentinels=tuple((HOST, p) for p in topo.sentinel_ports),
-        sentinel_password=SENTINEL_PASSWORD,
-    )
 
 
 def _key_of(out: str) -> str:
@@ -89,7 +76,7 @@ def test_a_key_the_cli_created_survives_the_primarys_death_right_after(
     topo.primary.kill()  # SIGKILL, the moment the commands answered
     killed = time.monotonic()
     took = _failed_over(topo, killed)
-    client = sync_client(_target(topo))
+    client = sync_client(topo.target())
     try:
         assert api_keys.lookup_key(client, key) == "acme"  # on the promoted replica
         assert api_keys.lookup_key(client, other) is None  # still revoked there
@@ -145,7 +132,7 @@ def test_a_key_the_replica_did_not_confirm_is_said_so_and_can_be_lost(
         os.kill(replica.pid, signal.SIGCONT)
         primary.close()
     _failed_over(topo, time.monotonic())
-    client = sync_client(_target(topo))
+    client = sync_client(topo.target())
     try:
         assert api_keys.lookup_key(client, key) is None  # lost with the primary, as warned
     finally:
@@ -180,18 +167,6 @@ def test_without_the_replicas_asked_for_create_and_revoke_exit_3_and_say_so(
 
 
 # -- on a Redis Cluster: the wait is made on the primary of every slot written --------------
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    if shutil.which("redis-cli") is None:
-        pytest.fail("redis-cli is not installed: the Cluster tests need it (redis-tools)")
-    c = Cluster(tmp_path / "cluster")
-    try:
-        c.start()
-        yield c
-    finally:
-        c.close()
 
 
 def _replica_of(cluster: Cluster, primary: RedisServer) -> RedisServer:

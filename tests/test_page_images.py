@@ -97,7 +97,8 @@ def test_one_account_holds_at_most_half_of_the_renderers() -> None:
 
 
 def test_a_request_that_finds_no_free_renderer_in_time_is_told_so() -> None:
-    renderer = PageRenderer(RenderLimits(2000, 50_000_000, 500, 1 << 30, 0.3), 1)
+    # The wait is the render timeout: long enough for the render after it on a loaded machine.
+    renderer = PageRenderer(RenderLimits(2000, 50_000_000, 500, 1 << 30, 2.0), 1)
 
     async def go() -> None:
         release = await renderer._acquire("someone")  # every renderer busy

@@ -23,7 +23,7 @@ from relay.redis.clients import UNAVAILABLE, RedisTarget, async_client, sync_cli
 from relay.redis.deadline import budget
 from relay.redis.pool import Slots
 from tests.support.helpers import RedisFactory
-from tests.support.sentinels import SENTINEL_PASSWORD, Topology
+from tests.support.sentinels import Topology
 
 SIZE = 3  # connections (on a Cluster: calls in flight) of the clients under test
 HELD = 0.4  # seconds a command waits before a connection comes back
@@ -100,12 +100,7 @@ def test_one_redis(redis_factory: RedisFactory) -> None:
 
 
 def test_through_sentinel(sentinel_topology: Topology) -> None:
-    target = RedisTarget(
-        sentinel_topology.url,
-        sentinels=tuple((HOST, p) for p in sentinel_topology.sentinel_ports),
-        sentinel_password=SENTINEL_PASSWORD,
-    )
-    _scenario(target, "queue")
+    _scenario(sentinel_topology.target(), "queue")
 
 
 @pytest.fixture

@@ -16,9 +16,10 @@ import redis.asyncio
 from relay.redis import keyspace
 from relay.runtime.detector import GROUP, Detector, ensure_groups
 from relay.state.blobs import BlobStore
+from relay.state.claims import Store
 from relay.state.model import Attempt, DeliveryStatus, Document
 from relay.state.retention import Retention
-from relay.state.store import AsyncStore, BatchRef, Store
+from relay.state.store import AsyncStore, BatchRef
 from relay.state.webhooks import AsyncWebhookStore, WebhookStore
 from tests.support.helpers import Clients, FakeClock, closed_after, worker_context
 

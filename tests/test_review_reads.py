@@ -11,8 +11,9 @@ import pytest
 
 from relay.redis import keyspace
 from relay.state.blobs import BlobStore
+from relay.state.claims import Store
 from relay.state.review import SUMMARY_MAX_BYTES, RecentCursor, ReviewReads
-from relay.state.store import AsyncStore, BatchRef, Store
+from relay.state.store import AsyncStore, BatchRef
 from tests.support.helpers import Clients, FakeClock, closed_after
 
 T0 = 1_800_000_000_000

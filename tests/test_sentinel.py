@@ -71,14 +71,6 @@ def test_a_unix_url_cannot_go_through_sentinel() -> None:
 # -- a real topology ------------------------------------------------------------------------
 
 
-def _target(topo: Topology) -> RedisTarget:
-    return RedisTarget(
-        topo.url,
-        sentinels=tuple((HOST, p) for p in topo.sentinel_ports),
-        sentinel_password=SENTINEL_PASSWORD,
-    )
-
-
 def _swap_roles(topo: Topology) -> int:
     """Make the replica the primary and the primary its replica by hand, then point the
     Sentinels at the new primary - without the CLIENT KILL a Sentinel-led failover sends,
@@ -104,7 +96,7 @@ def _swap_roles(topo: Topology) -> int:
 def test_every_client_follows_a_demoted_primary_that_answers_readonly(
     sentinel_topology: Topology,
 ) -> None:
-    target = _target(sentinel_topology)
+    target = sentinel_topology.target()
     sync = sync_client(target)
     old = sentinel_topology.primary.port
 
@@ -165,7 +157,7 @@ def test_acknowledged_writes_across_a_failover(sentinel_topology: Topology) -> N
     counted."""
     assert sentinel_topology.replica is not None
     replica = sentinel_topology.replica
-    target = _target(sentinel_topology)
+    target = sentinel_topology.target()
     settings = load_settings(
         environ={"RELAY_REDIS_WAIT_REPLICAS": "1", "RELAY_REDIS_WAIT_TIMEOUT_MS": "300"},
         dotenv=None,

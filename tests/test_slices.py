@@ -23,8 +23,9 @@ from relay.runtime.processing import run_documents
 from relay.runtime.slices import join
 from relay.state import slices
 from relay.state.blobs import BlobStore
+from relay.state.claims import Claim
 from relay.state.model import Document, Status
-from relay.state.store import AsyncStore, BatchRef, Claim
+from relay.state.store import AsyncStore, BatchRef
 from tests.support.helpers import Clients, closed_after, worker_context
 
 LEASE_MS = 60_000

@@ -12,10 +12,11 @@ import pytest
 
 from relay.redis import keyspace
 from relay.state.blobs import BlobStore
+from relay.state.claims import Store
 from relay.state.model import Document, Status
 from relay.state.retention import Retention
 from relay.state.sources import AsyncSources, SourceQuery, SourceRef
-from relay.state.store import AsyncStore, BatchRef, Store
+from relay.state.store import AsyncStore, BatchRef
 from tests.support.helpers import Clients, FakeClock
 from tests.support.seaweed import Seaweed, s3_blob_store
 from tests.support.seaweed import s3_prefix_fixture as s3_prefix_fixture

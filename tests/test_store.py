@@ -11,8 +11,9 @@ import pytest
 from relay.exceptions import BatchDeleted, BatchNotFound, StoreUnavailable
 from relay.redis import keyspace
 from relay.state.blobs import BlobStore
+from relay.state.claims import Claim, Store
 from relay.state.model import Batch, Document, Status
-from relay.state.store import AsyncStore, BatchRef, Claim, Store
+from relay.state.store import AsyncStore, BatchRef
 from tests.support.helpers import Clients, closed_after
 
 LEASE_MS = 60_000
@@ -65,6 +66,18 @@ def test_upload_creates_a_queued_document_and_batch(h: Harness) -> None:
     assert b.created_at == doc.created_at and b.started_at is None and b.completion_seq == 0
     js = doc.to_json()
     assert js["created_at"].endswith("Z") and len(js["created_at"]) == 24
+
+
+def test_a_new_batchs_hash_is_what_the_model_declares_and_reads_back(h: Harness) -> None:
+    # upload.lua writes a new batch's fields as Batch.new_fields gives them, nothing else.
+    doc = h.upload(REF)
+    made = Batch.created(REF.account, REF.name, created_at=doc.created_at, documents=1)
+    declared = made.new_fields()
+    expected = {
+        str(k).encode(): str(v).encode() for k, v in zip(declared[::2], declared[1::2], strict=True)
+    }
+    assert h.client.hgetall(REF.key) == expected
+    assert Batch.from_hash(expected) == made == h.batch(REF)
 
 
 def test_empty_batch_is_queued_and_not_done() -> None:
@@ -537,7 +550,7 @@ def test_claim_next_cost_does_not_grow_with_the_backlog(h: Harness) -> None:
 def test_finishing_a_turn_costs_two_commands_a_document(h: Harness) -> None:
     # One script stores a turn's outcomes: per document its read and its write; the results
     # (one MSET), the blobs (one DEL), the leases and the batch are written once for all.
-    from relay.state.store import Outcome
+    from relay.state.claims import Outcome
 
     def commands() -> int:
         return sum(int(v["calls"]) for v in h.client.info("commandstats").values())
@@ -567,7 +580,7 @@ def test_finishing_a_turn_costs_two_commands_a_document(h: Harness) -> None:
 def test_a_turns_finish_frees_the_account_total_in_the_same_round_trip(h: Harness) -> None:
     # The claim says what each document's finish frees from the account's pending total
     # (another slot); the finish script and that DECRBY go in one pipeline.
-    from relay.state.store import Outcome
+    from relay.state.claims import Outcome
 
     ref = same_shard("acme", REF.shard, "freed")
     h.upload(same_shard("acme", REF.shard, "stays"))  # keeps the total above 0

@@ -13,8 +13,9 @@ import pytest
 from relay.exceptions import QuotaExceeded
 from relay.redis import keyspace
 from relay.state.blobs import BlobStore
+from relay.state.claims import Store
 from relay.state.model import Document, Status
-from relay.state.store import AsyncStore, BatchRef, Store
+from relay.state.store import AsyncStore, BatchRef
 from tests.support.helpers import Clients, closed_after, refs_in_distinct_shards
 
 LEASE_MS = 60_000

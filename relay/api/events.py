@@ -18,7 +18,7 @@ from starlette.routing import BaseRoute, Route
 from relay.api.access import authenticate
 from relay.api.bodies import json_response
 from relay.api.errors import RateLimited, Unprocessable
-from relay.api.paging import invalid_cursor
+from relay.api.paging import invalid_cursor, page_limit
 from relay.api.responses import EventListJSON
 from relay.api.state import AppState, state
 from relay.state.event_feed import (
@@ -35,7 +35,6 @@ from relay.state.model import DELIVERY_ID_PATTERN, valid_batch_name
 
 EVENT_ID_PATTERN = DELIVERY_ID_PATTERN  # an event's id is its deliveries' webhook-id
 _EVENT_ID_RE = re.compile(EVENT_ID_PATTERN[1:-1])
-_LIMIT_RE = re.compile(r"[0-9]{1,4}")
 _WAIT_RE = re.compile(r"[0-9]{1,20}(\.[0-9]{1,20})?([eE][-+]?[0-9]{1,3})?")
 
 
@@ -48,12 +47,7 @@ def _params(request: Request, feed: str) -> tuple[str | None, int, str | None, s
     after = q.get("after")
     if after is not None and not _EVENT_ID_RE.fullmatch(after):
         raise invalid_cursor()
-    limit = 50
-    raw = q.get("limit")
-    if raw is not None:
-        if not _LIMIT_RE.fullmatch(raw) or not 1 <= int(raw) <= MAX_PAGE:
-            raise Unprocessable(f"limit must be an integer from 1 to {MAX_PAGE}")
-        limit = int(raw)
+    limit = page_limit(request, 50, MAX_PAGE)
     type_ = q.get("type")
     if type_ is not None and type_ not in TYPES[feed]:
         raise Unprocessable(f"type must be one of {', '.join(TYPES[feed])}")

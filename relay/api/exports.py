@@ -113,8 +113,20 @@ def _slot(st: AppState) -> Iterator[None]:
         st.exports.refunds()
 
 
-def _spool() -> IO[bytes]:
-    return tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)
+@contextmanager
+def _spooled() -> Iterator[IO[bytes]]:
+    """A file to write an export into, in memory up to SPOOL_BYTES: closed when the writing
+    fails (an export past its bounds answers 422), left open for the download otherwise."""
+    # Outlives the block on success: the download's stream closes it (_chunks).
+    out = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115
+    try:
+        yield out
+    except ExportTooLarge as exc:
+        out.close()
+        raise too_large(exc) from None
+    except BaseException:
+        out.close()
+        raise
 
 
 async def _chunks(out: IO[bytes]) -> AsyncIterator[bytes]:
@@ -187,8 +199,7 @@ async def get_table(request: Request) -> Response:
             raise _not_succeeded(doc)
         with _slot(st):
             table = await _nth_table(st, doc, n)
-            out = _spool()
-            try:
+            with _spooled() as out:
                 await asyncio.to_thread(
                     write_table,
                     fmt,
@@ -199,12 +210,6 @@ async def get_table(request: Request) -> Response:
                     limits=limits_of(st.settings),
                     bom=bom,
                 )
-            except ExportTooLarge as exc:
-                out.close()
-                raise too_large(exc) from None
-            except BaseException:
-                out.close()
-                raise
         page = table.get("page")
         name = table_filename(doc.filename, page if isinstance(page, int) else 1, n, fmt)
         return _download(out, fmt, name, headers)
@@ -282,16 +287,8 @@ async def export_batch(request: Request) -> Response:
         fmt = _format(request, BATCH_FORMATS)
         bom = _bom(request)
         ref = await batch_ref(request, account)
-        with _slot(st):
-            out = _spool()
-            try:
-                found = await _build(st, ref, fmt, bom, out)
-            except ExportTooLarge as exc:
-                out.close()
-                raise too_large(exc) from None
-            except BaseException:
-                out.close()
-                raise
+        with _slot(st), _spooled() as out:
+            found = await _build(st, ref, fmt, bom, out)
         if not found:
             out.close()
             raise NotFound("no such batch")

@@ -864,44 +864,20 @@ def _receiver_responses() -> dict[str, Any]:
     }
 
 
-def _batch_completed() -> dict[str, Any]:
-    return {
-        "post": {
-            "operationId": "batchCompleted",
-            "summary": "A batch completed: POSTed to the batch's callback URL (PUT "
-            "/batches/{name}/webhook) each time it completes, signed, retried until a 2xx.",
-            "description": "Sent when the batch's last document reaches a terminal status "
-            "(its completion_seq increments), again after new uploads complete it again. At "
-            "least once: receivers dedupe on webhook-id. Verify the signature over the exact "
-            "body bytes before parsing them.",
-            "tags": ["webhooks"],
-            "security": [],
-            "parameters": _webhook_headers(),
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": ref("BatchCompletedEvent")}},
-            },
-            "responses": _receiver_responses(),
-        }
-    }
-
-
-def _document_event(operation_id: str, summary: str, schema: str) -> dict[str, Any]:
+def _webhook_post(
+    operation_id: str,
+    summary: str,
+    description: str,
+    schema: str,
+    responses: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """An event relay POSTs to a receiver: signed (the webhook headers), its body ``schema``;
+    answered as every delivery is unless ``responses`` says otherwise."""
     return {
         "post": {
             "operationId": operation_id,
             "summary": summary,
-            "description": "Sent only to a batch webhook whose events ask for this type (PUT "
-            "/batches/{name}/webhook with events), for each document of the batch that "
-            "reaches the status while it does; through the same pipeline as batch.completed: "
-            "signed with the account's material, retried on the same schedule, recorded with "
-            "its attempts among the batch's deliveries. Each document event is its own "
-            "delivery (none supersedes another), its webhook-id derived from the document. "
-            "Order: a batch's batch.completed is not attempted while a document event of the "
-            "batch is pending delivery, so when a receiver gets a batch.completed it has "
-            "accepted every document event of that batch raised before it (or that event's "
-            "delivery has given up: failed, canceled). Document events among themselves "
-            "arrive in no particular order. At least once: dedupe on webhook-id.",
+            "description": description,
             "tags": ["webhooks"],
             "security": [],
             "parameters": _webhook_headers(),
@@ -909,117 +885,120 @@ def _document_event(operation_id: str, summary: str, schema: str) -> dict[str, A
                 "required": True,
                 "content": {"application/json": {"schema": ref(schema)}},
             },
-            "responses": _receiver_responses(),
+            "responses": _receiver_responses() if responses is None else responses,
         }
     }
+
+
+def _batch_completed() -> dict[str, Any]:
+    return _webhook_post(
+        "batchCompleted",
+        "A batch completed: POSTed to the batch's callback URL (PUT "
+        "/batches/{name}/webhook) each time it completes, signed, retried until a 2xx.",
+        "Sent when the batch's last document reaches a terminal status "
+        "(its completion_seq increments), again after new uploads complete it again. At "
+        "least once: receivers dedupe on webhook-id. Verify the signature over the exact "
+        "body bytes before parsing them.",
+        "BatchCompletedEvent",
+    )
+
+
+_DOCUMENT_EVENT = (
+    "Sent only to a batch webhook whose events ask for this type (PUT "
+    "/batches/{name}/webhook with events), for each document of the batch that "
+    "reaches the status while it does; through the same pipeline as batch.completed: "
+    "signed with the account's material, retried on the same schedule, recorded with "
+    "its attempts among the batch's deliveries. Each document event is its own "
+    "delivery (none supersedes another), its webhook-id derived from the document. "
+    "Order: a batch's batch.completed is not attempted while a document event of the "
+    "batch is pending delivery, so when a receiver gets a batch.completed it has "
+    "accepted every document event of that batch raised before it (or that event's "
+    "delivery has given up: failed, canceled). Document events among themselves "
+    "arrive in no particular order. At least once: dedupe on webhook-id."
+)
 
 
 def document_webhooks() -> dict[str, Any]:
     """The per-document events, POSTed to a batch's webhook that asks for them."""
     return {
-        "document.succeeded": _document_event(
+        "document.succeeded": _webhook_post(
             "documentSucceeded",
             "A document of the batch succeeded (its line_items and tables are in the "
             "batch's results).",
+            _DOCUMENT_EVENT,
             "DocumentSucceededEvent",
         ),
-        "document.failed": _document_event(
+        "document.failed": _webhook_post(
             "documentFailed",
             "A document of the batch failed: data.processing_error has the code and message.",
+            _DOCUMENT_EVENT,
             "DocumentFailedEvent",
         ),
     }
 
 
-def _operational(operation_id: str, summary: str, schema: str) -> dict[str, Any]:
-    return {
-        "post": {
-            "operationId": operation_id,
-            "summary": summary,
-            "description": "POSTed to the account's operational webhook (PUT "
-            "/operational-webhook) through the same pipeline as batch.completed: signed with "
-            "the account's material, retried on the same schedule, recorded with its attempts. "
-            "No event is raised about the operational webhook's own deliveries.",
-            "tags": ["webhooks"],
-            "security": [],
-            "parameters": _webhook_headers(),
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": ref(schema)}},
-            },
-            "responses": _receiver_responses(),
-        }
-    }
+_OPERATIONAL_EVENT = (
+    "POSTed to the account's operational webhook (PUT "
+    "/operational-webhook) through the same pipeline as batch.completed: signed with "
+    "the account's material, retried on the same schedule, recorded with its attempts. "
+    "No event is raised about the operational webhook's own deliveries."
+)
 
 
 def operational_webhooks() -> dict[str, Any]:
     """The account's operational events, POSTed to its operational webhook."""
     return {
-        "webhook.disabled": _operational(
+        "webhook.disabled": _webhook_post(
             "webhookDisabled",
             "A batch's webhook was disabled: every attempt failed for RELAY_DISABLE_AFTER, or "
             "the receiver answered 410.",
+            _OPERATIONAL_EVENT,
             "WebhookDisabledEvent",
         ),
-        "delivery.failed": _operational(
+        "delivery.failed": _webhook_post(
             "deliveryFailed",
             "A delivery exhausted its retry schedule and is failed (still retryable).",
+            _OPERATIONAL_EVENT,
             "DeliveryFailedEvent",
         ),
     }
 
 
 def _test_event() -> dict[str, Any]:
-    return {
-        "post": {
-            "operationId": "webhookTest",
-            "summary": "A test send (POST /batches/{name}/webhook/test, the console's Test "
-            "button): signed like every delivery, sent once, never retried or recorded.",
-            "description": "Answer it as you would a real event; its webhook-id is new each "
-            "time. data.batch_name is null for the operational webhook.",
-            "tags": ["webhooks"],
-            "security": [],
-            "parameters": _webhook_headers(),
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": ref("WebhookTestEvent")}},
-            },
-            "responses": {
-                "2XX": {"description": "Reported as succeeded."},
-                "default": {"description": "Reported with its status code or error."},
-            },
-        }
-    }
+    return _webhook_post(
+        "webhookTest",
+        "A test send (POST /batches/{name}/webhook/test, the console's Test "
+        "button): signed like every delivery, sent once, never retried or recorded.",
+        "Answer it as you would a real event; its webhook-id is new each "
+        "time. data.batch_name is null for the operational webhook.",
+        "WebhookTestEvent",
+        responses={
+            "2XX": {"description": "Reported as succeeded."},
+            "default": {"description": "Reported with its status code or error."},
+        },
+    )
 
 
 def _verify_event() -> dict[str, Any]:
-    return {
-        "post": {
-            "operationId": "webhookVerify",
-            "summary": "An endpoint verification's challenge: sent when a webhook is "
-            "registered with verify: true (or RELAY_REQUIRE_VERIFIED_WEBHOOKS), before "
-            "anything else. Answer 2xx with data.challenge in the body.",
-            "description": "Signed like every event. The webhook stays pending (nothing else "
-            "is sent; notifications wait, none is lost) until an answer is 2xx and holds the "
-            "challenge; retried on RELAY_VERIFY_SCHEDULE, after which the webhook is disabled "
-            "with the reason and a webhook.disabled event. data.batch_name is null for the "
-            "operational webhook.",
-            "tags": ["webhooks"],
-            "security": [],
-            "parameters": _webhook_headers(),
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": ref("WebhookVerifyEvent")}},
+    return _webhook_post(
+        "webhookVerify",
+        "An endpoint verification's challenge: sent when a webhook is "
+        "registered with verify: true (or RELAY_REQUIRE_VERIFIED_WEBHOOKS), before "
+        "anything else. Answer 2xx with data.challenge in the body.",
+        "Signed like every event. The webhook stays pending (nothing else "
+        "is sent; notifications wait, none is lost) until an answer is 2xx and holds the "
+        "challenge; retried on RELAY_VERIFY_SCHEDULE, after which the webhook is disabled "
+        "with the reason and a webhook.disabled event. data.batch_name is null for the "
+        "operational webhook.",
+        "WebhookVerifyEvent",
+        responses={
+            "2XX": {
+                "description": "Verified when the body holds the challenge (e.g. the "
+                'challenge alone, or {"challenge": "..."}).'
             },
-            "responses": {
-                "2XX": {
-                    "description": "Verified when the body holds the challenge (e.g. the "
-                    'challenge alone, or {"challenge": "..."}).'
-                },
-                "default": {"description": "Not verified; retried on the schedule."},
-            },
-        }
-    }
+            "default": {"description": "Not verified; retried on the schedule."},
+        },
+    )
 
 
 def webhooks() -> dict[str, Any]:

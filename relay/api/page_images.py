@@ -31,8 +31,6 @@ import asyncio
 import json
 import logging
 import math
-import multiprocessing
-import multiprocessing.context
 import resource
 import signal
 from collections.abc import Callable
@@ -41,6 +39,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from relay.children import forkserver, how_it_ended
 from relay.config import Settings
 from relay.extract.render import PageError, PageImage, count_pages, render_page
 
@@ -125,25 +124,10 @@ def _serve_one(conn: Connection, limits: RenderLimits) -> None:
         conn.send_bytes(png)
 
 
-def _context() -> multiprocessing.context.ForkServerContext:
-    return multiprocessing.get_context("forkserver")
-
-
-def _how(exitcode: int | None) -> str:
-    if exitcode is None:
-        return "still running"
-    if exitcode < 0:
-        try:
-            return f"signal {signal.Signals(-exitcode).name}"
-        except ValueError:
-            return f"signal {-exitcode}"
-    return f"exit status {exitcode}"
-
-
 def _in_child(limits: RenderLimits, request: dict[str, Any], content: bytes) -> tuple[Any, bytes]:
     """Run one request in a fresh child (blocking: called in a render thread). The deadline
     counts from the hand-over: starting the forkserver (the first time) is not the page's."""
-    ctx = _context()
+    ctx = forkserver()
     ours, theirs = ctx.Pipe(duplex=True)
     proc = ctx.Process(target=_serve_one, args=(theirs, limits), name="relay-page", daemon=True)
     try:
@@ -164,7 +148,7 @@ def _in_child(limits: RenderLimits, request: dict[str, Any], content: bytes) -> 
         return reply, png
     except (EOFError, OSError):
         proc.join(5)
-        how = _how(proc.exitcode)
+        how = how_it_ended(proc.exitcode)
         log.warning("page render child died (%s)", how)
         raise RenderFailed(f"the page could not be rendered (the renderer ended: {how})") from None
     finally:
@@ -189,7 +173,7 @@ class PageRenderer:
         self._free = asyncio.Semaphore(slots)
         self._accounts: dict[str, tuple[asyncio.Semaphore, int]] = {}  # slots, users
         self._threads = ThreadPoolExecutor(slots, thread_name_prefix="relay-page")
-        _context().set_forkserver_preload(["relay.extract.render", "relay.api.page_images"])
+        forkserver().set_forkserver_preload(["relay.extract.render", "relay.api.page_images"])
 
     @classmethod
     def from_settings(cls, settings: Settings) -> PageRenderer:

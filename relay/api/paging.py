@@ -35,17 +35,23 @@ def invalid_cursor() -> Unprocessable:
     return Unprocessable("invalid cursor", error_type="invalid_cursor")
 
 
+def page_limit(request: Request, default_limit: int = 50, max_limit: int = 200) -> int:
+    """``limit`` from the query (``default_limit`` when absent); Unprocessable for anything
+    but an integer from 1 to ``max_limit`` (an empty ``limit=`` too)."""
+    raw_limit = request.query_params.get("limit")
+    if raw_limit is None:
+        return default_limit
+    if not _LIMIT_RE.fullmatch(raw_limit) or not 1 <= int(raw_limit) <= max_limit:
+        raise Unprocessable(f"limit must be an integer from 1 to {max_limit}")
+    return int(raw_limit)
+
+
 def page_params(
     request: Request, default_limit: int = 50, max_limit: int = 200
 ) -> tuple[str | None, int]:
     """``(cursor, limit)`` from the query; Unprocessable for a limit outside 1..max_limit or
     an overlong cursor. An empty ``cursor=`` means the first page."""
-    raw_limit = request.query_params.get("limit")
-    limit = default_limit
-    if raw_limit is not None:
-        if not _LIMIT_RE.fullmatch(raw_limit) or not 1 <= int(raw_limit) <= max_limit:
-            raise Unprocessable(f"limit must be an integer from 1 to {max_limit}")
-        limit = int(raw_limit)
+    limit = page_limit(request, default_limit, max_limit)
     cursor = request.query_params.get("cursor") or None
     if cursor is not None and len(cursor) > MAX_CURSOR_CHARS:
         raise invalid_cursor()

@@ -34,15 +34,18 @@ MAX_LIST = 1000
 def _line(d: Delivery) -> str:
     nxt = rfc3339(d.next_attempt_at) or "-"
     return (
-        f"{_t(d.id)}  {_t(d.account):<12} {_t(d.batch_name):<24} {d.status.value:<10} "
-        f"attempts={d.attempt_count:<2} next={nxt}"
+        f"{_t(d.id)}  {_t(d.account):<12} {_t(d.batch_name):<24} {_t(d.type):<18} "
+        f"{d.status.value:<10} attempts={d.attempt_count:<2} next={nxt}"
+        + (f" document={_t(d.document_id)}" if d.document_id else "")
     )
 
 
 def _table(d: Delivery) -> str:
+    of = f"document {_t(d.document_id)}" if d.document_id else f"completion_seq {d.completion_seq}"
     head = (
-        f"delivery {_t(d.id)}\n  account {_t(d.account)}  batch {_t(d.batch_name)}  "
-        f"completion_seq {d.completion_seq}\n  url {_t(mask_query(d.url))}\n"
+        f"delivery {_t(d.id)}  {_t(d.type)}\n"
+        f"  account {_t(d.account)}  batch {_t(d.batch_name)}  {of}\n"
+        f"  url {_t(mask_query(d.url))}\n"
         f"  status {d.status.value}  "
         f"created {rfc3339(d.created_at)}  next attempt {rfc3339(d.next_attempt_at) or '-'}\n"
     )

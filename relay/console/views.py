@@ -443,12 +443,9 @@ async def stylesheet(request: Request) -> Response:
 
 
 def routes() -> list[BaseRoute]:
-    """The console's routes (full paths: the API app keeps ``redirect_slashes`` off). HTML
-    for browsers, not part of the JSON API: kept out of the OpenAPI document."""
-    from relay.console import review  # it builds on this module's helpers
-
+    """The routes of the deliveries, webhooks and events pages (full paths: the API app keeps
+    ``redirect_slashes`` off); kept out of the OpenAPI document."""
     return [
-        *review.routes(),
         Route("/console", overview, methods=["GET"], include_in_schema=False),
         Route("/console/login", login_page, methods=["GET"], include_in_schema=False),
         Route("/console/login", login, methods=["POST"], include_in_schema=False),

@@ -15,11 +15,13 @@ A page goes through:
    milliseconds (a 5,000-page scan of blank paper is not 5,000 OCR runs).
 2. **Text.** PP-OCR finds the text lines of the whole page (each a box and its text, with
    the recogniser's confidence, 0-1), each line recognised on its own at its own width
-   (``relay.extract.ocr_models``). Only the
-   lines on or near a row that may be tabular are recognised (``_worth_reading``): the
-   others (prose) can be in no table, and their text is not needed. The text-direction
+   (``relay.extract.ocr_models``). Only the lines on or near a row that may be tabular are
+   recognised (``_worth_reading``): the others (prose) can be in no table, and their text
+   is not needed. The text-direction
    classifier is off: it turned upright lines of small digits upside down ("0.20 ± 0.021"
-   read "1Z00 F 00").
+   read "1Z00 F 00"). A line is cut where a vertical ruling crosses it (the detector sees
+   the page with its rulings painted out, and joins cells a few pixels either side of
+   one), and the spaces the recogniser left out are put back (``relay.extract.ocr_words``).
 3. **Where the tables are**, from the text alone (ruled or not): lines are grouped into rows
    by their vertical overlap; a row is *tabular* when it has two or more pieces of text
    separated by a gap wider than about a character's height, none of them a run of prose
@@ -58,9 +60,9 @@ from typing import TYPE_CHECKING
 from relay.extract.errors import ExtractionError
 from relay.extract.geometry import Frame, enclosing, keep, rectangles
 from relay.extract.headings import joined
-from relay.extract.ocr_boxes import Rules, place
+from relay.extract.ocr_boxes import Rules, Segment, place
 from relay.extract.ocr_models import PROVIDERS, Models, ProviderChoice, choose_provider
-from relay.extract.ocr_words import spaced_text
+from relay.extract.ocr_words import crossings, pieces
 from relay.extract.result import Box, Cell, Confidence, Grid, Table
 
 if TYPE_CHECKING:  # numpy, Pillow and the models are imported when a page arrives
@@ -217,32 +219,35 @@ def _without_rules(grey: NDArray[np.uint8]) -> tuple[NDArray[np.uint8], Rules]:
     return clean, Rules.from_masks(across, down)
 
 
-def _lines(models: Models, bgr: NDArray[np.uint8]) -> list[_Line]:
-    """Every text line on the page (step 2 of the module docstring); a line not read
-    (``_worth_reading``) has no text."""
-    import numpy as np
-
+def _lines(models: Models, bgr: NDArray[np.uint8], rules: Rules) -> list[_Line]:
+    """Every text line on the page (step 2 of the module docstring), cut where a vertical
+    ruling crosses it, with the spaces the recogniser left out (``ocr_words.pieces``); a
+    line not read (``_worth_reading``) has no text."""
     ink = bgr[:, :, 0] < _INK_LEVEL
     lines = []
-    for box, text, score, placed in models.read_lines(bgr, _worth_reading):
-        points = np.asarray(box, dtype=np.float64)
-        x1, y1 = float(points[:, 0].min()), float(points[:, 1].min())
-        x2, y2 = float(points[:, 0].max()), float(points[:, 1].max())
+    worth = functools.partial(_worth_reading, rulings=rules.down)
+    for box, text, score, placed in models.read_lines(bgr, worth):
         if text is None:  # kept for its place: rows and the line height count it
-            lines.append(_Line(x1, y1, x2, y2, "", 0.0))
+            lines.append(_Line(*_corners_box(box), "", 0.0))
             continue
-        text = spaced_text(ink, points, text, placed)  # the spaces it left out
-        if text.strip():
-            lines.append(_Line(x1, y1, x2, y2, text.strip(), score))
+        for piece in pieces(ink, box, text, score, placed, rules.down):
+            lines.append(_Line(*piece.box, piece.text, piece.score))
     return lines
 
 
-def _worth_reading(boxes: Sequence[Box]) -> list[bool]:
+def _corners_box(corners: NDArray[np.float32]) -> Box:
+    """The box enclosing a line's four corners."""
+    xs, ys = corners[:, 0], corners[:, 1]
+    return float(xs.min()), float(ys.min()), float(xs.max()), float(ys.max())
+
+
+def _worth_reading(boxes: Sequence[Box], rulings: Sequence[Segment] = ()) -> list[bool]:
     """Which of the detected lines (boxes) are read: those on a row that may be tabular
-    (two or more pieces apart: ``_spaced``) and on the rows near one. A table takes in at
-    most ``_MAX_PLAIN_ROWS`` rows that are not tabular after a tabular one and the row
-    right before its first (a heading), so no table reaches a row ``_READ_REACH`` rows from
-    every row that may be tabular: its text is never used, and a page of prose costs its
+    (two or more pieces apart: ``_spaced``, or a line a vertical ruling crosses: it is cut
+    there into pieces) and on the rows near one. A table takes in at most
+    ``_MAX_PLAIN_ROWS`` rows that are not tabular after a tabular one and the row right
+    before its first (a heading), so no table reaches a row ``_READ_REACH`` rows from every
+    row that may be tabular: its text is never used, and a page of prose costs its
     detection only (recognition is most of a page's time, in proportion to the width read)."""
     if not boxes:
         return []
@@ -250,7 +255,12 @@ def _worth_reading(boxes: Sequence[Box]) -> list[bool]:
     index = {id(line): i for i, line in enumerate(lines)}
     height = statistics.median(line.height for line in lines)
     rows = _rows(lines)
-    spaced = [r for r, row in enumerate(rows) if _spaced(row, height)]
+    spaced = [
+        r
+        for r, row in enumerate(rows)
+        if _spaced(row, height)
+        or any(crossings((ln.x1, ln.y1, ln.x2, ln.y2), rulings) for ln in row.lines)
+    ]
     wanted = [False] * len(boxes)
     for r, row in enumerate(rows):
         near = bisect.bisect_left(spaced, r - _READ_REACH)
@@ -556,7 +566,7 @@ def _read(page: Image, number: int) -> list[Table]:
     models = _models()
     clean, rules = _without_rules(grey)
     del grey
-    lines = _lines(models, np.ascontiguousarray(np.repeat(clean[:, :, None], 3, axis=2)))
+    lines = _lines(models, np.ascontiguousarray(np.repeat(clean[:, :, None], 3, axis=2)), rules)
     del clean
     if not lines:
         return []

@@ -30,6 +30,19 @@ condensed, mono) at 13-28 px and degraded as ``python -m bench tables`` makes it
 px scanned the same way (twice each, other noise): the recogniser kept 555 of their
 1,237 spaces, 1,199 are there with this; 7 spaces were put inside words (6 lines),
 all in the monospaced face.
+
+A line is also cut where a vertical ruling line crosses it (``pieces``). The detector sees
+the page with its rulings painted out (``relay.extract.ocr``), so the texts of two cells of
+a tight ruled table, a few pixels either side of a ruling, come back as one line ("Qty
+Unit price Amount" across three cells). A vertical ruling (``relay.extract.ocr_boxes.Rules``:
+a straight run of ink at least three character heights long) that runs through the middle
+half of the line's height and passes between two of its characters' centres cuts it there:
+each piece keeps the characters on its side, its own box (the line's height, from its first
+character's left edge to its last's right edge, the line's own ends at the ends, never past
+a ruling) and its own confidence (the mean of its characters' scores, as the recogniser
+scores a line). A ruling that only touches the line's top or bottom (a table's frame
+above a caption) or that meets no gap between characters cuts nothing, and a line whose
+characters were not placed is left whole.
 """
 
 from __future__ import annotations
@@ -37,13 +50,13 @@ from __future__ import annotations
 import itertools
 import statistics
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import NDArray
 
-__all__ = ["spaced_text", "with_spaces"]
+__all__ = ["Piece", "crossings", "pieces", "spaced_text", "with_spaces"]
 
 _WORD_GAP = 0.27
 _OVER_USUAL = 2.5
@@ -51,6 +64,9 @@ _WIDE_GAP = 0.4
 # Text of fewer pixels than this from its highest ink to its lowest is left as read.
 _MIN_HEIGHT = 12
 _NARROW_GAP = 0.35
+# A vertical ruling cuts a line when it runs through this share of the line's height,
+# around its middle.
+_CROSSING = 0.5
 _CLOSING = frozenset(",.;:!?)]}%'\"\u2019\u201d")
 _OPENING = frozenset("([{\u2018\u201c")
 
@@ -153,3 +169,122 @@ def _placed_text(
     except (TypeError, ValueError, ZeroDivisionError, IndexError):
         return None
     return with_spaces(ink, corners, [str(ch) for ch in chars], centres)
+
+
+Segment = tuple[float, float, float]  # a vertical ruling: x, top, bottom (page pixels)
+
+
+def crossings(box: tuple[float, float, float, float], rulings: Sequence[Segment]) -> list[float]:
+    """Where the vertical ``rulings`` cross a line whose enclosing ``box`` is (x1, y1, x2,
+    y2): the rulings inside it across, over ``_CROSSING`` of its height at least, left to
+    right."""
+    x1, y1, x2, y2 = box
+    margin = (1 - _CROSSING) / 2 * (y2 - y1)
+    return sorted(
+        x
+        for x, top, bottom in rulings
+        if x1 < x < x2 and top <= y1 + margin and bottom >= y2 - margin
+    )
+
+
+class Piece(NamedTuple):
+    """A line, or the part of it between two rulings: its box (page pixels), text, score."""
+
+    box: tuple[float, float, float, float]
+    text: str
+    score: float
+
+
+def pieces(
+    ink: NDArray[np.bool_],
+    corners: Any,
+    text: str,
+    score: float,
+    placed: Sequence[Any],
+    rulings: Sequence[Segment] = (),
+) -> list[Piece]:
+    """The line rapidocr read (its four ``corners``, ``text``, ``score`` and, with
+    ``return_word_box=True``, ``placed``: a box per character, the characters, their scores)
+    cut where one of the vertical ``rulings`` crosses it (module docstring), each piece's
+    text with its spaces (``spaced_text``); empty pieces are left out."""
+    import numpy as np
+
+    points = np.asarray(corners, dtype=np.float64).reshape(-1, 2)
+    x1, y1 = float(points[:, 0].min()), float(points[:, 1].min())
+    x2, y2 = float(points[:, 0].max()), float(points[:, 1].max())
+    cuts = crossings((x1, y1, x2, y2), rulings)
+    chars = _characters(text, placed) if cuts and x2 - x1 > y2 - y1 else None
+    if chars is None:
+        whole = spaced_text(ink, points, text, placed).strip()
+        return [Piece((x1, y1, x2, y2), whole, score)] if whole else []
+    groups = _cut(chars, cuts)
+    out: list[Piece] = []
+    for k, group in enumerate(groups):
+        # A piece ends at the line's own ends, else at its outer characters' edges; never
+        # past a ruling (the detector's box of a line may reach over one beside its text).
+        before = max((x for x in cuts if x < group[0].centre), default=x1)
+        after = min((x for x in cuts if x > group[-1].centre), default=x2)
+        left = max(x1 if k == 0 else group[0].left, before)
+        right = min(x2 if k == len(groups) - 1 else group[-1].right, after)
+        if not left < right:
+            continue
+        part = points.copy()
+        part[[0, 3], 0], part[[1, 2], 0] = left, right
+        letters = [ch.char for ch in group]
+        spaced = with_spaces(ink, part, letters, [ch.centre for ch in group])
+        words = " ".join((spaced or "".join(letters)).split())
+        if words:
+            mean = score if len(groups) == 1 else sum(ch.score for ch in group) / len(group)
+            out.append(Piece((left, y1, right, y2), words, mean))
+    return out
+
+
+class _Char(NamedTuple):
+    char: str
+    left: float
+    right: float
+    centre: float
+    score: float
+
+
+def _characters(text: str, placed: Sequence[Any]) -> list[_Char] | None:
+    """The line's characters where the recogniser read them, or ``None`` when what it
+    returned does not match the text."""
+    if len(placed) < 3:
+        return None
+    boxes, chars, scores = placed[0], placed[1], placed[2]
+    if not isinstance(chars, list) or "".join(map(str, chars)) != text:
+        return None
+    if len(boxes) != len(chars) or len(scores) != len(chars):
+        return None
+    out = []
+    try:
+        for box, ch, sc in zip(boxes, chars, scores, strict=True):
+            xs = [float(p[0]) for p in box]
+            out.append(_Char(str(ch), min(xs), max(xs), sum(xs) / len(xs), float(sc)))
+    except (TypeError, ValueError, ZeroDivisionError, IndexError):
+        return None
+    if any(b.centre < a.centre for a, b in itertools.pairwise(out)):
+        return None  # not a line read left to right
+    return out
+
+
+def _cut(chars: Sequence[_Char], cuts: Sequence[float]) -> list[list[_Char]]:
+    """``chars`` in groups parted at each of ``cuts`` that falls between two non-space
+    characters' centres, the recogniser's spaces at a group's ends dropped."""
+    groups: list[list[_Char]] = [[]]
+    last: _Char | None = None  # the last character that is not a space
+    for ch in chars:
+        if ch.char != " ":
+            if last is not None and any(last.centre < x < ch.centre for x in cuts):
+                groups.append([])
+            last = ch
+        groups[-1].append(ch)
+    out = []
+    for group in groups:
+        letters = "".join(c.char for c in group)
+        start = len(letters) - len(letters.lstrip(" "))
+        end = len(letters.rstrip(" "))
+        if end > start:
+            out.append(group[start:end])
+    return out

@@ -13,10 +13,12 @@ in points that say when two drawn rules meet.
 2. **Ruled tables.** Rules are snapped and joined; connected horizontal and vertical rules
    with at least two of each make a grid, which ends where its rules end when it has no
    outer frame. Its cells are merged where no rule separates them and text runs across
-   (spanning cells, text at the top-left); where rules only group rows (figures on every
-   line of a band), each text line is a row. A grid whose cells mostly hold several
-   chunks side by side is only a frame (an outline, or rules between rows only): its area
-   is read as an unruled table instead.
+   (spanning cells, text at the top-left), and an empty position with no rule between it
+   and a filled cell on its left joins that cell when its row is ruled between other
+   columns (a "Total" box across the figures it sums); where rules only group rows
+   (figures on every line of a band), each text line is a row. A grid whose cells mostly
+   hold several chunks side by side is only a frame (an outline, or rules between rows
+   only): its area is read as an unruled table instead.
 3. **Unruled tables.** Outside ruled grids, runs of lines that have two or more chunks
    (with at most a line or two of single chunks among them: a wrapped cell, a spanning
    heading) are table candidates; a title standing apart, or columns that stop lining up,
@@ -469,11 +471,23 @@ def _ruled(hs: list[Rule], vs: list[Rule], lines: Sequence[_Line]) -> _Region | 
         if not band:
             continue
         y = (band[0].top + band[-1].bottom) / 2
+        ruled = [v_index.covers(xs[j], y) for j in range(cols + 1)]
+        filled_at = [
+            any(xs[j] <= (w.x0 + w.x1) / 2 < xs[j + 1] for ln in band for w in ln.words)
+            for j in range(cols)
+        ]
         for j in range(1, cols):
             x = xs[j]
-            if not v_index.covers(x, y) and any(
-                c.x0 < x - 1 and c.x1 > x + 1 for ln in band for c in ln.chunks
-            ):
+            if ruled[j]:
+                continue
+            across = any(c.x0 < x - 1 and c.x1 > x + 1 for ln in band for c in ln.chunks)
+            # An empty position with no rule on its left, in a row ruled between other
+            # columns, is part of the filled cell to its left ("Total" across the columns
+            # of figures it sums).
+            widened = (
+                not filled_at[j] and filled_at[find(i * cols + j - 1) % cols] and any(ruled[1:-1])
+            )
+            if across or widened:
                 union(i * cols + j, i * cols + j - 1)
     for i in range(1, rows):
         (above, upper), (below, lower) = rows_of[i - 1], rows_of[i]

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from relay.logs import fields
 from relay.runtime.sandbox import ExtractorHost
-from relay.state.store import Claim
+from relay.state.claims import Claim
 
 __all__ = ["Background", "Work"]
 

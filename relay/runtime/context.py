@@ -30,11 +30,11 @@ from relay.redis.clients import RedisTarget, sync_client
 from relay.runtime.background import Background
 from relay.runtime.sandbox import ExtractorHost, SandboxConfig
 from relay.state.blobs import BlobStore
+from relay.state.claims import Store
 from relay.state.event_feed import EventLog
 from relay.state.metrics import Metrics
 from relay.state.retention import Retention
 from relay.state.signing_material import SigningKeys
-from relay.state.store import Store
 from relay.state.webhooks import WebhookStore
 from relay.timefmt import now_ms
 

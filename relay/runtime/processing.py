@@ -42,7 +42,6 @@ from redis.exceptions import RedisError
 
 from relay import tracing
 from relay.exceptions import BlobStoreUnavailable
-from relay.logs import fields
 from relay.redis import keyspace
 from relay.redis.clients import retry_while_full
 from relay.runtime import slices
@@ -50,7 +49,8 @@ from relay.runtime.background import Background
 from relay.runtime.context import WorkerContext
 from relay.runtime.sandbox import ExtractorHost
 from relay.state import job_queues
-from relay.state.store import BatchRef, Claim, Outcome, Store
+from relay.state.claims import Claim, Outcome, Store
+from relay.state.store import BatchRef
 
 log = logging.getLogger("relay.runtime.processing")
 
@@ -215,10 +215,8 @@ def _source(ctx: WorkerContext, claim: Claim) -> tuple[bytes | None, tuple[str, 
         outcome = ctx.store.wait_for_blob(claim, wait_ms=round(ctx.settings.blob_wait * 1000))
         log.warning(
             "document bytes unreachable",
-            extra=fields(
-                doc_id=claim.doc_id,
-                account=claim.batch.account,
-                batch=claim.batch.name,
+            extra=slices.claim_fields(
+                claim,
                 status={"waits": "waiting", "expired": "failed"}.get(outcome, "lease_lost"),
                 error=str(exc),
             ),
@@ -279,14 +277,11 @@ def store_outcomes(
         log.log(
             logging.INFO if ok and not error else logging.WARNING,
             "document",
-            extra=fields(
-                doc_id=claim.doc_id,
-                account=claim.batch.account,
-                batch=claim.batch.name,
+            extra=slices.claim_fields(
+                claim,
+                t0,
                 status=status if ok else "lease_lost",  # lost: another claim owns it now
                 error=error[0] if error else None,
-                claims=claim.claims,
-                duration_ms=round((time.perf_counter() - t0) * 1000, 1),
             ),
         )
         if not ok:

@@ -68,8 +68,6 @@ import functools
 import json
 import logging
 import math
-import multiprocessing
-import multiprocessing.context
 import os
 import resource
 import signal
@@ -82,6 +80,7 @@ from multiprocessing.process import BaseProcess
 from typing import NamedTuple
 
 from relay import tracing
+from relay.children import forkserver, how_it_ended
 from relay.extract import PagesRead, extract, extract_document, read_pages
 from relay.extract.bounds import (
     DEFAULT_MAX_CELLS,
@@ -295,21 +294,6 @@ def cpu_seconds(pid: int) -> float | None:
         return None
 
 
-def _context() -> multiprocessing.context.ForkServerContext:
-    return multiprocessing.get_context("forkserver")
-
-
-def _signal_name(exitcode: int | None) -> str:
-    if exitcode is None:
-        return "still running"
-    if exitcode < 0:
-        try:
-            return f"signal {signal.Signals(-exitcode).name}"
-        except ValueError:
-            return f"signal {-exitcode}"
-    return f"exit status {exitcode}"
-
-
 class ExtractorHost:
     """One long-lived extraction child, started on first use and replaced when it fails.
 
@@ -323,14 +307,14 @@ class ExtractorHost:
         self._conn: Connection | None = None
         module = config.extractor.partition(":")[0].strip()
         preload = ["relay.extract", "relay.runtime.sandbox"]
-        _context().set_forkserver_preload([*preload, module] if module else preload)
+        forkserver().set_forkserver_preload([*preload, module] if module else preload)
 
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
     def _start(self) -> tuple[BaseProcess, Connection]:
-        ctx = _context()
+        ctx = forkserver()
         ours, theirs = ctx.Pipe(duplex=True)
         proc = ctx.Process(
             target=_serve, args=(theirs, self.config), name="relay-extract", daemon=True
@@ -557,7 +541,7 @@ class ExtractorHost:
             proc.join(5)
             exitcode = proc.exitcode
         self._drop()
-        how = _signal_name(exitcode)
+        how = how_it_ended(exitcode)
         log.warning("extraction child died (%s)", how)
         if exitcode == -signal.SIGKILL:  # not by us: the kernel's OOM killer, most likely
             return "extraction_memory", f"the extraction process was killed ({how}): out of memory"

@@ -28,6 +28,7 @@ import json
 import logging
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from relay.extract import assemble_pages
 from relay.extract.bounds import encode_result, too_large
@@ -39,7 +40,7 @@ from relay.redis.clients import retry_while_full
 from relay.runtime.context import WorkerContext
 from relay.runtime.sandbox import ExtractorHost, Split
 from relay.state import job_queues, slices
-from relay.state.store import Claim
+from relay.state.claims import Claim
 
 __all__ = ["join", "process_slice", "read_or_split"]
 
@@ -84,10 +85,8 @@ def read_or_split(
     )
     log.info(
         "document split",
-        extra=fields(
-            doc_id=claim.doc_id,
-            account=claim.batch.account,
-            batch=claim.batch.name,
+        extra=claim_fields(
+            claim,
             pages=len(got.pages),
             slices=count,
             status="processing" if count else "lease_lost",
@@ -153,15 +152,12 @@ def process_slice(
         log.log(
             logging.INFO if outcome == "done" else logging.WARNING,
             "slice",
-            extra=fields(
-                doc_id=claim.doc_id,
-                account=claim.batch.account,
-                batch=claim.batch.name,
+            extra=claim_fields(
+                claim,
+                t0,
                 slice=f"{part.index}/{part.count}",
                 pages=part.pages,
                 status=outcome if outcome == "done" else "lease_lost",
-                claims=claim.claims,
-                duration_ms=round((time.perf_counter() - t0) * 1000, 1),
             ),
         )
         return f"slice {part.index} of {part.count} {outcome}"
@@ -179,6 +175,17 @@ def process_slice(
     except ExtractionError as exc:
         return _end(ctx, claim, None, (exc.code, exc.message), t0)
     return _end(ctx, claim, joined, None, t0)
+
+
+def claim_fields(claim: Claim, t0: float | None = None, **values: object) -> dict[str, Any]:
+    """``extra=`` for a log line about a claimed document or slice: which document, then
+    ``values``; given ``t0`` (``perf_counter`` at the claim's start), its claims and the
+    milliseconds since."""
+    if t0 is not None:
+        values.update(claims=claim.claims, duration_ms=round((time.perf_counter() - t0) * 1000, 1))
+    return fields(
+        doc_id=claim.doc_id, account=claim.batch.account, batch=claim.batch.name, **values
+    )
 
 
 def _end(
@@ -201,15 +208,12 @@ def _end(
     log.log(
         logging.INFO if stored and not error else logging.WARNING,
         "document",
-        extra=fields(
-            doc_id=claim.doc_id,
-            account=claim.batch.account,
-            batch=claim.batch.name,
+        extra=claim_fields(
+            claim,
+            t0,
             status=status if stored else "lease_lost",
             error=error[0] if error else None,
             slice=f"{part.index}/{part.count}",
-            claims=claim.claims,
-            duration_ms=round((time.perf_counter() - t0) * 1000, 1),
         ),
     )
     if not stored:

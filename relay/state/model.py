@@ -398,6 +398,48 @@ class Batch:
             metadata_json=_s(h, "metadata"),
         )
 
+    @classmethod
+    def created(cls, account: str, name: str, *, created_at: int, documents: int) -> Batch:
+        """The batch as the upload that creates it makes it: ``documents`` queued."""
+        return cls(
+            account=account,
+            name=name,
+            counts={s: documents if s is Status.QUEUED else 0 for s in Status},
+            created_at=created_at,
+            started_at=None,
+            completed_at=None,
+            deleted_at=None,
+            completion_seq=0,
+            fields_json="[]",
+        )
+
+    def new_fields(self, *, trace: str = "") -> list[str | int]:
+        """The hash of this batch as an upload creates it, field and value pairs for ``HSET``
+        (``lua/upload.lua`` writes them as given when the batch does not exist yet): the one
+        place a new batch's fields are named; :meth:`from_hash` reads them back. Besides the
+        record: ``total``, the documents ever uploaded; ``last_completed_at``, the latest
+        completion time kept when the batch is made not done again; ``handed``, how many of
+        its documents are handed out (``lua/process.lua``); ``trace``: the upload's trace
+        context (``relay.tracing``), kept when given. The batch's metadata is written by the
+        script, as the first upload that gives one may come later."""
+        fields: list[str | int] = [
+            "account", self.account,
+            "name", self.name,
+            "created_at", self.created_at,
+            "started_at", "",
+            "completed_at", "",
+            "last_completed_at", "0",
+            "deleted_at", "",
+            "completion_seq", self.completion_seq,
+            "total", self.document_count,
+        ]  # fmt: skip
+        for status, count in self.counts.items():
+            fields += [status.value, count]
+        fields += ["fields", self.fields_json, "handed", 0]
+        if trace:
+            fields += ["trace", trace]
+        return fields
+
     @property
     def fields(self) -> list[str]:
         """The field names of the last ``process`` call (empty: every column)."""

@@ -20,8 +20,9 @@ from typing import Any
 
 from relay.redis import keyspace
 from relay.state.blobs import drop
+from relay.state.claims import Claim, Store
 from relay.state.scripts import fields
-from relay.state.store import BatchRef, Claim, Store
+from relay.state.store import BatchRef
 
 __all__ = ["finish_slice", "requeue_slice", "slice_done", "slice_results", "split"]
 

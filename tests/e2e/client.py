@@ -41,6 +41,13 @@ class Api:
         body: dict[str, Any] = r.json()
         return body
 
+    def webhook(self, batch: str) -> dict[str, Any]:
+        """The batch's webhook registration (GET /batches/{name}/webhook)."""
+        r = self.http.get(f"/batches/{batch}/webhook")
+        assert r.status_code == 200, r.text
+        body: dict[str, Any] = r.json()
+        return body
+
     def register(self, batch: str, url: str) -> httpx.Response:
         return self.http.put(f"/batches/{batch}/webhook", json={"url": url})
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,19 +30,6 @@ def stack(redis_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> Ite
     s = Stack(redis_url=redis_url, tmp=tmp_path)
     yield s
     _close(s, request)
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    """A Redis Cluster of three primaries with a replica each (``relay/devtools/cluster.py``)."""
-    if shutil.which("redis-cli") is None:
-        pytest.fail("redis-cli is not installed: the Cluster tests need it (redis-tools)")
-    c = Cluster(tmp_path / "cluster")
-    try:
-        c.start()
-        yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from relay.devtools.processes import Stack
 from tests.e2e.client import Api
 from tests.e2e.test_webhooks import CSV, settled, start
 from tests.e2e.verify import verify_both
-from tests.support.helpers import wait_until
+from tests.support.helpers import relay_cli, wait_until
 from tests.support.receiver import Received, Receiver, Reply
 
 ALL = ["batch.completed", "document.succeeded", "document.failed"]
@@ -86,6 +86,16 @@ def test_document_events_arrive_signed_and_before_their_batch_event(
     assert sorted(d["type"] for d in deliveries) == sorted(["batch.completed", *by_type])
     assert {d["document_id"] for d in deliveries} == docs | {None}
     assert all(d["status"] == "succeeded" for d in deliveries)
+    # ... and on the command line: each line names its event, a document event its document.
+    listed = relay_cli(stack.redis_url, "deliveries", "list", "--account", "acme", "--batch", "d1")
+    assert listed.returncode == 0, listed.stderr
+    lines = [line for line in listed.stdout.splitlines() if line.startswith("msg_")]
+    assert sorted(line.split()[3] for line in lines) == sorted(["batch.completed", *by_type])
+    assert {line.rsplit("document=", 1)[1] for line in lines if "document=" in line} == docs
+    one = next(d for d in deliveries if d["document_id"])
+    shown = relay_cli(stack.redis_url, "deliveries", "show", one["id"])
+    assert f"{one['id']}  {one['type']}" in shown.stdout
+    assert f"document {one['document_id']}" in shown.stdout, shown.stdout
 
     # The feed: the same ids and bodies, chosen by type; d1's document events before its
     # batch.completed; none for d2, whose webhook did not ask for them.

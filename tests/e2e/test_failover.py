@@ -18,7 +18,7 @@ from relay.devtools.processes import Stack
 from tests.e2e.client import Api, close_all
 from tests.support.helpers import wait_until
 from tests.support.receiver import Receiver, Reply
-from tests.support.sentinels import SENTINEL_PASSWORD, Topology
+from tests.support.sentinels import Topology
 
 BATCHES = 12
 FAILURES = 4  # each receiver path answers 500 this many times, then 200
@@ -41,8 +41,7 @@ def test_relay_follows_a_sentinel_failover(sentinel_topology: Topology, tmp_path
         redis_url=sentinel_topology.url,
         tmp=tmp_path,
         env={
-            "RELAY_REDIS_SENTINELS": sentinel_topology.sentinels_setting,
-            "RELAY_REDIS_SENTINEL_PASSWORD": SENTINEL_PASSWORD,
+            **sentinel_topology.settings,
             "RELAY_REDIS_WAIT_REPLICAS": "1",
             "RELAY_REDIS_WAIT_TIMEOUT_MS": "300",
             "RELAY_RETRY_SCHEDULE": ",".join(["1"] * 12),

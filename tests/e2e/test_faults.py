@@ -49,7 +49,7 @@ from tests.e2e.client import close_all
 from tests.e2e.traffic import Traffic, p99
 from tests.support.helpers import RedisFactory, wait_until
 from tests.support.receiver import Receiver
-from tests.support.sentinels import SENTINEL_PASSWORD, SERVICE, Topology
+from tests.support.sentinels import SERVICE, Topology
 
 REPEATS = int(os.environ.get("RELAY_FAULT_REPEATS", "2"))
 # The API's own bound on a request's Redis waits (RELAY_REQUEST_DEADLINE, its default), and
@@ -246,8 +246,7 @@ def test_sentinel_faults_under_traffic(
         tmp=tmp_path,
         env={
             **SETTINGS,
-            "RELAY_REDIS_SENTINELS": topology.sentinels_setting,
-            "RELAY_REDIS_SENTINEL_PASSWORD": SENTINEL_PASSWORD,
+            **topology.settings,
             "RELAY_REDIS_WAIT_REPLICAS": "1",
         },
     )

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -41,17 +40,6 @@ def _timed(call: Callable[[], httpx.Response]) -> tuple[httpx.Response, float]:
 def _error(r: httpx.Response) -> str:
     kind: str = r.json()["error"]["type"]
     return kind
-
-
-def _types(rx: Receiver, path: str | None = None) -> list[str]:
-    return [json.loads(r.body)["type"] for r in rx.received(path)]
-
-
-def _hook(api: Api, batch: str) -> dict[str, Any]:
-    r = api.http.get(f"/batches/{batch}/webhook")
-    assert r.status_code == 200, r.text
-    body: dict[str, Any] = r.json()
-    return body
 
 
 def test_silent_receivers_hold_only_the_test_sends_lane(stack: Stack) -> None:
@@ -138,14 +126,14 @@ def test_a_test_send_goes_only_to_a_webhook_that_could_receive_a_notification(
         # A disabled webhook: its notification got a 410.
         assert api.register("gone", receiver.url("/gone")).status_code == 201
         api.process("gone")
-        wait_until(lambda: _hook(api, "gone")["disabled"], 30, message="never disabled")
+        wait_until(lambda: api.webhook("gone")["disabled"], 30, message="never disabled")
         # A failed verification: no echo, three attempts.
         r = api.http.put(
             "/batches/failed/webhook", json={"url": receiver.url("/fail"), "verify": True}
         )
         assert r.status_code == 201, r.text
         failed = wait_until(
-            lambda: (h := _hook(api, "failed"))["disabled"] and h, 30, message="never failed"
+            lambda: (h := api.webhook("failed"))["disabled"] and h, 30, message="never failed"
         )
         assert failed["verification"]["status"] == "failed"
         # A pending verification: its challenge waits on a receiver that never answers.
@@ -167,7 +155,7 @@ def test_a_test_send_goes_only_to_a_webhook_that_could_receive_a_notification(
             assert word in r.json()["error"]["message"], (path, r.text)
             assert "ratelimit-remaining" in r.headers  # counted like any test send
         time.sleep(0.5)  # a send would have left by now
-        assert "webhook.test" not in _types(receiver)
+        assert "webhook.test" not in receiver.types()
         ops = api.http.get("/operational-webhook/deliveries").json()["deliveries"]
         challenges = {d["id"] for d in api.deliveries("pending") + ops}
         assert set(silent.webhook_ids) <= challenges  # only challenges reached the silent one
@@ -258,7 +246,7 @@ def test_repeating_a_pending_verification_starts_nothing_and_grows_nothing(
         f"{deliveries} -> {_delivery_keys(redis)}, memory (clients aside) {grown:+d} B"
     )
     assert len(receiver.received()) == posts
-    assert set(_types(receiver)) == {"webhook.verify"}
+    assert set(receiver.types()) == {"webhook.verify"}
     assert _delivery_keys(redis) == deliveries
     assert grown < 64 * 1024  # each new challenge used to leave ~2.5-7 KiB
 
@@ -305,7 +293,7 @@ def test_verifications_are_counted_per_account_and_per_callback_host(
     # it went out (superseded, never sent).
     assert _delivery_keys(redis) == 5
     assert 1 <= len(receiver.received()) <= 5
-    assert set(_types(receiver)) == {"webhook.verify"}
+    assert set(receiver.types()) == {"webhook.verify"}
 
 
 def test_a_rotation_is_refused_while_the_previous_ones_grace_runs_and_counted(

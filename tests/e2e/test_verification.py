@@ -12,22 +12,10 @@ from typing import Any
 import redis
 
 from relay.devtools.processes import Stack
-from tests.e2e.client import Api
 from tests.e2e.test_webhooks import CSV, settled, start
 from tests.e2e.verify import verify_both
 from tests.support.helpers import wait_until
 from tests.support.receiver import Receiver, Reply
-
-
-def _types(rx: Receiver, path: str) -> list[str]:
-    return [json.loads(r.body)["type"] for r in rx.received(path)]
-
-
-def _hook(api: Api, batch: str) -> dict[str, Any]:
-    r = api.http.get(f"/batches/{batch}/webhook")
-    assert r.status_code == 200, r.text
-    body: dict[str, Any] = r.json()
-    return body
 
 
 def test_pending_until_the_echo_then_verified_and_what_waited_is_delivered(
@@ -56,16 +44,16 @@ def test_pending_until_the_echo_then_verified_and_what_waited_is_delivered(
         message="second completion",
     )
     wait_until(lambda: len(api.deliveries("b1")) >= 3, 20, message="deliveries not created")
-    assert set(_types(receiver, "/v")) == {"webhook.verify"}
-    assert _hook(api, "b1")["verification"]["status"] == "pending"
+    assert set(receiver.types("/v")) == {"webhook.verify"}
+    assert api.webhook("b1")["verification"]["status"] == "pending"
 
     receiver.script("/v", [Reply(200, echo=True)])  # now it answers the challenge
     wait_until(
-        lambda: _hook(api, "b1")["verification"]["status"] == "verified",
+        lambda: api.webhook("b1")["verification"]["status"] == "verified",
         20,
         message="never verified",
     )
-    assert _hook(api, "b1")["verification"]["verified_at"] is not None
+    assert api.webhook("b1")["verification"]["verified_at"] is not None
 
     def notifications() -> list[dict[str, Any]]:
         bodies = [json.loads(r.body) for r in receiver.received("/v")]
@@ -111,7 +99,7 @@ def test_a_wrong_or_missing_echo_is_never_delivered_to_and_ends_disabled_with_th
 
     for batch in batches:
         hook = wait_until(
-            lambda b=batch: (h := _hook(api, b))["disabled"] and h,  # type: ignore[misc]
+            lambda b=batch: (h := api.webhook(b))["disabled"] and h,  # type: ignore[misc]
             30,
             message=f"{batch} never disabled",
         )
@@ -121,7 +109,7 @@ def test_a_wrong_or_missing_echo_is_never_delivered_to_and_ends_disabled_with_th
     wait_until(lambda: settled(redis), 10, message="deliveries still in flight")
     for batch, path in batches.items():
         # Only challenges reached it: 4 attempts (the schedule), never the notification.
-        assert _types(receiver, path) == ["webhook.verify"] * 4
+        assert receiver.types(path) == ["webhook.verify"] * 4
         statuses = sorted(d["status"] for d in api.deliveries(batch))
         assert statuses == ["canceled", "failed"]  # the notification canceled, the challenge failed
 
@@ -149,14 +137,14 @@ def test_the_operational_webhook_is_verified_too_and_its_events_wait(
     api.upload("b3", CSV)
     assert api.register("b3", receiver.url("/gone")).status_code == 201
     api.process("b3")  # its delivery gets a 410: the webhook is disabled, an event is raised
-    wait_until(lambda: _hook(api, "b3")["disabled"], 30, message="b3 never disabled")
+    wait_until(lambda: api.webhook("b3")["disabled"], 30, message="b3 never disabled")
     # The event is in the operator's feed at once, but its delivery waits for the echo.
     wait_until(lambda: api.http.get("/operational-events").json()["events"], 20, message="no event")
     time.sleep(1.5)  # three more challenge attempts: still only challenges
-    assert set(_types(receiver, "/ops")) == {"webhook.verify"}
+    assert set(receiver.types("/ops")) == {"webhook.verify"}
     receiver.script("/ops", [Reply(200, echo=True)])
     wait_until(
-        lambda: "webhook.disabled" in _types(receiver, "/ops"), 20, message="event not delivered"
+        lambda: "webhook.disabled" in receiver.types("/ops"), 20, message="event not delivered"
     )
     ops = api.http.get("/operational-webhook").json()
     assert ops["verification"]["status"] == "verified"

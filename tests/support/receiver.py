@@ -114,6 +114,10 @@ class Receiver:
         with self._lock:
             return [r for r in self.requests if path is None or r.path == path]
 
+    def types(self, path: str | None = None) -> list[str]:
+        """The ``type`` of each event received (at ``path``, or anywhere), in order."""
+        return [json.loads(r.body)["type"] for r in self.received(path)]
+
     def __enter__(self) -> Receiver:
         self._thread.start()
         return self

@@ -6,7 +6,8 @@ Each document is drawn from a :class:`Layout`: where the table is on the page *a
 (origin top left), its column widths, row height, spans, text and confidences. The same
 layout gives the geometry a table carries in a result (``bbox`` and ``cells``, fractions of
 the page's width and height), so a test can check that a box drawn on the page image lands
-on the cell drawn in the document.
+on the cell drawn in the document; ``Layout.edges`` (the ruled grid) and ``Layout.text_at``
+(a point inside a cell's text) let a test check the boxes relay's own extractor computed.
 
 ``review_extractor`` (``RELAY_EXTRACTOR=tests.support.review_documents:review_extractor``)
 answers each of these documents, known by its filename, with its tables as the plug-in
@@ -26,6 +27,7 @@ import redis
 from PIL import Image, ImageDraw, ImageFont
 
 from relay.devtools.drawn_tables import font_path
+from relay.devtools.sample_documents import write_pdf
 from relay.extract import extract_document
 from relay.redis import keyspace
 
@@ -68,12 +70,38 @@ class Layout:
     rows: Grid
     spans: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
     scores: list[list[float | None]] | None = None
+    pdf: bool = False  # drawn in a PDF's text layer (points), else on an image (pixels)
+
+    def text_at(self, r: int, c: int) -> tuple[float, float]:
+        """A point inside the text of the cell starting at (r, c), in page units: a PDF
+        writes it from 5 pt right of the cell's left edge on a baseline 6 pt above its
+        bottom, an image from 14 px right of the left edge around the middle."""
+        left, top, _, bottom = self.rect(r, c)
+        if self.pdf:
+            return left + 8, bottom - 9
+        return left + 14 + self.height * 0.2, (top + bottom) / 2
+
+    def edges(self) -> tuple[list[float], list[float]]:
+        """The ruled grid's column and row edges, in page units."""
+        xs = [self.origin[0] + sum(self.widths[:k]) for k in range(len(self.widths) + 1)]
+        ys = [self.origin[1] + k * self.height for k in range(len(self.rows) + 1)]
+        return xs, ys
 
     def covered(self) -> set[tuple[int, int]]:
         out = set()
         for (r, c), (rs, cs) in self.spans.items():
             out |= {(r + i, c + j) for i in range(rs) for j in range(cs)} - {(r, c)}
         return out
+
+    def starts(self) -> list[tuple[int, int]]:
+        """Where each cell starts, row by row: every position no span of another covers."""
+        covered = self.covered()
+        return [
+            (r, c)
+            for r in range(len(self.rows))
+            for c in range(len(self.widths))
+            if (r, c) not in covered
+        ]
 
     def rect(self, r: int, c: int) -> tuple[float, float, float, float]:
         """The cell starting at (r, c) in page units: left, top, right, bottom."""
@@ -92,22 +120,18 @@ class Layout:
         ]
 
     def cells(self) -> list[dict[str, Any]]:
-        covered = self.covered()
         out = []
-        for r in range(len(self.rows)):
-            for c in range(len(self.widths)):
-                if (r, c) in covered:
-                    continue
-                rs, cs = self.spans.get((r, c), (1, 1))
-                out.append(
-                    {
-                        "row": r,
-                        "col": c,
-                        "row_span": rs,
-                        "col_span": cs,
-                        "bbox": self.fraction(self.rect(r, c)),
-                    }
-                )
+        for r, c in self.starts():
+            rs, cs = self.spans.get((r, c), (1, 1))
+            out.append(
+                {
+                    "row": r,
+                    "col": c,
+                    "row_span": rs,
+                    "col_span": cs,
+                    "bbox": self.fraction(self.rect(r, c)),
+                }
+            )
         return out
 
     def bbox(self) -> list[float]:
@@ -147,24 +171,20 @@ def _pdf_ops(layout: Layout, rotate: int) -> str:
         c, d = user(x1, y1)
         ops.append(f"{a:.2f} {b:.2f} m {c:.2f} {d:.2f} l S")
 
-    covered = layout.covered()
-    for r in range(len(layout.rows)):
-        for c in range(len(layout.widths)):
-            if (r, c) in covered:
-                continue
-            left, top, right, bottom = layout.rect(r, c)
-            for edge in (
-                (left, top, right, top),
-                (left, bottom, right, bottom),
-                (left, top, left, bottom),
-                (right, top, right, bottom),
-            ):
-                line(*edge)
-            text = layout.rows[r][c]
-            if text:
-                x, y = user(left + 5, bottom - 6)
-                matrix = "0 1 -1 0" if rotate == 90 else "1 0 0 1"
-                ops.append(f"BT /F1 10 Tf {matrix} {x:.2f} {y:.2f} Tm {_pdf_string(text)} Tj ET")
+    for r, c in layout.starts():
+        left, top, right, bottom = layout.rect(r, c)
+        for edge in (
+            (left, top, right, top),
+            (left, bottom, right, bottom),
+            (left, top, left, bottom),
+            (right, top, right, bottom),
+        ):
+            line(*edge)
+        text = layout.rows[r][c]
+        if text:
+            x, y = user(left + 5, bottom - 6)
+            matrix = "0 1 -1 0" if rotate == 90 else "1 0 0 1"
+            ops.append(f"BT /F1 10 Tf {matrix} {x:.2f} {y:.2f} Tm {_pdf_string(text)} Tj ET")
     return "\n".join(ops)
 
 
@@ -184,19 +204,7 @@ def _write_pdf(pages: list[tuple[str, tuple[float, float], int]]) -> bytes:
             f" /Resources << /Font << /F1 3 0 R >> >> /Contents {pid + 1} 0 R >>".encode()
         )
         objects.append(b"<< /Length %d >>\nstream\n%b\nendstream" % (len(data), data))
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n%b\nendobj\n" % (number, body)
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
-        len(objects) + 1,
-        xref,
-    )
-    return bytes(out)
+    return write_pdf(objects)
 
 
 def _draw(layout: Layout, scale: float = 1.0) -> Image.Image:
@@ -205,20 +213,12 @@ def _draw(layout: Layout, scale: float = 1.0) -> Image.Image:
     image = Image.new("RGB", (w, h), "white")
     draw = ImageDraw.Draw(image)
     font = ImageFont.truetype(font_path(), round(layout.height * 0.42))
-    covered = layout.covered()
-    for r in range(len(layout.rows)):
-        for c in range(len(layout.widths)):
-            if (r, c) in covered:
-                continue
-            left, top, right, bottom = layout.rect(r, c)
-            draw.rectangle(
-                (left, top, right, bottom), outline="black", width=max(2, round(scale * 2))
-            )
-            text = layout.rows[r][c]
-            if text:
-                draw.text(
-                    (left + 14, (top + bottom) / 2), text, fill="black", font=font, anchor="lm"
-                )
+    for r, c in layout.starts():
+        left, top, right, bottom = layout.rect(r, c)
+        draw.rectangle((left, top, right, bottom), outline="black", width=max(2, round(scale * 2)))
+        text = layout.rows[r][c]
+        if text:
+            draw.text((left + 14, (top + bottom) / 2), text, fill="black", font=font, anchor="lm")
     return image
 
 
@@ -226,9 +226,9 @@ def _draw(layout: Layout, scale: float = 1.0) -> Image.Image:
 
 PDF_PAGE = (612.0, 792.0)  # US Letter, points
 PDF_LAYOUTS = [
-    Layout(1, PDF_PAGE, (72, 96), [190, 60, 90, 90], 24, INVOICE, INVOICE_SPANS),
+    Layout(1, PDF_PAGE, (72, 96), [190, 60, 90, 90], 24, INVOICE, INVOICE_SPANS, pdf=True),
     # Page 2 is stored portrait with /Rotate 90: displayed landscape (792 x 612).
-    Layout(2, (792.0, 612.0), (120, 150), [160, 110, 110], 26, STOCK),
+    Layout(2, (792.0, 612.0), (120, 150), [160, 110, 110], 26, STOCK, pdf=True),
 ]
 SCAN_PAGE = (1240.0, 1754.0)  # A4 at 150 dpi, pixels
 SCAN_LAYOUTS = [

@@ -18,6 +18,7 @@ import redis
 
 from relay.devtools.cluster import log_tails, node_client
 from relay.devtools.redis_server import HOST, RedisServer, free_port
+from relay.redis.clients import RedisTarget
 
 SERVICE = "mymaster"
 PASSWORD = "data-nodes-secret"
@@ -56,6 +57,23 @@ class Topology:
     def url(self) -> str:
         """``RELAY_REDIS_URL`` through Sentinel: the data nodes' password (host ignored)."""
         return f"redis://:{PASSWORD}@ignored.invalid:1/0"
+
+    @property
+    def settings(self) -> dict[str, str]:
+        """The settings beside ``RELAY_REDIS_URL`` = :attr:`url` of a relay process that
+        finds the primary through these Sentinels."""
+        return {
+            "RELAY_REDIS_SENTINELS": self.sentinels_setting,
+            "RELAY_REDIS_SENTINEL_PASSWORD": SENTINEL_PASSWORD,
+        }
+
+    def target(self) -> RedisTarget:
+        """relay's Redis target through these Sentinels."""
+        return RedisTarget(
+            self.url,
+            sentinels=tuple((HOST, p) for p in self.sentinel_ports),
+            sentinel_password=SENTINEL_PASSWORD,
+        )
 
     def start(self, timeout: float = 30) -> None:
         self.primary.start()

@@ -10,12 +10,12 @@
 --       reserved the bytes on the account's total, keyspace.account_pending_total, first),
 --       8 the upload's idempotency key ('' for none), 9 what to record under it (the
 --       request's fingerprint and document ids: relay.state.uploads), 10 the batch's
---       metadata (canonical JSON, relay.state.metadata; '' for none), 11 the upload's trace
---       context (a W3C traceparent, '' when tracing is off): the batch's `trace` when this
---       upload creates it (each document's is among its fields), 12.. then per document,
---       in order: its id, its bytes ('' when not in Redis), the count c of what follows, and
---       c values: its hash's field and value pairs (relay.state.model.Document.new_fields:
---       the one place they are named)
+--       metadata (canonical JSON, relay.state.metadata; '' for none), 11 the count b of
+--       what follows, and b values: the batch's hash as this upload creates it, field and
+--       value pairs (relay.state.model.Batch.new_fields: the one place they are named;
+--       written only when the batch does not exist yet), then per document, in order: its
+--       id, its bytes ('' when not in Redis), the count c of what follows, and c values: its
+--       hash's field and value pairs (relay.state.model.Document.new_fields, likewise)
 -- Derived from KEYS[1] (same hash tag): the shard's retention index `finished`.
 -- Returns JSON (cjson): {created = true, batch_created = true|false}; or the refusal
 -- 'deleted' when the batch was deleted, 'quota' when the charge would take KEYS[5] past
@@ -45,7 +45,8 @@ if charge > 0 and allowance >= 0 then
 end
 local n = tonumber(ARGV[4])
 local ids = {}
-local at = 12
+local new_batch_from, new_batch_to = 12, 11 + tonumber(ARGV[11])
+local at = new_batch_to + 1
 for i = 1, n do
   local count = tonumber(ARGV[at + 2])
   ids[i] = ARGV[at]
@@ -71,14 +72,7 @@ end
 -- metadata too when this upload is the first to give one.
 local set
 if not batch[1] then
-  set = {'account', ARGV[1], 'name', ARGV[2], 'created_at', ARGV[3],
-         'started_at', '', 'completed_at', '', 'last_completed_at', '0', 'deleted_at', '',
-         'completion_seq', 0, 'total', n, 'queued', n, 'processing', 0, 'succeeded', 0,
-         'failed', 0, 'canceled', 0, 'fields', '[]', 'handed', 0}
-  if ARGV[11] ~= '' then
-    set[#set + 1] = 'trace'
-    set[#set + 1] = ARGV[11]
-  end
+  set = {unpack(ARGV, new_batch_from, new_batch_to)}
   redis.call('ZADD', KEYS[4], ARGV[3], ARGV[2])
 elseif batch[3] and batch[3] ~= '' then
   -- An upload into a finished batch makes it not done again until the new documents
