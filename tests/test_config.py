@@ -71,7 +71,7 @@ def test_dotenv_reads_quotes_export_comments_and_takes_values_literally(tmp_path
 def test_a_dotenv_line_that_is_not_a_binding_names_its_line(tmp_path: Path, line: str) -> None:
     dotenv = tmp_path / ".env"
     dotenv.write_text(f"RELAY_PORT=9001\n{line}\n")
-    with pytest.raises(ConfigError, match=rf"\.env:2: expected KEY=VALUE"):
+    with pytest.raises(ConfigError, match=r"\.env:2: expected KEY=VALUE"):
         load_settings({}, dotenv=dotenv)
 
 
