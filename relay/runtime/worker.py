@@ -48,6 +48,10 @@ def job_class(ctx: WorkerContext) -> type[Job]:
     return ContextJob
 
 
+# Seconds the command channel's listening thread waits between looks (RelayWorker.subscribe).
+PUBSUB_WAKE_S = 0.5
+
+
 class RelayWorker(SimpleWorker):
     """A ``SimpleWorker`` whose :attr:`stop_requested` says a warm shutdown was asked for."""
 
@@ -77,6 +81,21 @@ class RelayWorker(SimpleWorker):
     def connection_timeout(self) -> int:
         """The reply timeout RQ wants of its client: the BLPOP's block and a reply's wait."""
         return math.ceil(self._dequeue_timeout + self._reply_timeout)
+
+    def subscribe(self) -> None:
+        """RQ's subscription to the worker's command channel, its listening thread waking
+        every ``PUBSUB_WAKE_S`` instead of RQ's 60 s. Once the unsubscribe's reply is read,
+        that thread waits its whole wake interval for a subscription that will not come, and
+        redis-py's ``PubSubWorkerThread.stop`` (8.x) joins it without a bound: with RQ's 60 s
+        a stopping worker could hang up to a minute after its last job."""
+        self.log.info("Worker %s: subscribing to channel %s", self.name, self.pubsub_channel_name)
+        self.pubsub = self.connection.pubsub()
+        self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})
+        self.pubsub_thread = self.pubsub.run_in_thread(
+            sleep_time=PUBSUB_WAKE_S,
+            daemon=True,
+            exception_handler=self._pubsub_exception_handler,
+        )
 
     def handle_warm_shutdown_request(self) -> None:
         self.stop_requested = True  # first: RQ's own handling may fail on a Redis error
