@@ -62,7 +62,7 @@ from relay.extract.geometry import Frame, enclosing, keep, rectangles
 from relay.extract.headings import joined
 from relay.extract.ocr_boxes import Rules, Segment, place
 from relay.extract.ocr_models import PROVIDERS, Models, ProviderChoice, choose_provider
-from relay.extract.ocr_words import crossings, pieces
+from relay.extract.ocr_words import corners_box, crossings, pieces
 from relay.extract.result import Box, Cell, Confidence, Grid, Table
 
 if TYPE_CHECKING:  # numpy, Pillow and the models are imported when a page arrives
@@ -228,17 +228,11 @@ def _lines(models: Models, bgr: NDArray[np.uint8], rules: Rules) -> list[_Line]:
     worth = functools.partial(_worth_reading, rulings=rules.down)
     for box, text, score, placed in models.read_lines(bgr, worth):
         if text is None:  # kept for its place: rows and the line height count it
-            lines.append(_Line(*_corners_box(box), "", 0.0))
+            lines.append(_Line(*corners_box(box), "", 0.0))
             continue
         for piece in pieces(ink, box, text, score, placed, rules.down):
             lines.append(_Line(*piece.box, piece.text, piece.score))
     return lines
-
-
-def _corners_box(corners: NDArray[np.float32]) -> Box:
-    """The box enclosing a line's four corners."""
-    xs, ys = corners[:, 0], corners[:, 1]
-    return float(xs.min()), float(ys.min()), float(xs.max()), float(ys.max())
 
 
 def _worth_reading(boxes: Sequence[Box], rulings: Sequence[Segment] = ()) -> list[bool]:

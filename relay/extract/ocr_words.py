@@ -52,11 +52,13 @@ import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from relay.extract.ocr_boxes import Segment
+
 if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import NDArray
 
-__all__ = ["Piece", "crossings", "pieces", "spaced_text", "with_spaces"]
+__all__ = ["Piece", "corners_box", "crossings", "pieces", "spaced_text", "with_spaces"]
 
 _WORD_GAP = 0.27
 _OVER_USUAL = 2.5
@@ -171,9 +173,6 @@ def _placed_text(
     return with_spaces(ink, corners, [str(ch) for ch in chars], centres)
 
 
-Segment = tuple[float, float, float]  # a vertical ruling: x, top, bottom (page pixels)
-
-
 def crossings(box: tuple[float, float, float, float], rulings: Sequence[Segment]) -> list[float]:
     """Where the vertical ``rulings`` cross a line whose enclosing ``box`` is (x1, y1, x2,
     y2): the rulings inside it across, over ``_CROSSING`` of its height at least, left to
@@ -185,6 +184,12 @@ def crossings(box: tuple[float, float, float, float], rulings: Sequence[Segment]
         for x, top, bottom in rulings
         if x1 < x < x2 and top <= y1 + margin and bottom >= y2 - margin
     )
+
+
+def corners_box(corners: Any) -> tuple[float, float, float, float]:
+    """The box (x1, y1, x2, y2, page pixels) enclosing a line's four corners."""
+    xs, ys = corners[:, 0], corners[:, 1]
+    return float(xs.min()), float(ys.min()), float(xs.max()), float(ys.max())
 
 
 class Piece(NamedTuple):
@@ -210,8 +215,7 @@ def pieces(
     import numpy as np
 
     points = np.asarray(corners, dtype=np.float64).reshape(-1, 2)
-    x1, y1 = float(points[:, 0].min()), float(points[:, 1].min())
-    x2, y2 = float(points[:, 0].max()), float(points[:, 1].max())
+    x1, y1, x2, y2 = corners_box(points)
     cuts = crossings((x1, y1, x2, y2), rulings)
     chars = _characters(text, placed) if cuts and x2 - x1 > y2 - y1 else None
     if chars is None:
