@@ -9,6 +9,9 @@ post-processing is the packages' own (``DBPostProcess``, ``CTCLabelDecode``,
 * **Sessions**: one onnxruntime intra-op thread and one inter-op thread per session (a
   document gets one core; more throughput comes from more workers), on the execution
   provider of ``RELAY_OCR_PROVIDER`` (:func:`choose_provider`).
+* **Graphs rewritten exactly** when loaded (:mod:`relay.extract.ocr_graphs`): the
+  detector's and recogniser's spelled-out hard-swishes and affine blocks folded into their
+  convolutions, which is most of what this module saves.
 * **Detection at rapidocr's sizes** (:func:`detection_scale`): a page reduced to 2,000 px
   on its long side, a small image enlarged to 736 px on its short side, a thin strip no
   longer than 2,000 px. Detecting a scan at a lower resolution makes the boxes fatter, and
@@ -39,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from relay.extract.ocr_graphs import simplified
 from relay.extract.result import Box
 
 if TYPE_CHECKING:  # numpy, OpenCV and onnxruntime are imported when a page arrives
@@ -179,7 +183,8 @@ def _reduced(bgr: NDArray[np.uint8]) -> tuple[NDArray[np.uint8], float, float]:
     return reduced, height / new_h, width / new_w
 
 
-def _session(path: Path, provider: str) -> Any:
+def _session(model: Path | bytes, provider: str) -> Any:
+    """An onnxruntime session for ``model`` (a file, or a serialised model)."""
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
@@ -193,7 +198,8 @@ def _session(path: Path, provider: str) -> Any:
     providers: list[Any] = ["CPUExecutionProvider"]
     if provider != "cpu":
         providers.insert(0, PROVIDERS[provider])
-    return onnxruntime.InferenceSession(str(path), options, providers=providers)
+    source = model if isinstance(model, bytes) else str(model)
+    return onnxruntime.InferenceSession(source, options, providers=providers)
 
 
 class Detector:
@@ -202,7 +208,7 @@ class Detector:
     def __init__(self, path: Path, provider: str) -> None:
         from rapidocr_onnxruntime.ch_ppocr_det.utils import DBPostProcess
 
-        self.session = _session(path, provider)
+        self.session = _session(simplified(path), provider)
         self.input = self.session.get_inputs()[0].name
         self.post = DBPostProcess(**_DB)
 
@@ -280,7 +286,7 @@ class Recognizer:
         from rapidocr_onnxruntime.cal_rec_boxes import CalRecBoxes
         from rapidocr_onnxruntime.ch_ppocr_rec.utils import CTCLabelDecode
 
-        self.session = _session(path, provider)
+        self.session = _session(simplified(path), provider)
         self.input = self.session.get_inputs()[0].name
         characters = self.session.get_modelmeta().custom_metadata_map["character"]
         self.decode = CTCLabelDecode(character=characters.splitlines())
