@@ -211,13 +211,16 @@ def test_a_scan_of_several_pages_has_time_for_each_page() -> None:
     assert elapsed > 0.5
 
 
-def test_detection_reads_an_image_at_rapidocrs_size_a_strip_within_bounds() -> None:
-    """A small image is enlarged to 736 px on its short side (as rapidocr reads it), a thin
-    strip no longer than 2,000 px (rapidocr took a 251 x 65 one to 2,842 x 736)."""
+def test_detection_enlarges_a_small_image_at_most_twice_a_strip_within_bounds() -> None:
+    """A small image is enlarged towards 736 px on its short side (as rapidocr reads it) but
+    at most twice; a thin strip no longer than 2,000 px (rapidocr took a 251 x 65 one to
+    2,842 x 736)."""
     from relay.extract.ocr_models import detection_scale
 
-    assert detection_scale(249, 503) == 736 / 249  # a PubTabNet table image
-    assert detection_scale(65, 251) == 2000 / 251  # not 736 / 65 = 11x
+    assert detection_scale(400, 503) == 736 / 400  # a PubTabNet table image
+    assert detection_scale(249, 503) == 2.0  # not 736 / 249 = 3x
+    assert detection_scale(65, 251) == 2.0  # not 736 / 65 = 11x
+    assert detection_scale(65, 1200) == 2000 / 1200
     assert detection_scale(1000, 800) == 1.0
     assert detection_scale(2000, 1408) == 1.0  # a 200 dpi page once reduced
 
