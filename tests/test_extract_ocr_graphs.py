@@ -98,6 +98,46 @@ def test_each_rewrite_computes_what_the_original_does() -> None:
     ]
 
 
+def test_the_head_and_excitation_rewrites_compute_what_the_original_does() -> None:
+    """D: ConvTranspose -> Add(bias) -> BatchNormalization; E: z + z * gate(z)."""
+    rng = np.random.default_rng(11)
+    init = [
+        numpy_helper.from_array(rng.normal(size=(4, 5, 2, 2)).astype(np.float32), "wt"),
+        numpy_helper.from_array(rng.normal(size=(1, 5, 1, 1)).astype(np.float32), "bt"),
+        numpy_helper.from_array(rng.uniform(0.5, 2, size=5).astype(np.float32), "gamma"),
+        numpy_helper.from_array(rng.normal(size=5).astype(np.float32), "beta"),
+        numpy_helper.from_array(rng.normal(size=5).astype(np.float32), "mean"),
+        numpy_helper.from_array(rng.uniform(0.5, 2, size=5).astype(np.float32), "var"),
+    ]
+    nodes = [
+        helper.make_node("ConvTranspose", ["x", "wt"], ["up"], strides=[2, 2]),
+        helper.make_node("Add", ["up", "bt"], ["biased"]),
+        helper.make_node("BatchNormalization", ["biased", "gamma", "beta", "mean", "var"], ["bn"]),
+        helper.make_node("Relu", ["bn"], ["z"]),
+        helper.make_node("GlobalAveragePool", ["z"], ["pooled"]),
+        helper.make_node("HardSigmoid", ["pooled"], ["gate"]),
+        helper.make_node("Mul", ["z", "gate"], ["excited"]),
+        helper.make_node("Add", ["z", "excited"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "head",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 7])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, 12, 14])],
+        init,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    x = rng.normal(size=(1, 4, 6, 7)).astype(np.float32)
+    (expected,) = _run(model, {"x": x})
+    rewritten = simplify(model)
+    onnx.checker.check_model(rewritten)
+    (got,) = _run(rewritten, {"x": x})
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    assert _ops(rewritten)["BatchNormalization"] == 0
+    (added,) = [n for n in rewritten.graph.node if n.op_type == "Add"]
+    assert added.input[0] == "gate"  # 1 + gate, one value a channel, then one Mul
+
+
 def test_a_graph_without_the_patterns_is_left_as_it_is() -> None:
     graph = helper.make_graph(
         [
@@ -142,6 +182,15 @@ def test_the_detector_rewritten_gives_the_same_map(page: Any) -> None:
     ops = _ops(onnx.load_from_string(simplified(path)))
     assert ops["Clip"] == 0 and ops["Div"] == 0 and ops["HardSwish"] == 24, ops
     assert ops["Mul"] < 86 // 4 and ops["Add"] < 89 // 3, ops
+    rewritten = onnx.load_from_string(simplified(path))
+    made_by = {out: n.op_type for n in rewritten.graph.node for out in n.output}
+    after_deconv = [
+        n.op_type
+        for n in rewritten.graph.node
+        if any(made_by.get(i) == "ConvTranspose" for i in n.input)
+    ]
+    assert after_deconv == ["Relu", "Sigmoid"]  # their bias adds and one batch norm folded in
+    assert sum("__one" in n.input for n in rewritten.graph.node) == 8  # excitation blocks
 
 
 def test_the_recogniser_rewritten_reads_the_same_characters(page: Any) -> None:

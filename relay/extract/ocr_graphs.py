@@ -15,7 +15,12 @@ time than the convolutions (a 200 dpi scan page, profiled: convolutions 31 %, ``
 * **C** ``Mul`` by a scalar ``s`` then ``Add`` of a scalar ``c`` read only by convolutions:
   ``s`` goes into their weights; an unpadded convolution takes ``c`` into its bias
   (``c * sum(W)`` per output channel), a padded one reads ``x + c/s`` (its zero padding
-  stays zero, as before).
+  stays zero, as before);
+* **D** a ``ConvTranspose`` followed by ``Add`` of a per-channel constant (its bias, as Paddle
+  exports it) and, optionally, ``BatchNormalization``: the transposed convolution with that
+  bias and the batch norm in its weights (the detector's head, at the page's full size);
+* **E** ``Add(x, Mul(x, s))``, a squeeze-and-excitation block added back to its input:
+  ``Mul(x, Add(s, 1))``, where ``s`` is one value per channel: one pass over ``x``, not two.
 
 Nothing is approximated: the rewritten detector's probability map differs from the
 original's by under 1e-4, the recogniser's best character is the same at every position of
@@ -55,13 +60,15 @@ def _opset(model: onnx.ModelProto) -> int:
 
 
 def simplify(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model`` with the rewrites A, B and C applied (in place), its constants as
+    """``model`` with the rewrites A to E applied (in place), its constants as
     initializers. B needs opset 14 (``HardSwish``); below it, B is left out."""
     graph = _Graph(model)
     graph.fold_affine_into_conv()
     if _opset(model) >= _HARDSWISH_OPSET:
         graph.join_hardswish()
     graph.fold_affine_before_conv()
+    graph.fold_into_conv_transpose()
+    graph.join_excitation()
     graph.write()
     return model
 
@@ -228,6 +235,66 @@ class _Graph:
                 node = helper.make_node("Add", [source, offset], [shifted], name=shifted)
                 self.nodes.insert(self.nodes.index(mul), node)
             self.drop(mul, add)
+
+    def fold_into_conv_transpose(self) -> None:
+        """D: ``ConvTranspose -> Add(bias) [-> BatchNormalization]`` as one ``ConvTranspose``."""
+        import numpy as np
+
+        for deconv in [n for n in self.nodes if n.op_type == "ConvTranspose"]:
+            group = next((a.i for a in deconv.attribute if a.name == "group"), 1)
+            add = self.only_reader(deconv.output[0], "Add")
+            if add is None or group != 1 or (len(deconv.input) > 2 and deconv.input[2]):
+                continue
+            weight_name = deconv.input[1]
+            bias_name = next((i for i in add.input if i != deconv.output[0]), "")
+            weight, bias = self.values.get(weight_name), self.values.get(bias_name)
+            if weight is None or bias is None or bias.size != weight.shape[1]:
+                continue
+            weight, bias, last = weight.astype(np.float32), bias.ravel().astype(np.float32), add
+            norm = self.only_reader(add.output[0], "BatchNormalization")
+            if norm is not None and all(i in self.values for i in norm.input[1:5]):
+                gamma, beta, mean, var = (
+                    self.values[i].astype(np.float32) for i in norm.input[1:5]
+                )
+                epsilon = next((a.f for a in norm.attribute if a.name == "epsilon"), 1e-5)
+                factor = gamma / np.sqrt(var + np.float32(epsilon))
+                weight = weight * factor.reshape(1, -1, 1, 1)
+                bias, last = (bias - mean) * factor + beta, norm
+            names = f"{deconv.output[0]}__w", f"{deconv.output[0]}__b"
+            self.values[names[0]], self.values[names[1]] = weight, bias.astype(np.float32)
+            source = deconv.input[0]
+            del deconv.input[:]
+            deconv.input.extend([source, *names])
+            deconv.output[0] = last.output[0]
+            self.drop(*{id(n): n for n in (add, last)}.values())
+
+    def join_excitation(self) -> None:
+        """E: ``Add(x, Mul(x, s))`` as ``Mul(x, Add(s, 1))``."""
+        import numpy as np
+        from onnx import helper
+
+        one = "__one"
+        for add in [n for n in self.nodes if n.op_type == "Add"]:
+            if len(add.input) != 2:
+                continue
+            for source, product in (tuple(add.input), tuple(reversed(add.input))):
+                producer = next((n for n in self.nodes if product in n.output), None)
+                if producer is None or producer.op_type != "Mul" or product in self.outputs:
+                    continue
+                if self.readers(product) != [add] or list(producer.input).count(source) != 1:
+                    continue
+                gate = next(i for i in producer.input if i != source)
+                if source in self.values or gate in self.values:
+                    continue
+                self.values[one] = np.array(1.0, dtype=np.float32)
+                opened = f"{gate}__plus_one"
+                node = helper.make_node("Add", [gate, one], [opened], name=opened)
+                self.nodes.insert(self.nodes.index(producer), node)
+                del producer.input[:]
+                producer.input.extend([source, opened])
+                producer.output[0] = add.output[0]
+                self.drop(add)
+                break
 
     def write(self) -> None:
         """The edited nodes and the constants they read back into the graph."""
