@@ -328,3 +328,31 @@ def test_a_lone_digit_on_a_scan_is_read_as_a_digit(seed: int) -> None:
     content = encode(image, "PDF", resolution=200.0)
     result = extract_document(content, filename="scan.pdf", content_type="", fields=[])
     assert [t.rows for t in result.tables] == [ZEROS]
+
+
+@pytest.mark.parametrize("angle", [0.0, 1.5, -4.0])
+def test_character_boxes_are_rapidocrs_on_level_and_tilted_lines(angle: float) -> None:
+    """Where each character was read (``Read.placed``) is what rapidocr's ``CalRecBoxes``
+    gives for the same line, box and CTC columns, corner for corner: relay maps every
+    character box of a line back to the page at once."""
+    import numpy as np
+    from rapidocr_onnxruntime.cal_rec_boxes import CalRecBoxes
+
+    from relay.extract.ocr import _models
+    from relay.extract.ocr_models import _crop
+
+    image = draw_table(GRID, size=26).rotate(angle, expand=True, fillcolor="white")
+    bgr = np.asarray(image.convert("RGB"))[:, :, ::-1].copy()
+    recognizer = _models().recognizer
+    boxes = _models().detector(bgr, 1.0)
+    compared = 0
+    for box in boxes:
+        line = _crop(bgr, box)
+        text, _, columns = recognizer._read(line, 96)
+        if not text:
+            continue
+        ours = recognizer._placed(line, box, text, columns)
+        _, _, theirs, chars, scores = CalRecBoxes()([line], [box.copy()], [(text, 0.0, columns)])[0]
+        assert ours == [theirs, chars, scores], text
+        compared += 1
+    assert compared >= 10

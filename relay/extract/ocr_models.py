@@ -330,10 +330,67 @@ class Recognizer:
         """A box per character on the page, the characters and their confidences, as
         rapidocr returns them with ``return_word_box`` (its ``CalRecBoxes``, from the CTC
         column each character was read at); empty for a line with no text."""
+        import numpy as np
+
         if not text:
             return []
-        _, _, boxes, chars, scores = self.placer([line], [box], [(text, 0.0, columns)])[0]
-        return [boxes, chars, scores]
+        placer = self.placer
+        if placer.get_box_direction(box) != "w":  # a line read turned: rapidocr's own way
+            _, _, boxes, chars, scores = placer([line], [box], [(text, 0.0, columns)])[0]
+            return [boxes, chars, scores]
+        height, width = line.shape[:2]
+        on_line = [[0, 0], [width, 0], [width, height], [0, height]]
+        chars, boxes, scores = placer.cal_ocr_word_box(text, np.array(on_line), columns)
+        boxes = placer.adjust_box_overlap(boxes)
+        return [_on_page(box, boxes, placer.order_points), chars, scores]
+
+
+def _on_page(
+    box: NDArray[np.float32], on_line: list[Any], order: Callable[[Any], list[list[int]]]
+) -> list[list[list[int]]]:
+    """The character boxes ``on_line`` (in the straightened line's pixels) on the page:
+    rapidocr's ``CalRecBoxes.reverse_rotate_crop_image`` for a line read along its length,
+    computed for all the boxes at once. Each box's corners come back in rapidocr's order
+    (``order``, its ``order_points``), taken directly where that order is plain: two corners
+    either side of the box's middle, each pair at two heights."""
+    import cv2
+    import numpy as np
+
+    if not on_line:
+        return []
+    quad = np.array(box, dtype=np.float32)
+    left, top = int(np.min(quad[:, 0])), int(np.min(quad[:, 1]))
+    quad[:, 0] -= left
+    quad[:, 1] -= top
+    width = int(np.linalg.norm(quad[0] - quad[1]))
+    height = int(np.linalg.norm(quad[0] - quad[3]))
+    upright = np.array([[0, 0], [width, 0], [width, height], [0, height]], dtype=np.float32)
+    _, inverse = cv2.invert(cv2.getPerspectiveTransform(quad, upright))
+    points = np.asarray(on_line, dtype=np.float32).reshape(-1, 2).astype(np.float64)
+    x, y = points[:, 0], points[:, 1]
+    mapped_x = inverse[0, 0] * x + inverse[0, 1] * y + inverse[0, 2]
+    mapped_y = inverse[1, 0] * x + inverse[1, 1] * y + inverse[1, 2]
+    depth = inverse[2, 0] * x + inverse[2, 1] * y + inverse[2, 2]
+    corners = np.stack(
+        [(mapped_x / depth + left).astype(np.int64), (mapped_y / depth + top).astype(np.int64)],
+        axis=1,
+    ).reshape(-1, 4, 2)
+    placed = []
+    for corner in corners:
+        xs = corner[:, 0]
+        middle = xs.mean()
+        west, east = xs < middle, xs > middle
+        if west.sum() == 2 and east.sum() == 2:
+            (a, b), (c, d) = corner[west], corner[east]
+            if a[1] != b[1] and c[1] != d[1]:
+                (p1, p4), (p2, p3) = (
+                    sorted((a, b), key=lambda p: p[1]),
+                    sorted((c, d), key=lambda p: p[1]),
+                )
+                placed.append([p1.tolist(), p2.tolist(), p3.tolist(), p4.tolist()])
+                continue
+        placed.append(order(corner.tolist()))
+    return placed
 
 
 def _crop(bgr: NDArray[np.uint8], box: NDArray[np.float32]) -> NDArray[np.uint8]:
