@@ -371,6 +371,7 @@ RUNTIME = {
     "rapidocr-onnxruntime",
     "rapid-table",
     "onnxruntime",
+    "onnx",
     "pillow",
     "numpy",
     "jinja2",
