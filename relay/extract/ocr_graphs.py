@@ -143,6 +143,7 @@ class _Graph:
     def set_weights(
         self, conv: onnx.NodeProto, weight: np.ndarray[Any, Any], bias: np.ndarray[Any, Any]
     ) -> None:
+        """``conv`` (a ``Conv`` or ``ConvTranspose``) reads ``weight`` and ``bias`` now."""
         import numpy as np
 
         weight_name, bias_name = f"{conv.output[0]}__w", f"{conv.output[0]}__b"
@@ -260,11 +261,7 @@ class _Graph:
                 factor = gamma / np.sqrt(var + np.float32(epsilon))
                 weight = weight * factor.reshape(1, -1, 1, 1)
                 bias, last = (bias - mean) * factor + beta, norm
-            names = f"{deconv.output[0]}__w", f"{deconv.output[0]}__b"
-            self.values[names[0]], self.values[names[1]] = weight, bias.astype(np.float32)
-            source = deconv.input[0]
-            del deconv.input[:]
-            deconv.input.extend([source, *names])
+            self.set_weights(deconv, weight, bias)
             deconv.output[0] = last.output[0]
             self.drop(*{id(n): n for n in (add, last)}.values())
 

@@ -18,8 +18,8 @@ post-processing is the packages' own (``DBPostProcess``, ``CTCLabelDecode``,
   2,000 px. Detecting a scan at a lower resolution makes the boxes fatter, and SLANet-plus's
   crops and the cell matching move with them: whole tables were lost. Enlarging a small
   table image further than twice makes its text too big for the detector: PubTabNet's
-  strips (a 238 x 59 table went to 2,000 x 496) lost rows, and capping it raised mean F1
-  on the 20 images from 0.765 to 0.829 with a third less detection.
+  strips (a 238 x 59 table went to 2,000 x 496) lost rows (``docs/decisions.md`` has the
+  figures).
 * **Recognition at each line's own width**, one line a run: rapidocr pads every line to at
   least 320 pixels wide (its training width) and a batch to its widest line; the model's
   cost is proportional to the width it reads, and a table's lines are short (a cell is a
@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from relay.extract.ocr_graphs import simplified
+from relay.extract.ocr_words import corners_box
 from relay.extract.result import Box
 
 if TYPE_CHECKING:  # numpy, OpenCV and onnxruntime are imported when a page arrives
@@ -501,10 +502,7 @@ class Models:
             return []
         scale = np.array([ratio_w, ratio_h], dtype=np.float32)
         on_page = boxes * scale
-        enclosing = [
-            (float(b[:, 0].min()), float(b[:, 1].min()), float(b[:, 0].max()), float(b[:, 1].max()))
-            for b in on_page
-        ]
+        enclosing = [corners_box(b) for b in on_page]
         wanted = worth_reading(enclosing)
         texts = iter(self.recognizer(page, boxes[[i for i, w in enumerate(wanted) if w]]))
         lines: list[tuple[NDArray[np.float32], str | None, float, list[Any]]] = []
