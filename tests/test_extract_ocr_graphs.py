@@ -35,6 +35,20 @@ def _scalar(name: str, value: float) -> onnx.NodeProto:
     return helper.make_node("Constant", [], [name], value=tensor)
 
 
+def _model(
+    nodes: list[onnx.NodeProto], init: list[onnx.TensorProto], x: list[int], y: list[int]
+) -> onnx.ModelProto:
+    """A model of ``nodes`` (opset 17) from input ``x`` to output ``y``, of those shapes."""
+    graph = helper.make_graph(
+        nodes,
+        "test",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, y)],
+        init,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
 def _small_graph() -> onnx.ModelProto:
     """x -> Conv(no bias) -> Mul 0.7 -> Add 0.3 -> hard-swish (4 ops) -> Mul 1.9 -> Add -0.4
     -> {Conv 3x3 padded, Conv 1x1}; their sum -> Mul by a tensor (left alone) -> y."""
@@ -69,14 +83,7 @@ def _small_graph() -> onnx.ModelProto:
         helper.make_node("Add", ["padded", "pointwise"], ["both"]),
         helper.make_node("Mul", ["both", "gain"], ["y"]),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "small",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 12, 10])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 12, 10])],
-        init,
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return _model(nodes, init, [1, 3, 12, 10], [1, 6, 12, 10])
 
 
 def test_each_rewrite_computes_what_the_original_does() -> None:
@@ -119,14 +126,7 @@ def test_the_head_and_excitation_rewrites_compute_what_the_original_does() -> No
         helper.make_node("Mul", ["z", "gate"], ["excited"]),
         helper.make_node("Add", ["z", "excited"], ["y"]),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "head",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 7])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, 12, 14])],
-        init,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    model = _model(nodes, init, [1, 4, 6, 7], [1, 5, 12, 14])
     x = rng.normal(size=(1, 4, 6, 7)).astype(np.float32)
     (expected,) = _run(model, {"x": x})
     rewritten = simplify(model)
@@ -139,19 +139,14 @@ def test_the_head_and_excitation_rewrites_compute_what_the_original_does() -> No
 
 
 def test_a_graph_without_the_patterns_is_left_as_it_is() -> None:
-    graph = helper.make_graph(
-        [
-            _scalar("two", 2.0),
-            helper.make_node("Conv", ["x", "w"], ["c"]),
-            helper.make_node("Mul", ["c", "c"], ["squared"]),  # no constant operand
-            helper.make_node("Add", ["squared", "two"], ["y"]),  # its reader is no Conv
-        ],
-        "plain",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(np.ones((2, 2, 1, 1), dtype=np.float32), "w")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    nodes = [
+        _scalar("two", 2.0),
+        helper.make_node("Conv", ["x", "w"], ["c"]),
+        helper.make_node("Mul", ["c", "c"], ["squared"]),  # no constant operand
+        helper.make_node("Add", ["squared", "two"], ["y"]),  # its reader is no Conv
+    ]
+    init = [numpy_helper.from_array(np.ones((2, 2, 1, 1), dtype=np.float32), "w")]
+    model = _model(nodes, init, [1, 2, 4, 4], [1, 2, 4, 4])
     before = [(n.op_type, list(n.input), list(n.output)) for n in model.graph.node][1:]
     after = [(n.op_type, list(n.input), list(n.output)) for n in simplify(model).graph.node]
     assert after == before
